@@ -1,0 +1,129 @@
+# ferry - GNU make build.  `make` builds build/libferry.{a,so} and
+# build/ferry_bench; `make test` runs the whole suite (plain, then
+# ASan+UBSan, then TSan on the concurrent tests); `make install PREFIX=...`.
+#
+# SAN=address|thread builds into build-asan/ or build-tsan/.
+
+PREFIX   ?= /usr/local
+CC       ?= cc
+SAN      ?=
+PKGS     := libibverbs numa liburcu-qsbr liburcu-cds ck
+TEST_PKGS := cmocka
+DEBS     := libibverbs-dev libnuma-dev liburcu-dev libck-dev libcmocka-dev pkg-config
+
+ifeq ($(SAN),)
+B := build
+SANFLAGS :=
+else ifeq ($(SAN),address)
+B := build-asan
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+else ifeq ($(SAN),thread)
+B := build-tsan
+SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
+else
+$(error SAN must be empty, address or thread)
+endif
+
+# Dependencies: install them (root) or say what to run, before anything else.
+DEPS_OK := $(shell pkg-config --exists $(PKGS) $(TEST_PKGS) 2>/dev/null && echo yes)
+ifneq ($(DEPS_OK),yes)
+ifeq ($(MAKECMDGOALS),clean)
+else
+$(info ferry: missing build dependencies; need Debian packages: $(DEBS))
+ifeq ($(shell id -u),0)
+$(info ferry: installing them with apt-get (root))
+DEPS_INSTALL := $(shell (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEBS)) >&2 && echo ok)
+ifneq ($(DEPS_INSTALL),ok)
+$(error apt-get failed; run: apt-get update && apt-get install -y $(DEBS))
+endif
+else
+$(error run as root: apt-get update && apt-get install -y $(DEBS))
+endif
+endif
+endif
+
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
+CMOCKA_LIBS := $(shell pkg-config --libs cmocka)
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+CFLAGS  ?= -O2 -g
+ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -fPIC -D_GNU_SOURCE -pthread \
+              -I. $(PKG_CFLAGS)
+LDLIBS  := $(PKG_LIBS) -pthread
+ALL_LDFLAGS := $(SANFLAGS) $(LDFLAGS)
+
+LIB_SRCS := $(wildcard runtime/*.c ring/*.c slice/*.c ep/*.c qp/*.c)
+LIB_OBJS := $(LIB_SRCS:%.c=$(B)/obj/%.o)
+BENCH_SRCS := $(wildcard bench/*.c)
+TEST_SRCS := $(wildcard tests/test_*.c)
+TESTS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
+# The concurrent tests: these also run under ThreadSanitizer.
+TSAN_TESTS := test_ring test_integration test_faults test_stats
+
+.PHONY: all test test-plain test-asan test-tsan run-tests install clean bench fuzz
+all: $(B)/libferry.a $(B)/libferry.so $(B)/ferry_bench $(B)/ferry.pc
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(B)/libferry.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/libferry.so: $(LIB_OBJS)
+	$(CC) -shared $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/ferry_bench: $(BENCH_SRCS:%.c=$(B)/obj/%.o) $(B)/libferry.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS) -lm
+
+$(B)/tests/%: $(B)/obj/tests/%.o $(B)/libferry.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CMOCKA_LIBS) $(LDLIBS) -lm
+
+$(B)/ferry.pc:
+	@mkdir -p $(B)
+	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
+	  'Name: ferry' 'Description: RDMA transfer engine for LLM KV-cache buffers' \
+	  'Version: $(shell sed -n 's/^#define FERRY_VERSION_MAJOR //p' runtime/ferry.h).$(shell sed -n 's/^#define FERRY_VERSION_MINOR //p' runtime/ferry.h).0' \
+	  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lferry' \
+	  'Requires.private: $(PKGS)' 'Libs.private: -pthread' > $@
+
+# Run every test binary; each prints cmocka's summary.  FERRY_TEST_FILTER
+# limits the set (space-separated names).
+run-tests: $(TESTS)
+	@fail=0; for t in $(or $(RUN),$(TESTS)); do \
+	  echo "== $$t"; \
+	  $$t || { echo "FAILED: $$t"; fail=1; }; \
+	done; exit $$fail
+
+test-plain:
+	$(MAKE) run-tests
+test-asan:
+	$(MAKE) SAN=address run-tests
+test-tsan:
+	$(MAKE) SAN=thread run-tests RUN="$(TSAN_TESTS:%=build-tsan/tests/%)" \
+	  TESTS="$(TSAN_TESTS:%=build-tsan/tests/%)"
+
+# The whole suite: plain, ASan+UBSan, TSan on the concurrent tests.
+test:
+	$(MAKE) test-plain
+	$(MAKE) test-asan
+	$(MAKE) test-tsan
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 runtime/ferry.h $(DESTDIR)$(PREFIX)/include/ferry.h
+	install -m 644 $(B)/libferry.a $(DESTDIR)$(PREFIX)/lib/libferry.a
+	install -m 755 $(B)/libferry.so $(DESTDIR)$(PREFIX)/lib/libferry.so
+	install -m 755 $(B)/ferry_bench $(DESTDIR)$(PREFIX)/bin/ferry_bench
+	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(B)/ferry.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ferry.pc
+
+bench: $(B)/ferry_bench
+	$(B)/ferry_bench $(BENCH_ARGS)
+
+clean:
+	rm -rf build build-asan build-tsan
+
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

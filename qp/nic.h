@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The NIC provider interface: what a worker core needs from a NIC, shaped
+ * after verbs so that the rdma-core provider maps one to one and the
+ * software NIC ("loop") can stand in for tests and benchmarks.
+ *
+ * Threading: open/close/reg_mr/dereg_mr/cq_create/qp_create/qp_connect/
+ * qp_destroy are control-path calls (any thread, serialised by the caller).
+ * post/poll/qp_set_error on a QP or CQ are called only by the core that owns
+ * it.
+ */
+#ifndef FERRY_QP_NIC_H
+#define FERRY_QP_NIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum nic_op { NIC_OP_WRITE = 0, NIC_OP_READ = 1 };
+
+/* Completion status; mirrors the ibv_wc_status values ferry cares about. */
+enum nic_wc_status {
+	NIC_WC_SUCCESS = 0,
+	NIC_WC_LOC_PROT_ERR,   /* lkey/local range not registered */
+	NIC_WC_REM_ACCESS_ERR, /* rkey/remote range not registered */
+	NIC_WC_FLUSH_ERR,      /* QP in error state: WR flushed */
+	NIC_WC_RETRY_EXC_ERR,  /* transport retries exhausted */
+	NIC_WC_GENERAL_ERR,
+};
+
+/* One work request: a single-SGE RDMA READ or WRITE. */
+struct nic_wr {
+	struct nic_wr *next;
+	uint64_t wr_id;
+	uint64_t local;
+	uint64_t remote;
+	uint32_t len;
+	uint32_t lkey;
+	uint32_t rkey;
+	uint8_t op;       /* enum nic_op */
+	uint8_t signaled; /* a CQE on success; errors always produce one */
+};
+
+/* One completion.  On error only wr_id, status and qp_num are valid. */
+struct nic_wc {
+	uint64_t wr_id;
+	uint32_t qp_num;
+	uint16_t status; /* enum nic_wc_status */
+	uint16_t op;
+};
+
+struct nic_mr {
+	uint32_t lkey;
+	uint32_t rkey;
+	void *priv;
+};
+
+/* What a peer needs to reach a NIC: sent in segment descriptors. */
+#define NIC_ADDR_LEN 32
+struct nic_addr {
+	uint8_t bytes[NIC_ADDR_LEN];
+};
+
+struct nic_caps {
+	uint32_t max_qp_wr;
+	uint32_t max_cqe;
+	uint32_t max_inline;
+	uint32_t max_rd_atomic;
+};
+
+struct nic;
+struct nic_cq;
+struct nic_qp;
+
+struct nic_provider {
+	const char *name;
+	int (*open)(const char *dev, struct nic **out);
+	void (*close)(struct nic *nic);
+	void (*caps)(const struct nic *nic, struct nic_caps *out);
+	void (*addr)(const struct nic *nic, struct nic_addr *out);
+	int (*reg_mr)(struct nic *nic, void *addr, size_t len, struct nic_mr *out);
+	int (*dereg_mr)(struct nic *nic, struct nic_mr *mr);
+	int (*cq_create)(struct nic *nic, uint32_t cqe, struct nic_cq **out);
+	void (*cq_destroy)(struct nic_cq *cq);
+	int (*qp_create)(struct nic *nic, struct nic_cq *cq, uint32_t max_wr, struct nic_qp **out);
+	/* Connect to a remote NIC (one-sided ops need no remote QP on loop). */
+	int (*qp_connect)(struct nic_qp *qp, const struct nic_addr *remote);
+	uint32_t (*qp_num)(const struct nic_qp *qp);
+	/* Move the QP to the error state: outstanding WRs complete FLUSH_ERR. */
+	int (*qp_set_error)(struct nic_qp *qp);
+	void (*qp_destroy)(struct nic_qp *qp);
+	/* Post a chain; 0, or -errno with *bad at the first WR not posted. */
+	int (*post)(struct nic_qp *qp, struct nic_wr *wr, struct nic_wr **bad);
+	/* Poll up to n completions; count (>= 0) or -errno. */
+	int (*poll)(struct nic_cq *cq, int n, struct nic_wc *wc);
+};
+
+/* Find a provider by NIC name: "loop" (or "loop<N>") is the software NIC. */
+const struct nic_provider *nic_provider_for(const char *nic_name);
+
+extern const struct nic_provider nic_loop_provider;
+
+#endif /* FERRY_QP_NIC_H */

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * SPSC pointer rings (Concurrency Kit ck_ring) between one producer thread
+ * and one consumer thread: a submitting port and a core, the control path
+ * and a core.  A full ring is back-pressure: enqueue returns false and the
+ * producer decides (wait or retry); nothing is dropped.
+ *
+ * ck facts that bite: the size must be a power of two >= 4 and the capacity
+ * is size - 1; enqueue stores the pointer value passed in.  ck's loads and
+ * stores are inline assembly that ThreadSanitizer cannot see, so under TSan
+ * the wrappers publish a release/acquire pair on the ring itself.
+ */
+#ifndef FERRY_RING_H
+#define FERRY_RING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <ck_ring.h>
+
+#include "../runtime/compiler.h"
+
+struct ferry_ring {
+	struct ck_ring ring __attribute__((aligned(FERRY_CACHE_LINE)));
+	struct ck_ring_buffer *slots __attribute__((aligned(FERRY_CACHE_LINE)));
+	uint32_t size;
+};
+
+/* Allocate slots for a ring of size entries (power of two >= 4); -EINVAL/-ENOMEM. */
+int ferry_ring_init(struct ferry_ring *r, uint32_t size);
+void ferry_ring_fini(struct ferry_ring *r);
+
+/* Producer: enqueue one pointer; false when full. */
+bool ferry_ring_put(struct ferry_ring *r, void *obj);
+/* Consumer: dequeue up to max pointers into objs; returns the count. */
+unsigned ferry_ring_get_burst(struct ferry_ring *r, void **objs, unsigned max);
+/* Consumer: dequeue one pointer; NULL when empty. */
+void *ferry_ring_get(struct ferry_ring *r);
+/* Entries queued now (approximate from a third thread). */
+unsigned ferry_ring_count(const struct ferry_ring *r);
+/* Usable capacity (size - 1). */
+static inline unsigned ferry_ring_capacity(const struct ferry_ring *r) { return r->size - 1; }
+
+#endif /* FERRY_RING_H */

@@ -1,0 +1,251 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ferry - move large buffers (LLM KV cache blocks) between processes and
+ * machines with one-sided RDMA READ/WRITE.
+ *
+ * Threading model, in one paragraph: an engine owns one pinned worker thread
+ * per core; each worker owns one NIC context and runs a run-to-completion
+ * loop.  Application threads talk to the workers through ports: a port is
+ * owned by exactly one application thread at a time (it is the producer side
+ * of lock-free SPSC rings), and so are the batches created on it.  Control
+ * functions (memory registration, segments, ports) may be called from any
+ * application thread; they serialise among themselves internally and may
+ * block.  No function may be called from inside a worker.
+ *
+ * Errors: every function returning int returns 0 (or a count) on success and
+ * a negative errno on failure.
+ */
+#ifndef FERRY_H
+#define FERRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FERRY_VERSION_MAJOR 0
+#define FERRY_VERSION_MINOR 1
+
+/** Handle of an opened remote segment (a peer engine's registered memory). */
+typedef uint64_t ferry_seg_t;
+
+/** Idle policy of the worker cores. */
+enum ferry_idle {
+	FERRY_IDLE_ADAPTIVE = 0, /**< spin while busy, then yield, then sleep */
+	FERRY_IDLE_SPIN = 1,     /**< never yield: for dedicated cores */
+};
+
+/** Engine options: call ferry_opts_default() first, then change fields. */
+struct ferry_opts {
+	const char *cores;     /**< "0-3,8" or "0xf"; NULL/"" = first online core */
+	const char *nics;      /**< comma list of NIC names; "loop" = software NIC */
+	const char *listen;    /**< control address "ip:port"; port 0 = any */
+	uint32_t slice_size;   /**< bytes per work request (default 65536) */
+	uint32_t qps_per_ep;   /**< QPs per endpoint (default 2) */
+	uint32_t wrs_per_qp;   /**< send queue depth per QP (default 256) */
+	uint32_t cqes;         /**< completion queue entries per core (default 4096) */
+	uint32_t signal_every; /**< signal at least every Nth WR (default 16) */
+	uint32_t ring_size;    /**< SPSC ring slots per (port, core), power of 2 (default 1024) */
+	uint32_t retries;      /**< retries per slice (default 0 in v1: no retry yet) */
+	uint32_t timeout_ms;   /**< slice timeout; 0 = off (default 10000) */
+	enum ferry_idle idle;  /**< idle policy (default adaptive) */
+	uint32_t loop_nocopy;  /**< loop NIC: skip the memcpy (benchmarks the data plane) */
+	int verbose;           /**< log start-up decisions to stderr */
+};
+
+/** Operation of a request, seen from the initiator. */
+enum ferry_op {
+	FERRY_OP_READ = 0,  /**< remote -> local */
+	FERRY_OP_WRITE = 1, /**< local -> remote */
+};
+
+/** One transfer: len bytes between local and remote (peer virtual address). */
+struct ferry_req {
+	enum ferry_op op;
+	void *local;      /**< inside a region registered with this engine */
+	ferry_seg_t seg;  /**< from ferry_segment_open() */
+	uint64_t remote;  /**< inside a region the peer registered */
+	uint64_t len;     /**< > 0 */
+};
+
+/** Final or current state of a request. */
+enum ferry_state {
+	FERRY_PENDING = 0,
+	FERRY_DONE = 1,
+	FERRY_FAILED = 2,
+	FERRY_TIMEOUT = 3,
+};
+
+struct ferry_req_status {
+	enum ferry_state state;
+	int error;      /**< negative errno when FAILED/TIMEOUT, else 0 */
+	uint64_t bytes; /**< bytes transferred successfully */
+};
+
+/** Per-core counters; single writer (the core), readable from any thread. */
+struct ferry_core_stats {
+	unsigned cpu;              /**< CPU the worker is pinned to */
+	int numa_node;             /**< NUMA node of its memory, -1 unknown */
+	uint64_t wrs_posted;       /**< work requests handed to the NIC */
+	uint64_t completions;      /**< work requests retired (signalled or not) */
+	uint64_t cqes;             /**< completion entries polled */
+	uint64_t bytes;            /**< bytes moved successfully */
+	uint64_t doorbells;        /**< post calls (one per QP per pass) */
+	uint64_t polls;            /**< CQ polls */
+	uint64_t empty_polls;      /**< CQ polls that returned nothing */
+	uint64_t qp_full;          /**< times a QP had no room for pending work */
+	uint64_t cq_full;          /**< times the CQ quota had no room */
+	uint64_t pool_empty;       /**< times the slice pool ran dry */
+	uint64_t slices_in_flight; /**< slices cut and not yet retired (gauge) */
+	uint64_t wr_errors;        /**< completions with an error status */
+	uint64_t reqs_done;        /**< request parts finished by this core */
+	uint64_t provider_errors;  /**< post/poll failures: always a bug, should be 0 */
+	uint64_t sleeps;           /**< times the core went to sleep when idle */
+	uint64_t busy_ns;          /**< time in loop passes that did work */
+	uint64_t idle_ns;          /**< time in passes that did nothing (incl. sleep) */
+	uint64_t loops;            /**< loop passes */
+};
+
+struct ferry_engine;
+struct ferry_port;
+struct ferry_batch;
+
+/** Fill o with the defaults.  Any thread. */
+void ferry_opts_default(struct ferry_opts *o);
+
+/**
+ * Override fields of o from the environment: FERRY_CORES, FERRY_NICS,
+ * FERRY_LISTEN, FERRY_SLICE_SIZE, FERRY_QPS_PER_EP, FERRY_WRS_PER_QP,
+ * FERRY_CQES, FERRY_SIGNAL_EVERY, FERRY_RING_SIZE, FERRY_RETRIES,
+ * FERRY_TIMEOUT_MS, FERRY_IDLE (adaptive|spin), FERRY_VERBOSE.
+ * Returns -EINVAL (and names the variable on stderr) on a malformed value;
+ * o is left unchanged then.  String fields point into the environment.
+ * Any thread.
+ */
+int ferry_opts_from_env(struct ferry_opts *o);
+
+/**
+ * Create an engine: parse and check options, open the NICs, start one pinned
+ * worker per core and the control thread listening on o->listen.
+ * -EINVAL on bad options (message on stderr names the culprit).  Any thread.
+ */
+int ferry_engine_create(const struct ferry_opts *o, struct ferry_engine **out);
+
+/**
+ * Stop the workers and the control thread and free everything.  Requests
+ * still in flight end FAILED (-ECANCELED) first.  Must not race with any
+ * other call on the engine.  NULL is ignored.
+ */
+void ferry_engine_destroy(struct ferry_engine *e);
+
+/** The control address peers pass to ferry_segment_open(), "host:port". Any thread. */
+const char *ferry_engine_address(const struct ferry_engine *e);
+
+/** Number of worker cores of the engine.  Any thread. */
+unsigned ferry_engine_cores(const struct ferry_engine *e);
+
+/**
+ * Register [addr, addr+len) for transfers on every NIC of the engine, local
+ * and remote.  Regions may not overlap (-EEXIST).  Any thread; may block.
+ */
+int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len);
+
+/**
+ * Unregister the region that starts at addr.  -ENOENT if there is none,
+ * -EBUSY while requests of this engine still use it.  Peers that opened this
+ * engine before keep a stale descriptor: their requests to the region end
+ * FAILED.  Any thread; may block.
+ */
+int ferry_mem_unregister(struct ferry_engine *e, void *addr);
+
+/**
+ * Open the segment of the engine listening at address ("host:port"): fetch
+ * its descriptor (registered regions) over TCP and set up endpoints from
+ * every local core.  Opening the same address twice returns the same handle.
+ * -ECONNREFUSED/-ETIMEDOUT/-EPROTO on control-plane failures.  Any thread;
+ * blocks for the round trip.
+ */
+int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t *out);
+
+/**
+ * Refetch the descriptor of an opened segment (after the peer registered
+ * more memory).  Any thread; blocks for the round trip.
+ */
+int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg);
+
+/**
+ * Close a segment.  Later submissions to it fail with -EBADF; requests in
+ * flight on it end (DONE, or FAILED with -ECANCELED) before this returns.
+ * -ENOENT for an unknown handle.  Any thread; may block.
+ */
+int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg);
+
+/**
+ * Create a port: the submission channel of one application thread.  Only one
+ * thread may use a port (and its batches) at a time.  Any thread.
+ */
+int ferry_port_create(struct ferry_engine *e, struct ferry_port **out);
+
+/**
+ * Destroy a port.  Its batches must have been destroyed (else -EBUSY and
+ * nothing happens).  The owning thread.
+ */
+int ferry_port_destroy(struct ferry_port *p);
+
+/**
+ * Create a batch of up to capacity requests on port p.  The port's thread.
+ */
+int ferry_batch_create(struct ferry_port *p, uint32_t capacity, struct ferry_batch **out);
+
+/** Destroy a batch: -EBUSY while any of its requests is PENDING.  The port's thread. */
+int ferry_batch_destroy(struct ferry_batch *b);
+
+/**
+ * Forget the requests of a batch whose requests have all ended, so that its
+ * slots can be used again.  -EBUSY while any is PENDING.  The port's thread.
+ */
+int ferry_batch_reset(struct ferry_batch *b);
+
+/**
+ * Append n requests to batch b and hand them to the cores.  Requests are
+ * validated first: a bad one (NULL local, len 0, bad op, unknown or closed
+ * segment, local range outside a registered region, remote range outside
+ * the peer's regions) is not posted and ends FAILED at once with the reason
+ * (-EINVAL, -EBADF, -EFAULT) in its status; the others go on.  Returns the
+ * index of the first request in the batch, or -ENOSPC when the batch has
+ * fewer than n free slots (nothing submitted), -EINVAL on NULL arguments.
+ * When a ring to a core is full the call waits for room (back-pressure,
+ * never loss).  The port's thread.
+ */
+int ferry_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n);
+
+/**
+ * Wait for every submitted request of b to end.  0 when all are DONE, -EIO
+ * when all ended but some did not succeed, -ETIMEDOUT when timeout_ms ran
+ * out with requests still pending (they go on).  timeout_ms < 0 waits
+ * forever, 0 only checks.  The port's thread.
+ */
+int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms);
+
+/** Number of requests submitted to b since creation or the last reset. */
+uint32_t ferry_batch_size(const struct ferry_batch *b);
+
+/**
+ * Status of request i of batch b.  -ERANGE if i was never submitted.  Any
+ * thread (the values are read atomically; bytes may lag state by nothing:
+ * once state is final, bytes and error are final).
+ */
+int ferry_req_status(const struct ferry_batch *b, uint32_t i, struct ferry_req_status *st);
+
+/** Snapshot of core's counters (core = 0..ferry_engine_cores()-1).  Any thread. */
+int ferry_core_stats(const struct ferry_engine *e, unsigned core, struct ferry_core_stats *out);
+
+/** Human name of a state ("pending", "done", "failed", "timeout"). */
+const char *ferry_state_name(enum ferry_state s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_H */

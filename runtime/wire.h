@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The control-plane wire format: versioned, little-endian, length-prefixed
+ * binary messages exchanged over TCP between engines.  Every decoder checks
+ * every size, count and length against the bytes it was given and against
+ * hard limits; a malformed message is refused with -EPROTO (and a reason),
+ * never read past.  The verbs provider will extend it (new message types,
+ * new NIC address fields) without breaking version 1 peers.
+ *
+ * Frame:   magic u32 "FRY1" | version u16 | type u16 | payload_len u32 | payload
+ * Types:   WIRE_GET_DESC (empty payload) -> WIRE_DESC, or WIRE_ERROR (i32 errno).
+ * DESC:    incarnation u64 | n_nics u16 | reserved u16 | n_regions u32 |
+ *          n_nics x (provider name 16 bytes NUL-padded | nic_addr 32 bytes) |
+ *          n_regions x (addr u64 | len u64 | n_nics x rkey u32)
+ */
+#ifndef FERRY_RUNTIME_WIRE_H
+#define FERRY_RUNTIME_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../qp/nic.h"
+
+#define WIRE_MAGIC 0x31595246u /* "FRY1" little-endian */
+#define WIRE_VERSION 1
+#define WIRE_HDR_LEN 12
+#define WIRE_MAX_NICS 64
+#define WIRE_MAX_REGIONS 65536
+#define WIRE_MAX_PAYLOAD (1u << 24)
+#define WIRE_PROVIDER_LEN 16
+
+enum wire_type {
+	WIRE_GET_DESC = 1,
+	WIRE_DESC = 2,
+	WIRE_ERROR = 3,
+};
+
+struct wire_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t payload_len;
+};
+
+struct seg_region {
+	uint64_t addr;
+	uint64_t len;
+	uint32_t rkey[WIRE_MAX_NICS]; /* one per NIC of the peer, n_nics valid */
+};
+
+struct seg_nic {
+	char provider[WIRE_PROVIDER_LEN]; /* NUL-terminated on decode */
+	struct nic_addr addr;
+};
+
+/* A peer engine's segment: its NICs and registered regions, sorted by addr. */
+struct seg_desc {
+	uint64_t incarnation;
+	uint16_t n_nics;
+	uint32_t n_regions;
+	struct seg_nic nics[WIRE_MAX_NICS];
+	struct seg_region *regions; /* n_regions entries, heap */
+};
+
+/* Encode/decode a frame header (buffer of WIRE_HDR_LEN bytes). */
+void wire_hdr_encode(uint8_t *buf, uint16_t type, uint32_t payload_len);
+int wire_hdr_decode(const uint8_t *buf, size_t len, struct wire_hdr *out);
+
+/* Bytes needed for the payload of d. */
+size_t wire_desc_size(const struct seg_desc *d);
+/* Encode d's payload into buf (cap bytes); -ENOSPC if it does not fit. */
+int wire_desc_encode(const struct seg_desc *d, uint8_t *buf, size_t cap);
+/* Decode a DESC payload; allocates out->regions (free with seg_desc_free).
+ * Regions must be sorted by addr, non-empty, non-overlapping and not wrap. */
+int wire_desc_decode(const uint8_t *buf, size_t len, struct seg_desc *out);
+void seg_desc_free(struct seg_desc *d);
+
+/* Region of d that contains [addr, addr+len), or NULL.  Binary search. */
+const struct seg_region *seg_desc_find(const struct seg_desc *d, uint64_t addr, uint64_t len);
+
+#endif /* FERRY_RUNTIME_WIRE_H */
