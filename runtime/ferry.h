@@ -103,6 +103,7 @@ struct ferry_core_stats {
 	uint64_t reqs_done;        /**< request parts finished by this core */
 	uint64_t provider_errors;  /**< post/poll failures: always a bug, should be 0 */
 	uint64_t sleeps;           /**< times the core went to sleep when idle */
+	uint64_t wakeups;          /**< futex wakes of application threads sleeping in ferry_batch_wait */
 	uint64_t busy_ns;          /**< time in loop passes that did work */
 	uint64_t idle_ns;          /**< time in passes that did nothing (incl. sleep) */
 	uint64_t loops;            /**< loop passes */

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: MIT */
+#include "ep.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/ferry.h"
+#include "../runtime/stats.h"
+
+int ep_create(struct qctx *ctx, uint32_t nqps, uint32_t max_wr, const struct nic_addr *remote,
+	      struct ferry_ep **out)
+{
+	struct ferry_ep *ep;
+	int rc = 0;
+
+	if (nqps == 0 || nqps > EP_MAX_QPS)
+		return -EINVAL;
+	ep = aligned_alloc(FERRY_CACHE_LINE, sizeof(*ep));
+	if (!ep)
+		return -ENOMEM;
+	memset(ep, 0, sizeof(*ep));
+	slice_list_init(&ep->pending);
+	for (uint32_t i = 0; i < nqps && rc == 0; i++) {
+		rc = qpx_create(ctx, max_wr, remote, ep, &ep->qps[i]);
+		if (rc == 0)
+			ep->nqps++;
+	}
+	if (rc) {
+		ep_destroy(ctx, ep);
+		return rc;
+	}
+	*out = ep;
+	return 0;
+}
+
+int ep_attach(struct qctx *ctx, struct ferry_ep *ep)
+{
+	for (uint32_t i = 0; i < ep->nqps; i++) {
+		int rc = qctx_attach(ctx, ep->qps[i]);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+void ep_destroy(struct qctx *ctx, struct ferry_ep *ep)
+{
+	for (uint32_t i = 0; i < ep->nqps; i++)
+		qpx_destroy(ctx, ep->qps[i]);
+	free(ep);
+}
+
+uint32_t ep_post(struct qctx *ctx, struct ferry_ep *ep)
+{
+	uint32_t posted = 0;
+
+	for (uint32_t k = 0; k < ep->nqps && ep->pending.count; k++) {
+		struct qpx *q = ep->qps[(ep->rr + k) % ep->nqps];
+		uint32_t n;
+
+		if (q->broken)
+			continue;
+		/* Spread the backlog: each QP takes its share, not all it can. */
+		n = (ep->pending.count + ep->nqps - 1 - k) / (ep->nqps - k);
+		n = qpx_post(ctx, q, &ep->pending, n, ctx->now);
+		if (n == 0) {
+			if (wr_depth_room(&q->depth) == 0)
+				stat_add(ctx->stats, qp_full, 1);
+			else
+				stat_add(ctx->stats, cq_full, 1);
+		}
+		posted += n;
+	}
+	ep->rr++;
+	return posted;
+}
+
+bool ep_all_broken(const struct ferry_ep *ep)
+{
+	for (uint32_t i = 0; i < ep->nqps; i++)
+		if (!ep->qps[i]->broken)
+			return false;
+	return true;
+}
+
+uint32_t ep_depth(const struct ferry_ep *ep)
+{
+	uint32_t d = 0;
+
+	for (uint32_t i = 0; i < ep->nqps; i++)
+		d += ep->qps[i]->depth.depth;
+	return d;
+}
+
+void ep_set_error(struct qctx *ctx, struct ferry_ep *ep)
+{
+	for (uint32_t i = 0; i < ep->nqps; i++) {
+		ep->qps[i]->broken = 1;
+		ctx->prov->qp_set_error(ep->qps[i]->nqp);
+	}
+}

@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Endpoints: one per (local core/NIC, opened segment): the set of QPs from
+ * this core's NIC to one NIC of the peer, and the slices waiting for room on
+ * them.  An endpoint belongs to exactly one core: created on the control
+ * path, it is handed to its core through the core's command ring, used and
+ * torn down only there (QPs to error, flushes consumed, depth 0, QPs
+ * destroyed), then freed by the control path once the core acknowledged.
+ */
+#ifndef FERRY_EP_H
+#define FERRY_EP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../qp/post.h"
+#include "../slice/slice.h"
+
+#define EP_MAX_QPS 16
+
+struct ferry_ep {
+	struct slice_list pending;   /* cut, waiting for QP/CQ room */
+	struct ferry_ep *next_active; /* on the core's list of eps with pending work */
+	uint8_t active;
+	uint8_t closing;             /* teardown started: post nothing more */
+	uint8_t pad[2];
+	uint32_t seg_slot;
+	uint32_t seg_gen;
+	uint32_t remote_nic;         /* index of the peer's NIC these QPs reach */
+	uint32_t nqps;
+	uint32_t rr;                 /* next QP to try first */
+	struct qpx *qps[EP_MAX_QPS];
+};
+
+/* Create an endpoint with nqps QPs of max_wr each on ctx, to remote (control path). */
+int ep_create(struct qctx *ctx, uint32_t nqps, uint32_t max_wr, const struct nic_addr *remote,
+	      struct ferry_ep **out);
+
+/* Attach ep's QPs to the core's table: the owning core. */
+int ep_attach(struct qctx *ctx, struct ferry_ep *ep);
+
+/* Destroy an endpoint whose QPs are drained (depth 0); the owning core. */
+void ep_destroy(struct qctx *ctx, struct ferry_ep *ep);
+
+/* Post pending slices over the healthy QPs, one doorbell per QP; returns WRs posted. */
+uint32_t ep_post(struct qctx *ctx, struct ferry_ep *ep);
+
+/* True when no QP of ep can take work any more. */
+bool ep_all_broken(const struct ferry_ep *ep);
+
+/* WRs outstanding on all QPs of ep. */
+uint32_t ep_depth(const struct ferry_ep *ep);
+
+/* Move every QP of ep to the error state (their WRs flush). */
+void ep_set_error(struct qctx *ctx, struct ferry_ep *ep);
+
+#endif /* FERRY_EP_H */

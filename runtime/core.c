@@ -1,0 +1,557 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The worker core: one pinned thread that owns one NIC context, its CQ and
+ * its QPs, and runs to completion:
+ *
+ *   commands -> drain port rings -> cut slices -> post -> poll -> timeouts
+ *   -> RCU quiescent state -> (idle back-off)
+ *
+ * It never blocks, locks, mallocs or logs inside the loop; the only system
+ * calls are the provider's, a futex wake for an application thread that
+ * sleeps in ferry_batch_wait (counted as wakeups), and the idle back-off
+ * (sched_yield, then a futex sleep, counted as sleeps) when there is nothing
+ * to do.
+ */
+#define _LGPL_SOURCE
+#include <errno.h>
+#include <numa.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <urcu/urcu-qsbr.h>
+
+#include "../qp/loop.h"
+#include "internal.h"
+#include "stats.h"
+
+#define PORT_BURST 32
+#define CUT_BUDGET 512          /* slices cut per pass: keeps polls frequent */
+#define SPIN_LOOPS 256          /* idle passes before yielding the CPU */
+#define SLEEP_LOOPS 4096        /* idle passes (nothing in flight) before sleeping */
+#define SLEEP_NS (20 * 1000 * 1000)
+#define TIMEOUT_CHECK_MASK 255
+#define DRAIN_NS (2ull * 1000 * 1000 * 1000)
+
+static struct ferry_core *core_of(struct qctx *ctx)
+{
+	return (struct ferry_core *)((char *)ctx - offsetof(struct ferry_core, q));
+}
+
+void core_slice_done(struct qctx *ctx, struct slice *s, int err)
+{
+	struct ferry_core *c = core_of(ctx);
+
+	if (likely(!err))
+		stat_add(&c->stats, bytes, s->len);
+	if (rq_account(s->rq, s->len, err))
+		stat_add(&c->stats, wakeups, 1);
+	slice_put(&c->pool, s);
+	c->slices_out--;
+}
+
+static void part_fail(struct ferry_core *c, struct ferry_rq *rq, uint64_t a, uint64_t b, int err)
+{
+	if (rq_account(rq, rq_range_bytes(rq, c->slice_size, a, b), err))
+		stat_add(&c->stats, wakeups, 1);
+	stat_add(&c->stats, reqs_done, 1);
+}
+
+/* ---- commands from the control path ---- */
+
+static void cmd_done(struct core_cmd *cmd, int rc)
+{
+	cmd->rc = rc;
+	__atomic_store_n(&cmd->done, 1, __ATOMIC_RELEASE);
+}
+
+static void fail_pending(struct ferry_core *c, struct ferry_ep *ep, int err)
+{
+	struct slice *s;
+
+	while ((s = slice_list_pop(&ep->pending)))
+		core_slice_done(&c->q, s, err);
+}
+
+static void cmd_ep_add(struct ferry_core *c, struct core_cmd *cmd)
+{
+	int rc = ep_attach(&c->q, cmd->ep);
+
+	if (rc == 0)
+		c->eps[cmd->slot] = cmd->ep;
+	cmd_done(cmd, rc);
+}
+
+/* The control path only removes an endpoint with nothing in flight; if work
+ * raced in anyway, it is failed and flushed before the QPs go. */
+static void cmd_ep_remove(struct ferry_core *c, struct core_cmd *cmd)
+{
+	struct ferry_ep *ep = c->eps[cmd->slot];
+
+	if (!ep) {
+		cmd_done(cmd, -ENOENT);
+		return;
+	}
+	ep->closing = 1;
+	fail_pending(c, ep, -ECANCELED);
+	if (ep_depth(ep)) {
+		ep_set_error(&c->q, ep);
+		cmd_done(cmd, -EBUSY); /* the control path retries after the flush */
+		return;
+	}
+	if (ep->active)
+		return cmd_done(cmd, -EBUSY);
+	c->eps[cmd->slot] = NULL;
+	ep_destroy(&c->q, ep);
+	cmd_done(cmd, 0);
+}
+
+static uint32_t core_drain_cmds(struct ferry_core *c)
+{
+	struct core_cmd *cmd;
+	uint32_t n = 0;
+
+	while ((cmd = ferry_ring_get(&c->cmds))) {
+		if (cmd->type == CMD_EP_ADD)
+			cmd_ep_add(c, cmd);
+		else if (cmd->type == CMD_EP_REMOVE)
+			cmd_ep_remove(c, cmd);
+		else
+			cmd_done(cmd, -EINVAL);
+		n++;
+	}
+	return n;
+}
+
+/* ---- request parts from the ports ---- */
+
+static void cut_push(struct ferry_core *c, void *tagged)
+{
+	struct ferry_rq *rq = (struct ferry_rq *)((uintptr_t)tagged & ~(uintptr_t)((1 << PART_BITS) - 1));
+	unsigned part = (unsigned)((uintptr_t)tagged & ((1 << PART_BITS) - 1));
+	struct cut_part *pt = &c->cut[c->cut_tail++ & (CUT_FIFO - 1)];
+	unsigned nparts = rq->nparts;
+
+	pt->rq = rq;
+	pt->next = slice_part_start(rq->nslices, nparts, part);
+	pt->end = slice_part_start(rq->nslices, nparts, part + 1);
+}
+
+static uint32_t core_drain_ports(struct ferry_core *c)
+{
+	struct ferry_engine *e = c->e;
+	unsigned hw = __atomic_load_n(&e->n_ports_hw, __ATOMIC_ACQUIRE);
+	void *objs[PORT_BURST];
+	uint32_t got = 0;
+
+	for (unsigned i = 0; i < hw; i++) {
+		struct ferry_port *p = rcu_dereference(e->ports[i]);
+		uint32_t room = CUT_FIFO - (c->cut_tail - c->cut_head);
+		unsigned n;
+
+		if (!p)
+			continue;
+		if (room == 0)
+			break;
+		n = ferry_ring_get_burst(&p->rings[c->index], objs, room < PORT_BURST ? room : PORT_BURST);
+		for (unsigned k = 0; k < n; k++)
+			cut_push(c, objs[k]);
+		got += n;
+	}
+	return got;
+}
+
+/* ---- cutting ---- */
+
+/* Why a part cannot be served (negative errno), or 0. */
+static int cut_refusal(const struct ferry_rq *rq, const struct ferry_ep *ep)
+{
+	int err;
+
+	if (!ep || ep->seg_gen != rq->seg_gen)
+		return -EBADF;
+	if (ep->closing)
+		return -ECANCELED;
+	err = __atomic_load_n(&rq->error, __ATOMIC_RELAXED);
+	if (err)
+		return err; /* the request failed already: do not move more bytes */
+	return ep_all_broken(ep) ? -ENOTCONN : 0;
+}
+
+static void ep_activate(struct ferry_core *c, struct ferry_ep *ep)
+{
+	if (!ep->active) {
+		ep->active = 1;
+		ep->next_active = c->active;
+		c->active = ep;
+	}
+}
+
+static void slice_fill(struct ferry_core *c, struct slice *s, const struct ferry_rq *rq,
+		       const struct ferry_ep *ep, uint64_t i)
+{
+	uint64_t off;
+
+	slice_bounds(rq->req.len, c->slice_size, rq->nslices, i, &off, &s->len);
+	s->rq = (struct ferry_rq *)rq;
+	s->local = (uint64_t)(uintptr_t)rq->req.local + off;
+	s->remote = rq->req.remote + off;
+	s->lkey = rq->lreg->mr[c->index].lkey;
+	s->rkey = rq->rreg->rkey[ep->remote_nic];
+	s->op = rq->req.op == FERRY_OP_READ ? NIC_OP_READ : NIC_OP_WRITE;
+}
+
+static uint32_t core_cut(struct ferry_core *c)
+{
+	uint32_t cut = 0;
+
+	while (c->cut_head != c->cut_tail && cut < CUT_BUDGET) {
+		struct cut_part *pt = &c->cut[c->cut_head & (CUT_FIFO - 1)];
+		struct ferry_rq *rq = pt->rq;
+		struct ferry_ep *ep = c->eps[rq->seg_slot];
+		int err = cut_refusal(rq, ep);
+
+		if (err) {
+			part_fail(c, rq, pt->next, pt->end, err);
+			c->cut_head++;
+			continue;
+		}
+		while (pt->next < pt->end && cut < CUT_BUDGET) {
+			struct slice *s = slice_get(&c->pool);
+
+			if (!s) {
+				stat_add(&c->stats, pool_empty, 1);
+				goto out;
+			}
+			slice_fill(c, s, rq, ep, pt->next++);
+			slice_list_push(&ep->pending, s);
+			ep_activate(c, ep);
+			cut++;
+			c->slices_out++;
+		}
+		if (pt->next == pt->end) {
+			stat_add(&c->stats, reqs_done, 1);
+			c->cut_head++;
+		}
+	}
+out:
+	return cut;
+}
+
+/* ---- posting ---- */
+
+static uint32_t core_post(struct ferry_core *c)
+{
+	struct ferry_ep **pp = &c->active;
+	struct ferry_ep *ep;
+	uint32_t posted = 0;
+
+	while ((ep = *pp)) {
+		if (unlikely(ep->closing || ep_all_broken(ep)))
+			fail_pending(c, ep, ep->closing ? -ECANCELED : -ENOTCONN);
+		else
+			posted += ep_post(&c->q, ep);
+		if (ep->pending.count == 0) {
+			*pp = ep->next_active;
+			ep->active = 0;
+		} else {
+			pp = &ep->next_active;
+		}
+	}
+	return posted;
+}
+
+/* ---- timeouts ---- */
+
+/* A QP that made no progress for the slice timeout is failed: its WRs flush
+ * and end TIMEOUT.  Issue-4 work will reset the endpoint and retry. */
+static void core_check_timeouts(struct ferry_core *c)
+{
+	struct qctx *q = &c->q;
+
+	if (!c->timeout_tsc)
+		return;
+	for (uint32_t i = 0; i < q->n_qps; i++) {
+		struct qpx *qp = q->qps[i];
+
+		if (!qp || qp->broken || qp->depth.depth == 0)
+			continue;
+		if (q->now - qp->oldest_tsc > c->timeout_tsc) {
+			qp->timed_out = 1;
+			qp->broken = 1;
+			q->prov->qp_set_error(qp->nqp);
+		}
+	}
+}
+
+/* ---- the loop ---- */
+
+static uint32_t core_pass(struct ferry_core *c)
+{
+	uint32_t work = core_drain_cmds(c);
+
+	work += core_drain_ports(c);
+	work += core_cut(c);
+	work += core_post(c);
+	if (c->q.cq_quota.depth) {
+		int n = qctx_poll(&c->q);
+
+		if (n > 0)
+			work += (uint32_t)n;
+	}
+	if ((++c->loop_count & TIMEOUT_CHECK_MASK) == 0)
+		core_check_timeouts(c);
+	return work;
+}
+
+static bool core_has_input(struct ferry_core *c)
+{
+	struct ferry_engine *e = c->e;
+	unsigned hw = __atomic_load_n(&e->n_ports_hw, __ATOMIC_ACQUIRE);
+
+	if (ferry_ring_count(&c->cmds))
+		return true;
+	for (unsigned i = 0; i < hw; i++) {
+		struct ferry_port *p = rcu_dereference(e->ports[i]);
+
+		if (p && ferry_ring_count(&p->rings[c->index]))
+			return true;
+	}
+	return false;
+}
+
+/* Sleep until kicked (or SLEEP_NS): offline for RCU while asleep. */
+static void core_sleep(struct ferry_core *c)
+{
+	uint32_t seq = __atomic_load_n(&c->wake, __ATOMIC_SEQ_CST);
+
+	__atomic_store_n(&c->sleeping, 1, __ATOMIC_SEQ_CST);
+	/* Pairs with core_kick(): enqueue, fence, read sleeping. */
+	if (!core_has_input(c) && !__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
+		urcu_qsbr_thread_offline();
+		ferry_futex_wait(&c->wake, seq, SLEEP_NS);
+		urcu_qsbr_thread_online();
+		stat_add(&c->stats, sleeps, 1);
+	}
+	__atomic_store_n(&c->sleeping, 0, __ATOMIC_RELAXED);
+}
+
+static void core_idle(struct ferry_core *c)
+{
+	if (c->e->opts.idle == FERRY_IDLE_SPIN) {
+		ferry_cpu_relax();
+		return;
+	}
+	c->idle_loops++;
+	if (c->idle_loops < SPIN_LOOPS) {
+		ferry_cpu_relax();
+	} else if (c->slices_out || c->cut_head != c->cut_tail || c->idle_loops < SLEEP_LOOPS) {
+		/* Work in flight: stay awake but let the application run. */
+		sched_yield();
+	} else {
+		core_sleep(c);
+		c->idle_loops = 0;
+	}
+}
+
+void core_kick(struct ferry_core *c)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&c->sleeping, __ATOMIC_SEQ_CST)) {
+		__atomic_fetch_add(&c->wake, 1, __ATOMIC_SEQ_CST);
+		ferry_futex_wake(&c->wake);
+	}
+}
+
+/* On stop: fail what was queued, flush what was posted, free the endpoints. */
+static void core_drain(struct ferry_core *c)
+{
+	struct ferry_engine *e = c->e;
+	uint64_t deadline = ferry_now_ns() + DRAIN_NS;
+	void *obj;
+
+	for (unsigned i = 0; i < e->n_ports_hw; i++) {
+		struct ferry_port *p = rcu_dereference(e->ports[i]);
+
+		while (p && (obj = ferry_ring_get(&p->rings[c->index])))
+			cut_push(c, obj);
+	}
+	for (; c->cut_head != c->cut_tail; c->cut_head++) {
+		struct cut_part *pt = &c->cut[c->cut_head & (CUT_FIFO - 1)];
+
+		part_fail(c, pt->rq, pt->next, pt->end, -ECANCELED);
+	}
+	for (unsigned s = 0; s < FERRY_MAX_SEGS; s++) {
+		if (c->eps[s]) {
+			fail_pending(c, c->eps[s], -ECANCELED);
+			ep_set_error(&c->q, c->eps[s]);
+		}
+	}
+	while (c->q.cq_quota.depth && ferry_now_ns() < deadline)
+		qctx_poll(&c->q);
+	for (unsigned s = 0; s < FERRY_MAX_SEGS; s++) {
+		if (c->eps[s] && ep_depth(c->eps[s]) == 0) {
+			ep_destroy(&c->q, c->eps[s]);
+			c->eps[s] = NULL;
+		}
+	}
+	c->active = NULL;
+}
+
+static void core_account_time(struct ferry_core *c, uint64_t t0, uint64_t t1, uint32_t work)
+{
+	if (work)
+		stat_add(&c->stats, busy_ns, t1 - t0);
+	else
+		stat_add(&c->stats, idle_ns, t1 - t0);
+	stat_add(&c->stats, loops, 1);
+	stat_set(&c->stats, slices_in_flight, c->slices_out);
+}
+
+static void *core_main(void *arg)
+{
+	struct ferry_core *c = arg;
+	uint64_t t0, t1;
+
+	urcu_qsbr_register_thread();
+	t0 = ferry_tsc();
+	while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
+		uint32_t work;
+
+		c->q.now = t0;
+		work = core_pass(c);
+		urcu_qsbr_quiescent_state();
+		if (work)
+			c->idle_loops = 0;
+		else
+			core_idle(c);
+		t1 = ferry_tsc();
+		core_account_time(c, t0, t1, work);
+		t0 = t1;
+	}
+	core_drain(c);
+	stat_set(&c->stats, slices_in_flight, c->slices_out);
+	urcu_qsbr_unregister_thread();
+	return NULL;
+}
+
+/* ---- lifecycle (control path) ---- */
+
+static int core_open_nic(struct ferry_core *c, const char *nic)
+{
+	const struct nic_provider *prov = nic_provider_for(nic);
+	const struct ferry_opts *o = &c->e->opts;
+	int rc;
+
+	if (!prov) {
+		fprintf(stderr, "ferry: unknown NIC '%s' (known: loop)\n", nic);
+		return -ENODEV;
+	}
+	c->q.prov = prov;
+	rc = prov->open(nic, &c->q.nic);
+	if (rc) {
+		fprintf(stderr, "ferry: cannot open NIC '%s': %s\n", nic, strerror(-rc));
+		return rc;
+	}
+	rc = prov->cq_create(c->q.nic, o->cqes, &c->q.cq);
+	if (rc)
+		fprintf(stderr, "ferry: cannot create a CQ of %u entries on '%s': %s\n",
+			o->cqes, nic, strerror(-rc));
+	return rc;
+}
+
+int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char *nic,
+		struct ferry_core **out)
+{
+	int node = numa_available() >= 0 ? numa_node_of_cpu((int)cpu) : -1;
+	struct ferry_core *c;
+	int rc;
+
+	c = node >= 0 ? numa_alloc_onnode(sizeof(*c), node) : numa_alloc_local(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	memset(c, 0, sizeof(*c));
+	c->e = e;
+	c->index = index;
+	c->cpu = cpu;
+	c->numa = node;
+	c->slice_size = e->opts.slice_size;
+	c->stats.cpu = cpu;
+	c->stats.numa_node = node;
+	c->q.stats = &c->stats;
+	c->q.pool = &c->pool;
+	c->q.signal_every = e->opts.signal_every;
+	c->q.cq_quota.max = e->opts.cqes;
+	c->timeout_tsc = (uint64_t)e->opts.timeout_ms * ferry_tsc_hz() / 1000;
+	rc = ferry_ring_init(&c->cmds, CMD_RING);
+	if (rc == 0)
+		rc = slice_pool_init(&c->pool, 2 * e->opts.cqes, node);
+	if (rc == 0)
+		rc = core_open_nic(c, nic);
+	if (rc) {
+		core_destroy(c);
+		return rc;
+	}
+	if (e->opts.loop_nocopy && strncmp(c->q.prov->name, "loop", 4) == 0)
+		loop_set_nocopy(c->q.nic, 1);
+	*out = c;
+	return 0;
+}
+
+int core_start(struct ferry_core *c)
+{
+	pthread_attr_t attr;
+	cpu_set_t set;
+	int rc;
+
+	CPU_ZERO(&set);
+	CPU_SET(c->cpu, &set);
+	pthread_attr_init(&attr);
+	pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+	rc = -pthread_create(&c->thread, &attr, core_main, c);
+	pthread_attr_destroy(&attr);
+	if (rc == 0)
+		c->started = 1;
+	return rc;
+}
+
+void core_stop(struct ferry_core *c)
+{
+	if (!c->started)
+		return;
+	__atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
+	__atomic_fetch_add(&c->wake, 1, __ATOMIC_SEQ_CST);
+	ferry_futex_wake(&c->wake);
+	pthread_join(c->thread, NULL);
+	c->started = 0;
+}
+
+void core_destroy(struct ferry_core *c)
+{
+	if (!c)
+		return;
+	core_stop(c);
+	for (unsigned s = 0; s < FERRY_MAX_SEGS; s++)
+		if (c->eps[s])
+			ep_destroy(&c->q, c->eps[s]);
+	if (c->q.cq)
+		c->q.prov->cq_destroy(c->q.cq);
+	if (c->q.nic)
+		c->q.prov->close(c->q.nic);
+	slice_pool_fini(&c->pool);
+	ferry_ring_fini(&c->cmds);
+	numa_free(c, sizeof(*c));
+}
+
+int core_command(struct ferry_core *c, struct core_cmd *cmd)
+{
+	struct timespec pause = { 0, 20 * 1000 };
+
+	__atomic_store_n(&cmd->done, 0, __ATOMIC_RELAXED);
+	while (!ferry_ring_put(&c->cmds, cmd))
+		nanosleep(&pause, NULL);
+	core_kick(c);
+	while (!__atomic_load_n(&cmd->done, __ATOMIC_ACQUIRE))
+		nanosleep(&pause, NULL);
+	return cmd->rc;
+}

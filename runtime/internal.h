@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Engine internals shared by the runtime sources and the tests.  Ownership is the
+ * rule that keeps the data plane lock-free: everything under "core-owned" is
+ * touched only by that core's thread; shared fields are atomics, each group
+ * on its own cache line.
+ */
+#ifndef FERRY_RUNTIME_INTERNAL_H
+#define FERRY_RUNTIME_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "../ep/ep.h"
+#include "../qp/nic.h"
+#include "../qp/post.h"
+#include "../ring/ring.h"
+#include "../slice/slice.h"
+#include "compiler.h"
+#include "ctl.h"
+#include "ferry.h"
+#include "opts.h"
+#include "wire.h"
+
+#define FERRY_MAX_SEGS 256
+#define FERRY_MAX_PORTS 64
+#define CUT_FIFO 256      /* request parts a core is cutting (power of 2) */
+#define CMD_RING 64
+#define PART_BITS 6       /* request parts ride in the low bits of the rq pointer */
+_Static_assert(FERRY_MAX_CORES <= (1 << PART_BITS), "a part index fits the pointer tag");
+
+/* A locally registered region: one MR per core's NIC context. */
+struct mem_region {
+	uint64_t addr;
+	uint64_t len;
+	uint64_t refs;                 /* requests using it (atomic) */
+	struct nic_mr mr[FERRY_MAX_CORES];
+};
+
+/* One submitted request, a slot of a batch. */
+struct ferry_rq {
+	struct ferry_req req;
+	struct ferry_batch *batch;
+	struct mem_region *lreg;
+	const struct seg_region *rreg;
+	struct ferry_seg *seg;
+	uint64_t nslices;
+	uint32_t nparts;
+	uint32_t seg_slot;
+	uint32_t seg_gen;
+	/* Folded by every core that serves a part: own cache line. */
+	uint64_t remaining ferry_cache_aligned; /* bytes not yet accounted */
+	uint64_t ok_bytes;
+	int32_t error;                 /* first error, negative errno */
+	int32_t state;                 /* enum ferry_state, release-stored last */
+} ferry_cache_aligned;
+
+struct ferry_batch {
+	struct ferry_port *port;
+	struct ferry_rq *rqs;
+	uint32_t capacity;
+	uint32_t n;                    /* submitted since creation/reset */
+	uint32_t pending ferry_cache_aligned; /* atomic: requests not yet final */
+	uint32_t failed;               /* atomic: requests that ended badly */
+	uint32_t wake;                 /* futex word */
+	uint32_t waiters;              /* a thread sleeps in ferry_batch_wait */
+};
+
+struct ferry_port {
+	struct ferry_engine *e;
+	unsigned slot;
+	uint32_t rr;                   /* next core for a one-part request */
+	uint32_t batches;              /* live batches */
+	struct ferry_ring *rings;      /* one per core, port -> core */
+};
+
+enum seg_state { SEG_FREE = 0, SEG_OPENING, SEG_OPEN, SEG_CLOSING };
+
+struct ferry_seg {
+	uint32_t gen;
+	uint32_t state;                /* atomic enum seg_state */
+	uint64_t inflight;             /* atomic: requests using the segment */
+	char address[64];
+	struct seg_desc *desc;         /* current descriptor */
+	struct seg_desc *old_descs[8]; /* replaced by refresh, kept until close */
+	unsigned n_old;
+	struct ferry_ep *eps[FERRY_MAX_CORES];
+};
+
+enum core_cmd_type { CMD_EP_ADD = 1, CMD_EP_REMOVE };
+
+struct core_cmd {
+	int type;
+	uint32_t slot;
+	struct ferry_ep *ep;
+	int rc;
+	int done;                      /* atomic: set by the core */
+};
+
+/* A request part being cut: slices [next, end) of rq. */
+struct cut_part {
+	struct ferry_rq *rq;
+	uint64_t next;
+	uint64_t end;
+};
+
+struct ferry_core {
+	struct qctx q;                 /* NIC, CQ quota, QP table */
+	struct ferry_core_stats stats ferry_cache_aligned;
+	/* core-owned */
+	struct slice_pool pool ferry_cache_aligned;
+	struct ferry_ep *eps[FERRY_MAX_SEGS];
+	struct ferry_ep *active;       /* eps with pending slices */
+	struct cut_part cut[CUT_FIFO];
+	uint32_t cut_head, cut_tail;
+	uint32_t idle_loops;
+	uint64_t loop_count;
+	uint64_t slices_out;
+	uint64_t timeout_tsc;
+	uint32_t slice_size;
+	unsigned index;
+	/* shared */
+	struct ferry_ring cmds;        /* control path -> core */
+	uint32_t sleeping ferry_cache_aligned; /* atomic */
+	uint32_t wake;                 /* futex word */
+	uint32_t stop;                 /* atomic */
+	pthread_t thread;
+	int started;
+	unsigned cpu;
+	int numa;
+	struct ferry_engine *e;
+};
+
+struct ferry_engine {
+	struct ferry_opts opts;
+	char nics_buf[256];
+	unsigned ncores;
+	struct ferry_core *cores[FERRY_MAX_CORES];
+	const struct nic_provider *prov[FERRY_MAX_CORES];
+	uint64_t incarnation;
+	struct ctl ctl;
+	pthread_mutex_t ctl_lock;      /* control-path calls */
+	pthread_rwlock_t regions_lock; /* submitters read, register/unregister write */
+	struct mem_region **regions;   /* sorted by addr */
+	unsigned n_regions, cap_regions;
+	struct ferry_seg segs[FERRY_MAX_SEGS];
+	struct ferry_port *ports[FERRY_MAX_PORTS]; /* RCU-published */
+	unsigned n_ports_hw;           /* high-water mark of ports[] (atomic) */
+};
+
+/* runtime/clock.c: a cheap monotonic clock for the cores. */
+uint64_t ferry_tsc(void);
+uint64_t ferry_tsc_hz(void);
+uint64_t ferry_tsc_to_ns(uint64_t ticks);
+uint64_t ferry_now_ns(void);
+
+/* runtime/core.c */
+int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char *nic,
+		struct ferry_core **out);
+int core_start(struct ferry_core *c);
+void core_stop(struct ferry_core *c);
+void core_destroy(struct ferry_core *c);
+/* Hand a command to the core and wait until it is done; control path. */
+int core_command(struct ferry_core *c, struct core_cmd *cmd);
+/* Wake the core if it sleeps (after enqueuing work for it). */
+void core_kick(struct ferry_core *c);
+
+/* runtime/request.c: account len bytes of rq as done (err == 0) or failed;
+ * returns 1 when ending the request woke a sleeping waiter (a futex call). */
+int rq_account(struct ferry_rq *rq, uint64_t len, int err);
+/* Bytes covered by slices [a, b) of rq. */
+uint64_t rq_range_bytes(const struct ferry_rq *rq, uint32_t slice_size, uint64_t a, uint64_t b);
+
+/* Futex helpers (runtime/request.c). */
+void ferry_futex_wake(uint32_t *word);
+int ferry_futex_wait(uint32_t *word, uint32_t val, int64_t timeout_ns);
+
+/* runtime/engine.c: the local region containing [addr, addr+len); regions_lock held. */
+struct mem_region *ferry_region_find(struct ferry_engine *e, uint64_t addr, uint64_t len);
+
+/* runtime/segment.c: take a reference on an open segment for a request, or NULL. */
+struct ferry_seg *seg_acquire(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot);
+void seg_release_ref(struct ferry_seg *s);
+
+/* Test hook: the NIC context of core i. */
+struct nic *ferry_engine_nic(struct ferry_engine *e, unsigned core);
+
+#endif /* FERRY_RUNTIME_INTERNAL_H */

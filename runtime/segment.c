@@ -1,0 +1,259 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Segments: a peer engine's registered memory as seen from here, and the
+ * endpoints every local core holds to it.  Submitters take a reference
+ * (inflight) before they look at a segment and the closer waits for
+ * references to drain after marking it closing: a Dekker pair of seq_cst
+ * operations, so neither can miss the other and no lock is needed on the
+ * submit path.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define FETCH_TIMEOUT_MS 5000
+
+static ferry_seg_t seg_handle(uint32_t gen, uint32_t slot)
+{
+	return (uint64_t)gen << 32 | (slot + 1);
+}
+
+static struct ferry_seg *seg_lookup(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot)
+{
+	uint32_t s = (uint32_t)h - 1;
+
+	if ((uint32_t)h == 0 || s >= FERRY_MAX_SEGS)
+		return NULL;
+	if (__atomic_load_n(&e->segs[s].gen, __ATOMIC_SEQ_CST) != (uint32_t)(h >> 32))
+		return NULL;
+	*slot = s;
+	return &e->segs[s];
+}
+
+struct ferry_seg *seg_acquire(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot)
+{
+	struct ferry_seg *s = seg_lookup(e, h, slot);
+
+	if (!s)
+		return NULL;
+	__atomic_fetch_add(&s->inflight, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) != SEG_OPEN ||
+	    __atomic_load_n(&s->gen, __ATOMIC_SEQ_CST) != (uint32_t)(h >> 32)) {
+		seg_release_ref(s);
+		return NULL;
+	}
+	return s;
+}
+
+void seg_release_ref(struct ferry_seg *s)
+{
+	__atomic_fetch_sub(&s->inflight, 1, __ATOMIC_SEQ_CST);
+}
+
+static void sleep_us(long us)
+{
+	struct timespec ts = { 0, us * 1000 };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Remove slot's endpoint from every core; waits out flushes (-EBUSY). */
+static void seg_remove_eps(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
+{
+	for (unsigned i = 0; i < e->ncores; i++) {
+		struct core_cmd cmd = { .type = CMD_EP_REMOVE, .slot = slot };
+
+		if (!s->eps[i])
+			continue;
+		while (core_command(e->cores[i], &cmd) == -EBUSY)
+			sleep_us(100);
+		s->eps[i] = NULL;
+	}
+}
+
+static int seg_check_desc(struct ferry_engine *e, const struct seg_desc *d, const char *address)
+{
+	for (unsigned i = 0; i < e->ncores; i++) {
+		const struct seg_nic *n = &d->nics[i % d->n_nics];
+
+		if (strcmp(n->provider, e->prov[i]->name) != 0) {
+			fprintf(stderr, "ferry: segment %s: its NIC %u is '%s', core %u has '%s'\n",
+				address, i % d->n_nics, n->provider, i, e->prov[i]->name);
+			return -EPROTONOSUPPORT;
+		}
+	}
+	return 0;
+}
+
+/* One endpoint per local core, core i to the peer's NIC i mod n. */
+static int seg_connect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
+{
+	const struct seg_desc *d = s->desc;
+
+	for (unsigned i = 0; i < e->ncores; i++) {
+		struct core_cmd cmd = { .type = CMD_EP_ADD, .slot = slot };
+		uint32_t j = i % d->n_nics;
+		struct ferry_ep *ep;
+		int rc;
+
+		rc = ep_create(&e->cores[i]->q, e->opts.qps_per_ep, e->opts.wrs_per_qp,
+			       &d->nics[j].addr, &ep);
+		if (rc)
+			return rc;
+		ep->seg_slot = slot;
+		ep->seg_gen = s->gen;
+		ep->remote_nic = j;
+		cmd.ep = ep;
+		rc = core_command(e->cores[i], &cmd);
+		if (rc) {
+			ep_destroy(&e->cores[i]->q, ep);
+			return rc;
+		}
+		s->eps[i] = ep;
+	}
+	return 0;
+}
+
+static struct ferry_seg *seg_find_open(struct ferry_engine *e, const char *address, uint32_t *slot)
+{
+	for (uint32_t i = 0; i < FERRY_MAX_SEGS; i++) {
+		struct ferry_seg *s = &e->segs[i];
+
+		if (s->state == SEG_OPEN && strcmp(s->address, address) == 0) {
+			*slot = i;
+			return s;
+		}
+	}
+	return NULL;
+}
+
+static int seg_open_locked(struct ferry_engine *e, const char *address, ferry_seg_t *out)
+{
+	struct ferry_seg *s;
+	uint32_t slot;
+	int rc;
+
+	s = seg_find_open(e, address, &slot);
+	if (s) {
+		*out = seg_handle(s->gen, slot);
+		return 0;
+	}
+	for (slot = 0; slot < FERRY_MAX_SEGS && e->segs[slot].state != SEG_FREE; slot++)
+		;
+	if (slot == FERRY_MAX_SEGS)
+		return -ENOSPC;
+	s = &e->segs[slot];
+	s->desc = calloc(1, sizeof(*s->desc));
+	if (!s->desc)
+		return -ENOMEM;
+	rc = ctl_fetch_desc(address, FETCH_TIMEOUT_MS, s->desc);
+	if (rc == 0)
+		rc = seg_check_desc(e, s->desc, address);
+	if (rc == 0) {
+		__atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_SEQ_CST);
+		snprintf(s->address, sizeof(s->address), "%s", address);
+		rc = seg_connect(e, s, slot);
+	}
+	if (rc) {
+		seg_remove_eps(e, s, slot);
+		seg_desc_free(s->desc);
+		free(s->desc);
+		s->desc = NULL;
+		return rc;
+	}
+	__atomic_store_n(&s->state, SEG_OPEN, __ATOMIC_SEQ_CST);
+	*out = seg_handle(s->gen, slot);
+	return 0;
+}
+
+int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t *out)
+{
+	int rc;
+
+	if (!e || !address || !out)
+		return -EINVAL;
+	if (strlen(address) >= sizeof(e->segs[0].address))
+		return -EINVAL;
+	pthread_mutex_lock(&e->ctl_lock);
+	rc = seg_open_locked(e, address, out);
+	pthread_mutex_unlock(&e->ctl_lock);
+	return rc;
+}
+
+static int seg_refresh_locked(struct ferry_seg *s)
+{
+	struct seg_desc *d;
+	int rc;
+
+	if (s->n_old == ARRAY_SIZE(s->old_descs))
+		return -ENOSPC;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	rc = ctl_fetch_desc(s->address, FETCH_TIMEOUT_MS, d);
+	/* A restarted peer (new incarnation) needs new endpoints: close and reopen. */
+	if (rc == 0 && (d->incarnation != s->desc->incarnation || d->n_nics != s->desc->n_nics))
+		rc = -ESTALE;
+	if (rc) {
+		seg_desc_free(d);
+		free(d);
+		return rc;
+	}
+	/* Requests in flight may still point into the old regions. */
+	s->old_descs[s->n_old++] = s->desc;
+	__atomic_store_n(&s->desc, d, __ATOMIC_RELEASE);
+	return 0;
+}
+
+int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg)
+{
+	struct ferry_seg *s;
+	uint32_t slot;
+	int rc = -ENOENT;
+
+	if (!e)
+		return -EINVAL;
+	pthread_mutex_lock(&e->ctl_lock);
+	s = seg_lookup(e, seg, &slot);
+	if (s && s->state == SEG_OPEN)
+		rc = seg_refresh_locked(s);
+	pthread_mutex_unlock(&e->ctl_lock);
+	return rc;
+}
+
+int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg)
+{
+	struct ferry_seg *s;
+	uint32_t slot;
+
+	if (!e)
+		return -EINVAL;
+	pthread_mutex_lock(&e->ctl_lock);
+	s = seg_lookup(e, seg, &slot);
+	if (!s || s->state != SEG_OPEN) {
+		pthread_mutex_unlock(&e->ctl_lock);
+		return -ENOENT;
+	}
+	__atomic_store_n(&s->state, SEG_CLOSING, __ATOMIC_SEQ_CST);
+	/* Requests in flight end on their own: every slice completes, fails or
+	 * times out.  New submissions already see CLOSING. */
+	while (__atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST))
+		sleep_us(50);
+	seg_remove_eps(e, s, slot);
+	seg_desc_free(s->desc);
+	free(s->desc);
+	s->desc = NULL;
+	for (unsigned i = 0; i < s->n_old; i++) {
+		seg_desc_free(s->old_descs[i]);
+		free(s->old_descs[i]);
+	}
+	s->n_old = 0;
+	s->address[0] = 0;
+	__atomic_store_n(&s->state, SEG_FREE, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&e->ctl_lock);
+	return 0;
+}

@@ -1,0 +1,363 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Ports, batches and submission: the application side of the data plane.
+ * A port belongs to one application thread; it produces into one SPSC ring
+ * per core.  A request is validated completely before anything is queued,
+ * then split into at most one part per core (striped over the rails) and
+ * each part's pointer goes to its core's ring.
+ */
+#define _LGPL_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <urcu/urcu-qsbr.h>
+
+#include "internal.h"
+#include "stats.h"
+
+#define MAX_BATCH (1u << 24)
+#define WAIT_SPINS 4096
+#define WAIT_SLICE_NS (100ll * 1000 * 1000)
+
+/* ---- ports ---- */
+
+static struct ferry_port *port_alloc(struct ferry_engine *e)
+{
+	struct ferry_port *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->e = e;
+	p->rings = aligned_alloc(FERRY_CACHE_LINE, e->ncores * sizeof(*p->rings));
+	if (!p->rings) {
+		free(p);
+		return NULL;
+	}
+	for (unsigned i = 0; i < e->ncores; i++) {
+		if (ferry_ring_init(&p->rings[i], e->opts.ring_size)) {
+			while (i--)
+				ferry_ring_fini(&p->rings[i]);
+			free(p->rings);
+			free(p);
+			return NULL;
+		}
+	}
+	return p;
+}
+
+static void port_free(struct ferry_port *p)
+{
+	for (unsigned i = 0; i < p->e->ncores; i++)
+		ferry_ring_fini(&p->rings[i]);
+	free(p->rings);
+	free(p);
+}
+
+int ferry_port_create(struct ferry_engine *e, struct ferry_port **out)
+{
+	struct ferry_port *p;
+	unsigned slot;
+	int rc = -ENOSPC;
+
+	if (!e || !out)
+		return -EINVAL;
+	p = port_alloc(e);
+	if (!p)
+		return -ENOMEM;
+	pthread_mutex_lock(&e->ctl_lock);
+	for (slot = 0; slot < FERRY_MAX_PORTS; slot++) {
+		if (!e->ports[slot]) {
+			p->slot = slot;
+			p->rr = slot; /* spread single-part requests of different ports */
+			rcu_assign_pointer(e->ports[slot], p);
+			if (slot >= e->n_ports_hw)
+				__atomic_store_n(&e->n_ports_hw, slot + 1, __ATOMIC_RELEASE);
+			rc = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&e->ctl_lock);
+	if (rc) {
+		port_free(p);
+		return rc;
+	}
+	*out = p;
+	return 0;
+}
+
+int ferry_port_destroy(struct ferry_port *p)
+{
+	struct ferry_engine *e;
+
+	if (!p)
+		return -EINVAL;
+	if (p->batches)
+		return -EBUSY;
+	e = p->e;
+	pthread_mutex_lock(&e->ctl_lock);
+	rcu_assign_pointer(e->ports[p->slot], NULL);
+	pthread_mutex_unlock(&e->ctl_lock);
+	/* Every core passes a quiescent state: none still reads p's rings. */
+	urcu_qsbr_synchronize_rcu();
+	port_free(p);
+	return 0;
+}
+
+/* ---- batches ---- */
+
+int ferry_batch_create(struct ferry_port *p, uint32_t capacity, struct ferry_batch **out)
+{
+	struct ferry_batch *b;
+
+	if (!p || !out || capacity == 0 || capacity > MAX_BATCH)
+		return -EINVAL;
+	b = aligned_alloc(FERRY_CACHE_LINE, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	memset(b, 0, sizeof(*b));
+	b->rqs = aligned_alloc(FERRY_CACHE_LINE, (size_t)capacity * sizeof(*b->rqs));
+	if (!b->rqs) {
+		free(b);
+		return -ENOMEM;
+	}
+	memset(b->rqs, 0, (size_t)capacity * sizeof(*b->rqs));
+	b->port = p;
+	b->capacity = capacity;
+	p->batches++;
+	*out = b;
+	return 0;
+}
+
+int ferry_batch_destroy(struct ferry_batch *b)
+{
+	if (!b)
+		return -EINVAL;
+	if (__atomic_load_n(&b->pending, __ATOMIC_ACQUIRE))
+		return -EBUSY;
+	b->port->batches--;
+	free(b->rqs);
+	free(b);
+	return 0;
+}
+
+int ferry_batch_reset(struct ferry_batch *b)
+{
+	if (!b)
+		return -EINVAL;
+	if (__atomic_load_n(&b->pending, __ATOMIC_ACQUIRE))
+		return -EBUSY;
+	b->n = 0;
+	__atomic_store_n(&b->failed, 0, __ATOMIC_RELAXED);
+	return 0;
+}
+
+uint32_t ferry_batch_size(const struct ferry_batch *b)
+{
+	return b ? b->n : 0;
+}
+
+/* ---- submission ---- */
+
+static int rq_check_args(const struct ferry_req *r)
+{
+	if (r->op != FERRY_OP_READ && r->op != FERRY_OP_WRITE)
+		return -EINVAL;
+	if (!r->local || r->len == 0)
+		return -EINVAL;
+	if ((uintptr_t)r->local + r->len < (uintptr_t)r->local || r->remote + r->len < r->remote)
+		return -EFAULT;
+	return 0;
+}
+
+static int rq_find_local(struct ferry_engine *e, struct ferry_rq *rq)
+{
+	pthread_rwlock_rdlock(&e->regions_lock);
+	rq->lreg = ferry_region_find(e, (uintptr_t)rq->req.local, rq->req.len);
+	if (rq->lreg)
+		__atomic_fetch_add(&rq->lreg->refs, 1, __ATOMIC_RELAXED);
+	pthread_rwlock_unlock(&e->regions_lock);
+	return rq->lreg ? 0 : -EFAULT;
+}
+
+/* Validate r and fill rq; on error nothing is held. */
+static int rq_prepare(struct ferry_engine *e, struct ferry_rq *rq, const struct ferry_req *r)
+{
+	const struct seg_desc *d;
+	int rc = rq_check_args(r);
+
+	if (rc)
+		return rc;
+	rq->seg = seg_acquire(e, r->seg, &rq->seg_slot);
+	if (!rq->seg)
+		return -EBADF;
+	rq->seg_gen = (uint32_t)(r->seg >> 32);
+	d = __atomic_load_n(&rq->seg->desc, __ATOMIC_ACQUIRE);
+	rq->rreg = seg_desc_find(d, r->remote, r->len);
+	rc = rq->rreg ? rq_find_local(e, rq) : -EFAULT;
+	if (rc) {
+		seg_release_ref(rq->seg);
+		rq->seg = NULL;
+		return rc;
+	}
+	rq->nslices = slice_count(r->len, e->opts.slice_size);
+	rq->nparts = (uint32_t)(rq->nslices < e->ncores ? rq->nslices : e->ncores);
+	return 0;
+}
+
+static void rq_refuse(struct ferry_batch *b, struct ferry_rq *rq, int err)
+{
+	rq->error = err;
+	__atomic_store_n(&rq->state, FERRY_FAILED, __ATOMIC_RELEASE);
+	__atomic_fetch_add(&b->failed, 1, __ATOMIC_RELAXED);
+}
+
+/* Queue part p of rq on core c; a full ring is back-pressure: wait for room. */
+static void part_enqueue(struct ferry_port *p, struct ferry_core *c, struct ferry_rq *rq, unsigned part)
+{
+	void *tagged = (void *)((uintptr_t)rq | part);
+	unsigned spins = 0;
+
+	while (!ferry_ring_put(&p->rings[c->index], tagged)) {
+		core_kick(c);
+		if (++spins < 64)
+			ferry_cpu_relax();
+		else
+			sched_yield();
+	}
+}
+
+static void rq_dispatch(struct ferry_port *p, struct ferry_rq *rq)
+{
+	struct ferry_engine *e = p->e;
+	unsigned first = p->rr++ % e->ncores;
+
+	for (unsigned k = 0; k < rq->nparts; k++) {
+		struct ferry_core *c = e->cores[(first + k) % e->ncores];
+
+		part_enqueue(p, c, rq, k);
+		core_kick(c);
+	}
+}
+
+int ferry_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n)
+{
+	struct ferry_engine *e;
+	uint32_t first;
+
+	if (!b || (!reqs && n))
+		return -EINVAL;
+	if (b->capacity - b->n < n)
+		return -ENOSPC;
+	e = b->port->e;
+	first = b->n;
+	for (uint32_t i = 0; i < n; i++) {
+		struct ferry_rq *rq = &b->rqs[b->n++];
+		int rc;
+
+		memset(rq, 0, sizeof(*rq));
+		rq->req = reqs[i];
+		rq->batch = b;
+		rc = rq_prepare(e, rq, &reqs[i]);
+		if (rc) {
+			rq_refuse(b, rq, rc);
+			continue;
+		}
+		rq->remaining = rq->req.len;
+		__atomic_fetch_add(&b->pending, 1, __ATOMIC_RELAXED);
+		/* The ring's release publishes rq's fields to the cores. */
+		rq_dispatch(b->port, rq);
+	}
+	return (int)first;
+}
+
+static int batch_result(const struct ferry_batch *b)
+{
+	return __atomic_load_n(&b->failed, __ATOMIC_ACQUIRE) ? -EIO : 0;
+}
+
+/* Sleep on the batch's futex until a request ends or timeout_ns passes. */
+static void batch_sleep(struct ferry_batch *b, int64_t timeout_ns)
+{
+	uint32_t seq = __atomic_load_n(&b->wake, __ATOMIC_SEQ_CST);
+
+	__atomic_store_n(&b->waiters, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&b->pending, __ATOMIC_SEQ_CST))
+		ferry_futex_wait(&b->wake, seq, timeout_ns);
+	__atomic_store_n(&b->waiters, 0, __ATOMIC_SEQ_CST);
+}
+
+int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms)
+{
+	uint64_t deadline = 0;
+	unsigned spins = 0;
+
+	if (!b)
+		return -EINVAL;
+	if (timeout_ms > 0)
+		deadline = ferry_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	for (;;) {
+		int64_t left = WAIT_SLICE_NS;
+
+		if (__atomic_load_n(&b->pending, __ATOMIC_ACQUIRE) == 0)
+			return batch_result(b);
+		if (timeout_ms == 0)
+			return -ETIMEDOUT;
+		if (++spins < WAIT_SPINS) {
+			ferry_cpu_relax();
+			continue;
+		}
+		if (deadline) {
+			uint64_t now = ferry_now_ns();
+
+			if (now >= deadline)
+				return -ETIMEDOUT;
+			if ((int64_t)(deadline - now) < left)
+				left = (int64_t)(deadline - now);
+		}
+		batch_sleep(b, left);
+	}
+}
+
+int ferry_req_status(const struct ferry_batch *b, uint32_t i, struct ferry_req_status *st)
+{
+	const struct ferry_rq *rq;
+
+	if (!b || !st)
+		return -EINVAL;
+	if (i >= b->n)
+		return -ERANGE;
+	rq = &b->rqs[i];
+	st->state = __atomic_load_n(&rq->state, __ATOMIC_ACQUIRE);
+	st->error = __atomic_load_n(&rq->error, __ATOMIC_RELAXED);
+	st->bytes = __atomic_load_n(&rq->ok_bytes, __ATOMIC_RELAXED);
+	if (st->state == FERRY_PENDING)
+		st->error = 0; /* an error is final only once the request is */
+	return 0;
+}
+
+/* ---- stats ---- */
+
+int ferry_core_stats(const struct ferry_engine *e, unsigned core, struct ferry_core_stats *out)
+{
+	const struct ferry_core_stats *s;
+
+	if (!e || !out)
+		return -EINVAL;
+	if (core >= e->ncores)
+		return -ERANGE;
+	s = &e->cores[core]->stats;
+	out->cpu = s->cpu;
+	out->numa_node = s->numa_node;
+#define COPY(f) out->f = stat_read(s, f)
+	COPY(wrs_posted); COPY(completions); COPY(cqes); COPY(bytes); COPY(doorbells);
+	COPY(polls); COPY(empty_polls); COPY(qp_full); COPY(cq_full); COPY(pool_empty);
+	COPY(slices_in_flight); COPY(wr_errors); COPY(reqs_done); COPY(provider_errors);
+	COPY(sleeps); COPY(wakeups); COPY(loops);
+#undef COPY
+	/* The core counts time in TSC ticks; convert on the reader's side. */
+	out->busy_ns = ferry_tsc_to_ns(stat_read(s, busy_ns));
+	out->idle_ns = ferry_tsc_to_ns(stat_read(s, idle_ns));
+	return 0;
+}

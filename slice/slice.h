@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Slices: a request (or the part of it one core serves) is cut into work
+ * requests of slice_size bytes; a tail shorter than a quarter slice is merged
+ * into the previous slice, so no WR is tiny unless the whole request is.
+ * Slices come from a per-core pool allocated at start-up: the hot path never
+ * mallocs, and an empty pool is back-pressure, never failure.
+ */
+#ifndef FERRY_SLICE_H
+#define FERRY_SLICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ferry_rq;
+struct ferry_ep;
+
+/* Number of slices len bytes are cut into (len > 0, slice_size > 0). */
+uint64_t slice_count(uint64_t len, uint32_t slice_size);
+
+/* Offset and length of slice i of n for a request of len bytes. */
+static inline void slice_bounds(uint64_t len, uint32_t slice_size, uint64_t n, uint64_t i,
+				uint64_t *off, uint32_t *slen)
+{
+	*off = i * slice_size;
+	*slen = (i + 1 < n) ? slice_size : (uint32_t)(len - *off);
+}
+
+/* First slice index of part p of nparts over n slices (p == nparts gives n). */
+static inline uint64_t slice_part_start(uint64_t n, unsigned nparts, unsigned p)
+{
+	return (uint64_t)(((unsigned __int128)n * p) / nparts);
+}
+
+/* One RDMA work request in the making; lives in a core's pool. */
+struct slice {
+	struct slice *next;   /* endpoint pending list / pool free list */
+	struct ferry_rq *rq;  /* request whose bytes these are */
+	uint64_t local;
+	uint64_t remote;
+	uint32_t len;
+	uint32_t lkey;
+	uint32_t rkey;
+	uint8_t op;           /* enum nic_op */
+	uint8_t pad[3];
+};
+
+_Static_assert(sizeof(struct slice) == 48, "slice stays small");
+
+/* Per-core pool: a LIFO free list over one array (warm slices are reused first). */
+struct slice_pool {
+	struct slice *free;
+	struct slice *slab;
+	uint32_t size;
+	uint32_t avail;
+};
+
+/* Allocate the pool's slab (on numa_node when >= 0) and thread the free list. */
+int slice_pool_init(struct slice_pool *p, uint32_t size, int numa_node);
+void slice_pool_fini(struct slice_pool *p);
+
+static inline struct slice *slice_get(struct slice_pool *p)
+{
+	struct slice *s = p->free;
+
+	if (s) {
+		p->free = s->next;
+		p->avail--;
+	}
+	return s;
+}
+
+static inline void slice_put(struct slice_pool *p, struct slice *s)
+{
+	s->next = p->free;
+	p->free = s;
+	p->avail++;
+}
+
+/* A FIFO of slices linked through ->next (endpoint pending lists). */
+struct slice_list {
+	struct slice *head;
+	struct slice **tailp;
+	uint32_t count;
+};
+
+static inline void slice_list_init(struct slice_list *l)
+{
+	l->head = NULL;
+	l->tailp = &l->head;
+	l->count = 0;
+}
+
+static inline void slice_list_push(struct slice_list *l, struct slice *s)
+{
+	s->next = NULL;
+	*l->tailp = s;
+	l->tailp = &s->next;
+	l->count++;
+}
+
+static inline struct slice *slice_list_pop(struct slice_list *l)
+{
+	struct slice *s = l->head;
+
+	if (s) {
+		l->head = s->next;
+		if (!l->head)
+			l->tailp = &l->head;
+		l->count--;
+	}
+	return s;
+}
+
+#endif /* FERRY_SLICE_H */
