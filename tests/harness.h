@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Shared set-up for the integration tests: two engines in one process on the
+ * software NIC, each with a registered buffer, the initiator having opened
+ * the target as a segment.  Header-only so every test binary stays one file.
+ */
+#ifndef FERRY_TESTS_HARNESS_H
+#define FERRY_TESTS_HARNESS_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/ferry.h"
+#include "../runtime/internal.h"
+#include "../qp/loop.h"
+
+struct pair {
+	struct ferry_engine *init;
+	struct ferry_engine *target;
+	uint8_t *lbuf; /* initiator's registered buffer */
+	uint8_t *rbuf; /* target's registered buffer */
+	size_t len;
+	ferry_seg_t seg;
+};
+
+static inline uint64_t splitmix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* A pattern that differs per byte and per seed, cheap to generate. */
+static inline void fill_pattern(uint8_t *p, size_t len, uint64_t seed)
+{
+	uint64_t s = seed;
+	size_t i = 0;
+
+	for (; i + 8 <= len; i += 8) {
+		uint64_t v = splitmix(&s);
+
+		memcpy(p + i, &v, 8);
+	}
+	for (; i < len; i++)
+		p[i] = (uint8_t)splitmix(&s);
+}
+
+static inline void pair_opts(struct ferry_opts *o, const char *cores)
+{
+	ferry_opts_default(o);
+	o->cores = cores;
+	o->timeout_ms = 2000;
+}
+
+static inline void pair_setup(struct pair *p, const struct ferry_opts *io,
+			      const struct ferry_opts *to, size_t len)
+{
+	memset(p, 0, sizeof(*p));
+	assert_int_equal(ferry_engine_create(io, &p->init), 0);
+	assert_int_equal(ferry_engine_create(to, &p->target), 0);
+	p->len = len;
+	p->lbuf = aligned_alloc(4096, len);
+	p->rbuf = aligned_alloc(4096, len);
+	assert_non_null(p->lbuf);
+	assert_non_null(p->rbuf);
+	memset(p->lbuf, 0, len);
+	memset(p->rbuf, 0, len);
+	assert_int_equal(ferry_mem_register(p->init, p->lbuf, len), 0);
+	assert_int_equal(ferry_mem_register(p->target, p->rbuf, len), 0);
+	assert_int_equal(ferry_segment_open(p->init, ferry_engine_address(p->target), &p->seg), 0);
+}
+
+static inline void pair_teardown(struct pair *p)
+{
+	if (p->seg)
+		assert_int_equal(ferry_segment_close(p->init, p->seg), 0);
+	assert_int_equal(ferry_mem_unregister(p->init, p->lbuf), 0);
+	assert_int_equal(ferry_mem_unregister(p->target, p->rbuf), 0);
+	ferry_engine_destroy(p->init);
+	ferry_engine_destroy(p->target);
+	free(p->lbuf);
+	free(p->rbuf);
+}
+
+static inline struct ferry_req mkreq(enum ferry_op op, void *local, ferry_seg_t seg,
+				     const void *remote, uint64_t len)
+{
+	struct ferry_req r = { op, local, seg, (uint64_t)(uintptr_t)remote, len };
+
+	return r;
+}
+
+/* After all requests ended, every core's accounting must be back to zero. */
+static inline void assert_engine_quiet(struct ferry_engine *e)
+{
+	for (unsigned i = 0; i < ferry_engine_cores(e); i++) {
+		struct ferry_core_stats st;
+
+		assert_int_equal(ferry_core_stats(e, i, &st), 0);
+		assert_int_equal(st.provider_errors, 0);
+		assert_int_equal(__atomic_load_n(&e->cores[i]->q.cq_quota.depth, __ATOMIC_RELAXED), 0);
+	}
+}
+
+/* slices_in_flight is a gauge the core refreshes every pass: allow it a moment. */
+static inline void wait_slices_zero(struct ferry_engine *e)
+{
+	for (unsigned i = 0; i < ferry_engine_cores(e); i++) {
+		struct ferry_core_stats st;
+		int tries = 0;
+
+		do {
+			ferry_core_stats(e, i, &st);
+			if (st.slices_in_flight == 0)
+				break;
+			struct timespec ts = { 0, 1000000 };
+			nanosleep(&ts, NULL);
+		} while (++tries < 2000);
+		assert_int_equal(st.slices_in_flight, 0);
+	}
+}
+
+#endif /* FERRY_TESTS_HARNESS_H */

@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Bad input of every kind gets a clear error and loses nothing: NULL
+ * arguments, len 0, bad ops, unknown and closed segments, ranges outside
+ * registered memory on either side, full batches, busy batches/regions,
+ * bad engine options.
+ */
+#include "harness.h"
+
+#define BUF (4u << 20)
+
+static struct pair P;
+static struct ferry_port *port;
+
+static int setup(void **state)
+{
+	struct ferry_opts o;
+
+	(void)state;
+	pair_opts(&o, "0");
+	pair_setup(&P, &o, &o, BUF);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	assert_int_equal(ferry_port_destroy(port), 0);
+	pair_teardown(&P);
+	return 0;
+}
+
+/* Submit one request, wait, return its status. */
+static struct ferry_req_status run_one(struct ferry_req r)
+{
+	struct ferry_req_status st;
+	struct ferry_batch *b;
+
+	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
+	assert_int_equal(ferry_submit(b, &r, 1), 0);
+	ferry_batch_wait(b, 10000);
+	assert_int_equal(ferry_req_status(b, 0, &st), 0);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	return st;
+}
+
+static void expect_refused(struct ferry_req r, int err)
+{
+	struct ferry_req_status st = run_one(r);
+
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(st.error, err);
+	assert_int_equal(st.bytes, 0);
+}
+
+static void test_bad_requests(void **state)
+{
+	uint8_t *l = P.lbuf, *r = P.rbuf;
+	static uint8_t unregistered[4096];
+
+	(void)state;
+	expect_refused(mkreq(FERRY_OP_WRITE, l, P.seg, r, 0), -EINVAL);
+	expect_refused(mkreq(FERRY_OP_WRITE, NULL, P.seg, r, 10), -EINVAL);
+	expect_refused(mkreq((enum ferry_op)7, l, P.seg, r, 10), -EINVAL);
+	expect_refused(mkreq(FERRY_OP_READ, l, 0, r, 10), -EBADF);
+	expect_refused(mkreq(FERRY_OP_READ, l, P.seg + 1, r, 10), -EBADF);
+	expect_refused(mkreq(FERRY_OP_READ, l, P.seg ^ (1ull << 40), r, 10), -EBADF);
+	/* Local range outside the registered region: before, after, straddling. */
+	expect_refused(mkreq(FERRY_OP_WRITE, unregistered, P.seg, r, 10), -EFAULT);
+	expect_refused(mkreq(FERRY_OP_WRITE, l + BUF - 5, P.seg, r, 10), -EFAULT);
+	expect_refused(mkreq(FERRY_OP_WRITE, l - 1, P.seg, r, 10), -EFAULT);
+	/* Remote range outside the peer's region. */
+	expect_refused(mkreq(FERRY_OP_READ, l, P.seg, r + BUF, 1), -EFAULT);
+	expect_refused(mkreq(FERRY_OP_READ, l, P.seg, r + BUF - 1, 2), -EFAULT);
+	expect_refused(mkreq(FERRY_OP_READ, l, P.seg, r - 64, 128), -EFAULT);
+	expect_refused(mkreq(FERRY_OP_READ, l, P.seg, (void *)(uintptr_t)(UINT64_MAX - 3), 16), -EFAULT);
+	expect_refused(mkreq(FERRY_OP_READ, l, P.seg, r, (uint64_t)BUF + 1), -EFAULT);
+	/* Nothing was posted for any of them. */
+	assert_engine_quiet(P.init);
+	/* The remote buffer was never touched. */
+	for (size_t i = 0; i < BUF; i++)
+		if (P.rbuf[i])
+			fail_msg("remote byte %zu written by a refused request", i);
+}
+
+/* A batch mixes good and bad requests: the good ones go on. */
+static void test_mixed_batch(void **state)
+{
+	struct ferry_req reqs[3] = {
+		mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 1000),
+		mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf + BUF, 1000),
+		mkreq(FERRY_OP_WRITE, P.lbuf + 4096, P.seg, P.rbuf + 4096, 5000),
+	};
+	struct ferry_req_status st;
+	struct ferry_batch *b;
+
+	(void)state;
+	fill_pattern(P.lbuf, 16384, 42);
+	assert_int_equal(ferry_batch_create(port, 3, &b), 0);
+	assert_int_equal(ferry_submit(b, reqs, 3), 0);
+	assert_int_equal(ferry_batch_wait(b, 10000), -EIO);
+	ferry_req_status(b, 0, &st);
+	assert_int_equal(st.state, FERRY_DONE);
+	ferry_req_status(b, 1, &st);
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(st.error, -EFAULT);
+	ferry_req_status(b, 2, &st);
+	assert_int_equal(st.state, FERRY_DONE);
+	assert_int_equal(st.bytes, 5000);
+	assert_memory_equal(P.lbuf + 4096, P.rbuf + 4096, 5000);
+	assert_int_equal(ferry_req_status(b, 3, &st), -ERANGE);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	memset(P.rbuf, 0, BUF);
+}
+
+static void test_null_and_capacity(void **state)
+{
+	struct ferry_req r = mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 8);
+	struct ferry_req_status st;
+	struct ferry_batch *b;
+	ferry_seg_t seg;
+
+	(void)state;
+	assert_int_equal(ferry_batch_create(NULL, 1, &b), -EINVAL);
+	assert_int_equal(ferry_batch_create(port, 0, &b), -EINVAL);
+	assert_int_equal(ferry_batch_create(port, 1, NULL), -EINVAL);
+	assert_int_equal(ferry_batch_create(port, 2, &b), 0);
+	assert_int_equal(ferry_submit(NULL, &r, 1), -EINVAL);
+	assert_int_equal(ferry_submit(b, NULL, 1), -EINVAL);
+	assert_int_equal(ferry_submit(b, &r, 3), -ENOSPC);
+	assert_int_equal(ferry_batch_size(b), 0);
+	assert_int_equal(ferry_submit(b, &r, 1), 0);
+	assert_int_equal(ferry_submit(b, &r, 1), 1);
+	assert_int_equal(ferry_submit(b, &r, 1), -ENOSPC);
+	assert_int_equal(ferry_batch_wait(b, -1), 0);
+	assert_int_equal(ferry_batch_wait(NULL, 0), -EINVAL);
+	assert_int_equal(ferry_req_status(b, 0, NULL), -EINVAL);
+	assert_int_equal(ferry_req_status(NULL, 0, &st), -EINVAL);
+	/* A port with a live batch cannot go. */
+	assert_int_equal(ferry_port_destroy(port), -EBUSY);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_mem_register(NULL, P.lbuf, 1), -EINVAL);
+	assert_int_equal(ferry_mem_register(P.init, NULL, 1), -EINVAL);
+	assert_int_equal(ferry_mem_register(P.init, P.lbuf, 0), -EINVAL);
+	assert_int_equal(ferry_mem_register(P.init, P.lbuf + 10, 10), -EEXIST);
+	assert_int_equal(ferry_mem_unregister(P.init, P.lbuf + 10), -ENOENT);
+	assert_int_equal(ferry_segment_open(P.init, NULL, &seg), -EINVAL);
+	assert_int_equal(ferry_segment_open(P.init, "no-port", &seg), -EINVAL);
+	assert_int_equal(ferry_segment_open(P.init, "127.0.0.1:1", &seg), -ECONNREFUSED);
+	assert_int_equal(ferry_segment_close(P.init, 12345), -ENOENT);
+	assert_int_equal(ferry_core_stats(P.init, 99, &(struct ferry_core_stats){ 0 }), -ERANGE);
+	assert_int_equal(ferry_port_create(NULL, &port), -EINVAL);
+}
+
+/* Opening twice gives the same handle; a closed segment refuses requests. */
+static void test_segment_lifecycle(void **state)
+{
+	ferry_seg_t again, seg2;
+
+	(void)state;
+	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &again), 0);
+	assert_true(again == P.seg);
+	assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
+	assert_int_equal(ferry_segment_close(P.init, P.seg), -ENOENT);
+	expect_refused(mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 8), -EBADF);
+	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &seg2), 0);
+	/* The slot may be reused, the handle is new: the old one stays dead. */
+	assert_true(seg2 != P.seg);
+	expect_refused(mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 8), -EBADF);
+	P.seg = seg2;
+	assert_int_equal(run_one(mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 8)).state, FERRY_DONE);
+}
+
+/* Memory registered after the peer opened us is seen after a refresh. */
+static void test_segment_refresh(void **state)
+{
+	uint8_t *extra = aligned_alloc(4096, 65536);
+
+	(void)state;
+	memset(extra, 0, 65536);
+	assert_int_equal(ferry_mem_register(P.target, extra, 65536), 0);
+	expect_refused(mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, extra, 100), -EFAULT);
+	assert_int_equal(ferry_segment_refresh(P.init, P.seg), 0);
+	assert_int_equal(run_one(mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, extra, 100)).state, FERRY_DONE);
+	assert_memory_equal(P.lbuf, extra, 100);
+	assert_int_equal(ferry_mem_unregister(P.target, extra), 0);
+	/* The peer's stale view now points at unregistered memory: the NIC refuses. */
+	struct ferry_req_status st = run_one(mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, extra, 100));
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(st.error, -EFAULT);
+	free(extra);
+	/* That remote access error broke the QP it hit: reopen for the next tests. */
+	assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
+	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &P.seg), 0);
+}
+
+static void test_bad_engine_options(void **state)
+{
+	struct ferry_engine *e = NULL;
+	struct ferry_opts o;
+
+	(void)state;
+	ferry_opts_default(&o);
+	o.cores = "0-x";
+	assert_int_equal(ferry_engine_create(&o, &e), -EINVAL);
+	o.cores = "4000";
+	assert_int_equal(ferry_engine_create(&o, &e), -EINVAL);
+	o.cores = "0,0";
+	assert_int_equal(ferry_engine_create(&o, &e), -EINVAL);
+	o.cores = "0";
+	o.nics = "bogus0";
+	assert_int_equal(ferry_engine_create(&o, &e), -ENODEV);
+	o.nics = "loop";
+	o.ring_size = 1000;
+	assert_int_equal(ferry_engine_create(&o, &e), -EINVAL);
+	o.ring_size = 1024;
+	o.listen = "999.1.1.1:0";
+	assert_true(ferry_engine_create(&o, &e) < 0);
+	assert_null(e);
+	assert_int_equal(ferry_engine_create(NULL, &e), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_bad_requests),
+		cmocka_unit_test(test_mixed_batch),
+		cmocka_unit_test(test_null_and_capacity),
+		cmocka_unit_test(test_segment_lifecycle),
+		cmocka_unit_test(test_segment_refresh),
+		cmocka_unit_test(test_bad_engine_options),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
