@@ -19,7 +19,10 @@
 
 struct loop_faults {
 	uint32_t err_ppm;      /* WRs completing with NIC_WC_RETRY_EXC_ERR, per million */
-	uint32_t lost_ppm;     /* signalled successful CQEs silently dropped, per million */
+	uint32_t lost_ppm;     /* signalled WRs whose completion never comes, per million:
+				* the QP stalls there (a peer that stopped acking)
+				* until it is moved to the error state, then that WR
+				* and all behind it flush */
 	uint32_t qp_fatal_ppm; /* WRs that move their QP to the error state, per million */
 	uint64_t seed;         /* PRNG seed (0 = fixed default) */
 };

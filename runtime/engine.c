@@ -217,8 +217,11 @@ static int region_insert(struct ferry_engine *e, struct mem_region *r)
 {
 	unsigned i = region_lower_bound(e, r->addr);
 
+	/* regions[i] is the first that ends above r->addr: the only candidate. */
 	if (i < e->n_regions && e->regions[i]->addr < r->addr + r->len)
 		return -EEXIST;
+	if (e->n_regions == WIRE_MAX_REGIONS)
+		return -ENOSPC; /* a descriptor could not carry more */
 	if (e->n_regions == e->cap_regions) {
 		unsigned cap = e->cap_regions ? 2 * e->cap_regions : 16;
 		struct mem_region **n = realloc(e->regions, cap * sizeof(*n));

@@ -8,7 +8,8 @@
  * new NIC address fields) without breaking version 1 peers.
  *
  * Frame:   magic u32 "FRY1" | version u16 | type u16 | payload_len u32 | payload
- * Types:   WIRE_GET_DESC (empty payload) -> WIRE_DESC, or WIRE_ERROR (i32 errno).
+ * Types:   WIRE_GET_DESC (empty payload) -> WIRE_DESC, or WIRE_ERROR (i32: a
+ *          negative errno, -4095..-1).
  * DESC:    incarnation u64 | n_nics u16 | reserved u16 | n_regions u32 |
  *          n_nics x (provider name 16 bytes NUL-padded | nic_addr 32 bytes) |
  *          n_regions x (addr u64 | len u64 | n_nics x rkey u32)
@@ -26,7 +27,7 @@
 #define WIRE_HDR_LEN 12
 #define WIRE_MAX_NICS 64
 #define WIRE_MAX_REGIONS 65536
-#define WIRE_MAX_PAYLOAD (1u << 24)
+#define WIRE_MAX_PAYLOAD (1u << 25) /* fits 64 NICs x 65536 regions */
 #define WIRE_PROVIDER_LEN 16
 
 enum wire_type {

@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Fault injection on the software NIC: error completions, QPs going to the
+ * error state and lost completions reach the requests' status; nothing
+ * hangs; every DONE request's bytes are right; the accounting returns to
+ * zero.  (Retries come with the failure-handling work; until then a QP that
+ * failed stays down, so each round opens the segment afresh.)
+ */
+#include <time.h>
+
+#include "harness.h"
+
+#define BUF (32u << 20)
+#define REQS 48
+
+static struct pair P;
+
+static void set_faults(struct ferry_engine *e, const struct loop_faults *f)
+{
+	for (unsigned i = 0; i < ferry_engine_cores(e); i++)
+		loop_set_faults(ferry_engine_nic(e, i), f);
+}
+
+static int error_expected(int err)
+{
+	return err == -EHOSTUNREACH || err == -ECANCELED || err == -ENOTCONN ||
+	       err == -ETIMEDOUT;
+}
+
+struct outcome {
+	unsigned done, failed, timedout;
+};
+
+/* One round: REQS random requests in one batch, checked one by one. */
+static void round_run(uint64_t *seed, struct outcome *out)
+{
+	struct ferry_req reqs[REQS];
+	uint64_t seeds[REQS];
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	const size_t area = BUF / REQS;
+
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, REQS, &b), 0);
+	for (unsigned i = 0; i < REQS; i++) {
+		uint64_t len = 1 + splitmix(seed) % area;
+		enum ferry_op op = splitmix(seed) & 1 ? FERRY_OP_READ : FERRY_OP_WRITE;
+		uint8_t *l = P.lbuf + i * area, *r = P.rbuf + i * area;
+
+		seeds[i] = splitmix(seed);
+		fill_pattern(op == FERRY_OP_WRITE ? l : r, len, seeds[i]);
+		memset(op == FERRY_OP_WRITE ? r : l, 0, len);
+		reqs[i] = mkreq(op, l, P.seg, r, len);
+	}
+	assert_int_equal(ferry_submit(b, reqs, REQS), 0);
+	/* Must end: errors, flushes and timeouts all terminate requests. */
+	int rc = ferry_batch_wait(b, 30000);
+	assert_true(rc == 0 || rc == -EIO);
+	for (unsigned i = 0; i < REQS; i++) {
+		struct ferry_req_status st;
+
+		assert_int_equal(ferry_req_status(b, i, &st), 0);
+		if (st.state == FERRY_DONE) {
+			assert_int_equal(st.bytes, reqs[i].len);
+			assert_memory_equal(reqs[i].local, (void *)(uintptr_t)reqs[i].remote,
+					    reqs[i].len);
+			out->done++;
+		} else {
+			assert_true(st.state == FERRY_FAILED || st.state == FERRY_TIMEOUT);
+			if (!error_expected(st.error))
+				fail_msg("request %u: unexpected error %d", i, st.error);
+			assert_true(st.bytes < reqs[i].len);
+			out->failed += st.state == FERRY_FAILED;
+			out->timedout += st.state == FERRY_TIMEOUT;
+		}
+	}
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+}
+
+static void rounds(const struct loop_faults *f, unsigned n, struct outcome *out)
+{
+	uint64_t seed = f->seed;
+
+	set_faults(P.init, f);
+	for (unsigned r = 0; r < n; r++) {
+		round_run(&seed, out);
+		/* A fresh segment: new QPs for the next round. */
+		assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
+		assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &P.seg), 0);
+	}
+	set_faults(P.init, &(struct loop_faults){ 0 });
+	assert_engine_quiet(P.init);
+	wait_slices_zero(P.init);
+}
+
+static void test_error_completions(void **state)
+{
+	struct loop_faults f = { .err_ppm = 10000, .seed = 7 };
+	struct outcome o = { 0 };
+
+	(void)state;
+	rounds(&f, 8, &o);
+	print_message("done %u failed %u timeout %u\n", o.done, o.failed, o.timedout);
+	assert_true(o.failed > 0);
+	assert_true(o.done > 0);
+}
+
+static void test_qp_fatal(void **state)
+{
+	struct loop_faults f = { .qp_fatal_ppm = 5000, .seed = 11 };
+	struct outcome o = { 0 };
+
+	(void)state;
+	rounds(&f, 8, &o);
+	print_message("done %u failed %u timeout %u\n", o.done, o.failed, o.timedout);
+	assert_true(o.failed > 0);
+}
+
+/* Every completion lost: the slice timeout ends the requests TIMEOUT, and
+ * while they are pending the batch and the memory are busy. */
+static void test_lost_completions(void **state)
+{
+	struct loop_faults f = { .lost_ppm = 1000000, .seed = 3 };
+	struct ferry_req r = mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 300000);
+	struct ferry_req_status st;
+	struct ferry_port *port;
+	struct ferry_batch *b;
+
+	(void)state;
+	set_faults(P.init, &f);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
+	assert_int_equal(ferry_submit(b, &r, 1), 0);
+	assert_int_equal(ferry_batch_wait(b, 0), -ETIMEDOUT);
+	assert_int_equal(ferry_batch_destroy(b), -EBUSY);
+	assert_int_equal(ferry_batch_reset(b), -EBUSY);
+	assert_int_equal(ferry_mem_unregister(P.init, P.lbuf), -EBUSY);
+	ferry_req_status(b, 0, &st);
+	assert_int_equal(st.state, FERRY_PENDING);
+	assert_int_equal(ferry_batch_wait(b, 20000), -EIO);
+	ferry_req_status(b, 0, &st);
+	assert_int_equal(st.state, FERRY_TIMEOUT);
+	assert_int_equal(st.error, -ETIMEDOUT);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	set_faults(P.init, &(struct loop_faults){ 0 });
+	assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
+	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &P.seg), 0);
+	assert_engine_quiet(P.init);
+}
+
+/* Closing a segment while its requests are in flight lets them end first. */
+static void test_close_in_flight(void **state)
+{
+	struct ferry_req reqs[8];
+	struct ferry_port *port;
+	struct ferry_batch *b;
+
+	(void)state;
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, 8, &b), 0);
+	for (unsigned i = 0; i < 8; i++)
+		reqs[i] = mkreq(FERRY_OP_WRITE, P.lbuf + i * (BUF / 8), P.seg, P.rbuf + i * (BUF / 8),
+				BUF / 8);
+	assert_int_equal(ferry_submit(b, reqs, 8), 0);
+	assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
+	assert_int_equal(ferry_batch_wait(b, 0), 0); /* all ended before close returned */
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &P.seg), 0);
+}
+
+static int setup(void **state)
+{
+	struct ferry_opts o;
+
+	(void)state;
+	pair_opts(&o, "0-1");
+	o.timeout_ms = 200;
+	o.wrs_per_qp = 64; /* several QPs' worth of depth per round */
+	o.slice_size = 16384;
+	pair_setup(&P, &o, &o, BUF);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	pair_teardown(&P);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_error_completions),
+		cmocka_unit_test(test_qp_fatal),
+		cmocka_unit_test(test_lost_completions),
+		cmocka_unit_test(test_close_in_flight),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
