@@ -55,7 +55,7 @@ static const struct option long_opts[] = {
 };
 
 __attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t errlen, const char *fmt, ...)
+static int bad_arg(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -141,7 +141,7 @@ static int take_size(const char *flag, const char *v, uint64_t max, uint64_t *ou
 	const char *why = parse_num(v, 1, max, out);
 
 	if (why)
-		return fail(err, errlen, "%s '%s': %s (a positive size, max %llu)", flag, v, why,
+		return bad_arg(err, errlen, "%s '%s': %s (a positive size, max %llu)", flag, v, why,
 			    (unsigned long long)max);
 	return 0;
 }
@@ -154,7 +154,7 @@ static int take_u32(const char *flag, const char *v, int suffix, uint32_t max, u
 
 	why = parse_num(v, suffix, max, &x);
 	if (why)
-		return fail(err, errlen, "%s '%s': %s (a positive integer, max %u)", flag, v, why,
+		return bad_arg(err, errlen, "%s '%s': %s (a positive integer, max %u)", flag, v, why,
 			    max);
 	*out = (uint32_t)x;
 	return 0;
@@ -165,7 +165,7 @@ static int take_iters(const char *v, uint64_t *out, char *err, size_t errlen)
 	const char *why = parse_num(v, 0, UINT64_MAX, out);
 
 	if (why)
-		return fail(err, errlen, "--iters '%s': %s (a positive integer)", v, why);
+		return bad_arg(err, errlen, "--iters '%s': %s (a positive integer)", v, why);
 	return 0;
 }
 
@@ -176,13 +176,13 @@ static int take_duration(const char *v, double *out, char *err, size_t errlen)
 
 	/* strtod takes "inf", "nan", hex and blanks: want a plain number. */
 	if (!isdigit((unsigned char)*v) && *v != '.')
-		return fail(err, errlen, "--duration '%s': not a number of seconds", v);
+		return bad_arg(err, errlen, "--duration '%s': not a number of seconds", v);
 	errno = 0;
 	d = strtod(v, &end);
 	if (*end || errno == ERANGE || !isfinite(d))
-		return fail(err, errlen, "--duration '%s': not a number of seconds", v);
+		return bad_arg(err, errlen, "--duration '%s': not a number of seconds", v);
 	if (d <= 0 || d > BENCH_MAX_DURATION)
-		return fail(err, errlen, "--duration '%s': must be in (0, %.0f] seconds", v,
+		return bad_arg(err, errlen, "--duration '%s': must be in (0, %.0f] seconds", v,
 			    BENCH_MAX_DURATION);
 	*out = d;
 	return 0;
@@ -195,14 +195,14 @@ static int take_op(const char *v, enum ferry_op *op, char *err, size_t errlen)
 	else if (!strcmp(v, "write"))
 		*op = FERRY_OP_WRITE;
 	else
-		return fail(err, errlen, "--op '%s': must be 'read' or 'write'", v);
+		return bad_arg(err, errlen, "--op '%s': must be 'read' or 'write'", v);
 	return 0;
 }
 
 static int take_str(const char *flag, const char *v, const char **out, char *err, size_t errlen)
 {
 	if (!*v)
-		return fail(err, errlen, "%s: empty value", flag);
+		return bad_arg(err, errlen, "%s: empty value", flag);
 	*out = v;
 	return 0;
 }
@@ -256,7 +256,39 @@ static int apply_opt(int c, const char *v, struct bench_cfg *cfg, int *seen_dura
 		cfg->help = true;
 		return 0;
 	}
-	return fail(err, errlen, "internal: unhandled option %d", c);
+	return bad_arg(err, errlen, "internal: unhandled option %d", c);
+}
+
+/*
+ * A long option getopt refused: unknown, an ambiguous prefix ("--s"), or a
+ * flag given a value ("--json=1").  Say which, with the candidates.
+ */
+static int long_opt_error(const char *arg, char *err, size_t errlen)
+{
+	const char *name = arg + 2, *eq = strchr(name, '=');
+	size_t len = eq ? (size_t)(eq - name) : strlen(name);
+	const struct option *hit = NULL;
+	char cands[256] = "";
+	unsigned n = 0;
+
+	for (const struct option *o = long_opts; o->name; o++) {
+		if (strncmp(o->name, name, len))
+			continue;
+		if (strlen(o->name) == len) { /* exact: wins over prefixes */
+			hit = o;
+			n = 1;
+			break;
+		}
+		hit = o;
+		n++;
+		snprintf(cands + strlen(cands), sizeof(cands) - strlen(cands), "%s--%s",
+			 n > 1 ? ", " : "", o->name);
+	}
+	if (n > 1)
+		return bad_arg(err, errlen, "ambiguous option '%s' (%s)", arg, cands);
+	if (n == 1 && eq && hit->has_arg == no_argument)
+		return bad_arg(err, errlen, "option '--%s' takes no value", hit->name);
+	return bad_arg(err, errlen, "unknown option '%s' (see --help)", arg);
 }
 
 /* What getopt returned instead of an option: say which argument it was. */
@@ -265,11 +297,13 @@ static int getopt_error(int c, int argc, char **argv, char *err, size_t errlen)
 	const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
 
 	if (c == ':')
-		return fail(err, errlen, "option '%s' needs a value", arg);
+		return bad_arg(err, errlen, "option '%s' needs a value", arg);
 	/* optopt is the letter for an unknown short option, 0 for a long one. */
 	if (optopt && optopt < 256)
-		return fail(err, errlen, "unknown option '-%c' (see --help)", optopt);
-	return fail(err, errlen, "unknown option '%s' (see --help)", arg);
+		return bad_arg(err, errlen, "unknown option '-%c' (see --help)", optopt);
+	if (!strncmp(arg, "--", 2))
+		return long_opt_error(arg, err, errlen);
+	return bad_arg(err, errlen, "unknown option '%s' (see --help)", arg);
 }
 
 /* Checks across flags, once all are known. */
@@ -278,14 +312,14 @@ static int check_cfg(const struct bench_cfg *cfg, int seen_duration, char *err, 
 	uint64_t per_port;
 
 	if (seen_duration && cfg->iters)
-		return fail(err, errlen, "--duration and --iters exclude each other");
+		return bad_arg(err, errlen, "--duration and --iters exclude each other");
 	/* With --nocopy no byte moves: every check would fail. */
 	if (cfg->verify && cfg->nocopy)
-		return fail(err, errlen, "--verify and --nocopy exclude each other");
+		return bad_arg(err, errlen, "--verify and --nocopy exclude each other");
 	/* size and batch are each capped, so this product cannot overflow. */
 	per_port = cfg->size * cfg->batch;
 	if (per_port > BENCH_MAX_BUFFER || per_port * cfg->ports > BENCH_MAX_BUFFER)
-		return fail(err, errlen,
+		return bad_arg(err, errlen,
 			    "buffer --ports %u x --batch %u x --size %llu exceeds the %llu MiB cap",
 			    cfg->ports, cfg->batch, (unsigned long long)cfg->size,
 			    BENCH_MAX_BUFFER >> 20);
@@ -310,7 +344,7 @@ int bench_parse_args(int argc, char **argv, struct bench_cfg *cfg, char *err, si
 			return rc;
 	}
 	if (optind < argc)
-		return fail(err, errlen, "unexpected argument '%s' (see --help)", argv[optind]);
+		return bad_arg(err, errlen, "unexpected argument '%s' (see --help)", argv[optind]);
 	if (cfg->help)
 		return 0;
 	return check_cfg(cfg, seen_duration, err, errlen);
@@ -330,6 +364,13 @@ void bench_apply_opts(const struct bench_cfg *cfg, struct ferry_opts *o)
 		o->qps_per_ep = cfg->qps;
 	if (cfg->depth)
 		o->wrs_per_qp = cfg->depth;
+	/*
+	 * The engine refuses signal_every > wrs_per_qp.  A shallow --depth is
+	 * a measurement, not a mistake: signal more often unless the user chose
+	 * FERRY_SIGNAL_EVERY explicitly (then let the engine say why).
+	 */
+	if (cfg->depth && o->signal_every > cfg->depth && !getenv("FERRY_SIGNAL_EVERY"))
+		o->signal_every = cfg->depth;
 	if (cfg->nocopy)
 		o->loop_nocopy = 1;
 	if (cfg->spin)

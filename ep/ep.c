@@ -16,7 +16,7 @@ int ep_create(struct qctx *ctx, uint32_t nqps, uint32_t max_wr, const struct nic
 
 	if (nqps == 0 || nqps > EP_MAX_QPS)
 		return -EINVAL;
-	ep = aligned_alloc(FERRY_CACHE_LINE, sizeof(*ep));
+	ep = ferry_zalloc_lines(sizeof(*ep));
 	if (!ep)
 		return -ENOMEM;
 	memset(ep, 0, sizeof(*ep));

@@ -732,7 +732,7 @@ static int loop_cq_create(struct nic *n, uint32_t cqe, struct nic_cq **out)
 
 	if (!cqe || cqe > LOOP_MAX_CQE)
 		return -EINVAL;
-	cq = aligned_alloc(FERRY_CACHE_LINE, sizeof(*cq));
+	cq = ferry_zalloc_lines(sizeof(*cq));
 	if (!cq)
 		return -ENOMEM;
 	memset(cq, 0, sizeof(*cq));

@@ -24,7 +24,7 @@ int qpx_create(struct qctx *ctx, uint32_t max_wr, const struct nic_addr *remote,
 	struct qpx *q;
 	int rc;
 
-	q = aligned_alloc(FERRY_CACHE_LINE, sizeof(*q));
+	q = ferry_zalloc_lines(sizeof(*q));
 	if (!q)
 		return -ENOMEM;
 	memset(q, 0, sizeof(*q));

@@ -10,12 +10,15 @@ int ferry_ring_init(struct ferry_ring *r, uint32_t size)
 	if (size < 4 || (size & (size - 1)) != 0)
 		return -EINVAL;
 	memset(r, 0, sizeof(*r));
-	r->slots = aligned_alloc(FERRY_CACHE_LINE, (size_t)size * sizeof(*r->slots));
+	r->slots = ferry_zalloc_lines((size_t)size * sizeof(*r->slots));
 	if (!r->slots)
 		return -ENOMEM;
 	memset(r->slots, 0, (size_t)size * sizeof(*r->slots));
 	ck_ring_init(&r->ring, size);
 	r->size = size;
+#ifdef FERRY_TSAN
+	pthread_mutex_init(&r->tsan_lock, NULL);
+#endif
 	return 0;
 }
 
@@ -25,35 +28,52 @@ void ferry_ring_fini(struct ferry_ring *r)
 	r->slots = NULL;
 }
 
-/* ck's accesses are asm or plain memcpy; TSan sees only our release/acquire. */
-ferry_no_tsan bool ferry_ring_put(struct ferry_ring *r, void *obj)
+#ifdef FERRY_TSAN
+#define ring_lock(r) pthread_mutex_lock(&(r)->tsan_lock)
+#define ring_unlock(r) pthread_mutex_unlock(&(r)->tsan_lock)
+#else
+#define ring_lock(r) ((void)0)
+#define ring_unlock(r) ((void)0)
+#endif
+
+bool ferry_ring_put(struct ferry_ring *r, void *obj)
 {
-	ferry_tsan_release(r);
-	return ck_ring_enqueue_spsc(&r->ring, r->slots, obj);
+	bool ok;
+
+	ring_lock(r);
+	ok = ck_ring_enqueue_spsc(&r->ring, r->slots, obj);
+	ring_unlock(r);
+	return ok;
 }
 
-ferry_no_tsan void *ferry_ring_get(struct ferry_ring *r)
+void *ferry_ring_get(struct ferry_ring *r)
 {
-	void *obj;
+	void *obj = NULL;
 
+	ring_lock(r);
 	if (!ck_ring_dequeue_spsc(&r->ring, r->slots, &obj))
-		return NULL;
-	ferry_tsan_acquire(r);
+		obj = NULL;
+	ring_unlock(r);
 	return obj;
 }
 
-ferry_no_tsan unsigned ferry_ring_get_burst(struct ferry_ring *r, void **objs, unsigned max)
+unsigned ferry_ring_get_burst(struct ferry_ring *r, void **objs, unsigned max)
 {
 	unsigned n = 0;
 
+	ring_lock(r);
 	while (n < max && ck_ring_dequeue_spsc(&r->ring, r->slots, &objs[n]))
 		n++;
-	if (n)
-		ferry_tsan_acquire(r);
+	ring_unlock(r);
 	return n;
 }
 
-ferry_no_tsan unsigned ferry_ring_count(const struct ferry_ring *r)
+unsigned ferry_ring_count(const struct ferry_ring *r)
 {
-	return ck_ring_size(&r->ring);
+	unsigned n;
+
+	ring_lock((struct ferry_ring *)r);
+	n = ck_ring_size(&r->ring);
+	ring_unlock((struct ferry_ring *)r);
+	return n;
 }

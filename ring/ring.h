@@ -6,13 +6,15 @@
  * producer decides (wait or retry); nothing is dropped.
  *
  * ck facts that bite: the size must be a power of two >= 4 and the capacity
- * is size - 1; enqueue stores the pointer value passed in.  ck's loads and
- * stores are inline assembly that ThreadSanitizer cannot see, so under TSan
- * the wrappers publish a release/acquire pair on the ring itself.
+ * is size - 1; enqueue stores the pointer value passed in.  ck orders its
+ * slot accesses with inline-assembly fences that ThreadSanitizer cannot see,
+ * so in TSan builds (only) each ring also has a mutex around its operations:
+ * it gives TSan the same happens-before edges the ring really provides.
  */
 #ifndef FERRY_RING_H
 #define FERRY_RING_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -24,6 +26,9 @@ struct ferry_ring {
 	struct ck_ring ring __attribute__((aligned(FERRY_CACHE_LINE)));
 	struct ck_ring_buffer *slots __attribute__((aligned(FERRY_CACHE_LINE)));
 	uint32_t size;
+#ifdef FERRY_TSAN
+	pthread_mutex_t tsan_lock;
+#endif
 };
 
 /* Allocate slots for a ring of size entries (power of two >= 4); -EINVAL/-ENOMEM. */

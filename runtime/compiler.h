@@ -4,6 +4,8 @@
 #define FERRY_COMPILER_H
 
 #include <assert.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define FERRY_CACHE_LINE 64
 #define ferry_cache_aligned __attribute__((aligned(FERRY_CACHE_LINE)))
@@ -19,16 +21,31 @@
 #endif
 #endif
 
+
+/* Zeroed memory starting on a cache line (C11 wants size % alignment == 0). */
+static inline void *ferry_zalloc_lines(size_t size)
+{
+	size_t rounded = (size + FERRY_CACHE_LINE - 1) & ~(size_t)(FERRY_CACHE_LINE - 1);
+	void *p = aligned_alloc(FERRY_CACHE_LINE, rounded ? rounded : FERRY_CACHE_LINE);
+
+	if (p)
+		memset(p, 0, rounded);
+	return p;
+}
+
+/*
+ * ThreadSanitizer cannot see the ordering that an RCU grace period gives;
+ * readers release at each quiescent state and the updater acquires after
+ * synchronize_rcu(), which is exactly the happens-before a grace period
+ * guarantees.  No-ops outside TSan builds.
+ */
 #ifdef FERRY_TSAN
-void __tsan_acquire(void *addr);
-void __tsan_release(void *addr);
-#define ferry_tsan_acquire(p) __tsan_acquire((void *)(p))
+#include <sanitizer/tsan_interface.h>
 #define ferry_tsan_release(p) __tsan_release((void *)(p))
-#define ferry_no_tsan __attribute__((no_sanitize_thread))
+#define ferry_tsan_acquire(p) __tsan_acquire((void *)(p))
 #else
-#define ferry_tsan_acquire(p) ((void)0)
-#define ferry_tsan_release(p) ((void)0)
-#define ferry_no_tsan
+#define ferry_tsan_release(p) ((void)(p))
+#define ferry_tsan_acquire(p) ((void)(p))
 #endif
 
 static inline void ferry_cpu_relax(void)

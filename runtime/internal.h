@@ -60,11 +60,17 @@ struct ferry_batch {
 	struct ferry_rq *rqs;
 	uint32_t capacity;
 	uint32_t n;                    /* submitted since creation/reset */
-	uint32_t pending ferry_cache_aligned; /* atomic: requests not yet final */
+	/*
+	 * Requests not yet final, and BATCH_WAITER when the owner sleeps in
+	 * ferry_batch_wait: one futex word, so that the core's decrement is
+	 * its last access to the batch (the owner may free it right after).
+	 */
+	uint32_t pending ferry_cache_aligned;
 	uint32_t failed;               /* atomic: requests that ended badly */
-	uint32_t wake;                 /* futex word */
-	uint32_t waiters;              /* a thread sleeps in ferry_batch_wait */
 };
+
+#define BATCH_WAITER 0x80000000u
+#define BATCH_COUNT(v) ((v) & ~BATCH_WAITER)
 
 struct ferry_port {
 	struct ferry_engine *e;
@@ -146,6 +152,7 @@ struct ferry_engine {
 	struct ferry_seg segs[FERRY_MAX_SEGS];
 	struct ferry_port *ports[FERRY_MAX_PORTS]; /* RCU-published */
 	unsigned n_ports_hw;           /* high-water mark of ports[] (atomic) */
+	int tsan_gp;                   /* TSan model of the RCU grace period */
 };
 
 /* runtime/clock.c: a cheap monotonic clock for the cores. */

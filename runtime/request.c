@@ -42,13 +42,16 @@ static enum ferry_state final_state(int err)
 
 static int batch_request_ended(struct ferry_batch *b, int err)
 {
+	uint32_t old;
+
 	if (err)
 		__atomic_fetch_add(&b->failed, 1, __ATOMIC_RELAXED);
-	__atomic_fetch_sub(&b->pending, 1, __ATOMIC_SEQ_CST);
-	/* Pairs with the waiter's store of waiters + re-check of pending. */
-	if (__atomic_load_n(&b->waiters, __ATOMIC_SEQ_CST)) {
-		__atomic_fetch_add(&b->wake, 1, __ATOMIC_SEQ_CST);
-		ferry_futex_wake(&b->wake);
+	/* Last access to b: its owner may free it as soon as this lands. */
+	old = __atomic_fetch_sub(&b->pending, 1, __ATOMIC_ACQ_REL);
+	if (old & BATCH_WAITER) {
+		/* The futex call only names the address; a spurious or late
+		 * wake is harmless to whatever lives there. */
+		ferry_futex_wake(&b->pending);
 		return 1;
 	}
 	return 0;

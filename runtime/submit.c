@@ -6,7 +6,6 @@
  * then split into at most one part per core (striped over the rails) and
  * each part's pointer goes to its core's ring.
  */
-#define _LGPL_SOURCE
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -30,7 +29,7 @@ static struct ferry_port *port_alloc(struct ferry_engine *e)
 	if (!p)
 		return NULL;
 	p->e = e;
-	p->rings = aligned_alloc(FERRY_CACHE_LINE, e->ncores * sizeof(*p->rings));
+	p->rings = ferry_zalloc_lines(e->ncores * sizeof(*p->rings));
 	if (!p->rings) {
 		free(p);
 		return NULL;
@@ -71,7 +70,7 @@ int ferry_port_create(struct ferry_engine *e, struct ferry_port **out)
 		if (!e->ports[slot]) {
 			p->slot = slot;
 			p->rr = slot; /* spread single-part requests of different ports */
-			rcu_assign_pointer(e->ports[slot], p);
+			__atomic_store_n(&e->ports[slot], p, __ATOMIC_RELEASE); /* rcu_assign_pointer */
 			if (slot >= e->n_ports_hw)
 				__atomic_store_n(&e->n_ports_hw, slot + 1, __ATOMIC_RELEASE);
 			rc = 0;
@@ -97,10 +96,11 @@ int ferry_port_destroy(struct ferry_port *p)
 		return -EBUSY;
 	e = p->e;
 	pthread_mutex_lock(&e->ctl_lock);
-	rcu_assign_pointer(e->ports[p->slot], NULL);
+	__atomic_store_n(&e->ports[p->slot], NULL, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&e->ctl_lock);
 	/* Every core passes a quiescent state: none still reads p's rings. */
 	urcu_qsbr_synchronize_rcu();
+	ferry_tsan_acquire(&e->tsan_gp);
 	port_free(p);
 	return 0;
 }
@@ -113,11 +113,11 @@ int ferry_batch_create(struct ferry_port *p, uint32_t capacity, struct ferry_bat
 
 	if (!p || !out || capacity == 0 || capacity > MAX_BATCH)
 		return -EINVAL;
-	b = aligned_alloc(FERRY_CACHE_LINE, sizeof(*b));
+	b = ferry_zalloc_lines(sizeof(*b));
 	if (!b)
 		return -ENOMEM;
 	memset(b, 0, sizeof(*b));
-	b->rqs = aligned_alloc(FERRY_CACHE_LINE, (size_t)capacity * sizeof(*b->rqs));
+	b->rqs = ferry_zalloc_lines((size_t)capacity * sizeof(*b->rqs));
 	if (!b->rqs) {
 		free(b);
 		return -ENOMEM;
@@ -134,7 +134,7 @@ int ferry_batch_destroy(struct ferry_batch *b)
 {
 	if (!b)
 		return -EINVAL;
-	if (__atomic_load_n(&b->pending, __ATOMIC_ACQUIRE))
+	if (BATCH_COUNT(__atomic_load_n(&b->pending, __ATOMIC_ACQUIRE)))
 		return -EBUSY;
 	b->port->batches--;
 	free(b->rqs);
@@ -146,7 +146,7 @@ int ferry_batch_reset(struct ferry_batch *b)
 {
 	if (!b)
 		return -EINVAL;
-	if (__atomic_load_n(&b->pending, __ATOMIC_ACQUIRE))
+	if (BATCH_COUNT(__atomic_load_n(&b->pending, __ATOMIC_ACQUIRE)))
 		return -EBUSY;
 	b->n = 0;
 	__atomic_store_n(&b->failed, 0, __ATOMIC_RELAXED);
@@ -277,21 +277,28 @@ static int batch_result(const struct ferry_batch *b)
 	return __atomic_load_n(&b->failed, __ATOMIC_ACQUIRE) ? -EIO : 0;
 }
 
-/* Sleep on the batch's futex until a request ends or timeout_ns passes. */
+/* Sleep on the batch's pending word until it changes or timeout_ns passes. */
 static void batch_sleep(struct ferry_batch *b, int64_t timeout_ns)
 {
-	uint32_t seq = __atomic_load_n(&b->wake, __ATOMIC_SEQ_CST);
+	uint32_t v = __atomic_load_n(&b->pending, __ATOMIC_ACQUIRE);
 
-	__atomic_store_n(&b->waiters, 1, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&b->pending, __ATOMIC_SEQ_CST))
-		ferry_futex_wait(&b->wake, seq, timeout_ns);
-	__atomic_store_n(&b->waiters, 0, __ATOMIC_SEQ_CST);
+	if (BATCH_COUNT(v) == 0)
+		return;
+	if (!(v & BATCH_WAITER)) {
+		if (!__atomic_compare_exchange_n(&b->pending, &v, v | BATCH_WAITER, false,
+						 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			return; /* it changed: look again */
+		v |= BATCH_WAITER;
+	}
+	/* Returns at once if a core decremented after our read. */
+	ferry_futex_wait(&b->pending, v, timeout_ns);
 }
 
 int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms)
 {
 	uint64_t deadline = 0;
 	unsigned spins = 0;
+	int rc;
 
 	if (!b)
 		return -EINVAL;
@@ -300,10 +307,14 @@ int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms)
 	for (;;) {
 		int64_t left = WAIT_SLICE_NS;
 
-		if (__atomic_load_n(&b->pending, __ATOMIC_ACQUIRE) == 0)
-			return batch_result(b);
-		if (timeout_ms == 0)
-			return -ETIMEDOUT;
+		if (BATCH_COUNT(__atomic_load_n(&b->pending, __ATOMIC_ACQUIRE)) == 0) {
+			rc = batch_result(b);
+			break;
+		}
+		if (timeout_ms == 0) {
+			rc = -ETIMEDOUT;
+			break;
+		}
 		if (++spins < WAIT_SPINS) {
 			ferry_cpu_relax();
 			continue;
@@ -311,13 +322,18 @@ int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms)
 		if (deadline) {
 			uint64_t now = ferry_now_ns();
 
-			if (now >= deadline)
-				return -ETIMEDOUT;
+			if (now >= deadline) {
+				rc = -ETIMEDOUT;
+				break;
+			}
 			if ((int64_t)(deadline - now) < left)
 				left = (int64_t)(deadline - now);
 		}
 		batch_sleep(b, left);
 	}
+	/* Cores stop calling futex_wake once nobody sleeps. */
+	__atomic_fetch_and(&b->pending, ~BATCH_WAITER, __ATOMIC_RELAXED);
+	return rc;
 }
 
 int ferry_req_status(const struct ferry_batch *b, uint32_t i, struct ferry_req_status *st)
