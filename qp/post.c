@@ -104,6 +104,26 @@ static void fill_wr(struct nic_wr *w, const struct slice *s, uint64_t wr_id)
 	w->op = s->op;
 }
 
+/*
+ * After a partial post, the last WR that went out may be unsignalled: on a
+ * real NIC the WRs before it may complete without a CQE and nothing would
+ * ever retire them.  A signalled zero-length WR behind them (it flushes, the
+ * QP being in error) produces one CQE that retires them all in order.
+ */
+static void post_drain_marker(struct qctx *ctx, struct qpx *q, uint32_t seq)
+{
+	struct nic_wr w = { .wr_id = (uint64_t)q->index << 32 | seq, .signaled = 1 };
+	struct nic_wr *bad = NULL;
+
+	q->fifo[seq & q->fifo_mask] = NULL; /* retire_upto skips the marker */
+	if (ctx->prov->post(q->nqp, &w, &bad) == 0) {
+		q->tail++;
+		wr_depth_add(&q->depth, 1);
+		cq_quota_add(&ctx->cq_quota, 1);
+		stat_add(ctx->stats, wrs_posted, 1);
+	}
+}
+
 /* A failed post is a bug (we never exceed the QP's depth): fail what did not go. */
 static void post_failed(struct qctx *ctx, struct qpx *q, uint32_t posted, uint32_t n, int rc)
 {
@@ -111,7 +131,6 @@ static void post_failed(struct qctx *ctx, struct qpx *q, uint32_t posted, uint32
 	for (uint32_t i = posted; i < n; i++)
 		core_slice_done(ctx, q->fifo[(q->tail + i) & q->fifo_mask], rc ? rc : -EIO);
 	q->broken = 1;
-	/* The last WR that went out may be unsignalled: the flush reports it. */
 	ctx->prov->qp_set_error(q->nqp);
 }
 
@@ -151,6 +170,8 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 	q->tail += posted;
 	wr_depth_add(&q->depth, posted);
 	cq_quota_add(&ctx->cq_quota, posted);
+	if (unlikely(rc) && posted && !wrs[posted - 1].signaled)
+		post_drain_marker(ctx, q, q->tail);
 	stat_add(ctx->stats, wrs_posted, posted);
 	stat_add(ctx->stats, doorbells, 1);
 	return n;
@@ -164,7 +185,8 @@ static void retire_upto(struct qctx *ctx, struct qpx *q, uint32_t seq, int err)
 		q->head++;
 		q->burst_retired++;
 	}
-	core_slice_done(ctx, q->fifo[seq & q->fifo_mask], err);
+	if (likely(q->fifo[seq & q->fifo_mask] != NULL)) /* NULL: a drain marker */
+		core_slice_done(ctx, q->fifo[seq & q->fifo_mask], err);
 	q->head = seq + 1;
 	q->burst_retired++;
 }
