@@ -59,9 +59,9 @@ BENCH_SRCS := $(wildcard bench/*.c)
 TEST_SRCS := $(wildcard tests/test_*.c)
 TESTS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 # The concurrent tests: these also run under ThreadSanitizer.
-TSAN_TESTS := test_ring test_integration test_faults test_loop test_ctl
+TSAN_TESTS := test_ring test_integration test_faults test_loop test_ctl test_stats test_api
 
-.PHONY: all test test-plain test-asan test-tsan run-tests install clean bench fuzz
+.PHONY: all test test-plain test-asan test-tsan run-tests install check-install clean bench fuzz
 all: $(B)/libferry.a $(B)/libferry.so $(B)/ferry_bench $(B)/ferry.pc
 
 $(B)/obj/%.o: %.c
@@ -106,8 +106,20 @@ test-tsan:
 	$(MAKE) SAN=thread run-tests RUN="$(TSAN_TESTS:%=build-tsan/tests/%)" \
 	  TESTS="$(TSAN_TESTS:%=build-tsan/tests/%)"
 
+# Install into a scratch prefix without the shared library and link a
+# program with only what pkg-config says: the static link line is complete.
+check-install:
+	rm -rf $(B)/inst
+	$(MAKE) install PREFIX=$(CURDIR)/$(B)/inst
+	rm -f $(B)/inst/lib/libferry.so
+	PKG_CONFIG_PATH=$(CURDIR)/$(B)/inst/lib/pkgconfig sh -c \
+	  '$(CC) -std=gnu11 -Wall -Werror tests/install_app.c -o $(B)/install_app \
+	   $$(pkg-config --cflags --libs --static ferry)'
+	$(B)/install_app
+
 # The whole suite: plain, ASan+UBSan, TSan on the concurrent tests.
 test:
+	$(MAKE) check-install
 	$(MAKE) test-plain
 	$(MAKE) test-asan
 	$(MAKE) test-tsan

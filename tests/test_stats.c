@@ -1,0 +1,167 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Per-core counters: one writer (the core), any reader, no locks.  A reader
+ * thread samples them while requests stream (TSan checks the access
+ * pattern; monotonic counters must never go backwards), and afterwards they
+ * add up: bytes, WRs posted = retired, doorbells <= WRs, an idle core sleeps.
+ */
+#include <pthread.h>
+#include <time.h>
+
+#include "harness.h"
+
+static struct pair P;
+static int stop_reader;
+
+struct sample_check {
+	unsigned backwards;
+	unsigned samples;
+};
+
+static void *reader_main(void *arg)
+{
+	struct sample_check *chk = arg;
+	struct ferry_core_stats prev[2] = { 0 }, cur;
+
+	while (!__atomic_load_n(&stop_reader, __ATOMIC_ACQUIRE)) {
+		for (unsigned i = 0; i < ferry_engine_cores(P.init); i++) {
+			ferry_core_stats(P.init, i, &cur);
+			chk->backwards += cur.wrs_posted < prev[i].wrs_posted ||
+					  cur.completions < prev[i].completions ||
+					  cur.bytes < prev[i].bytes || cur.polls < prev[i].polls ||
+					  cur.loops < prev[i].loops;
+			prev[i] = cur;
+			chk->samples++;
+		}
+	}
+	return NULL;
+}
+
+static uint64_t run_requests(unsigned rounds, uint64_t len)
+{
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	uint64_t bytes = 0;
+
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, 8, &b), 0);
+	for (unsigned r = 0; r < rounds; r++) {
+		struct ferry_req reqs[8];
+
+		for (unsigned i = 0; i < 8; i++)
+			reqs[i] = mkreq(FERRY_OP_WRITE, P.lbuf + i * len, P.seg, P.rbuf + i * len, len);
+		assert_int_equal(ferry_submit(b, reqs, 8), 0);
+		assert_int_equal(ferry_batch_wait(b, 10000), 0);
+		assert_int_equal(ferry_batch_reset(b), 0);
+		bytes += 8 * len;
+	}
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	return bytes;
+}
+
+static void sum_stats(struct ferry_engine *e, struct ferry_core_stats *sum)
+{
+	memset(sum, 0, sizeof(*sum));
+	for (unsigned i = 0; i < ferry_engine_cores(e); i++) {
+		struct ferry_core_stats s;
+
+		assert_int_equal(ferry_core_stats(e, i, &s), 0);
+		sum->wrs_posted += s.wrs_posted;
+		sum->completions += s.completions;
+		sum->bytes += s.bytes;
+		sum->doorbells += s.doorbells;
+		sum->cqes += s.cqes;
+		sum->polls += s.polls;
+		sum->empty_polls += s.empty_polls;
+		sum->wr_errors += s.wr_errors;
+		sum->provider_errors += s.provider_errors;
+		sum->slices_in_flight += s.slices_in_flight;
+	}
+}
+
+static void test_counters_add_up(void **state)
+{
+	struct sample_check chk = { 0 };
+	struct ferry_core_stats before, after;
+	pthread_t reader;
+	uint64_t bytes;
+
+	(void)state;
+	sum_stats(P.init, &before);
+	__atomic_store_n(&stop_reader, 0, __ATOMIC_RELEASE);
+	assert_int_equal(pthread_create(&reader, NULL, reader_main, &chk), 0);
+	/* 200 KiB requests at the default 64 KiB slices: 3 slices each. */
+	bytes = run_requests(200, 200 * 1024);
+	__atomic_store_n(&stop_reader, 1, __ATOMIC_RELEASE);
+	pthread_join(reader, NULL);
+	wait_slices_zero(P.init);
+	sum_stats(P.init, &after);
+	assert_int_equal(chk.backwards, 0);
+	assert_true(chk.samples > 0);
+	assert_int_equal(after.bytes - before.bytes, bytes);
+	assert_int_equal(after.wrs_posted - before.wrs_posted, 200 * 8 * 3);
+	assert_int_equal(after.completions - before.completions, 200 * 8 * 3);
+	/* Selective signalling: fewer CQEs than WRs, never more. */
+	assert_true(after.cqes - before.cqes <= after.completions - before.completions);
+	assert_true(after.doorbells - before.doorbells <= after.wrs_posted - before.wrs_posted);
+	assert_true(after.polls >= after.empty_polls);
+	assert_int_equal(after.wr_errors, 0);
+	assert_int_equal(after.provider_errors, 0);
+	assert_int_equal(after.slices_in_flight, 0);
+}
+
+/* An idle core backs off and sleeps instead of spinning on a 2-CPU box. */
+static void test_idle_core_sleeps(void **state)
+{
+	struct ferry_core_stats s0, s1;
+	struct timespec pause = { 0, 300 * 1000 * 1000 };
+
+	(void)state;
+	ferry_core_stats(P.target, 0, &s0);
+	nanosleep(&pause, NULL);
+	ferry_core_stats(P.target, 0, &s1);
+	/* The target's cores have had nothing to do since set-up. */
+	assert_true(s1.sleeps > 0);
+	/* Asleep, a core passes at most a few loops per wake-up period. */
+	assert_true(s1.loops - s0.loops < 100000);
+	assert_int_equal(s1.cpu, 0);
+}
+
+static void test_stats_bad_args(void **state)
+{
+	struct ferry_core_stats s;
+
+	(void)state;
+	assert_int_equal(ferry_core_stats(NULL, 0, &s), -EINVAL);
+	assert_int_equal(ferry_core_stats(P.init, 0, NULL), -EINVAL);
+	assert_int_equal(ferry_core_stats(P.init, ferry_engine_cores(P.init), &s), -ERANGE);
+}
+
+static int setup(void **state)
+{
+	struct ferry_opts o;
+
+	(void)state;
+	pair_opts(&o, "0-1");
+	pair_setup(&P, &o, &o, 8u << 20);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	pair_teardown(&P);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_counters_add_up),
+		cmocka_unit_test(test_idle_core_sleeps),
+		cmocka_unit_test(test_stats_bad_args),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
