@@ -61,7 +61,7 @@ TESTS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 # The concurrent tests: these also run under ThreadSanitizer.
 TSAN_TESTS := test_ring test_integration test_faults test_loop test_ctl test_stats test_api
 
-.PHONY: all test test-plain test-asan test-tsan run-tests install check-install clean bench fuzz
+.PHONY: all test test-plain test-asan test-tsan test-verbs run-tests install check-install clean bench fuzz
 all: $(B)/libferry.a $(B)/libferry.so $(B)/ferry_bench $(B)/ferry.pc
 
 $(B)/obj/%.o: %.c
@@ -117,12 +117,29 @@ check-install:
 	   $$(pkg-config --cflags --libs --static ferry)'
 	$(B)/install_app
 
-# The whole suite: plain, ASan+UBSan, TSan on the concurrent tests.
+# The verbs tests need RDMA devices: this host's if it has any, else the
+# Soft-RoCE VM (one boot for the whole verbs suite).  Only outside CI may
+# they be skipped, and then loudly.
+SOFTROCE ?= ../shared/softroce
+VERBS_TESTS := $(B)/tests/test_integration $(B)/tests/test_twoproc $(B)/tests/test_api
+test-verbs: $(VERBS_TESTS)
+	@if ls /sys/class/infiniband/* >/dev/null 2>&1; then \
+	  B=$(B) tests/verbs-suite.sh; \
+	elif [ -x $(SOFTROCE)/vm-run ]; then \
+	  $(SOFTROCE)/setup >/dev/null && \
+	  $(SOFTROCE)/vm-run --devices 4 --timeout 900 -- env B=$(B) tests/verbs-suite.sh; \
+	else \
+	  echo "ferry: no RDMA device and no $(SOFTROCE)/vm-run: verbs tests NOT run"; \
+	  test -z "$$CI"; \
+	fi
+
+# The whole suite: plain, ASan+UBSan, TSan on the concurrent tests, verbs.
 test:
 	$(MAKE) check-install
 	$(MAKE) test-plain
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
+	$(MAKE) test-verbs
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

@@ -395,7 +395,7 @@ void bench_usage(FILE *f, const char *prog)
 		"  --ports N              submitting threads, one port each (default 1)\n"
 		"  --cores LIST           initiator cores (default FERRY_CORES or \"0\")\n"
 		"  --target-cores LIST    target cores (default: same as --cores)\n"
-		"  -d, --nics NAMES       NICs, comma list (default FERRY_NICS or \"loop\")\n"
+		"  -d, --nics NAMES       NICs, comma list (default FERRY_NICS or \"auto\": RDMA devices, else loop)\n"
 		"  -D, --duration SECS    run time, fractions allowed (default 3)\n"
 		"  -n, --iters N          batches per port instead of a duration\n"
 		"  --slice SIZE           bytes per work request (default 64K)\n"

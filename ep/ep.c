@@ -8,8 +8,7 @@
 #include "../runtime/ferry.h"
 #include "../runtime/stats.h"
 
-int ep_create(struct qctx *ctx, uint32_t nqps, uint32_t max_wr, const struct nic_addr *remote,
-	      struct ferry_ep **out)
+int ep_create(struct qctx *ctx, uint32_t nqps, uint32_t max_wr, struct ferry_ep **out)
 {
 	struct ferry_ep *ep;
 	int rc = 0;
@@ -22,7 +21,7 @@ int ep_create(struct qctx *ctx, uint32_t nqps, uint32_t max_wr, const struct nic
 	memset(ep, 0, sizeof(*ep));
 	slice_list_init(&ep->pending);
 	for (uint32_t i = 0; i < nqps && rc == 0; i++) {
-		rc = qpx_create(ctx, max_wr, remote, ep, &ep->qps[i]);
+		rc = qpx_create(ctx, max_wr, ep, &ep->qps[i]);
 		if (rc == 0)
 			ep->nqps++;
 	}
@@ -31,6 +30,24 @@ int ep_create(struct qctx *ctx, uint32_t nqps, uint32_t max_wr, const struct nic
 		return rc;
 	}
 	*out = ep;
+	return 0;
+}
+
+void ep_qp_infos(const struct qctx *ctx, const struct ferry_ep *ep, struct nic_qp_info *out)
+{
+	for (uint32_t i = 0; i < ep->nqps; i++)
+		ctx->prov->qp_info(ep->qps[i]->nqp, &out[i]);
+}
+
+int ep_connect(struct qctx *ctx, struct ferry_ep *ep, const struct nic_addr *remote,
+	       const struct nic_qp_info *rqps)
+{
+	for (uint32_t i = 0; i < ep->nqps; i++) {
+		int rc = ctx->prov->qp_connect(ep->qps[i]->nqp, remote, &rqps[i]);
+
+		if (rc)
+			return rc;
+	}
 	return 0;
 }
 

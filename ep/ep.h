@@ -26,15 +26,22 @@ struct ferry_ep {
 	uint8_t pad[2];
 	uint32_t seg_slot;
 	uint32_t seg_gen;
+	uint64_t token;              /* names the peer's half in the handshake */
 	uint32_t remote_nic;         /* index of the peer's NIC these QPs reach */
 	uint32_t nqps;
 	uint32_t rr;                 /* next QP to try first */
 	struct qpx *qps[EP_MAX_QPS];
 };
 
-/* Create an endpoint with nqps QPs of max_wr each on ctx, to remote (control path). */
-int ep_create(struct qctx *ctx, uint32_t nqps, uint32_t max_wr, const struct nic_addr *remote,
-	      struct ferry_ep **out);
+/* Create an endpoint with nqps unconnected QPs of max_wr each on ctx (control path). */
+int ep_create(struct qctx *ctx, uint32_t nqps, uint32_t max_wr, struct ferry_ep **out);
+
+/* The endpoint's half of the handshake: one entry per QP. */
+void ep_qp_infos(const struct qctx *ctx, const struct ferry_ep *ep, struct nic_qp_info *out);
+
+/* Connect QP i to the peer's QP rqps[i] on the NIC at remote (control path). */
+int ep_connect(struct qctx *ctx, struct ferry_ep *ep, const struct nic_addr *remote,
+	       const struct nic_qp_info *rqps);
 
 /* Attach ep's QPs to the core's table: the owning core. */
 int ep_attach(struct qctx *ctx, struct ferry_ep *ep);

@@ -39,6 +39,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../runtime/compiler.h"
@@ -805,12 +806,14 @@ static void loop_qp_destroy(struct nic_qp *nqp)
 }
 
 /* The remote must be a loop address; like a verbs RC QP, a QP connects once. */
-static int loop_qp_connect(struct nic_qp *nqp, const struct nic_addr *remote)
+static int loop_qp_connect(struct nic_qp *nqp, const struct nic_addr *remote,
+			   const struct nic_qp_info *rqp)
 {
 	struct loop_qp *qp = qp_of(nqp);
 	uint32_t id = 0;
 	int i;
 
+	(void)rqp; /* one-sided copies need no peer QP */
 	if (!remote || memcmp(remote->bytes, loop_magic, sizeof(loop_magic)) != 0)
 		return -EINVAL;
 	for (i = 0; i < 4; i++)
@@ -821,6 +824,24 @@ static int loop_qp_connect(struct nic_qp *nqp, const struct nic_addr *remote)
 		return -EISCONN;
 	atomic_store_explicit(&qp->remote_id, id, memory_order_release);
 	return 0;
+}
+
+static void loop_qp_info(const struct nic_qp *nqp, struct nic_qp_info *out)
+{
+	out->qpn = ((const struct loop_qp *)(const void *)nqp)->qp_num;
+	out->psn = 0;
+}
+
+static void loop_describe(const struct nic *n, char *buf, size_t len)
+{
+	snprintf(buf, len, "loop (software NIC, context %u)",
+		 ((const struct loop_ctx *)(const void *)n)->id);
+}
+
+static int loop_numa_node(const struct nic *n)
+{
+	(void)n;
+	return -1;
 }
 
 void loop_set_faults(struct nic *n, const struct loop_faults *f)
@@ -885,10 +906,13 @@ const struct nic_provider nic_loop_provider = {
 	.cq_create = loop_cq_create,
 	.cq_destroy = loop_cq_destroy,
 	.qp_create = loop_qp_create,
+	.qp_info = loop_qp_info,
 	.qp_connect = loop_qp_connect,
 	.qp_num = loop_qp_num,
 	.qp_set_error = loop_qp_set_error,
 	.qp_destroy = loop_qp_destroy,
 	.post = loop_post,
 	.poll = loop_poll,
+	.describe = loop_describe,
+	.numa_node = loop_numa_node,
 };

@@ -60,6 +60,21 @@ struct nic_addr {
 	uint8_t bytes[NIC_ADDR_LEN];
 };
 
+/* One QP's half of the connection handshake (RC: QP number and first PSN). */
+struct nic_qp_info {
+	uint32_t qpn;
+	uint32_t psn;
+};
+
+/* A device found by discovery. */
+struct nic_dev_info {
+	char name[64];     /* "rxe0", "mlx5_0" */
+	int numa_node;     /* from sysfs; -1 unknown */
+	uint8_t port;      /* first active port */
+	uint8_t link_layer; /* IBV_LINK_LAYER_* */
+	uint16_t active_mtu; /* bytes */
+};
+
 struct nic_caps {
 	uint32_t max_qp_wr;
 	uint32_t max_cqe;
@@ -82,8 +97,13 @@ struct nic_provider {
 	int (*cq_create)(struct nic *nic, uint32_t cqe, struct nic_cq **out);
 	void (*cq_destroy)(struct nic_cq *cq);
 	int (*qp_create)(struct nic *nic, struct nic_cq *cq, uint32_t max_wr, struct nic_qp **out);
-	/* Connect to a remote NIC (one-sided ops need no remote QP on loop). */
-	int (*qp_connect)(struct nic_qp *qp, const struct nic_addr *remote);
+	/* This QP's half of the handshake (valid after qp_create). */
+	void (*qp_info)(const struct nic_qp *qp, struct nic_qp_info *out);
+	/* Connect to QP rqp of the NIC at remote: RESET -> INIT -> RTR -> RTS.
+	 * loop needs no remote QP (rqp may be NULL).  On failure the provider
+	 * logs which local and remote addresses (GIDs) were used. */
+	int (*qp_connect)(struct nic_qp *qp, const struct nic_addr *remote,
+			  const struct nic_qp_info *rqp);
 	uint32_t (*qp_num)(const struct nic_qp *qp);
 	/* Move the QP to the error state: outstanding WRs complete FLUSH_ERR. */
 	int (*qp_set_error)(struct nic_qp *qp);
@@ -92,11 +112,25 @@ struct nic_provider {
 	int (*post)(struct nic_qp *qp, struct nic_wr *wr, struct nic_wr **bad);
 	/* Poll up to n completions; count (>= 0) or -errno. */
 	int (*poll)(struct nic_cq *cq, int n, struct nic_wc *wc);
+	/* Completion channel, for sleeping while work is in flight; NULL when
+	 * the provider has none (loop: its work happens inside poll). */
+	int (*cq_arm)(struct nic_cq *cq);       /* notify on the next CQE: 0 or -errno */
+	int (*cq_fd)(const struct nic_cq *cq);  /* readable after an armed CQE */
+	void (*cq_ack)(struct nic_cq *cq);      /* consume and ack channel events */
+	/* One line for logs and errors: device, port, GID index and address, MTU. */
+	void (*describe)(const struct nic *nic, char *buf, size_t len);
+	/* NUMA node of the device, -1 unknown. */
+	int (*numa_node)(const struct nic *nic);
 };
 
-/* Find a provider by NIC name: "loop" (or "loop<N>") is the software NIC. */
+/* Find a provider by NIC name: "loop" (or "loop<N>") is the software NIC,
+ * anything else a verbs device name ("rxe0", "mlx5_0"). */
 const struct nic_provider *nic_provider_for(const char *nic_name);
 
+/* Active verbs devices (a port in state ACTIVE), at most max; count or -errno. */
+int nic_verbs_discover(struct nic_dev_info *out, int max);
+
 extern const struct nic_provider nic_loop_provider;
+extern const struct nic_provider nic_verbs_provider;
 
 #endif /* FERRY_QP_NIC_H */

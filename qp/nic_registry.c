@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * NIC name -> provider.  "loop" and "loop<digits>" are the software NIC;
- * everything else will belong to the verbs provider once it exists.
+ * any other name is a verbs device ("rxe0", "mlx5_0", "mlx5_0:1"): the
+ * verbs provider's open() says so when no such device exists.
  */
 #include "nic.h"
 
@@ -23,9 +24,9 @@ static int is_loop_name(const char *name)
 
 const struct nic_provider *nic_provider_for(const char *nic_name)
 {
-	if (!nic_name)
+	if (!nic_name || !*nic_name)
 		return NULL;
 	if (is_loop_name(nic_name))
 		return &nic_loop_provider;
-	return NULL;
+	return &nic_verbs_provider;
 }

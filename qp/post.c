@@ -17,8 +17,7 @@ static uint32_t pow2_at_least(uint32_t v)
 	return p;
 }
 
-int qpx_create(struct qctx *ctx, uint32_t max_wr, const struct nic_addr *remote,
-	       void *owner, struct qpx **out)
+int qpx_create(struct qctx *ctx, uint32_t max_wr, void *owner, struct qpx **out)
 {
 	uint32_t slots = pow2_at_least(max_wr);
 	struct qpx *q;
@@ -38,11 +37,7 @@ int qpx_create(struct qctx *ctx, uint32_t max_wr, const struct nic_addr *remote,
 	q->index = QPX_UNATTACHED;
 	q->owner = owner;
 	rc = ctx->prov->qp_create(ctx->nic, ctx->cq, max_wr, &q->nqp);
-	if (rc == 0)
-		rc = ctx->prov->qp_connect(q->nqp, remote);
 	if (rc) {
-		if (q->nqp)
-			ctx->prov->qp_destroy(q->nqp);
 		free(q->fifo);
 		free(q);
 		return rc;

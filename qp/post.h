@@ -56,10 +56,9 @@ struct qctx {
 
 #define QPX_UNATTACHED 0xffff
 
-/* Create a QP on ctx's NIC and CQ, connected to remote (control path: it
+/* Create a QP on ctx's NIC and CQ, not yet connected (control path: it
  * reads only ctx's immutable fields and does not touch the QP table). */
-int qpx_create(struct qctx *ctx, uint32_t max_wr, const struct nic_addr *remote,
-	       void *owner, struct qpx **out);
+int qpx_create(struct qctx *ctx, uint32_t max_wr, void *owner, struct qpx **out);
 /* Give q an index in the core's QP table: the owning core only. */
 int qctx_attach(struct qctx *ctx, struct qpx *q);
 /* Destroy a QP whose depth is 0: the owning core (or before it runs / after it stopped). */

@@ -9,8 +9,9 @@
  * It never blocks, locks, mallocs or logs inside the loop; the only system
  * calls are the provider's, a futex wake for an application thread that
  * sleeps in ferry_batch_wait (counted as wakeups), and the idle back-off
- * (sched_yield, then a futex sleep, counted as sleeps) when there is nothing
- * to do.
+ * when there is nothing to do: sched_yield, then poll(2) on the core's wake
+ * eventfd and, with work in flight on a NIC that has one, the CQ's
+ * completion channel (counted as sleeps).
  */
 /* Inline urcu fast paths, except under TSan: its benign internal races would
  * be reported inside our code. */
@@ -19,7 +20,10 @@
 #endif
 #include <errno.h>
 #include <numa.h>
+#include <poll.h>
 #include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,9 +37,17 @@
 #define CUT_BUDGET 512          /* slices cut per pass: keeps polls frequent */
 #define SPIN_LOOPS 256          /* idle passes before yielding the CPU */
 #define SLEEP_LOOPS 4096        /* idle passes (nothing in flight) before sleeping */
-#define SLEEP_NS (20 * 1000 * 1000)
+#define SLEEP_MS 20               /* idle, nothing in flight */
+#define CQ_SLEEP_MS 10            /* work in flight on a NIC with a completion channel */
 #define TIMEOUT_CHECK_MASK 255
 #define DRAIN_NS (2ull * 1000 * 1000 * 1000)
+
+static void eventfd_drain(int fd)
+{
+	eventfd_t v;
+
+	eventfd_read(fd, &v); /* non-blocking: EAGAIN when nothing was written */
+}
 
 static struct ferry_core *core_of(struct qctx *ctx)
 {
@@ -324,25 +336,42 @@ static bool core_has_input(struct ferry_core *c)
 	return false;
 }
 
-/* Sleep until kicked (or SLEEP_NS): offline for RCU while asleep. */
-static void core_sleep(struct ferry_core *c)
+/*
+ * Sleep until kicked through the wake eventfd, until the CQ's completion
+ * channel fires (on_cq), or for ns: offline for RCU while asleep.
+ */
+static void core_sleep(struct ferry_core *c, int timeout_ms, bool on_cq)
 {
-	uint32_t seq = __atomic_load_n(&c->wake, __ATOMIC_SEQ_CST);
+	const struct nic_provider *prov = c->q.prov;
+	struct pollfd fds[2] = { { .fd = c->wake_fd, .events = POLLIN } };
+	nfds_t n = 1;
 
 	__atomic_store_n(&c->sleeping, 1, __ATOMIC_SEQ_CST);
-	/* Pairs with core_kick(): enqueue, fence, read sleeping. */
-	if (!core_has_input(c) && !__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
-		ferry_tsan_release(&c->e->tsan_gp);
-		urcu_qsbr_thread_offline();
-		ferry_futex_wait(&c->wake, seq, SLEEP_NS);
-		urcu_qsbr_thread_online();
-		stat_add(&c->stats, sleeps, 1);
+	if (on_cq) {
+		/* A CQE that landed before the arm raises no event: poll once more. */
+		if (prov->cq_arm(c->q.cq) || qctx_poll(&c->q) != 0)
+			goto out;
+		fds[n++] = (struct pollfd){ .fd = prov->cq_fd(c->q.cq), .events = POLLIN };
 	}
+	/* Pairs with core_kick(): enqueue, full barrier, read sleeping. */
+	if (core_has_input(c) || __atomic_load_n(&c->stop, __ATOMIC_ACQUIRE))
+		goto out;
+	ferry_tsan_release(&c->e->tsan_gp);
+	urcu_qsbr_thread_offline();
+	poll(fds, n, timeout_ms);
+	urcu_qsbr_thread_online();
+	stat_add(&c->stats, sleeps, 1);
+out:
+	if (on_cq)
+		prov->cq_ack(c->q.cq);
 	__atomic_store_n(&c->sleeping, 0, __ATOMIC_RELAXED);
+	eventfd_drain(c->wake_fd);
 }
 
 static void core_idle(struct ferry_core *c)
 {
+	bool in_flight = c->slices_out || c->cut_head != c->cut_tail;
+
 	if (c->e->opts.idle == FERRY_IDLE_SPIN) {
 		ferry_cpu_relax();
 		return;
@@ -350,11 +379,14 @@ static void core_idle(struct ferry_core *c)
 	c->idle_loops++;
 	if (c->idle_loops < SPIN_LOOPS) {
 		ferry_cpu_relax();
-	} else if (c->slices_out || c->cut_head != c->cut_tail || c->idle_loops < SLEEP_LOOPS) {
-		/* Work in flight: stay awake but let the application run. */
+	} else if (in_flight && c->q.prov->cq_arm) {
+		/* A real NIC moves the bytes: give the CPU back until it reports. */
+		core_sleep(c, CQ_SLEEP_MS, true);
+	} else if (in_flight || c->idle_loops < SLEEP_LOOPS) {
+		/* loop's work happens inside poll: stay awake, let others run. */
 		sched_yield();
 	} else {
-		core_sleep(c);
+		core_sleep(c, SLEEP_MS, false);
 		c->idle_loops = 0;
 	}
 }
@@ -363,10 +395,8 @@ void core_kick(struct ferry_core *c)
 {
 	/* A seq_cst read-modify-write orders our enqueue before this read (a
 	 * full barrier, and TSan understands it where it rejects fences). */
-	if (__atomic_fetch_or(&c->sleeping, 0, __ATOMIC_SEQ_CST)) {
-		__atomic_fetch_add(&c->wake, 1, __ATOMIC_SEQ_CST);
-		ferry_futex_wake(&c->wake);
-	}
+	if (__atomic_fetch_or(&c->sleeping, 0, __ATOMIC_SEQ_CST))
+		eventfd_write(c->wake_fd, 1);
 }
 
 /* On stop: fail what was queued, flush what was posted, free the endpoints. */
@@ -455,6 +485,7 @@ static int core_open_nic(struct ferry_core *c, const char *nic)
 		return -ENODEV;
 	}
 	c->q.prov = prov;
+	snprintf(c->nic_name, sizeof(c->nic_name), "%s", nic);
 	rc = prov->open(nic, &c->q.nic);
 	if (rc) {
 		fprintf(stderr, "ferry: cannot open NIC '%s': %s\n", nic, strerror(-rc));
@@ -490,7 +521,8 @@ int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char
 	c->q.signal_every = e->opts.signal_every;
 	c->q.cq_quota.max = e->opts.cqes;
 	c->timeout_tsc = (uint64_t)e->opts.timeout_ms * ferry_tsc_hz() / 1000;
-	rc = ferry_ring_init(&c->cmds, CMD_RING);
+	c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	rc = c->wake_fd < 0 ? -errno : ferry_ring_init(&c->cmds, CMD_RING);
 	if (rc == 0)
 		rc = slice_pool_init(&c->pool, 2 * e->opts.cqes, node);
 	if (rc == 0)
@@ -527,8 +559,7 @@ void core_stop(struct ferry_core *c)
 	if (!c->started)
 		return;
 	__atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
-	__atomic_fetch_add(&c->wake, 1, __ATOMIC_SEQ_CST);
-	ferry_futex_wake(&c->wake);
+	eventfd_write(c->wake_fd, 1);
 	pthread_join(c->thread, NULL);
 	c->started = 0;
 }
@@ -547,6 +578,8 @@ void core_destroy(struct ferry_core *c)
 		c->q.prov->close(c->q.nic);
 	slice_pool_fini(&c->pool);
 	ferry_ring_fini(&c->cmds);
+	if (c->wake_fd >= 0)
+		close(c->wake_fd);
 	numa_free(c, sizeof(*c));
 }
 

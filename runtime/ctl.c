@@ -1,15 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Control thread (see ctl.h).  One listener thread serves one connection at
- * a time; a connection may carry several GET_DESC requests until the client
- * closes it.  Each request (header and payload) must arrive within
- * CTL_IO_TIMEOUT_MS of the server starting to wait for it, so a slow client
- * (one byte per second) cannot hold the thread longer than an idle one.
+ * a time; a connection may carry several requests (GET_DESC, CONNECT_REQ,
+ * DISCONNECT) until the client closes it.  Each request (header and payload)
+ * must arrive within CTL_IO_TIMEOUT_MS of the server starting to wait for
+ * it, so a slow client (one byte per second) cannot hold the thread longer
+ * than an idle one; a payload larger than its type allows is refused before
+ * it is read.
  *
  * All socket I/O is non-blocking (MSG_DONTWAIT) around poll() with a
  * deadline.  The server also polls the stop eventfd, so ctl_stop() returns
  * at once even while a client holds a connection open.  SO_RCVTIMEO and
  * SO_SNDTIMEO are set as a second line of defence.
+ *
+ * The client side opens one connection per call (fetch, connect, disconnect)
+ * and shares everything but the payload codecs (ctl_call).
  *
  * WIRE_ERROR carries a negative errno (ferry's convention) as an i32.
  */
@@ -293,7 +298,7 @@ static int ctl_send_error(struct ctl *c, int fd, int err, int64_t deadline)
 {
 	uint8_t frame[WIRE_HDR_LEN + 4];
 
-	/* A describe() that broke the negative-errno rule still gets a valid reply. */
+	/* A callback that broke the negative-errno rule still gets a valid reply. */
 	if (err >= 0 || err < -CTL_ERRNO_MAX)
 		err = -EIO;
 	wire_hdr_encode(frame, WIRE_ERROR, 4);
@@ -302,13 +307,33 @@ static int ctl_send_error(struct ctl *c, int fd, int err, int64_t deadline)
 }
 
 /*
+ * Send the answer to one request: the frame (payload at frame + WIRE_HDR_LEN)
+ * if rc is 0, else a WIRE_ERROR carrying rc.  The deadline starts here, after
+ * the engine's callback: it bounds the client, not our own work.
+ */
+static int ctl_reply(struct ctl *c, int fd, int rc, uint16_t type, uint8_t *frame,
+		     size_t payload_len)
+{
+	int64_t deadline = now_ms() + CTL_IO_TIMEOUT_MS;
+
+	if (rc) {
+		rc = ctl_send_error(c, fd, rc, deadline);
+	} else {
+		wire_hdr_encode(frame, type, (uint32_t)payload_len);
+		rc = send_full(fd, c->stop_fd, frame, WIRE_HDR_LEN + payload_len, deadline);
+	}
+	if (!rc)
+		ctl_count(&c->served);
+	return rc;
+}
+
+/*
  * Build, encode and send the descriptor, or a WIRE_ERROR saying why not.
  * The frame is built in one buffer so it goes out in as few segments as
  * the socket allows.
  */
-static int ctl_answer(struct ctl *c, int fd)
+static int ctl_answer_desc(struct ctl *c, int fd)
 {
-	int64_t deadline;
 	struct seg_desc d;
 	uint8_t *frame = NULL;
 	size_t size = 0;
@@ -325,20 +350,106 @@ static int ctl_answer(struct ctl *c, int fd)
 		rc = frame ? wire_desc_encode(&d, frame + WIRE_HDR_LEN, size) : -ENOMEM;
 	}
 	seg_desc_free(&d);
-
-	/* The deadline starts after describe(): it bounds the client, not us. */
-	deadline = now_ms() + CTL_IO_TIMEOUT_MS;
-	if (rc) {
+	if (rc)
 		ctl_log("cannot describe the segment: %s", strerror(-rc));
-		free(frame);
-		rc = ctl_send_error(c, fd, rc, deadline);
-	} else {
-		wire_hdr_encode(frame, WIRE_DESC, (uint32_t)size);
-		rc = send_full(fd, c->stop_fd, frame, WIRE_HDR_LEN + size, deadline);
-		free(frame);
+	rc = ctl_reply(c, fd, rc, WIRE_DESC, frame, size);
+	free(frame);
+	return rc;
+}
+
+static int ctl_answer_connect(struct ctl *c, int fd, const uint8_t *payload, size_t len)
+{
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	uint8_t *frame = NULL;
+	size_t size = 0;
+	int rc;
+
+	if (wire_connect_req_decode(payload, len, &req))
+		return ctl_refuse(c, "malformed CONNECT_REQ");
+	memset(&rep, 0, sizeof(rep));
+	rc = c->connect ? c->connect(c->arg, &req, &rep) : -EOPNOTSUPP;
+	if (!rc) {
+		/* Encoding refuses (-EINVAL) a reply the initiator would refuse. */
+		size = wire_connect_rep_size(&rep);
+		frame = malloc(WIRE_HDR_LEN + size);
+		rc = frame ? wire_connect_rep_encode(&rep, frame + WIRE_HDR_LEN, size) : -ENOMEM;
 	}
+	if (rc)
+		ctl_log("connect request (token %llu): %s", (unsigned long long)req.token,
+			strerror(-rc));
+	rc = ctl_reply(c, fd, rc, WIRE_CONNECT_REP, frame, size);
+	free(frame);
+	return rc;
+}
+
+static int ctl_answer_disconnect(struct ctl *c, int fd, const uint8_t *payload, size_t len)
+{
+	struct wire_disconnect d;
+	uint8_t frame[WIRE_HDR_LEN];
+	int rc;
+
+	if (wire_disconnect_decode(payload, len, &d))
+		return ctl_refuse(c, "malformed DISCONNECT");
+	rc = c->disconnect ? c->disconnect(c->arg, &d) : -EOPNOTSUPP;
+	if (rc)
+		ctl_log("disconnect request (token %llu): %s", (unsigned long long)d.token,
+			strerror(-rc));
+	return ctl_reply(c, fd, rc, WIRE_DISCONNECT_REP, frame, 0);
+}
+
+/*
+ * The largest payload the server reads for a request type, or -1 for a type
+ * that is not a request.  Larger ones are refused unread, so a client cannot
+ * make the server buffer more than the biggest valid request.
+ */
+static long ctl_req_max(uint16_t type)
+{
+	static const struct wire_connect_req full = { .n_qps = WIRE_MAX_EP_QPS };
+
+	switch (type) {
+	case WIRE_GET_DESC:
+		return 0; /* no payload in version 1 */
+	case WIRE_CONNECT_REQ:
+		return (long)wire_connect_req_size(&full);
+	case WIRE_DISCONNECT:
+		return WIRE_DISCONNECT_LEN;
+	default:
+		return -1;
+	}
+}
+
+static int ctl_dispatch(struct ctl *c, int fd, uint16_t type, const uint8_t *payload,
+			size_t len)
+{
+	switch (type) {
+	case WIRE_GET_DESC:
+		return ctl_answer_desc(c, fd);
+	case WIRE_CONNECT_REQ:
+		return ctl_answer_connect(c, fd, payload, len);
+	default:
+		return ctl_answer_disconnect(c, fd, payload, len);
+	}
+}
+
+/* Read the payload of a request whose header passed ctl_req_max, and answer it. */
+static int ctl_serve_payload(struct ctl *c, int fd, const struct wire_hdr *h, int64_t deadline)
+{
+	uint8_t *payload = malloc(h->payload_len ? h->payload_len : 1);
+	size_t got;
+	int rc;
+
+	if (!payload) {
+		ctl_log("no memory for a %u byte request", h->payload_len);
+		return -ENOMEM;
+	}
+	rc = recv_full(fd, c->stop_fd, payload, h->payload_len, deadline, &got);
 	if (!rc)
-		ctl_count(&c->served);
+		rc = ctl_dispatch(c, fd, h->type, payload, h->payload_len);
+	else if (rc != -ECANCELED) /* stopping is not the client's fault */
+		rc = ctl_refuse(c, "type %u payload truncated at %zu of %u bytes (%s)", h->type,
+				got, h->payload_len, strerror(-rc));
+	free(payload);
 	return rc;
 }
 
@@ -349,6 +460,7 @@ static int ctl_serve_one(struct ctl *c, int fd)
 	uint8_t buf[WIRE_HDR_LEN];
 	struct wire_hdr h;
 	size_t got;
+	long max;
 	int rc;
 
 	rc = recv_full(fd, c->stop_fd, buf, sizeof(buf), deadline, &got);
@@ -365,12 +477,13 @@ static int ctl_serve_one(struct ctl *c, int fd)
 	}
 	if (rc)
 		return ctl_refuse(c, "bad header");
-	if (h.type != WIRE_GET_DESC)
+	max = ctl_req_max(h.type);
+	if (max < 0)
 		return ctl_refuse(c, "unexpected message type %u", h.type);
-	/* GET_DESC has no payload in version 1; do not read one. */
-	if (h.payload_len)
-		return ctl_refuse(c, "GET_DESC with a %u byte payload", h.payload_len);
-	return ctl_answer(c, fd);
+	if (h.payload_len > (unsigned long)max)
+		return ctl_refuse(c, "type %u with a %u byte payload (at most %ld)", h.type,
+				  h.payload_len, max);
+	return ctl_serve_payload(c, fd, &h, deadline);
 }
 
 static void ctl_serve(struct ctl *c, int fd)
@@ -471,6 +584,26 @@ static void ctl_close_fds(struct ctl *c)
 	c->stop_fd = -1;
 }
 
+/* Zero everything but the endpoint handlers, which ctl_set_ep_ops set before. */
+static void ctl_reset(struct ctl *c)
+{
+	ctl_connect_fn on_connect = c->connect;
+	ctl_disconnect_fn on_disconnect = c->disconnect;
+
+	memset(c, 0, sizeof(*c));
+	c->connect = on_connect;
+	c->disconnect = on_disconnect;
+	c->listen_fd = -1;
+	c->stop_fd = -1;
+}
+
+void ctl_set_ep_ops(struct ctl *c, ctl_connect_fn on_connect, ctl_disconnect_fn on_disconnect)
+{
+	/* Read by the control thread only after pthread_create: no race. */
+	c->connect = on_connect;
+	c->disconnect = on_disconnect;
+}
+
 int ctl_start(struct ctl *c, const char *listen_addr, ctl_describe_fn describe, void *arg)
 {
 	struct sockaddr_in sin;
@@ -478,9 +611,7 @@ int ctl_start(struct ctl *c, const char *listen_addr, ctl_describe_fn describe, 
 
 	if (!c)
 		return -EINVAL;
-	memset(c, 0, sizeof(*c));
-	c->listen_fd = -1;
-	c->stop_fd = -1;
+	ctl_reset(c);
 	if (!describe)
 		return -EINVAL;
 	c->describe = describe;
@@ -530,8 +661,24 @@ void ctl_stop(struct ctl *c)
 
 /* ---- client ----------------------------------------------------------- */
 
+/*
+ * One request/reply exchange: the client opens one TCP connection per call,
+ * so a reply can never be matched to the wrong request.
+ */
+struct ctl_call {
+	const char *what;  /* "fetch", "connect", "disconnect": for the logs */
+	uint8_t *frame;    /* WIRE_HDR_LEN bytes of room, then the request payload */
+	size_t req_len;    /* payload bytes */
+	uint16_t req_type;
+	uint16_t rep_type; /* the answer expected besides WIRE_ERROR */
+	uint32_t rep_max;  /* larger replies are refused unread */
+	/* Decode the reply payload into out; NULL when it must be empty. */
+	int (*decode)(const uint8_t *buf, size_t len, void *out);
+	void *out;
+};
+
 /* Connect with a deadline.  Returns the fd or -errno. */
-static int ctl_connect(const struct sockaddr_in *sin, int64_t deadline)
+static int ctl_dial(const struct sockaddr_in *sin, int64_t deadline)
 {
 	socklen_t elen = sizeof(int);
 	int fd, rc, err = 0;
@@ -573,14 +720,14 @@ static int ctl_io_error(int rc)
 	}
 }
 
-static int ctl_read_error(int fd, const struct wire_hdr *h, int64_t deadline)
+static int ctl_read_error(int fd, const struct wire_hdr *h, int64_t deadline, const char *what)
 {
 	uint8_t b[4];
 	int32_t err;
 	int rc;
 
 	if (h->payload_len != sizeof(b)) {
-		ctl_log("fetch: ERROR reply with a %u byte payload", h->payload_len);
+		ctl_log("%s: ERROR reply with a %u byte payload", what, h->payload_len);
 		return -EPROTO;
 	}
 	rc = recv_full(fd, -1, b, sizeof(b), deadline, NULL);
@@ -588,39 +735,47 @@ static int ctl_read_error(int fd, const struct wire_hdr *h, int64_t deadline)
 		return ctl_io_error(rc);
 	err = (int32_t)get_le32(b);
 	if (err >= 0 || err < -CTL_ERRNO_MAX) {
-		ctl_log("fetch: ERROR reply with errno %d", err);
+		ctl_log("%s: ERROR reply with errno %d", what, err);
 		return -EPROTO;
 	}
 	return err;
 }
 
-static int ctl_read_desc(int fd, const struct wire_hdr *h, int64_t deadline,
-			 struct seg_desc *out)
+static int ctl_read_reply(int fd, const struct wire_hdr *h, int64_t deadline,
+			  const struct ctl_call *call)
 {
-	/* payload_len is at most WIRE_MAX_PAYLOAD: wire_hdr_decode checked it. */
-	uint8_t *buf = malloc(h->payload_len ? h->payload_len : 1);
+	uint8_t *buf;
 	int rc;
 
+	if (h->payload_len > call->rep_max) {
+		ctl_log("%s: reply of type %u with a %u byte payload (at most %u)", call->what,
+			h->type, h->payload_len, call->rep_max);
+		return -EPROTO;
+	}
+	if (!call->decode)
+		return 0;
+	/* At most rep_max <= WIRE_MAX_PAYLOAD bytes: wire_hdr_decode checked it. */
+	buf = malloc(h->payload_len ? h->payload_len : 1);
 	if (!buf)
 		return -ENOMEM;
 	rc = recv_full(fd, -1, buf, h->payload_len, deadline, NULL);
 	if (rc)
 		rc = ctl_io_error(rc);
 	else
-		rc = wire_desc_decode(buf, h->payload_len, out);
+		rc = call->decode(buf, h->payload_len, call->out);
 	free(buf);
 	return rc;
 }
 
-/* Send GET_DESC on a connected fd and read the reply. */
-static int ctl_request(int fd, int64_t deadline, struct seg_desc *out)
+/* Send the request on a connected fd and read the reply. */
+static int ctl_exchange(int fd, int64_t deadline, const struct ctl_call *call)
 {
 	uint8_t b[WIRE_HDR_LEN];
 	struct wire_hdr h;
 	int rc;
 
-	wire_hdr_encode(b, WIRE_GET_DESC, 0);
-	rc = send_full(fd, -1, b, sizeof(b), deadline);
+	wire_hdr_encode(call->frame, call->req_type, (uint32_t)call->req_len);
+	rc = send_full(fd, -1, call->frame, WIRE_HDR_LEN + call->req_len, deadline);
 	if (!rc)
 		rc = recv_full(fd, -1, b, sizeof(b), deadline, NULL);
 	if (rc)
@@ -628,46 +783,124 @@ static int ctl_request(int fd, int64_t deadline, struct seg_desc *out)
 	rc = wire_hdr_decode(b, sizeof(b), &h);
 	if (rc)
 		return rc;
-	switch (h.type) {
-	case WIRE_DESC:
-		return ctl_read_desc(fd, &h, deadline, out);
-	case WIRE_ERROR:
-		return ctl_read_error(fd, &h, deadline);
-	default:
-		ctl_log("fetch: unexpected reply type %u", h.type);
-		return -EPROTO;
-	}
+	if (h.type == call->rep_type)
+		return ctl_read_reply(fd, &h, deadline, call);
+	if (h.type == WIRE_ERROR)
+		return ctl_read_error(fd, &h, deadline, call->what);
+	ctl_log("%s: unexpected reply type %u", call->what, h.type);
+	return -EPROTO;
 }
 
-int ctl_fetch_desc(const char *address, int timeout_ms, struct seg_desc *out)
+/* Resolve, connect, exchange, close: what every client call shares. */
+static int ctl_call(const char *address, int timeout_ms, const struct ctl_call *call)
 {
 	struct sockaddr_in sin;
 	int64_t deadline;
 	int fd, rc;
 
-	if (!out)
-		return -EINVAL;
-	memset(out, 0, sizeof(*out));
 	if (timeout_ms <= 0)
 		return -EINVAL;
 	if (resolve_peer(address, &sin)) {
-		ctl_log("fetch: bad address \"%s\" (want a.b.c.d:port or localhost:port)",
-			address ? address : "(null)");
+		ctl_log("%s: bad address \"%s\" (want a.b.c.d:port or localhost:port)",
+			call->what, address ? address : "(null)");
 		return -EINVAL;
 	}
 	deadline = now_ms() + timeout_ms;
 
-	fd = ctl_connect(&sin, deadline);
+	fd = ctl_dial(&sin, deadline);
 	if (fd < 0) {
-		ctl_log("fetch: cannot connect to %s: %s", address, strerror(-fd));
+		ctl_log("%s: cannot connect to %s: %s", call->what, address, strerror(-fd));
 		/* Unreachable, refused, reset: all mean "no engine there". */
 		if (fd == -ETIMEDOUT || fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM)
 			return fd;
 		return -ECONNREFUSED;
 	}
-	rc = ctl_request(fd, deadline, out);
+	rc = ctl_exchange(fd, deadline, call);
 	close(fd);
 	if (rc && rc != -EPROTO)
-		ctl_log("fetch from %s: %s", address, strerror(-rc));
+		ctl_log("%s: %s: %s", call->what, address, strerror(-rc));
 	return rc;
+}
+
+/* Adapters: calling a decoder through a pointer of another type is undefined. */
+static int decode_desc(const uint8_t *buf, size_t len, void *out)
+{
+	return wire_desc_decode(buf, len, out);
+}
+
+static int decode_connect_rep(const uint8_t *buf, size_t len, void *out)
+{
+	return wire_connect_rep_decode(buf, len, out);
+}
+
+int ctl_fetch_desc(const char *address, int timeout_ms, struct seg_desc *out)
+{
+	uint8_t frame[WIRE_HDR_LEN];
+	struct ctl_call call = {
+		.what = "fetch", .frame = frame, .req_type = WIRE_GET_DESC,
+		.rep_type = WIRE_DESC, .rep_max = WIRE_MAX_PAYLOAD,
+		.decode = decode_desc, .out = out,
+	};
+
+	if (!out)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	return ctl_call(address, timeout_ms, &call);
+}
+
+/* The reply must be for this endpoint and carry one peer QP per QP of ours. */
+static int ctl_check_rep(const struct wire_connect_req *req, const struct wire_connect_rep *rep)
+{
+	if (rep->token == req->token && rep->n_qps == req->n_qps)
+		return 0;
+	ctl_log("connect: reply for token %llu with %u QPs, asked for token %llu with %u",
+		(unsigned long long)rep->token, rep->n_qps, (unsigned long long)req->token,
+		req->n_qps);
+	return -EPROTO;
+}
+
+int ctl_connect(const char *address, int timeout_ms, const struct wire_connect_req *req,
+		struct wire_connect_rep *rep)
+{
+	static const struct wire_connect_rep full = { .n_qps = WIRE_MAX_EP_QPS };
+	struct ctl_call call = {
+		.what = "connect", .req_type = WIRE_CONNECT_REQ,
+		.rep_type = WIRE_CONNECT_REP, .rep_max = (uint32_t)wire_connect_rep_size(&full),
+		.decode = decode_connect_rep, .out = rep,
+	};
+	int rc;
+
+	if (!rep)
+		return -EINVAL;
+	memset(rep, 0, sizeof(*rep));
+	if (!req)
+		return -EINVAL;
+	call.req_len = wire_connect_req_size(req);
+	call.frame = malloc(WIRE_HDR_LEN + call.req_len);
+	if (!call.frame)
+		return -ENOMEM;
+	/* Refuses (-EINVAL) what the target would refuse, before any connection. */
+	rc = wire_connect_req_encode(req, call.frame + WIRE_HDR_LEN, call.req_len);
+	if (!rc)
+		rc = ctl_call(address, timeout_ms, &call);
+	if (!rc)
+		rc = ctl_check_rep(req, rep);
+	if (rc)
+		memset(rep, 0, sizeof(*rep));
+	free(call.frame);
+	return rc;
+}
+
+int ctl_disconnect(const char *address, int timeout_ms, const struct wire_disconnect *d)
+{
+	uint8_t frame[WIRE_HDR_LEN + WIRE_DISCONNECT_LEN];
+	struct ctl_call call = {
+		.what = "disconnect", .frame = frame, .req_len = WIRE_DISCONNECT_LEN,
+		.req_type = WIRE_DISCONNECT, .rep_type = WIRE_DISCONNECT_REP, .rep_max = 0,
+	};
+
+	if (!d)
+		return -EINVAL;
+	(void)wire_disconnect_encode(d, frame + WIRE_HDR_LEN, WIRE_DISCONNECT_LEN);
+	return ctl_call(address, timeout_ms, &call);
 }

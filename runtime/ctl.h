@@ -17,6 +17,12 @@
 
 /* Build the descriptor to send: fill *out (regions on the heap); 0 or -errno. */
 typedef int (*ctl_describe_fn)(void *arg, struct seg_desc *out);
+/* Create and connect the target-side QPs of an endpoint; fill rep; 0 or -errno
+ * (sent back as WIRE_ERROR). */
+typedef int (*ctl_connect_fn)(void *arg, const struct wire_connect_req *req,
+			      struct wire_connect_rep *rep);
+/* Tear down the target-side QPs of an endpoint; 0 or -errno (-ENOENT unknown). */
+typedef int (*ctl_disconnect_fn)(void *arg, const struct wire_disconnect *d);
 
 struct ctl {
 	int listen_fd;
@@ -25,6 +31,8 @@ struct ctl {
 	int running;
 	char address[64];          /* "host:port" actually bound */
 	ctl_describe_fn describe;
+	ctl_connect_fn connect;       /* NULL: CONNECT_REQ answered -EOPNOTSUPP */
+	ctl_disconnect_fn disconnect; /* NULL: DISCONNECT answered -EOPNOTSUPP */
 	void *arg;
 	uint64_t served;           /* requests answered */
 	uint64_t refused;          /* malformed messages */
@@ -32,9 +40,19 @@ struct ctl {
 
 /* Bind listen ("ip:port", port 0 = any; NULL = "127.0.0.1:0") and start the thread. */
 int ctl_start(struct ctl *c, const char *listen, ctl_describe_fn describe, void *arg);
+/* Set the endpoint handlers; call before ctl_start (they share its arg). */
+void ctl_set_ep_ops(struct ctl *c, ctl_connect_fn connect, ctl_disconnect_fn disconnect);
 /* Stop the thread and close the socket; safe on a never-started ctl. */
 void ctl_stop(struct ctl *c);
 /* Fetch the descriptor of the engine at address; blocks up to timeout_ms. */
 int ctl_fetch_desc(const char *address, int timeout_ms, struct seg_desc *out);
+/* Ask the engine at address to connect an endpoint; blocks up to timeout_ms.
+ * Returns 0 with rep filled (token and n_qps checked against req), the
+ * target's negative errno from a WIRE_ERROR, or a transport error as for
+ * ctl_fetch_desc. */
+int ctl_connect(const char *address, int timeout_ms, const struct wire_connect_req *req,
+		struct wire_connect_rep *rep);
+/* Ask the engine at address to tear down an endpoint's QPs. */
+int ctl_disconnect(const char *address, int timeout_ms, const struct wire_disconnect *d);
 
 #endif /* FERRY_RUNTIME_CTL_H */

@@ -4,6 +4,7 @@
  * of it serialises on ctl_lock and may block; none of it runs on a core.
  */
 #include <errno.h>
+#include <numa.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,23 +57,81 @@ static void nic_for_core(const char *list, unsigned k, char *out, size_t len)
 	snprintf(out, len, "%.*s", (int)(q ? (size_t)(q - p) : strlen(p)), p);
 }
 
+static int cpu_node(unsigned cpu)
+{
+	return numa_available() >= 0 ? numa_node_of_cpu((int)cpu) : -1;
+}
+
+/*
+ * "auto": every active verbs device, each core on a device of its own NUMA
+ * node when there is one (round robin within the node), else round robin
+ * over all; no device at all means the software NIC.
+ */
+static void nic_auto(const unsigned *cpus, unsigned ncores, char names[][64])
+{
+	struct nic_dev_info devs[FERRY_MAX_CORES];
+	unsigned used[FERRY_MAX_CORES] = { 0 };
+	int n = nic_verbs_discover(devs, FERRY_MAX_CORES);
+
+	for (unsigned i = 0; i < ncores; i++) {
+		int node = cpu_node(cpus[i]), pick = -1, best = -1;
+
+		for (int d = 0; d < n; d++) {
+			if (devs[d].numa_node == node && (pick < 0 || used[d] < used[pick]))
+				pick = d;
+			if (best < 0 || used[d] < used[best])
+				best = d;
+		}
+		if (pick < 0)
+			pick = best;
+		if (pick < 0) {
+			snprintf(names[i], 64, "loop");
+			continue;
+		}
+		used[pick]++;
+		snprintf(names[i], 64, "%s", devs[pick].name);
+	}
+}
+
+static void nics_for_cores(const struct ferry_engine *e, const unsigned *cpus, char names[][64])
+{
+	if (strcmp(e->opts.nics, "auto") == 0) {
+		nic_auto(cpus, e->ncores, names);
+		return;
+	}
+	for (unsigned i = 0; i < e->ncores; i++)
+		nic_for_core(e->opts.nics, i, names[i], 64);
+}
+
 static int engine_describe(void *arg, struct seg_desc *d);
+
+static void engine_print_map(const struct ferry_engine *e)
+{
+	char what[160];
+
+	for (unsigned i = 0; i < e->ncores; i++) {
+		const struct ferry_core *c = e->cores[i];
+
+		c->q.prov->describe(c->q.nic, what, sizeof(what));
+		fprintf(stderr, "ferry: core %u: cpu %u (NUMA %d) -> %s\n", i, c->cpu, c->numa, what);
+	}
+}
 
 static int engine_start(struct ferry_engine *e, const unsigned *cpus, const char *listen)
 {
-	char nic[64];
+	char names[FERRY_MAX_CORES][64];
 	int rc;
 
+	nics_for_cores(e, cpus, names);
 	for (unsigned i = 0; i < e->ncores; i++) {
-		nic_for_core(e->opts.nics, i, nic, sizeof(nic));
-		rc = core_create(e, i, cpus[i], nic, &e->cores[i]);
+		rc = core_create(e, i, cpus[i], names[i], &e->cores[i]);
 		if (rc)
 			return rc;
 		e->prov[i] = e->cores[i]->q.prov;
-		if (e->opts.verbose)
-			fprintf(stderr, "ferry: core %u -> cpu %u (numa %d), nic %s\n", i, cpus[i],
-				e->cores[i]->numa, nic);
 	}
+	if (e->opts.verbose)
+		engine_print_map(e);
+	ctl_set_ep_ops(&e->ctl, passive_connect, passive_disconnect);
 	rc = ctl_start(&e->ctl, listen, engine_describe, e);
 	if (rc) {
 		fprintf(stderr, "ferry: cannot listen on %s: %s\n", listen ? listen : "(default)",
@@ -99,6 +158,7 @@ int ferry_engine_create(const struct ferry_opts *o, struct ferry_engine **out)
 	if (!e)
 		return -ENOMEM;
 	pthread_mutex_init(&e->ctl_lock, NULL);
+	pthread_mutex_init(&e->passive_lock, NULL);
 	pthread_rwlock_init(&e->regions_lock, NULL);
 	/* A new incarnation per engine: peers can tell a restarted process. */
 	if (getrandom(&e->incarnation, sizeof(e->incarnation), 0) != sizeof(e->incarnation))
@@ -142,11 +202,13 @@ void ferry_engine_destroy(struct ferry_engine *e)
 {
 	if (!e)
 		return;
+	seg_disconnect_all(e);
 	ctl_stop(&e->ctl);
 	/* Cores fail what is queued, flush what is posted, free their eps. */
 	for (unsigned i = 0; i < e->ncores; i++)
 		if (e->cores[i])
 			core_stop(e->cores[i]);
+	passive_destroy_all(e);
 	for (unsigned s = 0; s < FERRY_MAX_SEGS; s++)
 		seg_release(&e->segs[s]);
 	for (unsigned i = 0; i < e->n_regions; i++)
@@ -162,6 +224,7 @@ void ferry_engine_destroy(struct ferry_engine *e)
 			free(e->ports[i]);
 		}
 	pthread_rwlock_destroy(&e->regions_lock);
+	pthread_mutex_destroy(&e->passive_lock);
 	pthread_mutex_destroy(&e->ctl_lock);
 	free(e);
 }
@@ -174,6 +237,11 @@ const char *ferry_engine_address(const struct ferry_engine *e)
 unsigned ferry_engine_cores(const struct ferry_engine *e)
 {
 	return e ? e->ncores : 0;
+}
+
+const char *ferry_core_nic(const struct ferry_engine *e, unsigned core)
+{
+	return e && core < e->ncores ? e->cores[core]->nic_name : NULL;
 }
 
 struct nic *ferry_engine_nic(struct ferry_engine *e, unsigned core)

@@ -40,7 +40,9 @@ enum ferry_idle {
 /** Engine options: call ferry_opts_default() first, then change fields. */
 struct ferry_opts {
 	const char *cores;     /**< "0-3,8" or "0xf"; NULL/"" = first online core */
-	const char *nics;      /**< comma list of NIC names; "loop" = software NIC */
+	const char *nics;      /**< comma list of NIC names ("rxe0,rxe1"); "loop" = software
+	                        *   NIC; "auto" (default) = every active RDMA device,
+	                        *   matched to cores by NUMA node, else loop */
 	const char *listen;    /**< control address "ip:port"; port 0 = any */
 	uint32_t slice_size;   /**< bytes per work request (default 65536) */
 	uint32_t qps_per_ep;   /**< QPs per endpoint (default 2) */
@@ -143,6 +145,12 @@ void ferry_engine_destroy(struct ferry_engine *e);
 
 /** The control address peers pass to ferry_segment_open(), "host:port". Any thread. */
 const char *ferry_engine_address(const struct ferry_engine *e);
+
+/**
+ * Name of the NIC that core `core` owns ("loop", "rxe0", ...), NULL for a bad
+ * core.  With nics "auto" this is the NUMA-matched choice.  Any thread.
+ */
+const char *ferry_core_nic(const struct ferry_engine *e, unsigned core);
 
 /** Number of worker cores of the engine.  Any thread. */
 unsigned ferry_engine_cores(const struct ferry_engine *e);

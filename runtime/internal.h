@@ -91,6 +91,7 @@ struct ferry_seg {
 	struct seg_desc *old_descs[8]; /* replaced by refresh, kept until close */
 	unsigned n_old;
 	struct ferry_ep *eps[FERRY_MAX_CORES];
+	uint64_t tokens[FERRY_MAX_CORES];  /* handshake ids of eps[] */
 };
 
 enum core_cmd_type { CMD_EP_ADD = 1, CMD_EP_REMOVE };
@@ -128,12 +129,13 @@ struct ferry_core {
 	/* shared */
 	struct ferry_ring cmds;        /* control path -> core */
 	uint32_t sleeping ferry_cache_aligned; /* atomic */
-	uint32_t wake;                 /* futex word */
+	int wake_fd;                   /* eventfd: submitters wake a sleeping core */
 	uint32_t stop;                 /* atomic */
 	pthread_t thread;
 	int started;
 	unsigned cpu;
 	int numa;
+	char nic_name[64];
 	struct ferry_engine *e;
 };
 
@@ -152,6 +154,9 @@ struct ferry_engine {
 	struct ferry_seg segs[FERRY_MAX_SEGS];
 	struct ferry_port *ports[FERRY_MAX_PORTS]; /* RCU-published */
 	unsigned n_ports_hw;           /* high-water mark of ports[] (atomic) */
+	uint64_t next_token;           /* endpoint ids for handshakes (ctl_lock) */
+	pthread_mutex_t passive_lock;  /* the control thread vs engine destroy */
+	struct passive_ep *passive;    /* peer QPs we serve as a target */
 	int tsan_gp;                   /* TSan model of the RCU grace period */
 };
 
@@ -188,6 +193,14 @@ struct mem_region *ferry_region_find(struct ferry_engine *e, uint64_t addr, uint
 /* runtime/segment.c: take a reference on an open segment for a request, or NULL. */
 struct ferry_seg *seg_acquire(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot);
 void seg_release_ref(struct ferry_seg *s);
+/* Engine destroy: tell every peer to free its half of our endpoints (best effort). */
+void seg_disconnect_all(struct ferry_engine *e);
+
+/* runtime/passive.c: the target side of the endpoint handshake. */
+int passive_connect(void *arg, const struct wire_connect_req *req, struct wire_connect_rep *rep);
+int passive_disconnect(void *arg, const struct wire_disconnect *d);
+void passive_destroy_all(struct ferry_engine *e);
+unsigned passive_count(struct ferry_engine *e);
 
 /* Test hook: the NIC context of core i. */
 struct nic *ferry_engine_nic(struct ferry_engine *e, unsigned core);

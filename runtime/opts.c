@@ -41,7 +41,7 @@ void ferry_opts_default(struct ferry_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->cores = NULL;
-	o->nics = "loop";
+	o->nics = "auto";
 	o->listen = "127.0.0.1:0";
 	o->slice_size = 65536;
 	o->qps_per_ep = 2;

@@ -61,6 +61,8 @@ static void sleep_us(long us)
 	nanosleep(&ts, NULL);
 }
 
+static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, uint64_t token);
+
 /* Remove slot's endpoint from every core; waits out flushes (-EBUSY). */
 static void seg_remove_eps(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
 {
@@ -72,6 +74,7 @@ static void seg_remove_eps(struct ferry_engine *e, struct ferry_seg *s, uint32_t
 		while (core_command(e->cores[i], &cmd) == -EBUSY)
 			sleep_us(100);
 		s->eps[i] = NULL;
+		ep_disconnect_peer(e, s, s->tokens[i]);
 	}
 }
 
@@ -89,6 +92,54 @@ static int seg_check_desc(struct ferry_engine *e, const struct seg_desc *d, cons
 	return 0;
 }
 
+static void handshake_req(struct ferry_engine *e, unsigned i, const struct seg_desc *d,
+			  const struct ferry_ep *ep, struct wire_connect_req *req)
+{
+	struct ferry_core *c = e->cores[i];
+
+	memset(req, 0, sizeof(*req));
+	req->incarnation = e->incarnation;
+	req->token = ep->token;
+	req->target_incarnation = d->incarnation;
+	req->target_nic = (uint16_t)ep->remote_nic;
+	req->n_qps = (uint16_t)ep->nqps;
+	snprintf(req->nic.provider, sizeof(req->nic.provider), "%s", c->q.prov->name);
+	c->q.prov->addr(c->q.nic, &req->nic.addr);
+	ep_qp_infos(&c->q, ep, req->qps);
+}
+
+/* Both halves of one endpoint: ours here, the peer's on its control thread. */
+static int ep_handshake(struct ferry_engine *e, unsigned i, struct ferry_seg *s,
+			struct ferry_ep *ep)
+{
+	struct ferry_core *c = e->cores[i];
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	char here[160];
+	int rc;
+
+	handshake_req(e, i, s->desc, ep, &req);
+	rc = ctl_connect(s->address, FETCH_TIMEOUT_MS, &req, &rep);
+	if (rc == 0)
+		rc = ep_connect(&c->q, ep, &s->desc->nics[ep->remote_nic].addr, rep.qps);
+	if (rc) {
+		c->q.prov->describe(c->q.nic, here, sizeof(here));
+		fprintf(stderr, "ferry: segment %s: connecting core %u (%s) to the peer's NIC %u "
+			"failed: %s\n", s->address, i, here, ep->remote_nic, strerror(-rc));
+	}
+	return rc;
+}
+
+static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, uint64_t token)
+{
+	struct wire_disconnect d = { .incarnation = e->incarnation, .token = token };
+	int rc = ctl_disconnect(s->address, FETCH_TIMEOUT_MS, &d);
+
+	/* A peer that is gone has nothing left to free. */
+	if (rc && e->opts.verbose)
+		fprintf(stderr, "ferry: segment %s: disconnect: %s\n", s->address, strerror(-rc));
+}
+
 /* One endpoint per local core, core i to the peer's NIC i mod n. */
 static int seg_connect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
 {
@@ -96,24 +147,30 @@ static int seg_connect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slo
 
 	for (unsigned i = 0; i < e->ncores; i++) {
 		struct core_cmd cmd = { .type = CMD_EP_ADD, .slot = slot };
-		uint32_t j = i % d->n_nics;
 		struct ferry_ep *ep;
 		int rc;
 
-		rc = ep_create(&e->cores[i]->q, e->opts.qps_per_ep, e->opts.wrs_per_qp,
-			       &d->nics[j].addr, &ep);
+		rc = ep_create(&e->cores[i]->q, e->opts.qps_per_ep, e->opts.wrs_per_qp, &ep);
 		if (rc)
 			return rc;
 		ep->seg_slot = slot;
 		ep->seg_gen = s->gen;
-		ep->remote_nic = j;
-		cmd.ep = ep;
-		rc = core_command(e->cores[i], &cmd);
+		ep->remote_nic = i % d->n_nics;
+		ep->token = ++e->next_token;
+		rc = ep_handshake(e, i, s, ep);
+		if (rc == 0) {
+			cmd.ep = ep;
+			rc = core_command(e->cores[i], &cmd);
+		}
 		if (rc) {
+			uint64_t token = ep->token;
+
 			ep_destroy(&e->cores[i]->q, ep);
+			ep_disconnect_peer(e, s, token);
 			return rc;
 		}
 		s->eps[i] = ep;
+		s->tokens[i] = ep->token;
 	}
 	return 0;
 }
@@ -256,4 +313,17 @@ int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg)
 	__atomic_store_n(&s->state, SEG_FREE, __ATOMIC_SEQ_CST);
 	pthread_mutex_unlock(&e->ctl_lock);
 	return 0;
+}
+
+void seg_disconnect_all(struct ferry_engine *e)
+{
+	for (uint32_t slot = 0; slot < FERRY_MAX_SEGS; slot++) {
+		struct ferry_seg *s = &e->segs[slot];
+
+		if (s->state != SEG_OPEN)
+			continue;
+		for (unsigned i = 0; i < e->ncores; i++)
+			if (s->eps[i])
+				ep_disconnect_peer(e, s, s->tokens[i]);
+	}
 }

@@ -21,6 +21,13 @@
 #define DESC_HDR_LEN 16u /* incarnation u64, n_nics u16, reserved u16, n_regions u32 */
 #define DESC_NIC_LEN (WIRE_PROVIDER_LEN + NIC_ADDR_LEN)
 #define DESC_REGION_LEN 16u /* addr u64, len u64; then n_nics x rkey u32 */
+/* CONNECT_REQ: incarnation, token, target_incarnation u64; target_nic u16,
+ * n_qps u16, reserved u32; then one NIC entry as in a DESC. */
+#define CONN_REQ_HDR_LEN 32u
+#define CONN_REQ_FIXED_LEN (CONN_REQ_HDR_LEN + DESC_NIC_LEN)
+/* CONNECT_REP: token u64, n_qps u16, reserved u16, reserved u32. */
+#define CONN_REP_FIXED_LEN 16u
+#define QP_INFO_LEN 8u /* qpn u32, psn u32 */
 
 static inline void put_le16(uint8_t *p, uint16_t v)
 {
@@ -79,7 +86,8 @@ void wire_hdr_encode(uint8_t *buf, uint16_t type, uint32_t payload_len)
 
 static bool wire_type_known(uint16_t type)
 {
-	return type == WIRE_GET_DESC || type == WIRE_DESC || type == WIRE_ERROR;
+	/* The types are dense; a new one must extend this range. */
+	return type >= WIRE_GET_DESC && type <= WIRE_DISCONNECT_REP;
 }
 
 int wire_hdr_decode(const uint8_t *buf, size_t len, struct wire_hdr *out)
@@ -169,6 +177,38 @@ static const char *region_invalid(const struct seg_region *r, uint32_t i)
 	return NULL;
 }
 
+/* Why a caller's provider name cannot be sent, or NULL.  Bytes after its
+ * NUL do not matter: the encoder pads with zeros. */
+static const char *name_invalid(const char *name)
+{
+	size_t n = strnlen(name, WIRE_PROVIDER_LEN);
+
+	if (n == 0)
+		return "empty";
+	if (n == WIRE_PROVIDER_LEN)
+		return "not NUL-terminated";
+	return NULL;
+}
+
+/*
+ * Why a received 16-byte provider field is refused, or NULL.  Besides the
+ * terminating NUL, the padding must be zero: that keeps the encoding
+ * canonical (decode then encode gives back the same bytes), which the fuzz
+ * target relies on.
+ */
+static const char *provider_invalid(const uint8_t *p)
+{
+	const char *why = name_invalid((const char *)p);
+	size_t k;
+
+	if (why)
+		return why;
+	for (k = strlen((const char *)p); k < WIRE_PROVIDER_LEN; k++)
+		if (p[k])
+			return "padding not zero";
+	return NULL;
+}
+
 /*
  * Check what both sides must agree on: counts, provider names, regions.
  * Returns 0, or -EPROTO after logging the reason.
@@ -177,17 +217,15 @@ static int desc_check(const struct seg_desc *d)
 {
 	const char *why;
 	uint32_t i;
-	size_t n;
 
 	why = desc_counts_invalid(d->n_nics, d->n_regions);
 	if (why)
 		return wire_refuse("descriptor: %s (%u NICs, %u regions)", why, d->n_nics,
 				   d->n_regions);
 	for (i = 0; i < d->n_nics; i++) {
-		n = strnlen(d->nics[i].provider, WIRE_PROVIDER_LEN);
-		if (n == 0 || n == WIRE_PROVIDER_LEN)
-			return wire_refuse("descriptor: NIC %u provider name %s", i,
-					   n ? "not NUL-terminated" : "empty");
+		why = name_invalid(d->nics[i].provider);
+		if (why)
+			return wire_refuse("descriptor: NIC %u provider name %s", i, why);
 	}
 	if (d->n_regions && !d->regions)
 		return wire_refuse("descriptor: %u regions but no array", d->n_regions);
@@ -201,7 +239,7 @@ static int desc_check(const struct seg_desc *d)
 	return 0;
 }
 
-static void desc_encode_nic(const struct seg_nic *nic, uint8_t *p)
+static void nic_encode(const struct seg_nic *nic, uint8_t *p)
 {
 	size_t n = strnlen(nic->provider, WIRE_PROVIDER_LEN);
 
@@ -244,31 +282,26 @@ int wire_desc_encode(const struct seg_desc *d, uint8_t *buf, size_t cap)
 	put_le32(p + 12, d->n_regions);
 	p += DESC_HDR_LEN;
 	for (i = 0; i < d->n_nics; i++, p += DESC_NIC_LEN)
-		desc_encode_nic(&d->nics[i], p);
+		nic_encode(&d->nics[i], p);
 	for (i = 0; i < d->n_regions; i++)
 		p = desc_encode_region(&d->regions[i], d->n_nics, p);
 	return 0;
 }
 
-/*
- * Decode one NIC entry.  Besides the terminating NUL, the padding must be
- * zero: that keeps the encoding canonical (decode then encode gives back
- * the same bytes), which the fuzz target relies on.
- */
-static int desc_decode_nic(const uint8_t *p, uint32_t i, struct seg_nic *nic)
+/* Copy a NIC entry whose provider field passed provider_invalid(). */
+static void nic_decode(const uint8_t *p, struct seg_nic *nic)
 {
-	size_t n = strnlen((const char *)p, WIRE_PROVIDER_LEN);
-	size_t k;
-
-	if (n == 0)
-		return wire_refuse("descriptor: NIC %u provider name empty", i);
-	if (n == WIRE_PROVIDER_LEN)
-		return wire_refuse("descriptor: NIC %u provider name not NUL-terminated", i);
-	for (k = n; k < WIRE_PROVIDER_LEN; k++)
-		if (p[k])
-			return wire_refuse("descriptor: NIC %u provider name padding not zero", i);
 	memcpy(nic->provider, p, WIRE_PROVIDER_LEN);
 	memcpy(nic->addr.bytes, p + WIRE_PROVIDER_LEN, NIC_ADDR_LEN);
+}
+
+static int desc_decode_nic(const uint8_t *p, uint32_t i, struct seg_nic *nic)
+{
+	const char *why = provider_invalid(p);
+
+	if (why)
+		return wire_refuse("descriptor: NIC %u provider name %s", i, why);
+	nic_decode(p, nic);
 	return 0;
 }
 
@@ -351,6 +384,202 @@ void seg_desc_free(struct seg_desc *d)
 		return;
 	free(d->regions);
 	memset(d, 0, sizeof(*d));
+}
+
+/* ---- endpoint handshake ---------------------------------------------- */
+
+static const char *n_qps_invalid(uint16_t n_qps)
+{
+	if (n_qps == 0)
+		return "no QP";
+	if (n_qps > WIRE_MAX_EP_QPS)
+		return "too many QPs";
+	return NULL;
+}
+
+static void qps_encode(const struct nic_qp_info *qps, uint16_t n, uint8_t *p)
+{
+	uint16_t i;
+
+	for (i = 0; i < n; i++, p += QP_INFO_LEN) {
+		put_le32(p, qps[i].qpn);
+		put_le32(p + 4, qps[i].psn);
+	}
+}
+
+static void qps_decode(const uint8_t *p, uint16_t n, struct nic_qp_info *qps)
+{
+	uint16_t i;
+
+	for (i = 0; i < n; i++, p += QP_INFO_LEN) {
+		qps[i].qpn = get_le32(p);
+		qps[i].psn = get_le32(p + 4);
+	}
+}
+
+size_t wire_connect_req_size(const struct wire_connect_req *r)
+{
+	return CONN_REQ_FIXED_LEN + (size_t)r->n_qps * QP_INFO_LEN;
+}
+
+/* What the decoder checks on the values themselves; -EPROTO after logging. */
+static int connect_req_check(const struct wire_connect_req *r)
+{
+	const char *why = n_qps_invalid(r->n_qps);
+
+	if (why)
+		return wire_refuse("connect request: %s (n_qps %u)", why, r->n_qps);
+	why = name_invalid(r->nic.provider);
+	if (why)
+		return wire_refuse("connect request: provider name %s", why);
+	return 0;
+}
+
+int wire_connect_req_encode(const struct wire_connect_req *r, uint8_t *buf, size_t cap)
+{
+	if (connect_req_check(r))
+		return -EINVAL;
+	if (wire_connect_req_size(r) > cap)
+		return -ENOSPC;
+	put_le64(buf, r->incarnation);
+	put_le64(buf + 8, r->token);
+	put_le64(buf + 16, r->target_incarnation);
+	put_le16(buf + 24, r->target_nic);
+	put_le16(buf + 26, r->n_qps);
+	put_le32(buf + 28, 0); /* reserved */
+	nic_encode(&r->nic, buf + CONN_REQ_HDR_LEN);
+	qps_encode(r->qps, r->n_qps, buf + CONN_REQ_FIXED_LEN);
+	return 0;
+}
+
+/*
+ * target_nic is not range-checked here: only the target knows how many NICs
+ * it has, and it answers an unknown one with a WIRE_ERROR the initiator can
+ * report, where a refusal here would only close the connection.
+ */
+static int connect_req_decode(const uint8_t *buf, size_t len, struct wire_connect_req *r)
+{
+	uint32_t reserved;
+	const char *why;
+
+	if (len < CONN_REQ_FIXED_LEN)
+		return wire_refuse("connect request truncated (%zu bytes)", len);
+	r->incarnation = get_le64(buf);
+	r->token = get_le64(buf + 8);
+	r->target_incarnation = get_le64(buf + 16);
+	r->target_nic = get_le16(buf + 24);
+	r->n_qps = get_le16(buf + 26);
+	reserved = get_le32(buf + 28);
+
+	if (reserved)
+		return wire_refuse("connect request: reserved field 0x%08x not zero", reserved);
+	why = n_qps_invalid(r->n_qps);
+	if (why)
+		return wire_refuse("connect request: %s (n_qps %u)", why, r->n_qps);
+	if (len != wire_connect_req_size(r))
+		return wire_refuse("connect request: %zu bytes, n_qps %u implies %zu", len,
+				   r->n_qps, wire_connect_req_size(r));
+	why = provider_invalid(buf + CONN_REQ_HDR_LEN);
+	if (why)
+		return wire_refuse("connect request: provider name %s", why);
+	nic_decode(buf + CONN_REQ_HDR_LEN, &r->nic);
+	qps_decode(buf + CONN_REQ_FIXED_LEN, r->n_qps, r->qps);
+	return 0;
+}
+
+int wire_connect_req_decode(const uint8_t *buf, size_t len, struct wire_connect_req *out)
+{
+	struct wire_connect_req r;
+	int rc;
+
+	/* Decoded aside, so a refusal leaves *out all zero, never half-filled. */
+	memset(&r, 0, sizeof(r));
+	memset(out, 0, sizeof(*out));
+	rc = connect_req_decode(buf, len, &r);
+	if (!rc)
+		*out = r;
+	return rc;
+}
+
+size_t wire_connect_rep_size(const struct wire_connect_rep *r)
+{
+	return CONN_REP_FIXED_LEN + (size_t)r->n_qps * QP_INFO_LEN;
+}
+
+int wire_connect_rep_encode(const struct wire_connect_rep *r, uint8_t *buf, size_t cap)
+{
+	const char *why = n_qps_invalid(r->n_qps);
+
+	if (why) {
+		(void)wire_refuse("connect reply: %s (n_qps %u)", why, r->n_qps);
+		return -EINVAL;
+	}
+	if (wire_connect_rep_size(r) > cap)
+		return -ENOSPC;
+	put_le64(buf, r->token);
+	put_le16(buf + 8, r->n_qps);
+	put_le16(buf + 10, 0); /* reserved */
+	put_le32(buf + 12, 0); /* reserved */
+	qps_encode(r->qps, r->n_qps, buf + CONN_REP_FIXED_LEN);
+	return 0;
+}
+
+static int connect_rep_decode(const uint8_t *buf, size_t len, struct wire_connect_rep *r)
+{
+	uint16_t reserved16;
+	uint32_t reserved32;
+	const char *why;
+
+	if (len < CONN_REP_FIXED_LEN)
+		return wire_refuse("connect reply truncated (%zu bytes)", len);
+	r->token = get_le64(buf);
+	r->n_qps = get_le16(buf + 8);
+	reserved16 = get_le16(buf + 10);
+	reserved32 = get_le32(buf + 12);
+
+	if (reserved16 || reserved32)
+		return wire_refuse("connect reply: reserved fields 0x%04x 0x%08x not zero",
+				   reserved16, reserved32);
+	why = n_qps_invalid(r->n_qps);
+	if (why)
+		return wire_refuse("connect reply: %s (n_qps %u)", why, r->n_qps);
+	if (len != wire_connect_rep_size(r))
+		return wire_refuse("connect reply: %zu bytes, n_qps %u implies %zu", len,
+				   r->n_qps, wire_connect_rep_size(r));
+	qps_decode(buf + CONN_REP_FIXED_LEN, r->n_qps, r->qps);
+	return 0;
+}
+
+int wire_connect_rep_decode(const uint8_t *buf, size_t len, struct wire_connect_rep *out)
+{
+	struct wire_connect_rep r;
+	int rc;
+
+	memset(&r, 0, sizeof(r));
+	memset(out, 0, sizeof(*out));
+	rc = connect_rep_decode(buf, len, &r);
+	if (!rc)
+		*out = r;
+	return rc;
+}
+
+int wire_disconnect_encode(const struct wire_disconnect *d, uint8_t *buf, size_t cap)
+{
+	if (cap < WIRE_DISCONNECT_LEN)
+		return -ENOSPC;
+	put_le64(buf, d->incarnation);
+	put_le64(buf + 8, d->token);
+	return 0;
+}
+
+int wire_disconnect_decode(const uint8_t *buf, size_t len, struct wire_disconnect *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (len != WIRE_DISCONNECT_LEN)
+		return wire_refuse("disconnect: %zu bytes, want %d", len, WIRE_DISCONNECT_LEN);
+	out->incarnation = get_le64(buf);
+	out->token = get_le64(buf + 8);
+	return 0;
 }
 
 /* True if [addr, addr + len) lies inside r; written to not overflow. */

@@ -13,6 +13,18 @@
  * DESC:    incarnation u64 | n_nics u16 | reserved u16 | n_regions u32 |
  *          n_nics x (provider name 16 bytes NUL-padded | nic_addr 32 bytes) |
  *          n_regions x (addr u64 | len u64 | n_nics x rkey u32)
+ *
+ * Endpoint handshake (the initiator's control path asks the target's
+ * control thread to create and connect the peer QPs):
+ * CONNECT_REQ:  incarnation u64 | token u64 | target_incarnation u64 |
+ *               target_nic u16 | n_qps u16 | reserved u32 |
+ *               provider 16 bytes | nic_addr 32 bytes | n_qps x (qpn u32 | psn u32)
+ *               -> CONNECT_REP, or WIRE_ERROR (e.g. -ESTALE: the target
+ *               restarted since the descriptor was fetched)
+ * CONNECT_REP:  token u64 | n_qps u16 | reserved u16 | reserved u32 |
+ *               n_qps x (qpn u32 | psn u32)
+ * DISCONNECT:   incarnation u64 | token u64   -> DISCONNECT_REP (empty) or WIRE_ERROR
+ * n_qps is 1..WIRE_MAX_EP_QPS; reserved fields must be zero.
  */
 #ifndef FERRY_RUNTIME_WIRE_H
 #define FERRY_RUNTIME_WIRE_H
@@ -34,7 +46,13 @@ enum wire_type {
 	WIRE_GET_DESC = 1,
 	WIRE_DESC = 2,
 	WIRE_ERROR = 3,
+	WIRE_CONNECT_REQ = 4,
+	WIRE_CONNECT_REP = 5,
+	WIRE_DISCONNECT = 6,
+	WIRE_DISCONNECT_REP = 7,
 };
+
+#define WIRE_MAX_EP_QPS 16
 
 struct wire_hdr {
 	uint32_t magic;
@@ -75,6 +93,39 @@ int wire_desc_encode(const struct seg_desc *d, uint8_t *buf, size_t cap);
  * Regions must be sorted by addr, non-empty, non-overlapping and not wrap. */
 int wire_desc_decode(const uint8_t *buf, size_t len, struct seg_desc *out);
 void seg_desc_free(struct seg_desc *d);
+
+struct wire_connect_req {
+	uint64_t incarnation;        /* the initiator engine's */
+	uint64_t token;              /* the initiator's endpoint id, echoed back */
+	uint64_t target_incarnation; /* from the descriptor the initiator holds */
+	uint16_t target_nic;         /* index into the target's descriptor NICs */
+	uint16_t n_qps;
+	struct seg_nic nic;          /* the initiator's NIC */
+	struct nic_qp_info qps[WIRE_MAX_EP_QPS];
+};
+
+struct wire_connect_rep {
+	uint64_t token;
+	uint16_t n_qps;
+	struct nic_qp_info qps[WIRE_MAX_EP_QPS];
+};
+
+struct wire_disconnect {
+	uint64_t incarnation;
+	uint64_t token;
+};
+
+/* Payload sizes; encoders return -ENOSPC when cap is too small and -EINVAL
+ * for values a decoder would refuse; decoders -EPROTO (with a logged reason). */
+size_t wire_connect_req_size(const struct wire_connect_req *r);
+int wire_connect_req_encode(const struct wire_connect_req *r, uint8_t *buf, size_t cap);
+int wire_connect_req_decode(const uint8_t *buf, size_t len, struct wire_connect_req *out);
+size_t wire_connect_rep_size(const struct wire_connect_rep *r);
+int wire_connect_rep_encode(const struct wire_connect_rep *r, uint8_t *buf, size_t cap);
+int wire_connect_rep_decode(const uint8_t *buf, size_t len, struct wire_connect_rep *out);
+#define WIRE_DISCONNECT_LEN 16
+int wire_disconnect_encode(const struct wire_disconnect *d, uint8_t *buf, size_t cap);
+int wire_disconnect_decode(const uint8_t *buf, size_t len, struct wire_disconnect *out);
 
 /* Region of d that contains [addr, addr+len), or NULL.  Binary search. */
 const struct seg_region *seg_desc_find(const struct seg_desc *d, uint64_t addr, uint64_t len);

@@ -59,15 +59,27 @@ static inline void pair_opts(struct ferry_opts *o, const char *cores)
 {
 	ferry_opts_default(o);
 	o->cores = cores;
+	o->nics = "loop"; /* deterministic on any host; see pair_setup for RDMA runs */
 	o->timeout_ms = 2000;
 }
 
+/*
+ * FERRY_TEST_INIT_NICS / FERRY_TEST_TARGET_NICS pick each engine's NICs
+ * (the Soft-RoCE run puts the initiator on rxe0 and the target on rxe1);
+ * unset, both use the options' nics.
+ */
 static inline void pair_setup(struct pair *p, const struct ferry_opts *io,
 			      const struct ferry_opts *to, size_t len)
 {
+	struct ferry_opts i = *io, t = *to;
+
+	if (getenv("FERRY_TEST_INIT_NICS"))
+		i.nics = getenv("FERRY_TEST_INIT_NICS");
+	if (getenv("FERRY_TEST_TARGET_NICS"))
+		t.nics = getenv("FERRY_TEST_TARGET_NICS");
 	memset(p, 0, sizeof(*p));
-	assert_int_equal(ferry_engine_create(io, &p->init), 0);
-	assert_int_equal(ferry_engine_create(to, &p->target), 0);
+	assert_int_equal(ferry_engine_create(&i, &p->init), 0);
+	assert_int_equal(ferry_engine_create(&t, &p->target), 0);
 	p->len = len;
 	p->lbuf = aligned_alloc(4096, len);
 	p->rbuf = aligned_alloc(4096, len);

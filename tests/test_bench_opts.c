@@ -317,7 +317,7 @@ static void test_apply_defaults(void **state)
 	ferry_opts_default(&o);
 	bench_apply_opts(&cfg, &o);
 	assert_string_equal(o.cores, "0");
-	assert_string_equal(o.nics, "loop");
+	assert_string_equal(o.nics, "auto");
 	assert_int_equal(o.slice_size, 65536);
 	assert_int_equal(o.qps_per_ep, 2);
 	assert_int_equal(o.wrs_per_qp, 256);

@@ -183,7 +183,8 @@ static void add_qp(struct harness *h, uint32_t i)
 {
 	struct qctx *ctx = h->ctx;
 
-	assert_int_equal(qpx_create(ctx, h->max_wr, &h->raddr, NULL, &h->q[i]), 0);
+	assert_int_equal(qpx_create(ctx, h->max_wr, NULL, &h->q[i]), 0);
+	assert_int_equal(ctx->prov->qp_connect(h->q[i]->nqp, &h->raddr, NULL), 0);
 	assert_int_equal(h->q[i]->depth.depth, 0);
 	assert_int_equal(h->q[i]->depth.max, h->max_wr);
 	assert_int_equal(qctx_attach(ctx, h->q[i]), 0);
@@ -612,10 +613,12 @@ static int fake_qp_create(struct nic *nic, struct nic_cq *cq, uint32_t max_wr, s
 	return 0;
 }
 
-static int fake_qp_connect(struct nic_qp *qp, const struct nic_addr *remote)
+static int fake_qp_connect(struct nic_qp *qp, const struct nic_addr *remote,
+			   const struct nic_qp_info *rqp)
 {
 	(void)qp;
 	(void)remote;
+	(void)rqp;
 	return 0;
 }
 

@@ -72,7 +72,7 @@ static void test_defaults(void **state)
 	memset(&o, 0xa5, sizeof(o));
 	ferry_opts_default(&o);
 	assert_null(o.cores);
-	assert_string_equal(o.nics, "loop");
+	assert_string_equal(o.nics, "auto");
 	assert_string_equal(o.listen, "127.0.0.1:0");
 	assert_int_equal(o.slice_size, 65536);
 	assert_int_equal(o.qps_per_ep, 2);

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Wire format: round trips, every malformed case refused with one logged
- * line, seg_desc_find edges, and a deterministic mutation loop that must
- * never crash (run it under ASan+UBSan).
+ * line, seg_desc_find edges, and deterministic mutation loops that must
+ * never crash (run them under ASan+UBSan), for the descriptor and for the
+ * endpoint handshake messages (CONNECT_REQ, CONNECT_REP, DISCONNECT).
  *
  * Malformed payloads are built by hand (raw_*) rather than with the encoder,
  * so the encoder is checked against an independent writer of the layout.
@@ -114,17 +115,54 @@ static void assert_desc_equal(const struct seg_desc *a, const struct seg_desc *b
 	}
 }
 
+/* Every payload decoder behind one signature, so refusals are checked alike. */
+struct codec {
+	const char *name;
+	size_t out_size;
+	int (*decode)(const uint8_t *buf, size_t len, void *out);
+};
+
+static int dec_desc(const uint8_t *buf, size_t len, void *out)
+{
+	return wire_desc_decode(buf, len, out);
+}
+
+static int dec_req(const uint8_t *buf, size_t len, void *out)
+{
+	return wire_connect_req_decode(buf, len, out);
+}
+
+static int dec_rep(const uint8_t *buf, size_t len, void *out)
+{
+	return wire_connect_rep_decode(buf, len, out);
+}
+
+static int dec_disc(const uint8_t *buf, size_t len, void *out)
+{
+	return wire_disconnect_decode(buf, len, out);
+}
+
+static const struct codec DESC = { "desc", sizeof(struct seg_desc), dec_desc };
+static const struct codec REQ = { "connect_req", sizeof(struct wire_connect_req), dec_req };
+static const struct codec REP = { "connect_rep", sizeof(struct wire_connect_rep), dec_rep };
+static const struct codec DISC = { "disconnect", sizeof(struct wire_disconnect), dec_disc };
+
 /* Decode from an exactly-sized heap copy, so ASan sees any over-read. */
-static int decode_exact(const uint8_t *buf, size_t len, struct seg_desc *out)
+static int decode_exact_as(const struct codec *k, const uint8_t *buf, size_t len, void *out)
 {
 	uint8_t *copy = malloc(len ? len : 1);
 	int rc;
 
 	assert_non_null(copy);
 	memcpy(copy, buf, len);
-	rc = wire_desc_decode(copy, len, out);
+	rc = k->decode(copy, len, out);
 	free(copy);
 	return rc;
+}
+
+static int decode_exact(const uint8_t *buf, size_t len, struct seg_desc *out)
+{
+	return decode_exact_as(&DESC, buf, len, out);
 }
 
 static int stderr_to(int fd)
@@ -145,33 +183,50 @@ static void stderr_restore(int saved)
 	close(saved);
 }
 
+/* Room for any decoder's output. */
+union any_out {
+	struct seg_desc desc;
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	struct wire_disconnect disc;
+};
+
 /*
- * Decode buf and expect -EPROTO with exactly one "ferry: wire: " line on
- * stderr, and out left zeroed (safe to free).
+ * Decode buf and expect -EPROTO with exactly one "ferry: wire: refused: "
+ * line on stderr, and out left zeroed (safe to free) even though it held
+ * garbage before.
  */
-static void expect_refused(const uint8_t *buf, size_t len)
+static void expect_refused_as(const struct codec *k, const uint8_t *buf, size_t len)
 {
-	static const struct seg_desc zero;
+	static const union any_out zero;
 	static char text[4096];
-	struct seg_desc out;
+	union any_out out;
 	FILE *tmp = tmpfile();
 	size_t n;
 	int saved, rc;
 
 	assert_non_null(tmp);
+	memset(&out, 0xa5, sizeof(out));
 	saved = stderr_to(fileno(tmp));
-	rc = decode_exact(buf, len, &out);
+	rc = decode_exact_as(k, buf, len, &out);
 	stderr_restore(saved);
 	rewind(tmp);
 	n = fread(text, 1, 4095, tmp);
 	text[n] = '\0';
 	fclose(tmp);
 
+	if (rc != -EPROTO)
+		print_error("%s: %zu bytes: rc %d, not refused\n", k->name, len, rc);
 	assert_int_equal(rc, -EPROTO);
-	assert_memory_equal(&out, &zero, sizeof(out));
-	assert_true(strncmp(text, "ferry: wire: ", 13) == 0);
+	assert_memory_equal(&out, &zero, k->out_size);
+	assert_true(strncmp(text, "ferry: wire: refused: ", 22) == 0);
 	assert_non_null(strchr(text, '\n'));
 	assert_true(strchr(text, '\n') == text + n - 1);
+}
+
+static void expect_refused(const uint8_t *buf, size_t len)
+{
+	expect_refused_as(&DESC, buf, len);
 }
 
 static void expect_refused_free(uint8_t *buf, size_t len)
@@ -200,6 +255,15 @@ static void test_hdr_roundtrip(void **state)
 	wire_hdr_encode(b, WIRE_GET_DESC, WIRE_MAX_PAYLOAD);
 	assert_int_equal(wire_hdr_decode(b, sizeof(b), &h), 0);
 	assert_int_equal(h.payload_len, WIRE_MAX_PAYLOAD);
+
+	/* Every type of version 1, by its number on the wire. */
+	for (uint16_t t = 1; t <= 7; t++) {
+		wire_hdr_encode(b, t, 16);
+		assert_int_equal(wire_hdr_decode(b, sizeof(b), &h), 0);
+		assert_int_equal(h.type, t);
+	}
+	assert_int_equal(WIRE_CONNECT_REQ, 4);
+	assert_int_equal(WIRE_DISCONNECT_REP, 7);
 }
 
 static int hdr_decode_quiet(const uint8_t *b, size_t len)
@@ -241,7 +305,9 @@ static void test_hdr_refused(void **state)
 	memcpy(m, b, sizeof(m));
 	le(m + 6, 0, 2); /* type */
 	assert_int_equal(hdr_decode_quiet(m, sizeof(m)), -EPROTO);
-	le(m + 6, WIRE_ERROR + 1, 2);
+	le(m + 6, WIRE_DISCONNECT_REP + 1, 2);
+	assert_int_equal(hdr_decode_quiet(m, sizeof(m)), -EPROTO);
+	le(m + 6, 0xffff, 2);
 	assert_int_equal(hdr_decode_quiet(m, sizeof(m)), -EPROTO);
 
 	memcpy(m, b, sizeof(m));

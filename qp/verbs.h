@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The verbs (rdma-core) NIC provider: internals exposed for unit tests.
+ *
+ * The rest of ferry only needs nic_verbs_provider and nic_verbs_discover
+ * (qp/nic.h).  This header adds what tests/test_verbs.c needs to run the
+ * provider on a host without an RDMA device: the pure GID choice, the
+ * address packing, the provider's objects (built by hand around fake ibv
+ * objects) and a table of the verbs calls that can be stubbed
+ * (ibv_post_send and ibv_poll_cq are static inline in <infiniband/verbs.h>,
+ * so they cannot be interposed at link time).
+ */
+#ifndef FERRY_QP_VERBS_H
+#define FERRY_QP_VERBS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+
+#include "nic.h"
+
+/* Responder resources and outstanding READs per QP: more buys nothing. */
+#define VERBS_MAX_RD_ATOMIC 16
+/* Inline payload requested for each QP; 0 when the device refuses it. */
+#define VERBS_INLINE 64
+/* WRs translated per ibv_post_send (longer chains take several calls). */
+#define VERBS_POST_MAX 256
+
+/* ------------------------------------------------------------ GID choice */
+
+/* One GID table entry, as read from the port. */
+struct verbs_gid {
+	int index;
+	uint8_t gid[16];
+	int type; /* enum ibv_gid_type */
+};
+
+/*
+ * Pick the GID a RoCE QP should use, from a port's table.  Entries that are
+ * all zero or of type IB are never chosen automatically.  Preference:
+ * RoCE v2 IPv4-mapped (::ffff:a.b.c.d), RoCE v2 IPv6 global, RoCE v2
+ * link-local (fe80::/10), RoCE v1; the lowest index wins a tie.
+ * forced_index >= 0 (FERRY_GID_INDEX) must name an entry of tbl whose GID is
+ * not zero.  Returns the position in tbl of the chosen entry, or -ENOENT
+ * (nothing usable, or no such forced index) / -EINVAL (forced entry is
+ * zero); why gets the reason either way (for the log line).
+ */
+int verbs_choose_gid(const struct verbs_gid *tbl, int n, int forced_index,
+		     char *why, size_t whylen);
+
+/* "RoCE v2, IPv4-mapped", "RoCE v2, link-local", "RoCE v1", ... */
+const char *verbs_gid_kind(const uint8_t gid[16], int type);
+/* inet_ntop of a GID: "::ffff:10.99.0.1", "fe80::1". */
+void verbs_gid_str(const uint8_t gid[16], char *buf, size_t len);
+
+/* ------------------------------------------------------------ addresses */
+
+/*
+ * What a peer needs to connect to one of our QPs, carried in the 32-byte
+ * struct nic_addr.  Layout (multi-byte fields little endian):
+ *
+ *   0..3   magic "VRBS" (loop addresses start "LOOP": never confused)
+ *   4      layout version (1)
+ *   5      link layer (IBV_LINK_LAYER_*)
+ *   6      port number
+ *   7      active MTU (enum ibv_mtu)
+ *   8..23  GID (RoCE: the chosen one; IB: index 0)
+ *   24..25 LID (IB; 0 on RoCE)
+ *   26     GID index (informational: the peer uses its own index)
+ *   27     responder resources we grant (max_dest_rd_atomic): the peer
+ *          limits its outstanding READs to it
+ *   28..31 zero
+ */
+struct verbs_addr {
+	uint8_t gid[16];
+	uint16_t lid;
+	uint8_t port;
+	uint8_t mtu;        /* enum ibv_mtu */
+	uint8_t link_layer; /* IBV_LINK_LAYER_* */
+	uint8_t gid_index;
+	uint8_t rd_atomic;
+};
+
+#define VERBS_ADDR_VERSION 1
+
+void verbs_addr_pack(const struct verbs_addr *a, struct nic_addr *out);
+/* 0, or -EINVAL when in is not a verbs address of a layout we know. */
+int verbs_addr_unpack(const struct nic_addr *in, struct verbs_addr *a);
+
+/* ------------------------------------------------------------ objects */
+
+struct verbs_cq;
+struct verbs_qp;
+
+struct verbs_nic {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	char name[64];
+	uint8_t port;
+	uint8_t link_layer;  /* IBV_LINK_LAYER_* */
+	uint8_t active_mtu;  /* enum ibv_mtu */
+	uint8_t gid_type;    /* enum ibv_gid_type of the chosen GID */
+	uint16_t lid;
+	int gid_index;
+	union ibv_gid gid;
+	int numa_node;
+	uint32_t max_qp_wr;
+	uint32_t max_cqe;
+	uint32_t max_rd_atomic; /* device max_qp_rd_atom, capped */
+	uint32_t max_inline;    /* what a QP got when open() probed */
+
+	/* Children, freed by close() when the caller left them behind. */
+	pthread_mutex_t lock;
+	struct verbs_cq *cqs;
+	struct ibv_mr **mrs;
+	uint32_t nmr;
+	uint32_t mr_cap;
+};
+
+struct verbs_cq {
+	struct ibv_cq *cq;
+	struct ibv_comp_channel *ch;
+	struct verbs_nic *nic;
+	bool err_logged;    /* an error completion was logged ... */
+	int64_t err_log_at; /* ... and the next one may be at this second */
+	struct verbs_cq *next; /* in nic->cqs */
+	struct verbs_qp *qps;
+};
+
+struct verbs_qp {
+	struct ibv_qp *qp;
+	uint32_t max_inline;
+	uint32_t psn;
+	bool connected;
+	struct verbs_nic *nic;
+	struct verbs_cq *cq;
+	struct verbs_qp *next; /* in cq->qps */
+};
+
+/* RESET -> INIT (qp_create does it; exposed for the attribute tests). */
+int verbs_qp_to_init(struct verbs_qp *qp);
+
+/*
+ * Read the port's GID table (through ops.query_gid_ex), apply
+ * FERRY_GID_INDEX, choose, log, and set nic->gid_index/gid/gid_type.
+ * 0 or -errno (logged).
+ */
+int verbs_select_gid(struct verbs_nic *nic, int tbl_len);
+
+/* ------------------------------------------------------------ stubs */
+
+/* The verbs calls tests may replace.  Returns follow rdma-core. */
+struct verbs_ops {
+	int (*post_send)(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+	int (*poll_cq)(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+	int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
+	int (*query_gid_ex)(struct ibv_context *ctx, uint32_t port, uint32_t index,
+			    struct ibv_gid_entry *entry, uint32_t flags);
+};
+
+/* Replace the calls (NULL members, or ops NULL: the real ones).  Tests only:
+ * not thread safe, call it while no provider object is in use. */
+void verbs_set_ops(const struct verbs_ops *ops);
+
+#endif /* FERRY_QP_VERBS_H */
