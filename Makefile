@@ -133,13 +133,15 @@ test-verbs: $(VERBS_TESTS)
 	  test -z "$$CI"; \
 	fi
 
-# The whole suite: plain, ASan+UBSan, TSan on the concurrent tests, verbs.
+# The whole suite: plain, ASan+UBSan, TSan on the concurrent tests, verbs,
+# then the wire-format fuzzer for a bounded time.
 test:
 	$(MAKE) check-install
 	$(MAKE) test-plain
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
 	$(MAKE) test-verbs
+	$(MAKE) fuzz FUZZ_SECONDS=$(or $(CI_FUZZ_SECONDS),30)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
@@ -152,7 +154,40 @@ install: all
 bench: $(B)/ferry_bench
 	$(B)/ferry_bench $(BENCH_ARGS)
 
+# libFuzzer on the wire decoders: `make fuzz [FUZZ_SECONDS=30]`.  Needs clang
+# and its libFuzzer runtime (Debian 12: package clang, whose
+# libclang-common-14-dev pulls libclang-rt-14-dev); installed with apt-get
+# when run as root.  The target writes its own seeds; build-fuzz/corpus
+# keeps what the fuzzer found between runs, crashes land in build-fuzz/.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 30
+FUZZ_DEBS := clang libclang-rt-dev
+FUZZ_CFLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1 \
+               -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -I.
+FUZZ_PROBE := int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) \
+              { (void)d; (void)n; return 0; }
+
+fuzz: build-fuzz/fuzz_wire
+	@mkdir -p build-fuzz/corpus
+	FERRY_FUZZ_SEEDS=build-fuzz/corpus build-fuzz/fuzz_wire
+	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -close_fd_mask=2 \
+	  -artifact_prefix=build-fuzz/ build-fuzz/corpus
+
+build-fuzz/fuzz_wire: tests/fuzz_wire.c runtime/wire.c runtime/wire.h qp/nic.h
+	@mkdir -p build-fuzz
+	@if ! echo '$(FUZZ_PROBE)' | $(FUZZ_CC) -x c -fsanitize=fuzzer - \
+	    -o build-fuzz/probe >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    echo "ferry: $(FUZZ_CC) cannot build libFuzzer targets;" \
+	      "run as root: apt-get update && apt-get install -y $(FUZZ_DEBS)"; exit 1; \
+	  fi; \
+	  echo "ferry: $(FUZZ_CC) cannot build libFuzzer targets; installing $(FUZZ_DEBS) (root)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends $(FUZZ_DEBS)) || exit 1; \
+	fi
+	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz_wire.c runtime/wire.c -o $@
+
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-fuzz
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

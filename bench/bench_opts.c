@@ -4,6 +4,7 @@
  * and nothing here touches an engine, so tests/test_bench_opts.c includes
  * this file directly and runs the parser on its own.
  */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
@@ -27,6 +28,15 @@ enum {
 	OPT_VERIFY,
 	OPT_JSON,
 	OPT_NO_PORT_PIN,
+	OPT_TARGET,
+	OPT_LISTEN,
+	OPT_CONNECT,
+	OPT_BUFFER,
+	OPT_REMOTE_ADDR,
+	OPT_SEED,
+	OPT_LAT,
+	OPT_SWEEP,
+	OPT_END, /* one past the last: size of the seen[] array */
 };
 
 /* perftest's short letters where it has one: -s size, -n iters, -D, -q, -t, -d. */
@@ -50,6 +60,14 @@ static const struct option long_opts[] = {
 	{ "verify", no_argument, NULL, OPT_VERIFY },
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "no-port-pin", no_argument, NULL, OPT_NO_PORT_PIN },
+	{ "target", no_argument, NULL, OPT_TARGET },
+	{ "listen", required_argument, NULL, OPT_LISTEN },
+	{ "connect", required_argument, NULL, OPT_CONNECT },
+	{ "buffer", required_argument, NULL, OPT_BUFFER },
+	{ "remote-addr", required_argument, NULL, OPT_REMOTE_ADDR },
+	{ "seed", required_argument, NULL, OPT_SEED },
+	{ "lat", no_argument, NULL, OPT_LAT },
+	{ "sweep", no_argument, NULL, OPT_SWEEP },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -72,6 +90,8 @@ void bench_cfg_default(struct bench_cfg *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->op = FERRY_OP_WRITE;
 	cfg->size = 64 << 10;
+	cfg->size_max = cfg->size;
+	cfg->seed = 1;
 	cfg->batch = 32;
 	cfg->ports = 1;
 	cfg->duration = 3.0;
@@ -80,6 +100,18 @@ void bench_cfg_default(struct bench_cfg *cfg)
 const char *bench_op_name(enum ferry_op op)
 {
 	return op == FERRY_OP_READ ? "read" : "write";
+}
+
+const char *bench_mode_name(enum bench_mode m)
+{
+	switch (m) {
+	case BENCH_TARGET:
+		return "target";
+	case BENCH_INITIATOR:
+		return "initiator";
+	default:
+		return "local";
+	}
 }
 
 static unsigned suffix_shift(char c)
@@ -146,6 +178,114 @@ static int take_size(const char *flag, const char *v, uint64_t max, uint64_t *ou
 	return 0;
 }
 
+/*
+ * --size: one size, or "LO:HI", the powers of two from LO to HI (both
+ * powers of two, LO <= HI): one run, and one output row, per size.
+ */
+static int take_size_range(const char *v, struct bench_cfg *cfg, char *err, size_t errlen)
+{
+	const char *colon = strchr(v, ':'), *why;
+	char lo_s[64];
+	uint64_t lo, hi;
+	size_t n;
+
+	if (!colon) {
+		if (take_size("--size", v, BENCH_MAX_BUFFER, &lo, err, errlen))
+			return -EINVAL;
+		cfg->size = cfg->size_max = lo;
+		cfg->sweep = false;
+		return 0;
+	}
+	n = (size_t)(colon - v);
+	if (n >= sizeof(lo_s))
+		return bad_arg(err, errlen, "--size '%s': LO of LO:HI too long", v);
+	memcpy(lo_s, v, n);
+	lo_s[n] = '\0';
+	why = parse_num(lo_s, 1, BENCH_MAX_BUFFER, &lo);
+	if (why)
+		return bad_arg(err, errlen, "--size '%s': LO '%s': %s (a positive size, max %llu)", v,
+			    lo_s, why, BENCH_MAX_BUFFER);
+	why = parse_num(colon + 1, 1, BENCH_MAX_BUFFER, &hi);
+	if (why)
+		return bad_arg(err, errlen, "--size '%s': HI '%s': %s (a positive size, max %llu)", v,
+			    colon + 1, why, BENCH_MAX_BUFFER);
+	if (lo > hi)
+		return bad_arg(err, errlen, "--size '%s': LO is larger than HI (want LO:HI, e.g. 2:64M)",
+			    v);
+	if (lo & (lo - 1) || hi & (hi - 1))
+		return bad_arg(err, errlen,
+			    "--size '%s': a range runs powers of two: LO and HI must be powers of two",
+			    v);
+	cfg->size = lo;
+	cfg->size_max = hi;
+	cfg->sweep = true;
+	return 0;
+}
+
+/*
+ * HOST:PORT as the engine takes it: a dotted IPv4 address (for --connect
+ * also "localhost", the one name the engine resolves), the port decimal,
+ * 1..65535 (0 = any port for --listen).
+ */
+static int take_hostport(const char *flag, const char *v, int listen, const char **out,
+			 char *err, size_t errlen)
+{
+	const char *colon = strrchr(v, ':'), *q;
+	char host[64];
+	struct in_addr a;
+	unsigned long port = 0;
+	size_t n;
+
+	if (!*v)
+		return bad_arg(err, errlen, "%s: empty value (want HOST:PORT)", flag);
+	if (!colon)
+		return bad_arg(err, errlen, "%s '%s': no port (want HOST:PORT)", flag, v);
+	n = (size_t)(colon - v);
+	if (!n)
+		return bad_arg(err, errlen, "%s '%s': no host (want HOST:PORT)", flag, v);
+	if (n >= sizeof(host))
+		return bad_arg(err, errlen, "%s '%s': host too long", flag, v);
+	memcpy(host, v, n);
+	host[n] = '\0';
+	q = colon + 1;
+	if (!*q || strlen(q) > 5)
+		return bad_arg(err, errlen, "%s '%s': bad port '%s' (1..65535)", flag, v, q);
+	for (const char *d = q; *d; d++) {
+		if (!isdigit((unsigned char)*d))
+			return bad_arg(err, errlen, "%s '%s': bad port '%s' (1..65535)", flag, v, q);
+		port = port * 10 + (unsigned long)(*d - '0');
+	}
+	if (port > 65535 || (port == 0 && !listen))
+		return bad_arg(err, errlen, "%s '%s': bad port '%s' (%s..65535)", flag, v, q,
+			    listen ? "0" : "1");
+	if (inet_pton(AF_INET, host, &a) != 1 && (listen || strcmp(host, "localhost")))
+		return bad_arg(err, errlen, "%s '%s': host '%s' is not a dotted IPv4 address%s", flag,
+			    v, host, listen ? "" : " (or localhost)");
+	*out = v;
+	return 0;
+}
+
+/* A hexadecimal address, "0x" optional, not 0. */
+static int take_hex(const char *flag, const char *v, uint64_t *out, char *err, size_t errlen)
+{
+	unsigned long long x;
+	const char *d = v;
+	char *end;
+
+	if (d[0] == '0' && (d[1] == 'x' || d[1] == 'X'))
+		d += 2;
+	if (!isxdigit((unsigned char)*d))
+		return bad_arg(err, errlen, "%s '%s': not a hexadecimal address", flag, v);
+	errno = 0;
+	x = strtoull(d, &end, 16);
+	if (*end || errno == ERANGE)
+		return bad_arg(err, errlen, "%s '%s': not a hexadecimal address", flag, v);
+	if (!x)
+		return bad_arg(err, errlen, "%s '%s': must not be 0", flag, v);
+	*out = x;
+	return 0;
+}
+
 static int take_u32(const char *flag, const char *v, int suffix, uint32_t max, uint32_t *out,
 		    char *err, size_t errlen)
 {
@@ -160,13 +300,19 @@ static int take_u32(const char *flag, const char *v, int suffix, uint32_t max, u
 	return 0;
 }
 
-static int take_iters(const char *v, uint64_t *out, char *err, size_t errlen)
+static int take_iters_like(const char *flag, const char *v, uint64_t *out, char *err,
+			   size_t errlen)
 {
 	const char *why = parse_num(v, 0, UINT64_MAX, out);
 
 	if (why)
-		return bad_arg(err, errlen, "--iters '%s': %s (a positive integer)", v, why);
+		return bad_arg(err, errlen, "%s '%s': %s (a positive integer)", flag, v, why);
 	return 0;
+}
+
+static int take_iters(const char *v, uint64_t *out, char *err, size_t errlen)
+{
+	return take_iters_like("--iters", v, out, err, errlen);
 }
 
 static int take_duration(const char *v, double *out, char *err, size_t errlen)
@@ -208,14 +354,13 @@ static int take_str(const char *flag, const char *v, const char **out, char *err
 }
 
 /* One option c with value v (NULL for flags). */
-static int apply_opt(int c, const char *v, struct bench_cfg *cfg, int *seen_duration,
-		     char *err, size_t errlen)
+static int apply_opt(int c, const char *v, struct bench_cfg *cfg, char *err, size_t errlen)
 {
 	switch (c) {
 	case OPT_OP:
 		return take_op(v, &cfg->op, err, errlen);
 	case 's':
-		return take_size("--size", v, BENCH_MAX_BUFFER, &cfg->size, err, errlen);
+		return take_size_range(v, cfg, err, errlen);
 	case OPT_BATCH:
 		return take_u32("--batch", v, 0, BENCH_MAX_BATCH, &cfg->batch, err, errlen);
 	case OPT_PORTS:
@@ -227,7 +372,7 @@ static int apply_opt(int c, const char *v, struct bench_cfg *cfg, int *seen_dura
 	case 'd':
 		return take_str("--nics", v, &cfg->nics, err, errlen);
 	case 'D':
-		*seen_duration = 1;
+		cfg->duration_set = true;
 		return take_duration(v, &cfg->duration, err, errlen);
 	case 'n':
 		return take_iters(v, &cfg->iters, err, errlen);
@@ -254,6 +399,26 @@ static int apply_opt(int c, const char *v, struct bench_cfg *cfg, int *seen_dura
 		return 0;
 	case 'h':
 		cfg->help = true;
+		return 0;
+	case OPT_TARGET:
+		cfg->mode = BENCH_TARGET;
+		return 0;
+	case OPT_LISTEN:
+		return take_hostport("--listen", v, 1, &cfg->listen, err, errlen);
+	case OPT_CONNECT:
+		cfg->mode = BENCH_INITIATOR;
+		return take_hostport("--connect", v, 0, &cfg->connect, err, errlen);
+	case OPT_BUFFER:
+		return take_size("--buffer", v, BENCH_MAX_BUFFER, &cfg->buffer, err, errlen);
+	case OPT_REMOTE_ADDR:
+		return take_hex("--remote-addr", v, &cfg->remote_addr, err, errlen);
+	case OPT_SEED:
+		return take_iters_like("--seed", v, &cfg->seed, err, errlen);
+	case OPT_LAT:
+		cfg->lat = true;
+		return 0;
+	case OPT_SWEEP:
+		cfg->sweep = true;
 		return 0;
 	}
 	return bad_arg(err, errlen, "internal: unhandled option %d", c);
@@ -306,29 +471,125 @@ static int getopt_error(int c, int argc, char **argv, char *err, size_t errlen)
 	return bad_arg(err, errlen, "unknown option '%s' (see --help)", arg);
 }
 
-/* Checks across flags, once all are known. */
-static int check_cfg(const struct bench_cfg *cfg, int seen_duration, char *err, size_t errlen)
+/* The flag that option code c stands for, for messages. */
+static const char *opt_flag(int c)
 {
-	uint64_t per_port;
+	static char buf[64];
 
-	if (seen_duration && cfg->iters)
+	for (const struct option *o = long_opts; o->name; o++) {
+		if (o->val == c) {
+			snprintf(buf, sizeof(buf), "--%s", o->name);
+			return buf;
+		}
+	}
+	return "?";
+}
+
+/* Options that only make sense for a process that submits requests. */
+static const int initiator_only[] = {
+	OPT_OP, 's', OPT_BATCH, OPT_PORTS, 'n', OPT_TARGET_CORES, OPT_NOCOPY, OPT_VERIFY,
+	OPT_NO_PORT_PIN, OPT_REMOTE_ADDR, OPT_LAT, OPT_SWEEP,
+};
+
+/* Checks of the two-process modes. */
+static int check_modes(const struct bench_cfg *cfg, const bool *seen, char *err, size_t errlen)
+{
+	if (seen[OPT_TARGET] && seen[OPT_CONNECT])
+		return bad_arg(err, errlen,
+			    "--target and --connect exclude each other (one process is the target, "
+			    "the other connects to it)");
+	if (cfg->mode == BENCH_TARGET) {
+		for (size_t i = 0; i < sizeof(initiator_only) / sizeof(initiator_only[0]); i++)
+			if (seen[initiator_only[i]])
+				return bad_arg(err, errlen,
+					    "%s applies to the initiator (--connect), not to --target",
+					    opt_flag(initiator_only[i]));
+	}
+	if (seen[OPT_LISTEN] && cfg->mode != BENCH_TARGET)
+		return bad_arg(err, errlen, "--listen needs --target (the initiator uses --connect)");
+	if (seen[OPT_REMOTE_ADDR] && cfg->mode != BENCH_INITIATOR)
+		return bad_arg(err, errlen, "--remote-addr needs --connect");
+	if (cfg->mode == BENCH_INITIATOR && seen[OPT_TARGET_CORES])
+		return bad_arg(err, errlen,
+			    "--target-cores is for the one-process mode: give the target process --cores");
+	if (cfg->mode != BENCH_LOCAL && seen[OPT_NOCOPY])
+		return bad_arg(err, errlen,
+			    "--nocopy is for the loop NIC, which cannot reach another process");
+	return 0;
+}
+
+/* --lat and --sweep against the rest. */
+static int check_lat_sweep(struct bench_cfg *cfg, const bool *seen, char *err, size_t errlen)
+{
+	if (seen[OPT_SWEEP] && seen['s'])
+		return bad_arg(err, errlen,
+			    "--sweep and --size exclude each other (--sweep is --size %llu:%lluM; "
+			    "give --size LO:HI for other sizes)",
+			    BENCH_SWEEP_MIN, BENCH_SWEEP_MAX >> 20);
+	if (seen[OPT_SWEEP]) {
+		cfg->size = BENCH_SWEEP_MIN;
+		cfg->size_max = BENCH_SWEEP_MAX;
+	}
+	if (!cfg->lat)
+		return 0;
+	if (seen[OPT_BATCH] && cfg->batch != 1)
+		return bad_arg(err, errlen, "--lat sends one request at a time: --batch must be 1");
+	if (seen[OPT_PORTS] && cfg->ports != 1)
+		return bad_arg(err, errlen, "--lat sends one request at a time: --ports must be 1");
+	cfg->batch = 1;
+	cfg->ports = 1;
+	return 0;
+}
+
+/* Checks across flags, once all are known; fills derived fields. */
+static int check_cfg(struct bench_cfg *cfg, const bool *seen, char *err, size_t errlen)
+{
+	uint64_t per_port, need;
+	int rc;
+
+	if (cfg->duration_set && cfg->iters)
 		return bad_arg(err, errlen, "--duration and --iters exclude each other");
 	/* With --nocopy no byte moves: every check would fail. */
 	if (cfg->verify && cfg->nocopy)
 		return bad_arg(err, errlen, "--verify and --nocopy exclude each other");
-	/* size and batch are each capped, so this product cannot overflow. */
-	per_port = cfg->size * cfg->batch;
-	if (per_port > BENCH_MAX_BUFFER || per_port * cfg->ports > BENCH_MAX_BUFFER)
+	rc = check_modes(cfg, seen, err, errlen);
+	if (!rc)
+		rc = check_lat_sweep(cfg, seen, err, errlen);
+	if (rc)
+		return rc;
+	if (cfg->mode == BENCH_TARGET)
+		return 0;
+	/* size and batch are each capped, so these products cannot overflow. */
+	if (cfg->mode == BENCH_LOCAL && !cfg->sweep && !cfg->buffer) {
+		per_port = cfg->size * cfg->batch;
+		if (per_port > BENCH_MAX_BUFFER || per_port * cfg->ports > BENCH_MAX_BUFFER)
+			return bad_arg(err, errlen,
+				    "buffer --ports %u x --batch %u x --size %llu exceeds the %llu MiB "
+				    "cap (or give a smaller --buffer: batches shrink to fit)",
+				    cfg->ports, cfg->batch, (unsigned long long)cfg->size,
+				    BENCH_MAX_BUFFER >> 20);
+		return 0;
+	}
+	/* Every port needs room for at least one request of the largest size. */
+	need = cfg->size_max * cfg->ports;
+	if (need > BENCH_MAX_BUFFER)
 		return bad_arg(err, errlen,
-			    "buffer --ports %u x --batch %u x --size %llu exceeds the %llu MiB cap",
-			    cfg->ports, cfg->batch, (unsigned long long)cfg->size,
-			    BENCH_MAX_BUFFER >> 20);
+			    "--ports %u x --size %llu exceeds the %llu MiB buffer cap", cfg->ports,
+			    (unsigned long long)cfg->size_max, BENCH_MAX_BUFFER >> 20);
+	if (need > bench_buffer_bytes(cfg) && (cfg->buffer || cfg->mode == BENCH_INITIATOR))
+		return bad_arg(err, errlen,
+			    "--buffer %llu is smaller than --ports %u x --size %llu%s",
+			    (unsigned long long)bench_buffer_bytes(cfg), cfg->ports,
+			    (unsigned long long)cfg->size_max,
+			    cfg->mode == BENCH_INITIATOR ? " (and the target's --buffer must be as large)"
+							 : "");
 	return 0;
 }
 
 int bench_parse_args(int argc, char **argv, struct bench_cfg *cfg, char *err, size_t errlen)
 {
-	int c, rc, seen_duration = 0;
+	bool seen[OPT_END] = { false };
+	int c, rc;
 
 	bench_cfg_default(cfg);
 	if (err && errlen)
@@ -339,15 +600,17 @@ int bench_parse_args(int argc, char **argv, struct bench_cfg *cfg, char *err, si
 	while ((c = getopt_long(argc, argv, short_opts, long_opts, NULL)) != -1) {
 		if (c == '?' || c == ':')
 			return getopt_error(c, argc, argv, err, errlen);
-		rc = apply_opt(c, optarg, cfg, &seen_duration, err, errlen);
+		rc = apply_opt(c, optarg, cfg, err, errlen);
 		if (rc)
 			return rc;
+		if (c >= 0 && c < OPT_END)
+			seen[c] = true;
 	}
 	if (optind < argc)
 		return bad_arg(err, errlen, "unexpected argument '%s' (see --help)", argv[optind]);
 	if (cfg->help)
 		return 0;
-	return check_cfg(cfg, seen_duration, err, errlen);
+	return check_cfg(cfg, seen, err, errlen);
 }
 
 void bench_apply_opts(const struct bench_cfg *cfg, struct ferry_opts *o)
@@ -375,40 +638,108 @@ void bench_apply_opts(const struct bench_cfg *cfg, struct ferry_opts *o)
 		o->loop_nocopy = 1;
 	if (cfg->spin)
 		o->idle = FERRY_IDLE_SPIN;
+	/* The target listens where the initiator expects it. */
+	if (cfg->mode == BENCH_TARGET) {
+		if (cfg->listen)
+			o->listen = cfg->listen;
+		else if (!getenv("FERRY_LISTEN"))
+			o->listen = BENCH_DEFAULT_LISTEN;
+	}
+}
+
+uint64_t bench_buffer_bytes(const struct bench_cfg *cfg)
+{
+	uint64_t need = cfg->size_max * cfg->ports;
+
+	if (cfg->buffer)
+		return cfg->buffer;
+	if (cfg->mode == BENCH_LOCAL && !cfg->sweep)
+		return cfg->size * cfg->batch * cfg->ports;
+	if (cfg->mode == BENCH_LOCAL && need > BENCH_DEFAULT_BUFFER)
+		return need;
+	return BENCH_DEFAULT_BUFFER;
 }
 
 uint64_t bench_total_bytes(const struct bench_cfg *cfg)
 {
-	return cfg->size * cfg->batch * cfg->ports;
+	return bench_buffer_bytes(cfg);
+}
+
+uint32_t bench_batch_for(const struct bench_cfg *cfg, uint64_t s)
+{
+	uint64_t fit = bench_buffer_bytes(cfg) / (s * cfg->ports);
+
+	if (fit < 1)
+		fit = 1;
+	return fit < cfg->batch ? (uint32_t)fit : cfg->batch;
+}
+
+uint64_t bench_next_size(const struct bench_cfg *cfg, uint64_t s)
+{
+	if (!cfg->sweep || s >= cfg->size_max)
+		return 0;
+	return s * 2;
+}
+
+uint64_t bench_write_seed(const struct bench_cfg *cfg, unsigned k)
+{
+	return cfg->seed + 1 + k;
 }
 
 void bench_usage(FILE *f, const char *prog)
 {
 	fprintf(f,
-		"usage: %s [options]\n"
-		"Two engines in one process (initiator and target); P threads submit\n"
-		"batches of one-sided requests from the initiator to the target.\n"
+		"usage: %s [options]                  one process: initiator and target engines\n"
+		"       %s --target [options]         two processes: the target (serves a buffer)\n"
+		"       %s --connect HOST:PORT [...]  two processes: the initiator\n"
+		"P threads (ports) submit batches of one-sided requests from the initiator\n"
+		"to the target's buffer, like perftest's ib_write_bw / ib_read_bw.\n"
 		"\n"
 		"  --op read|write        operation (default write)\n"
-		"  -s, --size BYTES       bytes per request, K/M/G suffixes (default 64K)\n"
+		"  -s, --size BYTES       bytes per request, K/M/G suffixes (default 64K);\n"
+		"                         LO:HI runs the powers of two from LO to HI, one row each\n"
+		"  --sweep                --size %llu:%lluM (perftest -a)\n"
 		"  --batch N              requests per batch (default 32)\n"
 		"  --ports N              submitting threads, one port each (default 1)\n"
-		"  --cores LIST           initiator cores (default FERRY_CORES or \"0\")\n"
-		"  --target-cores LIST    target cores (default: same as --cores)\n"
+		"  --lat                  latency: one port, one request at a time, busy-polled;\n"
+		"                         prints min/typical(p50)/avg/p99/p99.9/max in us\n"
+		"  --cores LIST           this process's engine cores (default FERRY_CORES or \"0\")\n"
+		"  --target-cores LIST    one-process mode: target cores (default: same as --cores)\n"
 		"  -d, --nics NAMES       NICs, comma list (default FERRY_NICS or \"auto\": RDMA devices, else loop)\n"
-		"  -D, --duration SECS    run time, fractions allowed (default 3)\n"
-		"  -n, --iters N          batches per port instead of a duration\n"
+		"  -D, --duration SECS    run time per size, fractions allowed (default 3;\n"
+		"                         --target: until SIGINT/SIGTERM)\n"
+		"  -n, --iters N          batches per port (--lat: requests) instead of a duration\n"
 		"  --slice SIZE           bytes per work request (default 64K)\n"
 		"  -q, --qps N            QPs per endpoint\n"
 		"  -t, --depth N          work requests per QP\n"
 		"  --nocopy               loop NIC skips the memcpy (data plane cost only)\n"
-		"  --spin                 initiator cores never yield when idle\n"
-		"  --verify               fill a pattern, check every byte after the run\n"
-		"  --json                 one JSON object on stdout instead of tables\n"
+		"  --spin                 this process's cores never yield when idle\n"
+		"  --verify               check every byte moved (READ: against the target's\n"
+		"                         pattern; WRITE: read back and compare)\n"
+		"  --json                 JSON on stdout instead of tables (one object per size)\n"
 		"  --no-port-pin          do not keep port threads off the initiator's CPUs\n"
 		"  -h, --help             this text\n"
 		"\n"
-		"Each side's buffer is ports x batch x size bytes, at most %llu MiB.\n"
-		"Environment: FERRY_* variables (see ferry.h) apply before the flags.\n",
-		prog, BENCH_MAX_BUFFER >> 20);
+		"Two processes (the loop NIC cannot cross processes: give RDMA NICs):\n"
+		"  --target               create only the target engine, register --buffer bytes\n"
+		"                         filled with the --seed pattern at 0x%llx (if free),\n"
+		"                         print \"ferry_bench target: listening on ADDR buffer\n"
+		"                         0xADDR LEN\" and serve until SIGINT/SIGTERM or --duration\n"
+		"  --listen HOST:PORT     target's control address, dotted IPv4 (default\n"
+		"                         FERRY_LISTEN or %s)\n"
+		"  --connect HOST:PORT    create only the initiator and open the target there\n"
+		"  --remote-addr HEX      the target's buffer address (default 0x%llx)\n"
+		"  --buffer SIZE          each side's buffer (default %llu MiB in the two-process\n"
+		"                         modes and sweeps, else ports x batch x size); batches\n"
+		"                         shrink so that ports x batch x size fits; the initiator's\n"
+		"                         must not exceed the target's\n"
+		"  --seed N               pattern seed of the target's buffer (default 1; the\n"
+		"                         initiator's --verify must use the target's)\n"
+		"\n"
+		"Buffers are at most %llu MiB.  Environment: FERRY_* variables (see ferry.h)\n"
+		"apply before the flags.  Exit status: 0 ok, 1 setup error / failed request /\n"
+		"verify mismatch, 2 usage.\n",
+		prog, prog, prog, BENCH_SWEEP_MIN, BENCH_SWEEP_MAX >> 20, BENCH_TARGET_ADDR,
+		BENCH_DEFAULT_LISTEN, BENCH_TARGET_ADDR, BENCH_DEFAULT_BUFFER >> 20,
+		BENCH_MAX_BUFFER >> 20);
 }

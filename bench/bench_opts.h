@@ -20,16 +20,41 @@
 #define BENCH_MAX_BATCH (1u << 20)
 /* A day: anything longer is a typo, and it keeps the ns arithmetic safe. */
 #define BENCH_MAX_DURATION 86400.0
+/* Buffer of the two-process modes and of a sweep when --buffer is absent. */
+#define BENCH_DEFAULT_BUFFER (256ull << 20)
+/* --target listens here unless --listen or FERRY_LISTEN say otherwise. */
+#define BENCH_DEFAULT_LISTEN "127.0.0.1:18515"
+/*
+ * --target maps its buffer at this virtual address (mmap with
+ * MAP_FIXED_NOREPLACE) so that --connect can find it without being told:
+ * the default of --remote-addr.  If the address is taken, the target maps
+ * anywhere and prints where; pass that to --remote-addr.
+ */
+#define BENCH_TARGET_ADDR 0x7e0000000000ull
+/* --sweep without --size: perftest -a's sizes. */
+#define BENCH_SWEEP_MIN 2ull
+#define BENCH_SWEEP_MAX (8ull << 20)
+/* --lat keeps at most this many samples (128 MiB); the run ends there. */
+#define BENCH_MAX_LAT_SAMPLES (1ull << 24)
+
+enum bench_mode {
+	BENCH_LOCAL = 0, /* initiator and target engines in this process */
+	BENCH_TARGET,    /* --target: only the target, serving its buffer */
+	BENCH_INITIATOR, /* --connect: only the initiator, against a --target */
+};
 
 struct bench_cfg {
+	enum bench_mode mode;
 	enum ferry_op op;
-	uint64_t size;            /* bytes per request */
+	uint64_t size;            /* bytes per request; the smallest of a sweep */
+	uint64_t size_max;        /* the largest of a sweep; == size without one */
 	uint32_t batch;           /* requests per batch */
 	uint32_t ports;           /* submitting threads */
 	const char *cores;        /* initiator cores; NULL = FERRY_CORES or "0" */
 	const char *target_cores; /* NULL = the initiator's list */
 	const char *nics;         /* NULL = FERRY_NICS or "loop" */
 	double duration;          /* seconds; used when iters == 0 */
+	bool duration_set;        /* --duration given (--target runs forever without) */
 	uint64_t iters;           /* batches per port; 0 = run for duration */
 	uint32_t slice;           /* 0 = keep the engine's (env/default) */
 	uint32_t qps;             /* 0 = keep */
@@ -40,6 +65,14 @@ struct bench_cfg {
 	bool json;
 	bool no_port_pin;         /* leave port threads to the scheduler */
 	bool help;
+	/* two-process modes */
+	const char *listen;       /* --target: NULL = FERRY_LISTEN or BENCH_DEFAULT_LISTEN */
+	const char *connect;      /* --connect HOST:PORT of a --target */
+	uint64_t buffer;          /* each side's buffer; 0 = derived (bench_buffer_bytes) */
+	uint64_t remote_addr;     /* --connect: the target's buffer; 0 = BENCH_TARGET_ADDR */
+	uint64_t seed;            /* pattern seed of the target's buffer (default 1) */
+	bool lat;                 /* --lat: one request at a time, latency percentiles */
+	bool sweep;               /* sizes size, 2 size, ... size_max (one row each) */
 };
 
 /* The defaults, before any flag. */
@@ -62,8 +95,33 @@ const char *bench_parse_size(const char *s, uint64_t max, uint64_t *out);
 /* Apply the flags that were given to engine options o (after env). */
 void bench_apply_opts(const struct bench_cfg *cfg, struct ferry_opts *o);
 
-/* Bytes of each side's buffer: ports * batch * size (checked by the parser). */
+/*
+ * Bytes of each side's buffer (checked by the parser): --buffer if given;
+ * else ports * batch * size in the one-process mode without a sweep (the
+ * historical layout: every request its own bytes), else
+ * BENCH_DEFAULT_BUFFER (at least ports * size_max in the one-process mode).
+ * Request i of port p of a run of size s sits at offset
+ * (p * bench_batch_for(cfg, s) + i) * s on both sides.
+ */
+uint64_t bench_buffer_bytes(const struct bench_cfg *cfg);
+
+/* The same, kept under its old name. */
 uint64_t bench_total_bytes(const struct bench_cfg *cfg);
+
+/*
+ * Requests per batch for size s: --batch, lowered so that every port's
+ * requests fit the buffer side by side (at least 1: the parser checked
+ * ports * size_max <= buffer).
+ */
+uint32_t bench_batch_for(const struct bench_cfg *cfg, uint64_t s);
+
+/* The size after s in the run (doubling), or 0 after the last. */
+uint64_t bench_next_size(const struct bench_cfg *cfg, uint64_t s);
+
+/* The pattern seed of the data written at sweep step k (differs from cfg->seed). */
+uint64_t bench_write_seed(const struct bench_cfg *cfg, unsigned k);
+
+const char *bench_mode_name(enum bench_mode m);
 
 const char *bench_op_name(enum ferry_op op);
 

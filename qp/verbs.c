@@ -2,7 +2,7 @@
 /*
  * verbs: the rdma-core NIC provider (RC QPs, one-sided READ/WRITE).
  *
- * One struct verbs_nic per open(): device context, protection domain, the
+ * One struct fv_nic per open(): device context, protection domain, the
  * port and the GID (RoCE) or LID (InfiniBand) its QPs use.  CQs carry a
  * completion channel so an idle core can sleep on them.  QPs are created
  * in INIT and reach RTS in qp_connect, from the peer's nic_addr and
@@ -15,7 +15,7 @@
  * NIC's mutex, taken on the control path only).
  *
  * Data path.  post/poll translate nic_wr/nic_wc to verbs on the stack and
- * call ibv_post_send/ibv_poll_cq through a table (struct verbs_ops) so that
+ * call ibv_post_send/ibv_poll_cq through a table (struct fv_ops) so that
  * tests can stub them; they neither lock nor allocate.
  */
 #include "verbs.h"
@@ -38,7 +38,7 @@
 #define VERBS_POLL_CHUNK 64
 #define VERBS_ERR_LOG_SEC 10 /* at most one error-completion line per CQ per period */
 
-static const uint8_t verbs_magic[4] = { 'V', 'R', 'B', 'S' };
+static const uint8_t fv_magic[4] = { 'V', 'R', 'B', 'S' };
 
 /* ------------------------------------------------------------ stubbable calls */
 
@@ -63,7 +63,7 @@ static int real_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t in
 	return ibv_query_gid_ex(ctx, port, index, entry, flags);
 }
 
-static const struct verbs_ops real_ops = {
+static const struct fv_ops real_ops = {
 	.post_send = real_post_send,
 	.poll_cq = real_poll_cq,
 	.modify_qp = real_modify_qp,
@@ -71,14 +71,14 @@ static const struct verbs_ops real_ops = {
 };
 
 /* A copy, not a pointer: the data path pays one indirect call, as ibv_* would. */
-static struct verbs_ops ops = {
+static struct fv_ops ops = {
 	.post_send = real_post_send,
 	.poll_cq = real_poll_cq,
 	.modify_qp = real_modify_qp,
 	.query_gid_ex = real_query_gid_ex,
 };
 
-void verbs_set_ops(const struct verbs_ops *o)
+void fv_set_ops(const struct fv_ops *o)
 {
 	ops = real_ops;
 	if (!o)
@@ -95,29 +95,29 @@ void verbs_set_ops(const struct verbs_ops *o)
 
 /* ------------------------------------------------------------ small helpers */
 
-static inline struct verbs_nic *nic_of(struct nic *n)
+static inline struct fv_nic *nic_of(struct nic *n)
 {
-	return (struct verbs_nic *)(void *)n;
+	return (struct fv_nic *)(void *)n;
 }
 
-static inline const struct verbs_nic *cnic_of(const struct nic *n)
+static inline const struct fv_nic *cnic_of(const struct nic *n)
 {
-	return (const struct verbs_nic *)(const void *)n;
+	return (const struct fv_nic *)(const void *)n;
 }
 
-static inline struct verbs_cq *cq_of(struct nic_cq *c)
+static inline struct fv_cq *cq_of(struct nic_cq *c)
 {
-	return (struct verbs_cq *)(void *)c;
+	return (struct fv_cq *)(void *)c;
 }
 
-static inline struct verbs_qp *qp_of(struct nic_qp *q)
+static inline struct fv_qp *qp_of(struct nic_qp *q)
 {
-	return (struct verbs_qp *)(void *)q;
+	return (struct fv_qp *)(void *)q;
 }
 
-static inline const struct verbs_qp *cqp_of(const struct nic_qp *q)
+static inline const struct fv_qp *cqp_of(const struct nic_qp *q)
 {
-	return (const struct verbs_qp *)(const void *)q;
+	return (const struct fv_qp *)(const void *)q;
 }
 
 /*
@@ -125,7 +125,7 @@ static inline const struct verbs_qp *cqp_of(const struct nic_qp *q)
  * ibv_modify_qp, but some providers return -errno or -1 with errno set:
  * accept all three, always yield a positive errno.
  */
-static int verbs_errno(int rc)
+static int fv_errno(int rc)
 {
 	if (rc > 0)
 		return rc;
@@ -147,7 +147,7 @@ static unsigned mtu_bytes(unsigned mtu)
 
 /* One line on stderr, prefixed "ferry: verbs: <dev> port <p>: ". */
 __attribute__((format(printf, 2, 3)))
-static void vlog(const struct verbs_nic *nic, const char *fmt, ...)
+static void vlog(const struct fv_nic *nic, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
@@ -185,13 +185,13 @@ static bool gid_is_link_local(const uint8_t g[16])
 	return g[0] == 0xfe && (g[1] & 0xc0) == 0x80;
 }
 
-void verbs_gid_str(const uint8_t gid[16], char *buf, size_t len)
+void fv_gid_str(const uint8_t gid[16], char *buf, size_t len)
 {
 	if (!inet_ntop(AF_INET6, gid, buf, (socklen_t)len) && len)
 		buf[0] = '\0';
 }
 
-const char *verbs_gid_kind(const uint8_t gid[16], int type)
+const char *fv_gid_kind(const uint8_t gid[16], int type)
 {
 	switch (type) {
 	case IBV_GID_TYPE_IB:
@@ -210,7 +210,7 @@ const char *verbs_gid_kind(const uint8_t gid[16], int type)
 /* Lower is better; GID_RANK_NONE is never chosen automatically. */
 enum gid_rank { GID_RANK_V2_V4, GID_RANK_V2_V6, GID_RANK_V2_LL, GID_RANK_V1, GID_RANK_NONE };
 
-static enum gid_rank gid_rank(const struct verbs_gid *g)
+static enum gid_rank gid_rank(const struct fv_gid *g)
 {
 	if (gid_is_zero(g->gid))
 		return GID_RANK_NONE;
@@ -230,7 +230,7 @@ static const char *const gid_rank_why[] = {
 	[GID_RANK_V1] = "no RoCE v2 GID: RoCE v1 is not routable (same L2 network and VLAN only)",
 };
 
-static int choose_forced(const struct verbs_gid *tbl, int n, int forced, char *why, size_t whylen)
+static int choose_forced(const struct fv_gid *tbl, int n, int forced, char *why, size_t whylen)
 {
 	for (int i = 0; i < n; i++) {
 		if (tbl[i].index != forced)
@@ -246,7 +246,7 @@ static int choose_forced(const struct verbs_gid *tbl, int n, int forced, char *w
 	return -ENOENT;
 }
 
-int verbs_choose_gid(const struct verbs_gid *tbl, int n, int forced_index, char *why, size_t whylen)
+int fv_choose_gid(const struct fv_gid *tbl, int n, int forced_index, char *why, size_t whylen)
 {
 	enum gid_rank best_rank = GID_RANK_NONE;
 	int best = -1, usable = 0;
@@ -274,7 +274,7 @@ int verbs_choose_gid(const struct verbs_gid *tbl, int n, int forced_index, char 
 }
 
 /* FERRY_GID_INDEX: *out = -1 when unset or empty. */
-static int gid_index_from_env(const struct verbs_nic *nic, int *out)
+static int gid_index_from_env(const struct fv_nic *nic, int *out)
 {
 	const char *s = getenv("FERRY_GID_INDEX");
 	char *end;
@@ -294,7 +294,7 @@ static int gid_index_from_env(const struct verbs_nic *nic, int *out)
 }
 
 /* Empty entries (ENODATA, or older kernels' EINVAL) are simply not in the table. */
-static int read_gid_table(const struct verbs_nic *nic, int tbl_len, struct verbs_gid *tbl)
+static int read_gid_table(const struct fv_nic *nic, int tbl_len, struct fv_gid *tbl)
 {
 	int n = 0;
 
@@ -313,7 +313,7 @@ static int read_gid_table(const struct verbs_nic *nic, int tbl_len, struct verbs
 }
 
 /* "[0] fe80::1 (RoCE v2, link-local), [1] ..." so that a refused choice can be fixed. */
-static void gid_table_str(const struct verbs_gid *tbl, int n, char *buf, size_t len)
+static void gid_table_str(const struct fv_gid *tbl, int n, char *buf, size_t len)
 {
 	size_t off = 0;
 
@@ -321,9 +321,9 @@ static void gid_table_str(const struct verbs_gid *tbl, int n, char *buf, size_t 
 	for (int i = 0; i < n && off < len; i++) {
 		char a[INET6_ADDRSTRLEN];
 
-		verbs_gid_str(tbl[i].gid, a, sizeof(a));
+		fv_gid_str(tbl[i].gid, a, sizeof(a));
 		off += (size_t)snprintf(buf + off, len - off, "%s[%d] %s (%s)", i ? ", " : "",
-					tbl[i].index, a, verbs_gid_kind(tbl[i].gid, tbl[i].type));
+					tbl[i].index, a, fv_gid_kind(tbl[i].gid, tbl[i].type));
 	}
 	if (!n)
 		snprintf(buf, len, "empty");
@@ -347,21 +347,21 @@ static bool first_time(const char *key)
 	return first;
 }
 
-static void log_gid_choice(const struct verbs_nic *nic, const char *why)
+static void log_gid_choice(const struct fv_nic *nic, const char *why)
 {
 	char key[96], a[INET6_ADDRSTRLEN];
 
 	snprintf(key, sizeof(key), "%s:%u:%d", nic->name, nic->port, nic->gid_index);
 	if (!first_time(key))
 		return;
-	verbs_gid_str(nic->gid.raw, a, sizeof(a));
+	fv_gid_str(nic->gid.raw, a, sizeof(a));
 	vlog(nic, "GID index %d %s (%s) chosen: %s", nic->gid_index, a,
-	     verbs_gid_kind(nic->gid.raw, nic->gid_type), why);
+	     fv_gid_kind(nic->gid.raw, nic->gid_type), why);
 }
 
-int verbs_select_gid(struct verbs_nic *nic, int tbl_len)
+int fv_select_gid(struct fv_nic *nic, int tbl_len)
 {
-	struct verbs_gid *tbl;
+	struct fv_gid *tbl;
 	char why[256], list[768];
 	int forced, n, pos;
 
@@ -372,7 +372,7 @@ int verbs_select_gid(struct verbs_nic *nic, int tbl_len)
 	if (!tbl)
 		return -ENOMEM;
 	n = read_gid_table(nic, tbl_len, tbl);
-	pos = verbs_choose_gid(tbl, n, forced, why, sizeof(why));
+	pos = fv_choose_gid(tbl, n, forced, why, sizeof(why));
 	if (pos < 0) {
 		gid_table_str(tbl, n, list, sizeof(list));
 		vlog(nic, "cannot use a GID: %s; GID table: %s", why, list);
@@ -389,12 +389,12 @@ int verbs_select_gid(struct verbs_nic *nic, int tbl_len)
 
 /* ------------------------------------------------------------ addresses */
 
-void verbs_addr_pack(const struct verbs_addr *a, struct nic_addr *out)
+void fv_addr_pack(const struct fv_addr *a, struct nic_addr *out)
 {
 	uint8_t *b = out->bytes;
 
 	memset(out, 0, sizeof(*out));
-	memcpy(b, verbs_magic, sizeof(verbs_magic));
+	memcpy(b, fv_magic, sizeof(fv_magic));
 	b[4] = VERBS_ADDR_VERSION;
 	b[5] = a->link_layer;
 	b[6] = a->port;
@@ -406,11 +406,11 @@ void verbs_addr_pack(const struct verbs_addr *a, struct nic_addr *out)
 	b[27] = a->rd_atomic;
 }
 
-int verbs_addr_unpack(const struct nic_addr *in, struct verbs_addr *a)
+int fv_addr_unpack(const struct nic_addr *in, struct fv_addr *a)
 {
 	const uint8_t *b = in->bytes;
 
-	if (memcmp(b, verbs_magic, sizeof(verbs_magic)) != 0 || b[4] != VERBS_ADDR_VERSION)
+	if (memcmp(b, fv_magic, sizeof(fv_magic)) != 0 || b[4] != VERBS_ADDR_VERSION)
 		return -EINVAL;
 	if (!mtu_bytes(b[7]))
 		return -EINVAL;
@@ -424,7 +424,7 @@ int verbs_addr_unpack(const struct nic_addr *in, struct verbs_addr *a)
 	return 0;
 }
 
-static void nic_to_addr(const struct verbs_nic *nic, struct verbs_addr *a)
+static void nic_to_addr(const struct fv_nic *nic, struct fv_addr *a)
 {
 	memset(a, 0, sizeof(*a));
 	memcpy(a->gid, nic->gid.raw, 16);
@@ -436,12 +436,12 @@ static void nic_to_addr(const struct verbs_nic *nic, struct verbs_addr *a)
 	a->rd_atomic = (uint8_t)nic->max_rd_atomic;
 }
 
-static void verbs_addr(const struct nic *n, struct nic_addr *out)
+static void fv_addr(const struct nic *n, struct nic_addr *out)
 {
-	struct verbs_addr a;
+	struct fv_addr a;
 
 	nic_to_addr(cnic_of(n), &a);
-	verbs_addr_pack(&a, out);
+	fv_addr_pack(&a, out);
 }
 
 /* ------------------------------------------------------------ open */
@@ -488,7 +488,7 @@ static void device_names(struct ibv_device **list, int n, char *buf, size_t len)
 					ibv_get_device_name(list[i]));
 }
 
-static int open_device(struct verbs_nic *nic)
+static int open_device(struct fv_nic *nic)
 {
 	struct ibv_device **list;
 	char names[512];
@@ -496,7 +496,9 @@ static int open_device(struct verbs_nic *nic)
 
 	list = ibv_get_device_list(&n);
 	if (!list) {
-		vlog(nic, "cannot list RDMA devices: %s", strerror(null_errno(ENODEV)));
+		err = null_errno(ENODEV);
+		vlog(nic, "cannot list RDMA devices: %s%s", strerror(err),
+		     err == ENOSYS ? " (this kernel has no RDMA support)" : "");
 		return -ENODEV;
 	}
 	for (i = 0; i < n; i++)
@@ -517,14 +519,14 @@ static int open_device(struct verbs_nic *nic)
 	return -err;
 }
 
-static int query_device(struct verbs_nic *nic, uint8_t *nports)
+static int query_device(struct fv_nic *nic, uint8_t *nports)
 {
 	struct ibv_device_attr da;
 	int rc = ibv_query_device(nic->ctx, &da);
 
 	if (rc) {
-		vlog(nic, "ibv_query_device failed: %s", strerror(verbs_errno(rc)));
-		return -verbs_errno(rc);
+		vlog(nic, "ibv_query_device failed: %s", strerror(fv_errno(rc)));
+		return -fv_errno(rc);
 	}
 	nic->max_qp_wr = (uint32_t)da.max_qp_wr;
 	nic->max_cqe = (uint32_t)da.max_cqe;
@@ -534,17 +536,17 @@ static int query_device(struct verbs_nic *nic, uint8_t *nports)
 	return 0;
 }
 
-static int query_port(struct verbs_nic *nic, int port, struct ibv_port_attr *pa)
+static int query_port(struct fv_nic *nic, int port, struct ibv_port_attr *pa)
 {
 	int rc = ibv_query_port(nic->ctx, (uint8_t)port, pa);
 
 	if (rc)
-		vlog(nic, "ibv_query_port(%d) failed: %s", port, strerror(verbs_errno(rc)));
-	return rc ? -verbs_errno(rc) : 0;
+		vlog(nic, "ibv_query_port(%d) failed: %s", port, strerror(fv_errno(rc)));
+	return rc ? -fv_errno(rc) : 0;
 }
 
 /* The requested port, else the first ACTIVE one; it must be ACTIVE. */
-static int pick_port(struct verbs_nic *nic, int req, uint8_t nports, struct ibv_port_attr *pa)
+static int pick_port(struct fv_nic *nic, int req, uint8_t nports, struct ibv_port_attr *pa)
 {
 	int p = req ? req : 1, last = req ? req : nports, rc;
 
@@ -577,7 +579,7 @@ static int pick_port(struct verbs_nic *nic, int req, uint8_t nports, struct ibv_
 }
 
 /* InfiniBand: the LID routes, GID index 0 is only carried along. */
-static int setup_ib(struct verbs_nic *nic)
+static int setup_ib(struct fv_nic *nic)
 {
 	char key[96];
 
@@ -608,7 +610,7 @@ static int read_numa(const char *name)
 }
 
 /* An RC QP as ferry wants it; *inl = the inline size it got. */
-static int create_rc_qp(struct verbs_nic *nic, struct ibv_cq *cq, uint32_t max_wr,
+static int create_rc_qp(struct fv_nic *nic, struct ibv_cq *cq, uint32_t max_wr,
 			struct ibv_qp **out, uint32_t *inl)
 {
 	struct ibv_qp_init_attr ia;
@@ -636,7 +638,7 @@ static int create_rc_qp(struct verbs_nic *nic, struct ibv_cq *cq, uint32_t max_w
 }
 
 /* caps() reports the inline size of a QP as created: learn it once, here. */
-static void probe_inline(struct verbs_nic *nic)
+static void probe_inline(struct fv_nic *nic)
 {
 	struct ibv_cq *cq = ibv_create_cq(nic->ctx, 1, NULL, NULL, 0);
 	struct ibv_qp *qp = NULL;
@@ -649,9 +651,9 @@ static void probe_inline(struct verbs_nic *nic)
 	ibv_destroy_cq(cq);
 }
 
-static void verbs_close(struct nic *n);
+static void fv_close(struct nic *n);
 
-static int open_steps(struct verbs_nic *nic, const char *dev)
+static int open_steps(struct fv_nic *nic, const char *dev)
 {
 	struct ibv_port_attr pa;
 	uint8_t nports = 0;
@@ -673,13 +675,13 @@ static int open_steps(struct verbs_nic *nic, const char *dev)
 		return rc;
 	}
 	if (nic->link_layer == IBV_LINK_LAYER_ETHERNET)
-		return verbs_select_gid(nic, pa.gid_tbl_len);
+		return fv_select_gid(nic, pa.gid_tbl_len);
 	return setup_ib(nic);
 }
 
-static int verbs_open(const char *dev, struct nic **out)
+static int fv_open(const char *dev, struct nic **out)
 {
-	struct verbs_nic *nic = calloc(1, sizeof(*nic));
+	struct fv_nic *nic = calloc(1, sizeof(*nic));
 	int rc;
 
 	if (!nic)
@@ -689,7 +691,7 @@ static int verbs_open(const char *dev, struct nic **out)
 	nic->numa_node = -1;
 	rc = open_steps(nic, dev);
 	if (rc) {
-		verbs_close((struct nic *)(void *)nic);
+		fv_close((struct nic *)(void *)nic);
 		return rc;
 	}
 	nic->numa_node = read_numa(nic->name);
@@ -710,19 +712,19 @@ static int verbs_open(const char *dev, struct nic **out)
 			*pp_ = (x)->next;				\
 	} while (0)
 
-static void qp_free_locked(struct verbs_qp *qp)
+static void qp_free_locked(struct fv_qp *qp)
 {
 	int rc = ibv_destroy_qp(qp->qp);
 
 	if (rc)
 		vlog(qp->nic, "ibv_destroy_qp(QP 0x%x) failed: %s", qp->qp->qp_num,
-		     strerror(verbs_errno(rc)));
+		     strerror(fv_errno(rc)));
 	LIST_UNLINK(qp->cq->qps, qp);
 	free(qp);
 }
 
 /* Events not yet acknowledged would make ibv_destroy_cq wait forever. */
-static void cq_drain_events(struct verbs_cq *cq)
+static void cq_drain_events(struct fv_cq *cq)
 {
 	struct ibv_cq *ev_cq;
 	void *ev_ctx;
@@ -734,9 +736,9 @@ static void cq_drain_events(struct verbs_cq *cq)
 		ibv_ack_cq_events(cq->cq, n);
 }
 
-static void cq_free_locked(struct verbs_cq *cq)
+static void cq_free_locked(struct fv_cq *cq)
 {
-	struct verbs_nic *nic = cq->nic;
+	struct fv_nic *nic = cq->nic;
 	int rc;
 
 	while (cq->qps)
@@ -746,24 +748,24 @@ static void cq_free_locked(struct verbs_cq *cq)
 			cq_drain_events(cq);
 		rc = ibv_destroy_cq(cq->cq);
 		if (rc)
-			vlog(nic, "ibv_destroy_cq failed: %s", strerror(verbs_errno(rc)));
+			vlog(nic, "ibv_destroy_cq failed: %s", strerror(fv_errno(rc)));
 	}
 	if (cq->ch) {
 		rc = ibv_destroy_comp_channel(cq->ch);
 		if (rc)
-			vlog(nic, "ibv_destroy_comp_channel failed: %s", strerror(verbs_errno(rc)));
+			vlog(nic, "ibv_destroy_comp_channel failed: %s", strerror(fv_errno(rc)));
 	}
 	LIST_UNLINK(nic->cqs, cq);
 	free(cq);
 }
 
-static void mrs_free_locked(struct verbs_nic *nic)
+static void mrs_free_locked(struct fv_nic *nic)
 {
 	for (uint32_t i = 0; i < nic->nmr; i++) {
 		int rc = ibv_dereg_mr(nic->mrs[i]);
 
 		if (rc)
-			vlog(nic, "ibv_dereg_mr failed: %s", strerror(verbs_errno(rc)));
+			vlog(nic, "ibv_dereg_mr failed: %s", strerror(fv_errno(rc)));
 	}
 	free(nic->mrs);
 	nic->mrs = NULL;
@@ -771,9 +773,9 @@ static void mrs_free_locked(struct verbs_nic *nic)
 }
 
 /* Children first: QPs, CQs (then their channels), MRs, the PD, the context. */
-static void verbs_close(struct nic *n)
+static void fv_close(struct nic *n)
 {
-	struct verbs_nic *nic = nic_of(n);
+	struct fv_nic *nic = nic_of(n);
 	int rc;
 
 	if (!nic)
@@ -786,7 +788,7 @@ static void verbs_close(struct nic *n)
 	if (nic->pd) {
 		rc = ibv_dealloc_pd(nic->pd);
 		if (rc)
-			vlog(nic, "ibv_dealloc_pd failed: %s", strerror(verbs_errno(rc)));
+			vlog(nic, "ibv_dealloc_pd failed: %s", strerror(fv_errno(rc)));
 	}
 	if (nic->ctx && ibv_close_device(nic->ctx))
 		vlog(nic, "ibv_close_device failed: %s", strerror(null_errno(EIO)));
@@ -796,9 +798,9 @@ static void verbs_close(struct nic *n)
 
 /* ------------------------------------------------------------ queries */
 
-static void verbs_caps(const struct nic *n, struct nic_caps *out)
+static void fv_caps(const struct nic *n, struct nic_caps *out)
 {
-	const struct verbs_nic *nic = cnic_of(n);
+	const struct fv_nic *nic = cnic_of(n);
 
 	out->max_qp_wr = nic->max_qp_wr;
 	out->max_cqe = nic->max_cqe;
@@ -806,9 +808,9 @@ static void verbs_caps(const struct nic *n, struct nic_caps *out)
 	out->max_rd_atomic = nic->max_rd_atomic;
 }
 
-static void verbs_describe(const struct nic *n, char *buf, size_t len)
+static void fv_describe(const struct nic *n, char *buf, size_t len)
 {
-	const struct verbs_nic *nic = cnic_of(n);
+	const struct fv_nic *nic = cnic_of(n);
 	char a[INET6_ADDRSTRLEN];
 
 	if (nic->link_layer != IBV_LINK_LAYER_ETHERNET) {
@@ -816,13 +818,13 @@ static void verbs_describe(const struct nic *n, char *buf, size_t len)
 			 nic->port, nic->lid, mtu_bytes(nic->active_mtu), nic->numa_node);
 		return;
 	}
-	verbs_gid_str(nic->gid.raw, a, sizeof(a));
+	fv_gid_str(nic->gid.raw, a, sizeof(a));
 	snprintf(buf, len, "%s port %u, %s, GID[%d] %s, MTU %u, NUMA %d", nic->name, nic->port,
 		 nic->gid_type == IBV_GID_TYPE_ROCE_V1 ? "RoCE v1" : "RoCE v2", nic->gid_index, a,
 		 mtu_bytes(nic->active_mtu), nic->numa_node);
 }
 
-static int verbs_numa_node(const struct nic *n)
+static int fv_numa_node(const struct nic *n)
 {
 	return cnic_of(n)->numa_node;
 }
@@ -837,7 +839,7 @@ static void fmt_limit(rlim_t v, char *buf, size_t len)
 		snprintf(buf, len, "%llu KiB", (unsigned long long)v / 1024);
 }
 
-static void log_reg_failure(const struct verbs_nic *nic, void *addr, size_t len, int err)
+static void log_reg_failure(const struct fv_nic *nic, void *addr, size_t len, int err)
 {
 	struct rlimit rl;
 	char lim[32];
@@ -853,7 +855,7 @@ static void log_reg_failure(const struct verbs_nic *nic, void *addr, size_t len,
 	vlog(nic, "cannot register %zu bytes at %p: %s", len, addr, strerror(err));
 }
 
-static int mr_track_locked(struct verbs_nic *nic, struct ibv_mr *mr)
+static int mr_track_locked(struct fv_nic *nic, struct ibv_mr *mr)
 {
 	if (nic->nmr == nic->mr_cap) {
 		uint32_t cap = nic->mr_cap ? 2 * nic->mr_cap : 16;
@@ -868,9 +870,9 @@ static int mr_track_locked(struct verbs_nic *nic, struct ibv_mr *mr)
 	return 0;
 }
 
-static int verbs_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out)
+static int fv_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out)
 {
-	struct verbs_nic *nic = nic_of(n);
+	struct fv_nic *nic = nic_of(n);
 	struct ibv_mr *mr;
 	int err;
 
@@ -897,9 +899,9 @@ static int verbs_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *ou
 	return 0;
 }
 
-static int verbs_dereg_mr(struct nic *n, struct nic_mr *mr)
+static int fv_dereg_mr(struct nic *n, struct nic_mr *mr)
 {
-	struct verbs_nic *nic = nic_of(n);
+	struct fv_nic *nic = nic_of(n);
 	uint32_t i;
 	int rc;
 
@@ -914,8 +916,8 @@ static int verbs_dereg_mr(struct nic *n, struct nic_mr *mr)
 	if (rc) {
 		/* Still registered: close() tries again. */
 		pthread_mutex_unlock(&nic->lock);
-		vlog(nic, "ibv_dereg_mr failed: %s", strerror(verbs_errno(rc)));
-		return -verbs_errno(rc);
+		vlog(nic, "ibv_dereg_mr failed: %s", strerror(fv_errno(rc)));
+		return -fv_errno(rc);
 	}
 	nic->mrs[i] = nic->mrs[--nic->nmr];
 	pthread_mutex_unlock(&nic->lock);
@@ -927,9 +929,9 @@ static int verbs_dereg_mr(struct nic *n, struct nic_mr *mr)
 
 /* ------------------------------------------------------------ CQs */
 
-static int cq_open_channel(struct verbs_cq *cq)
+static int cq_open_channel(struct fv_cq *cq)
 {
-	struct verbs_nic *nic = cq->nic;
+	struct fv_nic *nic = cq->nic;
 	int fl;
 
 	cq->ch = ibv_create_comp_channel(nic->ctx);
@@ -946,10 +948,10 @@ static int cq_open_channel(struct verbs_cq *cq)
 	return 0;
 }
 
-static int verbs_cq_create(struct nic *n, uint32_t cqe, struct nic_cq **out)
+static int fv_cq_create(struct nic *n, uint32_t cqe, struct nic_cq **out)
 {
-	struct verbs_nic *nic = nic_of(n);
-	struct verbs_cq *cq;
+	struct fv_nic *nic = nic_of(n);
+	struct fv_cq *cq;
 	int rc;
 
 	if (!cqe || cqe > nic->max_cqe || cqe > INT_MAX) {
@@ -979,10 +981,10 @@ static int verbs_cq_create(struct nic *n, uint32_t cqe, struct nic_cq **out)
 	return rc;
 }
 
-static void verbs_cq_destroy(struct nic_cq *c)
+static void fv_cq_destroy(struct nic_cq *c)
 {
-	struct verbs_cq *cq = cq_of(c);
-	struct verbs_nic *nic;
+	struct fv_cq *cq = cq_of(c);
+	struct fv_nic *nic;
 
 	if (!cq)
 		return;
@@ -992,19 +994,19 @@ static void verbs_cq_destroy(struct nic_cq *c)
 	pthread_mutex_unlock(&nic->lock);
 }
 
-static int verbs_cq_arm(struct nic_cq *c)
+static int fv_cq_arm(struct nic_cq *c)
 {
 	int rc = ibv_req_notify_cq(cq_of(c)->cq, 0);
 
-	return rc ? -verbs_errno(rc) : 0;
+	return rc ? -fv_errno(rc) : 0;
 }
 
-static int verbs_cq_fd(const struct nic_cq *c)
+static int fv_cq_fd(const struct nic_cq *c)
 {
-	return ((const struct verbs_cq *)(const void *)c)->ch->fd;
+	return ((const struct fv_cq *)(const void *)c)->ch->fd;
 }
 
-static void verbs_cq_ack(struct nic_cq *c)
+static void fv_cq_ack(struct nic_cq *c)
 {
 	cq_drain_events(cq_of(c));
 }
@@ -1024,7 +1026,7 @@ static uint32_t random_psn(void)
 	return v & 0xffffff; /* PSNs are 24 bits */
 }
 
-int verbs_qp_to_init(struct verbs_qp *qp)
+int fv_qp_to_init(struct fv_qp *qp)
 {
 	struct ibv_qp_attr a;
 	int rc;
@@ -1039,17 +1041,17 @@ int verbs_qp_to_init(struct verbs_qp *qp)
 				     IBV_QP_ACCESS_FLAGS);
 	if (rc) {
 		vlog(qp->nic, "QP 0x%x RESET->INIT failed: %s", qp->qp->qp_num,
-		     strerror(verbs_errno(rc)));
-		return -verbs_errno(rc);
+		     strerror(fv_errno(rc)));
+		return -fv_errno(rc);
 	}
 	return 0;
 }
 
-static int verbs_qp_create(struct nic *n, struct nic_cq *c, uint32_t max_wr, struct nic_qp **out)
+static int fv_qp_create(struct nic *n, struct nic_cq *c, uint32_t max_wr, struct nic_qp **out)
 {
-	struct verbs_nic *nic = nic_of(n);
-	struct verbs_cq *cq = cq_of(c);
-	struct verbs_qp *qp;
+	struct fv_nic *nic = nic_of(n);
+	struct fv_cq *cq = cq_of(c);
+	struct fv_qp *qp;
 	int rc;
 
 	if (!cq || cq->nic != nic || !max_wr || max_wr > nic->max_qp_wr) {
@@ -1072,7 +1074,7 @@ static int verbs_qp_create(struct nic *n, struct nic_cq *c, uint32_t max_wr, str
 	pthread_mutex_lock(&nic->lock);
 	qp->next = cq->qps;
 	cq->qps = qp;
-	rc = verbs_qp_to_init(qp);
+	rc = fv_qp_to_init(qp);
 	if (rc)
 		qp_free_locked(qp);
 	pthread_mutex_unlock(&nic->lock);
@@ -1081,10 +1083,10 @@ static int verbs_qp_create(struct nic *n, struct nic_cq *c, uint32_t max_wr, str
 	return rc;
 }
 
-static void verbs_qp_destroy(struct nic_qp *q)
+static void fv_qp_destroy(struct nic_qp *q)
 {
-	struct verbs_qp *qp = qp_of(q);
-	struct verbs_nic *nic;
+	struct fv_qp *qp = qp_of(q);
+	struct fv_nic *nic;
 
 	if (!qp)
 		return;
@@ -1094,23 +1096,23 @@ static void verbs_qp_destroy(struct nic_qp *q)
 	pthread_mutex_unlock(&nic->lock);
 }
 
-static void verbs_qp_info(const struct nic_qp *q, struct nic_qp_info *out)
+static void fv_qp_info(const struct nic_qp *q, struct nic_qp_info *out)
 {
-	const struct verbs_qp *qp = cqp_of(q);
+	const struct fv_qp *qp = cqp_of(q);
 
 	out->qpn = qp->qp->qp_num;
 	out->psn = qp->psn;
 }
 
-static uint32_t verbs_qp_num(const struct nic_qp *q)
+static uint32_t fv_qp_num(const struct nic_qp *q)
 {
 	return cqp_of(q)->qp->qp_num;
 }
 
-static void rtr_attr(const struct verbs_qp *qp, const struct verbs_addr *ra,
+static void rtr_attr(const struct fv_qp *qp, const struct fv_addr *ra,
 		     const struct nic_qp_info *rqp, struct ibv_qp_attr *a, int *mask)
 {
-	const struct verbs_nic *nic = qp->nic;
+	const struct fv_nic *nic = qp->nic;
 
 	memset(a, 0, sizeof(*a));
 	a->qp_state = IBV_QPS_RTR;
@@ -1134,7 +1136,7 @@ static void rtr_attr(const struct verbs_qp *qp, const struct verbs_addr *ra,
 		IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
 }
 
-static void rts_attr(const struct verbs_qp *qp, const struct verbs_addr *ra,
+static void rts_attr(const struct fv_qp *qp, const struct fv_addr *ra,
 		     struct ibv_qp_attr *a, int *mask)
 {
 	uint32_t rd = qp->nic->max_rd_atomic;
@@ -1154,10 +1156,10 @@ static void rts_attr(const struct verbs_qp *qp, const struct verbs_addr *ra,
 }
 
 /* A failed transition: say which addresses were used, and what to check. */
-static void log_connect_failure(const struct verbs_qp *qp, const char *step, int err,
-				const struct verbs_addr *ra, const struct nic_qp_info *rqp)
+static void log_connect_failure(const struct fv_qp *qp, const char *step, int err,
+				const struct fv_addr *ra, const struct nic_qp_info *rqp)
 {
-	const struct verbs_nic *nic = qp->nic;
+	const struct fv_nic *nic = qp->nic;
 	char lg[INET6_ADDRSTRLEN], rg[INET6_ADDRSTRLEN];
 
 	if (nic->link_layer != IBV_LINK_LAYER_ETHERNET) {
@@ -1167,25 +1169,25 @@ static void log_connect_failure(const struct verbs_qp *qp, const char *step, int
 		     mtu_bytes(nic->active_mtu), rqp->qpn, ra->lid, mtu_bytes(ra->mtu), ra->port);
 		return;
 	}
-	verbs_gid_str(nic->gid.raw, lg, sizeof(lg));
-	verbs_gid_str(ra->gid, rg, sizeof(rg));
+	fv_gid_str(nic->gid.raw, lg, sizeof(lg));
+	fv_gid_str(ra->gid, rg, sizeof(rg));
 	vlog(nic, "QP 0x%x %s failed: %s (errno %d); local GID[%d] %s (%s) MTU %u; "
 	     "peer QPN 0x%x GID %s (its index %u) LID 0x%x MTU %u: a wrong GID is the most "
 	     "common cause: both GIDs must be RoCE v2 addresses that reach each other "
 	     "(same subnet/VLAN or routed); set FERRY_GID_INDEX on either side to override",
 	     qp->qp->qp_num, step, strerror(err), err, nic->gid_index, lg,
-	     verbs_gid_kind(nic->gid.raw, nic->gid_type), mtu_bytes(nic->active_mtu), rqp->qpn,
+	     fv_gid_kind(nic->gid.raw, nic->gid_type), mtu_bytes(nic->active_mtu), rqp->qpn,
 	     rg, ra->gid_index, ra->lid, mtu_bytes(ra->mtu));
 }
 
-static int check_remote(const struct verbs_qp *qp, const struct nic_addr *remote,
-			const struct nic_qp_info *rqp, struct verbs_addr *ra)
+static int check_remote(const struct fv_qp *qp, const struct nic_addr *remote,
+			const struct nic_qp_info *rqp, struct fv_addr *ra)
 {
-	const struct verbs_nic *nic = qp->nic;
+	const struct fv_nic *nic = qp->nic;
 
 	if (!remote || !rqp)
 		return -EINVAL;
-	if (verbs_addr_unpack(remote, ra)) {
+	if (fv_addr_unpack(remote, ra)) {
 		vlog(nic, "QP 0x%x: the peer's address is not a verbs address (starts '%.4s'): "
 		     "does the peer use another NIC provider (loop)?", qp->qp->qp_num,
 		     (const char *)remote->bytes);
@@ -1200,11 +1202,11 @@ static int check_remote(const struct verbs_qp *qp, const struct nic_addr *remote
 	return qp->connected ? -EISCONN : 0;
 }
 
-static int verbs_qp_connect(struct nic_qp *q, const struct nic_addr *remote,
+static int fv_qp_connect(struct nic_qp *q, const struct nic_addr *remote,
 			    const struct nic_qp_info *rqp)
 {
-	struct verbs_qp *qp = qp_of(q);
-	struct verbs_addr ra;
+	struct fv_qp *qp = qp_of(q);
+	struct fv_addr ra;
 	struct ibv_qp_attr a;
 	int mask, rc;
 
@@ -1214,22 +1216,22 @@ static int verbs_qp_connect(struct nic_qp *q, const struct nic_addr *remote,
 	rtr_attr(qp, &ra, rqp, &a, &mask);
 	rc = ops.modify_qp(qp->qp, &a, mask);
 	if (rc) {
-		log_connect_failure(qp, "INIT->RTR", verbs_errno(rc), &ra, rqp);
-		return -verbs_errno(rc);
+		log_connect_failure(qp, "INIT->RTR", fv_errno(rc), &ra, rqp);
+		return -fv_errno(rc);
 	}
 	rts_attr(qp, &ra, &a, &mask);
 	rc = ops.modify_qp(qp->qp, &a, mask);
 	if (rc) {
-		log_connect_failure(qp, "RTR->RTS", verbs_errno(rc), &ra, rqp);
-		return -verbs_errno(rc);
+		log_connect_failure(qp, "RTR->RTS", fv_errno(rc), &ra, rqp);
+		return -fv_errno(rc);
 	}
 	qp->connected = true;
 	return 0;
 }
 
-static int verbs_qp_set_error(struct nic_qp *q)
+static int fv_qp_set_error(struct nic_qp *q)
 {
-	struct verbs_qp *qp = qp_of(q);
+	struct fv_qp *qp = qp_of(q);
 	struct ibv_qp_attr a;
 	int rc;
 
@@ -1238,15 +1240,15 @@ static int verbs_qp_set_error(struct nic_qp *q)
 	rc = ops.modify_qp(qp->qp, &a, IBV_QP_STATE);
 	if (unlikely(rc)) {
 		vlog(qp->nic, "QP 0x%x ->ERR failed: %s", qp->qp->qp_num,
-		     strerror(verbs_errno(rc)));
-		return -verbs_errno(rc);
+		     strerror(fv_errno(rc)));
+		return -fv_errno(rc);
 	}
 	return 0;
 }
 
 /* ------------------------------------------------------------ data path */
 
-static inline void fill_send_wr(const struct verbs_qp *qp, const struct nic_wr *wr,
+static inline void fill_send_wr(const struct fv_qp *qp, const struct nic_wr *wr,
 				struct ibv_send_wr *iw, struct ibv_sge *sg)
 {
 	bool write = wr->op == NIC_OP_WRITE;
@@ -1269,7 +1271,7 @@ static inline void fill_send_wr(const struct verbs_qp *qp, const struct nic_wr *
 }
 
 /* Translate up to VERBS_POST_MAX WRs; stops before one with a bad op. */
-static inline uint32_t build_chain(const struct verbs_qp *qp, struct nic_wr *wr,
+static inline uint32_t build_chain(const struct fv_qp *qp, struct nic_wr *wr,
 				   struct ibv_send_wr *iw, struct ibv_sge *sg, struct nic_wr **next)
 {
 	uint32_t n = 0;
@@ -1294,9 +1296,9 @@ static struct nic_wr *nth_wr(struct nic_wr *wr, uint32_t idx)
 	return wr;
 }
 
-static int verbs_post(struct nic_qp *q, struct nic_wr *wr, struct nic_wr **bad)
+static int fv_post(struct nic_qp *q, struct nic_wr *wr, struct nic_wr **bad)
 {
-	struct verbs_qp *qp = qp_of(q);
+	struct fv_qp *qp = qp_of(q);
 	struct ibv_send_wr iw[VERBS_POST_MAX];
 	struct ibv_sge sg[VERBS_POST_MAX];
 
@@ -1318,7 +1320,7 @@ static int verbs_post(struct nic_qp *q, struct nic_wr *wr, struct nic_wr **bad)
 
 			if (bad)
 				*bad = nth_wr(wr, i);
-			return -verbs_errno(rc);
+			return -fv_errno(rc);
 		}
 		wr = next;
 	}
@@ -1348,7 +1350,7 @@ static uint16_t wc_status(enum ibv_wc_status s)
  * The cause of a QP failure is in its first error completion (the rest are
  * flushes); nic_wc has no vendor_err, so log it here, rate-limited per CQ.
  */
-static void log_wc_error(struct verbs_cq *cq, const struct ibv_wc *w)
+static void log_wc_error(struct fv_cq *cq, const struct ibv_wc *w)
 {
 	struct timespec ts;
 
@@ -1362,7 +1364,7 @@ static void log_wc_error(struct verbs_cq *cq, const struct ibv_wc *w)
 	     (unsigned long long)w->wr_id);
 }
 
-static inline void map_wc(struct verbs_cq *cq, const struct ibv_wc *in, struct nic_wc *out)
+static inline void map_wc(struct fv_cq *cq, const struct ibv_wc *in, struct nic_wc *out)
 {
 	out->wr_id = in->wr_id;
 	out->qp_num = in->qp_num;
@@ -1378,9 +1380,9 @@ static inline void map_wc(struct verbs_cq *cq, const struct ibv_wc *in, struct n
 		log_wc_error(cq, in);
 }
 
-static int verbs_poll(struct nic_cq *c, int n, struct nic_wc *wc)
+static int fv_poll(struct nic_cq *c, int n, struct nic_wc *wc)
 {
-	struct verbs_cq *cq = cq_of(c);
+	struct fv_cq *cq = cq_of(c);
 	struct ibv_wc iwc[VERBS_POLL_CHUNK];
 	int done = 0;
 
@@ -1455,25 +1457,25 @@ int nic_verbs_discover(struct nic_dev_info *out, int max)
 
 const struct nic_provider nic_verbs_provider = {
 	.name = "verbs",
-	.open = verbs_open,
-	.close = verbs_close,
-	.caps = verbs_caps,
-	.addr = verbs_addr,
-	.reg_mr = verbs_reg_mr,
-	.dereg_mr = verbs_dereg_mr,
-	.cq_create = verbs_cq_create,
-	.cq_destroy = verbs_cq_destroy,
-	.qp_create = verbs_qp_create,
-	.qp_info = verbs_qp_info,
-	.qp_connect = verbs_qp_connect,
-	.qp_num = verbs_qp_num,
-	.qp_set_error = verbs_qp_set_error,
-	.qp_destroy = verbs_qp_destroy,
-	.post = verbs_post,
-	.poll = verbs_poll,
-	.cq_arm = verbs_cq_arm,
-	.cq_fd = verbs_cq_fd,
-	.cq_ack = verbs_cq_ack,
-	.describe = verbs_describe,
-	.numa_node = verbs_numa_node,
+	.open = fv_open,
+	.close = fv_close,
+	.caps = fv_caps,
+	.addr = fv_addr,
+	.reg_mr = fv_reg_mr,
+	.dereg_mr = fv_dereg_mr,
+	.cq_create = fv_cq_create,
+	.cq_destroy = fv_cq_destroy,
+	.qp_create = fv_qp_create,
+	.qp_info = fv_qp_info,
+	.qp_connect = fv_qp_connect,
+	.qp_num = fv_qp_num,
+	.qp_set_error = fv_qp_set_error,
+	.qp_destroy = fv_qp_destroy,
+	.post = fv_post,
+	.poll = fv_poll,
+	.cq_arm = fv_cq_arm,
+	.cq_fd = fv_cq_fd,
+	.cq_ack = fv_cq_ack,
+	.describe = fv_describe,
+	.numa_node = fv_numa_node,
 };

@@ -9,6 +9,10 @@
  * objects) and a table of the verbs calls that can be stubbed
  * (ibv_post_send and ibv_poll_cq are static inline in <infiniband/verbs.h>,
  * so they cannot be interposed at link time).
+ *
+ * Names: fv_ ("ferry verbs"), never verbs_: that prefix is rdma-core's, and
+ * libibverbs exports verbs_set_ops() to its providers; a verbs_set_ops in
+ * the executable would be called by the provider instead of its own.
  */
 #ifndef FERRY_QP_VERBS_H
 #define FERRY_QP_VERBS_H
@@ -32,7 +36,7 @@
 /* ------------------------------------------------------------ GID choice */
 
 /* One GID table entry, as read from the port. */
-struct verbs_gid {
+struct fv_gid {
 	int index;
 	uint8_t gid[16];
 	int type; /* enum ibv_gid_type */
@@ -48,13 +52,13 @@ struct verbs_gid {
  * (nothing usable, or no such forced index) / -EINVAL (forced entry is
  * zero); why gets the reason either way (for the log line).
  */
-int verbs_choose_gid(const struct verbs_gid *tbl, int n, int forced_index,
+int fv_choose_gid(const struct fv_gid *tbl, int n, int forced_index,
 		     char *why, size_t whylen);
 
 /* "RoCE v2, IPv4-mapped", "RoCE v2, link-local", "RoCE v1", ... */
-const char *verbs_gid_kind(const uint8_t gid[16], int type);
+const char *fv_gid_kind(const uint8_t gid[16], int type);
 /* inet_ntop of a GID: "::ffff:10.99.0.1", "fe80::1". */
-void verbs_gid_str(const uint8_t gid[16], char *buf, size_t len);
+void fv_gid_str(const uint8_t gid[16], char *buf, size_t len);
 
 /* ------------------------------------------------------------ addresses */
 
@@ -74,7 +78,7 @@ void verbs_gid_str(const uint8_t gid[16], char *buf, size_t len);
  *          limits its outstanding READs to it
  *   28..31 zero
  */
-struct verbs_addr {
+struct fv_addr {
 	uint8_t gid[16];
 	uint16_t lid;
 	uint8_t port;
@@ -86,16 +90,16 @@ struct verbs_addr {
 
 #define VERBS_ADDR_VERSION 1
 
-void verbs_addr_pack(const struct verbs_addr *a, struct nic_addr *out);
+void fv_addr_pack(const struct fv_addr *a, struct nic_addr *out);
 /* 0, or -EINVAL when in is not a verbs address of a layout we know. */
-int verbs_addr_unpack(const struct nic_addr *in, struct verbs_addr *a);
+int fv_addr_unpack(const struct nic_addr *in, struct fv_addr *a);
 
 /* ------------------------------------------------------------ objects */
 
-struct verbs_cq;
-struct verbs_qp;
+struct fv_cq;
+struct fv_qp;
 
-struct verbs_nic {
+struct fv_nic {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	char name[64];
@@ -114,46 +118,46 @@ struct verbs_nic {
 
 	/* Children, freed by close() when the caller left them behind. */
 	pthread_mutex_t lock;
-	struct verbs_cq *cqs;
+	struct fv_cq *cqs;
 	struct ibv_mr **mrs;
 	uint32_t nmr;
 	uint32_t mr_cap;
 };
 
-struct verbs_cq {
+struct fv_cq {
 	struct ibv_cq *cq;
 	struct ibv_comp_channel *ch;
-	struct verbs_nic *nic;
+	struct fv_nic *nic;
 	bool err_logged;    /* an error completion was logged ... */
 	int64_t err_log_at; /* ... and the next one may be at this second */
-	struct verbs_cq *next; /* in nic->cqs */
-	struct verbs_qp *qps;
+	struct fv_cq *next; /* in nic->cqs */
+	struct fv_qp *qps;
 };
 
-struct verbs_qp {
+struct fv_qp {
 	struct ibv_qp *qp;
 	uint32_t max_inline;
 	uint32_t psn;
 	bool connected;
-	struct verbs_nic *nic;
-	struct verbs_cq *cq;
-	struct verbs_qp *next; /* in cq->qps */
+	struct fv_nic *nic;
+	struct fv_cq *cq;
+	struct fv_qp *next; /* in cq->qps */
 };
 
 /* RESET -> INIT (qp_create does it; exposed for the attribute tests). */
-int verbs_qp_to_init(struct verbs_qp *qp);
+int fv_qp_to_init(struct fv_qp *qp);
 
 /*
  * Read the port's GID table (through ops.query_gid_ex), apply
  * FERRY_GID_INDEX, choose, log, and set nic->gid_index/gid/gid_type.
  * 0 or -errno (logged).
  */
-int verbs_select_gid(struct verbs_nic *nic, int tbl_len);
+int fv_select_gid(struct fv_nic *nic, int tbl_len);
 
 /* ------------------------------------------------------------ stubs */
 
 /* The verbs calls tests may replace.  Returns follow rdma-core. */
-struct verbs_ops {
+struct fv_ops {
 	int (*post_send)(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 	int (*poll_cq)(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 	int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
@@ -163,6 +167,6 @@ struct verbs_ops {
 
 /* Replace the calls (NULL members, or ops NULL: the real ones).  Tests only:
  * not thread safe, call it while no provider object is in use. */
-void verbs_set_ops(const struct verbs_ops *ops);
+void fv_set_ops(const struct fv_ops *ops);
 
 #endif /* FERRY_QP_VERBS_H */

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Control thread: fetch a descriptor over loopback TCP, refused and
+ * Control thread: fetch a descriptor over loopback TCP, connect and
+ * disconnect endpoints through the engine's callbacks, refused and
  * malformed requests, timeouts, bad addresses, start/stop edge cases.
- * Runs under TSan too: the describe callback reads its mode with atomics
- * because sockets are not a happens-before edge TSan can see.
+ * Runs under TSan too: the callbacks read their modes with atomics and
+ * record what they saw under a mutex, because sockets are not a
+ * happens-before edge TSan can see.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -11,6 +13,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,11 +31,26 @@
 
 enum mode { MODE_OK, MODE_FAIL, MODE_INVALID, MODE_HUGE };
 
+/* What the endpoint callbacks do. */
+enum ep_mode {
+	EP_OK,
+	EP_FAIL,      /* connect -ESTALE, disconnect -ENOENT */
+	EP_BAD_ERRNO, /* a positive return: sent as -EIO */
+	EP_BAD_REP,   /* a reply with no QP: the server cannot encode it */
+	EP_WRONG_TOKEN,
+	EP_WRONG_N_QPS,
+};
+
 struct ctx {
 	int mode;        /* enum mode; atomic */
 	uint16_t n_nics; /* fixed before ctl_start */
 	uint32_t n_regions;
 	int calls;       /* atomic */
+	int ep_mode;     /* enum ep_mode; atomic */
+	pthread_mutex_t lock; /* guards the rest */
+	int connects, disconnects;
+	struct wire_connect_req seen_req;
+	struct wire_disconnect seen_disc;
 };
 
 static int64_t now_ms(void)
@@ -84,6 +102,71 @@ static int describe(void *arg, struct seg_desc *out)
 	}
 }
 
+/* The target's QP i answers the initiator's QP i: derived, so it can be checked. */
+static void fill_rep(const struct wire_connect_req *req, struct wire_connect_rep *rep)
+{
+	uint16_t i;
+
+	rep->token = req->token;
+	rep->n_qps = req->n_qps;
+	for (i = 0; i < req->n_qps; i++) {
+		rep->qps[i].qpn = req->qps[i].qpn + 0x10000;
+		rep->qps[i].psn = req->qps[i].psn ^ 0xabcdef;
+	}
+}
+
+static int on_connect(void *arg, const struct wire_connect_req *req, struct wire_connect_rep *rep)
+{
+	struct ctx *x = arg;
+
+	pthread_mutex_lock(&x->lock);
+	x->connects++;
+	x->seen_req = *req;
+	pthread_mutex_unlock(&x->lock);
+	switch (__atomic_load_n(&x->ep_mode, __ATOMIC_RELAXED)) {
+	case EP_FAIL:
+		return -ESTALE;
+	case EP_BAD_ERRNO:
+		return 7;
+	case EP_BAD_REP:
+		return 0; /* rep left zeroed: n_qps 0 */
+	case EP_WRONG_TOKEN:
+		fill_rep(req, rep);
+		rep->token++;
+		return 0;
+	case EP_WRONG_N_QPS:
+		fill_rep(req, rep);
+		rep->n_qps = req->n_qps == 1 ? 2 : 1;
+		return 0;
+	default:
+		fill_rep(req, rep);
+		return 0;
+	}
+}
+
+static int on_disconnect(void *arg, const struct wire_disconnect *d)
+{
+	struct ctx *x = arg;
+
+	pthread_mutex_lock(&x->lock);
+	x->disconnects++;
+	x->seen_disc = *d;
+	pthread_mutex_unlock(&x->lock);
+	switch (__atomic_load_n(&x->ep_mode, __ATOMIC_RELAXED)) {
+	case EP_FAIL:
+		return -ENOENT;
+	case EP_BAD_ERRNO:
+		return 7;
+	default:
+		return 0;
+	}
+}
+
+static void set_ep_mode(struct ctx *x, enum ep_mode m)
+{
+	__atomic_store_n(&x->ep_mode, (int)m, __ATOMIC_RELAXED);
+}
+
 static void set_mode(struct ctx *x, enum mode m)
 {
 	__atomic_store_n(&x->mode, (int)m, __ATOMIC_RELAXED);
@@ -127,14 +210,24 @@ static void expect_desc(const struct seg_desc *d, uint16_t n_nics, uint32_t n_re
 	seg_desc_free(&want);
 }
 
-static void start(struct ctl *c, struct ctx *x, uint16_t n_nics, uint32_t n_regions)
+/* Start c the way the engine does: zeroed, handlers set, then ctl_start. */
+static void start_ops(struct ctl *c, struct ctx *x, uint16_t n_nics, uint32_t n_regions,
+		      ctl_connect_fn on_conn, ctl_disconnect_fn on_disc)
 {
 	memset(x, 0, sizeof(*x));
+	assert_int_equal(pthread_mutex_init(&x->lock, NULL), 0);
 	x->n_nics = n_nics;
 	x->n_regions = n_regions;
+	memset(c, 0, sizeof(*c));
+	ctl_set_ep_ops(c, on_conn, on_disc);
 	assert_int_equal(ctl_start(c, NULL, describe, x), 0);
 	assert_int_equal(strncmp(c->address, "127.0.0.1:", 10), 0);
 	assert_true(atoi(c->address + 10) > 0);
+}
+
+static void start(struct ctl *c, struct ctx *x, uint16_t n_nics, uint32_t n_regions)
+{
+	start_ops(c, x, n_nics, n_regions, NULL, NULL);
 }
 
 /* A plain blocking TCP client for hand-made requests. */
@@ -488,26 +581,42 @@ static void test_stop_with_idle_client(void **state)
 struct fake {
 	int lfd;
 	char address[64];
-	uint8_t reply[64];
+	uint8_t reply[256];
 	size_t len;
+	uint8_t req[512];  /* the request frame as received */
+	size_t req_len;
 	pthread_t thread;
 };
+
+/* Read up to want bytes of the request into f->req; false if the client left. */
+static bool fake_read(struct fake *f, int fd, size_t want)
+{
+	ssize_t n;
+
+	while (f->req_len < want) {
+		n = recv(fd, f->req + f->req_len, want - f->req_len, 0);
+		if (n <= 0)
+			return false;
+		f->req_len += (size_t)n;
+	}
+	return true;
+}
 
 static void *fake_serve(void *arg)
 {
 	struct fake *f = arg;
-	uint8_t req[WIRE_HDR_LEN];
-	size_t done = 0;
-	ssize_t n;
+	uint32_t plen;
 	int fd = accept(f->lfd, NULL, NULL);
 
 	if (fd < 0)
 		return NULL;
-	while (done < sizeof(req)) {
-		n = recv(fd, req + done, sizeof(req) - done, 0);
-		if (n <= 0)
-			break;
-		done += (size_t)n;
+	/* The whole request, so the close below does not reset the connection
+	 * over unread bytes before the client has read the reply. */
+	if (fake_read(f, fd, WIRE_HDR_LEN)) {
+		plen = (uint32_t)f->req[8] | (uint32_t)f->req[9] << 8 |
+		       (uint32_t)f->req[10] << 16 | (uint32_t)f->req[11] << 24;
+		if (plen <= sizeof(f->req) - WIRE_HDR_LEN)
+			(void)fake_read(f, fd, WIRE_HDR_LEN + plen);
 	}
 	if (f->len)
 		(void)send(fd, f->reply, f->len, MSG_NOSIGNAL);
@@ -525,6 +634,7 @@ static void fake_start(struct fake *f, const void *reply, size_t len)
 	if (len)
 		memcpy(f->reply, reply, len);
 	f->len = len;
+	f->req_len = 0;
 	memset(&sin, 0, sizeof(sin));
 	sin.sin_family = AF_INET;
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -598,6 +708,522 @@ static void test_bad_replies(void **state)
 	assert_int_equal(fake_fetch(b, 5), -ECONNRESET); /* half a header */
 }
 
+/* ---- endpoint handshake ----------------------------------------------- */
+
+static void make_req(struct wire_connect_req *r, uint16_t n_qps, uint64_t token)
+{
+	uint16_t i;
+
+	memset(r, 0, sizeof(*r));
+	r->incarnation = 0x1111222233334444ull;
+	r->token = token;
+	r->target_incarnation = 0x5555666677778888ull;
+	r->target_nic = 1;
+	r->n_qps = n_qps;
+	strcpy(r->nic.provider, "loop");
+	memset(r->nic.addr.bytes, 0x42, NIC_ADDR_LEN);
+	for (i = 0; i < n_qps && i < WIRE_MAX_EP_QPS; i++) {
+		r->qps[i].qpn = 0x100u + i;
+		r->qps[i].psn = 0x200000u + 7u * i;
+	}
+}
+
+static void assert_req_equal(const struct wire_connect_req *a, const struct wire_connect_req *b)
+{
+	assert_int_equal(a->incarnation, b->incarnation);
+	assert_int_equal(a->token, b->token);
+	assert_int_equal(a->target_incarnation, b->target_incarnation);
+	assert_int_equal(a->target_nic, b->target_nic);
+	assert_int_equal(a->n_qps, b->n_qps);
+	assert_string_equal(a->nic.provider, b->nic.provider);
+	assert_memory_equal(a->nic.addr.bytes, b->nic.addr.bytes, NIC_ADDR_LEN);
+	assert_memory_equal(a->qps, b->qps, a->n_qps * sizeof(a->qps[0]));
+}
+
+static void expect_rep_for(const struct wire_connect_rep *rep, const struct wire_connect_req *req)
+{
+	struct wire_connect_rep want;
+
+	memset(&want, 0, sizeof(want));
+	fill_rep(req, &want);
+	assert_int_equal(rep->token, want.token);
+	assert_int_equal(rep->n_qps, want.n_qps);
+	assert_memory_equal(rep->qps, want.qps, want.n_qps * sizeof(want.qps[0]));
+}
+
+static void assert_rep_zero(const struct wire_connect_rep *rep)
+{
+	static const struct wire_connect_rep zero;
+
+	assert_memory_equal(rep, &zero, sizeof(*rep));
+}
+
+/* The last request each callback saw, read under the callbacks' lock. */
+static struct wire_connect_req seen_req(struct ctx *x, int *connects)
+{
+	struct wire_connect_req r;
+
+	pthread_mutex_lock(&x->lock);
+	r = x->seen_req;
+	*connects = x->connects;
+	pthread_mutex_unlock(&x->lock);
+	return r;
+}
+
+static struct wire_disconnect seen_disc(struct ctx *x, int *disconnects)
+{
+	struct wire_disconnect d;
+
+	pthread_mutex_lock(&x->lock);
+	d = x->seen_disc;
+	*disconnects = x->disconnects;
+	pthread_mutex_unlock(&x->lock);
+	return d;
+}
+
+static int connects(struct ctx *x)
+{
+	int n;
+
+	(void)seen_req(x, &n);
+	return n;
+}
+
+static void test_connect(void **state)
+{
+	static const uint16_t sizes[] = { 1, 3, WIRE_MAX_EP_QPS };
+	struct wire_disconnect d = { 0x1111222233334444ull, 1003 }, sd;
+	struct wire_connect_req req, sr;
+	struct wire_connect_rep rep;
+	struct seg_desc desc;
+	struct ctl c;
+	struct ctx x;
+	int i, n;
+
+	(void)state;
+	start_ops(&c, &x, 2, 3, on_connect, on_disconnect);
+	for (i = 0; i < 3; i++) {
+		make_req(&req, sizes[i], 1000u + sizes[i]);
+		assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), 0);
+		expect_rep_for(&rep, &req);
+		sr = seen_req(&x, &n);
+		assert_int_equal(n, i + 1);
+		assert_req_equal(&sr, &req); /* exactly what the initiator sent */
+	}
+	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), 0);
+	sd = seen_disc(&x, &n);
+	assert_int_equal(n, 1);
+	assert_int_equal(sd.incarnation, d.incarnation);
+	assert_int_equal(sd.token, d.token);
+	/* GET_DESC is still served beside them. */
+	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &desc), 0);
+	expect_desc(&desc, 2, 3);
+	seg_desc_free(&desc);
+	wait_counter(&c.served, 5);
+	assert_int_equal(counter(&c.refused), 0);
+
+	/* A restart keeps the handlers ctl_set_ep_ops installed. */
+	ctl_stop(&c);
+	assert_int_equal(ctl_start(&c, NULL, describe, &x), 0);
+	make_req(&req, 2, 77);
+	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), 0);
+	expect_rep_for(&rep, &req);
+	assert_int_equal(connects(&x), 4);
+	ctl_stop(&c);
+}
+
+/* The callbacks' errors reach the initiator as their negative errno. */
+static void test_connect_errors(void **state)
+{
+	struct wire_disconnect d = { 1, 2 };
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	struct ctl c;
+	struct ctx x;
+
+	(void)state;
+	start_ops(&c, &x, 1, 1, on_connect, on_disconnect);
+	make_req(&req, 2, 42);
+
+	set_ep_mode(&x, EP_FAIL);
+	memset(&rep, 0xaa, sizeof(rep));
+	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -ESTALE);
+	assert_rep_zero(&rep);
+	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), -ENOENT);
+
+	set_ep_mode(&x, EP_BAD_ERRNO);
+	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EIO);
+	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), -EIO);
+
+	/* The server does not send a reply the initiator would refuse. */
+	set_ep_mode(&x, EP_BAD_REP);
+	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EINVAL);
+
+	/* A reply for another endpoint, or with other QPs, is not ours. */
+	set_ep_mode(&x, EP_WRONG_TOKEN);
+	memset(&rep, 0xaa, sizeof(rep));
+	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EPROTO);
+	assert_rep_zero(&rep);
+	set_ep_mode(&x, EP_WRONG_N_QPS);
+	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EPROTO);
+	assert_rep_zero(&rep);
+	wait_counter(&c.served, 7);
+	assert_int_equal(connects(&x), 5);
+
+	/* What the target would refuse is not sent at all. */
+	set_ep_mode(&x, EP_OK);
+	req.n_qps = 0;
+	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EINVAL);
+	req.n_qps = WIRE_MAX_EP_QPS + 1;
+	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EINVAL);
+	req.n_qps = 2;
+	req.nic.provider[0] = '\0';
+	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EINVAL);
+	make_req(&req, 2, 42);
+	assert_int_equal(ctl_connect(c.address, FETCH_MS, NULL, &rep), -EINVAL);
+	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, NULL), -EINVAL);
+	assert_int_equal(ctl_connect(c.address, 0, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_connect("1.2.3:80", FETCH_MS, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, FETCH_MS, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, NULL), -EINVAL);
+	assert_int_equal(ctl_disconnect(c.address, -1, &d), -EINVAL);
+	assert_int_equal(ctl_disconnect("localhost:0", FETCH_MS, &d), -EINVAL);
+	assert_int_equal(connects(&x), 5);
+	assert_int_equal(counter(&c.served), 7);
+	assert_int_equal(counter(&c.refused), 0);
+	ctl_stop(&c);
+}
+
+/* An engine without endpoint handlers says so instead of hanging up. */
+static void test_ep_unsupported(void **state)
+{
+	struct wire_disconnect d = { 1, 2 };
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	struct ctl c;
+	struct ctx x;
+
+	(void)state;
+	make_req(&req, 1, 9);
+	start(&c, &x, 1, 1);
+	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EOPNOTSUPP);
+	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), -EOPNOTSUPP);
+	wait_counter(&c.served, 2);
+	assert_int_equal(counter(&c.refused), 0);
+	ctl_stop(&c);
+
+	/* Each handler on its own. */
+	start_ops(&c, &x, 1, 1, on_connect, NULL);
+	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), 0);
+	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), -EOPNOTSUPP);
+	ctl_stop(&c);
+	start_ops(&c, &x, 1, 1, NULL, on_disconnect);
+	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EOPNOTSUPP);
+	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), 0);
+	ctl_stop(&c);
+}
+
+/* No engine at the address, or one that never answers. */
+static void test_ep_transport(void **state)
+{
+	struct wire_disconnect d = { 1, 2 };
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	struct sockaddr_in sin;
+	socklen_t len = sizeof(sin);
+	struct ctl c;
+	struct ctx x;
+	char addr[64];
+	int64_t t0;
+	int fd;
+
+	(void)state;
+	make_req(&req, 1, 9);
+	start_ops(&c, &x, 1, 1, on_connect, on_disconnect);
+	memcpy(addr, c.address, sizeof(addr));
+	ctl_stop(&c);
+	assert_int_equal(ctl_connect(addr, FETCH_MS, &req, &rep), -ECONNREFUSED);
+	assert_int_equal(ctl_disconnect(addr, FETCH_MS, &d), -ECONNREFUSED);
+
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_equal(listen(fd, 4), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sin, &len), 0);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(sin.sin_port));
+	t0 = now_ms();
+	assert_int_equal(ctl_connect(addr, 200, &req, &rep), -ETIMEDOUT);
+	assert_int_equal(ctl_disconnect(addr, 200, &d), -ETIMEDOUT);
+	assert_true(now_ms() - t0 < 3000);
+	close(fd);
+}
+
+static void send_frame(int fd, uint16_t type, const void *payload, uint32_t len)
+{
+	send_hdr(fd, WIRE_VERSION, type, len);
+	if (len)
+		raw_send(fd, payload, len);
+}
+
+/* Malformed handshake requests: refused, connection closed, no callback. */
+static void test_ep_malformed(void **state)
+{
+	static const struct wire_connect_req full = { .n_qps = WIRE_MAX_EP_QPS };
+	uint8_t p[256];
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	size_t max = wire_connect_req_size(&full), n;
+	struct ctl c;
+	struct ctx x;
+	int64_t t0;
+	int fd;
+
+	(void)state;
+	start_ops(&c, &x, 1, 1, on_connect, on_disconnect);
+
+	/* One byte over the largest CONNECT_REQ: refused unread, at once
+	 * (waiting for the payload would take the 2 s request deadline). */
+	fd = raw_connect(c.address);
+	t0 = now_ms();
+	send_hdr(fd, WIRE_VERSION, WIRE_CONNECT_REQ, (uint32_t)max + 1);
+	expect_closed(fd);
+	assert_true(now_ms() - t0 < 1000);
+	close(fd);
+	wait_counter(&c.refused, 1);
+	fd = raw_connect(c.address);
+	send_hdr(fd, WIRE_VERSION, WIRE_CONNECT_REQ, WIRE_MAX_PAYLOAD);
+	expect_closed(fd);
+	close(fd);
+	wait_counter(&c.refused, 2);
+
+	/* The right size, but no QP. */
+	make_req(&req, 1, 5);
+	n = wire_connect_req_size(&req);
+	assert_int_equal(wire_connect_req_encode(&req, p, sizeof(p)), 0);
+	p[26] = 0;
+	fd = raw_connect(c.address);
+	send_frame(fd, WIRE_CONNECT_REQ, p, (uint32_t)n);
+	expect_closed(fd);
+	close(fd);
+	wait_counter(&c.refused, 3);
+
+	/* A payload promised and cut short. */
+	fd = raw_connect(c.address);
+	send_hdr(fd, WIRE_VERSION, WIRE_CONNECT_REQ, (uint32_t)n);
+	raw_send(fd, p, 40);
+	shutdown(fd, SHUT_WR);
+	expect_closed(fd);
+	close(fd);
+	wait_counter(&c.refused, 4);
+
+	/* DISCONNECT one byte short (read, then refused) and one over (unread). */
+	memset(p, 0, sizeof(p));
+	fd = raw_connect(c.address);
+	send_frame(fd, WIRE_DISCONNECT, p, WIRE_DISCONNECT_LEN - 1);
+	expect_closed(fd);
+	close(fd);
+	wait_counter(&c.refused, 5);
+	fd = raw_connect(c.address);
+	send_hdr(fd, WIRE_VERSION, WIRE_DISCONNECT, WIRE_DISCONNECT_LEN + 1);
+	expect_closed(fd);
+	close(fd);
+	wait_counter(&c.refused, 6);
+
+	/* Replies are not requests. */
+	fd = raw_connect(c.address);
+	send_hdr(fd, WIRE_VERSION, WIRE_CONNECT_REP, 0);
+	expect_closed(fd);
+	close(fd);
+	fd = raw_connect(c.address);
+	send_hdr(fd, WIRE_VERSION, WIRE_DISCONNECT_REP, 0);
+	expect_closed(fd);
+	close(fd);
+	wait_counter(&c.refused, 8);
+
+	/* None reached a callback, and the server still answers. */
+	assert_int_equal(connects(&x), 0);
+	make_req(&req, WIRE_MAX_EP_QPS, 6);
+	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), 0);
+	expect_rep_for(&rep, &req);
+	assert_int_equal(connects(&x), 1);
+	assert_int_equal(counter(&c.refused), 8);
+	ctl_stop(&c);
+}
+
+/* GET_DESC, CONNECT_REQ and DISCONNECT on one connection, sent at once. */
+static void test_ep_one_connection(void **state)
+{
+	struct wire_disconnect d = { 3, 4 };
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	uint8_t out[512], hb[WIRE_HDR_LEN], p[256];
+	struct seg_desc desc;
+	struct wire_hdr h;
+	size_t n = 0, rl;
+	struct ctl c;
+	struct ctx x;
+	int fd;
+
+	(void)state;
+	start_ops(&c, &x, 1, 2, on_connect, on_disconnect);
+	make_req(&req, 4, 11);
+	rl = wire_connect_req_size(&req);
+	wire_hdr_encode(out, WIRE_GET_DESC, 0);
+	n += WIRE_HDR_LEN;
+	wire_hdr_encode(out + n, WIRE_CONNECT_REQ, (uint32_t)rl);
+	assert_int_equal(wire_connect_req_encode(&req, out + n + WIRE_HDR_LEN, rl), 0);
+	n += WIRE_HDR_LEN + rl;
+	wire_hdr_encode(out + n, WIRE_DISCONNECT, WIRE_DISCONNECT_LEN);
+	assert_int_equal(wire_disconnect_encode(&d, out + n + WIRE_HDR_LEN, WIRE_DISCONNECT_LEN), 0);
+	n += WIRE_HDR_LEN + WIRE_DISCONNECT_LEN;
+
+	fd = raw_connect(c.address);
+	raw_send(fd, out, n);
+
+	raw_recv(fd, hb, sizeof(hb));
+	assert_int_equal(wire_hdr_decode(hb, sizeof(hb), &h), 0);
+	assert_int_equal(h.type, WIRE_DESC);
+	assert_true(h.payload_len <= sizeof(p));
+	raw_recv(fd, p, h.payload_len);
+	assert_int_equal(wire_desc_decode(p, h.payload_len, &desc), 0);
+	expect_desc(&desc, 1, 2);
+	seg_desc_free(&desc);
+
+	raw_recv(fd, hb, sizeof(hb));
+	assert_int_equal(wire_hdr_decode(hb, sizeof(hb), &h), 0);
+	assert_int_equal(h.type, WIRE_CONNECT_REP);
+	assert_true(h.payload_len <= sizeof(p));
+	raw_recv(fd, p, h.payload_len);
+	assert_int_equal(wire_connect_rep_decode(p, h.payload_len, &rep), 0);
+	expect_rep_for(&rep, &req);
+
+	raw_recv(fd, hb, sizeof(hb));
+	assert_int_equal(wire_hdr_decode(hb, sizeof(hb), &h), 0);
+	assert_int_equal(h.type, WIRE_DISCONNECT_REP);
+	assert_int_equal(h.payload_len, 0);
+	close(fd);
+	wait_counter(&c.served, 3);
+	assert_int_equal(counter(&c.refused), 0);
+	ctl_stop(&c);
+}
+
+/* ctl_connect against the fake server; the request it sent lands in f. */
+static int fake_connect(struct fake *f, const void *reply, size_t len, uint16_t n_qps)
+{
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	int rc;
+
+	make_req(&req, n_qps, 0x7777);
+	fake_start(f, reply, len);
+	memset(&rep, 0xaa, sizeof(rep));
+	rc = ctl_connect(f->address, FETCH_MS, &req, &rep);
+	pthread_join(f->thread, NULL);
+	close(f->lfd);
+	if (rc)
+		assert_rep_zero(&rep);
+	else
+		expect_rep_for(&rep, &req);
+	return rc;
+}
+
+/* A CONNECT_REP frame answering make_req(n_qps, 0x7777), then tweaked. */
+static size_t rep_frame(uint8_t *b, uint64_t token, uint16_t n_qps)
+{
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	size_t n;
+
+	make_req(&req, n_qps, 0x7777);
+	memset(&rep, 0, sizeof(rep));
+	fill_rep(&req, &rep);
+	rep.token = token;
+	n = wire_connect_rep_size(&rep);
+	wire_hdr_encode(b, WIRE_CONNECT_REP, (uint32_t)n);
+	assert_int_equal(wire_connect_rep_encode(&rep, b + WIRE_HDR_LEN, n), 0);
+	return WIRE_HDR_LEN + n;
+}
+
+static void test_connect_bad_replies(void **state)
+{
+	static const uint8_t estale[4] = { (uint8_t)-ESTALE, 0xff, 0xff, 0xff };
+	struct wire_connect_req req;
+	uint8_t b[256], want[256];
+	struct fake f;
+	size_t n;
+
+	(void)state;
+	/* The fake works, and the client sent exactly one encoded request. */
+	assert_int_equal(fake_connect(&f, b, rep_frame(b, 0x7777, 3), 3), 0);
+	make_req(&req, 3, 0x7777);
+	n = wire_connect_req_size(&req);
+	wire_hdr_encode(want, WIRE_CONNECT_REQ, (uint32_t)n);
+	assert_int_equal(wire_connect_req_encode(&req, want + WIRE_HDR_LEN, n), 0);
+	assert_int_equal(f.req_len, WIRE_HDR_LEN + n);
+	assert_memory_equal(f.req, want, WIRE_HDR_LEN + n);
+
+	assert_int_equal(fake_connect(&f, b, rep_frame(b, 0x7778, 3), 3), -EPROTO); /* token */
+	/* n_qps: the reply is well-formed, but for another request. */
+	n = rep_frame(b, 0x7777, 3);
+	assert_int_equal(fake_connect(&f, b, n, 2), -EPROTO);
+	assert_int_equal(fake_connect(&f, b, n, 4), -EPROTO);
+	b[WIRE_HDR_LEN + 12] = 1; /* reserved */
+	assert_int_equal(fake_connect(&f, b, n, 3), -EPROTO);
+
+	assert_int_equal(fake_connect(&f, b, frame(b, WIRE_VERSION, WIRE_ERROR, 4, estale, 4), 1),
+			 -ESTALE);
+	assert_int_equal(fake_connect(&f, b, frame(b, WIRE_VERSION, WIRE_DESC, 0, NULL, 0), 1),
+			 -EPROTO);
+	assert_int_equal(fake_connect(&f, b, frame(b, WIRE_VERSION, WIRE_DISCONNECT_REP, 0,
+						   NULL, 0), 1), -EPROTO);
+	/* Larger than any CONNECT_REP: refused before reading it. */
+	assert_int_equal(fake_connect(&f, b, frame(b, WIRE_VERSION, WIRE_CONNECT_REP,
+						   16 + 8 * WIRE_MAX_EP_QPS + 1, NULL, 0), 1),
+			 -EPROTO);
+	n = rep_frame(b, 0x7777, 2);
+	assert_int_equal(fake_connect(&f, b, n - 1, 2), -ECONNRESET); /* cut short */
+	assert_int_equal(fake_connect(&f, NULL, 0, 2), -ECONNRESET);
+}
+
+static int fake_disconnect(struct fake *f, const void *reply, size_t len)
+{
+	struct wire_disconnect d = { 0x0102030405060708ull, 99 };
+	int rc;
+
+	fake_start(f, reply, len);
+	rc = ctl_disconnect(f->address, FETCH_MS, &d);
+	pthread_join(f->thread, NULL);
+	close(f->lfd);
+	return rc;
+}
+
+static void test_disconnect_bad_replies(void **state)
+{
+	static const uint8_t enoent[4] = { (uint8_t)-ENOENT, 0xff, 0xff, 0xff };
+	static const uint8_t want[WIRE_HDR_LEN + WIRE_DISCONNECT_LEN] = {
+		'F', 'R', 'Y', '1', 1, 0, WIRE_DISCONNECT, 0, WIRE_DISCONNECT_LEN, 0, 0, 0,
+		8, 7, 6, 5, 4, 3, 2, 1, 99, 0, 0, 0, 0, 0, 0, 0,
+	};
+	uint8_t b[64];
+	struct fake f;
+
+	(void)state;
+	assert_int_equal(fake_disconnect(&f, b, frame(b, WIRE_VERSION, WIRE_DISCONNECT_REP, 0,
+						      NULL, 0)), 0);
+	assert_int_equal(f.req_len, sizeof(want));
+	assert_memory_equal(f.req, want, sizeof(want));
+	assert_int_equal(fake_disconnect(&f, b, frame(b, WIRE_VERSION, WIRE_DISCONNECT_REP, 4,
+						      "abcd", 4)), -EPROTO);
+	assert_int_equal(fake_disconnect(&f, b, frame(b, WIRE_VERSION, WIRE_ERROR, 4, enoent, 4)),
+			 -ENOENT);
+	assert_int_equal(fake_disconnect(&f, b, frame(b, WIRE_VERSION, WIRE_CONNECT_REP, 0,
+						      NULL, 0)), -EPROTO);
+	assert_int_equal(fake_disconnect(&f, NULL, 0), -ECONNRESET);
+}
+
 static void test_bad_address(void **state)
 {
 	static const char *const bad[] = {
@@ -625,7 +1251,9 @@ static void test_bad_address(void **state)
 	assert_int_equal(ctl_fetch_desc("127.0.0.1:1", -5, &d), -EINVAL);
 	assert_int_equal(ctl_fetch_desc("127.0.0.1:1", FETCH_MS, NULL), -EINVAL);
 
-	/* The listen side wants a dotted IPv4 address; port 0 is fine there. */
+	/* The listen side wants a dotted IPv4 address; port 0 is fine there.
+	 * (ctl_start keeps the endpoint handlers, so c starts zeroed.) */
+	memset(&c, 0, sizeof(c));
 	assert_int_equal(ctl_start(&c, "localhost:0", describe, &x), -EINVAL);
 	ctl_stop(&c);
 	assert_int_equal(ctl_start(&c, "127.0.0.1", describe, &x), -EINVAL);
@@ -655,6 +1283,7 @@ static void test_start_stop(void **state)
 	/* An explicit port: taken while in use, free again after stop. */
 	start(&c, &x, 1, 1);
 	memcpy(addr, c.address, sizeof(addr));
+	memset(&c2, 0, sizeof(c2));
 	assert_int_equal(ctl_start(&c2, addr, describe, &x), -EADDRINUSE);
 	ctl_stop(&c2);
 	ctl_stop(&c);
@@ -677,6 +1306,14 @@ int main(void)
 		cmocka_unit_test(test_slow_client),
 		cmocka_unit_test(test_stop_with_idle_client),
 		cmocka_unit_test(test_bad_replies),
+		cmocka_unit_test(test_connect),
+		cmocka_unit_test(test_connect_errors),
+		cmocka_unit_test(test_ep_unsupported),
+		cmocka_unit_test(test_ep_transport),
+		cmocka_unit_test(test_ep_malformed),
+		cmocka_unit_test(test_ep_one_connection),
+		cmocka_unit_test(test_connect_bad_replies),
+		cmocka_unit_test(test_disconnect_bad_replies),
 		cmocka_unit_test(test_bad_address),
 		cmocka_unit_test(test_start_stop),
 	};

@@ -830,6 +830,428 @@ static void test_mutations(void **state)
 	free(base);
 }
 
+/* ---- endpoint handshake: CONNECT_REQ, CONNECT_REP, DISCONNECT --------- */
+
+#define REQ_FIXED 80 /* up to and including the NIC entry */
+#define REP_FIXED 16
+
+static size_t raw_req_size(uint16_t n_qps)
+{
+	return REQ_FIXED + 8 * (size_t)n_qps;
+}
+
+/*
+ * A valid CONNECT_REQ written by hand; make_req() builds the same message as
+ * a struct.  QP i is qpn 0x100 + i, psn 0x200000 + i.
+ */
+static uint8_t *raw_req(uint16_t n_qps, size_t *len)
+{
+	size_t n = raw_req_size(n_qps);
+	uint8_t *b = calloc(1, n);
+	uint16_t i;
+
+	assert_non_null(b);
+	le(b, 0xa1a2a3a4a5a6a7a8ull, 8);
+	le(b + 8, 0xb1b2b3b4b5b6b7b8ull, 8);
+	le(b + 16, 0xc1c2c3c4c5c6c7c8ull, 8);
+	le(b + 24, 2, 2);
+	le(b + 26, n_qps, 2);
+	memcpy(b + 32, "verbs", 5);
+	memset(b + 48, 0x5a, NIC_ADDR_LEN);
+	for (i = 0; i < n_qps; i++) {
+		le(b + REQ_FIXED + 8 * i, 0x100 + i, 4);
+		le(b + REQ_FIXED + 8 * i + 4, 0x200000 + i, 4);
+	}
+	*len = n;
+	return b;
+}
+
+static void make_req(struct wire_connect_req *r, uint16_t n_qps)
+{
+	uint16_t i;
+
+	memset(r, 0, sizeof(*r));
+	r->incarnation = 0xa1a2a3a4a5a6a7a8ull;
+	r->token = 0xb1b2b3b4b5b6b7b8ull;
+	r->target_incarnation = 0xc1c2c3c4c5c6c7c8ull;
+	r->target_nic = 2;
+	r->n_qps = n_qps;
+	strcpy(r->nic.provider, "verbs");
+	memset(r->nic.addr.bytes, 0x5a, NIC_ADDR_LEN);
+	for (i = 0; i < n_qps && i < WIRE_MAX_EP_QPS; i++) {
+		r->qps[i].qpn = 0x100u + i;
+		r->qps[i].psn = 0x200000u + i;
+	}
+}
+
+static void assert_req_equal(const struct wire_connect_req *a, const struct wire_connect_req *b)
+{
+	assert_int_equal(a->incarnation, b->incarnation);
+	assert_int_equal(a->token, b->token);
+	assert_int_equal(a->target_incarnation, b->target_incarnation);
+	assert_int_equal(a->target_nic, b->target_nic);
+	assert_int_equal(a->n_qps, b->n_qps);
+	assert_string_equal(a->nic.provider, b->nic.provider);
+	assert_memory_equal(a->nic.addr.bytes, b->nic.addr.bytes, NIC_ADDR_LEN);
+	assert_memory_equal(a->qps, b->qps, a->n_qps * sizeof(a->qps[0]));
+}
+
+/* A valid CONNECT_REP by hand: token 0xd1.., QP i is qpn 0x300 + i, psn 0x400 + i. */
+static uint8_t *raw_rep(uint16_t n_qps, size_t *len)
+{
+	size_t n = REP_FIXED + 8 * (size_t)n_qps;
+	uint8_t *b = calloc(1, n);
+	uint16_t i;
+
+	assert_non_null(b);
+	le(b, 0xd1d2d3d4d5d6d7d8ull, 8);
+	le(b + 8, n_qps, 2);
+	for (i = 0; i < n_qps; i++) {
+		le(b + REP_FIXED + 8 * i, 0x300 + i, 4);
+		le(b + REP_FIXED + 8 * i + 4, 0x400 + i, 4);
+	}
+	*len = n;
+	return b;
+}
+
+static void make_rep(struct wire_connect_rep *r, uint16_t n_qps)
+{
+	uint16_t i;
+
+	memset(r, 0, sizeof(*r));
+	r->token = 0xd1d2d3d4d5d6d7d8ull;
+	r->n_qps = n_qps;
+	for (i = 0; i < n_qps && i < WIRE_MAX_EP_QPS; i++) {
+		r->qps[i].qpn = 0x300u + i;
+		r->qps[i].psn = 0x400u + i;
+	}
+}
+
+static void assert_rep_equal(const struct wire_connect_rep *a, const struct wire_connect_rep *b)
+{
+	assert_int_equal(a->token, b->token);
+	assert_int_equal(a->n_qps, b->n_qps);
+	assert_memory_equal(a->qps, b->qps, a->n_qps * sizeof(a->qps[0]));
+}
+
+static void req_roundtrip(uint16_t n_qps)
+{
+	struct wire_connect_req r, out;
+	uint8_t buf[512], again[512], *raw;
+	size_t size, raw_len;
+
+	make_req(&r, n_qps);
+	raw = raw_req(n_qps, &raw_len);
+	size = wire_connect_req_size(&r);
+	assert_int_equal(size, raw_len);
+	assert_true(size <= sizeof(buf));
+	assert_int_equal(wire_connect_req_encode(&r, buf, size), 0);
+	assert_memory_equal(buf, raw, size);
+	assert_int_equal(decode_exact_as(&REQ, buf, size, &out), 0);
+	assert_req_equal(&r, &out);
+	/* Unused QP slots are zero, not left from whatever was there. */
+	if (n_qps < WIRE_MAX_EP_QPS)
+		assert_int_equal(out.qps[n_qps].qpn, 0);
+	assert_int_equal(wire_connect_req_encode(&out, again, size), 0);
+	assert_memory_equal(buf, again, size);
+	free(raw);
+}
+
+static void rep_roundtrip(uint16_t n_qps)
+{
+	struct wire_connect_rep r, out;
+	uint8_t buf[512], again[512], *raw;
+	size_t size, raw_len;
+
+	make_rep(&r, n_qps);
+	raw = raw_rep(n_qps, &raw_len);
+	size = wire_connect_rep_size(&r);
+	assert_int_equal(size, raw_len);
+	assert_true(size <= sizeof(buf));
+	assert_int_equal(wire_connect_rep_encode(&r, buf, size), 0);
+	assert_memory_equal(buf, raw, size);
+	assert_int_equal(decode_exact_as(&REP, buf, size, &out), 0);
+	assert_rep_equal(&r, &out);
+	assert_int_equal(wire_connect_rep_encode(&out, again, size), 0);
+	assert_memory_equal(buf, again, size);
+	free(raw);
+}
+
+static void test_ep_roundtrip(void **state)
+{
+	static const uint8_t disc_raw[WIRE_DISCONNECT_LEN] = {
+		8, 7, 6, 5, 4, 3, 2, 1, 0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01,
+	};
+	struct wire_disconnect d = { 0x0102030405060708ull, 0x0123456789abcdefull }, dout;
+	uint8_t b[WIRE_DISCONNECT_LEN];
+	uint16_t n;
+
+	(void)state;
+	for (n = 1; n <= WIRE_MAX_EP_QPS; n++) {
+		req_roundtrip(n);
+		rep_roundtrip(n);
+	}
+	assert_int_equal(wire_disconnect_encode(&d, b, sizeof(b)), 0);
+	assert_memory_equal(b, disc_raw, sizeof(b));
+	assert_int_equal(decode_exact_as(&DISC, b, sizeof(b), &dout), 0);
+	assert_int_equal(dout.incarnation, d.incarnation);
+	assert_int_equal(dout.token, d.token);
+}
+
+static void test_req_fields(void **state)
+{
+	struct wire_connect_req out;
+	uint8_t *b;
+	size_t len;
+
+	(void)state;
+	/* target_nic is the target's to judge: any value decodes. */
+	b = raw_req(1, &len);
+	le(b + 24, 0xffff, 2);
+	assert_int_equal(decode_exact_as(&REQ, b, len, &out), 0);
+	assert_int_equal(out.target_nic, 0xffff);
+	/* The longest provider name: 15 characters and the NUL. */
+	memset(b + 32, 'p', WIRE_PROVIDER_LEN - 1);
+	assert_int_equal(decode_exact_as(&REQ, b, len, &out), 0);
+	assert_int_equal(strlen(out.nic.provider), WIRE_PROVIDER_LEN - 1);
+	free(b);
+}
+
+static void test_req_refused(void **state)
+{
+	uint8_t *b, *big;
+	size_t len, n, k;
+
+	(void)state;
+	b = raw_req(3, &len);
+	for (n = 0; n < len; n++)
+		expect_refused_as(&REQ, b, n); /* truncated anywhere */
+	big = calloc(1, len + 16);
+	assert_non_null(big);
+	memcpy(big, b, len);
+	for (n = 1; n <= 16; n++)
+		expect_refused_as(&REQ, big, len + n); /* trailing bytes, even a whole QP */
+	free(big);
+
+	for (k = 0; k < 4; k++) { /* each byte of the reserved u32 */
+		b[28 + k] = 0x01;
+		expect_refused_as(&REQ, b, len);
+		b[28 + k] = 0;
+	}
+	le(b + 26, 2, 2); /* n_qps says fewer than there are */
+	expect_refused_as(&REQ, b, len);
+	le(b + 26, 4, 2); /* more */
+	expect_refused_as(&REQ, b, len);
+	le(b + 26, 3, 2);
+
+	memset(b + 32, 0, WIRE_PROVIDER_LEN); /* empty provider */
+	expect_refused_as(&REQ, b, len);
+	memset(b + 32, 'v', WIRE_PROVIDER_LEN); /* not NUL-terminated */
+	expect_refused_as(&REQ, b, len);
+	memcpy(b + 32, "verbs\0\0\0\0\0\0\0\0\0\0x", WIRE_PROVIDER_LEN); /* garbage padding */
+	expect_refused_as(&REQ, b, len);
+	memcpy(b + 32, "verbs\0x\0\0\0\0\0\0\0\0\0", WIRE_PROVIDER_LEN);
+	expect_refused_as(&REQ, b, len);
+	free(b);
+
+	/* n_qps out of range, each with a payload of the size it implies. */
+	b = raw_req(0, &len);
+	expect_refused_as(&REQ, b, len);
+	free(b);
+	b = raw_req(WIRE_MAX_EP_QPS + 1, &len);
+	expect_refused_as(&REQ, b, len);
+	free(b);
+	b = raw_req(1, &len);
+	le(b + 26, 0xffff, 2);
+	expect_refused_as(&REQ, b, len);
+	free(b);
+}
+
+static void test_rep_refused(void **state)
+{
+	uint8_t *b, *big;
+	size_t len, n, k;
+
+	(void)state;
+	b = raw_rep(2, &len);
+	for (n = 0; n < len; n++)
+		expect_refused_as(&REP, b, n);
+	big = calloc(1, len + 16);
+	assert_non_null(big);
+	memcpy(big, b, len);
+	for (n = 1; n <= 16; n++)
+		expect_refused_as(&REP, big, len + n);
+	free(big);
+
+	for (k = 10; k < 16; k++) { /* each byte of both reserved fields */
+		b[k] = 0x80;
+		expect_refused_as(&REP, b, len);
+		b[k] = 0;
+	}
+	le(b + 8, 1, 2);
+	expect_refused_as(&REP, b, len);
+	le(b + 8, 3, 2);
+	expect_refused_as(&REP, b, len);
+	free(b);
+
+	b = raw_rep(0, &len);
+	expect_refused_as(&REP, b, len);
+	free(b);
+	b = raw_rep(WIRE_MAX_EP_QPS + 1, &len);
+	expect_refused_as(&REP, b, len);
+	free(b);
+}
+
+static void test_disconnect_refused(void **state)
+{
+	uint8_t b[2 * WIRE_DISCONNECT_LEN];
+	size_t n;
+
+	(void)state;
+	memset(b, 0x11, sizeof(b));
+	for (n = 0; n <= sizeof(b); n++)
+		if (n != WIRE_DISCONNECT_LEN)
+			expect_refused_as(&DISC, b, n);
+}
+
+static void test_ep_encode_errors(void **state)
+{
+	struct wire_connect_req r;
+	struct wire_connect_rep p;
+	struct wire_disconnect d = { 1, 2 };
+	uint8_t buf[512];
+	size_t size;
+	int fd = open("/dev/null", O_WRONLY);
+	int saved;
+
+	(void)state;
+	assert_true(fd >= 0);
+	make_req(&r, 4);
+	size = wire_connect_req_size(&r);
+	assert_int_equal(size, REQ_FIXED + 4 * 8);
+	assert_int_equal(wire_connect_req_encode(&r, buf, size - 1), -ENOSPC);
+	assert_int_equal(wire_connect_req_encode(&r, buf, 0), -ENOSPC);
+	/* Garbage after the NUL in the caller's name is not sent. */
+	memset(r.nic.provider, 'x', WIRE_PROVIDER_LEN);
+	memcpy(r.nic.provider, "rxe", 4);
+	assert_int_equal(wire_connect_req_encode(&r, buf, size), 0);
+	assert_memory_equal(buf + 32, "rxe\0\0\0\0\0\0\0\0\0\0\0\0\0", WIRE_PROVIDER_LEN);
+
+	saved = stderr_to(fd);
+	memset(r.nic.provider, 'x', WIRE_PROVIDER_LEN);
+	assert_int_equal(wire_connect_req_encode(&r, buf, sizeof(buf)), -EINVAL);
+	r.nic.provider[0] = '\0';
+	assert_int_equal(wire_connect_req_encode(&r, buf, sizeof(buf)), -EINVAL);
+	strcpy(r.nic.provider, "loop");
+	r.n_qps = 0;
+	assert_int_equal(wire_connect_req_encode(&r, buf, sizeof(buf)), -EINVAL);
+	r.n_qps = WIRE_MAX_EP_QPS + 1;
+	assert_int_equal(wire_connect_req_encode(&r, buf, sizeof(buf)), -EINVAL);
+	r.n_qps = 0xffff; /* refused before its size is compared with cap */
+	assert_int_equal(wire_connect_req_encode(&r, buf, 0), -EINVAL);
+
+	make_rep(&p, 5);
+	size = wire_connect_rep_size(&p);
+	assert_int_equal(size, REP_FIXED + 5 * 8);
+	assert_int_equal(wire_connect_rep_encode(&p, buf, size - 1), -ENOSPC);
+	p.n_qps = 0;
+	assert_int_equal(wire_connect_rep_encode(&p, buf, sizeof(buf)), -EINVAL);
+	p.n_qps = WIRE_MAX_EP_QPS + 1;
+	assert_int_equal(wire_connect_rep_encode(&p, buf, sizeof(buf)), -EINVAL);
+	stderr_restore(saved);
+	close(fd);
+
+	assert_int_equal(wire_disconnect_encode(&d, buf, WIRE_DISCONNECT_LEN - 1), -ENOSPC);
+	assert_int_equal(wire_disconnect_encode(&d, buf, 0), -ENOSPC);
+	/* The largest request and reply, as the control thread bounds them. */
+	make_req(&r, WIRE_MAX_EP_QPS);
+	assert_int_equal(wire_connect_req_size(&r), REQ_FIXED + 8 * WIRE_MAX_EP_QPS);
+	make_rep(&p, WIRE_MAX_EP_QPS);
+	assert_int_equal(wire_connect_rep_size(&p), REP_FIXED + 8 * WIRE_MAX_EP_QPS);
+}
+
+/* An accepted message must be valid and re-encode to exactly the same bytes. */
+static void check_accepted_ep(const struct codec *k, const union any_out *o,
+			      const uint8_t *buf, size_t len)
+{
+	uint8_t again[512];
+
+	assert_true(len <= sizeof(again));
+	if (k == &REQ) {
+		assert_true(o->req.n_qps >= 1 && o->req.n_qps <= WIRE_MAX_EP_QPS);
+		assert_true(strlen(o->req.nic.provider) >= 1);
+		assert_true(strlen(o->req.nic.provider) < WIRE_PROVIDER_LEN);
+		assert_int_equal(wire_connect_req_size(&o->req), len);
+		assert_int_equal(wire_connect_req_encode(&o->req, again, len), 0);
+	} else if (k == &REP) {
+		assert_true(o->rep.n_qps >= 1 && o->rep.n_qps <= WIRE_MAX_EP_QPS);
+		assert_int_equal(wire_connect_rep_size(&o->rep), len);
+		assert_int_equal(wire_connect_rep_encode(&o->rep, again, len), 0);
+	} else {
+		assert_int_equal(len, WIRE_DISCONNECT_LEN);
+		assert_int_equal(wire_disconnect_encode(&o->disc, again, len), 0);
+	}
+	assert_memory_equal(again, buf, len);
+}
+
+static void mutate_ep(const struct codec *k, const uint8_t *base, size_t base_len)
+{
+	enum { ITERS = 20000, SLACK = 64 };
+	static const union any_out zero;
+	size_t cap = base_len + SLACK, len;
+	uint8_t *work = malloc(cap), *exact;
+	unsigned accepted = 0, refused = 0, it, m;
+
+	assert_non_null(work);
+	for (it = 0; it < ITERS; it++) {
+		union any_out out;
+		unsigned n_mut = 1 + (unsigned)(rnd() % 4);
+
+		memcpy(work, base, base_len);
+		len = base_len;
+		for (m = 0; m < n_mut; m++)
+			len = mutate(work, len, cap);
+		exact = malloc(len ? len : 1);
+		assert_non_null(exact);
+		memcpy(exact, work, len);
+		memset(&out, 0xa5, sizeof(out));
+		if (k->decode(exact, len, &out) == 0) {
+			accepted++;
+			check_accepted_ep(k, &out, exact, len);
+		} else {
+			refused++;
+			assert_memory_equal(&out, &zero, k->out_size);
+		}
+		free(exact);
+	}
+	print_message("%s mutations: %u accepted, %u refused\n", k->name, accepted, refused);
+	assert_true(accepted > 100);
+	assert_true(refused > 100);
+	free(work);
+}
+
+static void test_ep_mutations(void **state)
+{
+	uint8_t *b, d[WIRE_DISCONNECT_LEN];
+	size_t len;
+	int fd = open("/dev/null", O_WRONLY);
+	int saved;
+
+	(void)state;
+	assert_true(fd >= 0);
+	saved = stderr_to(fd);
+	b = raw_req(3, &len);
+	mutate_ep(&REQ, b, len);
+	free(b);
+	b = raw_rep(2, &len);
+	mutate_ep(&REP, b, len);
+	free(b);
+	memset(d, 0x3c, sizeof(d));
+	mutate_ep(&DISC, d, sizeof(d));
+	stderr_restore(saved);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -848,6 +1270,13 @@ int main(void)
 		cmocka_unit_test(test_find_many),
 		cmocka_unit_test(test_seg_desc_free),
 		cmocka_unit_test(test_mutations),
+		cmocka_unit_test(test_ep_roundtrip),
+		cmocka_unit_test(test_req_fields),
+		cmocka_unit_test(test_req_refused),
+		cmocka_unit_test(test_rep_refused),
+		cmocka_unit_test(test_disconnect_refused),
+		cmocka_unit_test(test_ep_encode_errors),
+		cmocka_unit_test(test_ep_mutations),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

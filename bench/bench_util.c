@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ferry_bench helpers without an engine: the --verify pattern and the --lat
+ * summary (see bench_util.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+
+/* Spreads the seed over all 64 bits (an odd constant: a bijection). */
+#define SEED_MUL 0xd6e8feb86659fd93ull
+
+uint64_t bench_mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static uint64_t pattern_word(uint64_t word, uint64_t seed)
+{
+	return bench_mix64(word ^ (seed * SEED_MUL));
+}
+
+uint8_t bench_pattern_byte(uint64_t pos, uint64_t seed)
+{
+	return (uint8_t)(pattern_word(pos >> 3, seed) >> ((pos & 7) * 8));
+}
+
+/* The 8 bytes of word w as they lie in memory (byte k = bits 8k..8k+7). */
+static void word_bytes(uint64_t w, uint8_t out[8])
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	memcpy(out, &w, 8);
+#else
+	for (int k = 0; k < 8; k++)
+		out[k] = (uint8_t)(w >> (k * 8));
+#endif
+}
+
+/*
+ * Byte by byte up to the next multiple of 8 of the position, then whole
+ * words (one mix per 8 bytes: a 256 MiB target buffer fills in well under a
+ * second even in the emulated VM), then the tail.
+ */
+void bench_pattern_fill(uint8_t *buf, uint64_t len, uint64_t pos, uint64_t seed)
+{
+	uint64_t i = 0;
+	uint8_t w[8];
+
+	for (; i < len && ((pos + i) & 7); i++)
+		buf[i] = bench_pattern_byte(pos + i, seed);
+	for (; i + 8 <= len; i += 8) {
+		word_bytes(pattern_word((pos + i) >> 3, seed), w);
+		memcpy(buf + i, w, 8);
+	}
+	for (; i < len; i++)
+		buf[i] = bench_pattern_byte(pos + i, seed);
+}
+
+static uint64_t check_bytes(const uint8_t *buf, uint64_t from, uint64_t to, uint64_t pos,
+			    uint64_t seed, uint64_t *first, uint64_t bad)
+{
+	for (uint64_t i = from; i < to; i++) {
+		if (buf[i] == bench_pattern_byte(pos + i, seed))
+			continue;
+		if (!bad++)
+			*first = i;
+	}
+	return bad;
+}
+
+uint64_t bench_pattern_check(const uint8_t *buf, uint64_t len, uint64_t pos, uint64_t seed,
+			     uint64_t *first)
+{
+	uint64_t i = 0, bad = 0;
+	uint8_t w[8];
+
+	for (; i < len && ((pos + i) & 7); i++)
+		bad = check_bytes(buf, i, i + 1, pos, seed, first, bad);
+	for (; i + 8 <= len; i += 8) {
+		word_bytes(pattern_word((pos + i) >> 3, seed), w);
+		if (memcmp(buf + i, w, 8))
+			bad = check_bytes(buf, i, i + 8, pos, seed, first, bad);
+	}
+	return check_bytes(buf, i, len, pos, seed, first, bad);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+uint64_t bench_percentile(const uint64_t *sorted, uint64_t n, double q)
+{
+	/* In parts per million, in integers: 0.99 * 100 must be rank 99, not 100. */
+	uint64_t ppm = (uint64_t)(q * 1e6 + 0.5), rank;
+
+	if (!n)
+		return 0;
+	if (ppm > 1000000)
+		ppm = 1000000;
+	rank = (n * ppm + 999999) / 1000000;
+	if (rank < 1)
+		rank = 1;
+	return sorted[rank - 1];
+}
+
+void bench_lat_summary(uint64_t *ns, uint64_t n, struct bench_lat *out)
+{
+	double sum = 0;
+
+	memset(out, 0, sizeof(*out));
+	if (!n)
+		return;
+	qsort(ns, n, sizeof(*ns), cmp_u64);
+	for (uint64_t i = 0; i < n; i++)
+		sum += (double)ns[i];
+	out->n = n;
+	out->min = ns[0];
+	out->max = ns[n - 1];
+	out->p50 = bench_percentile(ns, n, 0.50);
+	out->p99 = bench_percentile(ns, n, 0.99);
+	out->p999 = bench_percentile(ns, n, 0.999);
+	out->avg = sum / (double)n;
+}

@@ -1,0 +1,310 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libFuzzer target for the control-plane wire format (`make fuzz`).
+ *
+ * Every input goes to wire_hdr_decode and to every payload decoder, twice:
+ * as a whole, and (when it starts with a valid header) as the payload after
+ * that header, so seed frames steer mutations towards each decoder.  What a
+ * decoder accepts must hold the format's invariants and re-encode to the
+ * very same bytes (the encoding is canonical); what it refuses must leave
+ * its output zeroed.  A broken invariant aborts, which libFuzzer reports.
+ *
+ * With FERRY_FUZZ_SEEDS=<dir> in the environment the target writes a few
+ * valid messages into <dir> and exits: the seeds follow the encoders, so
+ * they never go stale when the format changes.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/wire.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+/* stderr is closed under -close_fd_mask=2: the abort's stack says which. */
+#define CHECK(cond)                 \
+	do {                        \
+		if (!(cond))        \
+			abort();    \
+	} while (0)
+
+static int all_zero(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (b[i])
+			return 0;
+	return 1;
+}
+
+/* Re-encode with the exact size (out must equal in) and one byte short. */
+typedef int (*encode_fn)(const void *msg, uint8_t *buf, size_t cap);
+
+static void check_reencode(encode_fn enc, const void *msg, const uint8_t *in, size_t len)
+{
+	uint8_t *again = malloc(len ? len : 1);
+
+	CHECK(again);
+	CHECK(enc(msg, again, len) == 0);
+	CHECK(memcmp(again, in, len) == 0);
+	if (len)
+		CHECK(enc(msg, again, len - 1) == -ENOSPC);
+	free(again);
+}
+
+static int enc_desc(const void *m, uint8_t *b, size_t cap)
+{
+	return wire_desc_encode(m, b, cap);
+}
+
+static int enc_req(const void *m, uint8_t *b, size_t cap)
+{
+	return wire_connect_req_encode(m, b, cap);
+}
+
+static int enc_rep(const void *m, uint8_t *b, size_t cap)
+{
+	return wire_connect_rep_encode(m, b, cap);
+}
+
+static int enc_disc(const void *m, uint8_t *b, size_t cap)
+{
+	return wire_disconnect_encode(m, b, cap);
+}
+
+/* seg_desc_find against a linear scan, at one probe. */
+static void check_find(const struct seg_desc *d, uint64_t addr, uint64_t len)
+{
+	const struct seg_region *want = NULL;
+	uint32_t i;
+
+	if (len && len <= UINT64_MAX - addr) {
+		for (i = 0; i < d->n_regions; i++) {
+			const struct seg_region *r = &d->regions[i];
+
+			if (addr >= r->addr && addr - r->addr < r->len &&
+			    len <= r->len - (addr - r->addr))
+				want = r;
+		}
+	}
+	CHECK(seg_desc_find(d, addr, len) == want);
+}
+
+static void check_desc_find(const struct seg_desc *d, const uint8_t *in, size_t len)
+{
+	uint64_t a = 0, l = 0;
+	uint32_t i;
+
+	for (i = 0; i < d->n_regions; i++) {
+		const struct seg_region *r = &d->regions[i];
+
+		CHECK(seg_desc_find(d, r->addr, r->len) == r);
+		check_find(d, r->addr, 1);
+		check_find(d, r->addr + r->len - 1, 1);
+		check_find(d, r->addr + r->len - 1, 2);
+		if (r->addr)
+			check_find(d, r->addr - 1, 1);
+		check_find(d, r->addr + r->len / 2, r->len);
+	}
+	/* And one probe the fuzzer controls: the input's last 16 bytes. */
+	if (len >= 16) {
+		memcpy(&a, in + len - 16, 8);
+		memcpy(&l, in + len - 8, 8);
+		check_find(d, a, l);
+	}
+}
+
+static void fuzz_desc(const uint8_t *in, size_t len)
+{
+	struct seg_desc d;
+	uint32_t i;
+
+	if (wire_desc_decode(in, len, &d)) {
+		CHECK(all_zero(&d, sizeof(d)));
+		return;
+	}
+	CHECK(d.n_nics >= 1 && d.n_nics <= WIRE_MAX_NICS);
+	CHECK(d.n_regions <= WIRE_MAX_REGIONS);
+	for (i = 0; i < d.n_nics; i++)
+		CHECK(strnlen(d.nics[i].provider, WIRE_PROVIDER_LEN) < WIRE_PROVIDER_LEN);
+	CHECK(wire_desc_size(&d) == len);
+	check_reencode(enc_desc, &d, in, len);
+	check_desc_find(&d, in, len);
+	seg_desc_free(&d);
+}
+
+static void fuzz_connect_req(const uint8_t *in, size_t len)
+{
+	struct wire_connect_req r;
+
+	if (wire_connect_req_decode(in, len, &r)) {
+		CHECK(all_zero(&r, sizeof(r)));
+		return;
+	}
+	CHECK(r.n_qps >= 1 && r.n_qps <= WIRE_MAX_EP_QPS);
+	CHECK(r.nic.provider[0] && strnlen(r.nic.provider, WIRE_PROVIDER_LEN) < WIRE_PROVIDER_LEN);
+	CHECK(wire_connect_req_size(&r) == len);
+	check_reencode(enc_req, &r, in, len);
+}
+
+static void fuzz_connect_rep(const uint8_t *in, size_t len)
+{
+	struct wire_connect_rep r;
+
+	if (wire_connect_rep_decode(in, len, &r)) {
+		CHECK(all_zero(&r, sizeof(r)));
+		return;
+	}
+	CHECK(r.n_qps >= 1 && r.n_qps <= WIRE_MAX_EP_QPS);
+	CHECK(wire_connect_rep_size(&r) == len);
+	check_reencode(enc_rep, &r, in, len);
+}
+
+static void fuzz_disconnect(const uint8_t *in, size_t len)
+{
+	struct wire_disconnect d;
+
+	if (wire_disconnect_decode(in, len, &d)) {
+		CHECK(all_zero(&d, sizeof(d)));
+		return;
+	}
+	CHECK(len == WIRE_DISCONNECT_LEN);
+	check_reencode(enc_disc, &d, in, len);
+}
+
+static void fuzz_payload(const uint8_t *in, size_t len)
+{
+	fuzz_desc(in, len);
+	fuzz_connect_req(in, len);
+	fuzz_connect_rep(in, len);
+	fuzz_disconnect(in, len);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct wire_hdr h;
+
+	fuzz_payload(data, size);
+	if (wire_hdr_decode(data, size, &h) == 0) {
+		CHECK(size >= WIRE_HDR_LEN && h.magic == WIRE_MAGIC);
+		CHECK(h.version == WIRE_VERSION && h.payload_len <= WIRE_MAX_PAYLOAD);
+		fuzz_payload(data + WIRE_HDR_LEN, size - WIRE_HDR_LEN);
+	}
+	return 0;
+}
+
+/* ---- seeds ------------------------------------------------------------ */
+
+static void seed_write(const char *dir, const char *name, uint16_t type, const uint8_t *payload,
+		       size_t len)
+{
+	char path[4096];
+	uint8_t hdr[WIRE_HDR_LEN];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/seed-%s", dir, name);
+	f = fopen(path, "wb");
+	if (!f) {
+		perror(path);
+		exit(1);
+	}
+	/* A frame: the header, then the payload. */
+	wire_hdr_encode(hdr, type, (uint32_t)len);
+	if (fwrite(hdr, 1, sizeof(hdr), f) != sizeof(hdr) ||
+	    (len && fwrite(payload, 1, len, f) != len) || fclose(f)) {
+		perror(path);
+		exit(1);
+	}
+}
+
+static void seed_desc(const char *dir, const char *name, uint16_t n_nics, uint32_t n_regions)
+{
+	static struct seg_region regions[8];
+	static struct seg_desc d;
+	uint8_t buf[4096];
+	uint32_t i;
+
+	memset(&d, 0, sizeof(d));
+	d.incarnation = 0x0123456789abcdefull;
+	d.n_nics = n_nics;
+	d.n_regions = n_regions;
+	d.regions = regions;
+	for (i = 0; i < n_nics; i++) {
+		snprintf(d.nics[i].provider, WIRE_PROVIDER_LEN, i % 2 ? "verbs" : "loop");
+		memset(d.nics[i].addr.bytes, (int)i + 1, NIC_ADDR_LEN);
+	}
+	for (i = 0; i < n_regions && i < 8; i++) {
+		regions[i].addr = 0x10000ull * (i + 1);
+		regions[i].len = 0x8000ull + i;
+		regions[i].rkey[0] = 0x1000 + i;
+		regions[i].rkey[1] = 0x2000 + i;
+	}
+	if (wire_desc_encode(&d, buf, sizeof(buf)))
+		exit(1);
+	seed_write(dir, name, WIRE_DESC, buf, wire_desc_size(&d));
+}
+
+static void seed_ep(const char *dir)
+{
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	struct wire_disconnect d = { 0x1111, 0x2222 };
+	uint8_t buf[512];
+	uint16_t i;
+
+	memset(&req, 0, sizeof(req));
+	memset(&rep, 0, sizeof(rep));
+	req.incarnation = 0x1111;
+	req.token = 0x2222;
+	req.target_incarnation = 0x3333;
+	req.target_nic = 1;
+	strcpy(req.nic.provider, "verbs");
+	memset(req.nic.addr.bytes, 0xfe, NIC_ADDR_LEN);
+	rep.token = 0x2222;
+	for (i = 0; i < WIRE_MAX_EP_QPS; i++) {
+		req.qps[i] = (struct nic_qp_info){ 0x100u + i, 0x200u + i };
+		rep.qps[i] = (struct nic_qp_info){ 0x300u + i, 0x400u + i };
+	}
+	req.n_qps = rep.n_qps = 2;
+	if (wire_connect_req_encode(&req, buf, sizeof(buf)))
+		exit(1);
+	seed_write(dir, "connect-req-2", WIRE_CONNECT_REQ, buf, wire_connect_req_size(&req));
+	if (wire_connect_rep_encode(&rep, buf, sizeof(buf)))
+		exit(1);
+	seed_write(dir, "connect-rep-2", WIRE_CONNECT_REP, buf, wire_connect_rep_size(&rep));
+	req.n_qps = rep.n_qps = WIRE_MAX_EP_QPS;
+	if (wire_connect_req_encode(&req, buf, sizeof(buf)))
+		exit(1);
+	seed_write(dir, "connect-req-max", WIRE_CONNECT_REQ, buf, wire_connect_req_size(&req));
+	if (wire_connect_rep_encode(&rep, buf, sizeof(buf)))
+		exit(1);
+	seed_write(dir, "connect-rep-max", WIRE_CONNECT_REP, buf, wire_connect_rep_size(&rep));
+	if (wire_disconnect_encode(&d, buf, sizeof(buf)))
+		exit(1);
+	seed_write(dir, "disconnect", WIRE_DISCONNECT, buf, WIRE_DISCONNECT_LEN);
+	seed_write(dir, "get-desc", WIRE_GET_DESC, NULL, 0);
+	seed_write(dir, "disconnect-rep", WIRE_DISCONNECT_REP, NULL, 0);
+	buf[0] = (uint8_t)-ESTALE;
+	buf[1] = buf[2] = buf[3] = 0xff;
+	seed_write(dir, "error", WIRE_ERROR, buf, 4);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	const char *dir = getenv("FERRY_FUZZ_SEEDS");
+
+	(void)argc;
+	(void)argv;
+	if (!dir)
+		return 0;
+	seed_desc(dir, "desc-1x0", 1, 0);
+	seed_desc(dir, "desc-2x3", 2, 3);
+	seed_desc(dir, "desc-2x8", 2, 8);
+	seed_ep(dir);
+	exit(0);
+}

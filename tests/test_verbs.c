@@ -1,0 +1,816 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit tests of the verbs provider (qp/verbs.c) without an RDMA device:
+ * GID choice on hand-made tables, address packing, the attributes of the
+ * QP state transitions, WR translation and error mapping on post, and
+ * completion mapping on poll.  The verbs calls are stubbed through
+ * fv_set_ops(); provider objects are built by hand around fake ibv objects
+ * (the stubs never dereference them).  tests/verbs_smoke.c runs the real
+ * thing in the Soft-RoCE VM.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qp/nic.h"
+#include "qp/verbs.h"
+
+static const struct nic_provider *P = &nic_verbs_provider;
+
+/* ------------------------------------------------------------ GID tables */
+
+static const uint8_t GID_LL[16] = { 0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x11, 0x22, 0xff,
+				    0xfe, 0x33, 0x44, 0x55 };
+static const uint8_t GID_V4[16] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 99, 0, 1 };
+static const uint8_t GID_V6[16] = { 0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7 };
+static const uint8_t GID_ZERO[16];
+
+static struct fv_gid ent(int index, const uint8_t *gid, int type)
+{
+	struct fv_gid g = { .index = index, .type = type };
+
+	memcpy(g.gid, gid, 16);
+	return g;
+}
+
+/* The GID index chosen from tbl, or the negative error. */
+static int choose(const struct fv_gid *tbl, int n, int forced, char *why)
+{
+	int pos = fv_choose_gid(tbl, n, forced, why, 256);
+
+	return pos < 0 ? pos : tbl[pos].index;
+}
+
+static void test_gid_link_local_only(void **state)
+{
+	struct fv_gid t[] = { ent(0, GID_LL, IBV_GID_TYPE_ROCE_V2) };
+	char why[256];
+
+	(void)state;
+	assert_int_equal(choose(t, 1, -1, why), 0);
+	assert_non_null(strstr(why, "link-local"));
+	assert_string_equal(fv_gid_kind(GID_LL, IBV_GID_TYPE_ROCE_V2), "RoCE v2, link-local");
+}
+
+static void test_gid_v1_only(void **state)
+{
+	struct fv_gid t[] = {
+		ent(0, GID_ZERO, IBV_GID_TYPE_ROCE_V1),
+		ent(2, GID_V4, IBV_GID_TYPE_ROCE_V1),
+		ent(1, GID_LL, IBV_GID_TYPE_ROCE_V1),
+	};
+	char why[256];
+
+	(void)state;
+	/* Zero entries never; among equals the lowest index. */
+	assert_int_equal(choose(t, 3, -1, why), 1);
+	assert_non_null(strstr(why, "RoCE v1"));
+}
+
+/* Every order of v2 IPv4, v2 IPv6, v2 link-local (plus v1 and noise): IPv4 wins. */
+static void test_gid_v2_every_order(void **state)
+{
+	static const int perm[6][3] = { { 0, 1, 2 }, { 0, 2, 1 }, { 1, 0, 2 },
+					{ 1, 2, 0 }, { 2, 0, 1 }, { 2, 1, 0 } };
+	const struct fv_gid base[3] = {
+		ent(4, GID_V4, IBV_GID_TYPE_ROCE_V2),
+		ent(5, GID_V6, IBV_GID_TYPE_ROCE_V2),
+		ent(6, GID_LL, IBV_GID_TYPE_ROCE_V2),
+	};
+	char why[256];
+
+	(void)state;
+	for (int p = 0; p < 6; p++) {
+		struct fv_gid t[6];
+
+		t[0] = ent(0, GID_V4, IBV_GID_TYPE_ROCE_V1);
+		for (int i = 0; i < 3; i++)
+			t[1 + i] = base[perm[p][i]];
+		t[4] = ent(1, GID_ZERO, IBV_GID_TYPE_ROCE_V2);
+		t[5] = ent(2, GID_V6, IBV_GID_TYPE_IB); /* never on RoCE */
+		assert_int_equal(choose(t, 6, -1, why), 4);
+		assert_non_null(strstr(why, "IPv4-mapped"));
+		/* Without the IPv4 one: the global IPv6 one, then link-local. */
+		for (int i = 1; i < 6; i++)
+			if (t[i].index == 4)
+				t[i] = ent(4, GID_ZERO, IBV_GID_TYPE_ROCE_V2);
+		assert_int_equal(choose(t, 6, -1, why), 5);
+		assert_non_null(strstr(why, "IPv6"));
+		for (int i = 1; i < 6; i++)
+			if (t[i].index == 5)
+				t[i].type = IBV_GID_TYPE_ROCE_V1;
+		assert_int_equal(choose(t, 6, -1, why), 6);
+	}
+}
+
+static void test_gid_ties_and_empty(void **state)
+{
+	struct fv_gid t[] = {
+		ent(9, GID_V4, IBV_GID_TYPE_ROCE_V2),
+		ent(3, GID_V4, IBV_GID_TYPE_ROCE_V2),
+	};
+	struct fv_gid z[] = { ent(0, GID_ZERO, IBV_GID_TYPE_ROCE_V2) };
+	char why[256];
+
+	(void)state;
+	assert_int_equal(choose(t, 2, -1, why), 3);
+	assert_int_equal(choose(z, 1, -1, why), -ENOENT);
+	assert_int_equal(choose(NULL, 0, -1, why), -ENOENT);
+}
+
+static void test_gid_forced(void **state)
+{
+	struct fv_gid t[] = {
+		ent(0, GID_LL, IBV_GID_TYPE_ROCE_V2),
+		ent(1, GID_V4, IBV_GID_TYPE_ROCE_V2),
+		ent(2, GID_ZERO, IBV_GID_TYPE_ROCE_V2),
+	};
+	char why[256];
+
+	(void)state;
+	assert_int_equal(choose(t, 3, 0, why), 0);
+	assert_non_null(strstr(why, "FERRY_GID_INDEX=0"));
+	assert_int_equal(choose(t, 3, 1, why), 1);
+	assert_int_equal(choose(t, 3, 7, why), -ENOENT);
+	assert_non_null(strstr(why, "no such GID"));
+	assert_int_equal(choose(t, 3, 2, why), -EINVAL);
+	assert_non_null(strstr(why, "empty"));
+}
+
+/* ------------------------------------------------------------ stubs */
+
+#define MAX_CALLS 8
+#define MAX_WRS 512
+
+static struct {
+	/* modify_qp */
+	int nmod;
+	struct ibv_qp_attr attr[MAX_CALLS];
+	int mask[MAX_CALLS];
+	int mod_fail_at; /* call index that fails, -1 none */
+	int mod_rc;
+	/* post_send: every WR seen, flattened; the chain heads per call */
+	int nposts;
+	int nwr;
+	struct ibv_send_wr wr[MAX_WRS];
+	struct ibv_sge sge[MAX_WRS];
+	int post_fail_call;  /* -1 none */
+	int post_fail_index; /* bad WR within that call; -1: *bad left NULL */
+	int post_rc;
+	/* poll_cq */
+	const struct ibv_wc *wcs;
+	int nwcs;
+	int wc_pos;
+	int poll_rc; /* < 0: fail */
+	int npolls;
+	/* query_gid_ex */
+	const struct ibv_gid_entry *gids;
+	int ngids;
+} S;
+
+static int stub_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	(void)qp;
+	assert_true(S.nmod < MAX_CALLS);
+	S.attr[S.nmod] = *attr;
+	S.mask[S.nmod] = mask;
+	return S.nmod++ == S.mod_fail_at ? S.mod_rc : 0;
+}
+
+static int stub_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	int call = S.nposts++, i = 0;
+
+	(void)qp;
+	for (; wr; wr = wr->next, i++) {
+		assert_true(S.nwr < MAX_WRS);
+		if (call == S.post_fail_call && i == S.post_fail_index) {
+			*bad = wr;
+			return S.post_rc;
+		}
+		S.wr[S.nwr] = *wr;
+		if (wr->num_sge)
+			S.sge[S.nwr] = wr->sg_list[0];
+		S.nwr++;
+	}
+	return call == S.post_fail_call ? S.post_rc : 0;
+}
+
+static int stub_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	int k = 0;
+
+	(void)cq;
+	S.npolls++;
+	if (S.poll_rc < 0)
+		return S.poll_rc;
+	while (k < n && S.wc_pos < S.nwcs)
+		wc[k++] = S.wcs[S.wc_pos++];
+	return k;
+}
+
+static int stub_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
+			     struct ibv_gid_entry *entry, uint32_t flags)
+{
+	(void)ctx;
+	(void)flags;
+	assert_int_equal(port, 1);
+	for (int i = 0; i < S.ngids; i++)
+		if (S.gids[i].gid_index == index) {
+			*entry = S.gids[i];
+			return 0;
+		}
+	return ENODATA;
+}
+
+static const struct fv_ops stub_ops = {
+	.post_send = stub_post_send,
+	.poll_cq = stub_poll_cq,
+	.modify_qp = stub_modify_qp,
+	.query_gid_ex = stub_query_gid_ex,
+};
+
+/* A RoCE NIC, a CQ and a QP around fake ibv objects. */
+static struct ibv_qp fake_ibqp;
+static struct ibv_cq fake_ibcq;
+static struct fv_nic nic;
+static struct fv_cq cq;
+static struct fv_qp qp;
+
+static int setup(void **state)
+{
+	(void)state;
+	memset(&S, 0, sizeof(S));
+	S.mod_fail_at = -1;
+	S.post_fail_call = -1;
+	fv_set_ops(&stub_ops);
+
+	memset(&nic, 0, sizeof(nic));
+	snprintf(nic.name, sizeof(nic.name), "fake0");
+	nic.port = 1;
+	nic.link_layer = IBV_LINK_LAYER_ETHERNET;
+	nic.active_mtu = IBV_MTU_4096;
+	nic.gid_type = IBV_GID_TYPE_ROCE_V2;
+	nic.gid_index = 3;
+	memcpy(nic.gid.raw, GID_V4, 16);
+	nic.max_rd_atomic = 16;
+	nic.numa_node = -1;
+
+	memset(&fake_ibqp, 0, sizeof(fake_ibqp));
+	fake_ibqp.qp_num = 0x123;
+	memset(&cq, 0, sizeof(cq));
+	cq.cq = &fake_ibcq;
+	cq.nic = &nic;
+	memset(&qp, 0, sizeof(qp));
+	qp.qp = &fake_ibqp;
+	qp.nic = &nic;
+	qp.cq = &cq;
+	qp.psn = 0xabcdef;
+	qp.max_inline = 64;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	fv_set_ops(NULL);
+	unsetenv("FERRY_GID_INDEX");
+	return 0;
+}
+
+static struct nic_qp *nqp(void)
+{
+	return (struct nic_qp *)(void *)&qp;
+}
+
+static struct nic_cq *ncq(void)
+{
+	return (struct nic_cq *)(void *)&cq;
+}
+
+/* ------------------------------------------------------------ GID selection */
+
+static void test_select_gid_from_port(void **state)
+{
+	struct ibv_gid_entry g[3];
+
+	(void)state;
+	memset(g, 0, sizeof(g));
+	g[0].gid_index = 0;
+	memcpy(g[0].gid.raw, GID_LL, 16);
+	g[0].gid_type = IBV_GID_TYPE_ROCE_V2;
+	g[1].gid_index = 2; /* index 1 is a hole: ENODATA */
+	memcpy(g[1].gid.raw, GID_V4, 16);
+	g[1].gid_type = IBV_GID_TYPE_ROCE_V2;
+	g[2].gid_index = 3;
+	memcpy(g[2].gid.raw, GID_V6, 16);
+	g[2].gid_type = IBV_GID_TYPE_ROCE_V1;
+	S.gids = g;
+	S.ngids = 3;
+
+	assert_int_equal(fv_select_gid(&nic, 8), 0);
+	assert_int_equal(nic.gid_index, 2);
+	assert_memory_equal(nic.gid.raw, GID_V4, 16);
+	assert_int_equal(nic.gid_type, IBV_GID_TYPE_ROCE_V2);
+
+	setenv("FERRY_GID_INDEX", "0", 1);
+	assert_int_equal(fv_select_gid(&nic, 8), 0);
+	assert_int_equal(nic.gid_index, 0);
+	assert_memory_equal(nic.gid.raw, GID_LL, 16);
+
+	setenv("FERRY_GID_INDEX", "1", 1); /* the hole */
+	assert_int_equal(fv_select_gid(&nic, 8), -EINVAL);
+	setenv("FERRY_GID_INDEX", "7", 1);
+	assert_int_equal(fv_select_gid(&nic, 8), -EINVAL);
+	setenv("FERRY_GID_INDEX", "2x", 1);
+	assert_int_equal(fv_select_gid(&nic, 8), -EINVAL);
+	setenv("FERRY_GID_INDEX", "", 1); /* empty: automatic */
+	assert_int_equal(fv_select_gid(&nic, 8), 0);
+	assert_int_equal(nic.gid_index, 2);
+
+	S.ngids = 0; /* nothing usable */
+	unsetenv("FERRY_GID_INDEX");
+	assert_int_equal(fv_select_gid(&nic, 8), -EADDRNOTAVAIL);
+}
+
+/* ------------------------------------------------------------ addresses */
+
+static void test_addr_round_trip(void **state)
+{
+	struct fv_addr a = { .lid = 0xbeef, .port = 2, .mtu = IBV_MTU_1024,
+			     .link_layer = IBV_LINK_LAYER_ETHERNET, .gid_index = 1, .rd_atomic = 8 };
+	struct fv_addr b;
+	struct nic_addr na, out;
+
+	(void)state;
+	memcpy(a.gid, GID_V4, 16);
+	fv_addr_pack(&a, &na);
+	assert_memory_equal(na.bytes, "VRBS", 4);
+	assert_int_equal(na.bytes[4], VERBS_ADDR_VERSION);
+	assert_memory_equal(na.bytes + 8, GID_V4, 16);
+	assert_int_equal(na.bytes[24], 0xef); /* LID little endian */
+	assert_int_equal(na.bytes[25], 0xbe);
+	for (int i = 28; i < NIC_ADDR_LEN; i++)
+		assert_int_equal(na.bytes[i], 0);
+	memset(&b, 0x55, sizeof(b));
+	assert_int_equal(fv_addr_unpack(&na, &b), 0);
+	assert_memory_equal(b.gid, a.gid, 16);
+	assert_int_equal(b.lid, a.lid);
+	assert_int_equal(b.port, a.port);
+	assert_int_equal(b.mtu, a.mtu);
+	assert_int_equal(b.link_layer, a.link_layer);
+	assert_int_equal(b.gid_index, a.gid_index);
+	assert_int_equal(b.rd_atomic, a.rd_atomic);
+
+	/* The provider's own addr() packs the NIC's fields. */
+	P->addr((const struct nic *)(const void *)&nic, &out);
+	assert_int_equal(fv_addr_unpack(&out, &b), 0);
+	assert_memory_equal(b.gid, GID_V4, 16);
+	assert_int_equal(b.gid_index, 3);
+	assert_int_equal(b.mtu, IBV_MTU_4096);
+	assert_int_equal(b.rd_atomic, 16);
+}
+
+static void test_addr_magic(void **state)
+{
+	struct fv_addr a = { .mtu = IBV_MTU_4096 }, b;
+	struct nic_addr na;
+
+	(void)state;
+	fv_addr_pack(&a, &na);
+	memcpy(na.bytes, "LOOP", 4);
+	assert_int_equal(fv_addr_unpack(&na, &b), -EINVAL);
+	fv_addr_pack(&a, &na);
+	na.bytes[4] = VERBS_ADDR_VERSION + 1;
+	assert_int_equal(fv_addr_unpack(&na, &b), -EINVAL);
+	fv_addr_pack(&a, &na);
+	na.bytes[7] = 0; /* no such MTU */
+	assert_int_equal(fv_addr_unpack(&na, &b), -EINVAL);
+	na.bytes[7] = IBV_MTU_4096 + 1;
+	assert_int_equal(fv_addr_unpack(&na, &b), -EINVAL);
+}
+
+/* ------------------------------------------------------------ QP transitions */
+
+static void remote_addr(struct nic_addr *na, uint8_t mtu, uint8_t rd, uint8_t ll)
+{
+	struct fv_addr a = { .lid = 0x42, .port = 1, .mtu = mtu, .link_layer = ll,
+			     .gid_index = 1, .rd_atomic = rd };
+
+	memcpy(a.gid, GID_V6, 16);
+	fv_addr_pack(&a, na);
+}
+
+static void test_qp_init_attr(void **state)
+{
+	const struct ibv_qp_attr *a = &S.attr[0];
+
+	(void)state;
+	assert_int_equal(fv_qp_to_init(&qp), 0);
+	assert_int_equal(S.nmod, 1);
+	assert_int_equal(S.mask[0], IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					    IBV_QP_ACCESS_FLAGS);
+	assert_int_equal(a->qp_state, IBV_QPS_INIT);
+	assert_int_equal(a->pkey_index, 0);
+	assert_int_equal(a->port_num, 1);
+	assert_int_equal(a->qp_access_flags, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+						      IBV_ACCESS_LOCAL_WRITE);
+	S.mod_fail_at = 1;
+	S.mod_rc = EINVAL;
+	assert_int_equal(fv_qp_to_init(&qp), -EINVAL);
+}
+
+static void test_qp_connect_roce(void **state)
+{
+	struct nic_qp_info r = { .qpn = 0x456, .psn = 0x123456 };
+	const struct ibv_qp_attr *rtr = &S.attr[0], *rts = &S.attr[1];
+	struct nic_addr na;
+
+	(void)state;
+	nic.active_mtu = IBV_MTU_4096;
+	remote_addr(&na, IBV_MTU_1024, 8, IBV_LINK_LAYER_ETHERNET);
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), 0);
+	assert_int_equal(S.nmod, 2);
+
+	assert_int_equal(S.mask[0], IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+					    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+					    IBV_QP_MIN_RNR_TIMER);
+	assert_int_equal(rtr->qp_state, IBV_QPS_RTR);
+	assert_int_equal(rtr->path_mtu, IBV_MTU_1024); /* min(4096, 1024) */
+	assert_int_equal(rtr->dest_qp_num, 0x456);
+	assert_int_equal(rtr->rq_psn, 0x123456);
+	assert_int_equal(rtr->max_dest_rd_atomic, 16);
+	assert_int_equal(rtr->min_rnr_timer, 12);
+	assert_int_equal(rtr->ah_attr.is_global, 1);
+	assert_memory_equal(rtr->ah_attr.grh.dgid.raw, GID_V6, 16);
+	assert_int_equal(rtr->ah_attr.grh.sgid_index, 3);
+	assert_int_equal(rtr->ah_attr.grh.hop_limit, 64);
+	assert_int_equal(rtr->ah_attr.port_num, 1);
+	assert_int_equal(rtr->ah_attr.dlid, 0);
+
+	assert_int_equal(S.mask[1], IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+					    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+					    IBV_QP_MAX_QP_RD_ATOMIC);
+	assert_int_equal(rts->qp_state, IBV_QPS_RTS);
+	assert_int_equal(rts->timeout, 14);
+	assert_int_equal(rts->retry_cnt, 7);
+	assert_int_equal(rts->rnr_retry, 7);
+	assert_int_equal(rts->sq_psn, 0xabcdef);
+	assert_int_equal(rts->max_rd_atomic, 8); /* what the peer grants */
+
+	/* RC connects once. */
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), -EISCONN);
+	assert_int_equal(S.nmod, 2);
+}
+
+static void test_qp_connect_mtu_and_caps(void **state)
+{
+	struct nic_qp_info r = { .qpn = 1, .psn = 2 };
+	struct nic_addr na;
+
+	(void)state;
+	nic.active_mtu = IBV_MTU_2048;
+	nic.max_rd_atomic = 4;
+	remote_addr(&na, IBV_MTU_4096, 16, IBV_LINK_LAYER_ETHERNET);
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), 0);
+	assert_int_equal(S.attr[0].path_mtu, IBV_MTU_2048);
+	assert_int_equal(S.attr[0].max_dest_rd_atomic, 4);
+	assert_int_equal(S.attr[1].max_rd_atomic, 4);
+}
+
+static void test_qp_connect_ib(void **state)
+{
+	struct nic_qp_info r = { .qpn = 7, .psn = 8 };
+	struct nic_addr na;
+
+	(void)state;
+	nic.link_layer = IBV_LINK_LAYER_INFINIBAND;
+	nic.gid_index = 0;
+	remote_addr(&na, IBV_MTU_4096, 16, IBV_LINK_LAYER_INFINIBAND);
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), 0);
+	assert_int_equal(S.attr[0].ah_attr.is_global, 0);
+	assert_int_equal(S.attr[0].ah_attr.dlid, 0x42);
+	assert_int_equal(S.attr[0].ah_attr.port_num, 1);
+}
+
+static void test_qp_connect_refused(void **state)
+{
+	struct nic_qp_info r = { .qpn = 7, .psn = 8 };
+	struct nic_addr na;
+
+	(void)state;
+	/* Not a verbs address, or another link layer: no modify at all. */
+	remote_addr(&na, IBV_MTU_4096, 16, IBV_LINK_LAYER_ETHERNET);
+	memcpy(na.bytes, "LOOP", 4);
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), -EINVAL);
+	remote_addr(&na, IBV_MTU_4096, 16, IBV_LINK_LAYER_INFINIBAND);
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), -EINVAL);
+	assert_int_equal(P->qp_connect(nqp(), &na, NULL), -EINVAL);
+	assert_int_equal(S.nmod, 0);
+
+	/* A failing transition: its errno, positive or negative from the provider. */
+	remote_addr(&na, IBV_MTU_4096, 16, IBV_LINK_LAYER_ETHERNET);
+	S.mod_fail_at = 0;
+	S.mod_rc = EINVAL;
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), -EINVAL);
+	S.nmod = 0;
+	S.mod_fail_at = 1;
+	S.mod_rc = -ETIMEDOUT;
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), -ETIMEDOUT);
+	assert_false(qp.connected);
+}
+
+static void test_qp_set_error(void **state)
+{
+	(void)state;
+	assert_int_equal(P->qp_set_error(nqp()), 0);
+	assert_int_equal(S.nmod, 1);
+	assert_int_equal(S.mask[0], IBV_QP_STATE);
+	assert_int_equal(S.attr[0].qp_state, IBV_QPS_ERR);
+	S.mod_fail_at = 1;
+	S.mod_rc = EINVAL;
+	assert_int_equal(P->qp_set_error(nqp()), -EINVAL);
+}
+
+/* ------------------------------------------------------------ post */
+
+static void chain(struct nic_wr *w, int n)
+{
+	for (int i = 0; i < n; i++)
+		w[i].next = i + 1 < n ? &w[i + 1] : NULL;
+}
+
+static void test_post_translation(void **state)
+{
+	struct nic_wr w[6] = {
+		{ .wr_id = 10, .local = 0x1000, .remote = 0x9000, .len = 32, .lkey = 1, .rkey = 2,
+		  .op = NIC_OP_WRITE, .signaled = 1 },
+		{ .wr_id = 11, .local = 0x1100, .remote = 0x9100, .len = 64, .lkey = 1, .rkey = 2,
+		  .op = NIC_OP_WRITE },
+		{ .wr_id = 12, .local = 0x1200, .remote = 0x9200, .len = 65, .lkey = 1, .rkey = 2,
+		  .op = NIC_OP_WRITE },
+		{ .wr_id = 13, .local = 0x1300, .remote = 0x9300, .len = 16, .lkey = 3, .rkey = 4,
+		  .op = NIC_OP_READ, .signaled = 1 },
+		{ .wr_id = 14, .local = 0x1400, .remote = 0x9400, .len = 65536, .lkey = 5,
+		  .rkey = 6, .op = NIC_OP_READ },
+		{ .wr_id = 15, .op = NIC_OP_WRITE, .signaled = 1 }, /* drain marker */
+	};
+	static const int opcode[6] = { IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE,
+				       IBV_WR_RDMA_READ, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE };
+	static const unsigned flags[6] = { IBV_SEND_SIGNALED | IBV_SEND_INLINE, IBV_SEND_INLINE,
+					   0, IBV_SEND_SIGNALED, 0, IBV_SEND_SIGNALED };
+	struct nic_wr *bad = NULL;
+
+	(void)state;
+	chain(w, 6);
+	assert_int_equal(P->post(nqp(), w, &bad), 0);
+	assert_null(bad);
+	assert_int_equal(S.nposts, 1); /* one doorbell */
+	assert_int_equal(S.nwr, 6);
+	for (int i = 0; i < 6; i++) {
+		const struct ibv_send_wr *x = &S.wr[i];
+
+		assert_int_equal(x->wr_id, w[i].wr_id);
+		assert_int_equal(x->opcode, opcode[i]);
+		assert_int_equal(x->send_flags, flags[i]);
+		assert_int_equal(x->wr.rdma.remote_addr, w[i].remote);
+		assert_int_equal(x->wr.rdma.rkey, w[i].rkey);
+		assert_int_equal(x->imm_data, 0);
+		if (!w[i].len) {
+			assert_int_equal(x->num_sge, 0);
+			continue;
+		}
+		assert_int_equal(x->num_sge, 1);
+		assert_int_equal(S.sge[i].addr, w[i].local);
+		assert_int_equal(S.sge[i].length, w[i].len);
+		assert_int_equal(S.sge[i].lkey, w[i].lkey);
+	}
+
+	/* No inline on a QP that got none. */
+	qp.max_inline = 0;
+	S.nwr = 0;
+	w[0].next = NULL;
+	assert_int_equal(P->post(nqp(), w, &bad), 0);
+	assert_int_equal(S.wr[0].send_flags, IBV_SEND_SIGNALED);
+}
+
+static void test_post_errors(void **state)
+{
+	struct nic_wr w[5];
+	struct nic_wr *bad = NULL;
+
+	(void)state;
+	memset(w, 0, sizeof(w));
+	chain(w, 5);
+
+	/* A positive errno and the bad WR: negative, and the matching nic_wr. */
+	S.post_fail_call = 0;
+	S.post_fail_index = 2;
+	S.post_rc = ENOMEM;
+	assert_int_equal(P->post(nqp(), w, &bad), -ENOMEM);
+	assert_ptr_equal(bad, &w[2]);
+
+	/* Providers that return -errno are mapped the same way. */
+	S.nposts = 0;
+	S.post_rc = -EINVAL;
+	S.post_fail_index = 4;
+	assert_int_equal(P->post(nqp(), w, &bad), -EINVAL);
+	assert_ptr_equal(bad, &w[4]);
+
+	/* A bad op: what precedes it is posted, it is not. */
+	S.nposts = 0;
+	S.nwr = 0;
+	S.post_fail_call = -1;
+	w[3].op = 7;
+	assert_int_equal(P->post(nqp(), w, &bad), -EINVAL);
+	assert_ptr_equal(bad, &w[3]);
+	assert_int_equal(S.nwr, 3);
+}
+
+static void test_post_long_chain(void **state)
+{
+	static struct nic_wr w[300];
+	struct nic_wr *bad = NULL;
+
+	(void)state;
+	memset(w, 0, sizeof(w));
+	for (int i = 0; i < 300; i++)
+		w[i].wr_id = (uint64_t)i;
+	chain(w, 300);
+	assert_int_equal(P->post(nqp(), w, &bad), 0);
+	assert_int_equal(S.nposts, 2); /* 256 + 44 */
+	assert_int_equal(S.nwr, 300);
+	for (int i = 0; i < 300; i++)
+		assert_int_equal(S.wr[i].wr_id, i);
+
+	S.nposts = 0;
+	S.nwr = 0;
+	S.post_fail_call = 1;
+	S.post_fail_index = 10;
+	S.post_rc = EAGAIN;
+	assert_int_equal(P->post(nqp(), w, &bad), -EAGAIN);
+	assert_ptr_equal(bad, &w[266]);
+
+	/* A provider that names no bad WR: the whole failed call is not posted. */
+	S.nposts = 0;
+	S.nwr = 0;
+	S.post_fail_index = -1;
+	assert_int_equal(P->post(nqp(), w, &bad), -EAGAIN);
+	assert_ptr_equal(bad, &w[256]);
+}
+
+/* ------------------------------------------------------------ poll */
+
+static void test_poll_mapping(void **state)
+{
+	static const struct {
+		enum ibv_wc_status in;
+		uint16_t out;
+	} m[] = {
+		{ IBV_WC_SUCCESS, NIC_WC_SUCCESS },
+		{ IBV_WC_SUCCESS, NIC_WC_SUCCESS },
+		{ IBV_WC_LOC_PROT_ERR, NIC_WC_LOC_PROT_ERR },
+		{ IBV_WC_REM_ACCESS_ERR, NIC_WC_REM_ACCESS_ERR },
+		{ IBV_WC_WR_FLUSH_ERR, NIC_WC_FLUSH_ERR },
+		{ IBV_WC_RETRY_EXC_ERR, NIC_WC_RETRY_EXC_ERR },
+		{ IBV_WC_RNR_RETRY_EXC_ERR, NIC_WC_RETRY_EXC_ERR },
+		{ IBV_WC_LOC_LEN_ERR, NIC_WC_GENERAL_ERR },
+		{ IBV_WC_REM_OP_ERR, NIC_WC_GENERAL_ERR },
+		{ IBV_WC_GENERAL_ERR, NIC_WC_GENERAL_ERR },
+	};
+	enum { N = sizeof(m) / sizeof(m[0]) };
+	struct ibv_wc in[N];
+	struct nic_wc out[16];
+
+	(void)state;
+	memset(in, 0, sizeof(in));
+	for (int i = 0; i < N; i++) {
+		in[i].wr_id = 100 + (uint64_t)i;
+		in[i].status = m[i].in;
+		in[i].qp_num = 0x77;
+		in[i].opcode = i == 1 ? IBV_WC_RDMA_READ : IBV_WC_RDMA_WRITE;
+		in[i].vendor_err = 0x81;
+	}
+	S.wcs = in;
+	S.nwcs = N;
+	assert_int_equal(P->poll(ncq(), 16, out), N);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(out[i].wr_id, 100 + i);
+		assert_int_equal(out[i].qp_num, 0x77);
+		assert_int_equal(out[i].status, m[i].out);
+	}
+	assert_int_equal(out[0].op, NIC_OP_WRITE);
+	assert_int_equal(out[1].op, NIC_OP_READ);
+	assert_true(cq.err_logged); /* the cause (non-flush error) was logged */
+
+	assert_int_equal(P->poll(ncq(), 16, out), 0);
+	assert_int_equal(P->poll(ncq(), 0, out), 0);
+	assert_int_equal(P->poll(ncq(), -1, out), -EINVAL);
+	S.poll_rc = -1;
+	assert_int_equal(P->poll(ncq(), 16, out), -EIO);
+}
+
+static void test_poll_chunks(void **state)
+{
+	static struct ibv_wc in[100];
+	static struct nic_wc out[128];
+
+	(void)state;
+	memset(in, 0, sizeof(in));
+	for (int i = 0; i < 100; i++)
+		in[i].wr_id = (uint64_t)i;
+	S.wcs = in;
+	S.nwcs = 100;
+	/* More than one stack chunk per call; stops at the first short poll. */
+	assert_int_equal(P->poll(ncq(), 128, out), 100);
+	assert_int_equal(S.npolls, 2);
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(out[i].wr_id, i);
+}
+
+/* ------------------------------------------------------------ the rest */
+
+static void test_registry(void **state)
+{
+	(void)state;
+	assert_ptr_equal(nic_provider_for("loop"), &nic_loop_provider);
+	assert_ptr_equal(nic_provider_for("loop12"), &nic_loop_provider);
+	assert_ptr_equal(nic_provider_for("rxe0"), &nic_verbs_provider);
+	assert_ptr_equal(nic_provider_for("mlx5_0:1"), &nic_verbs_provider);
+	assert_ptr_equal(nic_provider_for("loopy"), &nic_verbs_provider);
+	assert_null(nic_provider_for(""));
+	assert_null(nic_provider_for(NULL));
+	assert_string_equal(nic_verbs_provider.name, "verbs");
+}
+
+static void test_open_missing(void **state)
+{
+	struct nic *n = NULL;
+	struct nic_dev_info d[4];
+
+	(void)state;
+	fv_set_ops(NULL);
+	assert_int_equal(P->open("ferry_no_such_dev", &n), -ENODEV);
+	assert_int_equal(P->open("ferry_no_such_dev:1", &n), -ENODEV);
+	assert_int_equal(P->open("rxe0:x", &n), -EINVAL);
+	assert_int_equal(P->open("rxe0:0", &n), -EINVAL);
+	assert_int_equal(P->open("", &n), -ENODEV);
+	assert_null(n);
+	assert_true(nic_verbs_discover(d, 4) >= 0);
+	assert_int_equal(nic_verbs_discover(d, 0), 0);
+}
+
+static void test_describe(void **state)
+{
+	const struct nic *n = (const struct nic *)(const void *)&nic;
+	char buf[160];
+
+	(void)state;
+	nic.gid_index = 1;
+	memcpy(nic.gid.raw, GID_V4, 16);
+	snprintf(nic.name, sizeof(nic.name), "rxe0");
+	P->describe(n, buf, sizeof(buf));
+	assert_string_equal(buf, "rxe0 port 1, RoCE v2, GID[1] ::ffff:10.99.0.1, MTU 4096, NUMA -1");
+	assert_int_equal(P->numa_node(n), -1);
+	nic.link_layer = IBV_LINK_LAYER_INFINIBAND;
+	nic.lid = 0x12;
+	P->describe(n, buf, sizeof(buf));
+	assert_string_equal(buf, "rxe0 port 1, InfiniBand, LID 0x12, MTU 4096, NUMA -1");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_gid_link_local_only),
+		cmocka_unit_test(test_gid_v1_only),
+		cmocka_unit_test(test_gid_v2_every_order),
+		cmocka_unit_test(test_gid_ties_and_empty),
+		cmocka_unit_test(test_gid_forced),
+		cmocka_unit_test_setup_teardown(test_select_gid_from_port, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_addr_round_trip, setup, teardown),
+		cmocka_unit_test(test_addr_magic),
+		cmocka_unit_test_setup_teardown(test_qp_init_attr, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_qp_connect_roce, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_qp_connect_mtu_and_caps, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_qp_connect_ib, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_qp_connect_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_qp_set_error, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_post_translation, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_post_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_post_long_chain, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_poll_mapping, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_poll_chunks, setup, teardown),
+		cmocka_unit_test(test_registry),
+		cmocka_unit_test_setup_teardown(test_open_missing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_describe, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
