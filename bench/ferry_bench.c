@@ -1,39 +1,60 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ferry_bench: an ib_write_bw for ferry, in one process.
+ * ferry_bench: an ib_write_bw / ib_write_lat for ferry.
  *
- * Two engines, an initiator and a target, on the same NICs (the software
- * NIC "loop" by default).  The target registers one buffer; the initiator
- * registers one buffer per port and opens the target's segment.  Each port
- * is one thread that submits a batch of requests, waits for it, checks every
- * request and starts over, until the duration ends or it ran --iters
- * batches.  Request i of port p always moves the same bytes between the
- * same offsets (p * batch + i) * size on both sides, so no two requests ever
- * touch the same memory and --verify can check the final state byte by
- * byte.
+ * Three modes:
+ *  - one process (default): two engines, an initiator and a target, on the
+ *    same NICs (the software NIC "loop" by default);
+ *  - --target: only the target engine.  It maps --buffer bytes at
+ *    BENCH_TARGET_ADDR (if free), fills them with the --seed pattern,
+ *    registers them, prints "ferry_bench target: listening on ADDR buffer
+ *    0xADDR LEN" and serves until SIGINT/SIGTERM (or --duration);
+ *  - --connect HOST:PORT: only the initiator, against such a target.
  *
- * The per-core counters printed are deltas over the run of the initiator's
- * cores: with a one-sided NIC the target's cores stay idle (on loop, the
- * initiator's cores do the copy themselves).
+ * The initiator registers one buffer per port.  Each port is one thread
+ * that submits a batch of requests, waits for it, checks every request and
+ * starts over, until the duration ends or it ran --iters batches.  Request
+ * i of port p always moves the same bytes between offset i * size of its
+ * port's buffer and offset (p * batch + i) * size of the target's buffer,
+ * so no two requests touch the same memory.  The --verify pattern is a
+ * function of the target-buffer offset (and a seed), so both processes of
+ * the two-process mode compute it on their own.
+ *
+ * --lat: one port, one request at a time, busy-polled with
+ * ferry_batch_wait(b, 0); every request's submit-to-done time is kept and
+ * summarised like ib_write_lat (typical = median).
+ *
+ * --size LO:HI (or --sweep): the powers of two from LO to HI, one row each;
+ * batches shrink so that they fit the buffer.
+ *
+ * The per-core counters printed are deltas over the run of this process's
+ * cores (the initiator's; the target's in --target): with a one-sided NIC
+ * the target's cores stay idle (on loop, the initiator's cores do the copy
+ * themselves).
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "bench_opts.h"
+#include "bench_util.h"
 #include "runtime/ferry.h"
 
 #define WAIT_MS 10000
 /* Failed requests reported one by one per port; the rest are only counted. */
 #define MAX_REPORTS 10
 #define PAGE 4096
+/* --lat: initial sample array when the number of requests is not known. */
+#define LAT_SAMPLES_START (1u << 16)
 
 struct bench;
 
@@ -43,16 +64,18 @@ struct bench_port {
 	struct bench *b;
 	struct ferry_port *port;
 	struct ferry_batch *batch;
-	struct ferry_req *reqs;
-	uint8_t *buf;        /* batch * size bytes, registered with the initiator */
-	/* results, written by the port's thread, read after join */
+	struct ferry_req *reqs; /* cfg.batch slots; the first b->nreq in use */
+	uint8_t *buf;           /* b->local_cap bytes, registered with the initiator */
+	/* results of the current size, written by the port's thread, read after join */
 	uint64_t batches;
-	uint64_t ok;         /* requests DONE with all their bytes */
+	uint64_t ok;            /* requests DONE with all their bytes */
 	uint64_t failures;
-	uint64_t lat_ns;     /* sum of submit -> wait returned */
+	uint64_t lat_ns;        /* sum of submit -> wait returned */
 	uint64_t end_ns;
-	int err;             /* the call that stopped the thread early, if any */
-	bool stuck;          /* a batch is still pending: do not free it */
+	uint64_t *samples;      /* --lat: ns of each request */
+	uint64_t nsamples, cap_samples;
+	int err;                /* the call that stopped the thread early, if any */
+	bool stuck;             /* a batch is still pending: do not free it */
 	unsigned reported;
 };
 
@@ -60,19 +83,30 @@ struct bench {
 	struct bench_cfg cfg;
 	struct ferry_opts iopts, topts;
 	struct ferry_engine *init, *target;
+	struct ferry_engine *self;   /* the engine whose cores are reported */
 	ferry_seg_t seg;
-	uint8_t *tbuf;
-	uint64_t per_port;   /* batch * size */
-	uint64_t total;      /* ports * per_port: each side's bytes */
+	uint8_t *tbuf;               /* one-process mode and --target: the target's buffer */
+	uint64_t tbuf_len;           /* bytes allocated or mapped */
+	bool tbuf_mapped;            /* --target: mmap()ed */
+	uint64_t buffer;             /* each side's buffer */
+	uint64_t local_cap;          /* bytes of each port's buffer */
+	uint64_t remote_base;        /* target address of buffer offset 0 */
+	/* the size being run */
+	uint64_t size;
+	uint32_t nreq;               /* requests per batch at this size */
+	uint64_t per_port;           /* nreq * size */
+	unsigned step;               /* index of the size in the sweep */
 	struct bench_port *ports;
 	pthread_barrier_t start;
 	uint64_t start_ns, deadline_ns, end_ns;
 	unsigned ncores;
-	bool pin;            /* port threads run on port_cpus */
+	bool pin;                    /* port threads run on port_cpus */
 	cpu_set_t port_cpus;
 	char port_cpus_desc[256];
-	struct ferry_core_stats *before, *after;
-	uint64_t mismatches; /* --verify: bytes that differ */
+	/* core counters: at the start of everything, before and after one size */
+	struct ferry_core_stats *first, *before, *after;
+	uint64_t mismatches;         /* --verify: bytes that differ, this size */
+	bool efault_hinted;
 };
 
 static uint64_t now_ns(void)
@@ -93,48 +127,6 @@ static int report(const char *what, int rc)
 /* Buffers and the --verify pattern                                    */
 /* ------------------------------------------------------------------ */
 
-static uint64_t mix64(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
-/*
- * The byte expected at absolute position x of the logical buffer.  It
- * depends on the position, not only on its offset in a slice or page, so a
- * slice copied to the wrong place shows up.
- */
-static uint8_t pattern_at(uint64_t x, uint64_t *w)
-{
-	if ((x & 7) == 0)
-		*w = mix64(x >> 3);
-	return (uint8_t)(*w >> ((x & 7) * 8));
-}
-
-static void pattern_fill(uint8_t *buf, uint64_t len, uint64_t pos)
-{
-	uint64_t w = mix64(pos >> 3);
-
-	for (uint64_t i = 0; i < len; i++)
-		buf[i] = pattern_at(pos + i, &w);
-}
-
-/* Bytes of buf that differ from the pattern; *first is the first one. */
-static uint64_t pattern_check(const uint8_t *buf, uint64_t len, uint64_t pos, uint64_t *first)
-{
-	uint64_t w = mix64(pos >> 3), bad = 0;
-
-	for (uint64_t i = 0; i < len; i++) {
-		if (buf[i] == pattern_at(pos + i, &w))
-			continue;
-		if (!bad++)
-			*first = i;
-	}
-	return bad;
-}
-
 /* Page-aligned and touched, so that page faults stay out of the run. */
 static uint8_t *buf_alloc(uint64_t len)
 {
@@ -147,60 +139,128 @@ static uint8_t *buf_alloc(uint64_t len)
 }
 
 /*
- * Whoever is the source of the data gets the pattern (or a constant
- * without --verify); the destination stays zero so that --verify sees
- * bytes that never arrived.
+ * --target's buffer: at BENCH_TARGET_ADDR, where --connect looks by
+ * default, unless something is there already (MAP_FIXED_NOREPLACE fails
+ * with EEXIST; a kernel older than 4.17 ignores the flag and returns
+ * another address): then anywhere, and the printed address is the one to
+ * pass to --remote-addr.
  */
-static void buffers_fill(struct bench *b)
+static int target_map(struct bench *b)
+{
+	uint64_t alen = (b->buffer + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+	void *want = (void *)(uintptr_t)BENCH_TARGET_ADDR, *p;
+
+	p = mmap(want, alen, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (p != MAP_FAILED && p != want) {
+		munmap(p, alen);
+		p = MAP_FAILED;
+		errno = EEXIST;
+	}
+	if (p == MAP_FAILED) {
+		fprintf(stderr,
+			"ferry_bench: target: cannot map the buffer at 0x%llx (%s): mapped elsewhere; "
+			"give the initiator --remote-addr\n",
+			BENCH_TARGET_ADDR, strerror(errno));
+		p = mmap(NULL, alen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			return report("target buffer mmap", -errno);
+	}
+	b->tbuf = p;
+	b->tbuf_len = alen;
+	b->tbuf_mapped = true;
+	return 0;
+}
+
+/* Where request i of port p lands in the target's buffer at this size. */
+static uint64_t req_offset(const struct bench *b, unsigned p, uint32_t i)
+{
+	return p * b->per_port + i * b->size;
+}
+
+/*
+ * Once, before the first size: the sources get the pattern (--verify) or a
+ * constant.  The target's buffer holds the cfg.seed pattern under
+ * --verify, in every mode, so READ can be checked; WRITEs use other seeds
+ * (bench_write_seed), so bytes that never arrived show.
+ */
+static void buffers_fill_once(struct bench *b)
 {
 	bool write = b->cfg.op == FERRY_OP_WRITE;
 
-	if (!b->cfg.verify) {
-		for (unsigned p = 0; p < b->cfg.ports && write; p++)
-			memset(b->ports[p].buf, 0xa5, b->per_port);
-		if (!write)
-			memset(b->tbuf, 0x5a, b->total);
+	if (b->cfg.mode == BENCH_INITIATOR && (b->cfg.verify || !write))
+		return; /* READ sources are the target's; verify fills per size */
+	if (b->cfg.verify) {
+		pattern_fill_target:
+		bench_pattern_fill(b->tbuf, b->buffer, 0, b->cfg.seed);
 		return;
 	}
-	if (!write) {
-		pattern_fill(b->tbuf, b->total, 0);
-		return;
-	}
-	for (unsigned p = 0; p < b->cfg.ports; p++)
-		pattern_fill(b->ports[p].buf, b->per_port, p * b->per_port);
+	for (unsigned p = 0; p < b->cfg.ports && write; p++)
+		memset(b->ports[p].buf, 0xa5, b->local_cap);
+	if (!write && b->tbuf)
+		goto pattern_fill_target; /* any content will do: this one is cheap */
 }
 
-static int buffers_alloc(struct bench *b)
+/* Before each size, under --verify: clear READ destinations, fill WRITE sources. */
+static void buffers_prepare(struct bench *b)
 {
-	b->tbuf = buf_alloc(b->total);
-	if (!b->tbuf)
-		return report("target buffer", -ENOMEM);
+	if (!b->cfg.verify)
+		return;
 	for (unsigned p = 0; p < b->cfg.ports; p++) {
-		b->ports[p].buf = buf_alloc(b->per_port);
-		if (!b->ports[p].buf)
-			return report("initiator buffer", -ENOMEM);
+		struct bench_port *bp = &b->ports[p];
+
+		if (b->cfg.op == FERRY_OP_READ)
+			memset(bp->buf, 0, b->per_port);
+		else
+			bench_pattern_fill(bp->buf, b->per_port, req_offset(b, p, 0),
+					   bench_write_seed(&b->cfg, b->step));
 	}
-	buffers_fill(b);
-	return 0;
+}
+
+static int batch_run(struct bench_port *bp, uint64_t n);
+
+/*
+ * --verify of WRITE in the two-process mode: the written bytes are in the
+ * other process; read them back into the (cleared) port buffers.
+ */
+static void readback(struct bench *b)
+{
+	for (unsigned p = 0; p < b->cfg.ports; p++) {
+		struct bench_port *bp = &b->ports[p];
+
+		if (bp->err)
+			continue;
+		memset(bp->buf, 0, b->per_port);
+		for (uint32_t i = 0; i < b->nreq; i++)
+			bp->reqs[i].op = FERRY_OP_READ;
+		batch_run(bp, UINT64_MAX);
+		for (uint32_t i = 0; i < b->nreq; i++)
+			bp->reqs[i].op = b->cfg.op;
+	}
 }
 
 /* --verify: the destination of every port must hold the pattern now. */
 static void buffers_verify(struct bench *b)
 {
-	for (unsigned p = 0; p < b->cfg.ports; p++) {
-		uint64_t pos = p * b->per_port, first = 0, bad, w;
-		const uint8_t *dst = b->cfg.op == FERRY_OP_WRITE ? b->tbuf + pos : b->ports[p].buf;
+	bool write = b->cfg.op == FERRY_OP_WRITE;
+	uint64_t seed = write ? bench_write_seed(&b->cfg, b->step) : b->cfg.seed;
 
-		bad = pattern_check(dst, b->per_port, pos, &first);
+	if (write && b->cfg.mode == BENCH_INITIATOR)
+		readback(b);
+	for (unsigned p = 0; p < b->cfg.ports; p++) {
+		uint64_t pos = req_offset(b, p, 0), first = 0, bad;
+		const uint8_t *dst = write && b->tbuf ? b->tbuf + pos : b->ports[p].buf;
+
+		bad = bench_pattern_check(dst, b->per_port, pos, seed, &first);
 		if (!bad)
 			continue;
 		b->mismatches += bad;
-		w = mix64((pos + first) >> 3);
 		fprintf(stderr,
-			"ferry_bench: verify: port %u request %" PRIu64 " byte %" PRIu64
-			": expected 0x%02x, got 0x%02x (%" PRIu64 " bytes wrong on this port)\n",
-			p, first / b->cfg.size, first % b->cfg.size,
-			(unsigned)(uint8_t)(w >> (((pos + first) & 7) * 8)), dst[first], bad);
+			"ferry_bench: verify: size %" PRIu64 " port %u request %" PRIu64
+			" byte %" PRIu64 ": expected 0x%02x, got 0x%02x (%" PRIu64
+			" bytes wrong on this port)\n",
+			b->size, p, first / b->size, first % b->size,
+			bench_pattern_byte(pos + first, seed), dst[first], bad);
 	}
 }
 
@@ -210,10 +270,11 @@ static void buffers_verify(struct bench *b)
 
 /*
  * Initiator options: defaults, then FERRY_* from the environment, then the
- * flags.  The target copies them but keeps the adaptive idle policy: its
- * cores have nothing to do with a one-sided NIC, and spinning would steal
- * the CPUs the initiator's cores copy on.  The initiator listens on any
- * port so that a fixed FERRY_LISTEN only applies to the target.
+ * flags.  The one-process target copies them but keeps the adaptive idle
+ * policy: its cores have nothing to do with a one-sided NIC, and spinning
+ * would steal the CPUs the initiator's cores copy on.  The initiator
+ * listens on any port so that a fixed FERRY_LISTEN only applies to the
+ * target.  --target's own engine takes the flags as they are.
  */
 static int opts_build(struct bench *b)
 {
@@ -225,6 +286,8 @@ static int opts_build(struct bench *b)
 		return report("FERRY_* environment", rc);
 	bench_apply_opts(&b->cfg, &b->iopts);
 	b->topts = b->iopts;
+	if (b->cfg.mode == BENCH_TARGET)
+		return 0;
 	b->topts.cores = b->cfg.target_cores ? b->cfg.target_cores : b->iopts.cores;
 	b->topts.idle = FERRY_IDLE_ADAPTIVE;
 	b->iopts.listen = "127.0.0.1:0";
@@ -245,40 +308,84 @@ static int engine_open(const char *role, const struct ferry_opts *o, struct ferr
 	return 0;
 }
 
-static int engines_open(struct bench *b)
+/* The software NIC reaches engines of this process only. */
+static int nics_check_remote(struct ferry_engine *e, const char *role)
 {
-	const char *addr;
-	char what[256];
+	for (unsigned k = 0; k < ferry_engine_cores(e); k++) {
+		const char *nic = ferry_core_nic(e, k);
+
+		if (nic && !strcmp(nic, "loop")) {
+			fprintf(stderr,
+				"ferry_bench: %s: core %u uses the loop NIC, which cannot reach another "
+				"process: give RDMA NICs (--nics rxe0)\n",
+				role, k);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static int segment_open(struct bench *b, const char *addr)
+{
+	char what[320];
 	int rc;
 
-	rc = engine_open("target", &b->topts, &b->target);
-	if (rc)
-		return rc;
-	rc = ferry_mem_register(b->target, b->tbuf, b->total);
-	if (rc)
-		return report("ferry_mem_register(target buffer)", rc);
-	rc = engine_open("initiator", &b->iopts, &b->init);
-	if (rc)
-		return rc;
+	rc = ferry_segment_open(b->init, addr, &b->seg);
+	if (!rc)
+		return 0;
+	snprintf(what, sizeof(what), "ferry_segment_open(%s)%s", addr ? addr : "(null)",
+		 b->cfg.mode == BENCH_INITIATOR && (rc == -ECONNREFUSED || rc == -ETIMEDOUT)
+			 ? " (is ferry_bench --target listening there?)"
+			 : "");
+	return report(what, rc);
+}
+
+static int ports_register(struct bench *b)
+{
 	for (unsigned p = 0; p < b->cfg.ports; p++) {
-		rc = ferry_mem_register(b->init, b->ports[p].buf, b->per_port);
+		int rc = ferry_mem_register(b->init, b->ports[p].buf, b->local_cap);
+
 		if (rc)
 			return report("ferry_mem_register(initiator buffer)", rc);
 	}
-	addr = ferry_engine_address(b->target);
-	rc = ferry_segment_open(b->init, addr, &b->seg);
-	if (rc) {
-		snprintf(what, sizeof(what), "ferry_segment_open(%s)", addr ? addr : "(null)");
-		return report(what, rc);
+	return 0;
+}
+
+static int engines_open(struct bench *b)
+{
+	int rc;
+
+	if (b->cfg.mode == BENCH_LOCAL) {
+		rc = engine_open("target", &b->topts, &b->target);
+		if (rc)
+			return rc;
+		rc = ferry_mem_register(b->target, b->tbuf, b->buffer);
+		if (rc)
+			return report("ferry_mem_register(target buffer)", rc);
 	}
+	rc = engine_open("initiator", &b->iopts, &b->init);
+	if (!rc && b->cfg.mode == BENCH_INITIATOR)
+		rc = nics_check_remote(b->init, "initiator");
+	if (!rc)
+		rc = ports_register(b);
+	if (rc)
+		return rc;
+	if (b->cfg.mode == BENCH_LOCAL) {
+		rc = segment_open(b, ferry_engine_address(b->target));
+		b->remote_base = (uint64_t)(uintptr_t)b->tbuf;
+	} else {
+		rc = segment_open(b, b->cfg.connect);
+		b->remote_base = b->cfg.remote_addr ? b->cfg.remote_addr : BENCH_TARGET_ADDR;
+	}
+	if (rc)
+		return rc;
+	b->self = b->init;
 	b->ncores = ferry_engine_cores(b->init);
 	return 0;
 }
 
-/* Port p's requests: the same batch every time, at distinct offsets. */
 static int port_setup(struct bench *b, struct bench_port *bp)
 {
-	uint64_t remote = (uint64_t)(uintptr_t)b->tbuf + bp->idx * b->per_port;
 	int rc;
 
 	bp->b = b;
@@ -291,16 +398,48 @@ static int port_setup(struct bench *b, struct bench_port *bp)
 	bp->reqs = calloc(b->cfg.batch, sizeof(*bp->reqs));
 	if (!bp->reqs)
 		return report("request array", -ENOMEM);
-	for (uint32_t i = 0; i < b->cfg.batch; i++) {
-		bp->reqs[i] = (struct ferry_req){
-			.op = b->cfg.op,
-			.local = bp->buf + i * b->cfg.size,
-			.seg = b->seg,
-			.remote = remote + i * b->cfg.size,
-			.len = b->cfg.size,
-		};
+	if (b->cfg.lat) {
+		bp->cap_samples = b->cfg.iters && b->cfg.iters < BENCH_MAX_LAT_SAMPLES
+					  ? b->cfg.iters
+					  : LAT_SAMPLES_START;
+		bp->samples = malloc(bp->cap_samples * sizeof(*bp->samples));
+		if (!bp->samples)
+			return report("latency samples", -ENOMEM);
+		memset(bp->samples, 0, bp->cap_samples * sizeof(*bp->samples));
 	}
 	return 0;
+}
+
+/* This size's requests of every port (the same batch every time), and fresh results. */
+static void size_prepare(struct bench *b, uint64_t s, unsigned step)
+{
+	b->size = s;
+	b->step = step;
+	b->nreq = bench_batch_for(&b->cfg, s);
+	b->per_port = b->nreq * s;
+	b->mismatches = 0;
+	if (b->nreq < b->cfg.batch && !b->cfg.sweep)
+		fprintf(stderr,
+			"ferry_bench: batch lowered from %u to %u requests so that %u port(s) fit "
+			"the %" PRIu64 "-byte buffer\n",
+			b->cfg.batch, b->nreq, b->cfg.ports, b->buffer);
+	for (unsigned p = 0; p < b->cfg.ports; p++) {
+		struct bench_port *bp = &b->ports[p];
+
+		for (uint32_t i = 0; i < b->nreq; i++) {
+			bp->reqs[i] = (struct ferry_req){
+				.op = b->cfg.op,
+				.local = bp->buf + i * s,
+				.seg = b->seg,
+				.remote = b->remote_base + req_offset(b, p, i),
+				.len = s,
+			};
+		}
+		bp->batches = bp->ok = bp->failures = bp->lat_ns = bp->end_ns = 0;
+		bp->nsamples = 0;
+		bp->reported = 0;
+	}
+	buffers_prepare(b);
 }
 
 /* ------------------------------------------------------------------ */
@@ -311,22 +450,35 @@ static int port_setup(struct bench *b, struct bench_port *bp)
 static void req_failed(struct bench_port *bp, uint64_t n, uint32_t i,
 		       const struct ferry_req_status *st)
 {
+	struct bench *b = bp->b;
+
 	bp->failures++;
 	if (bp->reported == MAX_REPORTS)
 		fprintf(stderr, "ferry_bench: port %u: more failures, counted only\n", bp->idx);
 	if (bp->reported++ >= MAX_REPORTS)
 		return;
 	fprintf(stderr,
-		"ferry_bench: port %u batch %" PRIu64 " request %u: %s, error %d (%s), %" PRIu64
+		"ferry_bench: port %u %s %" PRIu64 " request %u: %s, error %d (%s), %" PRIu64
 		" of %" PRIu64 " bytes\n",
-		bp->idx, n, i, ferry_state_name(st->state), st->error,
-		st->error ? strerror(-st->error) : "none", st->bytes, bp->b->cfg.size);
+		bp->idx, n == UINT64_MAX ? "read-back" : "batch", n == UINT64_MAX ? 0 : n, i,
+		ferry_state_name(st->state), st->error, st->error ? strerror(-st->error) : "none",
+		st->bytes, b->size);
+	/* Only this thread hints, and only the first time: no race on the flag. */
+	if (st->error == -EFAULT && b->cfg.mode == BENCH_INITIATOR && bp->idx == 0 &&
+	    !b->efault_hinted) {
+		b->efault_hinted = true;
+		fprintf(stderr,
+			"ferry_bench: hint: remote [0x%" PRIx64 ", +%" PRIu64
+			") is not inside a region the target registered: give --remote-addr and a "
+			"--buffer no larger than the target's (its first line says both)\n",
+			b->remote_base, b->cfg.ports * b->per_port);
+	}
 }
 
 static void batch_check(struct bench_port *bp, uint64_t n)
 {
 	struct ferry_req_status st;
-	uint32_t cnt = bp->b->cfg.batch;
+	uint32_t cnt = bp->b->nreq;
 
 	for (uint32_t i = 0; i < cnt; i++) {
 		int rc = ferry_req_status(bp->batch, i, &st);
@@ -334,7 +486,7 @@ static void batch_check(struct bench_port *bp, uint64_t n)
 		if (rc) {
 			st = (struct ferry_req_status){ .state = FERRY_FAILED, .error = rc };
 			req_failed(bp, n, i, &st);
-		} else if (st.state != FERRY_DONE || st.bytes != bp->b->cfg.size) {
+		} else if (st.state != FERRY_DONE || st.bytes != bp->b->size) {
 			req_failed(bp, n, i, &st);
 		} else {
 			bp->ok++;
@@ -345,23 +497,15 @@ static void batch_check(struct bench_port *bp, uint64_t n)
 /* Stop this port: the batch cannot be reused (or waited for) any more. */
 static int port_stop(struct bench_port *bp, uint64_t n, const char *call, int rc)
 {
-	fprintf(stderr, "ferry_bench: port %u batch %" PRIu64 ": %s: %s\n", bp->idx, n, call,
-		strerror(-rc));
+	fprintf(stderr, "ferry_bench: port %u batch %" PRIu64 ": %s: %s\n", bp->idx,
+		n == UINT64_MAX ? 0 : n, call, strerror(-rc));
 	bp->err = rc;
 	return rc;
 }
 
-static int batch_run(struct bench_port *bp, uint64_t n)
+/* After the wait: check, and make the batch reusable. */
+static int batch_finish(struct bench_port *bp, uint64_t n, int rc)
 {
-	uint64_t t0 = now_ns();
-	int rc;
-
-	rc = ferry_submit(bp->batch, bp->reqs, bp->b->cfg.batch);
-	if (rc < 0)
-		return port_stop(bp, n, "ferry_submit", rc);
-	rc = ferry_batch_wait(bp->batch, WAIT_MS);
-	bp->lat_ns += now_ns() - t0;
-	bp->batches++;
 	if (rc == -ETIMEDOUT) {
 		/* Requests are still in flight: the batch's memory must live on. */
 		bp->stuck = true;
@@ -375,6 +519,79 @@ static int batch_run(struct bench_port *bp, uint64_t n)
 	if (rc)
 		return port_stop(bp, n, "ferry_batch_reset", rc);
 	return 0;
+}
+
+/* Batch n (UINT64_MAX: the --verify read-back, not counted). */
+static int batch_run(struct bench_port *bp, uint64_t n)
+{
+	uint64_t t0 = now_ns(), ok = bp->ok;
+	int rc;
+
+	rc = ferry_submit(bp->batch, bp->reqs, bp->b->nreq);
+	if (rc < 0)
+		return port_stop(bp, n, "ferry_submit", rc);
+	rc = ferry_batch_wait(bp->batch, WAIT_MS);
+	if (n != UINT64_MAX) {
+		bp->lat_ns += now_ns() - t0;
+		bp->batches++;
+	}
+	rc = batch_finish(bp, n, rc);
+	if (n == UINT64_MAX)
+		bp->ok = ok;
+	return rc;
+}
+
+/* Room for one more --lat sample: 0, or 1 when the array is at its cap. */
+static int lat_room(struct bench_port *bp)
+{
+	uint64_t cap = bp->cap_samples * 2;
+	uint64_t *s;
+
+	if (bp->nsamples < bp->cap_samples)
+		return 0;
+	if (cap > BENCH_MAX_LAT_SAMPLES)
+		cap = BENCH_MAX_LAT_SAMPLES;
+	if (cap <= bp->cap_samples)
+		return 1;
+	s = realloc(bp->samples, cap * sizeof(*s));
+	if (!s)
+		return 1;
+	/* Touch the new pages now, not in the next timed requests. */
+	memset(s + bp->cap_samples, 0, (cap - bp->cap_samples) * sizeof(*s));
+	bp->samples = s;
+	bp->cap_samples = cap;
+	return 0;
+}
+
+/*
+ * --lat: one request, busy-polled.  ferry_batch_wait(b, 0) only checks, so
+ * this thread never sleeps in the library (perftest's busy poll); the clock
+ * is read every 4096 checks for the 10 s give-up.
+ */
+static int lat_run(struct bench_port *bp, uint64_t n)
+{
+	uint64_t t0, t1;
+	unsigned spins = 0;
+	int rc;
+
+	if (lat_room(bp)) {
+		fprintf(stderr, "ferry_bench: --lat: %llu samples kept, stopping there\n",
+			BENCH_MAX_LAT_SAMPLES);
+		return 1;
+	}
+	t0 = now_ns();
+	rc = ferry_submit(bp->batch, bp->reqs, 1);
+	if (rc < 0)
+		return port_stop(bp, n, "ferry_submit", rc);
+	while ((rc = ferry_batch_wait(bp->batch, 0)) == -ETIMEDOUT) {
+		if ((++spins & 4095) == 0 && now_ns() - t0 > WAIT_MS * 1000000ull)
+			break;
+	}
+	t1 = now_ns();
+	bp->samples[bp->nsamples++] = t1 - t0;
+	bp->lat_ns += t1 - t0;
+	bp->batches++;
+	return batch_finish(bp, n, rc);
 }
 
 static bool port_done(const struct bench *b, uint64_t n)
@@ -393,7 +610,7 @@ static void *port_main(void *arg)
 	pthread_barrier_wait(&b->start);
 	/* At least one batch, even when the thread starts past a tiny duration. */
 	do {
-		if (batch_run(bp, n++))
+		if (b->cfg.lat ? lat_run(bp, n++) : batch_run(bp, n++))
 			break;
 	} while (!port_done(b, n));
 	bp->end_ns = now_ns();
@@ -470,7 +687,7 @@ static int port_spawn(struct bench *b, struct bench_port *bp)
 static void stats_snap(const struct bench *b, struct ferry_core_stats *s)
 {
 	for (unsigned k = 0; k < b->ncores; k++)
-		if (ferry_core_stats(b->init, k, &s[k]))
+		if (ferry_core_stats(b->self, k, &s[k]))
 			memset(&s[k], 0, sizeof(s[k]));
 }
 
@@ -494,6 +711,7 @@ static void stats_settle(const struct bench *b, struct ferry_core_stats *s)
 	}
 }
 
+/* One size: every port runs until the duration ends or its --iters. */
 static int ports_run(struct bench *b)
 {
 	unsigned p;
@@ -502,7 +720,6 @@ static int ports_run(struct bench *b)
 	rc = -pthread_barrier_init(&b->start, NULL, b->cfg.ports + 1);
 	if (rc)
 		return report("pthread_barrier_init", rc);
-	ports_place(b);
 	for (p = 0; p < b->cfg.ports; p++) {
 		rc = port_spawn(b, &b->ports[p]);
 		if (rc) {
@@ -534,9 +751,10 @@ struct totals {
 	uint64_t batches, ok, failures, lat_ns;
 	double secs;
 	bool early; /* a port stopped on an error */
+	struct bench_lat lat;
 };
 
-static void totals_sum(const struct bench *b, struct totals *t)
+static void totals_sum(struct bench *b, struct totals *t)
 {
 	memset(t, 0, sizeof(*t));
 	for (unsigned p = 0; p < b->cfg.ports; p++) {
@@ -549,6 +767,8 @@ static void totals_sum(const struct bench *b, struct totals *t)
 		t->early |= bp->err != 0;
 	}
 	t->secs = (double)(b->end_ns - b->start_ns) / 1e9;
+	if (b->cfg.lat)
+		bench_lat_summary(b->ports[0].samples, b->ports[0].nsamples, &t->lat);
 }
 
 /* after - before of every counter; cpu and node from after. */
@@ -569,31 +789,62 @@ static double ns_per_slice(const struct ferry_core_stats *d)
 	return d->completions ? (double)d->busy_ns / (double)d->completions : 0.0;
 }
 
-static void print_table(const struct bench *b, const struct totals *t)
+static void print_header(const struct bench *b)
 {
 	const struct ferry_opts *o = &b->iopts;
-	uint64_t bytes = t->ok * b->cfg.size;
 
-	printf("# ferry_bench: %s, nics %s, cores %s (target %s, ports on cpus %s), slice %u, "
-	       "qps %u, depth %u, idle %s, %s%s\n",
-	       bench_op_name(b->cfg.op), o->nics, o->cores, b->topts.cores, b->port_cpus_desc,
-	       o->slice_size,
-	       o->qps_per_ep, o->wrs_per_qp, o->idle == FERRY_IDLE_SPIN ? "spin" : "adaptive",
-	       o->loop_nocopy ? "nocopy" : "copy", b->cfg.verify ? ", verify" : "");
-	printf("%-5s %10s %6s %5s %9s %14s %8s %8s %12s %12s %8s\n", "op", "size", "batch",
-	       "ports", "batches", "bytes", "secs", "GB/s", "req/s", "batch_us", "failures");
-	printf("%-5s %10" PRIu64 " %6u %5u %9" PRIu64 " %14" PRIu64 " %8.3f %8.3f %12.0f %12.2f %8"
-	       PRIu64 "\n",
-	       bench_op_name(b->cfg.op), b->cfg.size, b->cfg.batch, b->cfg.ports, t->batches,
-	       bytes, t->secs, (double)bytes / t->secs / 1e9, (double)t->ok / t->secs,
-	       t->batches ? (double)t->lat_ns / (double)t->batches / 1e3 : 0.0, t->failures);
+	printf("# ferry_bench%s: %s, nics %s, cores %s ", b->cfg.lat ? " --lat" : "",
+	       bench_op_name(b->cfg.op), o->nics, o->cores);
+	if (b->cfg.mode == BENCH_LOCAL)
+		printf("(target %s, ", b->topts.cores);
+	else
+		printf("(target %s remote 0x%" PRIx64 ", ", b->cfg.connect, b->remote_base);
+	printf("ports on cpus %s), slice %u, qps %u, depth %u, idle %s, %s%s\n",
+	       b->port_cpus_desc, o->slice_size, o->qps_per_ep, o->wrs_per_qp,
+	       o->idle == FERRY_IDLE_SPIN ? "spin" : "adaptive", o->loop_nocopy ? "nocopy" : "copy",
+	       b->cfg.verify ? ", verify" : "");
+	if (b->cfg.lat)
+		printf("%-5s %10s %10s %10s %10s %10s %10s %10s %10s %8s\n", "op", "size", "iters",
+		       "t_min_us", "t_typ_us", "t_avg_us", "t_p99_us", "t_p999_us", "t_max_us",
+		       "failures");
+	else
+		printf("%-5s %10s %6s %5s %9s %14s %8s %8s %10s %12s %12s %8s\n", "op", "size",
+		       "batch", "ports", "batches", "bytes", "secs", "GB/s", "MB/s", "req/s",
+		       "batch_us", "failures");
+}
+
+static void print_row(const struct bench *b, const struct totals *t)
+{
+	uint64_t bytes = t->ok * b->size;
+	const struct bench_lat *l = &t->lat;
+
+	if (b->cfg.lat) {
+		printf("%-5s %10" PRIu64 " %10" PRIu64 " %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %8"
+		       PRIu64 "\n",
+		       bench_op_name(b->cfg.op), b->size, l->n, (double)l->min / 1e3,
+		       (double)l->p50 / 1e3, l->avg / 1e3, (double)l->p99 / 1e3,
+		       (double)l->p999 / 1e3, (double)l->max / 1e3, t->failures);
+	} else {
+		printf("%-5s %10" PRIu64 " %6u %5u %9" PRIu64 " %14" PRIu64
+		       " %8.3f %8.3f %10.1f %12.0f %12.2f %8" PRIu64 "\n",
+		       bench_op_name(b->cfg.op), b->size, b->nreq, b->cfg.ports, t->batches, bytes,
+		       t->secs, (double)bytes / t->secs / 1e9, (double)bytes / t->secs / 1e6,
+		       (double)t->ok / t->secs,
+		       t->batches ? (double)t->lat_ns / (double)t->batches / 1e3 : 0.0, t->failures);
+	}
+	fflush(stdout);
+}
+
+static void print_cores(const struct bench *b, const struct ferry_core_stats *before,
+			const struct ferry_core_stats *after)
+{
 	printf("\n%4s %4s %11s %11s %10s %11s %11s %8s %8s %10s %8s %9s %9s %9s\n", "core", "cpu",
 	       "wrs_posted", "completions", "doorbells", "polls", "empty_polls", "qp_full",
 	       "cq_full", "pool_empty", "sleeps", "busy_ms", "idle_ms", "ns/slice");
 	for (unsigned k = 0; k < b->ncores; k++) {
 		struct ferry_core_stats d;
 
-		stats_delta(&b->after[k], &b->before[k], &d);
+		stats_delta(&after[k], &before[k], &d);
 		printf("%4u %4u %11" PRIu64 " %11" PRIu64 " %10" PRIu64 " %11" PRIu64 " %11" PRIu64
 		       " %8" PRIu64 " %8" PRIu64 " %10" PRIu64 " %8" PRIu64 " %9.1f %9.1f %9.1f\n",
 		       k, d.cpu, d.wrs_posted, d.completions, d.doorbells, d.polls, d.empty_polls,
@@ -603,6 +854,7 @@ static void print_table(const struct bench *b, const struct totals *t)
 			printf("     core %u: wr_errors %" PRIu64 ", provider_errors %" PRIu64 "\n", k,
 			       d.wr_errors, d.provider_errors);
 	}
+	fflush(stdout);
 }
 
 /* A JSON string: user-given names may hold quotes or control characters. */
@@ -633,54 +885,100 @@ static void json_core(unsigned k, const struct ferry_core_stats *d)
 	printf(",\"ns_per_slice\":%.1f}", ns_per_slice(d));
 }
 
-static void print_json(const struct bench *b, const struct totals *t)
+static void json_cores(const struct bench *b, const struct ferry_core_stats *before,
+		       const struct ferry_core_stats *after)
 {
-	const struct ferry_opts *o = &b->iopts;
-	uint64_t bytes = t->ok * b->cfg.size;
-
-	printf("{");
-	json_str("op", bench_op_name(b->cfg.op));
-	json_str("nics", o->nics);
-	json_str("cores", o->cores);
-	json_str("target_cores", b->topts.cores);
-	json_str("port_cpus", b->port_cpus_desc);
-	json_str("idle", o->idle == FERRY_IDLE_SPIN ? "spin" : "adaptive");
-	printf("\"size\":%" PRIu64 ",\"batch\":%u,\"ports\":%u,\"slice\":%u,\"qps\":%u,"
-	       "\"depth\":%u,\"nocopy\":%s,\"verify\":%s,",
-	       b->cfg.size, b->cfg.batch, b->cfg.ports, o->slice_size, o->qps_per_ep,
-	       o->wrs_per_qp, o->loop_nocopy ? "true" : "false", b->cfg.verify ? "true" : "false");
-	printf("\"batches\":%" PRIu64 ",\"requests\":%" PRIu64 ",\"bytes\":%" PRIu64
-	       ",\"seconds\":%.6f,\"gbps\":%.6f,\"req_per_s\":%.1f,\"batch_lat_us\":%.3f,"
-	       "\"failures\":%" PRIu64 ",\"mismatched_bytes\":%" PRIu64 ",\"cores_stats\":[",
-	       t->batches, t->ok, bytes, t->secs, (double)bytes / t->secs / 1e9,
-	       (double)t->ok / t->secs,
-	       t->batches ? (double)t->lat_ns / (double)t->batches / 1e3 : 0.0, t->failures,
-	       b->mismatches);
+	printf("\"cores_stats\":[");
 	for (unsigned k = 0; k < b->ncores; k++) {
 		struct ferry_core_stats d;
 
-		stats_delta(&b->after[k], &b->before[k], &d);
+		stats_delta(&after[k], &before[k], &d);
 		if (k)
 			printf(",");
 		json_core(k, &d);
 	}
-	printf("]}\n");
+	printf("]");
+}
+
+static void print_json(const struct bench *b, const struct totals *t)
+{
+	const struct ferry_opts *o = &b->iopts;
+	const struct bench_lat *l = &t->lat;
+	uint64_t bytes = t->ok * b->size;
+
+	printf("{");
+	json_str("mode", bench_mode_name(b->cfg.mode));
+	json_str("op", bench_op_name(b->cfg.op));
+	json_str("nics", o->nics);
+	json_str("cores", o->cores);
+	if (b->cfg.mode == BENCH_LOCAL)
+		json_str("target_cores", b->topts.cores);
+	else
+		json_str("connect", b->cfg.connect);
+	json_str("port_cpus", b->port_cpus_desc);
+	json_str("idle", o->idle == FERRY_IDLE_SPIN ? "spin" : "adaptive");
+	printf("\"size\":%" PRIu64 ",\"batch\":%u,\"ports\":%u,\"slice\":%u,\"qps\":%u,"
+	       "\"depth\":%u,\"nocopy\":%s,\"verify\":%s,",
+	       b->size, b->nreq, b->cfg.ports, o->slice_size, o->qps_per_ep, o->wrs_per_qp,
+	       o->loop_nocopy ? "true" : "false", b->cfg.verify ? "true" : "false");
+	printf("\"batches\":%" PRIu64 ",\"requests\":%" PRIu64 ",\"bytes\":%" PRIu64
+	       ",\"seconds\":%.6f,\"gbps\":%.6f,\"mbps\":%.3f,\"req_per_s\":%.1f,"
+	       "\"batch_lat_us\":%.3f,\"failures\":%" PRIu64 ",\"mismatched_bytes\":%" PRIu64 ",",
+	       t->batches, t->ok, bytes, t->secs, (double)bytes / t->secs / 1e9,
+	       (double)bytes / t->secs / 1e6, (double)t->ok / t->secs,
+	       t->batches ? (double)t->lat_ns / (double)t->batches / 1e3 : 0.0, t->failures,
+	       b->mismatches);
+	if (b->cfg.lat)
+		printf("\"lat_us\":{\"n\":%" PRIu64 ",\"min\":%.3f,\"p50\":%.3f,\"avg\":%.3f,"
+		       "\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f},",
+		       l->n, (double)l->min / 1e3, (double)l->p50 / 1e3, l->avg / 1e3,
+		       (double)l->p99 / 1e3, (double)l->p999 / 1e3, (double)l->max / 1e3);
+	json_cores(b, b->before, b->after);
+	printf("}\n");
+	fflush(stdout);
 }
 
 /* ------------------------------------------------------------------ */
 /* Set-up and teardown                                                 */
 /* ------------------------------------------------------------------ */
 
+static int stats_alloc(struct bench *b)
+{
+	b->first = calloc(b->ncores, sizeof(*b->first));
+	b->before = calloc(b->ncores, sizeof(*b->before));
+	b->after = calloc(b->ncores, sizeof(*b->after));
+	if (!b->first || !b->before || !b->after)
+		return report("stats arrays", -ENOMEM);
+	return 0;
+}
+
 static int bench_alloc(struct bench *b)
 {
-	b->per_port = b->cfg.size * b->cfg.batch;
-	b->total = bench_total_bytes(&b->cfg);
+	b->buffer = bench_buffer_bytes(&b->cfg);
+	for (uint64_t s = b->cfg.size; s; s = bench_next_size(&b->cfg, s)) {
+		uint64_t need = bench_batch_for(&b->cfg, s) * s;
+
+		if (need > b->local_cap)
+			b->local_cap = need;
+	}
 	b->ports = calloc(b->cfg.ports, sizeof(*b->ports));
 	if (!b->ports)
 		return report("port array", -ENOMEM);
 	for (unsigned p = 0; p < b->cfg.ports; p++)
 		b->ports[p].idx = p;
-	return buffers_alloc(b);
+	if (b->cfg.mode == BENCH_LOCAL) {
+		b->tbuf = buf_alloc(b->buffer);
+		if (!b->tbuf)
+			return report("target buffer", -ENOMEM);
+		b->tbuf_len = b->buffer;
+	}
+	for (unsigned p = 0; p < b->cfg.ports; p++) {
+		b->ports[p].buf = buf_alloc(b->local_cap);
+		if (!b->ports[p].buf)
+			return report("initiator buffer", -ENOMEM);
+	}
+	buffers_fill_once(b);
+	return 0;
 }
 
 static int bench_setup(struct bench *b)
@@ -694,12 +992,11 @@ static int bench_setup(struct bench *b)
 		rc = engines_open(b);
 	for (unsigned p = 0; !rc && p < b->cfg.ports; p++)
 		rc = port_setup(b, &b->ports[p]);
+	if (!rc)
+		rc = stats_alloc(b);
 	if (rc)
 		return rc;
-	b->before = calloc(b->ncores, sizeof(*b->before));
-	b->after = calloc(b->ncores, sizeof(*b->after));
-	if (!b->before || !b->after)
-		return report("stats arrays", -ENOMEM);
+	ports_place(b);
 	return 0;
 }
 
@@ -722,16 +1019,162 @@ static void bench_teardown(struct bench *b)
 				ferry_port_destroy(bp->port);
 		}
 		free(bp->reqs);
+		free(bp->samples);
 	}
 	ferry_engine_destroy(b->init);
+	if (b->target && b->tbuf && b->cfg.mode == BENCH_TARGET)
+		ferry_mem_unregister(b->target, b->tbuf);
 	ferry_engine_destroy(b->target);
 	for (unsigned p = 0; b->ports && p < b->cfg.ports; p++)
 		free(b->ports[p].buf);
 	free(b->ports);
-	free(b->tbuf);
+	if (b->tbuf_mapped)
+		munmap(b->tbuf, b->tbuf_len);
+	else
+		free(b->tbuf);
+	free(b->first);
 	free(b->before);
 	free(b->after);
 }
+
+/* Every size of the run, one row (or JSON object) each.  Exit status. */
+static int bench_run(struct bench *b)
+{
+	bool bad = false;
+	unsigned step = 0;
+	struct totals t;
+
+	stats_snap(b, b->first);
+	if (!b->cfg.json)
+		print_header(b);
+	for (uint64_t s = b->cfg.size; s; s = bench_next_size(&b->cfg, s), step++) {
+		size_prepare(b, s, step);
+		ports_run(b);
+		if (b->cfg.verify)
+			buffers_verify(b);
+		totals_sum(b, &t);
+		if (b->cfg.json)
+			print_json(b, &t);
+		else
+			print_row(b, &t);
+		bad |= t.failures || t.early || b->mismatches;
+		if (t.early)
+			break; /* a stuck or broken port cannot run the next size */
+	}
+	if (!b->cfg.json)
+		print_cores(b, b->first, b->after);
+	return bad ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* --target                                                            */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Wait for SIGINT/SIGTERM (blocked in every thread, so they queue) or the
+ * end of --duration.  Returns the signal, or 0 at the deadline.
+ */
+static int target_wait(const struct bench *b, const sigset_t *set)
+{
+	uint64_t deadline = b->cfg.duration_set ? now_ns() + (uint64_t)(b->cfg.duration * 1e9) : 0;
+
+	for (;;) {
+		struct timespec ts;
+		int sig;
+
+		if (!deadline) {
+			sig = sigwaitinfo(set, NULL);
+		} else {
+			uint64_t now = now_ns(), left;
+
+			if (now >= deadline)
+				return 0;
+			left = deadline - now;
+			ts.tv_sec = (time_t)(left / 1000000000ull);
+			ts.tv_nsec = (long)(left % 1000000000ull);
+			sig = sigtimedwait(set, NULL, &ts);
+		}
+		if (sig > 0)
+			return sig;
+		if (errno != EINTR && errno != EAGAIN)
+			return report("sigwait", -errno), 0;
+	}
+}
+
+static void target_json(const struct bench *b, int sig, double secs)
+{
+	printf("{");
+	json_str("mode", "target");
+	json_str("address", ferry_engine_address(b->target));
+	json_str("nics", b->topts.nics);
+	json_str("cores", b->topts.cores);
+	json_str("stopped_by", sig ? strsignal(sig) : "duration");
+	printf("\"buffer_addr\":%" PRIu64 ",\"buffer_len\":%" PRIu64 ",\"seed\":%" PRIu64
+	       ",\"seconds\":%.3f,",
+	       (uint64_t)(uintptr_t)b->tbuf, b->buffer, b->cfg.seed, secs);
+	json_cores(b, b->first, b->after);
+	printf("}\n");
+}
+
+static int target_main(struct bench *b)
+{
+	sigset_t set;
+	uint64_t t0;
+	int rc, sig;
+
+	/* Before any engine thread exists, so that all of them inherit the mask. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	rc = -pthread_sigmask(SIG_BLOCK, &set, NULL);
+	if (rc)
+		return report("pthread_sigmask", rc), 1;
+	b->buffer = bench_buffer_bytes(&b->cfg);
+	rc = opts_build(b);
+	if (!rc)
+		rc = target_map(b);
+	if (rc)
+		return 1;
+	/* Before the engine: its listener is up as soon as it exists. */
+	bench_pattern_fill(b->tbuf, b->buffer, 0, b->cfg.seed);
+	rc = engine_open("target", &b->topts, &b->target);
+	if (!rc)
+		rc = nics_check_remote(b->target, "target");
+	if (!rc) {
+		rc = ferry_mem_register(b->target, b->tbuf, b->buffer);
+		if (rc)
+			report("ferry_mem_register(target buffer)", rc);
+	}
+	if (!rc) {
+		b->self = b->target;
+		b->ncores = ferry_engine_cores(b->target);
+		rc = stats_alloc(b);
+	}
+	if (rc) {
+		bench_teardown(b);
+		return 1;
+	}
+	stats_snap(b, b->first);
+	t0 = now_ns();
+	printf("ferry_bench target: listening on %s buffer 0x%" PRIx64 " %" PRIu64 "\n",
+	       ferry_engine_address(b->target), (uint64_t)(uintptr_t)b->tbuf, b->buffer);
+	fflush(stdout);
+	sig = target_wait(b, &set);
+	fprintf(stderr, "ferry_bench target: %s, stopping\n", sig ? strsignal(sig) : "duration over");
+	stats_snap(b, b->after);
+	if (b->cfg.json) {
+		target_json(b, sig, (double)(now_ns() - t0) / 1e9);
+	} else {
+		printf("# ferry_bench target: nics %s, cores %s, %.1f s\n", b->topts.nics,
+		       b->topts.cores, (double)(now_ns() - t0) / 1e9);
+		print_cores(b, b->first, b->after);
+	}
+	fflush(stdout);
+	bench_teardown(b);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
 
 static int parse_cmdline(int argc, char **argv, struct bench_cfg *cfg)
 {
@@ -751,23 +1194,18 @@ static int parse_cmdline(int argc, char **argv, struct bench_cfg *cfg)
 int main(int argc, char **argv)
 {
 	static struct bench b;
-	struct totals t;
 	int rc;
 
 	rc = parse_cmdline(argc, argv, &b.cfg);
 	if (rc >= 0)
 		return rc;
-	if (bench_setup(&b) || ports_run(&b)) {
+	if (b.cfg.mode == BENCH_TARGET)
+		return target_main(&b);
+	if (bench_setup(&b)) {
 		bench_teardown(&b);
 		return 1;
 	}
-	if (b.cfg.verify)
-		buffers_verify(&b);
-	totals_sum(&b, &t);
-	if (b.cfg.json)
-		print_json(&b, &t);
-	else
-		print_table(&b, &t);
+	rc = bench_run(&b);
 	bench_teardown(&b);
-	return t.failures || t.early || b.mismatches ? 1 : 0;
+	return rc;
 }

@@ -525,8 +525,9 @@ static int query_device(struct fv_nic *nic, uint8_t *nports)
 	int rc = ibv_query_device(nic->ctx, &da);
 
 	if (rc) {
-		vlog(nic, "ibv_query_device failed: %s", strerror(fv_errno(rc)));
-		return -fv_errno(rc);
+		rc = fv_errno(rc);
+		vlog(nic, "ibv_query_device failed: %s", strerror(rc));
+		return -rc;
 	}
 	nic->max_qp_wr = (uint32_t)da.max_qp_wr;
 	nic->max_cqe = (uint32_t)da.max_cqe;
@@ -540,9 +541,12 @@ static int query_port(struct fv_nic *nic, int port, struct ibv_port_attr *pa)
 {
 	int rc = ibv_query_port(nic->ctx, (uint8_t)port, pa);
 
-	if (rc)
-		vlog(nic, "ibv_query_port(%d) failed: %s", port, strerror(fv_errno(rc)));
-	return rc ? -fv_errno(rc) : 0;
+	if (rc) {
+		rc = fv_errno(rc);
+		vlog(nic, "ibv_query_port(%d) failed: %s", port, strerror(rc));
+		return -rc;
+	}
+	return 0;
 }
 
 /* The requested port, else the first ACTIVE one; it must be ACTIVE. */
@@ -915,9 +919,10 @@ static int fv_dereg_mr(struct nic *n, struct nic_mr *mr)
 	rc = ibv_dereg_mr(nic->mrs[i]);
 	if (rc) {
 		/* Still registered: close() tries again. */
+		rc = fv_errno(rc);
 		pthread_mutex_unlock(&nic->lock);
-		vlog(nic, "ibv_dereg_mr failed: %s", strerror(fv_errno(rc)));
-		return -fv_errno(rc);
+		vlog(nic, "ibv_dereg_mr failed: %s", strerror(rc));
+		return -rc;
 	}
 	nic->mrs[i] = nic->mrs[--nic->nmr];
 	pthread_mutex_unlock(&nic->lock);
@@ -932,18 +937,20 @@ static int fv_dereg_mr(struct nic *n, struct nic_mr *mr)
 static int cq_open_channel(struct fv_cq *cq)
 {
 	struct fv_nic *nic = cq->nic;
-	int fl;
+	int fl, err;
 
 	cq->ch = ibv_create_comp_channel(nic->ctx);
 	if (!cq->ch) {
-		vlog(nic, "cannot create a completion channel: %s", strerror(null_errno(ENOMEM)));
-		return -null_errno(ENOMEM);
+		err = null_errno(ENOMEM);
+		vlog(nic, "cannot create a completion channel: %s", strerror(err));
+		return -err;
 	}
 	/* cq_ack drains events without blocking the core. */
 	fl = fcntl(cq->ch->fd, F_GETFL);
 	if (fl < 0 || fcntl(cq->ch->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
-		vlog(nic, "cannot make the completion channel non-blocking: %s", strerror(errno));
-		return -errno;
+		err = errno;
+		vlog(nic, "cannot make the completion channel non-blocking: %s", strerror(err));
+		return -err;
 	}
 	return 0;
 }
@@ -1040,9 +1047,9 @@ int fv_qp_to_init(struct fv_qp *qp)
 	rc = ops.modify_qp(qp->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 				     IBV_QP_ACCESS_FLAGS);
 	if (rc) {
-		vlog(qp->nic, "QP 0x%x RESET->INIT failed: %s", qp->qp->qp_num,
-		     strerror(fv_errno(rc)));
-		return -fv_errno(rc);
+		rc = fv_errno(rc);
+		vlog(qp->nic, "QP 0x%x RESET->INIT failed: %s", qp->qp->qp_num, strerror(rc));
+		return -rc;
 	}
 	return 0;
 }
@@ -1216,14 +1223,16 @@ static int fv_qp_connect(struct nic_qp *q, const struct nic_addr *remote,
 	rtr_attr(qp, &ra, rqp, &a, &mask);
 	rc = ops.modify_qp(qp->qp, &a, mask);
 	if (rc) {
-		log_connect_failure(qp, "INIT->RTR", fv_errno(rc), &ra, rqp);
-		return -fv_errno(rc);
+		rc = fv_errno(rc);
+		log_connect_failure(qp, "INIT->RTR", rc, &ra, rqp);
+		return -rc;
 	}
 	rts_attr(qp, &ra, &a, &mask);
 	rc = ops.modify_qp(qp->qp, &a, mask);
 	if (rc) {
-		log_connect_failure(qp, "RTR->RTS", fv_errno(rc), &ra, rqp);
-		return -fv_errno(rc);
+		rc = fv_errno(rc);
+		log_connect_failure(qp, "RTR->RTS", rc, &ra, rqp);
+		return -rc;
 	}
 	qp->connected = true;
 	return 0;
@@ -1239,9 +1248,9 @@ static int fv_qp_set_error(struct nic_qp *q)
 	a.qp_state = IBV_QPS_ERR;
 	rc = ops.modify_qp(qp->qp, &a, IBV_QP_STATE);
 	if (unlikely(rc)) {
-		vlog(qp->nic, "QP 0x%x ->ERR failed: %s", qp->qp->qp_num,
-		     strerror(fv_errno(rc)));
-		return -fv_errno(rc);
+		rc = fv_errno(rc);
+		vlog(qp->nic, "QP 0x%x ->ERR failed: %s", qp->qp->qp_num, strerror(rc));
+		return -rc;
 	}
 	return 0;
 }
