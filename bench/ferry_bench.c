@@ -179,26 +179,21 @@ static uint64_t req_offset(const struct bench *b, unsigned p, uint32_t i)
 }
 
 /*
- * Once, before the first size: the sources get the pattern (--verify) or a
- * constant.  The target's buffer holds the cfg.seed pattern under
- * --verify, in every mode, so READ can be checked; WRITEs use other seeds
- * (bench_write_seed), so bytes that never arrived show.
+ * Once, before the first size.  The target's buffer, when it is in this
+ * process, holds the cfg.seed pattern: --verify checks READs against it
+ * (and WRITEs use other seeds, bench_write_seed, so bytes that never
+ * arrived show), and without --verify a READ source may hold anything.
+ * WRITE sources get a constant without --verify (the pattern is filled per
+ * size with it).  A --connect READ reads what --target filled.
  */
 static void buffers_fill_once(struct bench *b)
 {
 	bool write = b->cfg.op == FERRY_OP_WRITE;
 
-	if (b->cfg.mode == BENCH_INITIATOR && (b->cfg.verify || !write))
-		return; /* READ sources are the target's; verify fills per size */
-	if (b->cfg.verify) {
-		pattern_fill_target:
+	if (b->tbuf && (b->cfg.verify || !write))
 		bench_pattern_fill(b->tbuf, b->buffer, 0, b->cfg.seed);
-		return;
-	}
-	for (unsigned p = 0; p < b->cfg.ports && write; p++)
+	for (unsigned p = 0; p < b->cfg.ports && write && !b->cfg.verify; p++)
 		memset(b->ports[p].buf, 0xa5, b->local_cap);
-	if (!write && b->tbuf)
-		goto pattern_fill_target; /* any content will do: this one is cheap */
 }
 
 /* Before each size, under --verify: clear READ destinations, fill WRITE sources. */

@@ -123,10 +123,29 @@ static void post_drain_marker(struct qctx *ctx, struct qpx *q, uint32_t seq)
 static void post_failed(struct qctx *ctx, struct qpx *q, uint32_t posted, uint32_t n, int rc)
 {
 	stat_add(ctx->stats, provider_errors, 1);
-	for (uint32_t i = posted; i < n; i++)
-		core_slice_done(ctx, q->fifo[(q->tail + i) & q->fifo_mask], rc ? rc : -EIO);
+	for (uint32_t i = posted; i < n; i++) {
+		struct slice *s = q->fifo[(q->tail + i) & q->fifo_mask];
+
+		q->reads -= s->op == NIC_OP_READ;
+		core_slice_done(ctx, s, rc ? rc : -EIO);
+	}
 	q->broken = 1;
 	ctx->prov->qp_set_error(q->nqp);
+}
+
+/* How many of the first n pending slices fit: a QP may have at most
+ * max_reads RDMA READs outstanding (the responder's resources). */
+static uint32_t read_budget(const struct qctx *ctx, const struct qpx *q,
+			    const struct slice_list *list, uint32_t n)
+{
+	uint32_t reads = q->reads, i = 0;
+	const struct slice *s = list->head;
+
+	for (; i < n; i++, s = s->next) {
+		if (s->op == NIC_OP_READ && reads++ >= ctx->max_reads)
+			break;
+	}
+	return i;
 }
 
 uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint32_t max,
@@ -140,12 +159,14 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 	n = post_budget(&q->depth, &ctx->cq_quota, list->count < max ? list->count : max);
 	if (n > POST_MAX_CHAIN)
 		n = POST_MAX_CHAIN;
+	n = read_budget(ctx, q, list, n);
 	if (n == 0)
 		return 0;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t seq = q->tail + i;
 		struct slice *s = slice_list_pop(list);
 
+		q->reads += s->op == NIC_OP_READ;
 		q->fifo[seq & q->fifo_mask] = s;
 		fill_wr(&wrs[i], s, (uint64_t)q->index << 32 | seq);
 		/* Selective signalling; the chain's last WR always reports, so
@@ -175,13 +196,20 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 /* Retire q's WRs up to and including seq; RC completes them in order. */
 static void retire_upto(struct qctx *ctx, struct qpx *q, uint32_t seq, int err)
 {
+	struct slice *s;
+
 	while (q->head != seq) {
-		core_slice_done(ctx, q->fifo[q->head & q->fifo_mask], 0);
+		s = q->fifo[q->head & q->fifo_mask];
+		q->reads -= s->op == NIC_OP_READ;
+		core_slice_done(ctx, s, 0);
 		q->head++;
 		q->burst_retired++;
 	}
-	if (likely(q->fifo[seq & q->fifo_mask] != NULL)) /* NULL: a drain marker */
-		core_slice_done(ctx, q->fifo[seq & q->fifo_mask], err);
+	s = q->fifo[seq & q->fifo_mask];
+	if (likely(s != NULL)) { /* NULL: a drain marker */
+		q->reads -= s->op == NIC_OP_READ;
+		core_slice_done(ctx, s, err);
+	}
 	q->head = seq + 1;
 	q->burst_retired++;
 }

@@ -32,6 +32,7 @@ struct qpx {
 	uint32_t tail;              /* sequence of the next WR to post */
 	uint32_t unsignaled;        /* WRs posted since the last signalled one */
 	uint32_t burst_retired;     /* retired in the current poll burst */
+	uint32_t reads;             /* RDMA READs outstanding: bounded by max_rd_atomic */
 	uint64_t oldest_tsc;        /* when the WR at head was posted (approx.) */
 	uint16_t index;             /* in the core's QP table */
 	uint8_t broken;             /* saw an error: no more posting */
@@ -49,6 +50,7 @@ struct qctx {
 	struct slice_pool *pool;
 	struct ferry_core_stats *stats;
 	uint32_t signal_every;
+	uint32_t max_reads;         /* READs in flight per QP (the NIC's max_rd_atomic) */
 	uint64_t now;               /* the core's clock for this loop pass */
 	uint32_t n_qps;             /* high-water mark of qps[] */
 	struct qpx *qps[QP_MAX_PER_CORE];

@@ -478,10 +478,11 @@ static int core_open_nic(struct ferry_core *c, const char *nic)
 {
 	const struct nic_provider *prov = nic_provider_for(nic);
 	const struct ferry_opts *o = &c->e->opts;
+	struct nic_caps caps;
 	int rc;
 
 	if (!prov) {
-		fprintf(stderr, "ferry: unknown NIC '%s' (known: loop)\n", nic);
+		fprintf(stderr, "ferry: empty NIC name in the nics list\n");
 		return -ENODEV;
 	}
 	c->q.prov = prov;
@@ -491,6 +492,8 @@ static int core_open_nic(struct ferry_core *c, const char *nic)
 		fprintf(stderr, "ferry: cannot open NIC '%s': %s\n", nic, strerror(-rc));
 		return rc;
 	}
+	prov->caps(c->q.nic, &caps);
+	c->q.max_reads = caps.max_rd_atomic ? caps.max_rd_atomic : 1;
 	rc = prov->cq_create(c->q.nic, o->cqes, &c->q.cq);
 	if (rc)
 		fprintf(stderr, "ferry: cannot create a CQ of %u entries on '%s': %s\n",

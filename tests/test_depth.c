@@ -220,6 +220,7 @@ static void harness_init(struct harness *h, uint32_t nq, uint32_t max_wr, uint32
 	ctx->pool = &h->pool;
 	ctx->stats = &h->stats;
 	ctx->signal_every = signal_every;
+	ctx->max_reads = 1u << 30; /* test_read_bound sets its own */
 
 	h->lbuf = calloc(1, blen);
 	h->rbuf = calloc(1, blen);
@@ -700,6 +701,7 @@ static void fake_init(struct harness *h, uint32_t nq, uint32_t max_wr, uint32_t 
 	ctx->pool = &h->pool;
 	ctx->stats = &h->stats;
 	ctx->signal_every = signal_every;
+	ctx->max_reads = 1u << 30; /* test_read_bound sets its own */
 	h->max_jobs = 256;
 	h->lbuf = calloc(h->max_jobs, REG);
 	h->rbuf = calloc(h->max_jobs, REG);
@@ -1114,6 +1116,41 @@ static void run_random(const struct rparams *p)
 	harness_fini(h);
 }
 
+/* At most max_reads RDMA READs per QP are outstanding; WRITEs are not held. */
+static void test_read_bound(void **state)
+{
+	struct harness hs, *h = &hs;
+
+	(void)state;
+	harness_init(h, 1, 64, 256, 4, 256, 256);
+	h->ctx->max_reads = 4;
+	for (int i = 0; i < 10; i++) {
+		struct slice *s = new_job(h, i == 2 ? NIC_OP_WRITE : NIC_OP_READ, 64);
+
+		job_of(s)->state = J_POSTED;
+		job_of(s)->slot = 0;
+		slice_list_push(&h->pend[0], s);
+	}
+	/* READ, READ, WRITE, READ, READ | READ...: five go, the fifth READ waits. */
+	assert_int_equal(qpx_post(h->ctx, h->q[0], &h->pend[0], UINT32_MAX, 0), 5);
+	assert_int_equal(h->q[0]->reads, 4);
+	assert_int_equal(qpx_post(h->ctx, h->q[0], &h->pend[0], UINT32_MAX, 0), 0);
+	while (h->ctx->cq_quota.depth)
+		poll_once(h);
+	assert_int_equal(h->q[0]->reads, 0);
+	assert_int_equal(qpx_post(h->ctx, h->q[0], &h->pend[0], UINT32_MAX, 0), 4);
+	while (h->ctx->cq_quota.depth)
+		poll_once(h);
+	assert_int_equal(qpx_post(h->ctx, h->q[0], &h->pend[0], UINT32_MAX, 0), 1);
+	while (h->ctx->cq_quota.depth)
+		poll_once(h);
+	assert_int_equal(h->retired, 10);
+	assert_int_equal(h->q[0]->reads, 0);
+	for (uint32_t i = 0; i < 10; i++)
+		check_job_bytes(h, i);
+	harness_fini(h);
+}
+
 static void test_random_qp_bound(void **state)
 {
 	/* 3 x 16 WRs < 64 CQEs: QP room is what binds. */
@@ -1202,6 +1239,7 @@ int main(void)
 		cmocka_unit_test(test_attach_table),
 		cmocka_unit_test(test_sequence_wrap),
 		cmocka_unit_test(test_chain_cap),
+		cmocka_unit_test(test_read_bound),
 		cmocka_unit_test(test_random_qp_bound),
 		cmocka_unit_test(test_random_cq_bound),
 		cmocka_unit_test(test_random_big_cq),
