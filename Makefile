@@ -82,6 +82,10 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libferry.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CMOCKA_LIBS) $(LDLIBS) -lm
 
+# Standalone check of the verbs provider alone (needs RDMA devices).
+$(B)/verbs_smoke: $(B)/obj/tests/verbs_smoke.o $(B)/libferry.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(B)/ferry.pc:
 	@mkdir -p $(B)
 	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
@@ -121,7 +125,8 @@ check-install:
 # Soft-RoCE VM (one boot for the whole verbs suite).  Only outside CI may
 # they be skipped, and then loudly.
 SOFTROCE ?= ../shared/softroce
-VERBS_TESTS := $(B)/tests/test_integration $(B)/tests/test_twoproc $(B)/tests/test_api
+VERBS_TESTS := $(B)/tests/test_integration $(B)/tests/test_twoproc $(B)/tests/test_api \
+               $(B)/verbs_smoke
 test-verbs: $(VERBS_TESTS)
 	@if ls /sys/class/infiniband/* >/dev/null 2>&1; then \
 	  B=$(B) tests/verbs-suite.sh; \

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Unit tests of ferry_bench's command line (bench/bench_opts.c): defaults,
- * every flag, size suffixes, and that each refusal names the flag it is
- * about.  The Makefile links tests with libferry.a only, so the parser is
- * included here rather than linked.
+ * every flag, size suffixes and ranges, the two-process flags, and that
+ * each refusal names the flag it is about; and of its engine-free helpers
+ * (bench/bench_util.c: the --verify pattern, the --lat percentiles).  The
+ * Makefile links tests with libferry.a only, so both are included here
+ * rather than linked.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -17,6 +19,7 @@
 #include <cmocka.h>
 
 #include "../bench/bench_opts.c"
+#include "../bench/bench_util.c"
 
 #define MAX_ARGS 32
 
@@ -93,6 +96,19 @@ static void test_defaults(void **state)
 	assert_false(r.cfg.nocopy || r.cfg.spin || r.cfg.verify || r.cfg.json);
 	assert_false(r.cfg.no_port_pin || r.cfg.help);
 	assert_string_equal(r.err, "");
+	/* the flags added for the two-process, latency and sweep modes */
+	assert_int_equal(r.cfg.mode, BENCH_LOCAL);
+	assert_int_equal(r.cfg.size_max, 65536);
+	assert_int_equal(r.cfg.seed, 1);
+	assert_int_equal(r.cfg.buffer, 0);
+	assert_int_equal(r.cfg.remote_addr, 0);
+	assert_null(r.cfg.listen);
+	assert_null(r.cfg.connect);
+	assert_false(r.cfg.lat || r.cfg.sweep || r.cfg.duration_set);
+	/* The one-process buffer is still ports x batch x size. */
+	assert_int_equal(bench_buffer_bytes(&r.cfg), 32 * 65536);
+	assert_int_equal(bench_batch_for(&r.cfg, 65536), 32);
+	assert_int_equal(bench_next_size(&r.cfg, 65536), 0);
 }
 
 static void test_all_long_flags(void **state)
@@ -303,8 +319,293 @@ static void test_abbrev(void **state)
 	OK(&r, "--dur", "2", "--ver");
 	assert_true(r.cfg.duration == 2.0);
 	assert_true(r.cfg.verify);
-	BAD("ambiguous option '--s' (--size, --slice, --spin)", "--s", "1");
+	BAD("ambiguous option '--s' (--size, --slice, --spin, --seed, --sweep)", "--s", "1");
+	/* An exact name wins over the longer names it prefixes. */
+	OK(&r, "--target");
+	assert_int_equal(r.cfg.mode, BENCH_TARGET);
+	BAD("ambiguous option '--ta' (--target-cores, --target)", "--ta");
 	BAD("ambiguous option '--no' (--nocopy, --no-port-pin)", "--no");
+}
+
+/* --target and --connect, with what each accepts. */
+static void test_two_process_flags(void **state)
+{
+	struct parsed r;
+
+	(void)state;
+	OK(&r, "--target");
+	assert_int_equal(r.cfg.mode, BENCH_TARGET);
+	assert_false(r.cfg.duration_set); /* runs until a signal */
+	assert_int_equal(bench_buffer_bytes(&r.cfg), BENCH_DEFAULT_BUFFER);
+
+	OK(&r, "--target", "--listen", "0.0.0.0:9000", "--buffer", "64M", "--seed", "7",
+	   "--cores", "1", "--nics", "rxe0", "-D", "10", "--json", "--spin", "--slice", "32K",
+	   "-q", "1", "-t", "64");
+	assert_int_equal(r.cfg.mode, BENCH_TARGET);
+	assert_non_null(r.cfg.listen); /* argv was freed: only check it was set */
+	OK(&r, "--target", "--listen", "10.99.0.1:0"); /* port 0 = any, for a listener */
+
+	OK(&r, "--connect", "10.99.0.1:18515", "--remote-addr", "0x7e0000000000", "--buffer",
+	   "64M", "--op", "read", "--verify", "--size", "1M", "--batch", "8");
+	assert_int_equal(r.cfg.mode, BENCH_INITIATOR);
+	assert_int_equal(r.cfg.remote_addr, 0x7e0000000000ull);
+	assert_int_equal(r.cfg.buffer, 64 << 20);
+	assert_int_equal(bench_buffer_bytes(&r.cfg), 64 << 20);
+	assert_int_equal(bench_batch_for(&r.cfg, 1 << 20), 8);
+	OK(&r, "--connect", "localhost:1", "--remote-addr", "7E0000001000");
+	assert_int_equal(r.cfg.remote_addr, 0x7e0000001000ull);
+	/* Without --buffer the initiator assumes the target's default. */
+	OK(&r, "--connect", "127.0.0.1:18515", "--size", "64M");
+	assert_int_equal(bench_buffer_bytes(&r.cfg), BENCH_DEFAULT_BUFFER);
+	assert_int_equal(bench_batch_for(&r.cfg, 64 << 20), 4);
+	OK(&r, "--connect", "127.0.0.1:18515", "--size", "512M", "--buffer", "512M");
+}
+
+static void test_bad_hostport(void **state)
+{
+	(void)state;
+	BAD("--connect '10.0.0.1': no port", "--connect", "10.0.0.1");
+	BAD("--connect ':80': no host", "--connect", ":80");
+	BAD("--connect '10.0.0.1:': bad port ''", "--connect", "10.0.0.1:");
+	BAD("--connect '10.0.0.1:0': bad port '0' (1..65535)", "--connect", "10.0.0.1:0");
+	BAD("--connect '10.0.0.1:65536': bad port", "--connect", "10.0.0.1:65536");
+	BAD("--connect '10.0.0.1:8x': bad port", "--connect", "10.0.0.1:8x");
+	BAD("--connect '10.0.0.1:+80': bad port", "--connect", "10.0.0.1:+80");
+	BAD("--connect '10.0.0.1:123456': bad port", "--connect", "10.0.0.1:123456");
+	BAD("host 'example.com' is not a dotted IPv4 address", "--connect", "example.com:80");
+	/* inet_aton would take "1.2.3" as 1.2.0.3: the engine does not, nor do we. */
+	BAD("host '1.2.3' is not a dotted IPv4 address", "--connect", "1.2.3:80");
+	BAD("host '::1' is not", "--connect", "::1:80");
+	BAD("--connect: empty value", "--connect", "");
+	/* The listener binds a dotted address: no names at all. */
+	BAD("--listen 'localhost:1': host 'localhost'", "--target", "--listen", "localhost:1");
+	BAD("--listen '1.2.3.4:99999': bad port '99999' (0..65535)", "--target", "--listen",
+	    "1.2.3.4:99999");
+	BAD("--listen '1.2.3.4': no port", "--target", "--listen", "1.2.3.4");
+	BAD("--remote-addr 'xyz': not a hexadecimal address", "--connect", "1.2.3.4:5",
+	    "--remote-addr", "xyz");
+	BAD("--remote-addr '0x': not a hexadecimal", "--connect", "1.2.3.4:5", "--remote-addr",
+	    "0x");
+	BAD("--remote-addr '0x1g'", "--connect", "1.2.3.4:5", "--remote-addr", "0x1g");
+	BAD("--remote-addr '0': must not be 0", "--connect", "1.2.3.4:5", "--remote-addr", "0");
+	BAD("--remote-addr '-1'", "--connect", "1.2.3.4:5", "--remote-addr", "-1");
+	BAD("--remote-addr '0x10000000000000000'", "--connect", "1.2.3.4:5", "--remote-addr",
+	    "0x10000000000000000");
+	BAD("--seed '0'", "--target", "--seed", "0");
+}
+
+static void test_mode_conflicts(void **state)
+{
+	(void)state;
+	BAD("--target and --connect exclude each other", "--target", "--connect", "1.2.3.4:5");
+	BAD("--target and --connect exclude each other", "--connect", "1.2.3.4:5", "--target");
+	/* The target only serves: the initiator's flags are mistakes there. */
+	BAD("--op applies to the initiator (--connect), not to --target", "--target", "--op",
+	    "read");
+	BAD("--size applies to the initiator", "--target", "-s", "1M");
+	BAD("--batch applies to the initiator", "--target", "--batch", "4");
+	BAD("--ports applies to the initiator", "--target", "--ports", "2");
+	BAD("--iters applies to the initiator", "--target", "-n", "5");
+	BAD("--verify applies to the initiator", "--target", "--verify");
+	BAD("--lat applies to the initiator", "--target", "--lat");
+	BAD("--sweep applies to the initiator", "--target", "--sweep");
+	BAD("--nocopy applies to the initiator", "--target", "--nocopy");
+	BAD("--target-cores applies to the initiator", "--target", "--target-cores", "1");
+	BAD("--remote-addr applies to the initiator", "--target", "--remote-addr", "0x1000");
+	BAD("--listen needs --target", "--listen", "1.2.3.4:5");
+	BAD("--listen needs --target", "--connect", "1.2.3.4:5", "--listen", "1.2.3.4:6");
+	BAD("--remote-addr needs --connect", "--remote-addr", "0x1000");
+	BAD("--target-cores is for the one-process mode", "--connect", "1.2.3.4:5",
+	    "--target-cores", "1");
+	BAD("--nocopy is for the loop NIC", "--connect", "1.2.3.4:5", "--nocopy");
+	/* The initiator's buffer must fit its requests, and not exceed the target's. */
+	BAD("--buffer 268435456 is smaller than --ports 1 x --size 536870912 (and the target's",
+	    "--connect", "1.2.3.4:5", "--size", "512M");
+	BAD("--buffer 1048576 is smaller than --ports 2 x --size 1048576", "--connect",
+	    "1.2.3.4:5", "--buffer", "1M", "--ports", "2", "--size", "1M");
+	BAD("--duration and --iters", "--connect", "1.2.3.4:5", "-D", "1", "-n", "3");
+}
+
+/* --size LO:HI and --sweep. */
+static void test_size_ranges(void **state)
+{
+	struct parsed r;
+	uint64_t s, n = 0;
+
+	(void)state;
+	OK(&r, "--size", "2:64M");
+	assert_true(r.cfg.sweep);
+	assert_int_equal(r.cfg.size, 2);
+	assert_int_equal(r.cfg.size_max, 64 << 20);
+	for (s = r.cfg.size; s; s = bench_next_size(&r.cfg, s), n++)
+		assert_int_equal(s, 2ull << n);
+	assert_int_equal(n, 26); /* 2^1 .. 2^26 */
+	/* A sweep's buffer is 256 MiB by default; big sizes get smaller batches. */
+	assert_int_equal(bench_buffer_bytes(&r.cfg), BENCH_DEFAULT_BUFFER);
+	assert_int_equal(bench_batch_for(&r.cfg, 2), 32);
+	assert_int_equal(bench_batch_for(&r.cfg, 8 << 20), 32);
+	assert_int_equal(bench_batch_for(&r.cfg, 16 << 20), 16);
+	assert_int_equal(bench_batch_for(&r.cfg, 64 << 20), 4);
+
+	OK(&r, "-s", "4K:4K");
+	assert_true(r.cfg.sweep);
+	assert_int_equal(bench_next_size(&r.cfg, 4096), 0);
+	OK(&r, "--size", "1k:1m", "--ports", "2", "--buffer", "8M");
+	assert_int_equal(r.cfg.size, 1024);
+	assert_int_equal(r.cfg.size_max, 1 << 20);
+	assert_int_equal(bench_batch_for(&r.cfg, 1 << 20), 4);
+	assert_int_equal(bench_batch_for(&r.cfg, 1024), 32);
+	/* The last --size wins, range or not. */
+	OK(&r, "--size", "2:8", "--size", "4K");
+	assert_false(r.cfg.sweep);
+	assert_int_equal(r.cfg.size_max, 4096);
+	/* One process: a sweep's buffer grows to fit one request per port of the largest. */
+	OK(&r, "--size", "2:512M", "--ports", "2");
+	assert_int_equal(bench_buffer_bytes(&r.cfg), 1ull << 30);
+	assert_int_equal(bench_batch_for(&r.cfg, 512 << 20), 1);
+
+	OK(&r, "--sweep");
+	assert_true(r.cfg.sweep);
+	assert_int_equal(r.cfg.size, BENCH_SWEEP_MIN);
+	assert_int_equal(r.cfg.size_max, BENCH_SWEEP_MAX);
+	OK(&r, "--sweep", "--connect", "1.2.3.4:5", "--op", "read");
+	assert_true(r.cfg.sweep);
+
+	BAD("--size '64M:2': LO is larger than HI", "--size", "64M:2");
+	BAD("--size '0:4K': LO '0': must be greater than 0", "--size", "0:4K");
+	BAD("--size '2:0': HI '0': must be greater than 0", "--size", "2:0");
+	BAD("--size ':4K': LO '': empty", "--size", ":4K");
+	BAD("--size '2:': HI '': empty", "--size", "2:");
+	BAD("--size '2:4:8': HI '4:8': trailing garbage", "--size", "2:4:8");
+	BAD("--size '3:64': a range runs powers of two", "--size", "3:64");
+	BAD("--size '2:96K': a range runs powers of two", "--size", "2:96K");
+	BAD("--size '1:2G': HI '2G': too large", "--size", "1:2G");
+	BAD("--size '-2:8': LO '-2': negative", "--size", "-2:8");
+	BAD("--sweep and --size exclude each other", "--sweep", "--size", "4K");
+	BAD("--sweep and --size exclude each other", "--size", "2:4K", "--sweep");
+	BAD("--ports 3 x --size 536870912 exceeds the 1024 MiB buffer cap", "--ports", "3",
+	    "--size", "2:512M");
+	BAD("--buffer 1048576 is smaller than --ports 1 x --size 2097152", "--size", "2:2M",
+	    "--buffer", "1M");
+	BAD("--buffer 1048576 is smaller than --ports 1 x --size 2097152", "--size", "2M",
+	    "--buffer", "1M");
+	BAD("--buffer '2G'", "--buffer", "2G");
+}
+
+static void test_lat(void **state)
+{
+	struct parsed r;
+
+	(void)state;
+	OK(&r, "--lat");
+	assert_true(r.cfg.lat);
+	assert_int_equal(r.cfg.batch, 1);
+	assert_int_equal(r.cfg.ports, 1);
+	assert_int_equal(bench_buffer_bytes(&r.cfg), 65536);
+	OK(&r, "--lat", "--batch", "1", "--ports", "1", "-s", "8", "-n", "1000");
+	assert_int_equal(r.cfg.size, 8);
+	assert_int_equal(r.cfg.iters, 1000);
+	OK(&r, "--lat", "--size", "2:1K", "--connect", "10.99.0.1:18515", "--op", "read");
+	assert_true(r.cfg.lat && r.cfg.sweep);
+	assert_int_equal(bench_batch_for(&r.cfg, 2), 1);
+	BAD("--lat sends one request at a time: --batch must be 1", "--lat", "--batch", "2");
+	BAD("--lat sends one request at a time: --ports must be 1", "--ports", "4", "--lat");
+}
+
+/* The pattern is a function of (seed, absolute position), filled fast. */
+static void test_pattern(void **state)
+{
+	enum { N = 1000 };
+	uint8_t whole[N], part[N];
+	uint64_t first = 12345;
+
+	(void)state;
+	bench_pattern_fill(whole, N, 0, 1);
+	for (uint64_t i = 0; i < N; i++)
+		assert_int_equal(whole[i], bench_pattern_byte(i, 1));
+	/* Any sub-range, at any alignment, is the same bytes as in the whole. */
+	for (uint64_t pos = 0; pos < 16; pos++) {
+		for (uint64_t len = 0; len < 40; len += 3) {
+			memset(part, 0, sizeof(part));
+			bench_pattern_fill(part, len, pos, 1);
+			assert_memory_equal(part, whole + pos, len);
+			assert_int_equal(bench_pattern_check(whole + pos, len, pos, 1, &first), 0);
+		}
+	}
+	assert_int_equal(first, 12345); /* untouched without a mismatch */
+	/* A flipped byte is found, at its index. */
+	whole[517] ^= 0x40;
+	assert_int_equal(bench_pattern_check(whole + 3, N - 3, 3, 1, &first), 1);
+	assert_int_equal(first, 514);
+	whole[517] ^= 0x40;
+	/* Bytes at the wrong place, or of another seed, do not pass. */
+	assert_true(bench_pattern_check(whole + 8, 64, 16, 1, &first) > 32);
+	assert_true(bench_pattern_check(whole, N, 0, 2, &first) > N / 2);
+	assert_true(bench_write_seed(&(struct bench_cfg){ .seed = 1 }, 0) != 1);
+	assert_true(bench_write_seed(&(struct bench_cfg){ .seed = 1 }, 0) !=
+		    bench_write_seed(&(struct bench_cfg){ .seed = 1 }, 1));
+	/* Zeroes (a READ that never arrived) do not pass either. */
+	memset(part, 0, sizeof(part));
+	assert_true(bench_pattern_check(part, N, 0, 1, &first) > N - 16);
+}
+
+static void test_percentiles(void **state)
+{
+	uint64_t v[1000];
+	struct bench_lat l;
+
+	(void)state;
+	/* 1..100, shuffled: nearest rank gives p50 = 50, p99 = 99, p99.9 = 100. */
+	for (uint64_t i = 0; i < 100; i++)
+		v[i] = (i * 37) % 100 + 1;
+	bench_lat_summary(v, 100, &l);
+	assert_int_equal(l.n, 100);
+	assert_int_equal(l.min, 1);
+	assert_int_equal(l.max, 100);
+	assert_int_equal(l.p50, 50);
+	assert_int_equal(l.p99, 99);
+	assert_int_equal(l.p999, 100);
+	assert_true(l.avg == 50.5);
+	for (uint64_t i = 0; i < 1000; i++)
+		v[i] = 1000 - i;
+	bench_lat_summary(v, 1000, &l);
+	assert_int_equal(l.p50, 500);
+	assert_int_equal(l.p99, 990);
+	assert_int_equal(l.p999, 999);
+	v[0] = 42;
+	bench_lat_summary(v, 1, &l);
+	assert_true(l.min == 42 && l.p50 == 42 && l.p99 == 42 && l.p999 == 42 && l.max == 42);
+	bench_lat_summary(v, 0, &l);
+	assert_int_equal(l.n, 0);
+	assert_int_equal(l.max, 0);
+	assert_int_equal(bench_percentile(v, 0, 0.5), 0);
+}
+
+/* --target listens on --listen, else FERRY_LISTEN, else BENCH_DEFAULT_LISTEN. */
+static void test_apply_listen(void **state)
+{
+	struct ferry_opts o;
+	struct bench_cfg cfg;
+
+	(void)state;
+	bench_cfg_default(&cfg);
+	unsetenv("FERRY_LISTEN");
+	ferry_opts_default(&o);
+	bench_apply_opts(&cfg, &o);
+	assert_string_equal(o.listen, "127.0.0.1:0"); /* one process: the engine's default */
+	cfg.mode = BENCH_TARGET;
+	bench_apply_opts(&cfg, &o);
+	assert_string_equal(o.listen, BENCH_DEFAULT_LISTEN);
+	cfg.listen = "10.99.0.1:7000";
+	bench_apply_opts(&cfg, &o);
+	assert_string_equal(o.listen, "10.99.0.1:7000");
+	cfg.listen = NULL;
+	setenv("FERRY_LISTEN", "127.0.0.1:7001", 1);
+	ferry_opts_default(&o);
+	assert_int_equal(ferry_opts_from_env(&o), 0);
+	bench_apply_opts(&cfg, &o);
+	assert_string_equal(o.listen, "127.0.0.1:7001");
+	unsetenv("FERRY_LISTEN");
 }
 
 static void test_apply_defaults(void **state)
@@ -419,6 +720,14 @@ int main(void)
 		cmocka_unit_test(test_cross_checks),
 		cmocka_unit_test(test_reparse),
 		cmocka_unit_test(test_abbrev),
+		cmocka_unit_test(test_two_process_flags),
+		cmocka_unit_test(test_bad_hostport),
+		cmocka_unit_test(test_mode_conflicts),
+		cmocka_unit_test(test_size_ranges),
+		cmocka_unit_test(test_lat),
+		cmocka_unit_test(test_pattern),
+		cmocka_unit_test(test_percentiles),
+		cmocka_unit_test(test_apply_listen),
 		cmocka_unit_test(test_apply_defaults),
 		cmocka_unit_test(test_apply_flags),
 		cmocka_unit_test(test_apply_depth_signal),

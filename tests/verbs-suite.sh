@@ -23,6 +23,7 @@ if [ "${#devs[@]}" -ge 4 ]; then
 else
 	init="${devs[0]}" target="${devs[1]}"
 fi
+run "$B/verbs_smoke" "${devs[0]}" "${devs[1]}"
 FERRY_TEST_INIT_NICS=$init FERRY_TEST_TARGET_NICS=$target run "$B/tests/test_integration"
 FERRY_TEST_INIT_NICS=${devs[0]} FERRY_TEST_TARGET_NICS=${devs[1]} run "$B/tests/test_twoproc"
 FERRY_TEST_INIT_NICS=${devs[0]} FERRY_TEST_TARGET_NICS=${devs[1]} run "$B/tests/test_api"

@@ -4,9 +4,7 @@
  * the provider interface only (qp/nic.h), in one process.  Not a cmocka
  * test: it needs RDMA devices, which the build host does not have.
  *
- *   gcc -std=gnu11 -O2 -g -D_GNU_SOURCE -pthread -I. -Wall -Wextra -Werror \
- *       tests/verbs_smoke.c qp/verbs.c qp/nic_registry.c qp/loop.c \
- *       -libverbs -o build/verbs_smoke
+ *   make build/verbs_smoke
  *   ../shared/softroce/vm-run --timeout 120 -- ./build/verbs_smoke rxe0 rxe1
  *
  * Exit 0: every check passed; 1: a check failed; 2: a device did not open
