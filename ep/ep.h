@@ -23,10 +23,11 @@ struct ferry_ep {
 	struct ferry_ep *next_active; /* on the core's list of eps with pending work */
 	uint8_t active;
 	uint8_t closing;             /* teardown started: post nothing more */
-	uint8_t pad[2];
+	uint8_t down;                /* the peer cannot be reached: fail fast */
+	uint8_t pad;
 	uint32_t seg_slot;
 	uint32_t seg_gen;
-	uint64_t token;              /* names the peer's half in the handshake */
+	struct ferry_seg *seg;       /* the control path's segment (rail state) */
 	uint32_t remote_nic;         /* index of the peer's NIC these QPs reach */
 	uint32_t nqps;
 	uint32_t rr;                 /* next QP to try first */

@@ -38,6 +38,7 @@ struct qpx {
 	uint8_t broken;             /* saw an error: no more posting */
 	uint8_t in_burst;
 	uint8_t timed_out;           /* set in error by the timeout check */
+	uint8_t repair_asked;        /* broken and drained: replacement requested */
 	void *owner;                /* the endpoint */
 };
 

@@ -54,16 +54,55 @@ static struct ferry_core *core_of(struct qctx *ctx)
 	return (struct ferry_core *)((char *)ctx - offsetof(struct ferry_core, q));
 }
 
-void core_slice_done(struct qctx *ctx, struct slice *s, int err)
+/* The slice's last outcome: account its bytes to the request and free it. */
+static void slice_finish(struct ferry_core *c, struct slice *s, int err)
 {
-	struct ferry_core *c = core_of(ctx);
-
 	if (likely(!err))
 		stat_add(&c->stats, bytes, s->len);
 	if (rq_account(s->rq, s->len, err))
 		stat_add(&c->stats, wakeups, 1);
 	slice_put(&c->pool, s);
 	c->slices_out--;
+}
+
+/* Transport trouble is worth another try; a protection error never is. */
+static bool err_retryable(int err)
+{
+	return err == -ECANCELED || err == -EHOSTUNREACH || err == -ETIMEDOUT || err == -EIO ||
+	       err == -ENOTCONN;
+}
+
+static void ep_activate(struct ferry_core *c, struct ferry_ep *ep);
+
+/*
+ * Give a failed slice another go: on another QP of its endpoint, or on the
+ * same ones once the repair thread replaced them.  False when it has had
+ * its tries, its endpoint is going away or down, or its request failed.
+ */
+static bool slice_retry(struct ferry_core *c, struct slice *s, int err)
+{
+	struct ferry_ep *ep = s->ep;
+
+	if (!err_retryable(err) || s->tries >= c->e->opts.retries)
+		return false;
+	if (ep->closing || ep->down || __atomic_load_n(&c->stop, __ATOMIC_RELAXED))
+		return false;
+	if (__atomic_load_n(&s->rq->error, __ATOMIC_RELAXED))
+		return false;
+	s->tries++;
+	stat_add(&c->stats, retries, 1);
+	slice_list_push_front(&ep->pending, s);
+	ep_activate(c, ep);
+	return true;
+}
+
+void core_slice_done(struct qctx *ctx, struct slice *s, int err)
+{
+	struct ferry_core *c = core_of(ctx);
+
+	if (unlikely(err) && slice_retry(c, s, err))
+		return;
+	slice_finish(c, s, err);
 }
 
 static void part_fail(struct ferry_core *c, struct ferry_rq *rq, uint64_t a, uint64_t b, int err)
@@ -86,7 +125,7 @@ static void fail_pending(struct ferry_core *c, struct ferry_ep *ep, int err)
 	struct slice *s;
 
 	while ((s = slice_list_pop(&ep->pending)))
-		core_slice_done(&c->q, s, err);
+		slice_finish(c, s, err);
 }
 
 static void cmd_ep_add(struct ferry_core *c, struct core_cmd *cmd)
@@ -122,6 +161,42 @@ static void cmd_ep_remove(struct ferry_core *c, struct core_cmd *cmd)
 	cmd_done(cmd, 0);
 }
 
+/* Swap in a QP the repair thread connected for a broken, drained one. */
+static void cmd_qp_replace(struct ferry_core *c, struct core_cmd *cmd)
+{
+	struct ferry_ep *ep = c->eps[cmd->slot];
+	struct qpx *old;
+	int rc;
+
+	if (ep != cmd->ep || !ep || ep->closing || cmd->index >= ep->nqps)
+		return cmd_done(cmd, -ENOENT);
+	old = ep->qps[cmd->index];
+	if (!old->broken || old->depth.depth)
+		return cmd_done(cmd, -EBUSY);
+	rc = qctx_attach(&c->q, cmd->qp);
+	if (rc)
+		return cmd_done(cmd, rc);
+	cmd->qp->owner = ep;
+	ep->qps[cmd->index] = cmd->qp;
+	qpx_destroy(&c->q, old);
+	ep->down = 0;
+	stat_add(&c->stats, qp_resets, 1);
+	cmd_done(cmd, 0);
+}
+
+/* The repair thread found the peer unreachable (or reachable again). */
+static void cmd_ep_down(struct ferry_core *c, struct core_cmd *cmd)
+{
+	struct ferry_ep *ep = c->eps[cmd->slot];
+
+	if (ep != cmd->ep || !ep)
+		return cmd_done(cmd, -ENOENT);
+	ep->down = (uint8_t)cmd->rc;
+	if (ep->down)
+		fail_pending(c, ep, -EHOSTDOWN);
+	cmd_done(cmd, 0);
+}
+
 static uint32_t core_drain_cmds(struct ferry_core *c)
 {
 	struct core_cmd *cmd;
@@ -132,6 +207,10 @@ static uint32_t core_drain_cmds(struct ferry_core *c)
 			cmd_ep_add(c, cmd);
 		else if (cmd->type == CMD_EP_REMOVE)
 			cmd_ep_remove(c, cmd);
+		else if (cmd->type == CMD_QP_REPLACE)
+			cmd_qp_replace(c, cmd);
+		else if (cmd->type == CMD_EP_DOWN)
+			cmd_ep_down(c, cmd);
 		else
 			cmd_done(cmd, -EINVAL);
 		n++;
@@ -188,10 +267,10 @@ static int cut_refusal(const struct ferry_rq *rq, const struct ferry_ep *ep)
 		return -EBADF;
 	if (ep->closing)
 		return -ECANCELED;
+	if (ep->down)
+		return -EHOSTDOWN; /* fail fast: the repair thread probes the peer */
 	err = __atomic_load_n(&rq->error, __ATOMIC_RELAXED);
-	if (err)
-		return err; /* the request failed already: do not move more bytes */
-	return ep_all_broken(ep) ? -ENOTCONN : 0;
+	return err; /* the request failed already: do not move more bytes */
 }
 
 static void ep_activate(struct ferry_core *c, struct ferry_ep *ep)
@@ -210,6 +289,8 @@ static void slice_fill(struct ferry_core *c, struct slice *s, const struct ferry
 
 	slice_bounds(rq->req.len, c->slice_size, rq->nslices, i, &off, &s->len);
 	s->rq = (struct ferry_rq *)rq;
+	s->ep = (struct ferry_ep *)ep;
+	s->tries = 0;
 	s->local = (uint64_t)(uintptr_t)rq->req.local + off;
 	s->remote = rq->req.remote + off;
 	s->lkey = rq->lreg->mr[c->index].lkey;
@@ -263,8 +344,9 @@ static uint32_t core_post(struct ferry_core *c)
 	uint32_t posted = 0;
 
 	while ((ep = *pp)) {
-		if (unlikely(ep->closing || ep_all_broken(ep)))
-			fail_pending(c, ep, ep->closing ? -ECANCELED : -ENOTCONN);
+		/* With every QP broken, slices wait for the repair thread. */
+		if (unlikely(ep->closing || ep->down))
+			fail_pending(c, ep, ep->closing ? -ECANCELED : -EHOSTDOWN);
 		else
 			posted += ep_post(&c->q, ep);
 		if (ep->pending.count == 0) {
@@ -279,20 +361,49 @@ static uint32_t core_post(struct ferry_core *c)
 
 /* ---- timeouts ---- */
 
-/* A QP that made no progress for the slice timeout is failed: its WRs flush
- * and end TIMEOUT.  Issue-4 work will reset the endpoint and retry. */
-static void core_check_timeouts(struct ferry_core *c)
+/* Index of qp in its endpoint. */
+static uint32_t ep_qp_index(const struct ferry_ep *ep, const struct qpx *qp)
+{
+	uint32_t k = 0;
+
+	while (k < ep->nqps && ep->qps[k] != qp)
+		k++;
+	return k;
+}
+
+/* A broken QP whose WRs have all come back can be replaced: ask once. */
+static void core_ask_repair(struct ferry_core *c, struct qpx *qp)
+{
+	struct ferry_ep *ep = qp->owner;
+	uintptr_t v;
+
+	if (ep->closing || __atomic_load_n(&c->stop, __ATOMIC_RELAXED))
+		return;
+	v = repair_encode(ep->seg_slot, ep_qp_index(ep, qp), c->index, ep->seg_gen);
+	if (ferry_ring_put(&c->repairs, (void *)v))
+		qp->repair_asked = 1; /* a full ring: asked again next sweep */
+}
+
+/*
+ * Every 256 passes: a QP that made no progress for the slice timeout is
+ * failed (its WRs flush; their slices retry or end TIMEOUT), and broken,
+ * drained QPs are handed to the repair thread.
+ */
+static void core_sweep_qps(struct ferry_core *c)
 {
 	struct qctx *q = &c->q;
 
-	if (!c->timeout_tsc)
-		return;
 	for (uint32_t i = 0; i < q->n_qps; i++) {
 		struct qpx *qp = q->qps[i];
 
-		if (!qp || qp->broken || qp->depth.depth == 0)
+		if (!qp)
 			continue;
-		if (q->now - qp->oldest_tsc > c->timeout_tsc) {
+		if (qp->broken) {
+			if (!qp->depth.depth && !qp->repair_asked)
+				core_ask_repair(c, qp);
+			continue;
+		}
+		if (c->timeout_tsc && qp->depth.depth && q->now - qp->oldest_tsc > c->timeout_tsc) {
 			qp->timed_out = 1;
 			qp->broken = 1;
 			q->prov->qp_set_error(qp->nqp);
@@ -316,7 +427,7 @@ static uint32_t core_pass(struct ferry_core *c)
 			work += (uint32_t)n;
 	}
 	if ((++c->loop_count & TIMEOUT_CHECK_MASK) == 0)
-		core_check_timeouts(c);
+		core_sweep_qps(c);
 	return work;
 }
 
@@ -527,6 +638,8 @@ int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char
 	c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	rc = c->wake_fd < 0 ? -errno : ferry_ring_init(&c->cmds, CMD_RING);
 	if (rc == 0)
+		rc = ferry_ring_init(&c->repairs, REPAIR_RING);
+	if (rc == 0)
 		rc = slice_pool_init(&c->pool, 2 * e->opts.cqes, node);
 	if (rc == 0)
 		rc = core_open_nic(c, nic);
@@ -581,6 +694,7 @@ void core_destroy(struct ferry_core *c)
 		c->q.prov->close(c->q.nic);
 	slice_pool_fini(&c->pool);
 	ferry_ring_fini(&c->cmds);
+	ferry_ring_fini(&c->repairs);
 	if (c->wake_fd >= 0)
 		close(c->wake_fd);
 	numa_free(c, sizeof(*c));

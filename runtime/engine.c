@@ -143,7 +143,7 @@ static int engine_start(struct ferry_engine *e, const unsigned *cpus, const char
 		if (rc)
 			return rc;
 	}
-	return 0;
+	return repair_start(e);
 }
 
 int ferry_engine_create(const struct ferry_opts *o, struct ferry_engine **out)
@@ -202,6 +202,7 @@ void ferry_engine_destroy(struct ferry_engine *e)
 {
 	if (!e)
 		return;
+	repair_stop(e);
 	seg_disconnect_all(e);
 	ctl_stop(&e->ctl);
 	/* Cores fail what is queued, flush what is posted, free their eps. */

@@ -50,7 +50,7 @@ struct ferry_opts {
 	uint32_t cqes;         /**< completion queue entries per core (default 4096) */
 	uint32_t signal_every; /**< signal at least every Nth WR (default 16) */
 	uint32_t ring_size;    /**< SPSC ring slots per (port, core), power of 2 (default 1024) */
-	uint32_t retries;      /**< retries per slice (default 0 in v1: no retry yet) */
+	uint32_t retries;      /**< retries per failed slice, other QP first, then other rails (default 9) */
 	uint32_t timeout_ms;   /**< slice timeout; 0 = off (default 10000) */
 	enum ferry_idle idle;  /**< idle policy (default adaptive) */
 	uint32_t loop_nocopy;  /**< loop NIC: skip the memcpy (benchmarks the data plane) */
@@ -102,6 +102,8 @@ struct ferry_core_stats {
 	uint64_t pool_empty;       /**< times the slice pool ran dry */
 	uint64_t slices_in_flight; /**< slices cut and not yet retired (gauge) */
 	uint64_t wr_errors;        /**< completions with an error status */
+	uint64_t retries;          /**< slices posted again after an error */
+	uint64_t qp_resets;        /**< broken QPs replaced through a new handshake */
 	uint64_t reqs_done;        /**< request parts finished by this core */
 	uint64_t provider_errors;  /**< post/poll failures: always a bug, should be 0 */
 	uint64_t sleeps;           /**< times the core went to sleep when idle */

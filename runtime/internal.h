@@ -26,6 +26,7 @@
 #define FERRY_MAX_PORTS 64
 #define CUT_FIFO 256      /* request parts a core is cutting (power of 2) */
 #define CMD_RING 64
+#define REPAIR_RING 256
 #define PART_BITS 6       /* request parts ride in the low bits of the rq pointer */
 _Static_assert(FERRY_MAX_CORES <= (1 << PART_BITS), "a part index fits the pointer tag");
 
@@ -91,17 +92,37 @@ struct ferry_seg {
 	struct seg_desc *old_descs[8]; /* replaced by refresh, kept until close */
 	unsigned n_old;
 	struct ferry_ep *eps[FERRY_MAX_CORES];
-	uint64_t tokens[FERRY_MAX_CORES];  /* handshake ids of eps[] */
+	uint64_t qp_tokens[FERRY_MAX_CORES][EP_MAX_QPS]; /* the peer's half of each QP */
+	uint8_t rail_down[FERRY_MAX_CORES]; /* atomic: the core's rail cannot reach the peer */
 };
 
-enum core_cmd_type { CMD_EP_ADD = 1, CMD_EP_REMOVE };
+enum core_cmd_type { CMD_EP_ADD = 1, CMD_EP_REMOVE, CMD_QP_REPLACE, CMD_EP_DOWN };
 
 struct core_cmd {
 	int type;
 	uint32_t slot;
 	struct ferry_ep *ep;
-	int rc;
+	struct qpx *qp;                /* CMD_QP_REPLACE: the new QP, for ep->qps[index] */
+	uint32_t index;
+	int rc;                        /* in: CMD_EP_DOWN's flag; out: the result */
 	int done;                      /* atomic: set by the core */
+};
+
+/* A QP to replace, decoded from a core's repair ring. */
+struct repair_job {
+	uint32_t slot, qp, core, gen;
+	uint32_t backoff_ms;
+	uint64_t due_ms;
+};
+
+#define REPAIR_LATER_MAX 256
+
+struct repair {
+	pthread_t thread;
+	int started;
+	int stop;                      /* atomic */
+	struct repair_job later[REPAIR_LATER_MAX]; /* failed: try again after a back-off */
+	unsigned n_later;
 };
 
 /* A request part being cut: slices [next, end) of rq. */
@@ -128,6 +149,7 @@ struct ferry_core {
 	unsigned index;
 	/* shared */
 	struct ferry_ring cmds;        /* control path -> core */
+	struct ferry_ring repairs;     /* core -> repair thread: QPs to replace */
 	uint32_t sleeping ferry_cache_aligned; /* atomic */
 	int wake_fd;                   /* eventfd: submitters wake a sleeping core */
 	uint32_t stop;                 /* atomic */
@@ -157,6 +179,7 @@ struct ferry_engine {
 	uint64_t next_token;           /* endpoint ids for handshakes (ctl_lock) */
 	pthread_mutex_t passive_lock;  /* the control thread vs engine destroy */
 	struct passive_ep *passive;    /* peer QPs we serve as a target */
+	struct repair repair;
 	int tsan_gp;                   /* TSan model of the RCU grace period */
 };
 
@@ -195,6 +218,16 @@ struct ferry_seg *seg_acquire(struct ferry_engine *e, ferry_seg_t h, uint32_t *s
 void seg_release_ref(struct ferry_seg *s);
 /* Engine destroy: tell every peer to free its half of our endpoints (best effort). */
 void seg_disconnect_all(struct ferry_engine *e);
+/* Connect q (of core i) to a new responder QP on the peer; ctl_lock held. */
+int seg_qp_handshake(struct ferry_engine *e, unsigned i, struct ferry_seg *s,
+		     uint32_t remote_nic, struct qpx *q, uint64_t *token);
+/* Tell the peer to free the responder QP named by token (0: nothing). */
+void seg_disconnect_token(struct ferry_engine *e, struct ferry_seg *s, uint64_t token);
+
+/* runtime/repair.c */
+uintptr_t repair_encode(uint32_t slot, uint32_t qp, uint32_t core, uint32_t gen);
+int repair_start(struct ferry_engine *e);
+void repair_stop(struct ferry_engine *e);
 
 /* runtime/passive.c: the target side of the endpoint handshake. */
 int passive_connect(void *arg, const struct wire_connect_req *req, struct wire_connect_rep *rep);

@@ -49,7 +49,7 @@ void ferry_opts_default(struct ferry_opts *o)
 	o->cqes = 4096;
 	o->signal_every = 16;
 	o->ring_size = 1024;
-	o->retries = 0;
+	o->retries = 9;
 	o->timeout_ms = 10000;
 	o->idle = FERRY_IDLE_ADAPTIVE;
 	o->loop_nocopy = 0;

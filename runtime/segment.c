@@ -61,7 +61,7 @@ static void sleep_us(long us)
 	nanosleep(&ts, NULL);
 }
 
-static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, uint64_t token);
+static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, unsigned core);
 
 /* Remove slot's endpoint from every core; waits out flushes (-EBUSY). */
 static void seg_remove_eps(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
@@ -74,7 +74,7 @@ static void seg_remove_eps(struct ferry_engine *e, struct ferry_seg *s, uint32_t
 		while (core_command(e->cores[i], &cmd) == -EBUSY)
 			sleep_us(100);
 		s->eps[i] = NULL;
-		ep_disconnect_peer(e, s, s->tokens[i]);
+		ep_disconnect_peer(e, s, i);
 	}
 }
 
@@ -93,24 +93,29 @@ static int seg_check_desc(struct ferry_engine *e, const struct seg_desc *d, cons
 }
 
 static void handshake_req(struct ferry_engine *e, unsigned i, const struct seg_desc *d,
-			  const struct ferry_ep *ep, struct wire_connect_req *req)
+			  uint32_t remote_nic, struct qpx *q, uint64_t token,
+			  struct wire_connect_req *req)
 {
 	struct ferry_core *c = e->cores[i];
 
 	memset(req, 0, sizeof(*req));
 	req->incarnation = e->incarnation;
-	req->token = ep->token;
+	req->token = token;
 	req->target_incarnation = d->incarnation;
-	req->target_nic = (uint16_t)ep->remote_nic;
-	req->n_qps = (uint16_t)ep->nqps;
+	req->target_nic = (uint16_t)remote_nic;
+	req->n_qps = 1;
 	snprintf(req->nic.provider, sizeof(req->nic.provider), "%s", c->q.prov->name);
 	c->q.prov->addr(c->q.nic, &req->nic.addr);
-	ep_qp_infos(&c->q, ep, req->qps);
+	c->q.prov->qp_info(q->nqp, &req->qps[0]);
 }
 
-/* Both halves of one endpoint: ours here, the peer's on its control thread. */
-static int ep_handshake(struct ferry_engine *e, unsigned i, struct ferry_seg *s,
-			struct ferry_ep *ep)
+/*
+ * Connect one of core i's QPs to a new responder QP on the peer's NIC
+ * remote_nic: ours here, the peer's on its control thread.  One handshake
+ * per QP, each with its own token, so a broken QP can be replaced alone.
+ */
+int seg_qp_handshake(struct ferry_engine *e, unsigned i, struct ferry_seg *s,
+		     uint32_t remote_nic, struct qpx *q, uint64_t *token)
 {
 	struct ferry_core *c = e->cores[i];
 	struct wire_connect_req req;
@@ -118,26 +123,54 @@ static int ep_handshake(struct ferry_engine *e, unsigned i, struct ferry_seg *s,
 	char here[160];
 	int rc;
 
-	handshake_req(e, i, s->desc, ep, &req);
+	*token = ++e->next_token;
+	handshake_req(e, i, s->desc, remote_nic, q, *token, &req);
 	rc = ctl_connect(s->address, FETCH_TIMEOUT_MS, &req, &rep);
-	if (rc == 0)
-		rc = ep_connect(&c->q, ep, &s->desc->nics[ep->remote_nic].addr, rep.qps);
+	if (rc == 0) {
+		rc = c->q.prov->qp_connect(q->nqp, &s->desc->nics[remote_nic].addr, &rep.qps[0]);
+		if (rc)
+			seg_disconnect_token(e, s, *token);
+	}
 	if (rc) {
+		*token = 0;
 		c->q.prov->describe(c->q.nic, here, sizeof(here));
-		fprintf(stderr, "ferry: segment %s: connecting core %u (%s) to the peer's NIC %u "
-			"failed: %s\n", s->address, i, here, ep->remote_nic, strerror(-rc));
+		fprintf(stderr, "ferry: segment %s: connecting a QP of core %u (%s) to the peer's "
+			"NIC %u failed: %s\n", s->address, i, here, remote_nic, strerror(-rc));
 	}
 	return rc;
 }
 
-static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, uint64_t token)
+void seg_disconnect_token(struct ferry_engine *e, struct ferry_seg *s, uint64_t token)
 {
 	struct wire_disconnect d = { .incarnation = e->incarnation, .token = token };
-	int rc = ctl_disconnect(s->address, FETCH_TIMEOUT_MS, &d);
+	int rc;
 
+	if (!token)
+		return;
+	rc = ctl_disconnect(s->address, FETCH_TIMEOUT_MS, &d);
 	/* A peer that is gone has nothing left to free. */
 	if (rc && e->opts.verbose)
 		fprintf(stderr, "ferry: segment %s: disconnect: %s\n", s->address, strerror(-rc));
+}
+
+static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, unsigned core)
+{
+	for (unsigned k = 0; k < EP_MAX_QPS; k++) {
+		seg_disconnect_token(e, s, s->qp_tokens[core][k]);
+		s->qp_tokens[core][k] = 0;
+	}
+}
+
+static int ep_handshake(struct ferry_engine *e, unsigned i, struct ferry_seg *s,
+			struct ferry_ep *ep)
+{
+	for (unsigned k = 0; k < ep->nqps; k++) {
+		int rc = seg_qp_handshake(e, i, s, ep->remote_nic, ep->qps[k], &s->qp_tokens[i][k]);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
 }
 
 /* One endpoint per local core, core i to the peer's NIC i mod n. */
@@ -156,21 +189,18 @@ static int seg_connect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slo
 		ep->seg_slot = slot;
 		ep->seg_gen = s->gen;
 		ep->remote_nic = i % d->n_nics;
-		ep->token = ++e->next_token;
+		ep->seg = s;
 		rc = ep_handshake(e, i, s, ep);
 		if (rc == 0) {
 			cmd.ep = ep;
 			rc = core_command(e->cores[i], &cmd);
 		}
 		if (rc) {
-			uint64_t token = ep->token;
-
 			ep_destroy(&e->cores[i]->q, ep);
-			ep_disconnect_peer(e, s, token);
+			ep_disconnect_peer(e, s, i);
 			return rc;
 		}
 		s->eps[i] = ep;
-		s->tokens[i] = ep->token;
 	}
 	return 0;
 }
@@ -296,10 +326,14 @@ int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg)
 		return -ENOENT;
 	}
 	__atomic_store_n(&s->state, SEG_CLOSING, __ATOMIC_SEQ_CST);
-	/* Requests in flight end on their own: every slice completes, fails or
-	 * times out.  New submissions already see CLOSING. */
+	/* Requests in flight end on their own: every slice completes, fails,
+	 * times out or is retried (possibly on a QP the repair thread must
+	 * replace, which needs ctl_lock: wait without it).  New submissions
+	 * already see CLOSING, and nobody else touches a CLOSING slot. */
+	pthread_mutex_unlock(&e->ctl_lock);
 	while (__atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST))
 		sleep_us(50);
+	pthread_mutex_lock(&e->ctl_lock);
 	seg_remove_eps(e, s, slot);
 	seg_desc_free(s->desc);
 	free(s->desc);
@@ -323,7 +357,6 @@ void seg_disconnect_all(struct ferry_engine *e)
 		if (s->state != SEG_OPEN)
 			continue;
 		for (unsigned i = 0; i < e->ncores; i++)
-			if (s->eps[i])
-				ep_disconnect_peer(e, s, s->tokens[i]);
+			ep_disconnect_peer(e, s, i);
 	}
 }

@@ -369,7 +369,7 @@ int ferry_core_stats(const struct ferry_engine *e, unsigned core, struct ferry_c
 #define COPY(f) out->f = stat_read(s, f)
 	COPY(wrs_posted); COPY(completions); COPY(cqes); COPY(bytes); COPY(doorbells);
 	COPY(polls); COPY(empty_polls); COPY(qp_full); COPY(cq_full); COPY(pool_empty);
-	COPY(slices_in_flight); COPY(wr_errors); COPY(reqs_done); COPY(provider_errors);
+	COPY(slices_in_flight); COPY(wr_errors); COPY(retries); COPY(qp_resets); COPY(reqs_done); COPY(provider_errors);
 	COPY(sleeps); COPY(wakeups); COPY(loops);
 #undef COPY
 	/* The core counts time in TSC ticks; convert on the reader's side. */

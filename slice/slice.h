@@ -37,16 +37,19 @@ static inline uint64_t slice_part_start(uint64_t n, unsigned nparts, unsigned p)
 struct slice {
 	struct slice *next;   /* endpoint pending list / pool free list */
 	struct ferry_rq *rq;  /* request whose bytes these are */
+	struct ferry_ep *ep;  /* endpoint it was cut for (retries go back there) */
 	uint64_t local;
 	uint64_t remote;
+	uint64_t post_tsc;    /* when it was posted (latency histogram) */
 	uint32_t len;
 	uint32_t lkey;
 	uint32_t rkey;
 	uint8_t op;           /* enum nic_op */
-	uint8_t pad[3];
+	uint8_t tries;        /* retries so far */
+	uint8_t pad[2];
 };
 
-_Static_assert(sizeof(struct slice) == 48, "slice stays small");
+_Static_assert(sizeof(struct slice) == 64, "a slice is one cache line");
 
 /* Per-core pool: a LIFO free list over one array (warm slices are reused first). */
 struct slice_pool {
@@ -97,6 +100,16 @@ static inline void slice_list_push(struct slice_list *l, struct slice *s)
 	s->next = NULL;
 	*l->tailp = s;
 	l->tailp = &s->next;
+	l->count++;
+}
+
+/* Put s first: a retried slice goes before work cut after it. */
+static inline void slice_list_push_front(struct slice_list *l, struct slice *s)
+{
+	s->next = l->head;
+	l->head = s;
+	if (l->tailp == &l->head)
+		l->tailp = &s->next;
 	l->count++;
 }
 

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Fault injection on the software NIC: error completions, QPs going to the
- * error state and lost completions reach the requests' status; nothing
- * hangs; every DONE request's bytes are right; the accounting returns to
- * zero.  (Retries come with the failure-handling work; until then a QP that
- * failed stays down, so each round opens the segment afresh.)
+ * error state and lost completions.  With retries (the default), failed
+ * slices go again on another QP while the repair thread replaces the broken
+ * ones, and every request ends DONE; without retries the errors reach the
+ * requests' status.  Nothing hangs; every DONE request's bytes are right;
+ * the accounting returns to zero.
  */
 #include <time.h>
 
@@ -94,16 +95,33 @@ static void rounds(const struct loop_faults *f, unsigned n, struct outcome *out)
 	wait_slices_zero(P.init);
 }
 
+static void sum_repairs(struct ferry_engine *e, uint64_t *retries, uint64_t *resets)
+{
+	*retries = *resets = 0;
+	for (unsigned i = 0; i < ferry_engine_cores(e); i++) {
+		struct ferry_core_stats st;
+
+		ferry_core_stats(e, i, &st);
+		*retries += st.retries;
+		*resets += st.qp_resets;
+	}
+}
+
+/* 1 % of WRs fail: retries on the other QP and repaired QPs hide every one. */
 static void test_error_completions(void **state)
 {
 	struct loop_faults f = { .err_ppm = 10000, .seed = 7 };
 	struct outcome o = { 0 };
+	uint64_t retries, resets;
 
 	(void)state;
 	rounds(&f, 8, &o);
-	print_message("done %u failed %u timeout %u\n", o.done, o.failed, o.timedout);
-	assert_true(o.failed > 0);
-	assert_true(o.done > 0);
+	sum_repairs(P.init, &retries, &resets);
+	print_message("done %u failed %u timeout %u, %llu retries, %llu QPs replaced\n", o.done,
+		      o.failed, o.timedout, (unsigned long long)retries, (unsigned long long)resets);
+	assert_int_equal(o.failed + o.timedout, 0);
+	assert_true(retries > 0);
+	assert_true(resets > 0);
 }
 
 static void test_qp_fatal(void **state)
@@ -114,7 +132,28 @@ static void test_qp_fatal(void **state)
 	(void)state;
 	rounds(&f, 8, &o);
 	print_message("done %u failed %u timeout %u\n", o.done, o.failed, o.timedout);
+	assert_int_equal(o.failed + o.timedout, 0);
+}
+
+/* Without retries the injected errors reach the requests' status. */
+static void test_no_retries(void **state)
+{
+	struct loop_faults f = { .err_ppm = 10000, .seed = 5 };
+	struct outcome o = { 0 };
+	struct pair saved = P;
+	struct ferry_opts opt;
+
+	(void)state;
+	pair_opts(&opt, "0-1");
+	opt.retries = 0;
+	opt.slice_size = 16384;
+	pair_setup(&P, &opt, &opt, BUF);
+	rounds(&f, 4, &o);
+	print_message("done %u failed %u timeout %u\n", o.done, o.failed, o.timedout);
 	assert_true(o.failed > 0);
+	assert_true(o.done > 0);
+	pair_teardown(&P);
+	P = saved;
 }
 
 /* Every completion lost: the slice timeout ends the requests TIMEOUT, and
@@ -196,6 +235,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_error_completions),
 		cmocka_unit_test(test_qp_fatal),
+		cmocka_unit_test(test_no_retries),
 		cmocka_unit_test(test_lost_completions),
 		cmocka_unit_test(test_close_in_flight),
 	};

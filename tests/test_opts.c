@@ -80,7 +80,7 @@ static void test_defaults(void **state)
 	assert_int_equal(o.cqes, 4096);
 	assert_int_equal(o.signal_every, 16);
 	assert_int_equal(o.ring_size, 1024);
-	assert_int_equal(o.retries, 0);
+	assert_int_equal(o.retries, 9);
 	assert_int_equal(o.timeout_ms, 10000);
 	assert_int_equal(o.idle, FERRY_IDLE_ADAPTIVE);
 	assert_int_equal(o.loop_nocopy, 0);

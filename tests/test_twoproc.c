@@ -77,7 +77,7 @@ static void run(struct ferry_batch *b, struct ferry_req *r, uint32_t n)
 
 static void test_two_processes(void **state)
 {
-	uint8_t *lbuf = aligned_alloc(4096, 2 * BUF), *expect = aligned_alloc(4096, BUF);
+	uint8_t *lbuf, *expect;
 	struct ferry_engine *e;
 	struct ferry_port *port;
 	struct ferry_batch *b;
@@ -93,6 +93,8 @@ static void test_two_processes(void **state)
 		print_message("two-process test needs RDMA NICs (FERRY_TEST_INIT_NICS/TARGET_NICS)\n");
 		skip();
 	}
+	lbuf = aligned_alloc(4096, 2 * BUF);
+	expect = aligned_alloc(4096, BUF);
 	pid = start_target(&to_child, addr, &remote);
 	ferry_opts_default(&o);
 	o.cores = "0";

@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The repair thread: replaces QPs that broke (an error completion, a flush,
+ * a timeout) once their owning core has drained them, through a new
+ * handshake with the peer.  A core asks through its repair ring (SPSC, core
+ * -> this thread; the request is an encoded integer, not a pointer, so a
+ * request for an endpoint that has gone since is simply dropped).  When the
+ * peer cannot be reached, the core's rail to it is marked down (requests
+ * there fail fast with -EHOSTDOWN) and the repair is tried again with a
+ * growing back-off: a restarted peer becomes reachable again.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "stats.h"
+
+#define REPAIR_IDLE_NS (1000 * 1000)      /* polls the cores' rings every 1 ms */
+#define REPAIR_BACKOFF_MIN_MS 50
+#define REPAIR_BACKOFF_MAX_MS 2000
+
+/* slot (8 bits) | qp (4 bits) | core (6 bits) | gen (32 bits), shifted so it is never 0. */
+uintptr_t repair_encode(uint32_t slot, uint32_t qp, uint32_t core, uint32_t gen)
+{
+	return ((uintptr_t)gen << 19 | (uintptr_t)core << 13 | (uintptr_t)qp << 9 | slot) << 1 | 1;
+}
+
+static void repair_decode(uintptr_t v, struct repair_job *j)
+{
+	v >>= 1;
+	j->slot = v & 0x1ff;
+	j->qp = (v >> 9) & 0xf;
+	j->core = (v >> 13) & 0x3f;
+	j->gen = (uint32_t)(v >> 19);
+}
+
+static uint64_t now_ms(void)
+{
+	return ferry_now_ns() / 1000000;
+}
+
+/* Tell core i's endpoint that its peer is unreachable (or reachable again). */
+static void rail_set_down(struct ferry_engine *e, struct ferry_seg *s, unsigned i, uint32_t slot,
+			  int down)
+{
+	struct core_cmd cmd = { .type = CMD_EP_DOWN, .slot = slot, .rc = down };
+
+	__atomic_store_n(&s->rail_down[i], (uint8_t)down, __ATOMIC_RELEASE);
+	cmd.ep = s->eps[i];
+	core_command(e->cores[i], &cmd);
+}
+
+/* Replace QP j->qp of core j->core's endpoint; ctl_lock held.  0, or -errno to retry later. */
+static int repair_one(struct ferry_engine *e, const struct repair_job *j)
+{
+	struct ferry_seg *s = &e->segs[j->slot];
+	struct ferry_core *c = e->cores[j->core];
+	struct core_cmd cmd = { .type = CMD_QP_REPLACE, .slot = j->slot };
+	struct ferry_ep *ep;
+	uint64_t token;
+	struct qpx *q;
+	int rc;
+
+	/* A CLOSING segment still has requests in flight that may need the QP. */
+	if ((s->state != SEG_OPEN && s->state != SEG_CLOSING) || s->gen != j->gen ||
+	    !(ep = s->eps[j->core]))
+		return 0; /* the segment went: nothing to repair */
+	rc = qpx_create(&c->q, e->opts.wrs_per_qp, ep, &q);
+	if (rc)
+		return rc;
+	rc = seg_qp_handshake(e, j->core, s, ep->remote_nic, q, &token);
+	if (rc) {
+		qpx_destroy(&c->q, q);
+		if (!s->rail_down[j->core])
+			rail_set_down(e, s, j->core, j->slot, 1);
+		return rc;
+	}
+	cmd.ep = ep;
+	cmd.qp = q;
+	cmd.index = j->qp;
+	rc = core_command(c, &cmd);
+	if (rc) {
+		qpx_destroy(&c->q, q);
+		seg_disconnect_token(e, s, token);
+		return rc;
+	}
+	seg_disconnect_token(e, s, s->qp_tokens[j->core][j->qp]);
+	s->qp_tokens[j->core][j->qp] = token;
+	if (s->rail_down[j->core])
+		__atomic_store_n(&s->rail_down[j->core], 0, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static void repair_later(struct repair *r, struct repair_job *j)
+{
+	uint32_t backoff = j->backoff_ms ? j->backoff_ms * 2 : REPAIR_BACKOFF_MIN_MS;
+
+	if (r->n_later == REPAIR_LATER_MAX)
+		return; /* the core asks again if the QP is still broken */
+	j->backoff_ms = backoff < REPAIR_BACKOFF_MAX_MS ? backoff : REPAIR_BACKOFF_MAX_MS;
+	j->due_ms = now_ms() + j->backoff_ms;
+	r->later[r->n_later++] = *j;
+}
+
+static void repair_run(struct ferry_engine *e, struct repair_job *j)
+{
+	int rc;
+
+	pthread_mutex_lock(&e->ctl_lock);
+	rc = repair_one(e, j);
+	pthread_mutex_unlock(&e->ctl_lock);
+	if (rc)
+		repair_later(&e->repair, j);
+}
+
+/* Jobs whose back-off ran out go again. */
+static unsigned repair_due(struct ferry_engine *e)
+{
+	struct repair *r = &e->repair;
+	uint64_t now = now_ms();
+	unsigned ran = 0;
+
+	for (unsigned k = 0; k < r->n_later;) {
+		struct repair_job j = r->later[k];
+
+		if (j.due_ms > now) {
+			k++;
+			continue;
+		}
+		r->later[k] = r->later[--r->n_later];
+		repair_run(e, &j);
+		ran++;
+	}
+	return ran;
+}
+
+static unsigned repair_drain(struct ferry_engine *e)
+{
+	unsigned got = 0;
+
+	for (unsigned i = 0; i < e->ncores; i++) {
+		void *v;
+
+		while ((v = ferry_ring_get(&e->cores[i]->repairs))) {
+			struct repair_job j = { 0 };
+
+			repair_decode((uintptr_t)v, &j);
+			repair_run(e, &j);
+			got++;
+		}
+	}
+	return got;
+}
+
+static void *repair_main(void *arg)
+{
+	struct ferry_engine *e = arg;
+	struct timespec idle = { 0, REPAIR_IDLE_NS };
+
+	while (!__atomic_load_n(&e->repair.stop, __ATOMIC_ACQUIRE)) {
+		if (repair_drain(e) + repair_due(e) == 0)
+			nanosleep(&idle, NULL);
+	}
+	return NULL;
+}
+
+int repair_start(struct ferry_engine *e)
+{
+	int rc = -pthread_create(&e->repair.thread, NULL, repair_main, e);
+
+	e->repair.started = rc == 0;
+	return rc;
+}
+
+void repair_stop(struct ferry_engine *e)
+{
+	if (!e->repair.started)
+		return;
+	__atomic_store_n(&e->repair.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(e->repair.thread, NULL);
+	e->repair.started = 0;
+}
