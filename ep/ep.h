@@ -24,7 +24,11 @@ struct ferry_ep {
 	uint8_t active;
 	uint8_t closing;             /* teardown started: post nothing more */
 	uint8_t down;                /* the peer cannot be reached: fail fast */
-	uint8_t pad;
+	uint8_t paused;              /* rail health: too many errors lately */
+	uint32_t errs;               /* errors in the current window */
+	uint64_t win_start;          /* TSC: start of the error window */
+	uint64_t paused_until;       /* TSC */
+	uint64_t backoff;            /* TSC: the next pause's length (grows) */
 	uint32_t seg_slot;
 	uint32_t seg_gen;
 	struct ferry_seg *seg;       /* the control path's segment (rail state) */

@@ -40,6 +40,10 @@
 #define SLEEP_MS 20               /* idle, nothing in flight */
 #define CQ_SLEEP_MS 10            /* work in flight on a NIC with a completion channel */
 #define TIMEOUT_CHECK_MASK 255
+#define RAIL_ERRS 3               /* errors within a window that pause a rail */
+#define RAIL_WINDOW_MS 100
+#define RAIL_BACKOFF_MIN_MS 10    /* first pause; doubles while errors go on */
+#define RAIL_BACKOFF_MAX_MS 2000
 #define DRAIN_NS (2ull * 1000 * 1000 * 1000)
 
 static void eventfd_drain(int fd)
@@ -55,7 +59,7 @@ static struct ferry_core *core_of(struct qctx *ctx)
 }
 
 /* The slice's last outcome: account its bytes to the request and free it. */
-static void slice_finish(struct ferry_core *c, struct slice *s, int err)
+void core_slice_finish(struct ferry_core *c, struct slice *s, int err)
 {
 	if (likely(!err))
 		stat_add(&c->stats, bytes, s->len);
@@ -72,12 +76,51 @@ static bool err_retryable(int err)
 	       err == -ENOTCONN;
 }
 
-static void ep_activate(struct ferry_core *c, struct ferry_ep *ep);
+
+static void rail_publish(struct ferry_core *c, struct ferry_ep *ep)
+{
+	if (ep->seg)
+		__atomic_store_n(&ep->seg->rail_paused[c->index], ep->paused, __ATOMIC_RELAXED);
+}
+
+/* Rail health: RAIL_ERRS errors within a window pause the rail, each pause
+ * longer than the last while it keeps failing. */
+static void rail_note_error(struct ferry_core *c, struct ferry_ep *ep)
+{
+	uint64_t now = c->q.now;
+
+	if (now - ep->win_start > c->rail_window_tsc) {
+		ep->win_start = now;
+		ep->errs = 0;
+	}
+	if (++ep->errs < RAIL_ERRS || ep->paused)
+		return;
+	ep->backoff = ep->backoff ? 2 * ep->backoff : c->rail_backoff_min_tsc;
+	if (ep->backoff > c->rail_backoff_max_tsc)
+		ep->backoff = c->rail_backoff_max_tsc;
+	ep->paused_until = now + ep->backoff;
+	ep->paused = 1;
+	rail_publish(c, ep);
+	stat_add(&c->stats, rail_pauses, 1);
+}
+
+/* A success ends a pause early and resets the back-off. */
+static void rail_note_success(struct ferry_core *c, struct ferry_ep *ep)
+{
+	ep->errs = 0;
+	ep->backoff = 0;
+	if (ep->paused) {
+		ep->paused = 0;
+		rail_publish(c, ep);
+	}
+}
 
 /*
- * Give a failed slice another go: on another QP of its endpoint, or on the
- * same ones once the repair thread replaced them.  False when it has had
- * its tries, its endpoint is going away or down, or its request failed.
+ * Give a failed slice another go: on another rail when its own is broken,
+ * down or paused and another core's is healthy; else on its endpoint's
+ * other QPs, or on the same ones once the repair thread replaced them.
+ * False when it has had its tries, its endpoint is going away (or down with
+ * no other rail), or its request failed already.
  */
 static bool slice_retry(struct ferry_core *c, struct slice *s, int err)
 {
@@ -85,14 +128,18 @@ static bool slice_retry(struct ferry_core *c, struct slice *s, int err)
 
 	if (!err_retryable(err) || s->tries >= c->e->opts.retries)
 		return false;
-	if (ep->closing || ep->down || __atomic_load_n(&c->stop, __ATOMIC_RELAXED))
+	if (ep->closing || __atomic_load_n(&c->stop, __ATOMIC_RELAXED))
 		return false;
 	if (__atomic_load_n(&s->rq->error, __ATOMIC_RELAXED))
 		return false;
 	s->tries++;
+	if ((ep->down || ep->paused || ep_all_broken(ep)) && slice_handover(c, s))
+		return true;
+	if (ep->down)
+		return false;
 	stat_add(&c->stats, retries, 1);
 	slice_list_push_front(&ep->pending, s);
-	ep_activate(c, ep);
+	core_ep_activate(c, ep);
 	return true;
 }
 
@@ -100,9 +147,15 @@ void core_slice_done(struct qctx *ctx, struct slice *s, int err)
 {
 	struct ferry_core *c = core_of(ctx);
 
-	if (unlikely(err) && slice_retry(c, s, err))
-		return;
-	slice_finish(c, s, err);
+	if (unlikely(err)) {
+		if (err != -ECANCELED) /* a flush is the echo of an error, not another */
+			rail_note_error(c, s->ep);
+		if (slice_retry(c, s, err))
+			return;
+	} else if (unlikely(s->ep->errs | s->ep->paused)) {
+		rail_note_success(c, s->ep);
+	}
+	core_slice_finish(c, s, err);
 }
 
 static void part_fail(struct ferry_core *c, struct ferry_rq *rq, uint64_t a, uint64_t b, int err)
@@ -125,7 +178,7 @@ static void fail_pending(struct ferry_core *c, struct ferry_ep *ep, int err)
 	struct slice *s;
 
 	while ((s = slice_list_pop(&ep->pending)))
-		slice_finish(c, s, err);
+		core_slice_finish(c, s, err);
 }
 
 static void cmd_ep_add(struct ferry_core *c, struct core_cmd *cmd)
@@ -273,7 +326,7 @@ static int cut_refusal(const struct ferry_rq *rq, const struct ferry_ep *ep)
 	return err; /* the request failed already: do not move more bytes */
 }
 
-static void ep_activate(struct ferry_core *c, struct ferry_ep *ep)
+void core_ep_activate(struct ferry_core *c, struct ferry_ep *ep)
 {
 	if (!ep->active) {
 		ep->active = 1;
@@ -322,7 +375,7 @@ static uint32_t core_cut(struct ferry_core *c)
 			}
 			slice_fill(c, s, rq, ep, pt->next++);
 			slice_list_push(&ep->pending, s);
-			ep_activate(c, ep);
+			core_ep_activate(c, ep);
 			cut++;
 			c->slices_out++;
 		}
@@ -389,6 +442,18 @@ static void core_ask_repair(struct ferry_core *c, struct qpx *qp)
  * failed (its WRs flush; their slices retry or end TIMEOUT), and broken,
  * drained QPs are handed to the repair thread.
  */
+static void core_sweep_rails(struct ferry_core *c)
+{
+	for (unsigned s = 0; s < FERRY_MAX_SEGS; s++) {
+		struct ferry_ep *ep = c->eps[s];
+
+		if (ep && ep->paused && c->q.now >= ep->paused_until) {
+			ep->paused = 0;
+			rail_publish(c, ep);
+		}
+	}
+}
+
 static void core_sweep_qps(struct ferry_core *c)
 {
 	struct qctx *q = &c->q;
@@ -418,6 +483,8 @@ static uint32_t core_pass(struct ferry_core *c)
 	uint32_t work = core_drain_cmds(c);
 
 	work += core_drain_ports(c);
+	if (c->xfer_in)
+		work += core_drain_xfer(c);
 	work += core_cut(c);
 	work += core_post(c);
 	if (c->q.cq_quota.depth) {
@@ -427,7 +494,7 @@ static uint32_t core_pass(struct ferry_core *c)
 			work += (uint32_t)n;
 	}
 	if ((++c->loop_count & TIMEOUT_CHECK_MASK) == 0)
-		core_sweep_qps(c);
+		core_sweep_qps(c), core_sweep_rails(c);
 	return work;
 }
 
@@ -438,6 +505,9 @@ static bool core_has_input(struct ferry_core *c)
 
 	if (ferry_ring_count(&c->cmds))
 		return true;
+	for (unsigned i = 0; c->xfer_in && i < e->ncores; i++)
+		if (i != c->index && ferry_ring_count(&c->xfer_in[i]))
+			return true;
 	for (unsigned i = 0; i < hw; i++) {
 		struct ferry_port *p = __atomic_load_n(&e->ports[i], __ATOMIC_ACQUIRE);
 
@@ -481,7 +551,8 @@ out:
 
 static void core_idle(struct ferry_core *c)
 {
-	bool in_flight = c->slices_out || c->cut_head != c->cut_tail;
+	bool in_flight = c->slices_out || c->cut_head != c->cut_tail || c->xfer_wait.count ||
+			 c->xfer_back.count;
 
 	if (c->e->opts.idle == FERRY_IDLE_SPIN) {
 		ferry_cpu_relax();
@@ -523,6 +594,8 @@ static void core_drain(struct ferry_core *c)
 		while (p && (obj = ferry_ring_get(&p->rings[c->index])))
 			cut_push(c, obj);
 	}
+	if (c->xfer_in)
+		core_drain_xfer_at_stop(c);
 	for (; c->cut_head != c->cut_tail; c->cut_head++) {
 		struct cut_part *pt = &c->cut[c->cut_head & (CUT_FIFO - 1)];
 
@@ -643,6 +716,13 @@ int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char
 		rc = slice_pool_init(&c->pool, 2 * e->opts.cqes, node);
 	if (rc == 0)
 		rc = core_open_nic(c, nic);
+	for (uint32_t k = 0; rc == 0 && k < c->pool.size; k++)
+		c->pool.slab[k].home = (uint8_t)index;
+	slice_list_init(&c->xfer_wait);
+	slice_list_init(&c->xfer_back);
+	c->rail_window_tsc = RAIL_WINDOW_MS * ferry_tsc_hz() / 1000;
+	c->rail_backoff_min_tsc = RAIL_BACKOFF_MIN_MS * ferry_tsc_hz() / 1000;
+	c->rail_backoff_max_tsc = RAIL_BACKOFF_MAX_MS * ferry_tsc_hz() / 1000;
 	if (rc) {
 		core_destroy(c);
 		return rc;
@@ -695,6 +775,7 @@ void core_destroy(struct ferry_core *c)
 	slice_pool_fini(&c->pool);
 	ferry_ring_fini(&c->cmds);
 	ferry_ring_fini(&c->repairs);
+	handover_fini(c);
 	if (c->wake_fd >= 0)
 		close(c->wake_fd);
 	numa_free(c, sizeof(*c));

@@ -129,6 +129,9 @@ static int engine_start(struct ferry_engine *e, const unsigned *cpus, const char
 			return rc;
 		e->prov[i] = e->cores[i]->q.prov;
 	}
+	rc = handover_init(e);
+	if (rc)
+		return rc;
 	if (e->opts.verbose)
 		engine_print_map(e);
 	ctl_set_ep_ops(&e->ctl, passive_connect, passive_disconnect);

@@ -104,6 +104,8 @@ struct ferry_core_stats {
 	uint64_t wr_errors;        /**< completions with an error status */
 	uint64_t retries;          /**< slices posted again after an error */
 	uint64_t qp_resets;        /**< broken QPs replaced through a new handshake */
+	uint64_t handovers;        /**< failed slices handed to another core's rail */
+	uint64_t rail_pauses;      /**< times a rail was paused for its error rate */
 	uint64_t reqs_done;        /**< request parts finished by this core */
 	uint64_t provider_errors;  /**< post/poll failures: always a bug, should be 0 */
 	uint64_t sleeps;           /**< times the core went to sleep when idle */

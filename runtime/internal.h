@@ -94,6 +94,7 @@ struct ferry_seg {
 	struct ferry_ep *eps[FERRY_MAX_CORES];
 	uint64_t qp_tokens[FERRY_MAX_CORES][EP_MAX_QPS]; /* the peer's half of each QP */
 	uint8_t rail_down[FERRY_MAX_CORES]; /* atomic: the core's rail cannot reach the peer */
+	uint8_t rail_paused[FERRY_MAX_CORES]; /* atomic, written by the core: rail health */
 };
 
 enum core_cmd_type { CMD_EP_ADD = 1, CMD_EP_REMOVE, CMD_QP_REPLACE, CMD_EP_DOWN };
@@ -150,6 +151,11 @@ struct ferry_core {
 	/* shared */
 	struct ferry_ring cmds;        /* control path -> core */
 	struct ferry_ring repairs;     /* core -> repair thread: QPs to replace */
+	struct ferry_ring *xfer_in;    /* [src]: slices handed over by core src (SPSC) */
+	struct slice_list xfer_wait;   /* foreign slices waiting for a slice of ours */
+	struct slice_list xfer_back;   /* foreign slices to return (their ring was full) */
+	uint64_t rail_window_tsc, rail_backoff_min_tsc, rail_backoff_max_tsc;
+	uint32_t xfer_rr;
 	uint32_t sleeping ferry_cache_aligned; /* atomic */
 	int wake_fd;                   /* eventfd: submitters wake a sleeping core */
 	uint32_t stop;                 /* atomic */
@@ -223,6 +229,24 @@ int seg_qp_handshake(struct ferry_engine *e, unsigned i, struct ferry_seg *s,
 		     uint32_t remote_nic, struct qpx *q, uint64_t *token);
 /* Tell the peer to free the responder QP named by token (0: nothing). */
 void seg_disconnect_token(struct ferry_engine *e, struct ferry_seg *s, uint64_t token);
+
+/* runtime/core.c, for runtime/handover.c */
+void core_slice_finish(struct ferry_core *c, struct slice *s, int err);
+void core_ep_activate(struct ferry_core *c, struct ferry_ep *ep);
+
+/* runtime/handover.c: retried slices move to another core's rail. */
+#define XFER_RING 512
+int handover_init(struct ferry_engine *e);
+void handover_fini(struct ferry_core *c);
+bool slice_handover(struct ferry_core *c, struct slice *s);
+uint32_t core_drain_xfer(struct ferry_core *c);
+void core_drain_xfer_at_stop(struct ferry_core *c);
+/* A rail (core's endpoint to a segment) new work should avoid. */
+static inline bool rail_unusable(const struct ferry_seg *s, unsigned core)
+{
+	return __atomic_load_n(&s->rail_down[core], __ATOMIC_RELAXED) ||
+	       __atomic_load_n(&s->rail_paused[core], __ATOMIC_RELAXED);
+}
 
 /* runtime/repair.c */
 uintptr_t repair_encode(uint32_t slot, uint32_t qp, uint32_t core, uint32_t gen);

@@ -2,8 +2,9 @@
 /*
  * Per-thread hardware counters with perf_event_open(2): a worker opens its
  * own at start-up (a system call, so never in the loop), and any thread
- * reads them with read(2) on the fds, which the kernel answers for the
- * counted thread: the stats reader never asks the worker for anything.
+ * reads them with read(2) on the fds.  The kernel fetches the count itself
+ * (an IPI to the worker's CPU if the worker is on it at that moment, about
+ * a microsecond): the worker's code does nothing for a reader.
  *
  * Virtual machines often have no PMU and containers or
  * kernel.perf_event_paranoid may refuse: a counter that cannot be opened

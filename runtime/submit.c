@@ -181,6 +181,8 @@ static int rq_find_local(struct ferry_engine *e, struct ferry_rq *rq)
 	return rq->lreg ? 0 : -EFAULT;
 }
 
+static unsigned rails_usable(const struct ferry_engine *e, const struct ferry_seg *s);
+
 /* Validate r and fill rq; on error nothing is held. */
 static int rq_prepare(struct ferry_engine *e, struct ferry_rq *rq, const struct ferry_req *r)
 {
@@ -202,7 +204,9 @@ static int rq_prepare(struct ferry_engine *e, struct ferry_rq *rq, const struct 
 		return rc;
 	}
 	rq->nslices = slice_count(r->len, e->opts.slice_size);
-	rq->nparts = (uint32_t)(rq->nslices < e->ncores ? rq->nslices : e->ncores);
+	rq->nparts = rails_usable(e, rq->seg);
+	if (rq->nslices < rq->nparts)
+		rq->nparts = (uint32_t)rq->nslices;
 	return 0;
 }
 
@@ -228,15 +232,32 @@ static void part_enqueue(struct ferry_port *p, struct ferry_core *c, struct ferr
 	}
 }
 
+/* Stripe over the rails that are neither down nor paused (over all when
+ * none is: their cores then fail fast or serve slowly). */
+static unsigned rails_usable(const struct ferry_engine *e, const struct ferry_seg *s)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < e->ncores; i++)
+		n += !rail_unusable(s, i);
+	return n ? n : e->ncores;
+}
+
 static void rq_dispatch(struct ferry_port *p, struct ferry_rq *rq)
 {
 	struct ferry_engine *e = p->e;
 	unsigned first = p->rr++ % e->ncores;
+	bool avoid = rails_usable(e, rq->seg) < e->ncores;
+	unsigned k = 0;
 
-	for (unsigned k = 0; k < rq->nparts; k++) {
-		struct ferry_core *c = e->cores[(first + k) % e->ncores];
+	for (unsigned i = 0; k < rq->nparts && i < 2 * e->ncores; i++) {
+		unsigned core = (first + i) % e->ncores;
+		struct ferry_core *c = e->cores[core];
 
-		part_enqueue(p, c, rq, k);
+		/* A rail that turned bad since rails_usable() still gets its part. */
+		if (avoid && i < e->ncores && rail_unusable(rq->seg, core))
+			continue;
+		part_enqueue(p, c, rq, k++);
 		core_kick(c);
 	}
 }
@@ -369,7 +390,7 @@ int ferry_core_stats(const struct ferry_engine *e, unsigned core, struct ferry_c
 #define COPY(f) out->f = stat_read(s, f)
 	COPY(wrs_posted); COPY(completions); COPY(cqes); COPY(bytes); COPY(doorbells);
 	COPY(polls); COPY(empty_polls); COPY(qp_full); COPY(cq_full); COPY(pool_empty);
-	COPY(slices_in_flight); COPY(wr_errors); COPY(retries); COPY(qp_resets); COPY(reqs_done); COPY(provider_errors);
+	COPY(slices_in_flight); COPY(wr_errors); COPY(retries); COPY(qp_resets); COPY(handovers); COPY(rail_pauses); COPY(reqs_done); COPY(provider_errors);
 	COPY(sleeps); COPY(wakeups); COPY(loops);
 #undef COPY
 	/* The core counts time in TSC ticks; convert on the reader's side. */
