@@ -49,11 +49,12 @@ bool slice_handover(struct ferry_core *c, struct slice *s)
 	struct ferry_engine *e = c->e;
 	const struct ferry_seg *seg = s->rq->seg;
 
-	for (unsigned k = 1; k < e->ncores; k++) {
-		unsigned b = (c->index + k + c->xfer_rr) % e->ncores;
+	/* Every other core once, starting at a rotating one. */
+	for (unsigned k = 0; k + 1 < e->ncores; k++) {
+		unsigned b = (c->index + 1 + (c->xfer_rr + k) % (e->ncores - 1)) % e->ncores;
 		struct ferry_core *to = e->cores[b];
 
-		if (b == c->index || rail_unusable(seg, b))
+		if (rail_unusable(seg, b))
 			continue;
 		if (!ferry_ring_put(&to->xfer_in[c->index], s))
 			continue;

@@ -234,6 +234,9 @@ static int seg_open_locked(struct ferry_engine *e, const char *address, ferry_se
 	if (slot == FERRY_MAX_SEGS)
 		return -ENOSPC;
 	s = &e->segs[slot];
+	/* A reused slot starts with healthy rails. */
+	memset(s->rail_down, 0, sizeof(s->rail_down));
+	memset(s->rail_paused, 0, sizeof(s->rail_paused));
 	s->desc = calloc(1, sizeof(*s->desc));
 	if (!s->desc)
 		return -ENOMEM;

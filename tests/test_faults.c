@@ -72,6 +72,11 @@ static void round_run(uint64_t *seed, struct outcome *out)
 				fail_msg("request %u: unexpected error %d", i, st.error);
 			assert_true(st.bytes < reqs[i].len);
 			out->failed += st.state == FERRY_FAILED;
+			if (getenv("FAULTS_DEBUG"))
+				print_message("request %u: %s %d, %llu of %llu bytes\n", i,
+					      ferry_state_name(st.state), st.error,
+					      (unsigned long long)st.bytes,
+					      (unsigned long long)reqs[i].len);
 			out->timedout += st.state == FERRY_TIMEOUT;
 		}
 	}
@@ -133,6 +138,42 @@ static void test_qp_fatal(void **state)
 	rounds(&f, 8, &o);
 	print_message("done %u failed %u timeout %u\n", o.done, o.failed, o.timedout);
 	assert_int_equal(o.failed + o.timedout, 0);
+}
+
+/* One rail fails every WR: its slices are handed to the other core's rail,
+ * the bad rail is paused, and every request still ends DONE. */
+static void test_bad_rail_hands_over(void **state)
+{
+	struct loop_faults bad = { .err_ppm = 1000000, .seed = 21 };
+	struct ferry_core_stats st0, st1;
+	struct outcome o = { 0 };
+	uint64_t seed = 99;
+
+	(void)state;
+	assert_int_equal(ferry_engine_cores(P.init), 2);
+	loop_set_faults(ferry_engine_nic(P.init, 1), &bad);
+	for (int r = 0; r < 4; r++)
+		round_run(&seed, &o);
+	loop_set_faults(ferry_engine_nic(P.init, 1), &(struct loop_faults){ 0 });
+	ferry_core_stats(P.init, 0, &st0);
+	ferry_core_stats(P.init, 1, &st1);
+	print_message("done %u failed %u; core 1 handed over %llu slices, paused %llu times; "
+		      "core 0 moved %llu bytes\n", o.done, o.failed,
+		      (unsigned long long)st1.handovers, (unsigned long long)st1.rail_pauses,
+		      (unsigned long long)st0.bytes);
+	assert_int_equal(o.failed + o.timedout, 0);
+	assert_true(st1.handovers > 0);
+	assert_true(st1.rail_pauses > 0);
+	/* Healthy again: the rail comes back into use. */
+	o = (struct outcome){ 0 };
+	uint64_t before = st1.bytes;
+	struct timespec pause = { 0, 300 * 1000 * 1000 };
+	nanosleep(&pause, NULL); /* longer than the pause */
+	for (int r = 0; r < 2; r++)
+		round_run(&seed, &o);
+	ferry_core_stats(P.init, 1, &st1);
+	assert_int_equal(o.failed + o.timedout, 0);
+	assert_true(st1.bytes > before);
 }
 
 /* Without retries the injected errors reach the requests' status. */
@@ -235,6 +276,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_error_completions),
 		cmocka_unit_test(test_qp_fatal),
+		cmocka_unit_test(test_bad_rail_hands_over),
 		cmocka_unit_test(test_no_retries),
 		cmocka_unit_test(test_lost_completions),
 		cmocka_unit_test(test_close_in_flight),
