@@ -59,7 +59,8 @@ BENCH_SRCS := $(wildcard bench/*.c)
 TEST_SRCS := $(wildcard tests/test_*.c)
 TESTS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 # The concurrent tests: these also run under ThreadSanitizer.
-TSAN_TESTS := test_ring test_integration test_faults test_loop test_ctl test_stats test_api
+TSAN_TESTS := test_ring test_integration test_faults test_loop test_ctl test_stats test_api \
+              test_histo test_perf
 
 .PHONY: all test test-plain test-asan test-tsan test-verbs run-tests install check-install clean bench fuzz
 all: $(B)/libferry.a $(B)/libferry.so $(B)/ferry_bench $(B)/ferry.pc

@@ -168,6 +168,7 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 
 		q->reads += s->op == NIC_OP_READ;
 		q->fifo[seq & q->fifo_mask] = s;
+		s->post_tsc = now;
 		fill_wr(&wrs[i], s, (uint64_t)q->index << 32 | seq);
 		/* Selective signalling; the chain's last WR always reports, so
 		 * nothing posted can wait forever for a later signalled WR. */

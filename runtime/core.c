@@ -152,8 +152,10 @@ void core_slice_done(struct qctx *ctx, struct slice *s, int err)
 			rail_note_error(c, s->ep);
 		if (slice_retry(c, s, err))
 			return;
-	} else if (unlikely(s->ep->errs | s->ep->paused)) {
-		rail_note_success(c, s->ep);
+	} else {
+		histo_add(&c->lat, c->q.now - s->post_tsc);
+		if (unlikely(s->ep->errs | s->ep->paused))
+			rail_note_success(c, s->ep);
 	}
 	core_slice_finish(c, s, err);
 }
@@ -634,6 +636,9 @@ static void *core_main(void *arg)
 	uint64_t t0, t1;
 
 	urcu_qsbr_register_thread();
+	perf_open_self(&c->perf);
+	if (c->e->opts.verbose && c->perf.why[0])
+		fprintf(stderr, "ferry: core %u: hardware counters: %s\n", c->index, c->perf.why);
 	t0 = ferry_tsc();
 	while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
 		uint32_t work;
@@ -776,6 +781,7 @@ void core_destroy(struct ferry_core *c)
 	ferry_ring_fini(&c->cmds);
 	ferry_ring_fini(&c->repairs);
 	handover_fini(c);
+	perf_close(&c->perf);
 	if (c->wake_fd >= 0)
 		close(c->wake_fd);
 	numa_free(c, sizeof(*c));

@@ -86,6 +86,8 @@ struct ferry_req_status {
 	uint64_t bytes; /**< bytes transferred successfully */
 };
 
+#define FERRY_LAT_BUCKETS 48
+
 /** Per-core counters; single writer (the core), readable from any thread. */
 struct ferry_core_stats {
 	unsigned cpu;              /**< CPU the worker is pinned to */
@@ -113,6 +115,17 @@ struct ferry_core_stats {
 	uint64_t busy_ns;          /**< time in loop passes that did work */
 	uint64_t idle_ns;          /**< time in passes that did nothing (incl. sleep) */
 	uint64_t loops;            /**< loop passes */
+	/* Hardware counters of the worker thread (perf_event_open); UINT64_MAX
+	 * when the kernel does not allow or have them.  Read at most every
+	 * 100 ms per core (a read interrupts the worker's CPU). */
+	uint64_t cycles;
+	uint64_t instructions;
+	uint64_t cache_misses;
+	uint64_t ctx_switches;
+	/* Slice latency (post to completion), log2 buckets of clock ticks:
+	 * bucket k counts latencies in [2^(k-1), 2^k) ticks; lat_hz ticks/s. */
+	uint64_t lat_hz;
+	uint64_t lat[FERRY_LAT_BUCKETS];
 };
 
 struct ferry_engine;
@@ -254,6 +267,13 @@ int ferry_req_status(const struct ferry_batch *b, uint32_t i, struct ferry_req_s
 
 /** Snapshot of core's counters (core = 0..ferry_engine_cores()-1).  Any thread. */
 int ferry_core_stats(const struct ferry_engine *e, unsigned core, struct ferry_core_stats *out);
+
+/**
+ * Every core's counters in the Prometheus text exposition format, labelled
+ * with the engine's address and the core: bytes written (without the NUL),
+ * or -ENOSPC (buf then holds "").  About 2 KiB + 3 KiB per core.  Any thread.
+ */
+int ferry_stats_format_prometheus(const struct ferry_engine *e, char *buf, size_t len);
 
 /** Human name of a state ("pending", "done", "failed", "timeout"). */
 const char *ferry_state_name(enum ferry_state s);

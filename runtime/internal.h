@@ -19,6 +19,8 @@
 #include "compiler.h"
 #include "ctl.h"
 #include "ferry.h"
+#include "histo.h"
+#include "perf.h"
 #include "opts.h"
 #include "wire.h"
 
@@ -136,6 +138,10 @@ struct cut_part {
 struct ferry_core {
 	struct qctx q;                 /* NIC, CQ quota, QP table */
 	struct ferry_core_stats stats ferry_cache_aligned;
+	struct histo lat ferry_cache_aligned; /* slice latency, TSC ticks */
+	struct perf_ctrs perf;         /* opened by the core's thread, read by anyone */
+	uint64_t hw_cache[4];          /* last hardware counter read (any reader) */
+	uint64_t hw_cache_ns;          /* when (atomic) */
 	/* core-owned */
 	struct slice_pool pool ferry_cache_aligned;
 	struct ferry_ep *eps[FERRY_MAX_SEGS];

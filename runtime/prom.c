@@ -63,6 +63,13 @@ static const struct prom_row ferry_rows[] = {
 	SECONDS(idle_ns, "ferry_idle_seconds_total",
 		"Time in loop passes that did nothing (including sleep)."),
 	CTR(loops, "ferry_loops_total", "Loop passes."),
+	CTR(cycles, "ferry_cycles_total", "User-mode CPU cycles of the worker."),
+	CTR(instructions, "ferry_instructions_total", "User-mode instructions of the worker."),
+	CTR(cache_misses, "ferry_cache_misses_total", "Last-level cache misses of the worker."),
+	CTR(ctx_switches, "ferry_context_switches_total", "Context switches of the worker."),
+	{ "ferry_slice_latency_seconds", "Time from posting a slice to its completion.",
+	  PROM_HISTOGRAM, PROM_UNIT_RAW, offsetof(struct ferry_core_stats, lat),
+	  U64_OFF(struct ferry_core_stats, lat_hz) },
 };
 
 static const struct prom_table ferry_table = {

@@ -376,6 +376,30 @@ int ferry_req_status(const struct ferry_batch *b, uint32_t i, struct ferry_req_s
 
 /* ---- stats ---- */
 
+_Static_assert(FERRY_LAT_BUCKETS == FERRY_HISTO_BUCKETS, "one histogram layout");
+
+#define HW_REFRESH_NS (100ull * 1000 * 1000)
+
+/* A read() of a running worker's counter interrupts its CPU (~20 us in a
+ * VM): refresh at most every 100 ms per core, serve the cache between. */
+static void hw_counters(struct ferry_core *c, struct ferry_core_stats *out)
+{
+	uint64_t now = ferry_now_ns(), v[PERF_CTR_N];
+	uint8_t ok[PERF_CTR_N];
+
+	if (now - __atomic_load_n(&c->hw_cache_ns, __ATOMIC_ACQUIRE) > HW_REFRESH_NS) {
+		perf_read(&c->perf, v, ok);
+		for (int i = 0; i < PERF_CTR_N; i++)
+			__atomic_store_n(&c->hw_cache[i], ok[i] ? v[i] : UINT64_MAX,
+					 __ATOMIC_RELAXED);
+		__atomic_store_n(&c->hw_cache_ns, now, __ATOMIC_RELEASE);
+	}
+	out->cycles = __atomic_load_n(&c->hw_cache[PERF_CTR_CYCLES], __ATOMIC_RELAXED);
+	out->instructions = __atomic_load_n(&c->hw_cache[PERF_CTR_INSTRUCTIONS], __ATOMIC_RELAXED);
+	out->cache_misses = __atomic_load_n(&c->hw_cache[PERF_CTR_CACHE_MISSES], __ATOMIC_RELAXED);
+	out->ctx_switches = __atomic_load_n(&c->hw_cache[PERF_CTR_CTX_SWITCHES], __ATOMIC_RELAXED);
+}
+
 int ferry_core_stats(const struct ferry_engine *e, unsigned core, struct ferry_core_stats *out)
 {
 	const struct ferry_core_stats *s;
@@ -396,5 +420,8 @@ int ferry_core_stats(const struct ferry_engine *e, unsigned core, struct ferry_c
 	/* The core counts time in TSC ticks; convert on the reader's side. */
 	out->busy_ns = ferry_tsc_to_ns(stat_read(s, busy_ns));
 	out->idle_ns = ferry_tsc_to_ns(stat_read(s, idle_ns));
+	histo_snapshot(&e->cores[core]->lat, out->lat);
+	out->lat_hz = ferry_tsc_hz();
+	hw_counters(e->cores[core], out);
 	return 0;
 }

@@ -263,6 +263,13 @@ static void fixture(struct ferry_core_stats st[2])
 		st[i].sleeps = base + 14;
 		st[i].wakeups = base + 15;
 		st[i].loops = base + 16;
+		st[i].cycles = base + 21;
+		st[i].instructions = base + 22;
+		st[i].cache_misses = UINT64_MAX; /* not measured: left out */
+		st[i].ctx_switches = base + 23;
+		st[i].lat_hz = 1000000000; /* 1 tick = 1 ns */
+		st[i].lat[10] = base + 5;  /* ~1 us */
+		st[i].lat[17] = 2;         /* ~65 us */
 	}
 	st[0].busy_ns = 1500000000;     /* 1.5 s */
 	st[0].idle_ns = 123;            /* 0.000000123 s */

@@ -1,0 +1,411 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Endpoint teardown racing with work in flight, many times over (run under
+ * ASan/LSan by `make test`: use-after-free, double free and leaks of
+ * endpoints, QPs and descriptors show up there):
+ *
+ *  - a segment closed right after a batch was submitted: close lets the
+ *    requests end, so none is PENDING once it returns, every one is DONE
+ *    (bytes right) or FAILED for a reason, and the segment reopens;
+ *  - the same with faults injected on the initiator's NICs;
+ *  - engines destroyed with segments still open (both orders);
+ *  - threads submitting while another thread closes and reopens the
+ *    segment: a closed or stale handle gives -EBADF in the status, never a
+ *    crash.
+ *
+ * After each, the initiator's accounting is back at zero: no slice in
+ * flight, CQ quota empty, slice pools full.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+
+#include "harness.h"
+
+#define BUF (32u << 20)
+#define BATCH 16
+#define SLOT (BUF / BATCH)            /* each request of a batch owns 2 MiB */
+#define ITERATIONS 200
+#define FAULT_ITERATIONS 100
+#define WAIT_MS 30000
+
+static struct pair P;
+
+struct counts {
+	unsigned done, failed, timedout, refused; /* refused: -EBADF */
+	unsigned by_err[3];                       /* ECANCELED, EHOSTDOWN, other */
+};
+
+/* Mostly small, every fourth large enough to be striped and still moving. */
+static uint64_t random_len(uint64_t *seed, uint64_t max)
+{
+	uint64_t r = splitmix(seed);
+
+	if ((r & 3) == 0)
+		return max / 2 + splitmix(seed) % (max / 2) + 1;
+	return 1 + splitmix(seed) % (256u << 10);
+}
+
+/* Fill n requests on seg over the slots of lbase/rbase: sources get a fresh
+ * pattern, destinations its complement (an unwritten byte cannot match). */
+static void prepare(struct ferry_req *reqs, unsigned n, ferry_seg_t seg, uint8_t *lbase,
+		    uint8_t *rbase, size_t slot, uint64_t *seed)
+{
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t len = random_len(seed, slot);
+		enum ferry_op op = splitmix(seed) & 1 ? FERRY_OP_WRITE : FERRY_OP_READ;
+		uint8_t *l = lbase + i * slot, *r = rbase + i * slot;
+		uint8_t *src = op == FERRY_OP_WRITE ? l : r, *dst = op == FERRY_OP_WRITE ? r : l;
+
+		fill_pattern(src, len, splitmix(seed));
+		for (uint64_t k = 0; k < len; k++)
+			dst[k] = (uint8_t)~src[k];
+		reqs[i] = mkreq(op, l, seg, r, len);
+	}
+}
+
+/*
+ * Check request i of b; returns a description of a broken promise or NULL.
+ * allowed: the errors FAILED may carry besides -ECANCELED and -EHOSTDOWN.
+ */
+static const char *check(const struct ferry_batch *b, uint32_t i, const struct ferry_req *r,
+			 int (*allowed)(int), struct counts *c)
+{
+	const void *src = r->op == FERRY_OP_WRITE ? r->local : (void *)(uintptr_t)r->remote;
+	const void *dst = r->op == FERRY_OP_WRITE ? (void *)(uintptr_t)r->remote : r->local;
+	struct ferry_req_status st;
+
+	if (ferry_req_status(b, i, &st))
+		return "no status";
+	switch (st.state) {
+	case FERRY_DONE:
+		c->done++;
+		if (st.bytes != r->len)
+			return "DONE with a short byte count";
+		return memcmp(src, dst, r->len) ? "DONE but the bytes differ" : NULL;
+	case FERRY_FAILED:
+	case FERRY_TIMEOUT:
+		if (st.error == -EBADF) {
+			c->refused++;
+			return st.state == FERRY_FAILED && st.bytes == 0 ? NULL : "bad -EBADF status";
+		}
+		c->failed += st.state == FERRY_FAILED;
+		c->timedout += st.state == FERRY_TIMEOUT;
+		c->by_err[st.error == -ECANCELED ? 0 : st.error == -EHOSTDOWN ? 1 : 2]++;
+		if (st.error != -ECANCELED && st.error != -EHOSTDOWN && !(allowed && allowed(st.error)))
+			return "ended with an unexpected error";
+		return st.bytes < r->len ? NULL : "not DONE but every byte counted";
+	default:
+		return "still PENDING";
+	}
+}
+
+static int transport_error(int err)
+{
+	return err == -EHOSTUNREACH || err == -ENOTCONN || err == -ETIMEDOUT;
+}
+
+static void set_faults(struct ferry_engine *e, const struct loop_faults *f)
+{
+	for (unsigned i = 0; i < ferry_engine_cores(e); i++)
+		loop_set_faults(ferry_engine_nic(e, i), f);
+}
+
+/*
+ * Quiet: nothing in flight, CQ quota 0, every slice back in its pool.  The
+ * pools are core-owned; closing the segment first makes each core answer a
+ * command, which orders its last pool writes before our reads.
+ */
+static void assert_quiet_and_close(struct ferry_engine *e, ferry_seg_t *seg)
+{
+	wait_slices_zero(e);
+	assert_engine_quiet(e);
+	if (*seg)
+		assert_int_equal(ferry_segment_close(e, *seg), 0);
+	*seg = 0;
+	for (unsigned i = 0; i < ferry_engine_cores(e); i++) {
+		const struct slice_pool *pool = &e->cores[i]->pool;
+
+		if (pool->avail != pool->size)
+			fail_msg("core %u: slice pool has %u of %u slices", i, pool->avail,
+				 pool->size);
+	}
+}
+
+static void setup_pair(uint32_t timeout_ms)
+{
+	struct ferry_opts o;
+
+	pair_opts(&o, "0-1");
+	o.timeout_ms = timeout_ms;
+	o.slice_size = 16384; /* many slices per request: more of them in flight at close */
+	pair_setup(&P, &o, &o, BUF);
+}
+
+/* Submit a batch, close the segment at once (or nearly), reopen; n times. */
+static void close_in_flight(unsigned iterations, const struct loop_faults *f, int (*allowed)(int))
+{
+	const char *addr = ferry_engine_address(P.target);
+	struct ferry_req reqs[BATCH];
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	struct counts c = { 0 };
+	uint64_t seed = 2024;
+
+	if (f)
+		set_faults(P.init, f);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, BATCH, &b), 0);
+	for (unsigned it = 0; it < iterations; it++) {
+		ferry_seg_t closed = P.seg;
+
+		prepare(reqs, BATCH, P.seg, P.lbuf, P.rbuf, SLOT, &seed);
+		assert_int_equal(ferry_submit(b, reqs, BATCH), 0);
+		/* Vary the moment: at once, after a few µs, after some progress. */
+		if (it % 3 == 1) {
+			struct timespec ts = { 0, (long)(splitmix(&seed) % 50000) };
+
+			nanosleep(&ts, NULL);
+		} else if (it % 3 == 2) {
+			ferry_batch_wait(b, 0);
+			sched_yield();
+		}
+		assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
+		/* Returned: every request has ended; the handle is dead. */
+		int rc = ferry_batch_wait(b, 0);
+
+		if (rc != 0 && rc != -EIO)
+			fail_msg("iteration %u: requests pending after close returned (%d)", it, rc);
+		for (uint32_t i = 0; i < BATCH; i++) {
+			const char *why = check(b, i, &reqs[i], allowed, &c);
+
+			if (why) {
+				struct ferry_req_status st;
+
+				ferry_req_status(b, i, &st);
+				fail_msg("iteration %u request %u (%s %llu B): %s: %s error %d", it, i,
+					 reqs[i].op == FERRY_OP_WRITE ? "WRITE" : "READ",
+					 (unsigned long long)reqs[i].len, why, ferry_state_name(st.state),
+					 st.error);
+			}
+		}
+		assert_int_equal(ferry_batch_reset(b), 0);
+		assert_int_equal(ferry_segment_close(P.init, closed), -ENOENT);
+		assert_int_equal(ferry_segment_open(P.init, addr, &P.seg), 0);
+		assert_true(P.seg != closed);
+	}
+	if (f)
+		set_faults(P.init, NULL);
+	print_message("%u closes in flight: done %u, failed %u (ECANCELED %u, EHOSTDOWN %u, "
+		      "other %u), timeout %u\n", iterations, c.done, c.failed, c.by_err[0],
+		      c.by_err[1], c.by_err[2], c.timedout);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	assert_true(c.done > 0);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+static void test_close_in_flight(void **state)
+{
+	(void)state;
+	setup_pair(2000);
+	close_in_flight(ITERATIONS, NULL, NULL);
+}
+
+/* Errors, QP-fatal events and lost completions while segments close: a
+ * slice may end on its own error before the close cancels it. */
+static void test_close_in_flight_faults(void **state)
+{
+	struct loop_faults f = { .err_ppm = 10000, .lost_ppm = 500, .qp_fatal_ppm = 2000,
+				 .seed = 99 };
+
+	(void)state;
+	setup_pair(100);
+	close_in_flight(FAULT_ITERATIONS, &f, transport_error);
+}
+
+/*
+ * Engines destroyed with segments open in both directions and requests
+ * ended (batch destroyed, port left to the engine): the peer's half of
+ * every QP, the descriptors and the endpoints must all be freed.  The
+ * target goes first every other time: the initiator's disconnects then
+ * find nobody.
+ */
+static void test_destroy_with_open_segments(void **state)
+{
+	(void)state;
+	for (unsigned it = 0; it < 20; it++) {
+		struct ferry_req reqs[BATCH];
+		struct ferry_port *port;
+		struct ferry_batch *b;
+		ferry_seg_t back;
+		uint64_t seed = it;
+
+		setup_pair(2000);
+		assert_int_equal(ferry_segment_open(P.target, ferry_engine_address(P.init), &back), 0);
+		assert_int_equal(ferry_port_create(P.init, &port), 0);
+		assert_int_equal(ferry_batch_create(port, BATCH, &b), 0);
+		prepare(reqs, BATCH, P.seg, P.lbuf, P.rbuf, SLOT, &seed);
+		assert_int_equal(ferry_submit(b, reqs, BATCH), 0);
+		assert_int_equal(ferry_batch_wait(b, WAIT_MS), 0);
+		assert_int_equal(ferry_batch_destroy(b), 0);
+		if (it & 1) {
+			ferry_engine_destroy(P.target);
+			ferry_engine_destroy(P.init);
+		} else {
+			ferry_engine_destroy(P.init);
+			ferry_engine_destroy(P.target);
+		}
+		free(P.lbuf);
+		free(P.rbuf);
+	}
+}
+
+/* ---- submitting while another thread closes and reopens ---- */
+
+#define SUBMITTERS 2
+#define SUB_BATCH 4
+#define SUB_SLOT (1u << 20)         /* small: a batch must beat the next close */
+#define REOPENS 100
+
+static ferry_seg_t cur_seg; /* atomic: the handle submitters use now (0 while closed) */
+static int stop_submitters; /* atomic */
+
+struct submitter {
+	pthread_t thread;
+	unsigned id;
+	struct counts c;
+	unsigned rounds;
+	const char *problem;
+	int problem_err;
+};
+
+static void *submitter_main(void *arg)
+{
+	struct submitter *s = arg;
+	uint8_t *lbase = P.lbuf + (size_t)s->id * SUB_BATCH * SUB_SLOT;
+	uint8_t *rbase = P.rbuf + (size_t)s->id * SUB_BATCH * SUB_SLOT;
+	struct ferry_req reqs[SUB_BATCH];
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	ferry_seg_t stale = 0;
+	uint64_t seed = 77 + s->id;
+
+	if (ferry_port_create(P.init, &port) || ferry_batch_create(port, SUB_BATCH, &b)) {
+		s->problem = "no port or batch";
+		return NULL;
+	}
+	while (!__atomic_load_n(&stop_submitters, __ATOMIC_ACQUIRE)) {
+		ferry_seg_t h = __atomic_load_n(&cur_seg, __ATOMIC_ACQUIRE);
+		int rc;
+
+		/* Now and then an older handle, closed since or not. */
+		if (stale && s->rounds % 7 == 3)
+			h = stale;
+		else if (h && h != stale && s->rounds % 5 == 0)
+			stale = h;
+		prepare(reqs, SUB_BATCH, h, lbase, rbase, SUB_SLOT, &seed);
+		rc = ferry_submit(b, reqs, SUB_BATCH);
+		if (rc != 0) {
+			s->problem = "ferry_submit refused the batch";
+			s->problem_err = rc;
+			break;
+		}
+		rc = ferry_batch_wait(b, WAIT_MS);
+		if (rc != 0 && rc != -EIO) {
+			s->problem = "batch did not end";
+			s->problem_err = rc;
+			return NULL; /* pending requests pin the batch */
+		}
+		for (uint32_t i = 0; i < SUB_BATCH && !s->problem; i++) {
+			s->problem = check(b, i, &reqs[i], NULL, &s->c);
+			if (s->problem) {
+				struct ferry_req_status st;
+
+				ferry_req_status(b, i, &st);
+				s->problem_err = st.error;
+			}
+		}
+		if (s->problem)
+			break;
+		/* A closed handle is refused at once: do not flood the closer's CPU. */
+		if (!h)
+			sched_yield();
+		ferry_batch_reset(b);
+		s->rounds++;
+	}
+	ferry_batch_destroy(b);
+	ferry_port_destroy(port);
+	return NULL;
+}
+
+static void test_submit_while_reopening(void **state)
+{
+	struct submitter s[SUBMITTERS];
+	const char *addr;
+	uint64_t seed = 5;
+	struct counts c = { 0 };
+	unsigned rounds = 0;
+
+	(void)state;
+	setup_pair(2000);
+	addr = ferry_engine_address(P.target);
+	__atomic_store_n(&cur_seg, P.seg, __ATOMIC_RELEASE);
+	__atomic_store_n(&stop_submitters, 0, __ATOMIC_RELEASE);
+	for (unsigned i = 0; i < SUBMITTERS; i++) {
+		s[i] = (struct submitter){ .id = i };
+		assert_int_equal(pthread_create(&s[i].thread, NULL, submitter_main, &s[i]), 0);
+	}
+	for (unsigned it = 0; it < REOPENS; it++) {
+		struct timespec ts = { 0, (long)(splitmix(&seed) % 10000000) };
+		ferry_seg_t h;
+
+		nanosleep(&ts, NULL);
+		/* Submitters may still hold the old value: their requests to it
+		 * either got in before the close (and end) or see -EBADF. */
+		if (it % 4 == 1)
+			__atomic_store_n(&cur_seg, 0, __ATOMIC_RELEASE);
+		assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
+		ts.tv_nsec = (long)(splitmix(&seed) % 500000);
+		nanosleep(&ts, NULL);
+		assert_int_equal(ferry_segment_open(P.init, addr, &h), 0);
+		P.seg = h;
+		__atomic_store_n(&cur_seg, h, __ATOMIC_RELEASE);
+	}
+	/* Let them see the last handle for a while before stopping. */
+	nanosleep(&(struct timespec){ 0, 20000000 }, NULL);
+	__atomic_store_n(&stop_submitters, 1, __ATOMIC_RELEASE);
+	for (unsigned i = 0; i < SUBMITTERS; i++) {
+		pthread_join(s[i].thread, NULL);
+		if (s[i].problem)
+			fail_msg("submitter %u: %s (%d)", i, s[i].problem, s[i].problem_err);
+		c.done += s[i].c.done;
+		c.failed += s[i].c.failed;
+		c.refused += s[i].c.refused;
+		c.timedout += s[i].c.timedout;
+		for (unsigned k = 0; k < 3; k++)
+			c.by_err[k] += s[i].c.by_err[k];
+		rounds += s[i].rounds;
+	}
+	print_message("%u reopens under %u submitters (%u batches): done %u, refused -EBADF %u, "
+		      "failed %u (ECANCELED %u, EHOSTDOWN %u), timeout %u\n", REOPENS, SUBMITTERS,
+		      rounds, c.done, c.refused, c.failed, c.by_err[0], c.by_err[1], c.timedout);
+	assert_true(c.done > 0);
+	assert_true(c.refused > 0);
+	assert_int_equal(c.timedout + c.by_err[2], 0);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_close_in_flight),
+		cmocka_unit_test(test_close_in_flight_faults),
+		cmocka_unit_test(test_destroy_with_open_segments),
+		cmocka_unit_test(test_submit_while_reopening),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
