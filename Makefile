@@ -62,7 +62,7 @@ TESTS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 TSAN_TESTS := test_ring test_integration test_faults test_loop test_ctl test_stats test_api \
               test_histo test_perf
 
-.PHONY: all test test-plain test-asan test-tsan test-verbs run-tests install check-install clean bench fuzz
+.PHONY: all test test-plain test-asan test-tsan test-verbs run-tests install check-install clean bench fuzz callgrind
 all: $(B)/libferry.a $(B)/libferry.so $(B)/ferry_bench $(B)/ferry.pc
 
 $(B)/obj/%.o: %.c
@@ -86,6 +86,16 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libferry.a
 # Standalone check of the verbs provider alone (needs RDMA devices).
 $(B)/verbs_smoke: $(B)/obj/tests/verbs_smoke.o $(B)/libferry.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Target and streaming initiator of the fault tests on RDMA (tests/fault-vm.sh).
+$(B)/fault_peer: $(B)/obj/tests/fault_peer.o $(B)/libferry.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The full soak under injected faults: 10^6 requests (make test runs a
+# shorter one; SOAK_REQUESTS=n for another size).
+.PHONY: soak
+soak: $(B)/tests/test_soak
+	FERRY_SOAK_REQUESTS=$(or $(SOAK_REQUESTS),1000000) $(B)/tests/test_soak
 
 $(B)/ferry.pc:
 	@mkdir -p $(B)
@@ -127,7 +137,7 @@ check-install:
 # they be skipped, and then loudly.
 SOFTROCE ?= ../shared/softroce
 VERBS_TESTS := $(B)/tests/test_integration $(B)/tests/test_twoproc $(B)/tests/test_api \
-               $(B)/verbs_smoke
+               $(B)/verbs_smoke $(B)/fault_peer
 test-verbs: $(VERBS_TESTS)
 	@if ls /sys/class/infiniband/* >/dev/null 2>&1; then \
 	  B=$(B) tests/verbs-suite.sh; \
@@ -159,6 +169,10 @@ install: all
 
 bench: $(B)/ferry_bench
 	$(B)/ferry_bench $(BENCH_ARGS)
+
+# Instructions per slice of the data plane (valgrind; stable on a noisy host).
+callgrind: $(B)/ferry_bench
+	bench/callgrind.sh $(B)/ferry_bench $(or $(CALLGRIND_ITERS),200)
 
 # libFuzzer on the wire decoders: `make fuzz [FUZZ_SECONDS=30]`.  Needs clang
 # and its libFuzzer runtime (Debian 12: package clang, whose

@@ -43,6 +43,17 @@ unsigned ferry_ring_get_burst(struct ferry_ring *r, void **objs, unsigned max);
 void *ferry_ring_get(struct ferry_ring *r);
 /* Entries queued now (approximate from a third thread). */
 unsigned ferry_ring_count(const struct ferry_ring *r);
+/* Consumer's cheap look before a dequeue: false means surely empty (one
+ * load each of the two indices, no call).  Under TSan, the locked count. */
+static inline bool ferry_ring_peek(const struct ferry_ring *r)
+{
+#ifdef FERRY_TSAN
+	return ferry_ring_count(r) != 0;
+#else
+	return ck_ring_size(&r->ring) != 0;
+#endif
+}
+
 /* Usable capacity (size - 1). */
 static inline unsigned ferry_ring_capacity(const struct ferry_ring *r) { return r->size - 1; }
 

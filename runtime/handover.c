@@ -118,13 +118,13 @@ static uint32_t xfer_backlogs(struct ferry_core *c)
 
 uint32_t core_drain_xfer(struct ferry_core *c)
 {
-	uint32_t n = xfer_backlogs(c);
+	uint32_t n = c->xfer_back.count | c->xfer_wait.count ? xfer_backlogs(c) : 0;
 	void *objs[XFER_BURST];
 
 	for (unsigned src = 0; src < c->e->ncores; src++) {
 		unsigned got;
 
-		if (src == c->index)
+		if (src == c->index || !ferry_ring_peek(&c->xfer_in[src]))
 			continue;
 		got = ferry_ring_get_burst(&c->xfer_in[src], objs, XFER_BURST);
 		for (unsigned k = 0; k < got; k++) {
