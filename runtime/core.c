@@ -132,9 +132,13 @@ static bool slice_retry(struct ferry_core *c, struct slice *s, int err)
 		return false;
 	if (__atomic_load_n(&s->rq->error, __ATOMIC_RELAXED))
 		return false;
-	s->tries++;
-	if ((ep->down || ep->paused || ep_all_broken(ep)) && slice_handover(c, s))
-		return true;
+	/* The first retry stays on the endpoint (another QP); later ones, and
+	 * any on a rail that is down, paused or without a healthy QP, move.
+	 * (tries is counted first: once handed over the slice is not ours.) */
+	if (++s->tries > 1 || ep->down || ep->paused || ep_all_broken(ep)) {
+		if (slice_handover(c, s))
+			return true;
+	}
 	if (ep->down)
 		return false;
 	stat_add(&c->stats, retries, 1);
