@@ -10,28 +10,32 @@
 # same size, same number of outstanding messages (perftest -t N, ferry --batch
 # N), same duration.  Then latency: ib_write_lat -s 8 against ferry_bench --lat
 # --size 8 (and the READ pair).  Prints one table; the raw outputs stay in
-# $COMPARE_LOGDIR.  ~2 minutes in the emulated VM with the defaults.
+# $COMPARE_LOGDIR.  ~2.5 minutes in the emulated VM with the defaults (per round).
 #
 # Environment (all optional):
 #   COMPARE_SIZES="64K 1M"   COMPARE_OPS="write read"   COMPARE_DURATION=5 (s)
 #   COMPARE_DEPTH=128        outstanding messages: perftest -t, ferry --batch
 #   COMPARE_LAT_ITERS=2000   COMPARE_LAT_OPS="write read"
+#   COMPARE_ROUNDS=1         repeat everything; the table shows medians
 #   COMPARE_VERIFY=1         ferry_bench --verify (WRITE then reads everything back)
 #   FERRY_BENCH_ARGS="..."   extra flags for the ferry initiator (e.g. --spin)
 #   FERRY_TARGET_ARGS="..."  extra flags for the ferry target
 #   COMPARE_LOGDIR=build/compare-perftest   B=build
+#   FERRY_BENCH=path         the ferry_bench binary (default $B/ferry_bench)
 # Exit status: 0 when every run produced a number, 1 otherwise.
 set -u
 
 cd "$(dirname "$0")/.." || exit 1
 B=${B:-build}
-BENCH=$B/ferry_bench
+# A private copy keeps a concurrent `make` from relinking it under a run.
+BENCH=${FERRY_BENCH:-$B/ferry_bench}
 SIZES=${COMPARE_SIZES:-64K 1M}
 OPS=${COMPARE_OPS:-write read}
 DUR=${COMPARE_DURATION:-5}
 DEPTH=${COMPARE_DEPTH:-128}
 LAT_ITERS=${COMPARE_LAT_ITERS:-2000}
 LAT_OPS=${COMPARE_LAT_OPS:-write read}
+ROUNDS=${COMPARE_ROUNDS:-1}
 LOGDIR=${COMPARE_LOGDIR:-$B/compare-perftest}
 read -r -a DEVS <<<"${SOFTROCE_DEVICES:-rxe0 rxe1}"
 read -r -a ADDRS <<<"${SOFTROCE_ADDRS:-10.99.0.1 10.99.0.2}"
@@ -72,6 +76,14 @@ bytes() {
 	esac
 }
 
+# Pass status $1 on; when it is timeout(1)'s 124, say so on stderr and in $3.
+timed_out() {
+	if [ "$1" = 124 ]; then
+		echo "compare-perftest: $2 killed after ${TMO}s" | tee -a "$3" >&2
+	fi
+	return "$1"
+}
+
 # Wait until something listens on TCP port $1 (at most $2 tenths of a second).
 wait_listen() {
 	local i
@@ -100,14 +112,21 @@ perftest_pair() {
 		>"$LOGDIR/$name.client" 2>&1
 	rc=$?
 	wait "$spid" 2>/dev/null
-	return $rc
+	timed_out $rc "$prog $name" "$LOGDIR/$name.client"
 }
 
-# MB/s (10^6 bytes) from a perftest bw client: MsgRate[Mpps] x size has six
-# decimals where BW average[Gb/sec] has two.
+# MB/s (10^6 bytes/s) from a perftest bw client: BW average[Gb/sec] x 125 or
+# MsgRate[Mpps] x size, whichever perftest printed with more precision (it
+# prints 2 or 6 decimals depending on the value).
 perftest_mbps() {
-	awk -v size="$2" '/#bytes/ { hdr = 1; next }
-		hdr && $1 ~ /^[0-9]+$/ { printf "%.1f", $5 * size; found = 1; exit }
+	awk -v size="$2" '
+		function ulp(s) { return index(s, ".") ? 10 ^ -(length(s) - index(s, ".")) : 1 }
+		/#bytes/ { hdr = 1; next }
+		hdr && $1 ~ /^[0-9]+$/ {
+			if (ulp($4) * 125 <= ulp($5) * size) printf "%.1f", $4 * 125
+			else printf "%.1f", $5 * size
+			found = 1; exit
+		}
 		END { if (!found) printf "-" }' "$1"
 }
 
@@ -125,94 +144,139 @@ json_num() {
 	echo "${v:--}"
 }
 
+# ferry_bench --target on TCP port $1, log $2.log; waits for its line.
 start_ferry_target() {
-	local maxsize=0 s b i
-	for s in $SIZES; do
-		b=$(bytes "$s")
-		[ "$b" -gt "$maxsize" ] && maxsize=$b
-	done
-	BUFFER=$((maxsize * DEPTH))
-	[ "$BUFFER" -lt $((1 << 20)) ] && BUFFER=$((1 << 20))
+	local port=$1 log=$LOGDIR/$2.log pid i
 	# shellcheck disable=SC2086
-	timeout $((TMO * 20)) "$BENCH" --target --nics "$SRV_DEV" --listen "127.0.0.1:$FERRY_PORT" \
-		--buffer "$BUFFER" ${FERRY_TARGET_ARGS:-} >"$LOGDIR/ferry-target.log" 2>&1 &
-	FERRY_TARGET_PID=$!
-	pids+=("$FERRY_TARGET_PID")
+	timeout $((TMO * 20)) "$BENCH" --target --nics "$SRV_DEV" --listen "127.0.0.1:$port" \
+		--buffer "$BUFFER" ${FERRY_TARGET_ARGS:-} >"$log" 2>&1 &
+	pid=$!
+	pids+=("$pid")
+	target_pids+=("$pid")
 	# Its line comes after the buffer is registered: listening alone is too early.
 	for ((i = 0; i < 600; i++)); do
-		grep -q "^ferry_bench target: listening on" "$LOGDIR/ferry-target.log" && return 0
-		kill -0 "$FERRY_TARGET_PID" 2>/dev/null || break
+		grep -q "^ferry_bench target: listening on" "$log" && return 0
+		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.1
 	done
 	echo "compare-perftest: ferry_bench --target did not come up:" >&2
-	cat "$LOGDIR/ferry-target.log" >&2
+	cat "$log" >&2
 	return 1
 }
 
-# ferry_bench initiator: $1 = log name, rest = flags.
+# ferry_bench initiator: $1 = log name, $2 = op, rest = flags.  READs go to
+# their own target under --verify: WRITEs overwrite the pattern READs check.
 ferry_run() {
-	local name=$1
-	shift
+	local name=$1 op=$2 port=$FERRY_PORT
+	shift 2
+	[ "$op" = read ] && [ ${#verify[@]} -gt 0 ] && port=$((FERRY_PORT + 1))
 	# shellcheck disable=SC2086
-	timeout "$TMO" "$BENCH" --connect "127.0.0.1:$FERRY_PORT" --nics "$CLI_DEV" \
-		--buffer "$BUFFER" --json ${FERRY_BENCH_ARGS:-} "$@" >"$LOGDIR/$name.json" \
-		2>"$LOGDIR/$name.err"
+	timeout "$TMO" "$BENCH" --connect "127.0.0.1:$port" --nics "$CLI_DEV" \
+		--buffer "$BUFFER" --json ${FERRY_BENCH_ARGS:-} --op "$op" "$@" "${verify[@]}" \
+		>"$LOGDIR/$name.json" 2>"$LOGDIR/$name.err"
+	timed_out $? "ferry_bench $name" "$LOGDIR/$name.err"
 }
 
 ratio() {
 	awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b != "-") printf "%.2f", b / a; else printf "-" }'
 }
 
-echo "compare-perftest: server/target $SRV_DEV ($SRV_ADDR), client/initiator $CLI_DEV," \
-	"gid $GID, ${DUR}s per run, $DEPTH outstanding, logs in $LOGDIR"
-start_ferry_target || exit 1
-verify=()
-[ "${COMPARE_VERIFY:-0}" = 1 ] && verify=(--verify)
+# The median of the numbers given ("-" are skipped; "-" when none).
+median() {
+	printf "%s\n" "$@" | grep -v '^-$' | sort -g |
+		awk '{ v[NR] = $1 } END { if (!NR) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
+			else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
 
-bw_rows=()
+# Sum of a counter over the cores of a ferry_bench --json output.
+json_sum() {
+	grep -o "\"$2\":[0-9]*" "$1" 2>/dev/null | awk -F: '{ s += $2 } END { print s + 0 }'
+}
+
+echo "compare-perftest: server/target $SRV_DEV ($SRV_ADDR), client/initiator $CLI_DEV," \
+	"gid $GID, ${DUR}s per run, $DEPTH outstanding, $ROUNDS round(s), logs in $LOGDIR"
+maxsize=0
 for s in $SIZES; do
 	b=$(bytes "$s")
-	for op in $OPS; do
-		name=bw-$op-$s
-		perftest_pair "ib_${op}_bw" "$name.perftest" -s "$b" -D "$DUR" -t "$DEPTH" \
-			--report_gbits || failed=1
-		pt=$(perftest_mbps "$LOGDIR/$name.perftest.client" "$b")
-		ferry_run "$name.ferry" --op "$op" --size "$b" --batch "$DEPTH" -D "$DUR" \
-			"${verify[@]}" || failed=1
-		fe=$(json_num "$LOGDIR/$name.ferry.json" mbps)
-		[ "$pt" = - ] || [ "$fe" = - ] && failed=1
-		bw_rows+=("$(printf "%-6s %-6s %14s %12s %8s" "$s" "$op" "$pt" "$fe" "$(ratio "$pt" "$fe")")")
+	[ "$b" -gt "$maxsize" ] && maxsize=$b
+done
+BUFFER=$((maxsize * DEPTH))
+[ "$BUFFER" -lt $((1 << 20)) ] && BUFFER=$((1 << 20))
+verify=()
+[ "${COMPARE_VERIFY:-0}" = 1 ] && verify=(--verify)
+target_pids=()
+start_ferry_target "$FERRY_PORT" ferry-target || exit 1
+if [ ${#verify[@]} -gt 0 ]; then
+	start_ferry_target $((FERRY_PORT + 1)) ferry-target-read || exit 1
+fi
+
+# Each round runs every pair once, perftest then ferry, so that load from
+# elsewhere on a shared host hits both alike; the table shows medians.
+declare -A pt_bw fe_bw fe_err pt_typ pt_p99 fe_typ fe_p99
+for ((round = 1; round <= ROUNDS; round++)); do
+	for s in $SIZES; do
+		b=$(bytes "$s")
+		for op in $OPS; do
+			name=bw-$op-$s.r$round
+			perftest_pair "ib_${op}_bw" "$name.perftest" -s "$b" -D "$DUR" -t "$DEPTH" \
+				--report_gbits || failed=1
+			v=$(perftest_mbps "$LOGDIR/$name.perftest.client" "$b")
+			pt_bw[$s $op]+=" $v"
+			[ "$v" = - ] && failed=1
+			ferry_run "$name.ferry" "$op" --size "$b" --batch "$DEPTH" -D "$DUR" || failed=1
+			v=$(json_num "$LOGDIR/$name.ferry.json" mbps)
+			fe_bw[$s $op]+=" $v"
+			[ "$v" = - ] && failed=1
+			fe_err[$s $op]=$((${fe_err[$s $op]:-0} + $(json_sum "$LOGDIR/$name.ferry.json" wr_errors)))
+		done
+	done
+	for op in $LAT_OPS; do
+		name=lat-$op-8.r$round
+		perftest_pair "ib_${op}_lat" "$name.perftest" -s 8 -n "$LAT_ITERS" || failed=1
+		read -r a c <<<"$(perftest_lat "$LOGDIR/$name.perftest.client")"
+		pt_typ[$op]+=" $a" pt_p99[$op]+=" $c"
+		ferry_run "$name.ferry" "$op" --lat --size 8 -n "$LAT_ITERS" || failed=1
+		a=$(json_num "$LOGDIR/$name.ferry.json" p50)
+		c=$(json_num "$LOGDIR/$name.ferry.json" p99)
+		fe_typ[$op]+=" $a" fe_p99[$op]+=" $c"
+		[ "$a" = - ] && failed=1
 	done
 done
 
-lat_rows=()
-for op in $LAT_OPS; do
-	name=lat-$op-8
-	perftest_pair "ib_${op}_lat" "$name.perftest" -s 8 -n "$LAT_ITERS" || failed=1
-	read -r pt_typ pt_p99 <<<"$(perftest_lat "$LOGDIR/$name.perftest.client")"
-	ferry_run "$name.ferry" --lat --op "$op" --size 8 -n "$LAT_ITERS" || failed=1
-	fe_typ=$(json_num "$LOGDIR/$name.ferry.json" p50)
-	fe_p99=$(json_num "$LOGDIR/$name.ferry.json" p99)
-	[ "$pt_typ" = - ] || [ "$fe_typ" = - ] && failed=1
-	lat_rows+=("$(printf "%-6s %-6s %10s %10s %10s %10s %8s" 8 "$op" "$pt_typ" "$pt_p99" \
-		"$fe_typ" "$fe_p99" "$(ratio "$pt_typ" "$fe_typ")")")
+for pid in "${target_pids[@]}"; do
+	kill -INT "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
 done
-
-kill -INT "$FERRY_TARGET_PID" 2>/dev/null
-wait "$FERRY_TARGET_PID" 2>/dev/null
+# rxe's complaints, if any, for the logs.
+dmesg 2>/dev/null | grep -iE "rxe|infiniband" >"$LOGDIR/dmesg.txt"
 
 echo
-printf "%-6s %-6s %14s %12s %8s\n" size op "perftest_MB/s" "ferry_MB/s" "ferry/pt"
-printf "%s\n" "${bw_rows[@]}"
+printf "%-6s %-6s %14s %12s %8s %13s\n" size op "perftest_MB/s" "ferry_MB/s" "ferry/pt" \
+	"ferry_wr_err"
+for s in $SIZES; do
+	for op in $OPS; do
+		# shellcheck disable=SC2086 # word splitting of the value lists is the point
+		pt=$(median ${pt_bw[$s $op]}) fe=$(median ${fe_bw[$s $op]})
+		printf "%-6s %-6s %14s %12s %8s %13s\n" "$s" "$op" "$pt" "$fe" "$(ratio "$pt" "$fe")" \
+			"${fe_err[$s $op]}"
+	done
+done
 echo
 printf "%-6s %-6s %10s %10s %10s %10s %8s\n" size op "pt_typ_us" "pt_p99_us" "fe_typ_us" \
 	"fe_p99_us" "ferry/pt"
-printf "%s\n" "${lat_rows[@]}"
+for op in $LAT_OPS; do
+	# shellcheck disable=SC2086
+	a=$(median ${pt_typ[$op]}) c=$(median ${fe_typ[$op]})
+	# shellcheck disable=SC2086
+	printf "%-6s %-6s %10s %10s %10s %10s %8s\n" 8 "$op" "$a" "$(median ${pt_p99[$op]})" "$c" \
+		"$(median ${fe_p99[$op]})" "$(ratio "$a" "$c")"
+done
 echo
-echo "(MB/s = 10^6 bytes/s; perftest: -x $GID -F -t $DEPTH -D $DUR, lat -n $LAT_ITERS;" \
-	"ferry: --batch $DEPTH, --buffer $BUFFER${FERRY_BENCH_ARGS:+, $FERRY_BENCH_ARGS})"
+echo "(MB/s = 10^6 bytes/s, medians of $ROUNDS round(s); perftest: -x $GID -F -t $DEPTH -D $DUR," \
+	"lat -n $LAT_ITERS; ferry: --batch $DEPTH -D $DUR --buffer $BUFFER${FERRY_BENCH_ARGS:+ $FERRY_BENCH_ARGS}," \
+	"lat -n $LAT_ITERS; ferry_wr_err = failed work requests, retried)"
 if [ "$failed" != 0 ]; then
 	echo "compare-perftest: some runs failed, see $LOGDIR" >&2
-	grep -h "ferry_bench:" "$LOGDIR"/*.err >&2
+	grep -h "ferry_bench:" "$LOGDIR"/*.err | sort | uniq -c | sort -rn | head -n 20 >&2
 fi
 exit "$failed"

@@ -49,7 +49,14 @@
 #include "bench_util.h"
 #include "runtime/ferry.h"
 
+/*
+ * A batch that moves no byte for this long is given up (its requests stay
+ * in flight): the engine's slice timeout (timeout_ms) plus this margin, so
+ * that the engine ends stalled requests (TIMEOUT) first; when it does not,
+ * the bench says so.  WAIT_MS alone with timeout_ms = 0 (off).
+ */
 #define WAIT_MS 10000
+#define WAIT_MARGIN_MS 5000
 /* Failed requests reported one by one per port; the rest are only counted. */
 #define MAX_REPORTS 10
 #define PAGE 4096
@@ -105,6 +112,7 @@ struct bench {
 	char port_cpus_desc[256];
 	/* core counters: at the start of everything, before and after one size */
 	struct ferry_core_stats *first, *before, *after;
+	uint64_t stall_ns;           /* give a batch up after this long without progress */
 	uint64_t mismatches;         /* --verify: bytes that differ, this size */
 	bool efault_hinted;
 };
@@ -257,6 +265,12 @@ static void buffers_verify(struct bench *b)
 			b->size, p, first / b->size, first % b->size,
 			bench_pattern_byte(pos + first, seed), dst[first], bad);
 	}
+	if (b->mismatches && !write && b->cfg.mode == BENCH_INITIATOR)
+		fprintf(stderr,
+			"ferry_bench: verify: hint: the target's buffer holds its --seed pattern only "
+			"until something WRITEs to it: give the target's --seed (%" PRIu64
+			" here), and restart the target after WRITE runs\n",
+			b->cfg.seed);
 }
 
 /* ------------------------------------------------------------------ */
@@ -280,6 +294,8 @@ static int opts_build(struct bench *b)
 	if (rc)
 		return report("FERRY_* environment", rc);
 	bench_apply_opts(&b->cfg, &b->iopts);
+	b->stall_ns = (uint64_t)(b->iopts.timeout_ms ? b->iopts.timeout_ms + WAIT_MARGIN_MS : WAIT_MS) *
+		      1000000ull;
 	b->topts = b->iopts;
 	if (b->cfg.mode == BENCH_TARGET)
 		return 0;
@@ -501,11 +517,17 @@ static int port_stop(struct bench_port *bp, uint64_t n, const char *call, int rc
 /* After the wait: check, and make the batch reusable. */
 static int batch_finish(struct bench_port *bp, uint64_t n, int rc)
 {
+	char what[160];
+
 	if (rc == -ETIMEDOUT) {
 		/* Requests are still in flight: the batch's memory must live on. */
 		bp->stuck = true;
 		batch_check(bp, n);
-		return port_stop(bp, n, "ferry_batch_wait (10 s, requests still pending)", rc);
+		snprintf(what, sizeof(what),
+			 "ferry_batch_wait (no progress for %.0f s, past the engine's timeout_ms %u: "
+			 "requests still pending)",
+			 (double)bp->b->stall_ns / 1e9, bp->b->iopts.timeout_ms);
+		return port_stop(bp, n, what, rc);
 	}
 	if (rc && rc != -EIO)
 		return port_stop(bp, n, "ferry_batch_wait", rc);
@@ -514,6 +536,43 @@ static int batch_finish(struct bench_port *bp, uint64_t n, int rc)
 	if (rc)
 		return port_stop(bp, n, "ferry_batch_reset", rc);
 	return 0;
+}
+
+/* Bytes the batch's requests have moved so far. */
+static uint64_t batch_bytes(const struct bench_port *bp)
+{
+	struct ferry_req_status st;
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i < bp->b->nreq; i++)
+		if (!ferry_req_status(bp->batch, i, &st))
+			sum += st.bytes;
+	return sum;
+}
+
+/*
+ * Wait for the whole batch.  A large batch on a slow NIC (128 x 1 MiB is
+ * 10 s at Soft-RoCE's ~13 MB/s) may take longer than any fixed limit as a
+ * whole: give up only when no byte moved for stall_ns.
+ */
+static int batch_wait(struct bench_port *bp)
+{
+	uint64_t moved = 0, since = now_ns();
+
+	for (;;) {
+		int rc = ferry_batch_wait(bp->batch, 1000);
+		uint64_t m;
+
+		if (rc != -ETIMEDOUT)
+			return rc;
+		m = batch_bytes(bp);
+		if (m != moved) {
+			moved = m;
+			since = now_ns();
+		} else if (now_ns() - since >= bp->b->stall_ns) {
+			return rc;
+		}
+	}
 }
 
 /* Batch n (UINT64_MAX: the --verify read-back, not counted). */
@@ -525,7 +584,7 @@ static int batch_run(struct bench_port *bp, uint64_t n)
 	rc = ferry_submit(bp->batch, bp->reqs, bp->b->nreq);
 	if (rc < 0)
 		return port_stop(bp, n, "ferry_submit", rc);
-	rc = ferry_batch_wait(bp->batch, WAIT_MS);
+	rc = batch_wait(bp);
 	if (n != UINT64_MAX) {
 		bp->lat_ns += now_ns() - t0;
 		bp->batches++;
@@ -561,7 +620,7 @@ static int lat_room(struct bench_port *bp)
 /*
  * --lat: one request, busy-polled.  ferry_batch_wait(b, 0) only checks, so
  * this thread never sleeps in the library (perftest's busy poll); the clock
- * is read every 4096 checks for the 10 s give-up.
+ * is read every 4096 checks for the stall_ns give-up.
  */
 static int lat_run(struct bench_port *bp, uint64_t n)
 {
@@ -579,13 +638,15 @@ static int lat_run(struct bench_port *bp, uint64_t n)
 	if (rc < 0)
 		return port_stop(bp, n, "ferry_submit", rc);
 	while ((rc = ferry_batch_wait(bp->batch, 0)) == -ETIMEDOUT) {
-		if ((++spins & 4095) == 0 && now_ns() - t0 > WAIT_MS * 1000000ull)
+		if ((++spins & 4095) == 0 && now_ns() - t0 > bp->b->stall_ns)
 			break;
 	}
 	t1 = now_ns();
 	bp->samples[bp->nsamples++] = t1 - t0;
 	bp->lat_ns += t1 - t0;
 	bp->batches++;
+	if (rc == -ETIMEDOUT)
+		rc = batch_wait(bp); /* a large request may still be moving */
 	return batch_finish(bp, n, rc);
 }
 

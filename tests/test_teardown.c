@@ -7,7 +7,11 @@
  *  - a segment closed right after a batch was submitted: close lets the
  *    requests end, so none is PENDING once it returns, every one is DONE
  *    (bytes right) or FAILED for a reason, and the segment reopens;
- *  - the same with faults injected on the initiator's NICs;
+ *  - the same with faults injected on the initiator's NICs, and with every
+ *    completion lost (close waits out the slice timeouts);
+ *  - the peer engine destroyed mid-transfer, then started again on the same
+ *    address: requests end, new ones fail fast, close + open reaches the
+ *    new incarnation;
  *  - engines destroyed with segments still open (both orders);
  *  - threads submitting while another thread closes and reopens the
  *    segment: a closed or stale handle gives -EBADF in the status, never a
@@ -22,14 +26,24 @@
 
 #include "harness.h"
 
-#define BUF (32u << 20)
+#define BUF (16u << 20)
 #define BATCH 16
-#define SLOT (BUF / BATCH)            /* each request of a batch owns 2 MiB */
+#define SLOT (BUF / BATCH)            /* each request of a batch owns 1 MiB */
 #define ITERATIONS 200
 #define FAULT_ITERATIONS 100
+#define DESTROYS 20
+#define STALLS 3
 #define WAIT_MS 30000
 
 static struct pair P;
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 struct counts {
 	unsigned done, failed, timedout, refused; /* refused: -EBADF */
@@ -46,6 +60,22 @@ static uint64_t random_len(uint64_t *seed, uint64_t max)
 	return 1 + splitmix(seed) % (256u << 10);
 }
 
+/* dst = ~src: a destination byte the transfer did not write cannot match. */
+static void poison(uint8_t *dst, const uint8_t *src, size_t len)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= len; i += 8) {
+		uint64_t v;
+
+		memcpy(&v, src + i, 8);
+		v = ~v;
+		memcpy(dst + i, &v, 8);
+	}
+	for (; i < len; i++)
+		dst[i] = (uint8_t)~src[i];
+}
+
 /* Fill n requests on seg over the slots of lbase/rbase: sources get a fresh
  * pattern, destinations its complement (an unwritten byte cannot match). */
 static void prepare(struct ferry_req *reqs, unsigned n, ferry_seg_t seg, uint8_t *lbase,
@@ -58,8 +88,7 @@ static void prepare(struct ferry_req *reqs, unsigned n, ferry_seg_t seg, uint8_t
 		uint8_t *src = op == FERRY_OP_WRITE ? l : r, *dst = op == FERRY_OP_WRITE ? r : l;
 
 		fill_pattern(src, len, splitmix(seed));
-		for (uint64_t k = 0; k < len; k++)
-			dst[k] = (uint8_t)~src[k];
+		poison(dst, src, len);
 		reqs[i] = mkreq(op, l, seg, r, len);
 	}
 }
@@ -132,6 +161,43 @@ static void assert_quiet_and_close(struct ferry_engine *e, ferry_seg_t *seg)
 	}
 }
 
+/*
+ * Wait up to timeout_ms for the n requests of b to end (0: they must have
+ * ended already), check each, add them to *c, reset b.
+ */
+static void wait_checked(struct ferry_batch *b, const struct ferry_req *reqs, unsigned n,
+			 int (*allowed)(int), int64_t timeout_ms, struct counts *c)
+{
+	int rc = ferry_batch_wait(b, timeout_ms);
+
+	if (rc != 0 && rc != -EIO)
+		fail_msg("requests not ended after %lld ms (%d)", (long long)timeout_ms, rc);
+	for (uint32_t i = 0; i < n; i++) {
+		const char *why = check(b, i, &reqs[i], allowed, c);
+
+		if (why) {
+			struct ferry_req_status st;
+
+			ferry_req_status(b, i, &st);
+			fail_msg("request %u (%s %llu B): %s: %s error %d", i,
+				 reqs[i].op == FERRY_OP_WRITE ? "WRITE" : "READ",
+				 (unsigned long long)reqs[i].len, why, ferry_state_name(st.state),
+				 st.error);
+		}
+	}
+	assert_int_equal(ferry_batch_reset(b), 0);
+}
+
+static struct counts run_checked(struct ferry_batch *b, const struct ferry_req *reqs, unsigned n,
+				 int (*allowed)(int))
+{
+	struct counts c = { 0 };
+
+	assert_int_equal(ferry_submit(b, reqs, n), 0);
+	wait_checked(b, reqs, n, allowed, WAIT_MS, &c);
+	return c;
+}
+
 static void setup_pair(uint32_t timeout_ms)
 {
 	struct ferry_opts o;
@@ -151,6 +217,7 @@ static void close_in_flight(unsigned iterations, const struct loop_faults *f, in
 	struct ferry_batch *b;
 	struct counts c = { 0 };
 	uint64_t seed = 2024;
+	double t0 = now_s();
 
 	if (f)
 		set_faults(P.init, f);
@@ -172,33 +239,16 @@ static void close_in_flight(unsigned iterations, const struct loop_faults *f, in
 		}
 		assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
 		/* Returned: every request has ended; the handle is dead. */
-		int rc = ferry_batch_wait(b, 0);
-
-		if (rc != 0 && rc != -EIO)
-			fail_msg("iteration %u: requests pending after close returned (%d)", it, rc);
-		for (uint32_t i = 0; i < BATCH; i++) {
-			const char *why = check(b, i, &reqs[i], allowed, &c);
-
-			if (why) {
-				struct ferry_req_status st;
-
-				ferry_req_status(b, i, &st);
-				fail_msg("iteration %u request %u (%s %llu B): %s: %s error %d", it, i,
-					 reqs[i].op == FERRY_OP_WRITE ? "WRITE" : "READ",
-					 (unsigned long long)reqs[i].len, why, ferry_state_name(st.state),
-					 st.error);
-			}
-		}
-		assert_int_equal(ferry_batch_reset(b), 0);
+		wait_checked(b, reqs, BATCH, allowed, 0, &c);
 		assert_int_equal(ferry_segment_close(P.init, closed), -ENOENT);
 		assert_int_equal(ferry_segment_open(P.init, addr, &P.seg), 0);
 		assert_true(P.seg != closed);
 	}
 	if (f)
 		set_faults(P.init, NULL);
-	print_message("%u closes in flight: done %u, failed %u (ECANCELED %u, EHOSTDOWN %u, "
-		      "other %u), timeout %u\n", iterations, c.done, c.failed, c.by_err[0],
-		      c.by_err[1], c.by_err[2], c.timedout);
+	print_message("%u closes in flight in %.1f s: done %u, failed %u (ECANCELED %u, "
+		      "EHOSTDOWN %u, other %u), timeout %u\n", iterations, now_s() - t0, c.done,
+		      c.failed, c.by_err[0], c.by_err[1], c.by_err[2], c.timedout);
 	assert_int_equal(ferry_batch_destroy(b), 0);
 	assert_int_equal(ferry_port_destroy(port), 0);
 	assert_true(c.done > 0);
@@ -225,6 +275,94 @@ static void test_close_in_flight_faults(void **state)
 	close_in_flight(FAULT_ITERATIONS, &f, transport_error);
 }
 
+/* Every completion lost: close waits out the slice timeouts (each retry
+ * times out too) and the requests end TIMEOUT, not PENDING. */
+static void test_close_stalled(void **state)
+{
+	struct loop_faults f = { .lost_ppm = 1000000, .seed = 3 };
+
+	(void)state;
+	setup_pair(100);
+	close_in_flight(STALLS, &f, transport_error);
+}
+
+static int peer_gone_error(int err)
+{
+	return err == -EFAULT || transport_error(err);
+}
+
+/*
+ * The peer engine goes away mid-transfer and a new one starts on the same
+ * address (the software NIC's version of a restarted peer process): the
+ * requests in flight end, new ones to the dead peer fail fast, and after
+ * close + open the initiator reaches the new incarnation with fresh keys.
+ */
+static void test_peer_restart(void **state)
+{
+	struct ferry_req reqs[BATCH];
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	struct ferry_opts o;
+	struct counts c;
+	char addr[64];
+	uint64_t seed = 11;
+	double t0;
+
+	(void)state;
+	setup_pair(200);
+	snprintf(addr, sizeof(addr), "%s", ferry_engine_address(P.target));
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, BATCH, &b), 0);
+
+	/*
+	 * The peer dies with a batch in flight.  The software NIC would finish
+	 * it before the peer's teardown is done, so its completions are held
+	 * back (lost) until the peer is gone; then the slice timeout fails the
+	 * stalled QPs and the retries meet a peer without memory.
+	 */
+	set_faults(P.init, &(struct loop_faults){ .lost_ppm = 1000000, .seed = 1 });
+	prepare(reqs, BATCH, P.seg, P.lbuf, P.rbuf, SLOT, &seed);
+	assert_int_equal(ferry_submit(b, reqs, BATCH), 0);
+	ferry_engine_destroy(P.target);
+	P.target = NULL;
+	set_faults(P.init, NULL);
+	t0 = now_s();
+	c = (struct counts){ 0 };
+	wait_checked(b, reqs, BATCH, peer_gone_error, WAIT_MS, &c);
+	t0 = now_s() - t0;
+	print_message("peer gone: in-flight requests ended in %.2f s: done %u, failed %u, "
+		      "timeout %u\n", t0, c.done, c.failed, c.timedout);
+	/* A slice timeout (200 ms) and a refused repair, not many in a row. */
+	assert_true(t0 < 5.0);
+
+	/* New requests to the dead peer end at once, badly. */
+	t0 = now_s();
+	prepare(reqs, BATCH, P.seg, P.lbuf, P.rbuf, SLOT, &seed);
+	c = run_checked(b, reqs, BATCH, peer_gone_error);
+	t0 = now_s() - t0;
+	print_message("dead peer: new requests ended in %.2f s: done %u, failed %u (EHOSTDOWN "
+		      "%u), timeout %u\n", t0, c.done, c.failed, c.by_err[1], c.timedout);
+	assert_int_equal(c.done, 0);
+	assert_true(t0 < 5.0);
+
+	/* A new incarnation on the same address, the same memory registered
+	 * again (new keys): close + open reaches it and every byte is right. */
+	pair_opts(&o, "0-1");
+	o.listen = addr;
+	assert_int_equal(ferry_engine_create(&o, &P.target), 0);
+	assert_int_equal(ferry_mem_register(P.target, P.rbuf, P.len), 0);
+	assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
+	assert_int_equal(ferry_segment_open(P.init, addr, &P.seg), 0);
+	prepare(reqs, BATCH, P.seg, P.lbuf, P.rbuf, SLOT, &seed);
+	c = run_checked(b, reqs, BATCH, NULL);
+	assert_int_equal(c.done, BATCH);
+
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
 /*
  * Engines destroyed with segments open in both directions and requests
  * ended (batch destroyed, port left to the engine): the peer's half of
@@ -234,8 +372,10 @@ static void test_close_in_flight_faults(void **state)
  */
 static void test_destroy_with_open_segments(void **state)
 {
+	double t0 = now_s();
+
 	(void)state;
-	for (unsigned it = 0; it < 20; it++) {
+	for (unsigned it = 0; it < DESTROYS; it++) {
 		struct ferry_req reqs[BATCH];
 		struct ferry_port *port;
 		struct ferry_batch *b;
@@ -260,13 +400,15 @@ static void test_destroy_with_open_segments(void **state)
 		free(P.lbuf);
 		free(P.rbuf);
 	}
+	print_message("%u engine pairs destroyed with segments open in %.1f s\n", DESTROYS,
+		      now_s() - t0);
 }
 
 /* ---- submitting while another thread closes and reopens ---- */
 
 #define SUBMITTERS 2
 #define SUB_BATCH 4
-#define SUB_SLOT (1u << 20)         /* small: a batch must beat the next close */
+#define SUB_SLOT (BUF / (SUBMITTERS * SUB_BATCH)) /* 2 MiB */
 #define REOPENS 100
 
 static ferry_seg_t cur_seg; /* atomic: the handle submitters use now (0 while closed) */
@@ -347,6 +489,7 @@ static void test_submit_while_reopening(void **state)
 	uint64_t seed = 5;
 	struct counts c = { 0 };
 	unsigned rounds = 0;
+	double t0 = now_s();
 
 	(void)state;
 	setup_pair(2000);
@@ -388,9 +531,10 @@ static void test_submit_while_reopening(void **state)
 			c.by_err[k] += s[i].c.by_err[k];
 		rounds += s[i].rounds;
 	}
-	print_message("%u reopens under %u submitters (%u batches): done %u, refused -EBADF %u, "
-		      "failed %u (ECANCELED %u, EHOSTDOWN %u), timeout %u\n", REOPENS, SUBMITTERS,
-		      rounds, c.done, c.refused, c.failed, c.by_err[0], c.by_err[1], c.timedout);
+	print_message("%u reopens under %u submitters in %.1f s (%u batches): done %u, refused "
+		      "-EBADF %u, failed %u (ECANCELED %u, EHOSTDOWN %u), timeout %u\n", REOPENS,
+		      SUBMITTERS, now_s() - t0, rounds, c.done, c.refused, c.failed, c.by_err[0],
+		      c.by_err[1], c.timedout);
 	assert_true(c.done > 0);
 	assert_true(c.refused > 0);
 	assert_int_equal(c.timedout + c.by_err[2], 0);
@@ -403,6 +547,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_close_in_flight),
 		cmocka_unit_test(test_close_in_flight_faults),
+		cmocka_unit_test(test_close_stalled),
+		cmocka_unit_test(test_peer_restart),
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_submit_while_reopening),
 	};

@@ -27,4 +27,11 @@ run "$B/verbs_smoke" "${devs[0]}" "${devs[1]}"
 FERRY_TEST_INIT_NICS=$init FERRY_TEST_TARGET_NICS=$target run "$B/tests/test_integration"
 FERRY_TEST_INIT_NICS=${devs[0]} FERRY_TEST_TARGET_NICS=${devs[1]} run "$B/tests/test_twoproc"
 FERRY_TEST_INIT_NICS=${devs[0]} FERRY_TEST_TARGET_NICS=${devs[1]} run "$B/tests/test_api"
+# Faults on real RDMA, two processes: a rail's link down and back, a peer
+# killed and restarted (tests/fault-vm.sh; needs 4 devices).  Not yet part of
+# the default run: the rail-down case still loses requests (see the issue
+# notes); FERRY_FAULT_VM=1 runs it.
+if [ "${#devs[@]}" -ge 4 ] && [ "${FERRY_FAULT_VM:-0}" = 1 ]; then
+	run env B="$B" tests/fault-vm.sh
+fi
 exit $fail
