@@ -157,7 +157,8 @@ void core_slice_done(struct qctx *ctx, struct slice *s, int err)
 		if (slice_retry(c, s, err))
 			return;
 	} else {
-		histo_add(&c->lat, c->q.now - s->post_tsc);
+		if (likely(c->counters))
+			histo_add(&c->lat, c->q.now - s->post_tsc);
 		if (unlikely(s->ep->errs | s->ep->paused))
 			rail_note_success(c, s->ep);
 	}
@@ -666,7 +667,8 @@ static void *core_main(void *arg)
 	uint64_t t0, t1;
 
 	urcu_qsbr_register_thread();
-	perf_open_self(&c->perf);
+	if (c->counters)
+		perf_open_self(&c->perf);
 	if (c->e->opts.verbose && c->perf.why[0])
 		fprintf(stderr, "ferry: core %u: hardware counters: %s\n", c->index, c->perf.why);
 	t0 = ferry_tsc();
@@ -736,6 +738,11 @@ int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char
 	c->cpu = cpu;
 	c->numa = node;
 	c->slice_size = e->opts.slice_size;
+	c->counters = e->opts.counters != 0;
+	if (!c->counters) { /* before the thread starts: readers see it whole */
+		snprintf(c->perf.why, sizeof(c->perf.why), "off (counters=0)");
+		c->perf.tried = 1;
+	}
 	c->stats.cpu = cpu;
 	c->stats.numa_node = node;
 	c->q.stats = &c->stats;

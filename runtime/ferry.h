@@ -55,6 +55,9 @@ struct ferry_opts {
 	enum ferry_idle idle;  /**< idle policy (default adaptive) */
 	uint32_t loop_nocopy;  /**< loop NIC: skip the memcpy (benchmarks the data plane) */
 	int verbose;           /**< log start-up decisions to stderr */
+	int counters;          /**< 1 (default): per-core latency histogram and hardware
+	                        *   counters; 0: off (software counters stay; used to
+	                        *   measure what the others cost) */
 };
 
 /** Operation of a request, seen from the initiator. */
@@ -139,7 +142,7 @@ void ferry_opts_default(struct ferry_opts *o);
  * Override fields of o from the environment: FERRY_CORES, FERRY_NICS,
  * FERRY_LISTEN, FERRY_SLICE_SIZE, FERRY_QPS_PER_EP, FERRY_WRS_PER_QP,
  * FERRY_CQES, FERRY_SIGNAL_EVERY, FERRY_RING_SIZE, FERRY_RETRIES,
- * FERRY_TIMEOUT_MS, FERRY_IDLE (adaptive|spin), FERRY_VERBOSE.
+ * FERRY_TIMEOUT_MS, FERRY_IDLE (adaptive|spin), FERRY_VERBOSE, FERRY_COUNTERS (0|1).
  * Returns -EINVAL (and names the variable on stderr) on a malformed value;
  * o is left unchanged then.  String fields point into the environment.
  * Any thread.
@@ -267,6 +270,13 @@ int ferry_req_status(const struct ferry_batch *b, uint32_t i, struct ferry_req_s
 
 /** Snapshot of core's counters (core = 0..ferry_engine_cores()-1).  Any thread. */
 int ferry_core_stats(const struct ferry_engine *e, unsigned core, struct ferry_core_stats *out);
+
+/**
+ * Why core's hardware counters are missing, in plain words ("all counting"
+ * when none is): copied into buf (NUL-terminated, truncated to len).  0 or
+ * -EINVAL / -ERANGE.  Any thread.
+ */
+int ferry_core_counters_note(const struct ferry_engine *e, unsigned core, char *buf, size_t len);
 
 /**
  * Every core's counters in the Prometheus text exposition format, labelled

@@ -153,6 +153,7 @@ struct ferry_core {
 	uint64_t slices_out;
 	uint64_t timeout_tsc;
 	uint32_t slice_size;
+	uint8_t counters;              /* histogram and hardware counters on */
 	unsigned index;
 	/* shared */
 	struct ferry_ring cmds;        /* control path -> core */

@@ -54,6 +54,7 @@ void ferry_opts_default(struct ferry_opts *o)
 	o->idle = FERRY_IDLE_ADAPTIVE;
 	o->loop_nocopy = 0;
 	o->verbose = 0;
+	o->counters = 1;
 }
 
 const char *ferry_state_name(enum ferry_state s)
@@ -477,15 +478,16 @@ static int env_idle(struct ferry_opts *o)
 	return 0;
 }
 
-static int env_verbose(struct ferry_opts *o)
+/* A 0/1 switch. */
+static int env_flag(const char *name, int *field)
 {
-	const char *v = getenv("FERRY_VERBOSE");
+	const char *v = getenv(name);
 
 	if (!v)
 		return 0;
 	if (strcmp(v, "0") && strcmp(v, "1"))
-		return env_bad("FERRY_VERBOSE", v, "expected 0 or 1");
-	o->verbose = v[0] - '0';
+		return env_bad(name, v, "expected 0 or 1");
+	*field = v[0] - '0';
 	return 0;
 }
 
@@ -514,7 +516,9 @@ int ferry_opts_from_env(struct ferry_opts *o)
 			rc = -EINVAL;
 	if (env_idle(&t))
 		rc = -EINVAL;
-	if (env_verbose(&t))
+	if (env_flag("FERRY_VERBOSE", &t.verbose))
+		rc = -EINVAL;
+	if (env_flag("FERRY_COUNTERS", &t.counters))
 		rc = -EINVAL;
 	if (!rc)
 		*o = t;

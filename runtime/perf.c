@@ -147,7 +147,18 @@ int perf_open_self(struct perf_ctrs *p)
 	explain(p, err);
 	/* Publish: a reader that sees ok > 0 also sees the fds. */
 	__atomic_store_n(&p->ok, n, __ATOMIC_RELEASE);
+	__atomic_store_n(&p->tried, 1, __ATOMIC_RELEASE);
 	return n;
+}
+
+void perf_note(const struct perf_ctrs *p, char *buf, size_t len)
+{
+	if (!len)
+		return;
+	if (!__atomic_load_n(&p->tried, __ATOMIC_ACQUIRE))
+		snprintf(buf, len, "not opened yet");
+	else
+		snprintf(buf, len, "%s", p->why[0] ? p->why : "all counting");
 }
 
 void perf_read(const struct perf_ctrs *p, uint64_t out[PERF_CTR_N], uint8_t valid[PERF_CTR_N])

@@ -13,6 +13,7 @@
 #ifndef FERRY_RUNTIME_PERF_H
 #define FERRY_RUNTIME_PERF_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 enum perf_ctr {
@@ -26,6 +27,7 @@ enum perf_ctr {
 struct perf_ctrs {
 	int fd[PERF_CTR_N];        /* -1: not counting */
 	int ok;                    /* counters opened; published last (see perf.c) */
+	int tried;                 /* perf_open_self finished: why is final */
 	/* "" when all opened, else what failed and why; 192 so that the usual
 	 * worst case (a VM without PMU, unprivileged) fits whole. */
 	char why[192];
@@ -53,6 +55,9 @@ void perf_read(const struct perf_ctrs *p, uint64_t out[PERF_CTR_N], uint8_t vali
  * not fd 0).  Must not race with perf_read.
  */
 void perf_close(struct perf_ctrs *p);
+
+/* Copy why into buf once the owner tried to open (else "not started yet"). */
+void perf_note(const struct perf_ctrs *p, char *buf, size_t len);
 
 /* Short name of counter i ("cycles", ...), as in `why`. */
 const char *perf_ctr_name(unsigned i);

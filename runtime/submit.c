@@ -400,6 +400,16 @@ static void hw_counters(struct ferry_core *c, struct ferry_core_stats *out)
 	out->ctx_switches = __atomic_load_n(&c->hw_cache[PERF_CTR_CTX_SWITCHES], __ATOMIC_RELAXED);
 }
 
+int ferry_core_counters_note(const struct ferry_engine *e, unsigned core, char *buf, size_t len)
+{
+	if (!e || !buf || !len)
+		return -EINVAL;
+	if (core >= e->ncores)
+		return -ERANGE;
+	perf_note(&e->cores[core]->perf, buf, len);
+	return 0;
+}
+
 int ferry_core_stats(const struct ferry_engine *e, unsigned core, struct ferry_core_stats *out)
 {
 	const struct ferry_core_stats *s;

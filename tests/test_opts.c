@@ -85,6 +85,7 @@ static void test_defaults(void **state)
 	assert_int_equal(o.idle, FERRY_IDLE_ADAPTIVE);
 	assert_int_equal(o.loop_nocopy, 0);
 	assert_int_equal(o.verbose, 0);
+	assert_int_equal(o.counters, 1);
 	assert_int_equal(ferry_opts_check(&o, err, sizeof(err)), 0);
 }
 
@@ -218,7 +219,7 @@ static const char *const env_vars[] = {
 	"FERRY_CORES", "FERRY_NICS", "FERRY_LISTEN", "FERRY_SLICE_SIZE",
 	"FERRY_QPS_PER_EP", "FERRY_WRS_PER_QP", "FERRY_CQES", "FERRY_SIGNAL_EVERY",
 	"FERRY_RING_SIZE", "FERRY_RETRIES", "FERRY_TIMEOUT_MS", "FERRY_IDLE",
-	"FERRY_VERBOSE",
+	"FERRY_VERBOSE", "FERRY_COUNTERS",
 };
 
 static int env_clear(void **state)
@@ -305,6 +306,7 @@ static void test_env_good(void **state)
 	setenv("FERRY_TIMEOUT_MS", "0", 1);
 	setenv("FERRY_IDLE", "spin", 1);
 	setenv("FERRY_VERBOSE", "1", 1);
+	setenv("FERRY_COUNTERS", "0", 1);
 	ferry_opts_default(&o);
 	assert_int_equal(ferry_opts_from_env(&o), 0);
 	assert_string_equal(o.cores, "1,0");
@@ -320,6 +322,7 @@ static void test_env_good(void **state)
 	assert_int_equal(o.timeout_ms, 0);
 	assert_int_equal(o.idle, FERRY_IDLE_SPIN);
 	assert_int_equal(o.verbose, 1);
+	assert_int_equal(o.counters, 0);
 	/* Untouched fields keep what the caller had. */
 	assert_int_equal(o.loop_nocopy, 0);
 }

@@ -124,6 +124,28 @@ static void test_zeroed(void **state)
 	assert_int_equal(fcntl(0, F_GETFD) >= 0, fd0 >= 0);
 }
 
+/* The note says plainly whether the counters were tried and what failed. */
+static void test_note(void **state)
+{
+	struct perf_ctrs p;
+	char buf[256];
+
+	(void)state;
+	memset(&p, 0, sizeof(p));
+	perf_note(&p, buf, sizeof(buf));
+	assert_string_equal(buf, "not opened yet");
+	perf_open_self(&p);
+	perf_note(&p, buf, sizeof(buf));
+	assert_true(buf[0] != 0);
+	if (__atomic_load_n(&p.ok, __ATOMIC_ACQUIRE) == PERF_CTR_N)
+		assert_string_equal(buf, "all counting");
+	else
+		assert_string_not_equal(buf, "all counting");
+	perf_note(&p, buf, 4);
+	assert_int_equal(strlen(buf), 3);
+	perf_close(&p);
+}
+
 /* ---- a worker's counters read from the main thread ---- */
 
 static struct perf_ctrs worker_ctrs;
@@ -194,6 +216,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_self),
 		cmocka_unit_test(test_zeroed),
+		cmocka_unit_test(test_note),
 		cmocka_unit_test(test_other_thread),
 	};
 
