@@ -60,7 +60,7 @@ TEST_SRCS := $(wildcard tests/test_*.c)
 TESTS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 # The concurrent tests: these also run under ThreadSanitizer.
 TSAN_TESTS := test_ring test_integration test_faults test_loop test_ctl test_stats test_api \
-              test_histo test_perf
+              test_histo test_perf test_epcache
 
 .PHONY: all test test-plain test-asan test-tsan test-verbs run-tests install check-install clean bench fuzz callgrind
 all: $(B)/libferry.a $(B)/libferry.so $(B)/ferry_bench $(B)/ferry.pc

@@ -62,11 +62,27 @@ int ep_attach(struct qctx *ctx, struct ferry_ep *ep)
 	return 0;
 }
 
+void ep_destroy_qps(struct qctx *ctx, struct ferry_ep *ep)
+{
+	if (ep->qps_gone)
+		return;
+	for (uint32_t i = 0; i < ep->nqps; i++) {
+		qpx_destroy(ctx, ep->qps[i]);
+		ep->qps[i] = NULL;
+	}
+	ep->nqps = 0; /* a stale reader sees no QP, not freed ones */
+	ep->qps_gone = 1;
+}
+
+void ep_free(struct ferry_ep *ep)
+{
+	free(ep);
+}
+
 void ep_destroy(struct qctx *ctx, struct ferry_ep *ep)
 {
-	for (uint32_t i = 0; i < ep->nqps; i++)
-		qpx_destroy(ctx, ep->qps[i]);
-	free(ep);
+	ep_destroy_qps(ctx, ep);
+	ep_free(ep);
 }
 
 uint32_t ep_post(struct qctx *ctx, struct ferry_ep *ep)

@@ -2,16 +2,22 @@
 /*
  * Endpoints: one per (local core/NIC, opened segment): the set of QPs from
  * this core's NIC to one NIC of the peer, and the slices waiting for room on
- * them.  An endpoint belongs to exactly one core: created on the control
- * path, it is handed to its core through the core's command ring, used and
- * torn down only there (QPs to error, flushes consumed, depth 0, QPs
- * destroyed), then freed by the control path once the core acknowledged.
+ * them.  An endpoint belongs to exactly one core.  The control path creates
+ * and connects it, has the core attach its QPs (command ring), then
+ * publishes it in the core's endpoint table (an RCU-published array indexed
+ * by segment slot: the core reads it with no lock).  Teardown is two-phase:
+ * the core stops posting, moves the QPs to the error state, consumes the
+ * flushes (each in-flight slice is retried elsewhere or failed) until the
+ * depth counters are zero, and destroys the QPs; then the control path
+ * unpublishes it and frees its memory after a grace period (call_rcu, see
+ * runtime/reap.c) -- a core may still hold the pointer from its last pass.
  */
 #ifndef FERRY_EP_H
 #define FERRY_EP_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <urcu/urcu-qsbr.h>
 
 #include "../qp/post.h"
 #include "../slice/slice.h"
@@ -25,6 +31,8 @@ struct ferry_ep {
 	uint8_t closing;             /* teardown started: post nothing more */
 	uint8_t down;                /* the peer cannot be reached: fail fast */
 	uint8_t paused;              /* rail health: too many errors lately */
+	uint8_t visited;             /* SIEVE: used since the hand passed (atomic) */
+	uint8_t qps_gone;            /* the owner destroyed the QPs (teardown done) */
 	uint32_t errs;               /* errors in the current window */
 	uint64_t win_start;          /* TSC: start of the error window */
 	uint64_t paused_until;       /* TSC */
@@ -36,6 +44,9 @@ struct ferry_ep {
 	uint32_t nqps;
 	uint32_t rr;                 /* next QP to try first */
 	struct qpx *qps[EP_MAX_QPS];
+	struct rcu_head rcu;         /* freed after a grace period */
+	struct ferry_ep *next_retired; /* unpublished, waiting for call_rcu */
+	void *reaper;                /* the engine that frees it (runtime/reap.c) */
 };
 
 /* Create an endpoint with nqps unconnected QPs of max_wr each on ctx (control path). */
@@ -51,8 +62,21 @@ int ep_connect(struct qctx *ctx, struct ferry_ep *ep, const struct nic_addr *rem
 /* Attach ep's QPs to the core's table: the owning core. */
 int ep_attach(struct qctx *ctx, struct ferry_ep *ep);
 
-/* Destroy an endpoint whose QPs are drained (depth 0); the owning core. */
+/* Destroy the QPs of a drained endpoint (depth 0); the owning core.  Idempotent. */
+void ep_destroy_qps(struct qctx *ctx, struct ferry_ep *ep);
+
+/* Free an endpoint's memory (its QPs are gone); nobody may hold it any more. */
+void ep_free(struct ferry_ep *ep);
+
+/* Both: an endpoint that was never published, or once every core stopped. */
 void ep_destroy(struct qctx *ctx, struct ferry_ep *ep);
+
+/* Mark ep used (SIEVE's visited bit): the core, on each request part. */
+static inline void ep_touch(struct ferry_ep *ep)
+{
+	if (!__atomic_load_n(&ep->visited, __ATOMIC_RELAXED))
+		__atomic_store_n(&ep->visited, 1, __ATOMIC_RELAXED);
+}
 
 /* Post pending slices over the healthy QPs, one doorbell per QP; returns WRs posted. */
 uint32_t ep_post(struct qctx *ctx, struct ferry_ep *ep);

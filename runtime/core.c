@@ -188,43 +188,42 @@ static void fail_pending(struct ferry_core *c, struct ferry_ep *ep, int err)
 		core_slice_finish(c, s, err);
 }
 
+/* A new endpoint's QPs join the core's table; the control path publishes
+ * the endpoint itself once they have. */
 static void cmd_ep_add(struct ferry_core *c, struct core_cmd *cmd)
 {
-	int rc = ep_attach(&c->q, cmd->ep);
-
-	if (rc == 0)
-		c->eps[cmd->slot] = cmd->ep;
-	cmd_done(cmd, rc);
+	cmd_done(cmd, ep_attach(&c->q, cmd->ep));
 }
 
-/* The control path only removes an endpoint with nothing in flight; if work
- * raced in anyway, it is failed and flushed before the QPs go. */
+/*
+ * Teardown, phase one: post nothing more, fail what waits, move the QPs to
+ * error and consume the flushes (their slices retry elsewhere or fail);
+ * -EBUSY until the depth counters are zero, then the QPs are destroyed
+ * here, by their owner.  Phase two (unpublish, call_rcu) is the control
+ * path's.  Normally nothing is in flight (the segment is idle or closing).
+ */
 static void cmd_ep_remove(struct ferry_core *c, struct core_cmd *cmd)
 {
-	struct ferry_ep *ep = c->eps[cmd->slot];
+	struct ferry_ep *ep = cmd->ep;
 
-	if (!ep) {
-		cmd_done(cmd, -ENOENT);
-		return;
-	}
+	if (ep->qps_gone)
+		return cmd_done(cmd, 0);
 	ep->closing = 1;
 	fail_pending(c, ep, -ECANCELED);
 	if (ep_depth(ep)) {
 		ep_set_error(&c->q, ep);
-		cmd_done(cmd, -EBUSY); /* the control path retries after the flush */
-		return;
+		return cmd_done(cmd, -EBUSY); /* the control path asks again */
 	}
 	if (ep->active)
 		return cmd_done(cmd, -EBUSY);
-	c->eps[cmd->slot] = NULL;
-	ep_destroy(&c->q, ep);
+	ep_destroy_qps(&c->q, ep);
 	cmd_done(cmd, 0);
 }
 
 /* Swap in a QP the repair thread connected for a broken, drained one. */
 static void cmd_qp_replace(struct ferry_core *c, struct core_cmd *cmd)
 {
-	struct ferry_ep *ep = c->eps[cmd->slot];
+	struct ferry_ep *ep = core_ep(c, cmd->slot);
 	struct qpx *old;
 	int rc;
 
@@ -247,9 +246,9 @@ static void cmd_qp_replace(struct ferry_core *c, struct core_cmd *cmd)
 /* The repair thread found the peer unreachable (or reachable again). */
 static void cmd_ep_down(struct ferry_core *c, struct core_cmd *cmd)
 {
-	struct ferry_ep *ep = c->eps[cmd->slot];
+	struct ferry_ep *ep = core_ep(c, cmd->slot);
 
-	if (ep != cmd->ep || !ep)
+	if (ep != cmd->ep || !ep || ep->closing)
 		return cmd_done(cmd, -ENOENT);
 	ep->down = (uint8_t)cmd->rc;
 	if (ep->down)
@@ -389,7 +388,7 @@ static uint32_t core_cut(struct ferry_core *c)
 	while (c->cut_head != c->cut_tail && cut < CUT_BUDGET) {
 		struct cut_part *pt = &c->cut[c->cut_head & (CUT_FIFO - 1)];
 		struct ferry_rq *rq = pt->rq;
-		struct ferry_ep *ep = c->eps[rq->seg_slot];
+		struct ferry_ep *ep = core_ep(c, rq->seg_slot);
 		int err = cut_refusal(rq, ep);
 
 		if (err) {
@@ -398,6 +397,7 @@ static uint32_t core_cut(struct ferry_core *c)
 			continue;
 		}
 		cut_tmpl_init(&t, c, rq, ep);
+		ep_touch(ep);
 		core_ep_activate(c, ep);
 		while (pt->next < pt->end && cut < CUT_BUDGET) {
 			struct slice *s = slice_get(&c->pool);
@@ -477,7 +477,7 @@ static void core_ask_repair(struct ferry_core *c, struct qpx *qp)
 static void core_sweep_rails(struct ferry_core *c)
 {
 	for (unsigned s = 0; s < FERRY_MAX_SEGS; s++) {
-		struct ferry_ep *ep = c->eps[s];
+		struct ferry_ep *ep = core_ep(c, s);
 
 		if (ep && ep->paused && c->q.now >= ep->paused_until) {
 			ep->paused = 0;
@@ -635,18 +635,21 @@ static void core_drain(struct ferry_core *c)
 		part_fail(c, pt->rq, pt->next, pt->end, -ECANCELED);
 	}
 	for (unsigned s = 0; s < FERRY_MAX_SEGS; s++) {
-		if (c->eps[s]) {
-			fail_pending(c, c->eps[s], -ECANCELED);
-			ep_set_error(&c->q, c->eps[s]);
+		struct ferry_ep *ep = core_ep(c, s);
+
+		if (ep && !ep->qps_gone) {
+			ep->closing = 1;
+			fail_pending(c, ep, -ECANCELED);
+			ep_set_error(&c->q, ep);
 		}
 	}
 	while (c->q.cq_quota.depth && ferry_now_ns() < deadline)
 		qctx_poll(&c->q);
 	for (unsigned s = 0; s < FERRY_MAX_SEGS; s++) {
-		if (c->eps[s] && ep_depth(c->eps[s]) == 0) {
-			ep_destroy(&c->q, c->eps[s]);
-			c->eps[s] = NULL;
-		}
+		struct ferry_ep *ep = core_ep(c, s);
+
+		if (ep && ep_depth(ep) == 0)
+			ep_destroy_qps(&c->q, ep); /* memory: core_destroy */
 	}
 	c->active = NULL;
 }
@@ -751,7 +754,9 @@ int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char
 	c->q.cq_quota.max = e->opts.cqes;
 	c->timeout_tsc = (uint64_t)e->opts.timeout_ms * ferry_tsc_hz() / 1000;
 	c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	rc = c->wake_fd < 0 ? -errno : ferry_ring_init(&c->cmds, CMD_RING);
+	rc = c->wake_fd < 0 ? -errno : sieve_init(&c->ep_cache, e->opts.ep_cache);
+	if (rc == 0)
+		rc = ferry_ring_init(&c->cmds, CMD_RING);
 	if (rc == 0)
 		rc = ferry_ring_init(&c->repairs, REPAIR_RING);
 	if (rc == 0)
@@ -807,9 +812,12 @@ void core_destroy(struct ferry_core *c)
 	if (!c)
 		return;
 	core_stop(c);
-	for (unsigned s = 0; s < FERRY_MAX_SEGS; s++)
+	/* Stopped: no reader is left, no grace period needed. */
+	for (unsigned s = 0; s < FERRY_MAX_SEGS; s++) {
 		if (c->eps[s])
 			ep_destroy(&c->q, c->eps[s]);
+		c->eps[s] = NULL;
+	}
 	if (c->q.cq)
 		c->q.prov->cq_destroy(c->q.cq);
 	if (c->q.nic)

@@ -227,6 +227,7 @@ void ferry_engine_destroy(struct ferry_engine *e)
 			free(e->ports[i]->rings);
 			free(e->ports[i]);
 		}
+	reap_wait(e); /* endpoints queued for call_rcu are freed */
 	pthread_rwlock_destroy(&e->regions_lock);
 	pthread_mutex_destroy(&e->passive_lock);
 	pthread_mutex_destroy(&e->ctl_lock);

@@ -28,6 +28,9 @@ extern "C" {
 #define FERRY_VERSION_MAJOR 0
 #define FERRY_VERSION_MINOR 1
 
+/** Segments an engine can have open at once. */
+#define FERRY_MAX_SEGMENTS 256
+
 /** Handle of an opened remote segment (a peer engine's registered memory). */
 typedef uint64_t ferry_seg_t;
 
@@ -52,6 +55,8 @@ struct ferry_opts {
 	uint32_t ring_size;    /**< SPSC ring slots per (port, core), power of 2 (default 1024) */
 	uint32_t retries;      /**< retries per failed slice, other QP first, then other rails (default 9) */
 	uint32_t timeout_ms;   /**< slice timeout; 0 = off (default 10000) */
+	uint32_t ep_cache;     /**< endpoints kept per core, 1..FERRY_MAX_SEGMENTS (default 128);
+	                        *   beyond, the least useful idle one is evicted (SIEVE) */
 	enum ferry_idle idle;  /**< idle policy (default adaptive) */
 	uint32_t loop_nocopy;  /**< loop NIC: skip the memcpy (benchmarks the data plane) */
 	int verbose;           /**< log start-up decisions to stderr */
@@ -111,6 +116,7 @@ struct ferry_core_stats {
 	uint64_t qp_resets;        /**< broken QPs replaced through a new handshake */
 	uint64_t handovers;        /**< failed slices handed to another core's rail */
 	uint64_t rail_pauses;      /**< times a rail was paused for its error rate */
+	uint64_t ep_evictions;     /**< endpoints evicted from this core's cache (SIEVE) */
 	uint64_t reqs_done;        /**< request parts finished by this core */
 	uint64_t provider_errors;  /**< post/poll failures: always a bug, should be 0 */
 	uint64_t sleeps;           /**< times the core went to sleep when idle */
@@ -142,7 +148,8 @@ void ferry_opts_default(struct ferry_opts *o);
  * Override fields of o from the environment: FERRY_CORES, FERRY_NICS,
  * FERRY_LISTEN, FERRY_SLICE_SIZE, FERRY_QPS_PER_EP, FERRY_WRS_PER_QP,
  * FERRY_CQES, FERRY_SIGNAL_EVERY, FERRY_RING_SIZE, FERRY_RETRIES,
- * FERRY_TIMEOUT_MS, FERRY_IDLE (adaptive|spin), FERRY_VERBOSE, FERRY_COUNTERS (0|1).
+ * FERRY_TIMEOUT_MS, FERRY_EP_CACHE, FERRY_IDLE (adaptive|spin), FERRY_VERBOSE,
+ * FERRY_COUNTERS (0|1).
  * Returns -EINVAL (and names the variable on stderr) on a malformed value;
  * o is left unchanged then.  String fields point into the environment.
  * Any thread.

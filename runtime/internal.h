@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "../ep/ep.h"
+#include "../ep/sieve.h"
 #include "../qp/nic.h"
 #include "../qp/post.h"
 #include "../ring/ring.h"
@@ -24,7 +25,8 @@
 #include "opts.h"
 #include "wire.h"
 
-#define FERRY_MAX_SEGS 256
+#define FERRY_MAX_SEGS FERRY_MAX_SEGMENTS
+_Static_assert(FERRY_MAX_SEGS <= SIEVE_MAX_KEYS, "a segment slot is a SIEVE key");
 #define FERRY_MAX_PORTS 64
 #define CUT_FIFO 256      /* request parts a core is cutting (power of 2) */
 #define CMD_RING 64
@@ -51,6 +53,7 @@ struct ferry_rq {
 	uint32_t nparts;
 	uint32_t seg_slot;
 	uint32_t seg_gen;
+	uint64_t rails;                /* cores the parts go to (bit i: core i) */
 	/* Folded by every core that serves a part: own cache line. */
 	uint64_t remaining ferry_cache_aligned; /* bytes not yet accounted */
 	uint64_t ok_bytes;
@@ -89,6 +92,7 @@ struct ferry_seg {
 	uint32_t gen;
 	uint32_t state;                /* atomic enum seg_state */
 	uint64_t inflight;             /* atomic: requests using the segment */
+	uint32_t stale;                /* atomic: the peer restarted; refuse with -ESTALE */
 	char address[64];
 	struct seg_desc *desc;         /* current descriptor */
 	struct seg_desc *old_descs[8]; /* replaced by refresh, kept until close */
@@ -97,6 +101,7 @@ struct ferry_seg {
 	uint64_t qp_tokens[FERRY_MAX_CORES][EP_MAX_QPS]; /* the peer's half of each QP */
 	uint8_t rail_down[FERRY_MAX_CORES]; /* atomic: the core's rail cannot reach the peer */
 	uint8_t rail_paused[FERRY_MAX_CORES]; /* atomic, written by the core: rail health */
+	uint8_t rail_gone[FERRY_MAX_CORES]; /* atomic (seq_cst): no endpoint (evicted, no room) */
 };
 
 enum core_cmd_type { CMD_EP_ADD = 1, CMD_EP_REMOVE, CMD_QP_REPLACE, CMD_EP_DOWN };
@@ -144,7 +149,6 @@ struct ferry_core {
 	uint64_t hw_cache_ns;          /* when (atomic) */
 	/* core-owned */
 	struct slice_pool pool ferry_cache_aligned;
-	struct ferry_ep *eps[FERRY_MAX_SEGS];
 	struct ferry_ep *active;       /* eps with pending slices */
 	struct cut_part cut[CUT_FIFO];
 	uint32_t cut_head, cut_tail;
@@ -156,6 +160,9 @@ struct ferry_core {
 	uint8_t counters;              /* histogram and hardware counters on */
 	unsigned index;
 	/* shared */
+	struct ferry_ep *eps[FERRY_MAX_SEGS]; /* RCU-published by the control path, by segment slot */
+	struct sieve ep_cache;         /* control path (ctl_lock): which slots hold an endpoint */
+	uint64_t ep_evictions;         /* atomic, control path */
 	struct ferry_ring cmds;        /* control path -> core */
 	struct ferry_ring repairs;     /* core -> repair thread: QPs to replace */
 	struct ferry_ring *xfer_in;    /* [src]: slices handed over by core src (SPSC) */
@@ -193,6 +200,8 @@ struct ferry_engine {
 	pthread_mutex_t passive_lock;  /* the control thread vs engine destroy */
 	struct passive_ep *passive;    /* peer QPs we serve as a target */
 	struct repair repair;
+	struct ferry_ep *retired;      /* unpublished endpoints for call_rcu (runtime/reap.c) */
+	uint64_t rcu_pending;          /* endpoints queued for call_rcu, not yet freed (atomic) */
 	int tsan_gp;                   /* TSan model of the RCU grace period */
 };
 
@@ -229,6 +238,11 @@ struct mem_region *ferry_region_find(struct ferry_engine *e, uint64_t addr, uint
 /* runtime/segment.c: take a reference on an open segment for a request, or NULL. */
 struct ferry_seg *seg_acquire(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot);
 void seg_release_ref(struct ferry_seg *s);
+/* The peer restarted: fail the segment's requests fast (-ESTALE); ctl_lock held. */
+void seg_mark_stale(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot);
+/* Connect the rails of segment slot (generation gen) that have no endpoint
+ * (evicted); the caller holds a reference.  Rails added, or -errno. */
+int seg_reconnect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, uint32_t gen);
 /* Engine destroy: tell every peer to free its half of our endpoints (best effort). */
 void seg_disconnect_all(struct ferry_engine *e);
 /* Connect q (of core i) to a new responder QP on the peer; ctl_lock held. */
@@ -248,11 +262,28 @@ void handover_fini(struct ferry_core *c);
 bool slice_handover(struct ferry_core *c, struct slice *s);
 uint32_t core_drain_xfer(struct ferry_core *c);
 void core_drain_xfer_at_stop(struct ferry_core *c);
+/* The core has no endpoint to the segment (see seg_drop_ep's Dekker pair). */
+static inline bool rail_gone(const struct ferry_seg *s, unsigned core)
+{
+	return __atomic_load_n(&s->rail_gone[core], __ATOMIC_SEQ_CST);
+}
+
 /* A rail (core's endpoint to a segment) new work should avoid. */
 static inline bool rail_unusable(const struct ferry_seg *s, unsigned core)
 {
-	return __atomic_load_n(&s->rail_down[core], __ATOMIC_RELAXED) ||
+	return rail_gone(s, core) || __atomic_load_n(&s->rail_down[core], __ATOMIC_RELAXED) ||
 	       __atomic_load_n(&s->rail_paused[core], __ATOMIC_RELAXED);
+}
+
+/* runtime/reap.c: free unpublished endpoints after a grace period. */
+void ep_retire(struct ferry_engine *e, struct ferry_ep *ep);   /* ctl_lock held */
+unsigned reap_run(struct ferry_engine *e);                       /* the repair thread */
+void reap_wait(struct ferry_engine *e);                          /* engine destroy */
+
+/* The core's endpoint for segment slot (rcu_dereference; NULL if none). */
+static inline struct ferry_ep *core_ep(const struct ferry_core *c, uint32_t slot)
+{
+	return __atomic_load_n(&c->eps[slot], __ATOMIC_ACQUIRE);
 }
 
 /* runtime/repair.c */

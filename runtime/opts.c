@@ -51,6 +51,7 @@ void ferry_opts_default(struct ferry_opts *o)
 	o->ring_size = 1024;
 	o->retries = 9;
 	o->timeout_ms = 10000;
+	o->ep_cache = 128;
 	o->idle = FERRY_IDLE_ADAPTIVE;
 	o->loop_nocopy = 0;
 	o->verbose = 0;
@@ -369,6 +370,7 @@ static const struct env_num env_nums[] = {
 	{ "FERRY_RING_SIZE", offsetof(struct ferry_opts, ring_size), 1 },
 	{ "FERRY_RETRIES", offsetof(struct ferry_opts, retries), 0 },
 	{ "FERRY_TIMEOUT_MS", offsetof(struct ferry_opts, timeout_ms), 0 },
+	{ "FERRY_EP_CACHE", offsetof(struct ferry_opts, ep_cache), 0 },
 };
 
 static unsigned suffix_shift(char c)
@@ -583,7 +585,8 @@ int ferry_opts_check(const struct ferry_opts *o, char *err, size_t errlen)
 	    check_range("signal_every", o->signal_every, 1, o->wrs_per_qp,
 			" (at most wrs_per_qp)", err, errlen) ||
 	    check_ring_size(o->ring_size, err, errlen) ||
-	    check_range("retries", o->retries, 0, 100, "", err, errlen))
+	    check_range("retries", o->retries, 0, 100, "", err, errlen) ||
+	    check_range("ep_cache", o->ep_cache, 1, FERRY_MAX_SEGMENTS, "", err, errlen))
 		return -EINVAL;
 	return 0;
 }

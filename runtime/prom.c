@@ -53,6 +53,8 @@ static const struct prom_row ferry_rows[] = {
 	    "Failed slices handed to another core's rail."),
 	CTR(rail_pauses, "ferry_rail_pauses_total",
 	    "Times a rail was paused for its error rate."),
+	CTR(ep_evictions, "ferry_ep_evictions_total",
+	    "Endpoints evicted from the core's cache (SIEVE)."),
 	CTR(reqs_done, "ferry_reqs_done_total", "Request parts finished by this core."),
 	CTR(provider_errors, "ferry_provider_errors_total",
 	    "Post/poll failures of the NIC provider (a bug unless 0)."),

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <urcu/urcu-qsbr.h>
+
 #include "internal.h"
 #include "stats.h"
 
@@ -73,6 +75,8 @@ static int repair_one(struct ferry_engine *e, const struct repair_job *j)
 	rc = seg_qp_handshake(e, j->core, s, ep->remote_nic, q, &token);
 	if (rc) {
 		qpx_destroy(&c->q, q);
+		if (rc == -ESTALE) /* the peer restarted: its keys are gone for good */
+			seg_mark_stale(e, s, j->slot);
 		if (!s->rail_down[j->core])
 			rail_set_down(e, s, j->core, j->slot, 1);
 		return rc;
@@ -159,10 +163,16 @@ static void *repair_main(void *arg)
 	struct ferry_engine *e = arg;
 	struct timespec idle = { 0, REPAIR_IDLE_NS };
 
+	/* Registered for call_rcu (runtime/reap.c), offline but for that. */
+	urcu_qsbr_register_thread();
+	urcu_qsbr_thread_offline();
 	while (!__atomic_load_n(&e->repair.stop, __ATOMIC_ACQUIRE)) {
-		if (repair_drain(e) + repair_due(e) == 0)
+		if (repair_drain(e) + repair_due(e) + reap_run(e) == 0)
 			nanosleep(&idle, NULL);
 	}
+	reap_run(e);
+	urcu_qsbr_thread_online();
+	urcu_qsbr_unregister_thread();
 	return NULL;
 }
 

@@ -63,19 +63,81 @@ static void sleep_us(long us)
 
 static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, unsigned core);
 
-/* Remove slot's endpoint from every core; waits out flushes (-EBUSY). */
+/*
+ * Tear down core i's endpoint to s (ctl_lock held).  Phase one on the
+ * owner core: stop, flush, drain, destroy the QPs (-EBUSY until then);
+ * phase two here: unpublish, free after a grace period.
+ */
+static void seg_drop_ep(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, unsigned i)
+{
+	struct ferry_core *c = e->cores[i];
+	struct ferry_ep *ep = s->eps[i];
+	struct core_cmd cmd = { .type = CMD_EP_REMOVE, .slot = slot, .ep = ep };
+
+	__atomic_store_n(&s->rail_gone[i], 1, __ATOMIC_SEQ_CST);
+	if (!ep)
+		return;
+	while (core_command(c, &cmd) == -EBUSY)
+		sleep_us(100);
+	__atomic_store_n(&c->eps[slot], NULL, __ATOMIC_RELEASE); /* rcu_assign_pointer */
+	sieve_remove(&c->ep_cache, slot);
+	s->eps[i] = NULL;
+	ep_disconnect_peer(e, s, i);
+	ep_retire(e, ep);
+}
+
+/* Remove slot's endpoint from every core. */
 static void seg_remove_eps(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
 {
-	for (unsigned i = 0; i < e->ncores; i++) {
-		struct core_cmd cmd = { .type = CMD_EP_REMOVE, .slot = slot };
+	for (unsigned i = 0; i < e->ncores; i++)
+		seg_drop_ep(e, s, slot, i);
+}
 
-		if (!s->eps[i])
-			continue;
-		while (core_command(e->cores[i], &cmd) == -EBUSY)
-			sleep_us(100);
-		s->eps[i] = NULL;
-		ep_disconnect_peer(e, s, i);
-	}
+struct evict_arg {
+	struct ferry_engine *e;
+	unsigned core;
+};
+
+/*
+ * SIEVE's second chance: the endpoint was used since the hand passed, or
+ * its segment has requests in flight.  The busy test is a Dekker pair with
+ * seg_acquire + rails_pick: we mark the rail gone, then look for
+ * references; a submitter takes its reference, then looks at the rail.
+ * Either we see its reference (and put the rail back) or it sees the rail
+ * gone (and stripes over the others): never a part sent to a rail we free.
+ */
+static bool ep_keep(void *arg, uint32_t slot)
+{
+	struct evict_arg *x = arg;
+	struct ferry_seg *s = &x->e->segs[slot];
+	struct ferry_ep *ep = s->eps[x->core];
+
+	if (ep && __atomic_exchange_n(&ep->visited, 0, __ATOMIC_RELAXED))
+		return true;
+	__atomic_store_n(&s->rail_gone[x->core], 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST) == 0)
+		return false;
+	__atomic_store_n(&s->rail_gone[x->core], 0, __ATOMIC_SEQ_CST);
+	return true;
+}
+
+/* Room in core i's endpoint cache, evicting with SIEVE if it is full;
+ * -EBUSY when every cached endpoint is in use.  ctl_lock held. */
+static int core_make_room(struct ferry_engine *e, unsigned i)
+{
+	struct ferry_core *c = e->cores[i];
+	struct evict_arg x = { e, i };
+	uint32_t slot;
+	int rc;
+
+	if (!sieve_full(&c->ep_cache))
+		return 0;
+	rc = sieve_evict(&c->ep_cache, ep_keep, &x, &slot);
+	if (rc)
+		return rc;
+	seg_drop_ep(e, &e->segs[slot], slot, i);
+	__atomic_fetch_add(&c->ep_evictions, 1, __ATOMIC_RELAXED);
+	return 0;
 }
 
 static int seg_check_desc(struct ferry_engine *e, const struct seg_desc *d, const char *address)
@@ -173,36 +235,78 @@ static int ep_handshake(struct ferry_engine *e, unsigned i, struct ferry_seg *s,
 	return 0;
 }
 
-/* One endpoint per local core, core i to the peer's NIC i mod n. */
+/* Connect core i's endpoint to s (to the peer's NIC i mod n), have the
+ * core attach its QPs, then publish it.  ctl_lock held. */
+static int seg_add_ep(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, unsigned i)
+{
+	struct ferry_core *c = e->cores[i];
+	struct core_cmd cmd = { .type = CMD_EP_ADD, .slot = slot };
+	struct ferry_ep *ep;
+	int rc = core_make_room(e, i);
+
+	if (rc == 0)
+		rc = ep_create(&c->q, e->opts.qps_per_ep, e->opts.wrs_per_qp, &ep);
+	if (rc)
+		return rc;
+	ep->seg_slot = slot;
+	ep->seg_gen = s->gen;
+	ep->remote_nic = i % s->desc->n_nics;
+	ep->seg = s;
+	rc = ep_handshake(e, i, s, ep);
+	if (rc == 0) {
+		cmd.ep = ep;
+		rc = core_command(c, &cmd);
+	}
+	if (rc) {
+		ep_destroy(&c->q, ep);
+		ep_disconnect_peer(e, s, i);
+		return rc;
+	}
+	s->eps[i] = ep;
+	__atomic_store_n(&s->rail_down[i], 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->rail_paused[i], 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->eps[slot], ep, __ATOMIC_RELEASE); /* rcu_assign_pointer */
+	sieve_insert(&c->ep_cache, slot);
+	__atomic_store_n(&s->rail_gone[i], 0, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+/* One endpoint per local core where the cache has room; fails only when
+ * no core could take one, or on any other error. */
 static int seg_connect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
 {
-	const struct seg_desc *d = s->desc;
+	unsigned n = 0;
 
 	for (unsigned i = 0; i < e->ncores; i++) {
-		struct core_cmd cmd = { .type = CMD_EP_ADD, .slot = slot };
-		struct ferry_ep *ep;
-		int rc;
+		int rc = seg_add_ep(e, s, slot, i);
 
-		rc = ep_create(&e->cores[i]->q, e->opts.qps_per_ep, e->opts.wrs_per_qp, &ep);
-		if (rc)
+		if (rc && rc != -EBUSY)
 			return rc;
-		ep->seg_slot = slot;
-		ep->seg_gen = s->gen;
-		ep->remote_nic = i % d->n_nics;
-		ep->seg = s;
-		rc = ep_handshake(e, i, s, ep);
-		if (rc == 0) {
-			cmd.ep = ep;
-			rc = core_command(e->cores[i], &cmd);
-		}
-		if (rc) {
-			ep_destroy(&e->cores[i]->q, ep);
-			ep_disconnect_peer(e, s, i);
-			return rc;
-		}
-		s->eps[i] = ep;
+		n += rc == 0;
+	}
+	if (n == 0) {
+		fprintf(stderr, "ferry: segment %s: every core's endpoint cache (ep_cache %u) "
+			"is full of endpoints in use\n", s->address, e->opts.ep_cache);
+		return -EBUSY;
 	}
 	return 0;
+}
+
+int seg_reconnect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, uint32_t gen)
+{
+	int rc = -EHOSTDOWN, added = 0;
+
+	pthread_mutex_lock(&e->ctl_lock);
+	if (s->state == SEG_OPEN && s->gen == gen) {
+		for (unsigned i = 0; i < e->ncores; i++) {
+			if (s->eps[i])
+				continue;
+			rc = seg_add_ep(e, s, slot, i);
+			added += rc == 0;
+		}
+	}
+	pthread_mutex_unlock(&e->ctl_lock);
+	return added ? added : rc;
 }
 
 static struct ferry_seg *seg_find_open(struct ferry_engine *e, const char *address, uint32_t *slot)
@@ -210,7 +314,8 @@ static struct ferry_seg *seg_find_open(struct ferry_engine *e, const char *addre
 	for (uint32_t i = 0; i < FERRY_MAX_SEGS; i++) {
 		struct ferry_seg *s = &e->segs[i];
 
-		if (s->state == SEG_OPEN && strcmp(s->address, address) == 0) {
+		if (s->state == SEG_OPEN && !__atomic_load_n(&s->stale, __ATOMIC_RELAXED) &&
+		    strcmp(s->address, address) == 0) {
 			*slot = i;
 			return s;
 		}
@@ -218,29 +323,79 @@ static struct ferry_seg *seg_find_open(struct ferry_engine *e, const char *addre
 	return NULL;
 }
 
+void seg_mark_stale(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
+{
+	if (__atomic_exchange_n(&s->stale, 1, __ATOMIC_SEQ_CST))
+		return;
+	fprintf(stderr, "ferry: segment %s: the peer restarted (new incarnation): requests to "
+		"the old one fail with ESTALE; open the address again\n", s->address);
+	for (unsigned i = 0; i < e->ncores; i++) {
+		struct core_cmd cmd = { .type = CMD_EP_DOWN, .slot = slot, .rc = 1 };
+
+		__atomic_store_n(&s->rail_down[i], 1, __ATOMIC_RELEASE);
+		if ((cmd.ep = s->eps[i]))
+			core_command(e->cores[i], &cmd);
+	}
+}
+
+/*
+ * The address is open already: the same peer process keeps its handle; a
+ * restarted one (new incarnation) gets a new segment and the old handle is
+ * marked stale (its keys and QPs belong to a dead process), so nothing of
+ * the old life is reused.  *fresh takes the new descriptor then.
+ */
+static int seg_check_reopen(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot,
+			    struct seg_desc **fresh)
+{
+	struct seg_desc *d = calloc(1, sizeof(*d));
+	int rc;
+
+	if (!d)
+		return -ENOMEM;
+	rc = ctl_fetch_desc(s->address, FETCH_TIMEOUT_MS, d);
+	if (rc == 0 && d->incarnation != s->desc->incarnation) {
+		seg_mark_stale(e, s, slot);
+		*fresh = d;
+		return 0;
+	}
+	seg_desc_free(d);
+	free(d);
+	return rc ? rc : 1;
+}
+
 static int seg_open_locked(struct ferry_engine *e, const char *address, ferry_seg_t *out)
 {
+	struct seg_desc *fresh = NULL;
 	struct ferry_seg *s;
 	uint32_t slot;
 	int rc;
 
 	s = seg_find_open(e, address, &slot);
 	if (s) {
-		*out = seg_handle(s->gen, slot);
-		return 0;
+		rc = seg_check_reopen(e, s, slot, &fresh);
+		if (rc == 1)
+			*out = seg_handle(s->gen, slot);
+		if (rc)
+			return rc < 0 ? rc : 0;
 	}
 	for (slot = 0; slot < FERRY_MAX_SEGS && e->segs[slot].state != SEG_FREE; slot++)
 		;
-	if (slot == FERRY_MAX_SEGS)
+	if (slot == FERRY_MAX_SEGS) {
+		if (fresh)
+			seg_desc_free(fresh);
+		free(fresh);
 		return -ENOSPC;
+	}
 	s = &e->segs[slot];
-	/* A reused slot starts with healthy rails. */
+	s->stale = 0;
+	/* A reused slot starts with healthy rails, none connected yet. */
 	memset(s->rail_down, 0, sizeof(s->rail_down));
 	memset(s->rail_paused, 0, sizeof(s->rail_paused));
-	s->desc = calloc(1, sizeof(*s->desc));
+	memset(s->rail_gone, 1, sizeof(s->rail_gone));
+	s->desc = fresh ? fresh : calloc(1, sizeof(*s->desc));
 	if (!s->desc)
 		return -ENOMEM;
-	rc = ctl_fetch_desc(address, FETCH_TIMEOUT_MS, s->desc);
+	rc = fresh ? 0 : ctl_fetch_desc(address, FETCH_TIMEOUT_MS, s->desc);
 	if (rc == 0)
 		rc = seg_check_desc(e, s->desc, address);
 	if (rc == 0) {
@@ -274,7 +429,7 @@ int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t 
 	return rc;
 }
 
-static int seg_refresh_locked(struct ferry_seg *s)
+static int seg_refresh_locked(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
 {
 	struct seg_desc *d;
 	int rc;
@@ -285,9 +440,11 @@ static int seg_refresh_locked(struct ferry_seg *s)
 	if (!d)
 		return -ENOMEM;
 	rc = ctl_fetch_desc(s->address, FETCH_TIMEOUT_MS, d);
-	/* A restarted peer (new incarnation) needs new endpoints: close and reopen. */
-	if (rc == 0 && (d->incarnation != s->desc->incarnation || d->n_nics != s->desc->n_nics))
+	/* A restarted peer (new incarnation) needs new endpoints: open it again. */
+	if (rc == 0 && (d->incarnation != s->desc->incarnation || d->n_nics != s->desc->n_nics)) {
+		seg_mark_stale(e, s, slot);
 		rc = -ESTALE;
+	}
 	if (rc) {
 		seg_desc_free(d);
 		free(d);
@@ -310,7 +467,7 @@ int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg)
 	pthread_mutex_lock(&e->ctl_lock);
 	s = seg_lookup(e, seg, &slot);
 	if (s && s->state == SEG_OPEN)
-		rc = seg_refresh_locked(s);
+		rc = seg_refresh_locked(e, s, slot);
 	pthread_mutex_unlock(&e->ctl_lock);
 	return rc;
 }

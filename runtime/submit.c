@@ -181,7 +181,21 @@ static int rq_find_local(struct ferry_engine *e, struct ferry_rq *rq)
 	return rq->lreg ? 0 : -EFAULT;
 }
 
-static unsigned rails_usable(const struct ferry_engine *e, const struct ferry_seg *s);
+static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg *s);
+
+/* The rails to stripe rq over; reconnects evicted ones when none is left. */
+static int rq_rails(struct ferry_engine *e, struct ferry_rq *rq)
+{
+	int rc;
+
+	rq->rails = rails_pick(e, rq->seg);
+	if (rq->rails)
+		return 0;
+	/* A cache miss: every endpoint to the segment was evicted. */
+	rc = seg_reconnect(e, rq->seg, rq->seg_slot, rq->seg_gen);
+	rq->rails = rails_pick(e, rq->seg);
+	return rq->rails ? 0 : rc < 0 ? rc : -EHOSTDOWN;
+}
 
 /* Validate r and fill rq; on error nothing is held. */
 static int rq_prepare(struct ferry_engine *e, struct ferry_rq *rq, const struct ferry_req *r)
@@ -195,16 +209,23 @@ static int rq_prepare(struct ferry_engine *e, struct ferry_rq *rq, const struct 
 	if (!rq->seg)
 		return -EBADF;
 	rq->seg_gen = (uint32_t)(r->seg >> 32);
+	if (__atomic_load_n(&rq->seg->stale, __ATOMIC_RELAXED)) {
+		seg_release_ref(rq->seg);
+		rq->seg = NULL;
+		return -ESTALE; /* the peer restarted: open its address again */
+	}
 	d = __atomic_load_n(&rq->seg->desc, __ATOMIC_ACQUIRE);
 	rq->rreg = seg_desc_find(d, r->remote, r->len);
 	rc = rq->rreg ? rq_find_local(e, rq) : -EFAULT;
+	if (rc == 0)
+		rc = rq_rails(e, rq);
 	if (rc) {
 		seg_release_ref(rq->seg);
 		rq->seg = NULL;
 		return rc;
 	}
 	rq->nslices = slice_count(r->len, e->opts.slice_size);
-	rq->nparts = rails_usable(e, rq->seg);
+	rq->nparts = (uint32_t)__builtin_popcountll(rq->rails);
 	if (rq->nslices < rq->nparts)
 		rq->nparts = (uint32_t)rq->nslices;
 	return 0;
@@ -232,30 +253,37 @@ static void part_enqueue(struct ferry_port *p, struct ferry_core *c, struct ferr
 	}
 }
 
-/* Stripe over the rails that are neither down nor paused (over all when
- * none is: their cores then fail fast or serve slowly). */
-static unsigned rails_usable(const struct ferry_engine *e, const struct ferry_seg *s)
+/*
+ * The rails (cores) to stripe over, read once after seg_acquire took the
+ * reference (an eviction then sees the reference, or we see the rail gone):
+ * those with an endpoint that are neither down nor paused; else every one
+ * with an endpoint (their cores fail fast or serve slowly); 0 when none.
+ */
+static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg *s)
 {
-	unsigned n = 0;
+	uint64_t good = 0, live = 0;
 
-	for (unsigned i = 0; i < e->ncores; i++)
-		n += !rail_unusable(s, i);
-	return n ? n : e->ncores;
+	for (unsigned i = 0; i < e->ncores; i++) {
+		if (rail_gone(s, i))
+			continue;
+		live |= 1ull << i;
+		if (!rail_unusable(s, i))
+			good |= 1ull << i;
+	}
+	return good ? good : live;
 }
 
 static void rq_dispatch(struct ferry_port *p, struct ferry_rq *rq)
 {
 	struct ferry_engine *e = p->e;
 	unsigned first = p->rr++ % e->ncores;
-	bool avoid = rails_usable(e, rq->seg) < e->ncores;
 	unsigned k = 0;
 
-	for (unsigned i = 0; k < rq->nparts && i < 2 * e->ncores; i++) {
+	for (unsigned i = 0; k < rq->nparts && i < e->ncores; i++) {
 		unsigned core = (first + i) % e->ncores;
 		struct ferry_core *c = e->cores[core];
 
-		/* A rail that turned bad since rails_usable() still gets its part. */
-		if (avoid && i < e->ncores && rail_unusable(rq->seg, core))
+		if (!(rq->rails & (1ull << core)))
 			continue;
 		part_enqueue(p, c, rq, k++);
 		core_kick(c);
@@ -430,6 +458,7 @@ int ferry_core_stats(const struct ferry_engine *e, unsigned core, struct ferry_c
 	/* The core counts time in TSC ticks; convert on the reader's side. */
 	out->busy_ns = ferry_tsc_to_ns(stat_read(s, busy_ns));
 	out->idle_ns = ferry_tsc_to_ns(stat_read(s, idle_ns));
+	out->ep_evictions = __atomic_load_n(&e->cores[core]->ep_evictions, __ATOMIC_RELAXED);
 	histo_snapshot(&e->cores[core]->lat, out->lat);
 	out->lat_hz = ferry_tsc_hz();
 	hw_counters(e->cores[core], out);

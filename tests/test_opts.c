@@ -86,6 +86,7 @@ static void test_defaults(void **state)
 	assert_int_equal(o.loop_nocopy, 0);
 	assert_int_equal(o.verbose, 0);
 	assert_int_equal(o.counters, 1);
+	assert_int_equal(o.ep_cache, 128);
 	assert_int_equal(ferry_opts_check(&o, err, sizeof(err)), 0);
 }
 
@@ -461,6 +462,10 @@ static void test_check_bounds(void **state)
 	check_field(F(retries), 101, 0, "retries 101");
 	check_field(F(timeout_ms), 0, 1, NULL);
 	check_field(F(timeout_ms), UINT32_MAX, 1, NULL);
+	check_field(F(ep_cache), 0, 0, "ep_cache 0 out of range [1, 256]");
+	check_field(F(ep_cache), 1, 1, NULL);
+	check_field(F(ep_cache), FERRY_MAX_SEGMENTS, 1, NULL);
+	check_field(F(ep_cache), FERRY_MAX_SEGMENTS + 1, 0, "ep_cache 257");
 }
 
 static void test_check_strings(void **state)

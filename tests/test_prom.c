@@ -258,6 +258,7 @@ static void fixture(struct ferry_core_stats st[2])
 		st[i].qp_resets = base + 18;
 		st[i].handovers = base + 19;
 		st[i].rail_pauses = base + 20;
+		st[i].ep_evictions = base + 24;
 		st[i].reqs_done = base + 12;
 		st[i].provider_errors = base + 13;
 		st[i].sleeps = base + 14;
@@ -326,7 +327,7 @@ static void diff_lines(const char *want, const char *got)
 static void test_golden(void **state)
 {
 	struct ferry_core_stats st[2];
-	static char buf[16384];
+	static char buf[32768];
 	char *want;
 	int n;
 
@@ -351,7 +352,7 @@ static void test_golden(void **state)
 static void test_enospc(void **state)
 {
 	struct ferry_core_stats st[2];
-	static char full[16384], buf[16384 + 64];
+	static char full[32768], buf[32768 + 64];
 	int n;
 
 	(void)state;
@@ -437,7 +438,7 @@ static void test_no_cores(void **state)
 static void test_escaping(void **state)
 {
 	struct ferry_core_stats st[2];
-	static char buf[16384];
+	static char buf[32768];
 
 	(void)state;
 	fixture(st);

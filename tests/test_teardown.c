@@ -10,8 +10,8 @@
  *  - the same with faults injected on the initiator's NICs, and with every
  *    completion lost (close waits out the slice timeouts);
  *  - the peer engine destroyed mid-transfer, then started again on the same
- *    address: requests end, new ones fail fast, close + open reaches the
- *    new incarnation;
+ *    address: requests end, new ones fail fast, opening the address again
+ *    reaches the new incarnation (the old handle is refused, -ESTALE);
  *  - engines destroyed with segments still open (both orders);
  *  - threads submitting while another thread closes and reopens the
  *    segment: a closed or stale handle gives -EBADF in the status, never a
@@ -299,6 +299,8 @@ static int peer_gone_error(int err)
  */
 static void test_peer_restart(void **state)
 {
+	struct ferry_req_status st;
+	ferry_seg_t old, again;
 	struct ferry_req reqs[BATCH];
 	struct ferry_port *port;
 	struct ferry_batch *b;
@@ -346,13 +348,27 @@ static void test_peer_restart(void **state)
 	assert_true(t0 < 5.0);
 
 	/* A new incarnation on the same address, the same memory registered
-	 * again (new keys): close + open reaches it and every byte is right. */
+	 * again (new keys): opening the address again (no close) sees the new
+	 * incarnation and gives a new handle; the old one is refused with
+	 * -ESTALE, nothing of it is reused; every byte through the new one is
+	 * right. */
 	pair_opts(&o, "0-1");
 	o.listen = addr;
 	assert_int_equal(ferry_engine_create(&o, &P.target), 0);
 	assert_int_equal(ferry_mem_register(P.target, P.rbuf, P.len), 0);
-	assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
+	old = P.seg;
 	assert_int_equal(ferry_segment_open(P.init, addr, &P.seg), 0);
+	assert_true(P.seg != old);
+	assert_int_equal(ferry_segment_open(P.init, addr, &again), 0);
+	assert_true(again == P.seg); /* same incarnation: same handle */
+	prepare(reqs, 1, old, P.lbuf, P.rbuf, SLOT, &seed);
+	assert_int_equal(ferry_submit(b, reqs, 1), 0);
+	ferry_batch_wait(b, WAIT_MS);
+	assert_int_equal(ferry_req_status(b, 0, &st), 0);
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(st.error, -ESTALE);
+	assert_int_equal(ferry_batch_reset(b), 0);
+	assert_int_equal(ferry_segment_close(P.init, old), 0);
 	prepare(reqs, BATCH, P.seg, P.lbuf, P.rbuf, SLOT, &seed);
 	c = run_checked(b, reqs, BATCH, NULL);
 	assert_int_equal(c.done, BATCH);
