@@ -12,8 +12,10 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "bench_opts.h"
+#include "runtime/opts.h"
 
 /* Long-only options: values past any character getopt could return. */
 enum {
@@ -36,6 +38,10 @@ enum {
 	OPT_SEED,
 	OPT_LAT,
 	OPT_SWEEP,
+	OPT_CSV,
+	OPT_PLOT,
+	OPT_PROM,
+	OPT_COUNTERS,
 	OPT_END, /* one past the last: size of the seen[] array */
 };
 
@@ -68,6 +74,10 @@ static const struct option long_opts[] = {
 	{ "seed", required_argument, NULL, OPT_SEED },
 	{ "lat", no_argument, NULL, OPT_LAT },
 	{ "sweep", no_argument, NULL, OPT_SWEEP },
+	{ "csv", required_argument, NULL, OPT_CSV },
+	{ "plot", required_argument, NULL, OPT_PLOT },
+	{ "prom", required_argument, NULL, OPT_PROM },
+	{ "counters", required_argument, NULL, OPT_COUNTERS },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -95,6 +105,7 @@ void bench_cfg_default(struct bench_cfg *cfg)
 	cfg->batch = 32;
 	cfg->ports = 1;
 	cfg->duration = 3.0;
+	cfg->counters = -1;
 }
 
 const char *bench_op_name(enum ferry_op op)
@@ -114,51 +125,22 @@ const char *bench_mode_name(enum bench_mode m)
 	}
 }
 
-static unsigned suffix_shift(char c)
-{
-	switch (c) {
-	case 'k': case 'K':
-		return 10;
-	case 'm': case 'M':
-		return 20;
-	case 'g': case 'G':
-		return 30;
-	}
-	return 0;
-}
-
 /*
- * Strict unsigned decimal, optional K/M/G when suffix is set.  strtoull
- * alone would accept " 5", "+5" and wrap "-5" to a huge value: insist on a
- * digit first.
+ * The runtime's number parser (FERRY_* variables), so that the flags and
+ * the variables take the same numbers; a flag's count or size must also be
+ * positive.
  */
 static const char *parse_num(const char *s, int suffix, uint64_t max, uint64_t *out)
 {
-	unsigned long long x;
-	unsigned shift = 0;
-	char *end;
+	const char *why;
+	uint64_t x;
 
-	if (!*s)
-		return "empty";
-	if (*s == '-')
-		return "negative";
-	if (!isdigit((unsigned char)*s))
-		return "not a decimal number";
-	errno = 0;
-	x = strtoull(s, &end, 10);
-	if (errno == ERANGE)
-		return "too large";
-	if (*end && suffix)
-		shift = suffix_shift(*end);
-	if (shift)
-		end++;
-	if (*end)
-		return suffix ? "trailing garbage (suffixes: K, M, G)" : "trailing garbage";
+	why = ferry_parse_num(s, suffix, max, &x);
+	if (why)
+		return why;
 	if (x == 0)
 		return "must be greater than 0";
-	if (x > (max >> shift))
-		return "too large";
-	*out = (uint64_t)x << shift;
+	*out = x;
 	return NULL;
 }
 
@@ -186,7 +168,7 @@ static int take_size_range(const char *v, struct bench_cfg *cfg, char *err, size
 {
 	const char *colon = strchr(v, ':'), *why;
 	char lo_s[64];
-	uint64_t lo, hi;
+	uint64_t lo = 0, hi = 0; /* set by the parser; gcc cannot see it */
 	size_t n;
 
 	if (!colon) {
@@ -353,6 +335,50 @@ static int take_str(const char *flag, const char *v, const char **out, char *err
 	return 0;
 }
 
+/*
+ * An output file.  getopt takes the next word as the value even when it is
+ * a flag ("--plot --json"): that is a forgotten file name, not a file.
+ * "-" is stdout where stdout_ok.
+ */
+static int take_file(const char *flag, const char *v, bool stdout_ok, const char **out,
+		     char *err, size_t errlen)
+{
+	if (!*v)
+		return bad_arg(err, errlen, "%s: empty value (want a file name)", flag);
+	if (!strcmp(v, "-") && !stdout_ok)
+		return bad_arg(err, errlen, "%s '-': give a file name (stdout has the table)", flag);
+	if (v[0] == '-' && v[1])
+		return bad_arg(err, errlen,
+			    "%s '%s': that is an option, not a file name (missing file name? "
+			    "for a file of that name say ./%s)",
+			    flag, v, v);
+	*out = v;
+	return 0;
+}
+
+/* gnuplot writes what its terminal says whatever the name: keep the two in step. */
+static int take_png(const char *v, const char **out, char *err, size_t errlen)
+{
+	size_t n = strlen(v);
+
+	if (take_file("--plot", v, false, out, err, errlen))
+		return -EINVAL;
+	if (n < 5 || strcasecmp(v + n - 4, ".png"))
+		return bad_arg(err, errlen, "--plot '%s': draws a PNG: the name must end in .png", v);
+	return 0;
+}
+
+static int take_on_off(const char *flag, const char *v, int *out, char *err, size_t errlen)
+{
+	if (!strcmp(v, "on"))
+		*out = 1;
+	else if (!strcmp(v, "off"))
+		*out = 0;
+	else
+		return bad_arg(err, errlen, "%s '%s': must be 'on' or 'off'", flag, v);
+	return 0;
+}
+
 /* One option c with value v (NULL for flags). */
 static int apply_opt(int c, const char *v, struct bench_cfg *cfg, char *err, size_t errlen)
 {
@@ -420,6 +446,14 @@ static int apply_opt(int c, const char *v, struct bench_cfg *cfg, char *err, siz
 	case OPT_SWEEP:
 		cfg->sweep = true;
 		return 0;
+	case OPT_CSV:
+		return take_file("--csv", v, false, &cfg->csv, err, errlen);
+	case OPT_PLOT:
+		return take_png(v, &cfg->plot, err, errlen);
+	case OPT_PROM:
+		return take_file("--prom", v, true, &cfg->prom, err, errlen);
+	case OPT_COUNTERS:
+		return take_on_off("--counters", v, &cfg->counters, err, errlen);
 	}
 	return bad_arg(err, errlen, "internal: unhandled option %d", c);
 }
@@ -488,7 +522,7 @@ static const char *opt_flag(int c)
 /* Options that only make sense for a process that submits requests. */
 static const int initiator_only[] = {
 	OPT_OP, 's', OPT_BATCH, OPT_PORTS, 'n', OPT_TARGET_CORES, OPT_NOCOPY, OPT_VERIFY,
-	OPT_NO_PORT_PIN, OPT_REMOTE_ADDR, OPT_LAT, OPT_SWEEP,
+	OPT_NO_PORT_PIN, OPT_REMOTE_ADDR, OPT_LAT, OPT_SWEEP, OPT_CSV, OPT_PLOT,
 };
 
 /* Checks of the two-process modes. */
@@ -552,6 +586,9 @@ static int check_cfg(struct bench_cfg *cfg, const bool *seen, char *err, size_t 
 	/* With --nocopy no byte moves: every check would fail. */
 	if (cfg->verify && cfg->nocopy)
 		return bad_arg(err, errlen, "--verify and --nocopy exclude each other");
+	if (cfg->json && cfg->prom && !strcmp(cfg->prom, "-"))
+		return bad_arg(err, errlen,
+			    "--prom - and --json both write to stdout: give --prom a file name");
 	rc = check_modes(cfg, seen, err, errlen);
 	if (!rc)
 		rc = check_lat_sweep(cfg, seen, err, errlen);
@@ -638,6 +675,8 @@ void bench_apply_opts(const struct bench_cfg *cfg, struct ferry_opts *o)
 		o->loop_nocopy = 1;
 	if (cfg->spin)
 		o->idle = FERRY_IDLE_SPIN;
+	if (cfg->counters >= 0)
+		o->counters = cfg->counters;
 	/* The target listens where the initiator expects it. */
 	if (cfg->mode == BENCH_TARGET) {
 		if (cfg->listen)
@@ -718,6 +757,17 @@ void bench_usage(FILE *f, const char *prog)
 		"                         pattern; WRITE: read back and compare)\n"
 		"  --json                 JSON on stdout instead of tables (one object per size)\n"
 		"  --no-port-pin          do not keep port threads off the initiator's CPUs\n"
+		"  --counters on|off      the cores' latency histogram and hardware counters\n"
+		"                         (default FERRY_COUNTERS or on; off to measure their cost)\n"
+		"\n"
+		"Output (the table on stdout, a progress line on stderr for long runs):\n"
+		"  --csv FILE             also one CSV row per size, with a header line: mode\n"
+		"                         (bw|lat), op, size, batch, ports, cores, gbps (GB/s),\n"
+		"                         reqs_per_s, p50_us, p99_us, p999_us, max_us, ...\n"
+		"  --plot FILE.png        draw GB/s and p99 latency against size with gnuplot\n"
+		"                         (apt-get install -y gnuplot-nox)\n"
+		"  --prom FILE|-          at the end, this process's engine counters in the\n"
+		"                         Prometheus text format (- = stdout)\n"
 		"  -h, --help             this text\n"
 		"\n"
 		"Two processes (the loop NIC cannot cross processes: give RDMA NICs):\n"

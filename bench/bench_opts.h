@@ -34,7 +34,12 @@
 /* --sweep without --size: perftest -a's sizes. */
 #define BENCH_SWEEP_MIN 2ull
 #define BENCH_SWEEP_MAX (8ull << 20)
-/* --lat keeps at most this many samples (128 MiB); the run ends there. */
+/*
+ * Per-request latency samples kept exactly, at most, by all ports together
+ * (8 MiB); past that each port keeps a uniform random subset (bench_util.h).
+ * --lat --iters N keeps up to BENCH_MAX_LAT_SAMPLES exactly (128 MiB).
+ */
+#define BENCH_LAT_SAMPLES (1ull << 20)
 #define BENCH_MAX_LAT_SAMPLES (1ull << 24)
 
 enum bench_mode {
@@ -73,6 +78,11 @@ struct bench_cfg {
 	uint64_t seed;            /* pattern seed of the target's buffer (default 1) */
 	bool lat;                 /* --lat: one request at a time, latency percentiles */
 	bool sweep;               /* sizes size, 2 size, ... size_max (one row each) */
+	/* output */
+	const char *csv;          /* --csv FILE: one row per size; NULL = none */
+	const char *plot;         /* --plot FILE.png: GB/s and p99 against size */
+	const char *prom;         /* --prom FILE, "-" = stdout: Prometheus text at the end */
+	int counters;             /* --counters: 1 on, 0 off, -1 = keep (env/default) */
 };
 
 /* The defaults, before any flag. */

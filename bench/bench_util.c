@@ -3,6 +3,7 @@
  * ferry_bench helpers without an engine: the --verify pattern and the --lat
  * summary (see bench_util.h).
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,4 +128,112 @@ void bench_lat_summary(uint64_t *ns, uint64_t n, struct bench_lat *out)
 	out->p99 = bench_percentile(ns, n, 0.99);
 	out->p999 = bench_percentile(ns, n, 0.999);
 	out->avg = sum / (double)n;
+}
+
+static uint64_t samples_rand(struct bench_samples *s)
+{
+	s->rng += 0x9e3779b97f4a7c15ull;
+	return bench_mix64(s->rng);
+}
+
+int bench_samples_init(struct bench_samples *s, uint64_t cap, uint64_t seed)
+{
+	memset(s, 0, sizeof(*s));
+	if (cap < 2)
+		cap = 2;
+	s->v = malloc(cap * sizeof(*s->v));
+	if (!s->v)
+		return -ENOMEM;
+	/* Fault the pages in now, not in the timed loop. */
+	memset(s->v, 0, cap * sizeof(*s->v));
+	s->cap = cap;
+	s->rng = seed;
+	bench_samples_reset(s);
+	return 0;
+}
+
+void bench_samples_free(struct bench_samples *s)
+{
+	free(s->v);
+	s->v = NULL;
+	s->cap = s->n = 0;
+}
+
+void bench_samples_reset(struct bench_samples *s)
+{
+	s->n = s->seen = 0;
+	s->shift = 0;
+	s->min = UINT64_MAX;
+	s->max = 0;
+	s->sum = 0;
+}
+
+/* Keep each kept sample with probability 2^-by, in place. */
+static void samples_thin(struct bench_samples *s, unsigned by)
+{
+	uint64_t mask = (1ull << by) - 1, keep = 0;
+
+	for (uint64_t i = 0; i < s->n; i++)
+		if (!(samples_rand(s) & mask))
+			s->v[keep++] = s->v[i];
+	s->n = keep;
+	s->shift += by;
+}
+
+void bench_samples_add(struct bench_samples *s, uint64_t ns)
+{
+	s->seen++;
+	s->sum += (double)ns;
+	if (ns < s->min)
+		s->min = ns;
+	if (ns > s->max)
+		s->max = ns;
+	if (s->shift && (samples_rand(s) & ((1ull << s->shift) - 1)))
+		return;
+	/* Full: halve what is kept; this sample must pass the new odds too. */
+	while (s->n == s->cap) {
+		samples_thin(s, 1);
+		if (samples_rand(s) & 1)
+			return;
+	}
+	s->v[s->n++] = ns;
+}
+
+int bench_samples_summary(struct bench_samples *s, unsigned n, struct bench_lat *out)
+{
+	uint64_t total = 0, seen = 0, min = UINT64_MAX, max = 0, *all;
+	unsigned shift = 0;
+	double sum = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		shift = s[i].shift > shift ? s[i].shift : shift;
+	for (unsigned i = 0; i < n; i++) {
+		if (s[i].shift < shift)
+			samples_thin(&s[i], shift - s[i].shift);
+		total += s[i].n;
+		seen += s[i].seen;
+		sum += s[i].sum;
+		min = s[i].min < min ? s[i].min : min;
+		max = s[i].max > max ? s[i].max : max;
+	}
+	all = malloc((total ? total : 1) * sizeof(*all));
+	memset(out, 0, sizeof(*out));
+	if (all) {
+		total = 0;
+		for (unsigned i = 0; i < n; i++) {
+			if (!s[i].n)
+				continue; /* v may be NULL: memcpy must not see it */
+			memcpy(all + total, s[i].v, s[i].n * sizeof(*all));
+			total += s[i].n;
+		}
+		bench_lat_summary(all, total, out);
+		free(all);
+	}
+	if (!seen)
+		return all ? 0 : -ENOMEM;
+	out->n = seen;
+	out->min = min;
+	out->max = max;
+	out->avg = sum / (double)seen;
+	return all ? 0 : -ENOMEM;
 }

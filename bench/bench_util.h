@@ -49,4 +49,43 @@ void bench_lat_summary(uint64_t *ns, uint64_t n, struct bench_lat *out);
 /* Nearest-rank percentile q in (0, 1] of sorted[0, n); 0 when n == 0. */
 uint64_t bench_percentile(const uint64_t *sorted, uint64_t n, double q);
 
+/*
+ * Latency samples of one port, in memory allocated before the run.  The
+ * first cap samples are kept as they come; when the array is full, half of
+ * it is dropped at random and from then on a sample is kept with
+ * probability 2^-shift (halving again when full), so what is kept is a
+ * uniform random subset of all samples, whatever order they come in (a
+ * fixed stride would always pick, say, the fastest request of each batch).
+ * min, max and the mean stay exact.  One thread only.
+ */
+struct bench_samples {
+	uint64_t *v;
+	uint64_t cap, n;  /* room and samples kept */
+	uint64_t seen;    /* samples offered */
+	unsigned shift;   /* a sample is kept with probability 2^-shift */
+	uint64_t rng;     /* splitmix64 state */
+	uint64_t min, max;
+	double sum;
+};
+
+/* Allocate and touch room for cap (>= 2) samples.  0 or -ENOMEM. */
+int bench_samples_init(struct bench_samples *s, uint64_t cap, uint64_t seed);
+
+void bench_samples_free(struct bench_samples *s);
+
+/* Forget the samples, keep the memory (before each size). */
+void bench_samples_reset(struct bench_samples *s);
+
+/* One sample; never allocates. */
+void bench_samples_add(struct bench_samples *s, uint64_t ns);
+
+/*
+ * Summary of n ports' samples together.  Ports that kept a larger share
+ * are thinned first so that every kept sample stands for as many requests;
+ * out->n is every sample offered, min, max and avg are exact.  May thin
+ * (change) the samples; allocates a scratch array: not for the timed loop.
+ * 0, or -ENOMEM (out then has the exact fields only).
+ */
+int bench_samples_summary(struct bench_samples *s, unsigned n, struct bench_lat *out);
+
 #endif /* FERRY_BENCH_UTIL_H */

@@ -22,7 +22,10 @@
  *
  * --lat: one port, one request at a time, busy-polled with
  * ferry_batch_wait(b, 0); every request's submit-to-done time is kept and
- * summarised like ib_write_lat (typical = median).
+ * summarised like ib_write_lat (typical = median).  Throughput runs time
+ * every request too: from the submit of its batch to the moment the port
+ * sees it ended (batch_poll), kept in memory allocated before the run
+ * (bench_samples: a uniform subset when there are too many).
  *
  * --size LO:HI (or --sweep): the powers of two from LO to HI, one row each;
  * batches shrink so that they fit the buffer.
@@ -43,9 +46,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench_opts.h"
+#include "bench_out.h"
 #include "bench_util.h"
 #include "runtime/ferry.h"
 
@@ -60,8 +66,21 @@
 /* Failed requests reported one by one per port; the rest are only counted. */
 #define MAX_REPORTS 10
 #define PAGE 4096
-/* --lat: initial sample array when the number of requests is not known. */
-#define LAT_SAMPLES_START (1u << 16)
+/* Each port keeps at least this many latency samples, however many ports. */
+#define LAT_SAMPLES_MIN 4096u
+/* batch_poll: look again after 1/32 of the time waited; yield, sleep above these. */
+#define POLL_SHIFT 5
+#define POLL_YIELD_NS 2000ull
+#define POLL_SLEEP_NS 20000ull
+#define POLL_MAX_NS 10000000ull
+/* batch_poll: a batch where no request ended for this long is checked for progress. */
+#define STALL_CHECK_NS 1000000000ull
+/* Progress line: only runs this long get one; tty redraw and plain-line periods. */
+#define PROGRESS_AFTER_NS 3000000000ull
+#define PROGRESS_TTY_NS 500000000ull
+#define PROGRESS_PLAIN_NS 5000000000ull
+/* The cores refresh hardware counters for readers at most every 100 ms. */
+#define HW_REFRESH_WAIT_NS 110000000ull
 
 struct bench;
 
@@ -79,8 +98,10 @@ struct bench_port {
 	uint64_t failures;
 	uint64_t lat_ns;        /* sum of submit -> wait returned */
 	uint64_t end_ns;
-	uint64_t *samples;      /* --lat: ns of each request */
-	uint64_t nsamples, cap_samples;
+	struct bench_samples lat; /* ns of each request that ended DONE */
+	uint32_t *open;         /* batch_poll: requests not yet seen ended */
+	uint64_t prog_bytes;    /* atomic, for the progress line: bytes of ended batches */
+	uint64_t prog_batches;  /* atomic: batches ended */
 	int err;                /* the call that stopped the thread early, if any */
 	bool stuck;             /* a batch is still pending: do not free it */
 	unsigned reported;
@@ -115,6 +136,17 @@ struct bench {
 	uint64_t stall_ns;           /* give a batch up after this long without progress */
 	uint64_t mismatches;         /* --verify: bytes that differ, this size */
 	bool efault_hinted;
+	/* output */
+	struct bench_row *rows;      /* one per size run so far: the --plot points */
+	unsigned nrows, nsizes;
+	FILE *csv, *prom;            /* opened before the run: a bad path costs no run */
+	uint64_t run_start_ns;
+	struct {
+		bool tty;            /* stderr is a terminal: one \r-redrawn line */
+		bool shown;          /* a redrawn line is on the screen */
+		uint64_t next_ns;    /* next update */
+		uint64_t last_ns, last_bytes;
+	} progress;
 };
 
 static uint64_t now_ns(void)
@@ -395,6 +427,25 @@ static int engines_open(struct bench *b)
 	return 0;
 }
 
+/*
+ * Latency samples kept exactly per port: BENCH_LAT_SAMPLES shared by the
+ * ports, no more than the run can produce with --iters; --lat --iters N
+ * keeps all N up to BENCH_MAX_LAT_SAMPLES.
+ */
+static uint64_t lat_samples_cap(const struct bench_cfg *cfg)
+{
+	uint64_t cap = BENCH_LAT_SAMPLES / cfg->ports;
+
+	if (cap < LAT_SAMPLES_MIN)
+		cap = LAT_SAMPLES_MIN;
+	if (cfg->lat && cfg->iters)
+		return cfg->iters < BENCH_MAX_LAT_SAMPLES ? cfg->iters : BENCH_MAX_LAT_SAMPLES;
+	/* Divided, not multiplied: iters may be anything up to 2^64 - 1. */
+	if (cfg->iters && cfg->iters <= cap / cfg->batch)
+		return cfg->iters * cfg->batch;
+	return cap;
+}
+
 static int port_setup(struct bench *b, struct bench_port *bp)
 {
 	int rc;
@@ -407,17 +458,11 @@ static int port_setup(struct bench *b, struct bench_port *bp)
 	if (rc)
 		return report("ferry_batch_create", rc);
 	bp->reqs = calloc(b->cfg.batch, sizeof(*bp->reqs));
-	if (!bp->reqs)
+	bp->open = calloc(b->cfg.batch, sizeof(*bp->open));
+	if (!bp->reqs || !bp->open)
 		return report("request array", -ENOMEM);
-	if (b->cfg.lat) {
-		bp->cap_samples = b->cfg.iters && b->cfg.iters < BENCH_MAX_LAT_SAMPLES
-					  ? b->cfg.iters
-					  : LAT_SAMPLES_START;
-		bp->samples = malloc(bp->cap_samples * sizeof(*bp->samples));
-		if (!bp->samples)
-			return report("latency samples", -ENOMEM);
-		memset(bp->samples, 0, bp->cap_samples * sizeof(*bp->samples));
-	}
+	if (bench_samples_init(&bp->lat, lat_samples_cap(&b->cfg), bp->idx + 1))
+		return report("latency samples", -ENOMEM);
 	return 0;
 }
 
@@ -447,7 +492,9 @@ static void size_prepare(struct bench *b, uint64_t s, unsigned step)
 			};
 		}
 		bp->batches = bp->ok = bp->failures = bp->lat_ns = bp->end_ns = 0;
-		bp->nsamples = 0;
+		__atomic_store_n(&bp->prog_bytes, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&bp->prog_batches, 0, __ATOMIC_RELAXED);
+		bench_samples_reset(&bp->lat);
 		bp->reported = 0;
 	}
 	buffers_prepare(b);
@@ -575,7 +622,118 @@ static int batch_wait(struct bench_port *bp)
 	}
 }
 
-/* Batch n (UINT64_MAX: the --verify read-back, not counted). */
+/* A spin-wait hint: yields the pipeline (and a hyper-thread sibling). */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+/*
+ * The requests of bp->open[0, nopen) seen ended now: each one's latency is
+ * from the batch's submit (t0) to now.  The clock is read once, at the
+ * first one found.  Returns how many are still open (kept at the front).
+ */
+static uint32_t batch_scan(struct bench_port *bp, uint64_t t0, uint32_t nopen)
+{
+	struct ferry_req_status st;
+	uint32_t left = 0;
+	uint64_t now = 0;
+
+	for (uint32_t k = 0; k < nopen; k++) {
+		uint32_t i = bp->open[k];
+
+		if (!ferry_req_status(bp->batch, i, &st) && st.state == FERRY_PENDING) {
+			bp->open[left++] = i;
+			continue;
+		}
+		if (!now)
+			now = now_ns();
+		if (st.state == FERRY_DONE)
+			bench_samples_add(&bp->lat, now - t0);
+	}
+	return left;
+}
+
+/*
+ * Wait between two looks at the requests: 1/32 of what the batch has
+ * waited so far, so a latency is seen at most ~3 % late, while a long
+ * request is not read (its cache line pulled away from the core that
+ * updates it per slice) millions of times.  Short gaps spin, longer ones
+ * yield, long ones sleep: on a shared host (and on Soft-RoCE, where the
+ * kernel moves the bytes) a spinning port takes the CPU others need.
+ */
+static void poll_pause(uint64_t waited)
+{
+	uint64_t gap = waited >> POLL_SHIFT, until;
+	struct timespec ts;
+
+	if (gap > POLL_MAX_NS)
+		gap = POLL_MAX_NS;
+	if (gap >= POLL_SLEEP_NS) {
+		ts.tv_sec = 0;
+		ts.tv_nsec = (long)gap;
+		nanosleep(&ts, NULL);
+		return;
+	}
+	until = now_ns() + gap;
+	do {
+		if (gap >= POLL_YIELD_NS)
+			sched_yield();
+		else
+			cpu_relax();
+	} while (now_ns() < until);
+}
+
+/* No request ended for a while: are bytes still moving?  Give up after stall_ns. */
+static bool batch_stalled(struct bench_port *bp, uint64_t now, uint64_t *moved, uint64_t *since)
+{
+	uint64_t m = batch_bytes(bp);
+
+	if (m != *moved) {
+		*moved = m;
+		*since = now;
+		return false;
+	}
+	return now - *since >= bp->b->stall_ns;
+}
+
+/*
+ * Wait for the batch, noting when each request is seen ended.  The last
+ * one is waited for in ferry_batch_wait, whose wake-up is immediate: the
+ * next batch never waits for a poll gap.
+ */
+static int batch_poll(struct bench_port *bp, uint64_t t0)
+{
+	uint32_t nopen = bp->b->nreq;
+	uint64_t since = t0, moved = 0;
+	int rc;
+
+	for (uint32_t i = 0; i < nopen; i++)
+		bp->open[i] = i;
+	while (nopen > 1) {
+		uint32_t left = batch_scan(bp, t0, nopen);
+		uint64_t now = now_ns();
+
+		if (left != nopen) {
+			nopen = left;
+			since = now;
+			continue;
+		}
+		if (now - since >= STALL_CHECK_NS && batch_stalled(bp, now, &moved, &since))
+			return -ETIMEDOUT;
+		poll_pause(now - t0);
+	}
+	rc = batch_wait(bp);
+	if (nopen)
+		batch_scan(bp, t0, nopen);
+	return rc;
+}
+
+/* Batch n (UINT64_MAX: the --verify read-back, neither counted nor timed). */
 static int batch_run(struct bench_port *bp, uint64_t n)
 {
 	uint64_t t0 = now_ns(), ok = bp->ok;
@@ -584,7 +742,7 @@ static int batch_run(struct bench_port *bp, uint64_t n)
 	rc = ferry_submit(bp->batch, bp->reqs, bp->b->nreq);
 	if (rc < 0)
 		return port_stop(bp, n, "ferry_submit", rc);
-	rc = batch_wait(bp);
+	rc = n == UINT64_MAX ? batch_wait(bp) : batch_poll(bp, t0);
 	if (n != UINT64_MAX) {
 		bp->lat_ns += now_ns() - t0;
 		bp->batches++;
@@ -593,28 +751,6 @@ static int batch_run(struct bench_port *bp, uint64_t n)
 	if (n == UINT64_MAX)
 		bp->ok = ok;
 	return rc;
-}
-
-/* Room for one more --lat sample: 0, or 1 when the array is at its cap. */
-static int lat_room(struct bench_port *bp)
-{
-	uint64_t cap = bp->cap_samples * 2;
-	uint64_t *s;
-
-	if (bp->nsamples < bp->cap_samples)
-		return 0;
-	if (cap > BENCH_MAX_LAT_SAMPLES)
-		cap = BENCH_MAX_LAT_SAMPLES;
-	if (cap <= bp->cap_samples)
-		return 1;
-	s = realloc(bp->samples, cap * sizeof(*s));
-	if (!s)
-		return 1;
-	/* Touch the new pages now, not in the next timed requests. */
-	memset(s + bp->cap_samples, 0, (cap - bp->cap_samples) * sizeof(*s));
-	bp->samples = s;
-	bp->cap_samples = cap;
-	return 0;
 }
 
 /*
@@ -628,11 +764,6 @@ static int lat_run(struct bench_port *bp, uint64_t n)
 	unsigned spins = 0;
 	int rc;
 
-	if (lat_room(bp)) {
-		fprintf(stderr, "ferry_bench: --lat: %llu samples kept, stopping there\n",
-			BENCH_MAX_LAT_SAMPLES);
-		return 1;
-	}
 	t0 = now_ns();
 	rc = ferry_submit(bp->batch, bp->reqs, 1);
 	if (rc < 0)
@@ -642,7 +773,8 @@ static int lat_run(struct bench_port *bp, uint64_t n)
 			break;
 	}
 	t1 = now_ns();
-	bp->samples[bp->nsamples++] = t1 - t0;
+	if (!rc) /* DONE, all of it: as in throughput runs, failures are only counted */
+		bench_samples_add(&bp->lat, t1 - t0);
 	bp->lat_ns += t1 - t0;
 	bp->batches++;
 	if (rc == -ETIMEDOUT)
@@ -663,11 +795,15 @@ static void *port_main(void *arg)
 	struct bench *b = bp->b;
 	uint64_t n = 0;
 
+	/* poll_pause's sleeps: the default 50 us timer slack would dwarf them. */
+	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 	pthread_barrier_wait(&b->start);
 	/* At least one batch, even when the thread starts past a tiny duration. */
 	do {
 		if (b->cfg.lat ? lat_run(bp, n++) : batch_run(bp, n++))
 			break;
+		__atomic_store_n(&bp->prog_bytes, bp->ok * b->size, __ATOMIC_RELAXED);
+		__atomic_store_n(&bp->prog_batches, n, __ATOMIC_RELAXED);
 	} while (!port_done(b, n));
 	bp->end_ns = now_ns();
 	return NULL;
@@ -767,6 +903,92 @@ static void stats_settle(const struct bench *b, struct ferry_core_stats *s)
 	}
 }
 
+/* ------------------------------------------------------------------ */
+/* Progress line                                                       */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Due now?  Only runs longer than PROGRESS_AFTER_NS get a line: on a
+ * terminal once the run is planned (or turns out) to be that long, a line
+ * redrawn every half second; elsewhere (a log) a plain line every 5 s.
+ */
+static bool progress_due(struct bench *b, uint64_t now)
+{
+	uint64_t planned = 0;
+
+	if (!b->cfg.iters)
+		planned = (uint64_t)(b->cfg.duration * 1e9) * b->nsizes;
+	if (planned < PROGRESS_AFTER_NS && now - b->run_start_ns < PROGRESS_AFTER_NS)
+		return false;
+	if (now < b->progress.next_ns)
+		return false;
+	b->progress.next_ns = now + (b->progress.tty ? PROGRESS_TTY_NS : PROGRESS_PLAIN_NS);
+	return true;
+}
+
+static void progress_tick(struct bench *b)
+{
+	struct bench_progress p = { .size = b->size, .step = b->step, .steps = b->nsizes };
+	uint64_t now = now_ns(), bytes = 0, batches = UINT64_MAX;
+	char line[160];
+
+	if (!progress_due(b, now))
+		return;
+	for (unsigned i = 0; i < b->cfg.ports; i++) {
+		uint64_t n = __atomic_load_n(&b->ports[i].prog_batches, __ATOMIC_RELAXED);
+
+		bytes += __atomic_load_n(&b->ports[i].prog_bytes, __ATOMIC_RELAXED);
+		batches = n < batches ? n : batches; /* the slowest port says how far */
+	}
+	p.elapsed = (double)(now - b->start_ns) / 1e9;
+	p.total = b->cfg.iters ? 0 : b->cfg.duration;
+	p.done = batches;
+	p.todo = b->cfg.iters;
+	if (now > b->progress.last_ns && bytes >= b->progress.last_bytes)
+		p.gbps = (double)(bytes - b->progress.last_bytes) / (double)(now - b->progress.last_ns);
+	b->progress.last_ns = now;
+	b->progress.last_bytes = bytes;
+	bench_progress_fmt(line, sizeof(line), &p);
+	/* "progress:", not "ferry_bench:": scripts collect those lines as errors. */
+	if (b->progress.tty)
+		fprintf(stderr, "\r\033[Kprogress: %s", line);
+	else
+		fprintf(stderr, "progress: %s\n", line);
+	b->progress.shown = b->progress.tty;
+}
+
+/* Wipe the redrawn line before a row goes to the same terminal. */
+static void progress_clear(struct bench *b)
+{
+	if (!b->progress.shown)
+		return;
+	fputs("\r\033[K", stderr);
+	b->progress.shown = false;
+}
+
+/* Join the port threads, updating the progress line while they run. */
+static void ports_join(struct bench *b)
+{
+	b->progress.last_ns = b->start_ns;
+	b->progress.last_bytes = 0;
+	for (unsigned p = 0; p < b->cfg.ports; p++) {
+		struct timespec ts;
+
+		for (;;) {
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 100000000; /* a tenth: a tick is 0.5 s at the least */
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			if (pthread_timedjoin_np(b->ports[p].thread, NULL, &ts) != ETIMEDOUT)
+				break;
+			progress_tick(b);
+		}
+	}
+	progress_clear(b);
+}
+
 /* One size: every port runs until the duration ends or its --iters. */
 static int ports_run(struct bench *b)
 {
@@ -789,11 +1011,10 @@ static int ports_run(struct bench *b)
 	b->deadline_ns = b->start_ns + (uint64_t)(b->cfg.duration * 1e9);
 	pthread_barrier_wait(&b->start);
 	b->end_ns = b->start_ns;
-	for (p = 0; p < b->cfg.ports; p++) {
-		pthread_join(b->ports[p].thread, NULL);
+	ports_join(b);
+	for (p = 0; p < b->cfg.ports; p++)
 		if (b->ports[p].end_ns > b->end_ns)
 			b->end_ns = b->ports[p].end_ns;
-	}
 	stats_settle(b, b->after);
 	pthread_barrier_destroy(&b->start);
 	return 0;
@@ -810,6 +1031,24 @@ struct totals {
 	struct bench_lat lat;
 };
 
+/* Every port's request latencies together (they are reset before the next size). */
+static void lat_sum(struct bench *b, struct bench_lat *out)
+{
+	struct bench_samples *all = calloc(b->cfg.ports, sizeof(*all));
+
+	memset(out, 0, sizeof(*out));
+	if (!all) {
+		report("latency summary", -ENOMEM);
+		return;
+	}
+	/* Shallow copies: the summary may thin the arrays, which is fine now. */
+	for (unsigned p = 0; p < b->cfg.ports; p++)
+		all[p] = b->ports[p].lat;
+	if (bench_samples_summary(all, b->cfg.ports, out))
+		report("latency percentiles", -ENOMEM);
+	free(all);
+}
+
 static void totals_sum(struct bench *b, struct totals *t)
 {
 	memset(t, 0, sizeof(*t));
@@ -823,8 +1062,7 @@ static void totals_sum(struct bench *b, struct totals *t)
 		t->early |= bp->err != 0;
 	}
 	t->secs = (double)(b->end_ns - b->start_ns) / 1e9;
-	if (b->cfg.lat)
-		bench_lat_summary(b->ports[0].samples, b->ports[0].nsamples, &t->lat);
+	lat_sum(b, &t->lat);
 }
 
 /* after - before of every counter; cpu and node from after. */
@@ -836,13 +1074,22 @@ static void stats_delta(const struct ferry_core_stats *a, const struct ferry_cor
 	SUB(wrs_posted); SUB(completions); SUB(cqes); SUB(bytes); SUB(doorbells);
 	SUB(polls); SUB(empty_polls); SUB(qp_full); SUB(cq_full); SUB(pool_empty);
 	SUB(wr_errors); SUB(reqs_done); SUB(provider_errors); SUB(sleeps); SUB(wakeups);
-	SUB(busy_ns); SUB(idle_ns); SUB(loops);
+	SUB(busy_ns); SUB(idle_ns); SUB(loops); SUB(retries); SUB(qp_resets); SUB(handovers);
+	SUB(rail_pauses);
 #undef SUB
+#define HW(f) d->f = bench_hw_delta(a->f, bf->f)
+	HW(cycles); HW(instructions); HW(cache_misses); HW(ctx_switches);
+#undef HW
 }
 
 static double ns_per_slice(const struct ferry_core_stats *d)
 {
 	return d->completions ? (double)d->busy_ns / (double)d->completions : 0.0;
+}
+
+static const char *onoff(int v)
+{
+	return v ? "on" : "off";
 }
 
 static void print_header(const struct bench *b)
@@ -855,24 +1102,35 @@ static void print_header(const struct bench *b)
 		printf("(target %s, ", b->topts.cores);
 	else
 		printf("(target %s remote 0x%" PRIx64 ", ", b->cfg.connect, b->remote_base);
-	printf("ports on cpus %s), slice %u, qps %u, depth %u, idle %s, %s%s\n",
+	printf("ports on cpus %s), slice %u, qps %u, depth %u, idle %s, %s, counters %s%s\n",
 	       b->port_cpus_desc, o->slice_size, o->qps_per_ep, o->wrs_per_qp,
 	       o->idle == FERRY_IDLE_SPIN ? "spin" : "adaptive", o->loop_nocopy ? "nocopy" : "copy",
-	       b->cfg.verify ? ", verify" : "");
+	       onoff(o->counters), b->cfg.verify ? ", verify" : "");
 	if (b->cfg.lat)
 		printf("%-5s %10s %10s %10s %10s %10s %10s %10s %10s %8s\n", "op", "size", "iters",
 		       "t_min_us", "t_typ_us", "t_avg_us", "t_p99_us", "t_p999_us", "t_max_us",
 		       "failures");
 	else
-		printf("%-5s %10s %6s %5s %9s %14s %8s %8s %10s %12s %12s %8s\n", "op", "size",
-		       "batch", "ports", "batches", "bytes", "secs", "GB/s", "MB/s", "req/s",
-		       "batch_us", "failures");
+		printf("%-5s %10s %6s %5s %9s %14s %8s %8s %10s %12s %10s %9s %9s %9s %9s %8s\n",
+		       "op", "size", "batch", "ports", "batches", "bytes", "secs", "GB/s", "MB/s",
+		       "req/s", "batch_us", "p50_us", "p99_us", "p999_us", "max_us", "failures");
+}
+
+/* A latency in us for the table; "-" when nothing was measured. */
+static const char *us_str(const struct bench_lat *l, uint64_t ns, char *buf, size_t len)
+{
+	if (!l->n)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%.2f", (double)ns / 1e3);
+	return buf;
 }
 
 static void print_row(const struct bench *b, const struct totals *t)
 {
 	uint64_t bytes = t->ok * b->size;
 	const struct bench_lat *l = &t->lat;
+	char p50[32], p99[32], p999[32], max[32];
 
 	if (b->cfg.lat) {
 		printf("%-5s %10" PRIu64 " %10" PRIu64 " %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %8"
@@ -882,34 +1140,105 @@ static void print_row(const struct bench *b, const struct totals *t)
 		       (double)l->p999 / 1e3, (double)l->max / 1e3, t->failures);
 	} else {
 		printf("%-5s %10" PRIu64 " %6u %5u %9" PRIu64 " %14" PRIu64
-		       " %8.3f %8.3f %10.1f %12.0f %12.2f %8" PRIu64 "\n",
+		       " %8.3f %8.3f %10.1f %12.0f %10.2f %9s %9s %9s %9s %8" PRIu64 "\n",
 		       bench_op_name(b->cfg.op), b->size, b->nreq, b->cfg.ports, t->batches, bytes,
 		       t->secs, (double)bytes / t->secs / 1e9, (double)bytes / t->secs / 1e6,
 		       (double)t->ok / t->secs,
-		       t->batches ? (double)t->lat_ns / (double)t->batches / 1e3 : 0.0, t->failures);
+		       t->batches ? (double)t->lat_ns / (double)t->batches / 1e3 : 0.0,
+		       us_str(l, l->p50, p50, sizeof(p50)), us_str(l, l->p99, p99, sizeof(p99)),
+		       us_str(l, l->p999, p999, sizeof(p999)), us_str(l, l->max, max, sizeof(max)),
+		       t->failures);
 	}
 	fflush(stdout);
+}
+
+static double pct(uint64_t part, uint64_t whole)
+{
+	return whole ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
+/* The software counters of each core over the run. */
+static void print_sw_cores(const struct bench *b, const struct ferry_core_stats *before,
+			   const struct ferry_core_stats *after)
+{
+	printf("\n%4s %4s %11s %11s %14s %10s %11s %11s %8s %8s %10s %8s %8s %8s %6s %6s %9s\n",
+	       "core", "cpu", "wrs_posted", "completions", "bytes", "doorbells", "polls",
+	       "empty_polls", "qp_full", "cq_full", "pool_empty", "retries", "errors", "sleeps",
+	       "busy%", "idle%", "ns/slice");
+	for (unsigned k = 0; k < b->ncores; k++) {
+		struct ferry_core_stats d;
+		uint64_t all;
+
+		stats_delta(&after[k], &before[k], &d);
+		all = d.busy_ns + d.idle_ns;
+		printf("%4u %4u %11" PRIu64 " %11" PRIu64 " %14" PRIu64 " %10" PRIu64 " %11" PRIu64
+		       " %11" PRIu64 " %8" PRIu64 " %8" PRIu64 " %10" PRIu64 " %8" PRIu64 " %8" PRIu64
+		       " %8" PRIu64 " %6.1f %6.1f %9.1f\n",
+		       k, d.cpu, d.wrs_posted, d.completions, d.bytes, d.doorbells, d.polls,
+		       d.empty_polls, d.qp_full, d.cq_full, d.pool_empty, d.retries, d.wr_errors,
+		       d.sleeps, pct(d.busy_ns, all), pct(d.idle_ns, all), ns_per_slice(&d));
+		if (d.provider_errors)
+			printf("     core %u: provider_errors %" PRIu64 " (a bug: should be 0)\n", k,
+			       d.provider_errors);
+	}
+}
+
+/* "1.23" or "-" when either count is missing (or there is nothing to divide by). */
+static const char *ratio_str(uint64_t num, uint64_t den, char *buf, size_t len)
+{
+	if (num == UINT64_MAX || den == UINT64_MAX || !den)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%.2f", (double)num / (double)den);
+	return buf;
+}
+
+static bool hw_missing(const struct ferry_core_stats *d)
+{
+	return d->cycles == UINT64_MAX || d->instructions == UINT64_MAX ||
+	       d->cache_misses == UINT64_MAX || d->ctx_switches == UINT64_MAX;
+}
+
+/*
+ * The worker threads' hardware counters (user mode; the whole thread, idle
+ * passes included), then one line per core that misses any, saying why.
+ */
+static void print_hw_cores(const struct bench *b, const struct ferry_core_stats *before,
+			   const struct ferry_core_stats *after)
+{
+	char c[32], i[32], ipc[32], m[32], x[32], ips[32], note[256];
+
+	printf("\n%4s %4s %14s %14s %6s %12s %12s %11s\n", "core", "cpu", "cycles", "instructions",
+	       "IPC", "cache_misses", "ctx_switches", "instr/slice");
+	for (unsigned k = 0; k < b->ncores; k++) {
+		struct ferry_core_stats d;
+
+		stats_delta(&after[k], &before[k], &d);
+		printf("%4u %4u %14s %14s %6s %12s %12s %11s\n", k, d.cpu,
+		       bench_count_str(d.cycles, c, sizeof(c)),
+		       bench_count_str(d.instructions, i, sizeof(i)),
+		       ratio_str(d.instructions, d.cycles, ipc, sizeof(ipc)),
+		       bench_count_str(d.cache_misses, m, sizeof(m)),
+		       bench_count_str(d.ctx_switches, x, sizeof(x)),
+		       ratio_str(d.instructions, d.completions, ips, sizeof(ips)));
+	}
+	for (unsigned k = 0; k < b->ncores; k++) {
+		struct ferry_core_stats d;
+
+		stats_delta(&after[k], &before[k], &d);
+		if (!hw_missing(&d))
+			continue;
+		if (ferry_core_counters_note(b->self, k, note, sizeof(note)))
+			snprintf(note, sizeof(note), "unknown");
+		printf("core %u: hardware counters: %s\n", k, note);
+	}
 }
 
 static void print_cores(const struct bench *b, const struct ferry_core_stats *before,
 			const struct ferry_core_stats *after)
 {
-	printf("\n%4s %4s %11s %11s %10s %11s %11s %8s %8s %10s %8s %9s %9s %9s\n", "core", "cpu",
-	       "wrs_posted", "completions", "doorbells", "polls", "empty_polls", "qp_full",
-	       "cq_full", "pool_empty", "sleeps", "busy_ms", "idle_ms", "ns/slice");
-	for (unsigned k = 0; k < b->ncores; k++) {
-		struct ferry_core_stats d;
-
-		stats_delta(&after[k], &before[k], &d);
-		printf("%4u %4u %11" PRIu64 " %11" PRIu64 " %10" PRIu64 " %11" PRIu64 " %11" PRIu64
-		       " %8" PRIu64 " %8" PRIu64 " %10" PRIu64 " %8" PRIu64 " %9.1f %9.1f %9.1f\n",
-		       k, d.cpu, d.wrs_posted, d.completions, d.doorbells, d.polls, d.empty_polls,
-		       d.qp_full, d.cq_full, d.pool_empty, d.sleeps, (double)d.busy_ns / 1e6,
-		       (double)d.idle_ns / 1e6, ns_per_slice(&d));
-		if (d.wr_errors || d.provider_errors)
-			printf("     core %u: wr_errors %" PRIu64 ", provider_errors %" PRIu64 "\n", k,
-			       d.wr_errors, d.provider_errors);
-	}
+	print_sw_cores(b, before, after);
+	print_hw_cores(b, before, after);
 	fflush(stdout);
 }
 
@@ -930,6 +1259,15 @@ static void json_str(const char *key, const char *s)
 	printf("\",");
 }
 
+/* A hardware counter: null when the kernel does not count it. */
+static void json_hw(const char *key, uint64_t v)
+{
+	if (v == UINT64_MAX)
+		printf(",\"%s\":null", key);
+	else
+		printf(",\"%s\":%" PRIu64, key, v);
+}
+
 static void json_core(unsigned k, const struct ferry_core_stats *d)
 {
 	printf("{\"core\":%u,\"cpu\":%u,\"numa_node\":%d", k, d->cpu, d->numa_node);
@@ -937,7 +1275,12 @@ static void json_core(unsigned k, const struct ferry_core_stats *d)
 	F(wrs_posted); F(completions); F(cqes); F(bytes); F(doorbells); F(polls);
 	F(empty_polls); F(qp_full); F(cq_full); F(pool_empty); F(wr_errors); F(reqs_done);
 	F(provider_errors); F(sleeps); F(wakeups); F(busy_ns); F(idle_ns); F(loops);
+	F(retries); F(qp_resets); F(handovers); F(rail_pauses);
 #undef F
+	json_hw("cycles", d->cycles);
+	json_hw("instructions", d->instructions);
+	json_hw("cache_misses", d->cache_misses);
+	json_hw("ctx_switches", d->ctx_switches);
 	printf(",\"ns_per_slice\":%.1f}", ns_per_slice(d));
 }
 
@@ -984,7 +1327,9 @@ static void print_json(const struct bench *b, const struct totals *t)
 	       (double)bytes / t->secs / 1e6, (double)t->ok / t->secs,
 	       t->batches ? (double)t->lat_ns / (double)t->batches / 1e3 : 0.0, t->failures,
 	       b->mismatches);
-	if (b->cfg.lat)
+	json_str("counters", onoff(o->counters));
+	/* Per request, in both modes (throughput: from its batch's submit). */
+	if (l->n)
 		printf("\"lat_us\":{\"n\":%" PRIu64 ",\"min\":%.3f,\"p50\":%.3f,\"avg\":%.3f,"
 		       "\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f},",
 		       l->n, (double)l->min / 1e3, (double)l->p50 / 1e3, l->avg / 1e3,
@@ -992,6 +1337,170 @@ static void print_json(const struct bench *b, const struct totals *t)
 	json_cores(b, b->before, b->after);
 	printf("}\n");
 	fflush(stdout);
+}
+
+/* ------------------------------------------------------------------ */
+/* --csv, --plot, --prom                                               */
+/* ------------------------------------------------------------------ */
+
+/* This size's results as a row of --csv and a point of --plot. */
+static void row_add(struct bench *b, const struct totals *t)
+{
+	struct bench_row *r = &b->rows[b->nrows++];
+
+	*r = (struct bench_row){
+		.mode = b->cfg.lat ? "lat" : "bw",
+		.op = bench_op_name(b->cfg.op),
+		.size = b->size,
+		.batch = b->nreq,
+		.ports = b->cfg.ports,
+		.cores = b->ncores,
+		.counters = b->iopts.counters,
+		.requests = t->ok,
+		.failures = t->failures,
+		.secs = t->secs,
+		.lat = t->lat,
+	};
+}
+
+/* Write and flush each row as it comes: an interrupted sweep keeps its rows. */
+static int csv_put(struct bench *b)
+{
+	if (!b->csv)
+		return 0;
+	if (bench_csv_row(b->csv, &b->rows[b->nrows - 1]) < 0 || fflush(b->csv)) {
+		fprintf(stderr, "ferry_bench: --csv %s: %s\n", b->cfg.csv, strerror(errno));
+		return -EIO;
+	}
+	return 0;
+}
+
+/* gnuplot runs at the end: check now that it may write where --plot says. */
+static bool plot_dir_ok(const char *png)
+{
+	const char *slash = strrchr(png, '/');
+	char dir[4096];
+
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == png)
+		snprintf(dir, sizeof(dir), "/");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - png), png);
+	if (!access(dir, W_OK | X_OK))
+		return true;
+	fprintf(stderr, "ferry_bench: --plot %s: cannot write in %s: %s\n", png, dir,
+		strerror(errno));
+	return false;
+}
+
+/* An output file the user named: the message says which flag. */
+static FILE *output_open(const char *flag, const char *path)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		fprintf(stderr, "ferry_bench: %s %s: %s\n", flag, path, strerror(errno));
+	return f;
+}
+
+/*
+ * Open --csv and --prom, and make sure --plot can run, before anything is
+ * measured: a typo in a path must not cost a 10-minute sweep.
+ */
+static int outputs_open(struct bench *b)
+{
+	const struct bench_cfg *c = &b->cfg;
+
+	if (c->plot && !bench_find_program(BENCH_GNUPLOT, getenv("PATH"))) {
+		fprintf(stderr, "ferry_bench: --plot needs gnuplot, which is not installed: %s\n",
+			BENCH_GNUPLOT_INSTALL);
+		return -ENOENT;
+	}
+	if (c->plot && !plot_dir_ok(c->plot))
+		return -EACCES;
+	if (c->prom && !strcmp(c->prom, "-")) {
+		b->prom = stdout;
+	} else if (c->prom) {
+		b->prom = output_open("--prom", c->prom);
+		if (!b->prom)
+			return -EIO;
+	}
+	if (c->csv) {
+		b->csv = output_open("--csv", c->csv);
+		if (!b->csv)
+			return -EIO;
+		if (bench_csv_header(b->csv) < 0 || fflush(b->csv)) {
+			fprintf(stderr, "ferry_bench: --csv %s: %s\n", c->csv, strerror(errno));
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
+/* --plot: the rows through gnuplot. */
+static int plot_put(struct bench *b)
+{
+	const struct ferry_opts *o = &b->iopts;
+	char title[512], err[512];
+
+	if (!b->cfg.plot || !b->nrows)
+		return 0;
+	snprintf(title, sizeof(title),
+		 "ferry_bench%s %s: nics %s, cores %s, %u port(s), batch %u, slice %u, %s, counters %s",
+		 b->cfg.lat ? " --lat" : "", bench_op_name(b->cfg.op), o->nics, o->cores,
+		 b->cfg.ports, b->cfg.batch, o->slice_size, o->loop_nocopy ? "nocopy" : "copy",
+		 onoff(o->counters));
+	if (bench_plot(b->rows, b->nrows, b->cfg.plot, title, err, sizeof(err))) {
+		fprintf(stderr, "ferry_bench: --plot: %s\n", err);
+		return -EIO;
+	}
+	fprintf(stderr, "ferry_bench: --plot: wrote %s\n", b->cfg.plot);
+	return 0;
+}
+
+/* --prom: the engine's counters in the Prometheus text format. */
+static int prom_put(struct bench *b)
+{
+	size_t len = 4096 + 8192 * (size_t)b->ncores;
+	char *buf = NULL;
+	int n = -ENOSPC;
+
+	if (!b->prom)
+		return 0;
+	/* The size is a guess ("about 2 KiB + 3 KiB per core"): grow on -ENOSPC. */
+	for (; n == -ENOSPC && len <= (64u << 20); len *= 2) {
+		char *nb = realloc(buf, len);
+
+		if (!nb)
+			break;
+		buf = nb;
+		n = ferry_stats_format_prometheus(b->self, buf, len);
+	}
+	if (n < 0) {
+		free(buf);
+		return report("ferry_stats_format_prometheus", n);
+	}
+	fwrite(buf, 1, (size_t)n, b->prom);
+	free(buf);
+	if (fflush(b->prom) || ferror(b->prom))
+		return report(b->cfg.prom, -EIO);
+	return 0;
+}
+
+/*
+ * The table's snapshot: the cores serve hardware counters from a cache
+ * refreshed at most every 100 ms, so wait that long once and read again,
+ * else the last tenth of a second of a run is missing from them.
+ */
+static void stats_final(struct bench *b)
+{
+	struct timespec ts = { 0, (long)HW_REFRESH_WAIT_NS };
+
+	if (!b->iopts.counters)
+		return;
+	nanosleep(&ts, NULL);
+	stats_snap(b, b->after);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1016,9 +1525,11 @@ static int bench_alloc(struct bench *b)
 
 		if (need > b->local_cap)
 			b->local_cap = need;
+		b->nsizes++;
 	}
 	b->ports = calloc(b->cfg.ports, sizeof(*b->ports));
-	if (!b->ports)
+	b->rows = calloc(b->nsizes, sizeof(*b->rows));
+	if (!b->ports || !b->rows)
 		return report("port array", -ENOMEM);
 	for (unsigned p = 0; p < b->cfg.ports; p++)
 		b->ports[p].idx = p;
@@ -1041,7 +1552,9 @@ static int bench_setup(struct bench *b)
 {
 	int rc;
 
-	rc = opts_build(b);
+	rc = outputs_open(b);
+	if (!rc)
+		rc = opts_build(b);
 	if (!rc)
 		rc = bench_alloc(b);
 	if (!rc)
@@ -1075,7 +1588,8 @@ static void bench_teardown(struct bench *b)
 				ferry_port_destroy(bp->port);
 		}
 		free(bp->reqs);
-		free(bp->samples);
+		free(bp->open);
+		bench_samples_free(&bp->lat);
 	}
 	ferry_engine_destroy(b->init);
 	if (b->target && b->tbuf && b->cfg.mode == BENCH_TARGET)
@@ -1091,6 +1605,11 @@ static void bench_teardown(struct bench *b)
 	free(b->first);
 	free(b->before);
 	free(b->after);
+	free(b->rows);
+	if (b->csv)
+		fclose(b->csv);
+	if (b->prom && b->prom != stdout)
+		fclose(b->prom);
 }
 
 /* Every size of the run, one row (or JSON object) each.  Exit status. */
@@ -1101,6 +1620,9 @@ static int bench_run(struct bench *b)
 	struct totals t;
 
 	stats_snap(b, b->first);
+	b->progress.tty = isatty(STDERR_FILENO);
+	b->run_start_ns = now_ns();
+	b->progress.next_ns = b->run_start_ns + (b->progress.tty ? PROGRESS_TTY_NS : PROGRESS_PLAIN_NS);
 	if (!b->cfg.json)
 		print_header(b);
 	for (uint64_t s = b->cfg.size; s; s = bench_next_size(&b->cfg, s), step++) {
@@ -1109,16 +1631,21 @@ static int bench_run(struct bench *b)
 		if (b->cfg.verify)
 			buffers_verify(b);
 		totals_sum(b, &t);
+		row_add(b, &t);
 		if (b->cfg.json)
 			print_json(b, &t);
 		else
 			print_row(b, &t);
+		bad |= csv_put(b) != 0;
 		bad |= t.failures || t.early || b->mismatches;
 		if (t.early)
 			break; /* a stuck or broken port cannot run the next size */
 	}
+	stats_final(b);
 	if (!b->cfg.json)
 		print_cores(b, b->first, b->after);
+	bad |= plot_put(b) != 0;
+	bad |= prom_put(b) != 0;
 	return bad ? 1 : 0;
 }
 
@@ -1186,11 +1713,15 @@ static int target_main(struct bench *b)
 	if (rc)
 		return report("pthread_sigmask", rc), 1;
 	b->buffer = bench_buffer_bytes(&b->cfg);
-	rc = opts_build(b);
+	rc = outputs_open(b);
+	if (!rc)
+		rc = opts_build(b);
 	if (!rc)
 		rc = target_map(b);
-	if (rc)
+	if (rc) {
+		bench_teardown(b);
 		return 1;
+	}
 	/* Before the engine: its listener is up as soon as it exists. */
 	bench_pattern_fill(b->tbuf, b->buffer, 0, b->cfg.seed);
 	rc = engine_open("target", &b->topts, &b->target);
@@ -1218,6 +1749,7 @@ static int target_main(struct bench *b)
 	sig = target_wait(b, &set);
 	fprintf(stderr, "ferry_bench target: %s, stopping\n", sig ? strsignal(sig) : "duration over");
 	stats_snap(b, b->after);
+	stats_final(b);
 	if (b->cfg.json) {
 		target_json(b, sig, (double)(now_ns() - t0) / 1e9);
 	} else {
@@ -1226,8 +1758,9 @@ static int target_main(struct bench *b)
 		print_cores(b, b->first, b->after);
 	}
 	fflush(stdout);
+	rc = prom_put(b);
 	bench_teardown(b);
-	return 0;
+	return rc ? 1 : 0;
 }
 
 /* ------------------------------------------------------------------ */

@@ -386,8 +386,11 @@ static unsigned suffix_shift(char c)
 	return 0;
 }
 
-/* Strict uint32: digits only, optional suffix; NULL or the reason it is not one. */
-static const char *parse_u32(const char *v, int suffix, uint32_t *out)
+/*
+ * Shared with ferry_bench's command line (see opts.h), so both accept the
+ * same numbers and say the same thing about the ones they refuse.
+ */
+const char *ferry_parse_num(const char *v, int suffix, uint64_t max, uint64_t *out)
 {
 	unsigned long long x;
 	unsigned shift = 0;
@@ -403,17 +406,33 @@ static const char *parse_u32(const char *v, int suffix, uint32_t *out)
 	errno = 0;
 	x = strtoull(v, &end, 10);
 	if (errno == ERANGE)
-		return "too large (max 4294967295)";
+		return "too large";
 	if (*end) {
 		if (!suffix)
 			return "not a decimal number (no K/M/G suffix here)";
 		shift = suffix_shift(*end);
 		if (!shift || end[1])
-			return "bad suffix (K, M or G)";
+			return "bad suffix or trailing garbage (K, M or G)";
 	}
-	if (x > (UINT32_MAX >> shift))
+	if (x > (max >> shift))
+		return "too large";
+	*out = (uint64_t)x << shift;
+	return NULL;
+}
+
+/* Strict uint32: digits only, optional suffix; NULL or the reason it is not one. */
+static const char *parse_u32(const char *v, int suffix, uint32_t *out)
+{
+	const char *why;
+	uint64_t x;
+
+	why = ferry_parse_num(v, suffix, UINT32_MAX, &x);
+	/* Name the limit: nothing else tells the user of a variable what it is. */
+	if (why && !strcmp(why, "too large"))
 		return "too large (max 4294967295)";
-	*out = (uint32_t)(x << shift);
+	if (why)
+		return why;
+	*out = (uint32_t)x;
 	return NULL;
 }
 

@@ -3,7 +3,8 @@
  * Unit tests of ferry_bench's command line (bench/bench_opts.c): defaults,
  * every flag, size suffixes and ranges, the two-process flags, and that
  * each refusal names the flag it is about; and of its engine-free helpers
- * (bench/bench_util.c: the --verify pattern, the --lat percentiles).  The
+ * (bench/bench_util.c: the --verify pattern, the --lat percentiles, the
+ * preallocated latency samples).  The
  * Makefile links tests with libferry.a only, so both are included here
  * rather than linked.
  */
@@ -105,6 +106,11 @@ static void test_defaults(void **state)
 	assert_null(r.cfg.listen);
 	assert_null(r.cfg.connect);
 	assert_false(r.cfg.lat || r.cfg.sweep || r.cfg.duration_set);
+	/* output flags: none, and the engine's counters setting is kept */
+	assert_null(r.cfg.csv);
+	assert_null(r.cfg.plot);
+	assert_null(r.cfg.prom);
+	assert_int_equal(r.cfg.counters, -1);
 	/* The one-process buffer is still ports x batch x size. */
 	assert_int_equal(bench_buffer_bytes(&r.cfg), 32 * 65536);
 	assert_int_equal(bench_batch_for(&r.cfg, 65536), 32);
@@ -220,6 +226,27 @@ static void test_bad_sizes(void **state)
 	BAD("--slice '0'", "--slice", "0");
 	BAD("--slice '4G'", "--slice", "4G");
 	BAD("--depth '1Q'", "--depth", "1Q");
+}
+
+/* Sizes go through the runtime's parser: the same words as FERRY_SLICE_SIZE. */
+static void test_shared_number_parser(void **state)
+{
+	uint64_t v = 0;
+
+	(void)state;
+	BAD("--size '5KB': bad suffix or trailing garbage (K, M or G)", "--size", "5KB");
+	BAD("--size ' 5': not a decimal number", "--size", " 5");
+	BAD("--batch '2M': not a decimal number (no K/M/G suffix here)", "--batch", "2M");
+	BAD("--iters '5x': not a decimal number (no K/M/G suffix here)", "-n", "5x");
+	/* Zero is the bench's refusal, not the runtime's: the runtime takes it. */
+	BAD("--batch '0': must be greater than 0", "--batch", "0");
+	assert_null(ferry_parse_num("0", 0, 10, &v));
+	assert_int_equal(v, 0);
+	assert_null(ferry_parse_num("2G", 1, UINT64_MAX, &v));
+	assert_int_equal(v, 2ull << 30);
+	assert_string_equal(ferry_parse_num("11", 0, 10, &v), "too large");
+	assert_string_equal(ferry_parse_num("1K", 1, 1023, &v), "too large");
+	assert_int_equal(v, 2ull << 30); /* untouched on a refusal */
 }
 
 static void test_bad_counts(void **state)
@@ -476,7 +503,7 @@ static void test_size_ranges(void **state)
 	BAD("--size '2:0': HI '0': must be greater than 0", "--size", "2:0");
 	BAD("--size ':4K': LO '': empty", "--size", ":4K");
 	BAD("--size '2:': HI '': empty", "--size", "2:");
-	BAD("--size '2:4:8': HI '4:8': trailing garbage", "--size", "2:4:8");
+	BAD("--size '2:4:8': HI '4:8': bad suffix or trailing garbage", "--size", "2:4:8");
 	BAD("--size '3:64': a range runs powers of two", "--size", "3:64");
 	BAD("--size '2:96K': a range runs powers of two", "--size", "2:96K");
 	BAD("--size '1:2G': HI '2G': too large", "--size", "1:2G");
@@ -680,6 +707,170 @@ static void test_apply_depth_signal(void **state)
 	unsetenv("FERRY_SIGNAL_EVERY");
 }
 
+/*
+ * Parse string literals in place: unlike parse_v's copies they outlive the
+ * call, and cfg's string fields point into argv.  getopt does not permute
+ * ("+" in short_opts), so nothing writes to them.
+ */
+static void parse_lit(struct parsed *r, const char *const *args)
+{
+	char *argv[MAX_ARGS + 2];
+	int argc = 0;
+
+	memset(r, 0, sizeof(*r));
+	argv[argc++] = (char *)"ferry_bench";
+	for (; *args; args++) {
+		assert_true(argc <= MAX_ARGS);
+		argv[argc++] = (char *)*args;
+	}
+	argv[argc] = NULL;
+	r->rc = bench_parse_args(argc, argv, &r->cfg, r->err, sizeof(r->err));
+	if (r->rc)
+		fail_msg("refused: %s", r->err);
+}
+
+#define OK_LIT(r, ...) parse_lit((r), (const char *const[]){ __VA_ARGS__, NULL })
+
+/* --csv, --plot, --prom, --counters: accepted values. */
+static void test_output_flags(void **state)
+{
+	struct parsed r;
+
+	(void)state;
+	OK_LIT(&r, "--csv", "out.csv", "--plot", "dir/bw.png", "--prom", "m.prom", "--counters",
+	       "off");
+	assert_string_equal(r.cfg.csv, "out.csv");
+	assert_string_equal(r.cfg.plot, "dir/bw.png");
+	assert_string_equal(r.cfg.prom, "m.prom");
+	assert_int_equal(r.cfg.counters, 0);
+	OK_LIT(&r, "--counters", "on", "--prom", "-", "--plot", "X.PNG");
+	assert_int_equal(r.cfg.counters, 1);
+	assert_string_equal(r.cfg.prom, "-");
+	OK_LIT(&r, "--csv=./-x.csv", "--size", "2:64M");
+	assert_string_equal(r.cfg.csv, "./-x.csv");
+	/* The target has no rows, but counters and a Prometheus dump. */
+	OK_LIT(&r, "--target", "--counters", "off", "--prom", "t.prom");
+	assert_int_equal(r.cfg.counters, 0);
+	assert_string_equal(r.cfg.prom, "t.prom");
+	OK(&r, "--connect", "127.0.0.1:9", "--csv", "c.csv", "--plot", "c.png");
+}
+
+/* --csv, --plot, --prom, --counters: each refusal says what is wrong. */
+static void test_bad_output_flags(void **state)
+{
+	(void)state;
+	BAD("--counters 'maybe': must be 'on' or 'off'", "--counters", "maybe");
+	BAD("--counters '1': must be 'on' or 'off'", "--counters", "1");
+	BAD("--counters '': must be 'on' or 'off'", "--counters", "");
+	BAD("option '--counters' needs a value", "--counters");
+	BAD("option '--plot' needs a value", "--plot");
+	BAD("option '--prom' needs a value", "--prom");
+	BAD("option '--csv' needs a value", "--csv");
+	/* getopt takes the next flag as the file: that is a missing file name. */
+	BAD("--plot '--json': that is an option, not a file name (missing file name?",
+	    "--plot", "--json");
+	BAD("--prom '--lat': that is an option", "--prom", "--lat");
+	BAD("--csv '-v': that is an option", "--csv", "-v");
+	BAD("--csv: empty value (want a file name)", "--csv", "");
+	BAD("--plot: empty value", "--plot", "");
+	BAD("--csv '-': give a file name (stdout has the table)", "--csv", "-");
+	BAD("--plot '-': give a file name", "--plot", "-");
+	BAD("--plot 'bw.svg': draws a PNG: the name must end in .png", "--plot", "bw.svg");
+	BAD("--plot '.png': draws a PNG", "--plot", ".png");
+	BAD("--prom - and --json both write to stdout", "--json", "--prom", "-");
+	BAD("--csv applies to the initiator (--connect), not to --target", "--target", "--csv",
+	    "x.csv");
+	BAD("--plot applies to the initiator (--connect), not to --target", "--target", "--plot",
+	    "x.png");
+	BAD("ambiguous option '--p' (--ports, --plot, --prom)", "--p", "x");
+	BAD("ambiguous option '--co' (--cores, --connect, --counters)", "--co", "on");
+}
+
+/* --counters maps to the engine's counters option; absent, env/default stay. */
+static void test_apply_counters(void **state)
+{
+	struct ferry_opts o;
+	struct bench_cfg cfg;
+
+	(void)state;
+	bench_cfg_default(&cfg);
+	ferry_opts_default(&o);
+	assert_int_equal(o.counters, 1);
+	bench_apply_opts(&cfg, &o);
+	assert_int_equal(o.counters, 1);
+	o.counters = 0; /* as FERRY_COUNTERS=0 would */
+	bench_apply_opts(&cfg, &o);
+	assert_int_equal(o.counters, 0);
+	cfg.counters = 1;
+	bench_apply_opts(&cfg, &o);
+	assert_int_equal(o.counters, 1);
+	cfg.counters = 0;
+	bench_apply_opts(&cfg, &o);
+	assert_int_equal(o.counters, 0);
+}
+
+/* Below their capacity the samples are exact, and the summary is bench_lat_summary's. */
+static void test_samples_exact(void **state)
+{
+	struct bench_samples s[2];
+	struct bench_lat l;
+
+	(void)state;
+	assert_int_equal(bench_samples_init(&s[0], 1000, 1), 0);
+	assert_int_equal(bench_samples_init(&s[1], 1000, 2), 0);
+	for (uint64_t i = 1; i <= 100; i++)
+		bench_samples_add(&s[i & 1], i * 10);
+	assert_int_equal(bench_samples_summary(s, 2, &l), 0);
+	assert_int_equal(l.n, 100);
+	assert_int_equal(l.min, 10);
+	assert_int_equal(l.max, 1000);
+	assert_int_equal(l.p50, 500);
+	assert_int_equal(l.p99, 990);
+	assert_int_equal(l.p999, 1000);
+	assert_true(l.avg == 505.0);
+	/* reset keeps the memory, forgets the samples */
+	bench_samples_reset(&s[0]);
+	bench_samples_reset(&s[1]);
+	assert_int_equal(bench_samples_summary(s, 2, &l), 0);
+	assert_int_equal(l.n, 0);
+	assert_int_equal(l.max, 0);
+	bench_samples_add(&s[1], 7);
+	assert_int_equal(bench_samples_summary(s, 2, &l), 0);
+	assert_true(l.n == 1 && l.min == 7 && l.p50 == 7 && l.max == 7);
+	bench_samples_free(&s[0]);
+	bench_samples_free(&s[1]);
+}
+
+/*
+ * Past the capacity a uniform subset is kept, whatever the order: a
+ * stream that cycles 0..99 keeps percentiles near the true ones, and a
+ * port that saw 4x more samples does not count 4x less in the merge.
+ */
+static void test_samples_subset(void **state)
+{
+	struct bench_samples s[2];
+	struct bench_lat l;
+
+	(void)state;
+	assert_int_equal(bench_samples_init(&s[0], 4096, 1), 0);
+	assert_int_equal(bench_samples_init(&s[1], 4096, 2), 0);
+	for (uint64_t i = 0; i < 400000; i++)
+		bench_samples_add(&s[0], 1000 + i % 100);
+	for (uint64_t i = 0; i < 100000; i++)
+		bench_samples_add(&s[1], 1000 + i % 100);
+	assert_true(s[0].n <= 4096 && s[0].n >= 2048);
+	assert_true(s[0].shift > s[1].shift);
+	assert_int_equal(bench_samples_summary(s, 2, &l), 0);
+	assert_int_equal(l.n, 500000);
+	assert_int_equal(l.min, 1000);
+	assert_int_equal(l.max, 1099);
+	assert_true(l.p50 >= 1046 && l.p50 <= 1053);
+	assert_true(l.p99 >= 1096);
+	assert_true(l.avg == 1049.5);
+	bench_samples_free(&s[0]);
+	bench_samples_free(&s[1]);
+}
+
 static void test_names_and_usage(void **state)
 {
 	char *text = NULL;
@@ -713,6 +904,7 @@ int main(void)
 		cmocka_unit_test(test_strings),
 		cmocka_unit_test(test_size_suffixes),
 		cmocka_unit_test(test_bad_sizes),
+		cmocka_unit_test(test_shared_number_parser),
 		cmocka_unit_test(test_bad_counts),
 		cmocka_unit_test(test_bad_op),
 		cmocka_unit_test(test_duration),
@@ -731,6 +923,11 @@ int main(void)
 		cmocka_unit_test(test_apply_defaults),
 		cmocka_unit_test(test_apply_flags),
 		cmocka_unit_test(test_apply_depth_signal),
+		cmocka_unit_test(test_output_flags),
+		cmocka_unit_test(test_bad_output_flags),
+		cmocka_unit_test(test_apply_counters),
+		cmocka_unit_test(test_samples_exact),
+		cmocka_unit_test(test_samples_subset),
 		cmocka_unit_test(test_names_and_usage),
 	};
 
