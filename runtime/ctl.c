@@ -398,6 +398,18 @@ static int ctl_answer_disconnect(struct ctl *c, int fd, const uint8_t *payload, 
 	return ctl_reply(c, fd, rc, WIRE_DISCONNECT_REP, frame, 0);
 }
 
+static int ctl_answer_keepalive(struct ctl *c, int fd, const uint8_t *payload, size_t len)
+{
+	struct wire_disconnect d;
+	uint8_t frame[WIRE_HDR_LEN];
+	int rc;
+
+	if (wire_disconnect_decode(payload, len, &d) || d.token)
+		return ctl_refuse(c, "malformed KEEPALIVE");
+	rc = c->keepalive ? c->keepalive(c->arg, d.incarnation) : -EOPNOTSUPP;
+	return ctl_reply(c, fd, rc, WIRE_KEEPALIVE_REP, frame, 0);
+}
+
 /*
  * The largest payload the server reads for a request type, or -1 for a type
  * that is not a request.  Larger ones are refused unread, so a client cannot
@@ -414,6 +426,8 @@ static long ctl_req_max(uint16_t type)
 		return (long)wire_connect_req_size(&full);
 	case WIRE_DISCONNECT:
 		return WIRE_DISCONNECT_LEN;
+	case WIRE_KEEPALIVE:
+		return WIRE_KEEPALIVE_LEN;
 	default:
 		return -1;
 	}
@@ -427,6 +441,8 @@ static int ctl_dispatch(struct ctl *c, int fd, uint16_t type, const uint8_t *pay
 		return ctl_answer_desc(c, fd);
 	case WIRE_CONNECT_REQ:
 		return ctl_answer_connect(c, fd, payload, len);
+	case WIRE_KEEPALIVE:
+		return ctl_answer_keepalive(c, fd, payload, len);
 	default:
 		return ctl_answer_disconnect(c, fd, payload, len);
 	}
@@ -589,10 +605,12 @@ static void ctl_reset(struct ctl *c)
 {
 	ctl_connect_fn on_connect = c->connect;
 	ctl_disconnect_fn on_disconnect = c->disconnect;
+	ctl_keepalive_fn on_keepalive = c->keepalive;
 
 	memset(c, 0, sizeof(*c));
 	c->connect = on_connect;
 	c->disconnect = on_disconnect;
+	c->keepalive = on_keepalive;
 	c->listen_fd = -1;
 	c->stop_fd = -1;
 }
@@ -602,6 +620,11 @@ void ctl_set_ep_ops(struct ctl *c, ctl_connect_fn on_connect, ctl_disconnect_fn 
 	/* Read by the control thread only after pthread_create: no race. */
 	c->connect = on_connect;
 	c->disconnect = on_disconnect;
+}
+
+void ctl_set_keepalive(struct ctl *c, ctl_keepalive_fn keepalive)
+{
+	c->keepalive = keepalive;
 }
 
 int ctl_start(struct ctl *c, const char *listen_addr, ctl_describe_fn describe, void *arg)
@@ -667,6 +690,7 @@ void ctl_stop(struct ctl *c)
  */
 struct ctl_call {
 	const char *what;  /* "fetch", "connect", "disconnect": for the logs */
+	int quiet;         /* a dead peer is no news (keepalive): log nothing */
 	uint8_t *frame;    /* WIRE_HDR_LEN bytes of room, then the request payload */
 	size_t req_len;    /* payload bytes */
 	uint16_t req_type;
@@ -809,7 +833,9 @@ static int ctl_call(const char *address, int timeout_ms, const struct ctl_call *
 
 	fd = ctl_dial(&sin, deadline);
 	if (fd < 0) {
-		ctl_log("%s: cannot connect to %s: %s", call->what, address, strerror(-fd));
+		if (!call->quiet)
+			ctl_log("%s: cannot connect to %s: %s", call->what, address,
+				strerror(-fd));
 		/* Unreachable, refused, reset: all mean "no engine there". */
 		if (fd == -ETIMEDOUT || fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM)
 			return fd;
@@ -817,7 +843,7 @@ static int ctl_call(const char *address, int timeout_ms, const struct ctl_call *
 	}
 	rc = ctl_exchange(fd, deadline, call);
 	close(fd);
-	if (rc && rc != -EPROTO)
+	if (rc && rc != -EPROTO && !call->quiet)
 		ctl_log("%s: %s: %s", call->what, address, strerror(-rc));
 	return rc;
 }
@@ -902,5 +928,18 @@ int ctl_disconnect(const char *address, int timeout_ms, const struct wire_discon
 	if (!d)
 		return -EINVAL;
 	(void)wire_disconnect_encode(d, frame + WIRE_HDR_LEN, WIRE_DISCONNECT_LEN);
+	return ctl_call(address, timeout_ms, &call);
+}
+
+int ctl_keepalive(const char *address, int timeout_ms, uint64_t incarnation)
+{
+	struct wire_disconnect d = { .incarnation = incarnation };
+	uint8_t frame[WIRE_HDR_LEN + WIRE_KEEPALIVE_LEN];
+	struct ctl_call call = {
+		.what = "keepalive", .quiet = 1, .frame = frame, .req_len = WIRE_KEEPALIVE_LEN,
+		.req_type = WIRE_KEEPALIVE, .rep_type = WIRE_KEEPALIVE_REP, .rep_max = 0,
+	};
+
+	(void)wire_disconnect_encode(&d, frame + WIRE_HDR_LEN, WIRE_KEEPALIVE_LEN);
 	return ctl_call(address, timeout_ms, &call);
 }

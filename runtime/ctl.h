@@ -23,6 +23,8 @@ typedef int (*ctl_connect_fn)(void *arg, const struct wire_connect_req *req,
 			      struct wire_connect_rep *rep);
 /* Tear down the target-side QPs of an endpoint; 0 or -errno (-ENOENT unknown). */
 typedef int (*ctl_disconnect_fn)(void *arg, const struct wire_disconnect *d);
+/* An initiator says it is alive: renew its lease; 0 or -ENOENT (nothing of it here). */
+typedef int (*ctl_keepalive_fn)(void *arg, uint64_t incarnation);
 
 struct ctl {
 	int listen_fd;
@@ -33,6 +35,7 @@ struct ctl {
 	ctl_describe_fn describe;
 	ctl_connect_fn connect;       /* NULL: CONNECT_REQ answered -EOPNOTSUPP */
 	ctl_disconnect_fn disconnect; /* NULL: DISCONNECT answered -EOPNOTSUPP */
+	ctl_keepalive_fn keepalive;   /* NULL: KEEPALIVE answered -EOPNOTSUPP */
 	void *arg;
 	uint64_t served;           /* requests answered */
 	uint64_t refused;          /* malformed messages */
@@ -42,6 +45,8 @@ struct ctl {
 int ctl_start(struct ctl *c, const char *listen, ctl_describe_fn describe, void *arg);
 /* Set the endpoint handlers; call before ctl_start (they share its arg). */
 void ctl_set_ep_ops(struct ctl *c, ctl_connect_fn connect, ctl_disconnect_fn disconnect);
+/* Set the keepalive handler; call before ctl_start. */
+void ctl_set_keepalive(struct ctl *c, ctl_keepalive_fn keepalive);
 /* Stop the thread and close the socket; safe on a never-started ctl. */
 void ctl_stop(struct ctl *c);
 /* Fetch the descriptor of the engine at address; blocks up to timeout_ms. */
@@ -54,5 +59,7 @@ int ctl_connect(const char *address, int timeout_ms, const struct wire_connect_r
 		struct wire_connect_rep *rep);
 /* Ask the engine at address to tear down an endpoint's QPs. */
 int ctl_disconnect(const char *address, int timeout_ms, const struct wire_disconnect *d);
+/* Tell the engine at address that the initiator incarnation is alive. */
+int ctl_keepalive(const char *address, int timeout_ms, uint64_t incarnation);
 
 #endif /* FERRY_RUNTIME_CTL_H */

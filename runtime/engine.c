@@ -135,6 +135,7 @@ static int engine_start(struct ferry_engine *e, const unsigned *cpus, const char
 	if (e->opts.verbose)
 		engine_print_map(e);
 	ctl_set_ep_ops(&e->ctl, passive_connect, passive_disconnect);
+	ctl_set_keepalive(&e->ctl, passive_keepalive);
 	rc = ctl_start(&e->ctl, listen, engine_describe, e);
 	if (rc) {
 		fprintf(stderr, "ferry: cannot listen on %s: %s\n", listen ? listen : "(default)",

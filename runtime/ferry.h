@@ -55,6 +55,11 @@ struct ferry_opts {
 	uint32_t ring_size;    /**< SPSC ring slots per (port, core), power of 2 (default 1024) */
 	uint32_t retries;      /**< retries per failed slice, other QP first, then other rails (default 9) */
 	uint32_t timeout_ms;   /**< slice timeout; 0 = off (default 10000) */
+	uint32_t keepalive_ms; /**< tell every open segment's peer we are alive this often, so
+	                        *   it keeps our QPs (default 5000; 0 = never) */
+	uint32_t lease_ms;     /**< free the QPs of an initiator silent this long (crashed
+	                        *   without disconnecting); >= 3x the peers' keepalive_ms
+	                        *   (default 30000; 0 = never) */
 	uint32_t ep_cache;     /**< endpoints kept per core, 1..FERRY_MAX_SEGMENTS (default 128);
 	                        *   beyond, the least useful idle one is evicted (SIEVE) */
 	enum ferry_idle idle;  /**< idle policy (default adaptive) */
@@ -148,8 +153,8 @@ void ferry_opts_default(struct ferry_opts *o);
  * Override fields of o from the environment: FERRY_CORES, FERRY_NICS,
  * FERRY_LISTEN, FERRY_SLICE_SIZE, FERRY_QPS_PER_EP, FERRY_WRS_PER_QP,
  * FERRY_CQES, FERRY_SIGNAL_EVERY, FERRY_RING_SIZE, FERRY_RETRIES,
- * FERRY_TIMEOUT_MS, FERRY_EP_CACHE, FERRY_IDLE (adaptive|spin), FERRY_VERBOSE,
- * FERRY_COUNTERS (0|1).
+ * FERRY_TIMEOUT_MS, FERRY_KEEPALIVE_MS, FERRY_LEASE_MS, FERRY_EP_CACHE,
+ * FERRY_IDLE (adaptive|spin), FERRY_VERBOSE, FERRY_COUNTERS (0|1).
  * Returns -EINVAL (and names the variable on stderr) on a malformed value;
  * o is left unchanged then.  String fields point into the environment.
  * Any thread.

@@ -131,6 +131,8 @@ struct repair {
 	int stop;                      /* atomic */
 	struct repair_job later[REPAIR_LATER_MAX]; /* failed: try again after a back-off */
 	unsigned n_later;
+	uint64_t next_keepalive_ms;    /* peers told we are alive */
+	uint64_t next_expire_ms;       /* silent initiators' QPs freed */
 };
 
 /* A request part being cut: slices [next, end) of rq. */
@@ -296,6 +298,10 @@ int passive_connect(void *arg, const struct wire_connect_req *req, struct wire_c
 int passive_disconnect(void *arg, const struct wire_disconnect *d);
 void passive_destroy_all(struct ferry_engine *e);
 unsigned passive_count(struct ferry_engine *e);
+int passive_keepalive(void *arg, uint64_t incarnation);
+/* Free responder QPs whose initiator was silent for lease_ns; how many. */
+unsigned passive_expire(struct ferry_engine *e, uint64_t lease_ns);
+unsigned passive_count_of(struct ferry_engine *e, uint64_t incarnation);
 
 /* Test hook: the NIC context of core i. */
 struct nic *ferry_engine_nic(struct ferry_engine *e, unsigned core);

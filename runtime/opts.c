@@ -51,6 +51,8 @@ void ferry_opts_default(struct ferry_opts *o)
 	o->ring_size = 1024;
 	o->retries = 9;
 	o->timeout_ms = 10000;
+	o->keepalive_ms = 5000;
+	o->lease_ms = 30000;
 	o->ep_cache = 128;
 	o->idle = FERRY_IDLE_ADAPTIVE;
 	o->loop_nocopy = 0;
@@ -370,6 +372,8 @@ static const struct env_num env_nums[] = {
 	{ "FERRY_RING_SIZE", offsetof(struct ferry_opts, ring_size), 1 },
 	{ "FERRY_RETRIES", offsetof(struct ferry_opts, retries), 0 },
 	{ "FERRY_TIMEOUT_MS", offsetof(struct ferry_opts, timeout_ms), 0 },
+	{ "FERRY_KEEPALIVE_MS", offsetof(struct ferry_opts, keepalive_ms), 0 },
+	{ "FERRY_LEASE_MS", offsetof(struct ferry_opts, lease_ms), 0 },
 	{ "FERRY_EP_CACHE", offsetof(struct ferry_opts, ep_cache), 0 },
 };
 

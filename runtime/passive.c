@@ -20,6 +20,7 @@ struct passive_ep {
 	struct passive_ep *next;
 	uint64_t incarnation;
 	uint64_t token;
+	uint64_t seen_ns;            /* last CONNECT or KEEPALIVE of its initiator */
 	unsigned core;
 	unsigned nqps;
 	struct nic_qp *qps[WIRE_MAX_EP_QPS];
@@ -81,6 +82,7 @@ int passive_connect(void *arg, const struct wire_connect_req *req, struct wire_c
 		return -ENOMEM;
 	p->incarnation = req->incarnation;
 	p->token = req->token;
+	p->seen_ns = ferry_now_ns();
 	p->core = req->target_nic;
 	memset(rep, 0, sizeof(*rep));
 	rc = passive_build(e, req, p, rep);
@@ -115,6 +117,69 @@ int passive_disconnect(void *arg, const struct wire_disconnect *d)
 		return -ENOENT;
 	passive_free(e, p);
 	return 0;
+}
+
+int passive_keepalive(void *arg, uint64_t incarnation)
+{
+	struct ferry_engine *e = arg;
+	uint64_t now = ferry_now_ns();
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&e->passive_lock);
+	for (struct passive_ep *p = e->passive; p; p = p->next) {
+		if (p->incarnation == incarnation) {
+			p->seen_ns = now;
+			rc = 0;
+		}
+	}
+	pthread_mutex_unlock(&e->passive_lock);
+	return rc;
+}
+
+/*
+ * An initiator that died without DISCONNECT (killed, crashed, its host
+ * gone) leaves its responder QPs here; nothing on the wire says so, since
+ * they never send.  Live initiators renew a lease with KEEPALIVE; QPs whose
+ * initiator was silent longer than the lease are freed.
+ */
+unsigned passive_expire(struct ferry_engine *e, uint64_t lease_ns)
+{
+	uint64_t now = ferry_now_ns();
+	struct passive_ep **pp, *gone = NULL;
+	unsigned n = 0;
+
+	pthread_mutex_lock(&e->passive_lock);
+	for (pp = &e->passive; *pp;) {
+		struct passive_ep *p = *pp;
+
+		if (now - p->seen_ns > lease_ns) {
+			*pp = p->next;
+			p->next = gone;
+			gone = p;
+			n++;
+		} else {
+			pp = &p->next;
+		}
+	}
+	pthread_mutex_unlock(&e->passive_lock);
+	while (gone) {
+		struct passive_ep *next = gone->next;
+
+		passive_free(e, gone);
+		gone = next;
+	}
+	return n;
+}
+
+unsigned passive_count_of(struct ferry_engine *e, uint64_t incarnation)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&e->passive_lock);
+	for (struct passive_ep *p = e->passive; p; p = p->next)
+		n += p->incarnation == incarnation;
+	pthread_mutex_unlock(&e->passive_lock);
+	return n;
 }
 
 unsigned passive_count(struct ferry_engine *e)

@@ -158,6 +158,45 @@ static unsigned repair_drain(struct ferry_engine *e)
 	return got;
 }
 
+#define KEEPALIVE_TIMEOUT_MS 1000
+
+/* Tell every open segment's peer we are alive, so it keeps our QPs.  The
+ * calls go without ctl_lock: a dead peer costs a connect timeout. */
+static void peers_keepalive(struct ferry_engine *e)
+{
+	char addr[FERRY_MAX_SEGS][sizeof(e->segs[0].address)];
+	int timeout = e->opts.keepalive_ms < KEEPALIVE_TIMEOUT_MS ? (int)e->opts.keepalive_ms
+								   : KEEPALIVE_TIMEOUT_MS;
+	unsigned n = 0;
+
+	pthread_mutex_lock(&e->ctl_lock);
+	for (unsigned i = 0; i < FERRY_MAX_SEGS; i++) {
+		const struct ferry_seg *s = &e->segs[i];
+
+		if (s->state == SEG_OPEN && !__atomic_load_n(&s->stale, __ATOMIC_RELAXED))
+			memcpy(addr[n++], s->address, sizeof(addr[0]));
+	}
+	pthread_mutex_unlock(&e->ctl_lock);
+	for (unsigned i = 0; i < n; i++)
+		(void)ctl_keepalive(addr[i], timeout, e->incarnation);
+}
+
+/* Keepalives out, and the QPs of initiators that went silent freed. */
+static void repair_leases(struct ferry_engine *e)
+{
+	struct repair *r = &e->repair;
+	uint64_t now = now_ms();
+
+	if (e->opts.keepalive_ms && now >= r->next_keepalive_ms) {
+		peers_keepalive(e);
+		r->next_keepalive_ms = now + e->opts.keepalive_ms;
+	}
+	if (e->opts.lease_ms && now >= r->next_expire_ms) {
+		passive_expire(e, (uint64_t)e->opts.lease_ms * 1000000);
+		r->next_expire_ms = now + (e->opts.lease_ms + 3) / 4;
+	}
+}
+
 static void *repair_main(void *arg)
 {
 	struct ferry_engine *e = arg;
@@ -169,6 +208,7 @@ static void *repair_main(void *arg)
 	while (!__atomic_load_n(&e->repair.stop, __ATOMIC_ACQUIRE)) {
 		if (repair_drain(e) + repair_due(e) + reap_run(e) == 0)
 			nanosleep(&idle, NULL);
+		repair_leases(e);
 	}
 	reap_run(e);
 	urcu_qsbr_thread_online();

@@ -24,6 +24,10 @@
  * CONNECT_REP:  token u64 | n_qps u16 | reserved u16 | reserved u32 |
  *               n_qps x (qpn u32 | psn u32)
  * DISCONNECT:   incarnation u64 | token u64   -> DISCONNECT_REP (empty) or WIRE_ERROR
+ * KEEPALIVE:    incarnation u64 | reserved u64 -> KEEPALIVE_REP (empty) or WIRE_ERROR
+ *               (-ENOENT: the target holds no QP of that initiator): an
+ *               initiator's periodic "still here" that keeps its lease on the
+ *               target's QPs
  * n_qps is 1..WIRE_MAX_EP_QPS; reserved fields must be zero.
  */
 #ifndef FERRY_RUNTIME_WIRE_H
@@ -50,6 +54,8 @@ enum wire_type {
 	WIRE_CONNECT_REP = 5,
 	WIRE_DISCONNECT = 6,
 	WIRE_DISCONNECT_REP = 7,
+	WIRE_KEEPALIVE = 8,
+	WIRE_KEEPALIVE_REP = 9,
 };
 
 #define WIRE_MAX_EP_QPS 16
@@ -124,6 +130,7 @@ size_t wire_connect_rep_size(const struct wire_connect_rep *r);
 int wire_connect_rep_encode(const struct wire_connect_rep *r, uint8_t *buf, size_t cap);
 int wire_connect_rep_decode(const uint8_t *buf, size_t len, struct wire_connect_rep *out);
 #define WIRE_DISCONNECT_LEN 16
+#define WIRE_KEEPALIVE_LEN 16 /* same layout as DISCONNECT, token reserved (0) */
 int wire_disconnect_encode(const struct wire_disconnect *d, uint8_t *buf, size_t cap);
 int wire_disconnect_decode(const uint8_t *buf, size_t len, struct wire_disconnect *out);
 

@@ -923,6 +923,50 @@ static void test_ep_unsupported(void **state)
 	ctl_stop(&c);
 }
 
+static uint64_t ka_seen;
+
+static int on_keepalive(void *arg, uint64_t incarnation)
+{
+	(void)arg;
+	__atomic_store_n(&ka_seen, incarnation, __ATOMIC_RELAXED);
+	return incarnation == 7 ? -ENOENT : 0;
+}
+
+/* KEEPALIVE: the handler sees the incarnation and its errno comes back; no
+ * handler is -EOPNOTSUPP; a nonzero reserved word is refused; nobody
+ * listening is ECONNREFUSED (quietly: a dead peer is expected news). */
+static void test_keepalive(void **state)
+{
+	uint8_t frame[WIRE_HDR_LEN + WIRE_KEEPALIVE_LEN], rep[WIRE_HDR_LEN];
+	struct wire_disconnect bad = { 5, 1 };
+	char gone[64];
+	struct ctl c;
+	struct ctx x;
+	int fd;
+
+	(void)state;
+	start(&c, &x, 1, 1);
+	assert_int_equal(ctl_keepalive(c.address, FETCH_MS, 5), -EOPNOTSUPP);
+	ctl_stop(&c);
+	memset(&c, 0, sizeof(c));
+	ctl_set_keepalive(&c, on_keepalive);
+	assert_int_equal(ctl_start(&c, NULL, describe, &x), 0);
+	assert_int_equal(ctl_keepalive(c.address, FETCH_MS, 0x123456789abcdefull), 0);
+	assert_int_equal(__atomic_load_n(&ka_seen, __ATOMIC_RELAXED), 0x123456789abcdefull);
+	assert_int_equal(ctl_keepalive(c.address, FETCH_MS, 7), -ENOENT);
+	/* The reserved word must be zero. */
+	fd = raw_connect(c.address);
+	wire_hdr_encode(frame, WIRE_KEEPALIVE, WIRE_KEEPALIVE_LEN);
+	wire_disconnect_encode(&bad, frame + WIRE_HDR_LEN, WIRE_KEEPALIVE_LEN);
+	raw_send(fd, frame, sizeof(frame));
+	assert_true(recv(fd, rep, sizeof(rep), 0) <= 0); /* refused: hung up */
+	close(fd);
+	wait_counter(&c.refused, 1);
+	snprintf(gone, sizeof(gone), "%s", c.address);
+	ctl_stop(&c);
+	assert_int_equal(ctl_keepalive(gone, FETCH_MS, 5), -ECONNREFUSED);
+}
+
 /* No engine at the address, or one that never answers. */
 static void test_ep_transport(void **state)
 {
@@ -1315,6 +1359,7 @@ int main(void)
 		cmocka_unit_test(test_connect_bad_replies),
 		cmocka_unit_test(test_disconnect_bad_replies),
 		cmocka_unit_test(test_bad_address),
+		cmocka_unit_test(test_keepalive),
 		cmocka_unit_test(test_start_stop),
 	};
 

@@ -87,6 +87,8 @@ static void test_defaults(void **state)
 	assert_int_equal(o.verbose, 0);
 	assert_int_equal(o.counters, 1);
 	assert_int_equal(o.ep_cache, 128);
+	assert_int_equal(o.keepalive_ms, 5000);
+	assert_int_equal(o.lease_ms, 30000);
 	assert_int_equal(ferry_opts_check(&o, err, sizeof(err)), 0);
 }
 

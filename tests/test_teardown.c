@@ -12,6 +12,8 @@
  *  - the peer engine destroyed mid-transfer, then started again on the same
  *    address: requests end, new ones fail fast, opening the address again
  *    reaches the new incarnation (the old handle is refused, -ESTALE);
+ *  - an initiator that never says it is alive loses its QPs on the target
+ *    after the lease, one that keeps alive keeps them;
  *  - engines destroyed with segments still open (both orders);
  *  - threads submitting while another thread closes and reopens the
  *    segment: a closed or stale handle gives -EBADF in the status, never a
@@ -380,6 +382,57 @@ static void test_peer_restart(void **state)
 }
 
 /*
+ * An initiator that goes away without disconnecting (killed: here, one
+ * that never sends keepalives) loses its QPs on the target once its lease
+ * runs out; an initiator that keeps sending keeps them and keeps working.
+ */
+static void test_lease(void **state)
+{
+	struct ferry_opts io, to, so;
+	struct ferry_engine *silent;
+	struct ferry_req reqs[BATCH];
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	uint64_t seed = 5;
+	ferry_seg_t sseg;
+	unsigned live;
+	struct counts c;
+
+	(void)state;
+	pair_opts(&io, "0-1");
+	io.keepalive_ms = 50;
+	pair_opts(&to, "0-1");
+	to.lease_ms = 400;
+	pair_setup(&P, &io, &to, BUF);
+	pair_opts(&so, "0");
+	so.keepalive_ms = 0;
+	assert_int_equal(ferry_engine_create(&so, &silent), 0);
+	assert_int_equal(ferry_segment_open(silent, ferry_engine_address(P.target), &sseg), 0);
+	live = passive_count_of(P.target, P.init->incarnation);
+	assert_true(live > 0);
+	assert_true(passive_count_of(P.target, silent->incarnation) > 0);
+	for (int i = 0; i < 300 && passive_count_of(P.target, silent->incarnation); i++) {
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+	}
+	assert_int_equal(passive_count_of(P.target, silent->incarnation), 0);
+	assert_int_equal(passive_count_of(P.target, P.init->incarnation), live);
+
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, BATCH, &b), 0);
+	prepare(reqs, BATCH, P.seg, P.lbuf, P.rbuf, SLOT, &seed);
+	c = run_checked(b, reqs, BATCH, NULL);
+	assert_int_equal(c.done, BATCH);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	assert_int_equal(ferry_segment_close(silent, sseg), 0);
+	ferry_engine_destroy(silent);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+/*
  * Engines destroyed with segments open in both directions and requests
  * ended (batch destroyed, port left to the engine): the peer's half of
  * every QP, the descriptors and the endpoints must all be freed.  The
@@ -565,6 +618,7 @@ int main(void)
 		cmocka_unit_test(test_close_in_flight_faults),
 		cmocka_unit_test(test_close_stalled),
 		cmocka_unit_test(test_peer_restart),
+		cmocka_unit_test(test_lease),
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_submit_while_reopening),
 	};

@@ -257,13 +257,14 @@ static void test_hdr_roundtrip(void **state)
 	assert_int_equal(h.payload_len, WIRE_MAX_PAYLOAD);
 
 	/* Every type of version 1, by its number on the wire. */
-	for (uint16_t t = 1; t <= 7; t++) {
+	for (uint16_t t = 1; t <= 9; t++) {
 		wire_hdr_encode(b, t, 16);
 		assert_int_equal(wire_hdr_decode(b, sizeof(b), &h), 0);
 		assert_int_equal(h.type, t);
 	}
 	assert_int_equal(WIRE_CONNECT_REQ, 4);
 	assert_int_equal(WIRE_DISCONNECT_REP, 7);
+	assert_int_equal(WIRE_KEEPALIVE_REP, 9);
 }
 
 static int hdr_decode_quiet(const uint8_t *b, size_t len)
@@ -305,7 +306,7 @@ static void test_hdr_refused(void **state)
 	memcpy(m, b, sizeof(m));
 	le(m + 6, 0, 2); /* type */
 	assert_int_equal(hdr_decode_quiet(m, sizeof(m)), -EPROTO);
-	le(m + 6, WIRE_DISCONNECT_REP + 1, 2);
+	le(m + 6, WIRE_KEEPALIVE_REP + 1, 2);
 	assert_int_equal(hdr_decode_quiet(m, sizeof(m)), -EPROTO);
 	le(m + 6, 0xffff, 2);
 	assert_int_equal(hdr_decode_quiet(m, sizeof(m)), -EPROTO);
