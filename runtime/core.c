@@ -40,10 +40,6 @@
 #define SLEEP_MS 20               /* idle, nothing in flight */
 #define CQ_SLEEP_MS 10            /* work in flight on a NIC with a completion channel */
 #define TIMEOUT_CHECK_MASK 255
-#define RAIL_ERRS 3               /* errors within a window that pause a rail */
-#define RAIL_WINDOW_MS 100
-#define RAIL_BACKOFF_MIN_MS 10    /* first pause; doubles while errors go on */
-#define RAIL_BACKOFF_MAX_MS 2000
 #define DRAIN_NS (2ull * 1000 * 1000 * 1000)
 
 static void eventfd_drain(int fd)
@@ -83,8 +79,8 @@ static void rail_publish(struct ferry_core *c, struct ferry_ep *ep)
 		__atomic_store_n(&ep->seg->rail_paused[c->index], ep->paused, __ATOMIC_RELAXED);
 }
 
-/* Rail health: RAIL_ERRS errors within a window pause the rail, each pause
- * longer than the last while it keeps failing. */
+/* Rail health: rail_errors errors within a window pause the rail, each
+ * pause longer than the last while it keeps failing. */
 static void rail_note_error(struct ferry_core *c, struct ferry_ep *ep)
 {
 	uint64_t now = c->q.now;
@@ -93,7 +89,7 @@ static void rail_note_error(struct ferry_core *c, struct ferry_ep *ep)
 		ep->win_start = now;
 		ep->errs = 0;
 	}
-	if (++ep->errs < RAIL_ERRS || ep->paused)
+	if (++ep->errs < c->rail_errs || ep->paused)
 		return;
 	ep->backoff = ep->backoff ? 2 * ep->backoff : c->rail_backoff_min_tsc;
 	if (ep->backoff > c->rail_backoff_max_tsc)
@@ -767,9 +763,10 @@ int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char
 		c->pool.slab[k].home = (uint8_t)index;
 	slice_list_init(&c->xfer_wait);
 	slice_list_init(&c->xfer_back);
-	c->rail_window_tsc = RAIL_WINDOW_MS * ferry_tsc_hz() / 1000;
-	c->rail_backoff_min_tsc = RAIL_BACKOFF_MIN_MS * ferry_tsc_hz() / 1000;
-	c->rail_backoff_max_tsc = RAIL_BACKOFF_MAX_MS * ferry_tsc_hz() / 1000;
+	c->rail_errs = e->opts.rail_errors;
+	c->rail_window_tsc = (uint64_t)e->opts.rail_window_ms * ferry_tsc_hz() / 1000;
+	c->rail_backoff_min_tsc = (uint64_t)e->opts.rail_pause_ms * ferry_tsc_hz() / 1000;
+	c->rail_backoff_max_tsc = (uint64_t)e->opts.rail_pause_max_ms * ferry_tsc_hz() / 1000;
 	if (rc) {
 		core_destroy(c);
 		return rc;

@@ -55,6 +55,11 @@ struct ferry_opts {
 	uint32_t ring_size;    /**< SPSC ring slots per (port, core), power of 2 (default 1024) */
 	uint32_t retries;      /**< retries per failed slice, other QP first, then other rails (default 9) */
 	uint32_t timeout_ms;   /**< slice timeout; 0 = off (default 10000) */
+	uint32_t rail_errors;  /**< errors within rail_window_ms that pause a rail (default 3) */
+	uint32_t rail_window_ms; /**< rail health window (default 100) */
+	uint32_t rail_pause_ms;  /**< first pause of a failing rail; doubles while it keeps
+	                          *   failing, ends early on a success (default 10) */
+	uint32_t rail_pause_max_ms; /**< longest pause (default 2000) */
 	uint32_t keepalive_ms; /**< tell every open segment's peer we are alive this often, so
 	                        *   it keeps our QPs (default 5000; 0 = never) */
 	uint32_t lease_ms;     /**< free the QPs of an initiator silent this long (crashed
@@ -153,7 +158,8 @@ void ferry_opts_default(struct ferry_opts *o);
  * Override fields of o from the environment: FERRY_CORES, FERRY_NICS,
  * FERRY_LISTEN, FERRY_SLICE_SIZE, FERRY_QPS_PER_EP, FERRY_WRS_PER_QP,
  * FERRY_CQES, FERRY_SIGNAL_EVERY, FERRY_RING_SIZE, FERRY_RETRIES,
- * FERRY_TIMEOUT_MS, FERRY_KEEPALIVE_MS, FERRY_LEASE_MS, FERRY_EP_CACHE,
+ * FERRY_TIMEOUT_MS, FERRY_RAIL_ERRORS, FERRY_RAIL_WINDOW_MS, FERRY_RAIL_PAUSE_MS,
+ * FERRY_RAIL_PAUSE_MAX_MS, FERRY_KEEPALIVE_MS, FERRY_LEASE_MS, FERRY_EP_CACHE,
  * FERRY_IDLE (adaptive|spin), FERRY_VERBOSE, FERRY_COUNTERS (0|1).
  * Returns -EINVAL (and names the variable on stderr) on a malformed value;
  * o is left unchanged then.  String fields point into the environment.

@@ -171,6 +171,7 @@ struct ferry_core {
 	struct slice_list xfer_wait;   /* foreign slices waiting for a slice of ours */
 	struct slice_list xfer_back;   /* foreign slices to return (their ring was full) */
 	uint64_t rail_window_tsc, rail_backoff_min_tsc, rail_backoff_max_tsc;
+	uint32_t rail_errs;
 	uint32_t xfer_rr;
 	uint32_t sleeping ferry_cache_aligned; /* atomic */
 	int wake_fd;                   /* eventfd: submitters wake a sleeping core */

@@ -51,6 +51,10 @@ void ferry_opts_default(struct ferry_opts *o)
 	o->ring_size = 1024;
 	o->retries = 9;
 	o->timeout_ms = 10000;
+	o->rail_errors = 3;
+	o->rail_window_ms = 100;
+	o->rail_pause_ms = 10;
+	o->rail_pause_max_ms = 2000;
 	o->keepalive_ms = 5000;
 	o->lease_ms = 30000;
 	o->ep_cache = 128;
@@ -372,6 +376,10 @@ static const struct env_num env_nums[] = {
 	{ "FERRY_RING_SIZE", offsetof(struct ferry_opts, ring_size), 1 },
 	{ "FERRY_RETRIES", offsetof(struct ferry_opts, retries), 0 },
 	{ "FERRY_TIMEOUT_MS", offsetof(struct ferry_opts, timeout_ms), 0 },
+	{ "FERRY_RAIL_ERRORS", offsetof(struct ferry_opts, rail_errors), 0 },
+	{ "FERRY_RAIL_WINDOW_MS", offsetof(struct ferry_opts, rail_window_ms), 0 },
+	{ "FERRY_RAIL_PAUSE_MS", offsetof(struct ferry_opts, rail_pause_ms), 0 },
+	{ "FERRY_RAIL_PAUSE_MAX_MS", offsetof(struct ferry_opts, rail_pause_max_ms), 0 },
 	{ "FERRY_KEEPALIVE_MS", offsetof(struct ferry_opts, keepalive_ms), 0 },
 	{ "FERRY_LEASE_MS", offsetof(struct ferry_opts, lease_ms), 0 },
 	{ "FERRY_EP_CACHE", offsetof(struct ferry_opts, ep_cache), 0 },
@@ -609,7 +617,12 @@ int ferry_opts_check(const struct ferry_opts *o, char *err, size_t errlen)
 			" (at most wrs_per_qp)", err, errlen) ||
 	    check_ring_size(o->ring_size, err, errlen) ||
 	    check_range("retries", o->retries, 0, 100, "", err, errlen) ||
-	    check_range("ep_cache", o->ep_cache, 1, FERRY_MAX_SEGMENTS, "", err, errlen))
+	    check_range("ep_cache", o->ep_cache, 1, FERRY_MAX_SEGMENTS, "", err, errlen) ||
+	    check_range("rail_errors", o->rail_errors, 1, 1000000, "", err, errlen) ||
+	    check_range("rail_window_ms", o->rail_window_ms, 1, 3600000, "", err, errlen) ||
+	    check_range("rail_pause_max_ms", o->rail_pause_max_ms, 1, 3600000, "", err, errlen) ||
+	    check_range("rail_pause_ms", o->rail_pause_ms, 1, o->rail_pause_max_ms,
+			" (at most rail_pause_max_ms)", err, errlen))
 		return -EINVAL;
 	return 0;
 }
