@@ -116,10 +116,50 @@ static uint32_t xfer_backlogs(struct ferry_core *c)
 	return n;
 }
 
+/*
+ * Slices waiting on a rail the repair thread found cut off from the peer
+ * (rail_down: its QPs broke and cannot be replaced, a link being down)
+ * move to a rail that reaches it: a rail that lost its link must neither
+ * hold up nor fail work another rail can do.  Only a marked rail gives its
+ * slices away, and only to an unmarked one, so nothing bounces between
+ * broken rails; with no rail left the cores are told to fail fast
+ * (runtime/repair.c).
+ */
+static uint32_t xfer_evacuate(struct ferry_core *c, struct ferry_ep *ep)
+{
+	uint32_t n = 0, k = ep->pending.count;
+	struct slice *s;
+
+	while (k-- && (s = slice_list_pop(&ep->pending))) {
+		int err = __atomic_load_n(&s->rq->error, __ATOMIC_RELAXED);
+
+		if (err) { /* its request failed already: move no more bytes */
+			core_slice_finish(c, s, err);
+			continue;
+		}
+		if (!slice_handover(c, s)) {
+			slice_list_push_front(&ep->pending, s);
+			break; /* no usable rail: nor for the others */
+		}
+		n++;
+	}
+	return n;
+}
+
+static bool rail_cut_off(const struct ferry_core *c, const struct ferry_ep *ep)
+{
+	return ep->seg && __atomic_load_n(&ep->seg->rail_down[c->index], __ATOMIC_RELAXED);
+}
+
 uint32_t core_drain_xfer(struct ferry_core *c)
 {
 	uint32_t n = c->xfer_back.count | c->xfer_wait.count ? xfer_backlogs(c) : 0;
 	void *objs[XFER_BURST];
+
+	for (struct ferry_ep *ep = c->active; ep; ep = ep->next_active) {
+		if (ep->pending.count && !ep->closing && !ep->down && rail_cut_off(c, ep))
+			n += xfer_evacuate(c, ep);
+	}
 
 	for (unsigned src = 0; src < c->e->ncores; src++) {
 		unsigned got;

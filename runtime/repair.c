@@ -5,9 +5,11 @@
  * handshake with the peer.  A core asks through its repair ring (SPSC, core
  * -> this thread; the request is an encoded integer, not a pointer, so a
  * request for an endpoint that has gone since is simply dropped).  When the
- * peer cannot be reached, the core's rail to it is marked down (requests
- * there fail fast with -EHOSTDOWN) and the repair is tried again with a
- * growing back-off: a restarted peer becomes reachable again.
+ * peer cannot be reached through the core's rail, the rail is marked down
+ * (new work avoids it, its waiting slices move to another rail); when no
+ * rail reaches the peer, the cores fail its requests fast (-EHOSTDOWN).
+ * The repair is tried again with a growing back-off: a link that comes back,
+ * or a restarted peer, becomes reachable again.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -54,6 +56,25 @@ static void rail_set_down(struct ferry_engine *e, struct ferry_seg *s, unsigned 
 	core_command(e->cores[i], &cmd);
 }
 
+/*
+ * Core i's rail cannot reach the peer.  New work avoids the rail at once
+ * (submitters and hand-overs read the flag), but the cores are told to
+ * fail fast only when no rail of the segment reaches the peer: while one
+ * does, the slices waiting on this rail move there (runtime/handover.c)
+ * instead of failing with -EHOSTDOWN.
+ */
+static void rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i,
+			     uint32_t slot)
+{
+	__atomic_store_n(&s->rail_down[i], 1, __ATOMIC_RELEASE);
+	for (unsigned k = 0; k < e->ncores; k++)
+		if (s->eps[k] && !__atomic_load_n(&s->rail_down[k], __ATOMIC_ACQUIRE))
+			return; /* the peer answers on core k's rail */
+	for (unsigned k = 0; k < e->ncores; k++)
+		if (s->eps[k])
+			rail_set_down(e, s, k, slot, 1);
+}
+
 /* Replace QP j->qp of core j->core's endpoint; ctl_lock held.  0, or -errno to retry later. */
 static int repair_one(struct ferry_engine *e, const struct repair_job *j)
 {
@@ -77,8 +98,7 @@ static int repair_one(struct ferry_engine *e, const struct repair_job *j)
 		qpx_destroy(&c->q, q);
 		if (rc == -ESTALE) /* the peer restarted: its keys are gone for good */
 			seg_mark_stale(e, s, j->slot);
-		if (!s->rail_down[j->core])
-			rail_set_down(e, s, j->core, j->slot, 1);
+		rail_unreachable(e, s, j->core, j->slot);
 		return rc;
 	}
 	cmd.ep = ep;
