@@ -1143,6 +1143,37 @@ static void rtr_attr(const struct fv_qp *qp, const struct fv_addr *ra,
 		IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
 }
 
+/*
+ * The transport's retry knobs, like NCCL's NCCL_IB_TIMEOUT/_RETRY_CNT:
+ * FERRY_IB_TIMEOUT, the local ACK timeout 4.096 us * 2^v (0..31, 0 = wait
+ * for ever; default 14 = 67 ms per try), and FERRY_IB_RETRY_CNT (0..7,
+ * default 7).  Soft-RoCE wants them: on a busy (or emulated) host its ACKs
+ * can take longer than 67 ms, and each spurious go-back-N retry risks rxe
+ * NAKing a valid request ("remote invalid request"); and rxe counts
+ * retry_cnt 7 as "retry for ever" (rxe_comp.c), so there only timeout_ms
+ * notices a dead peer unless the count is 6 or less.  A bad value is
+ * reported once and ignored.
+ */
+static uint8_t ib_env(const struct fv_nic *nic, const char *name, long max, uint8_t dflt)
+{
+	static int warned;
+	const char *s = getenv(name);
+	char *end;
+	long v;
+
+	if (!s || !*s)
+		return dflt;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *end || end == s || v < 0 || v > max) {
+		if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+			vlog(nic, "%s='%s' is not a number in 0..%ld: using %u", name, s, max,
+			     dflt);
+		return dflt;
+	}
+	return (uint8_t)v;
+}
+
 static void rts_attr(const struct fv_qp *qp, const struct fv_addr *ra,
 		     struct ibv_qp_attr *a, int *mask)
 {
@@ -1153,8 +1184,8 @@ static void rts_attr(const struct fv_qp *qp, const struct fv_addr *ra,
 		rd = ra->rd_atomic;
 	memset(a, 0, sizeof(*a));
 	a->qp_state = IBV_QPS_RTS;
-	a->timeout = 14;  /* 4.096 us * 2^14 = 67 ms per try */
-	a->retry_cnt = 7;
+	a->timeout = ib_env(qp->nic, "FERRY_IB_TIMEOUT", 31, 14);
+	a->retry_cnt = ib_env(qp->nic, "FERRY_IB_RETRY_CNT", 7, 7);
 	a->rnr_retry = 7; /* 7 = retry forever; no RNR with one-sided ops anyway */
 	a->sq_psn = qp->psn;
 	a->max_rd_atomic = (uint8_t)rd;
