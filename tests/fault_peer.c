@@ -424,6 +424,39 @@ static int open_segment(struct stream *s, uint64_t deadline_ns, unsigned *attemp
 }
 
 /*
+ * A restarted target listens before it registers its memory, so a segment
+ * opened in between offers no region yet and requests to it are refused
+ * with -EFAULT.  Like an application would, read the whole range and
+ * refresh the descriptor (ferry_segment_refresh) until the peer offers it.
+ * -ETIMEDOUT: the probe hung.
+ */
+static int wait_remote_range(struct stream *s, uint64_t deadline_ns, unsigned *refreshes)
+{
+	const struct cfg *c = s->c;
+	struct ferry_req r = { FERRY_OP_READ, s->rbuf, s->seg, c->remote, (uint64_t)c->batch * c->req };
+	struct ferry_req_status st;
+	int rc;
+
+	for (*refreshes = 0;; ++*refreshes) {
+		ferry_batch_reset(s->b);
+		rc = ferry_submit(s->b, &r, 1);
+		if (rc < 0)
+			return rc;
+		if (ferry_batch_wait(s->b, HANG_MS) == -ETIMEDOUT)
+			return -ETIMEDOUT;
+		ferry_req_status(s->b, 0, &st);
+		if (st.state == FERRY_DONE)
+			return 0;
+		if (st.error != -EFAULT || now_ns() >= deadline_ns)
+			return st.error ? st.error : -EIO;
+		usleep(OPEN_RETRY_MS * 1000);
+		rc = ferry_segment_refresh(s->e, s->seg);
+		if (rc)
+			return rc;
+	}
+}
+
+/*
  * Peer killed (mark 1): the requests in flight end FAILED/TIMEOUT within
  * timeout_ms + slack, new ones fail fast; close returns; the restarted
  * target is reached by reopening and every byte is right again.
@@ -478,6 +511,12 @@ static bool expect_peer_kill(struct stream *s, struct tally *t, uint64_t *expect
 	rc = open_segment(s, t1 + 60000000000ull, &attempts);
 	if (!check(rc == 0, "ferry_segment_open reached the restarted target: %d after %.1f s, "
 		   "%u attempts", rc, secs(now_ns() - t1), attempts))
+		return false;
+	t1 = now_ns();
+	rc = wait_remote_range(s, t1 + 60000000000ull, &attempts);
+	*hung = rc == -ETIMEDOUT;
+	if (!check(rc == 0, "the restarted target offers the remote range: %d after %.1f s, "
+		   "%u refreshes", rc, secs(now_ns() - t1), attempts))
 		return false;
 	rc = stream_until(s, now_ns() + (uint64_t)(c->after * 1e9), 0, false, &after);
 	*hung = rc == -ETIMEDOUT;
