@@ -39,7 +39,8 @@
 #define SLEEP_LOOPS 4096        /* idle passes (nothing in flight) before sleeping */
 #define SLEEP_MS 20               /* idle, nothing in flight */
 #define CQ_SLEEP_MS 10            /* work in flight on a NIC with a completion channel */
-#define TIMEOUT_CHECK_MASK 255
+#define SWEEP_MS 10                /* QP timeouts, repairs, pause ends: by time, not
+                                   * by passes (a core asleep on its CQ passes rarely) */
 #define DRAIN_NS (2ull * 1000 * 1000 * 1000)
 
 static void eventfd_drain(int fd)
@@ -466,7 +467,7 @@ static void core_ask_repair(struct ferry_core *c, struct qpx *qp)
 }
 
 /*
- * Every 256 passes: a QP that made no progress for the slice timeout is
+ * Every SWEEP_MS: a QP that made no progress for the slice timeout is
  * failed (its WRs flush; their slices retry or end TIMEOUT), and broken,
  * drained QPs are handed to the repair thread.
  */
@@ -522,8 +523,11 @@ __attribute__((noinline)) static uint32_t core_pass(struct ferry_core *c)
 		if (n > 0)
 			work += (uint32_t)n;
 	}
-	if ((++c->loop_count & TIMEOUT_CHECK_MASK) == 0)
-		core_sweep_qps(c), core_sweep_rails(c);
+	if (unlikely(c->q.now >= c->next_sweep)) {
+		core_sweep_qps(c);
+		core_sweep_rails(c);
+		c->next_sweep = c->q.now + c->sweep_tsc;
+	}
 	return work;
 }
 
@@ -763,6 +767,7 @@ int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char
 		c->pool.slab[k].home = (uint8_t)index;
 	slice_list_init(&c->xfer_wait);
 	slice_list_init(&c->xfer_back);
+	c->sweep_tsc = SWEEP_MS * ferry_tsc_hz() / 1000;
 	c->rail_errs = e->opts.rail_errors;
 	c->rail_window_tsc = (uint64_t)e->opts.rail_window_ms * ferry_tsc_hz() / 1000;
 	c->rail_backoff_min_tsc = (uint64_t)e->opts.rail_pause_ms * ferry_tsc_hz() / 1000;

@@ -155,7 +155,8 @@ struct ferry_core {
 	struct cut_part cut[CUT_FIFO];
 	uint32_t cut_head, cut_tail;
 	uint32_t idle_loops;
-	uint64_t loop_count;
+	uint64_t next_sweep;           /* TSC: next timeout/repair/pause sweep */
+	uint64_t sweep_tsc;
 	uint64_t slices_out;
 	uint64_t timeout_tsc;
 	uint32_t slice_size;
