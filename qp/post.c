@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../runtime/ferry.h"
+#include "../runtime/histo.h"
 #include "../runtime/stats.h"
 
 static uint32_t pow2_at_least(uint32_t v)
@@ -134,7 +135,10 @@ static void post_failed(struct qctx *ctx, struct qpx *q, uint32_t posted, uint32
 }
 
 /* How many of the first n pending slices fit: a QP may have at most
- * max_reads RDMA READs outstanding (the responder's resources). */
+ * max_reads RDMA READs outstanding (the NIC's initiator depth, e.g. 128 on
+ * rxe).  Where the peer grants fewer responder resources, the QP's
+ * max_rd_atomic is lower and the NIC holds the excess READs in its send
+ * queue: slower, never an error. */
 static uint32_t read_budget(const struct qctx *ctx, const struct qpx *q,
 			    const struct slice_list *list, uint32_t n)
 {
@@ -194,11 +198,19 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 	return n;
 }
 
-/* Retire q's WRs up to and including seq; RC completes them in order. */
+/*
+ * Retire q's WRs up to and including seq; RC completes them in order.
+ * Every WR one completion retires came from the same chain (each chain's
+ * last WR is signalled), so they share one post time and one completion
+ * time: one histogram update, weighted, counts them all exactly.
+ */
 static void retire_upto(struct qctx *ctx, struct qpx *q, uint32_t seq, int err)
 {
-	struct slice *s;
+	uint32_t n = seq - q->head + 1;
+	struct slice *last = q->fifo[seq & q->fifo_mask], *s;
 
+	if (ctx->lat && likely(last && !err))
+		histo_add_n(ctx->lat, ctx->now - last->post_tsc, n);
 	while (q->head != seq) {
 		s = q->fifo[q->head & q->fifo_mask];
 		q->reads -= s->op == NIC_OP_READ;
@@ -206,10 +218,9 @@ static void retire_upto(struct qctx *ctx, struct qpx *q, uint32_t seq, int err)
 		q->head++;
 		q->burst_retired++;
 	}
-	s = q->fifo[seq & q->fifo_mask];
-	if (likely(s != NULL)) { /* NULL: a drain marker */
-		q->reads -= s->op == NIC_OP_READ;
-		core_slice_done(ctx, s, err);
+	if (likely(last != NULL)) { /* NULL: a drain marker */
+		q->reads -= last->op == NIC_OP_READ;
+		core_slice_done(ctx, last, err);
 	}
 	q->head = seq + 1;
 	q->burst_retired++;

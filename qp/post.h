@@ -16,6 +16,8 @@
 #include "depth.h"
 #include "nic.h"
 
+struct histo;
+
 #define QP_MAX_PER_CORE 1024
 #define POLL_BURST 64
 #define POST_MAX_CHAIN 256
@@ -50,6 +52,7 @@ struct qctx {
 	struct nic_cq *cq;
 	struct slice_pool *pool;
 	struct ferry_core_stats *stats;
+	struct histo *lat;          /* slice latency (NULL: counters off) */
 	uint32_t signal_every;
 	uint32_t max_reads;         /* READs in flight per QP (the NIC's max_rd_atomic) */
 	uint64_t now;               /* the core's clock for this loop pass */

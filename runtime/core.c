@@ -154,8 +154,6 @@ void core_slice_done(struct qctx *ctx, struct slice *s, int err)
 		if (slice_retry(c, s, err))
 			return;
 	} else {
-		if (likely(c->counters))
-			histo_add(&c->lat, c->q.now - s->post_tsc);
 		if (unlikely(s->ep->errs | s->ep->paused))
 			rail_note_success(c, s->ep);
 	}
@@ -749,6 +747,7 @@ int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char
 	c->stats.cpu = cpu;
 	c->stats.numa_node = node;
 	c->q.stats = &c->stats;
+	c->q.lat = e->opts.counters ? &c->lat : NULL;
 	c->q.pool = &c->pool;
 	c->q.signal_every = e->opts.signal_every;
 	c->q.cq_quota.max = e->opts.cqes;

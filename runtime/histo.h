@@ -41,6 +41,14 @@ static inline void histo_add(struct histo *h, uint64_t ticks)
 	__atomic_store_n(slot, *slot + 1, __ATOMIC_RELAXED);
 }
 
+/* Count n samples of the same `ticks`.  The owning thread only. */
+static inline void histo_add_n(struct histo *h, uint64_t ticks, uint64_t n)
+{
+	uint64_t *slot = &h->b[histo_bucket(ticks)];
+
+	__atomic_store_n(slot, *slot + n, __ATOMIC_RELAXED);
+}
+
 /* Copy the FERRY_HISTO_BUCKETS counts of h to out.  Any thread. */
 void histo_snapshot(const struct histo *h, uint64_t *out);
 

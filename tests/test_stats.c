@@ -77,7 +77,18 @@ static void sum_stats(struct ferry_engine *e, struct ferry_core_stats *sum)
 		sum->wr_errors += s.wr_errors;
 		sum->provider_errors += s.provider_errors;
 		sum->slices_in_flight += s.slices_in_flight;
+		for (unsigned k = 0; k < FERRY_LAT_BUCKETS; k++)
+			sum->lat[k] += s.lat[k];
 	}
+}
+
+static uint64_t lat_samples(const struct ferry_core_stats *s)
+{
+	uint64_t n = 0;
+
+	for (unsigned k = 0; k < FERRY_LAT_BUCKETS; k++)
+		n += s->lat[k];
+	return n;
 }
 
 static void test_counters_add_up(void **state)
@@ -102,6 +113,9 @@ static void test_counters_add_up(void **state)
 	assert_int_equal(after.bytes - before.bytes, bytes);
 	assert_int_equal(after.wrs_posted - before.wrs_posted, 200 * 8 * 3);
 	assert_int_equal(after.completions - before.completions, 200 * 8 * 3);
+	/* One latency sample per slice, though counted once per completion
+	 * entry (the slices it retires share their post and end times). */
+	assert_int_equal(lat_samples(&after) - lat_samples(&before), 200 * 8 * 3);
 	/* Selective signalling: fewer CQEs than WRs, never more. */
 	assert_true(after.cqes - before.cqes <= after.completions - before.completions);
 	assert_true(after.doorbells - before.doorbells <= after.wrs_posted - before.wrs_posted);
