@@ -433,7 +433,7 @@ static void nic_to_addr(const struct fv_nic *nic, struct fv_addr *a)
 	a->mtu = nic->active_mtu;
 	a->link_layer = nic->link_layer;
 	a->gid_index = (uint8_t)nic->gid_index;
-	a->rd_atomic = (uint8_t)nic->max_rd_atomic;
+	a->rd_atomic = (uint8_t)nic->max_dest_rd_atomic;
 }
 
 static void fv_addr(const struct nic *n, struct nic_addr *out)
@@ -519,6 +519,34 @@ static int open_device(struct fv_nic *nic)
 	return -err;
 }
 
+static uint8_t ib_env(const struct fv_nic *nic, const char *name, long max, uint8_t dflt);
+
+static uint32_t clip_rd_atomic(int v)
+{
+	if (v <= 0)
+		return 0;
+	return v < VERBS_MAX_RD_ATOMIC ? (uint32_t)v : VERBS_MAX_RD_ATOMIC;
+}
+
+void fv_nic_set_limits(struct fv_nic *nic, const struct ibv_device_attr *da)
+{
+	uint32_t cap = ib_env(nic, "FERRY_IB_RD_ATOMIC", VERBS_MAX_RD_ATOMIC, 0);
+
+	nic->max_qp_wr = (uint32_t)da->max_qp_wr;
+	nic->max_cqe = (uint32_t)da->max_cqe;
+	nic->max_rd_atomic = clip_rd_atomic(da->max_qp_init_rd_atom);
+	nic->max_dest_rd_atomic = clip_rd_atomic(da->max_qp_rd_atom);
+	/* A lower initiator depth on request (0: the device's). */
+	if (cap && cap < nic->max_rd_atomic)
+		nic->max_rd_atomic = cap;
+}
+
+uint32_t fv_qp_rd_atomic(const struct fv_nic *nic, uint32_t peer_grant)
+{
+	/* More outstanding READs than the peer grants would be NAKed. */
+	return peer_grant < nic->max_rd_atomic ? peer_grant : nic->max_rd_atomic;
+}
+
 static int query_device(struct fv_nic *nic, uint8_t *nports)
 {
 	struct ibv_device_attr da;
@@ -529,10 +557,7 @@ static int query_device(struct fv_nic *nic, uint8_t *nports)
 		vlog(nic, "ibv_query_device failed: %s", strerror(rc));
 		return -rc;
 	}
-	nic->max_qp_wr = (uint32_t)da.max_qp_wr;
-	nic->max_cqe = (uint32_t)da.max_cqe;
-	nic->max_rd_atomic = da.max_qp_rd_atom < VERBS_MAX_RD_ATOMIC ?
-			     (uint32_t)da.max_qp_rd_atom : VERBS_MAX_RD_ATOMIC;
+	fv_nic_set_limits(nic, &da);
 	*nports = da.phys_port_cnt;
 	return 0;
 }
@@ -1127,7 +1152,7 @@ static void rtr_attr(const struct fv_qp *qp, const struct fv_addr *ra,
 	a->path_mtu = nic->active_mtu < ra->mtu ? nic->active_mtu : ra->mtu;
 	a->dest_qp_num = rqp->qpn;
 	a->rq_psn = rqp->psn & 0xffffff;
-	a->max_dest_rd_atomic = (uint8_t)nic->max_rd_atomic;
+	a->max_dest_rd_atomic = (uint8_t)nic->max_dest_rd_atomic;
 	a->min_rnr_timer = 12;
 	a->ah_attr.port_num = nic->port;
 	if (nic->link_layer == IBV_LINK_LAYER_ETHERNET) {
@@ -1177,11 +1202,8 @@ static uint8_t ib_env(const struct fv_nic *nic, const char *name, long max, uint
 static void rts_attr(const struct fv_qp *qp, const struct fv_addr *ra,
 		     struct ibv_qp_attr *a, int *mask)
 {
-	uint32_t rd = qp->nic->max_rd_atomic;
+	uint32_t rd = fv_qp_rd_atomic(qp->nic, ra->rd_atomic);
 
-	/* More outstanding READs than the peer grants would be NAKed. */
-	if (ra->rd_atomic < rd)
-		rd = ra->rd_atomic;
 	memset(a, 0, sizeof(*a));
 	a->qp_state = IBV_QPS_RTS;
 	a->timeout = ib_env(qp->nic, "FERRY_IB_TIMEOUT", 31, 14);

@@ -26,8 +26,15 @@
 
 #include "nic.h"
 
-/* Responder resources and outstanding READs per QP: more buys nothing. */
-#define VERBS_MAX_RD_ATOMIC 16
+/*
+ * Outstanding RDMA READs per QP (initiator depth, max_rd_atomic) and the
+ * responder resources a QP grants (max_dest_rd_atomic): the device's
+ * maxima, clipped only to what struct ibv_qp_attr can carry (uint8_t).
+ * READs are the slow op on a long path: each one in flight is a round trip
+ * the responder overlaps, so a lower cap than the device's costs bandwidth
+ * (rxe allows 128; 16 held READs at ~0.5x of ib_read_bw).
+ */
+#define VERBS_MAX_RD_ATOMIC 255
 /* Inline payload requested for each QP; 0 when the device refuses it. */
 #define VERBS_INLINE 64
 /* WRs translated per ibv_post_send (longer chains take several calls). */
@@ -74,8 +81,9 @@ void fv_gid_str(const uint8_t gid[16], char *buf, size_t len);
  *   8..23  GID (RoCE: the chosen one; IB: index 0)
  *   24..25 LID (IB; 0 on RoCE)
  *   26     GID index (informational: the peer uses its own index)
- *   27     responder resources we grant (max_dest_rd_atomic): the peer
- *          limits its outstanding READs to it
+ *   27     responder resources we grant (max_dest_rd_atomic, the device's
+ *          max_qp_rd_atom): the peer sets its QP's max_rd_atomic to the
+ *          smaller of this and its own max_qp_init_rd_atom
  *   28..31 zero
  */
 struct fv_addr {
@@ -113,7 +121,8 @@ struct fv_nic {
 	int numa_node;
 	uint32_t max_qp_wr;
 	uint32_t max_cqe;
-	uint32_t max_rd_atomic; /* device max_qp_rd_atom, capped */
+	uint32_t max_rd_atomic;      /* initiator depth: max_qp_init_rd_atom, capped */
+	uint32_t max_dest_rd_atomic; /* responder resources: max_qp_rd_atom, capped */
 	uint32_t max_inline;    /* what a QP got when open() probed */
 
 	/* Children, freed by close() when the caller left them behind. */
@@ -143,6 +152,21 @@ struct fv_qp {
 	struct fv_cq *cq;
 	struct fv_qp *next; /* in cq->qps */
 };
+
+/*
+ * The device limits a NIC keeps from ibv_query_device: WRs per QP, CQEs,
+ * the initiator depth (max_qp_init_rd_atom) and the responder resources
+ * (max_qp_rd_atom), the last two clipped to VERBS_MAX_RD_ATOMIC.
+ * FERRY_IB_RD_ATOMIC=n (1..255; 0 or unset: the device's) lowers the
+ * initiator depth, like UCX_RC_MAX_RD_ATOMIC.
+ */
+void fv_nic_set_limits(struct fv_nic *nic, const struct ibv_device_attr *da);
+
+/*
+ * Outstanding READs for a QP of nic towards a peer that grants
+ * peer_grant responder resources: min(nic->max_rd_atomic, peer_grant).
+ */
+uint32_t fv_qp_rd_atomic(const struct fv_nic *nic, uint32_t peer_grant);
 
 /* RESET -> INIT (qp_create does it; exposed for the attribute tests). */
 int fv_qp_to_init(struct fv_qp *qp);

@@ -261,6 +261,7 @@ static int setup(void **state)
 	nic.gid_index = 3;
 	memcpy(nic.gid.raw, GID_V4, 16);
 	nic.max_rd_atomic = 16;
+	nic.max_dest_rd_atomic = 16;
 	nic.numa_node = -1;
 
 	memset(&fake_ibqp, 0, sizeof(fake_ibqp));
@@ -282,6 +283,7 @@ static int teardown(void **state)
 	(void)state;
 	fv_set_ops(NULL);
 	unsetenv("FERRY_GID_INDEX");
+	unsetenv("FERRY_IB_RD_ATOMIC");
 	return 0;
 }
 
@@ -478,11 +480,101 @@ static void test_qp_connect_mtu_and_caps(void **state)
 	(void)state;
 	nic.active_mtu = IBV_MTU_2048;
 	nic.max_rd_atomic = 4;
+	nic.max_dest_rd_atomic = 6;
 	remote_addr(&na, IBV_MTU_4096, 16, IBV_LINK_LAYER_ETHERNET);
 	assert_int_equal(P->qp_connect(nqp(), &na, &r), 0);
 	assert_int_equal(S.attr[0].path_mtu, IBV_MTU_2048);
-	assert_int_equal(S.attr[0].max_dest_rd_atomic, 4);
+	/* We grant our responder resources, we initiate no more than our depth. */
+	assert_int_equal(S.attr[0].max_dest_rd_atomic, 6);
 	assert_int_equal(S.attr[1].max_rd_atomic, 4);
+}
+
+/*
+ * The READ bound: a QP keeps as many READs in flight as the device allows
+ * (rxe: 128), not a fixed 16, and never more than the peer grants.
+ */
+static void test_rd_atomic_bound(void **state)
+{
+	struct nic_qp_info r = { .qpn = 1, .psn = 2 };
+	struct ibv_device_attr da;
+	struct nic_caps caps;
+	struct nic_addr na, out;
+	struct fv_addr b;
+
+	(void)state;
+	/* rxe's limits: max_qp_rd_atom = max_qp_init_rd_atom = 128. */
+	memset(&da, 0, sizeof(da));
+	da.max_qp_wr = 1 << 20;
+	da.max_cqe = 1 << 22;
+	da.max_qp_rd_atom = 128;
+	da.max_qp_init_rd_atom = 128;
+	fv_nic_set_limits(&nic, &da);
+	assert_int_equal(nic.max_qp_wr, 1 << 20);
+	assert_int_equal(nic.max_cqe, 1 << 22);
+	assert_int_equal(nic.max_rd_atomic, 128);
+	assert_int_equal(nic.max_dest_rd_atomic, 128);
+	/* caps (the core's per-QP READ bound, qp/post.c) and the grant we publish. */
+	P->caps((const struct nic *)(const void *)&nic, &caps);
+	assert_int_equal(caps.max_rd_atomic, 128);
+	P->addr((const struct nic *)(const void *)&nic, &out);
+	assert_int_equal(fv_addr_unpack(&out, &b), 0);
+	assert_int_equal(b.rd_atomic, 128);
+
+	/* Two rxe ends: 128 both ways. */
+	remote_addr(&na, IBV_MTU_4096, 128, IBV_LINK_LAYER_ETHERNET);
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), 0);
+	assert_int_equal(S.attr[0].max_dest_rd_atomic, 128);
+	assert_int_equal(S.attr[1].max_rd_atomic, 128);
+
+	/* A peer that grants 16 (an older ferry, or a NIC with 16): 16. */
+	qp.connected = false;
+	S.nmod = 0;
+	remote_addr(&na, IBV_MTU_4096, 16, IBV_LINK_LAYER_ETHERNET);
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), 0);
+	assert_int_equal(S.attr[0].max_dest_rd_atomic, 128);
+	assert_int_equal(S.attr[1].max_rd_atomic, 16);
+	assert_int_equal(fv_qp_rd_atomic(&nic, 16), 16);
+	assert_int_equal(fv_qp_rd_atomic(&nic, 255), 128);
+
+	/* Initiator depth and responder resources are separate device limits. */
+	da.max_qp_rd_atom = 64;
+	da.max_qp_init_rd_atom = 32;
+	fv_nic_set_limits(&nic, &da);
+	assert_int_equal(nic.max_rd_atomic, 32);
+	assert_int_equal(nic.max_dest_rd_atomic, 64);
+	assert_int_equal(fv_qp_rd_atomic(&nic, 128), 32);
+
+	/* ibv_qp_attr carries a uint8_t: larger device values clip to 255. */
+	da.max_qp_rd_atom = 1024;
+	da.max_qp_init_rd_atom = 256;
+	fv_nic_set_limits(&nic, &da);
+	assert_int_equal(nic.max_rd_atomic, VERBS_MAX_RD_ATOMIC);
+	assert_int_equal(nic.max_dest_rd_atomic, VERBS_MAX_RD_ATOMIC);
+	assert_int_equal(VERBS_MAX_RD_ATOMIC, 255);
+	/* FERRY_IB_RD_ATOMIC lowers the initiator depth, never raises it. */
+	da.max_qp_rd_atom = 128;
+	da.max_qp_init_rd_atom = 128;
+	setenv("FERRY_IB_RD_ATOMIC", "16", 1);
+	fv_nic_set_limits(&nic, &da);
+	assert_int_equal(nic.max_rd_atomic, 16);
+	assert_int_equal(nic.max_dest_rd_atomic, 128); /* what we grant stays */
+	setenv("FERRY_IB_RD_ATOMIC", "200", 1);
+	fv_nic_set_limits(&nic, &da);
+	assert_int_equal(nic.max_rd_atomic, 128);
+	setenv("FERRY_IB_RD_ATOMIC", "0", 1);
+	fv_nic_set_limits(&nic, &da);
+	assert_int_equal(nic.max_rd_atomic, 128);
+	setenv("FERRY_IB_RD_ATOMIC", "256", 1); /* out of range: ignored (logged once) */
+	fv_nic_set_limits(&nic, &da);
+	assert_int_equal(nic.max_rd_atomic, 128);
+	unsetenv("FERRY_IB_RD_ATOMIC");
+
+	/* A device without READ resources reports 0: so do we. */
+	da.max_qp_rd_atom = 0;
+	da.max_qp_init_rd_atom = -1;
+	fv_nic_set_limits(&nic, &da);
+	assert_int_equal(nic.max_rd_atomic, 0);
+	assert_int_equal(nic.max_dest_rd_atomic, 0);
 }
 
 static void test_qp_connect_ib(void **state)
@@ -799,6 +891,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_qp_init_attr, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_roce, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_mtu_and_caps, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rd_atomic_bound, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_ib, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_set_error, setup, teardown),
