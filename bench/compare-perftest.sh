@@ -20,14 +20,22 @@
 #   COMPARE_VERIFY=1         ferry_bench --verify (WRITE then reads everything back)
 #   FERRY_BENCH_ARGS="..."   extra flags for the ferry initiator (e.g. --spin)
 #   FERRY_TARGET_ARGS="..."  extra flags for the ferry target
+#   PERFTEST_ARGS="..."      extra flags for both perftest sides (e.g. "-u 17"
+#                            with FERRY_IB_TIMEOUT=17: rxe in the emulated VM
+#                            can take longer than the default 67 ms to ACK)
 #   COMPARE_LOGDIR=build/compare-perftest   B=build
 #   FERRY_BENCH=path         the ferry_bench binary (default $B/ferry_bench)
+#   COMPARE_TIMEOUT=s        a run taking longer is killed as hung (default
+#                            duration + 120: a 1M READ batch of 128 MiB takes
+#                            over a minute on a loaded host)
 # Exit status: 0 when every run produced a number, 1 otherwise.
 set -u
 
 cd "$(dirname "$0")/.." || exit 1
+CMP_NAME=compare-perftest
+# shellcheck source=bench/compare-lib.sh
+. bench/compare-lib.sh
 B=${B:-build}
-# A private copy keeps a concurrent `make` from relinking it under a run.
 BENCH=${FERRY_BENCH:-$B/ferry_bench}
 SIZES=${COMPARE_SIZES:-64K 1M}
 OPS=${COMPARE_OPS:-write read}
@@ -42,57 +50,16 @@ read -r -a ADDRS <<<"${SOFTROCE_ADDRS:-10.99.0.1 10.99.0.2}"
 GID=${SOFTROCE_GID_INDEX:-1}
 SRV_DEV=${DEVS[0]} CLI_DEV=${DEVS[1]:-${DEVS[0]}} SRV_ADDR=${ADDRS[0]}
 # A run that takes longer than this is hung (a client that lost its server).
-TMO=$((DUR + 60))
+TMO=${COMPARE_TIMEOUT:-$((DUR + 120))}
 FERRY_PORT=18700
 port=18600 # perftest: a fresh port per test
 failed=0
-pids=()
 
-die() { echo "compare-perftest: $*" >&2; exit 1; }
 [ -x "$BENCH" ] || die "$BENCH missing: run 'make $BENCH' on the host first"
 command -v ib_write_bw >/dev/null || die "perftest is not installed"
 ls /sys/class/infiniband/"$SRV_DEV" >/dev/null 2>&1 || die "no RDMA device $SRV_DEV (run me in the Soft-RoCE VM)"
 mkdir -p "$LOGDIR" || die "cannot create $LOGDIR"
-
-cleanup() {
-	local p
-	for p in "${pids[@]}"; do
-		kill "$p" 2>/dev/null
-	done
-	for p in "${pids[@]}"; do
-		wait "$p" 2>/dev/null
-	done
-}
-trap cleanup EXIT
-
-# "64K" -> 65536
-bytes() {
-	local n=${1%[KkMmGg]} s=${1#"${1%[KkMmGg]}"}
-	case $s in
-	K | k) echo $((n << 10)) ;;
-	M | m) echo $((n << 20)) ;;
-	G | g) echo $((n << 30)) ;;
-	*) echo "$n" ;;
-	esac
-}
-
-# Pass status $1 on; when it is timeout(1)'s 124, say so on stderr and in $3.
-timed_out() {
-	if [ "$1" = 124 ]; then
-		echo "compare-perftest: $2 killed after ${TMO}s" | tee -a "$3" >&2
-	fi
-	return "$1"
-}
-
-# Wait until something listens on TCP port $1 (at most $2 tenths of a second).
-wait_listen() {
-	local i
-	for ((i = 0; i < $2; i++)); do
-		[ -n "$(ss -Htln "sport = :$1")" ] && return 0
-		sleep 0.1
-	done
-	return 1
-}
+private_bench
 
 # perftest pair: $1 = program, $2 = log name, rest = flags for both sides.
 # The server runs in the background on the first device; the client output
@@ -101,15 +68,18 @@ perftest_pair() {
 	local prog=$1 name=$2 spid rc
 	shift 2
 	port=$((port + 1))
-	timeout "$TMO" "$prog" -d "$SRV_DEV" -x "$GID" -F -p "$port" "$@" >"$LOGDIR/$name.server" 2>&1 &
+	# shellcheck disable=SC2086 # PERFTEST_ARGS: one word per flag
+	timeout "$TMO" "$prog" -d "$SRV_DEV" -x "$GID" -F -p "$port" "$@" ${PERFTEST_ARGS:-} \
+		>"$LOGDIR/$name.server" 2>&1 &
 	spid=$!
 	pids+=("$spid")
 	if ! wait_listen "$port" 300; then
-		echo "compare-perftest: $prog server did not listen on $port" >&2
+		echo "$CMP_NAME: $prog server did not listen on $port" >&2
 		return 1
 	fi
-	timeout "$TMO" "$prog" -d "$CLI_DEV" -x "$GID" -F -p "$port" "$@" "$SRV_ADDR" \
-		>"$LOGDIR/$name.client" 2>&1
+	# shellcheck disable=SC2086
+	timeout "$TMO" "$prog" -d "$CLI_DEV" -x "$GID" -F -p "$port" "$@" ${PERFTEST_ARGS:-} \
+		"$SRV_ADDR" >"$LOGDIR/$name.client" 2>&1
 	rc=$?
 	wait "$spid" 2>/dev/null
 	timed_out $rc "$prog $name" "$LOGDIR/$name.client"
@@ -137,78 +107,14 @@ perftest_lat() {
 		END { if (!found) printf "- -" }' "$1"
 }
 
-# A number from ferry_bench --json: json_num FILE KEY.
-json_num() {
-	local v
-	v=$(sed -n "s/.*\"$2\":\([0-9.]*\).*/\1/p" "$1" | head -n 1)
-	echo "${v:--}"
-}
-
-# ferry_bench --target on TCP port $1, log $2.log; waits for its line.
-start_ferry_target() {
-	local port=$1 log=$LOGDIR/$2.log pid i
-	# shellcheck disable=SC2086
-	timeout $((TMO * 20)) "$BENCH" --target --nics "$SRV_DEV" --listen "127.0.0.1:$port" \
-		--buffer "$BUFFER" ${FERRY_TARGET_ARGS:-} >"$log" 2>&1 &
-	pid=$!
-	pids+=("$pid")
-	target_pids+=("$pid")
-	# Its line comes after the buffer is registered: listening alone is too early.
-	for ((i = 0; i < 600; i++)); do
-		grep -q "^ferry_bench target: listening on" "$log" && return 0
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	echo "compare-perftest: ferry_bench --target did not come up:" >&2
-	cat "$log" >&2
-	return 1
-}
-
-# ferry_bench initiator: $1 = log name, $2 = op, rest = flags.  READs go to
-# their own target under --verify: WRITEs overwrite the pattern READs check.
-ferry_run() {
-	local name=$1 op=$2 port=$FERRY_PORT
-	shift 2
-	[ "$op" = read ] && [ ${#verify[@]} -gt 0 ] && port=$((FERRY_PORT + 1))
-	# shellcheck disable=SC2086
-	timeout "$TMO" "$BENCH" --connect "127.0.0.1:$port" --nics "$CLI_DEV" \
-		--buffer "$BUFFER" --json ${FERRY_BENCH_ARGS:-} --op "$op" "$@" "${verify[@]}" \
-		>"$LOGDIR/$name.json" 2>"$LOGDIR/$name.err"
-	timed_out $? "ferry_bench $name" "$LOGDIR/$name.err"
-}
-
-ratio() {
-	awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b != "-") printf "%.2f", b / a; else printf "-" }'
-}
-
-# The median of the numbers given ("-" are skipped; "-" when none).
-median() {
-	printf "%s\n" "$@" | grep -v '^-$' | sort -g |
-		awk '{ v[NR] = $1 } END { if (!NR) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
-			else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-
-# Sum of a counter over the cores of a ferry_bench --json output.
-json_sum() {
-	grep -o "\"$2\":[0-9]*" "$1" 2>/dev/null | awk -F: '{ s += $2 } END { print s + 0 }'
-}
-
-echo "compare-perftest: server/target $SRV_DEV ($SRV_ADDR), client/initiator $CLI_DEV," \
+echo "$CMP_NAME: server/target $SRV_DEV ($SRV_ADDR), client/initiator $CLI_DEV," \
 	"gid $GID, ${DUR}s per run, $DEPTH outstanding, $ROUNDS round(s), logs in $LOGDIR"
-maxsize=0
-for s in $SIZES; do
-	b=$(bytes "$s")
-	[ "$b" -gt "$maxsize" ] && maxsize=$b
-done
+# shellcheck disable=SC2086 # one word per size
+maxsize=$(max_bytes $SIZES)
 BUFFER=$((maxsize * DEPTH))
 [ "$BUFFER" -lt $((1 << 20)) ] && BUFFER=$((1 << 20))
-verify=()
 [ "${COMPARE_VERIFY:-0}" = 1 ] && verify=(--verify)
-target_pids=()
-start_ferry_target "$FERRY_PORT" ferry-target || exit 1
-if [ ${#verify[@]} -gt 0 ]; then
-	start_ferry_target $((FERRY_PORT + 1)) ferry-target-read || exit 1
-fi
+start_ferry_targets || exit 1
 
 # Each round runs every pair once, perftest then ferry, so that load from
 # elsewhere on a shared host hits both alike; the table shows medians.
@@ -243,12 +149,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	done
 done
 
-for pid in "${target_pids[@]}"; do
-	kill -INT "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null
-done
-# rxe's complaints, if any, for the logs.
-dmesg 2>/dev/null | grep -iE "rxe|infiniband" >"$LOGDIR/dmesg.txt"
+ferry_targets_stop
+save_dmesg
 
 echo
 printf "%-6s %-6s %14s %12s %8s %13s\n" size op "perftest_MB/s" "ferry_MB/s" "ferry/pt" \
@@ -272,11 +174,11 @@ for op in $LAT_OPS; do
 		"$(median ${fe_p99[$op]})" "$(ratio "$a" "$c")"
 done
 echo
-echo "(MB/s = 10^6 bytes/s, medians of $ROUNDS round(s); perftest: -x $GID -F -t $DEPTH -D $DUR," \
-	"lat -n $LAT_ITERS; ferry: --batch $DEPTH -D $DUR --buffer $BUFFER${FERRY_BENCH_ARGS:+ $FERRY_BENCH_ARGS}," \
+echo "(MB/s = 10^6 bytes/s, medians of $ROUNDS round(s); perftest: -x $GID -F -t $DEPTH -D $DUR${PERFTEST_ARGS:+ $PERFTEST_ARGS}," \
+	"lat -n $LAT_ITERS; ferry: --batch $DEPTH -D $DUR --buffer $BUFFER${FERRY_BENCH_ARGS:+ $FERRY_BENCH_ARGS}${FERRY_IB_TIMEOUT:+ FERRY_IB_TIMEOUT=$FERRY_IB_TIMEOUT}," \
 	"lat -n $LAT_ITERS; ferry_wr_err = failed work requests, retried)"
 if [ "$failed" != 0 ]; then
-	echo "compare-perftest: some runs failed, see $LOGDIR" >&2
-	grep -h "ferry_bench:" "$LOGDIR"/*.err | sort | uniq -c | sort -rn | head -n 20 >&2
+	echo "$CMP_NAME: some runs failed, see $LOGDIR" >&2
+	ferry_complaints
 fi
 exit "$failed"

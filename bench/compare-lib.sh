@@ -1,0 +1,164 @@
+# shellcheck shell=bash
+# Helpers shared by bench/compare-perftest.sh and bench/compare-ucx.sh:
+# sourced, not run.  They run INSIDE the Soft-RoCE VM.
+#
+# The caller sets, before sourcing:
+#   CMP_NAME     prefix of messages ("compare-perftest")
+# and before using the ferry helpers:
+#   LOGDIR TMO BENCH BUFFER CLI_DEV SRV_DEV FERRY_PORT, the array verify
+# Every background process goes into pids (killed on exit); ferry targets
+# also into target_pids (stopped by ferry_targets_stop).
+
+pids=()
+target_pids=()
+verify=()
+
+die() {
+	echo "$CMP_NAME: $*" >&2
+	exit 1
+}
+
+cleanup() {
+	local p
+	for p in "${pids[@]}"; do
+		kill "$p" 2>/dev/null
+	done
+	for p in "${pids[@]}"; do
+		wait "$p" 2>/dev/null
+	done
+}
+trap cleanup EXIT
+
+# "64K" -> 65536
+bytes() {
+	local n=${1%[KkMmGg]} s=${1#"${1%[KkMmGg]}"}
+	case $s in
+	K | k) echo $((n << 10)) ;;
+	M | m) echo $((n << 20)) ;;
+	G | g) echo $((n << 30)) ;;
+	*) echo "$n" ;;
+	esac
+}
+
+# Pass status $1 on; when it is timeout(1)'s 124, say so on stderr and in $3.
+timed_out() {
+	if [ "$1" = 124 ]; then
+		echo "$CMP_NAME: $2 killed after ${TMO}s" | tee -a "$3" >&2
+	fi
+	return "$1"
+}
+
+# Wait until something listens on TCP port $1 (at most $2 tenths of a second).
+wait_listen() {
+	local i
+	for ((i = 0; i < $2; i++)); do
+		[ -n "$(ss -Htln "sport = :$1")" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# b / a with two decimals, "-" when either is missing.
+ratio() {
+	awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b != "-") printf "%.2f", b / a; else printf "-" }'
+}
+
+# The median of the numbers given ("-" are skipped; "-" when none).
+median() {
+	printf "%s\n" "$@" | grep -v '^-$' | sort -g |
+		awk '{ v[NR] = $1 } END { if (!NR) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
+			else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# A number from ferry_bench --json: json_num FILE KEY.
+json_num() {
+	local v
+	v=$(sed -n "s/.*\"$2\":\([0-9.]*\).*/\1/p" "$1" | head -n 1)
+	echo "${v:--}"
+}
+
+# Sum of a counter over the cores of a ferry_bench --json output.
+json_sum() {
+	grep -o "\"$2\":[0-9]*" "$1" 2>/dev/null | awk -F: '{ s += $2 } END { print s + 0 }'
+}
+
+# Largest of the sizes given ("64K 1M"), in bytes.
+max_bytes() {
+	local s b max=0
+	for s in "$@"; do
+		b=$(bytes "$s")
+		[ "$b" -gt "$max" ] && max=$b
+	done
+	echo "$max"
+}
+
+# Run a private copy of $BENCH from $LOGDIR: a concurrent `make` on the host
+# (the tree is shared) must not relink it under a run, and the target and
+# the initiators must be the same build.
+private_bench() {
+	[ -x "$BENCH" ] || die "$BENCH missing: run 'make $BENCH' on the host first"
+	cp "$BENCH" "$LOGDIR/ferry_bench.run" || die "cannot copy $BENCH to $LOGDIR"
+	BENCH=$LOGDIR/ferry_bench.run
+}
+
+# ferry_bench --target on TCP port $1, log $2.log; waits for its line.
+start_ferry_target() {
+	local port=$1 log=$LOGDIR/$2.log pid i
+	# shellcheck disable=SC2086
+	timeout $((TMO * 20)) "$BENCH" --target --nics "$SRV_DEV" --listen "127.0.0.1:$port" \
+		--buffer "$BUFFER" ${FERRY_TARGET_ARGS:-} >"$log" 2>&1 &
+	pid=$!
+	pids+=("$pid")
+	target_pids+=("$pid")
+	# Its line comes after the buffer is registered: listening alone is too early.
+	for ((i = 0; i < 600; i++)); do
+		grep -q "^ferry_bench target: listening on" "$log" && return 0
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "$CMP_NAME: ferry_bench --target did not come up:" >&2
+	cat "$log" >&2
+	return 1
+}
+
+# The ferry target(s): one, plus one for READs under --verify (WRITEs
+# overwrite the pattern READs check).
+start_ferry_targets() {
+	start_ferry_target "$FERRY_PORT" ferry-target || return 1
+	if [ ${#verify[@]} -gt 0 ]; then
+		start_ferry_target $((FERRY_PORT + 1)) ferry-target-read || return 1
+	fi
+}
+
+ferry_targets_stop() {
+	local pid
+	for pid in "${target_pids[@]}"; do
+		kill -INT "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+	done
+	target_pids=()
+}
+
+# ferry_bench initiator: $1 = log name, $2 = op, rest = flags.  READs go to
+# their own target under --verify.
+ferry_run() {
+	local name=$1 op=$2 port=$FERRY_PORT
+	shift 2
+	[ "$op" = read ] && [ ${#verify[@]} -gt 0 ] && port=$((FERRY_PORT + 1))
+	# shellcheck disable=SC2086
+	timeout "$TMO" "$BENCH" --connect "127.0.0.1:$port" --nics "$CLI_DEV" \
+		--buffer "$BUFFER" --json ${FERRY_BENCH_ARGS:-} --op "$op" "$@" "${verify[@]}" \
+		>"$LOGDIR/$name.json" 2>"$LOGDIR/$name.err"
+	timed_out $? "ferry_bench $name" "$LOGDIR/$name.err"
+}
+
+# rxe's complaints, if any, for the logs.
+save_dmesg() {
+	dmesg 2>/dev/null | grep -iE "rxe|infiniband" >"$LOGDIR/dmesg.txt"
+}
+
+# The most frequent ferry_bench complaints of a failed run, on stderr.
+ferry_complaints() {
+	grep -h "ferry_bench:" "$LOGDIR"/*.err 2>/dev/null | sort | uniq -c | sort -rn |
+		head -n 20 >&2
+}
