@@ -1172,12 +1172,12 @@ static void rtr_attr(const struct fv_qp *qp, const struct fv_addr *ra,
  * The transport's retry knobs, like NCCL's NCCL_IB_TIMEOUT/_RETRY_CNT:
  * FERRY_IB_TIMEOUT, the local ACK timeout 4.096 us * 2^v (0..31, 0 = wait
  * for ever; default 14 = 67 ms per try), and FERRY_IB_RETRY_CNT (0..7,
- * default 7).  Soft-RoCE wants them: on a busy (or emulated) host its ACKs
+ * default 6).  Soft-RoCE wants them: on a busy (or emulated) host its ACKs
  * can take longer than 67 ms, and each spurious go-back-N retry risks rxe
  * NAKing a valid request ("remote invalid request"); and rxe counts
  * retry_cnt 7 as "retry for ever" (rxe_comp.c), so there only timeout_ms
- * notices a dead peer unless the count is 6 or less.  A bad value is
- * reported once and ignored.
+ * would notice a dead peer: hence 6, one try less than the usual 7
+ * elsewhere.  A bad value is reported once and ignored.
  */
 static uint8_t ib_env(const struct fv_nic *nic, const char *name, long max, uint8_t dflt)
 {
@@ -1207,7 +1207,7 @@ static void rts_attr(const struct fv_qp *qp, const struct fv_addr *ra,
 	memset(a, 0, sizeof(*a));
 	a->qp_state = IBV_QPS_RTS;
 	a->timeout = ib_env(qp->nic, "FERRY_IB_TIMEOUT", 31, 14);
-	a->retry_cnt = ib_env(qp->nic, "FERRY_IB_RETRY_CNT", 7, 7);
+	a->retry_cnt = ib_env(qp->nic, "FERRY_IB_RETRY_CNT", 7, 6);
 	a->rnr_retry = 7; /* 7 = retry forever; no RNR with one-sided ops anyway */
 	a->sq_psn = qp->psn;
 	a->max_rd_atomic = (uint8_t)rd;
