@@ -210,15 +210,21 @@ int ferry_mem_unregister(struct ferry_engine *e, void *addr);
 /**
  * Open the segment of the engine listening at address ("host:port"): fetch
  * its descriptor (registered regions) over TCP and set up endpoints from
- * every local core.  Opening the same address twice returns the same handle.
- * -ECONNREFUSED/-ETIMEDOUT/-EPROTO on control-plane failures.  Any thread;
- * blocks for the round trip.
+ * every local core (at most opts.ep_cache per core: beyond, idle endpoints
+ * of other segments are evicted; -EBUSY when every cached one is busy).
+ * Opening an address that is open already costs one round trip (the peer's
+ * incarnation is checked) and returns the same handle, or, when the peer
+ * process restarted, a new handle: the old one is stale (its requests fail,
+ * -ESTALE) and should be closed.  Keep handles rather than reopening per
+ * transfer.  -ECONNREFUSED/-ETIMEDOUT/-EPROTO on control-plane failures.
+ * Any thread; blocks for the round trips.
  */
 int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t *out);
 
 /**
  * Refetch the descriptor of an opened segment (after the peer registered
- * more memory).  Any thread; blocks for the round trip.
+ * more memory).  -ESTALE when the peer restarted (the segment is then
+ * stale: open the address again).  Any thread; blocks for the round trip.
  */
 int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg);
 
