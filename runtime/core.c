@@ -319,7 +319,9 @@ static int cut_refusal(const struct ferry_rq *rq, const struct ferry_ep *ep)
 {
 	int err;
 
-	if (!ep || ep->seg_gen != rq->seg_gen)
+	if (!ep)
+		return -EBUSY; /* no endpoint and no room to wait for one */
+	if (ep->seg_gen != rq->seg_gen)
 		return -EBADF;
 	if (ep->closing)
 		return -ECANCELED;
@@ -375,6 +377,68 @@ static void slice_fill(const struct ferry_core *c, struct slice *s, const struct
 	s->op = t->op;
 }
 
+/*
+ * A part whose segment has no endpoint on this core (evicted: a cache miss)
+ * waits here, without blocking anything, while the repair thread
+ * reconnects; asked again from here in case the submitter's request was
+ * served already.  False when it cannot wait (full, or segment gone).
+ */
+static bool core_park(struct ferry_core *c, const struct cut_part *pt)
+{
+	struct ferry_seg *s = pt->rq->seg;
+	struct parked_part *p;
+
+	if (c->n_parked == PARK_MAX || __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SEG_OPEN ||
+	    __atomic_load_n(&s->gen, __ATOMIC_RELAXED) != pt->rq->seg_gen)
+		return false;
+	p = &c->parked[c->n_parked++];
+	p->pt = *pt;
+	p->round = __atomic_load_n(&s->connect_round, __ATOMIC_ACQUIRE);
+	p->since = c->q.now;
+	__atomic_store_n(&s->want_eps, 1, __ATOMIC_RELEASE);
+	return true;
+}
+
+/* Parked part i: 0 to go back to cutting, 1 to keep waiting, or -errno. */
+static int park_state(struct ferry_core *c, const struct parked_part *p)
+{
+	struct ferry_rq *rq = p->pt.rq;
+	struct ferry_seg *s = rq->seg;
+	struct ferry_ep *ep = core_ep(c, rq->seg_slot);
+
+	if (ep)
+		return ep->seg_gen == rq->seg_gen ? 0 : -EBADF;
+	if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SEG_OPEN)
+		return -EBADF;
+	if (__atomic_load_n(&s->connect_round, __ATOMIC_ACQUIRE) != p->round) {
+		int err = __atomic_load_n(&s->connect_err, __ATOMIC_RELAXED);
+
+		return err ? err : -EBUSY; /* reconnected, but no room on this core */
+	}
+	if (c->timeout_tsc && c->q.now - p->since > c->timeout_tsc)
+		return -ETIMEDOUT;
+	return 1;
+}
+
+/* Every sweep: parts whose endpoint is back are cut again, or end. */
+static void core_sweep_parked(struct ferry_core *c)
+{
+	for (uint32_t i = 0; i < c->n_parked;) {
+		struct parked_part *p = &c->parked[i];
+		int st = park_state(c, p);
+
+		if (st == 1 || (st == 0 && c->cut_tail - c->cut_head == CUT_FIFO)) {
+			i++;
+			continue;
+		}
+		if (st == 0)
+			c->cut[c->cut_tail++ & (CUT_FIFO - 1)] = p->pt;
+		else
+			part_fail(c, p->pt.rq, p->pt.next, p->pt.end, st);
+		*p = c->parked[--c->n_parked];
+	}
+}
+
 static uint32_t core_cut(struct ferry_core *c)
 {
 	struct cut_tmpl t;
@@ -384,8 +448,13 @@ static uint32_t core_cut(struct ferry_core *c)
 		struct cut_part *pt = &c->cut[c->cut_head & (CUT_FIFO - 1)];
 		struct ferry_rq *rq = pt->rq;
 		struct ferry_ep *ep = core_ep(c, rq->seg_slot);
-		int err = cut_refusal(rq, ep);
+		int err;
 
+		if (unlikely(!ep) && core_park(c, pt)) {
+			c->cut_head++;
+			continue;
+		}
+		err = cut_refusal(rq, ep);
 		if (err) {
 			part_fail(c, rq, pt->next, pt->end, err);
 			c->cut_head++;
@@ -524,6 +593,8 @@ __attribute__((noinline)) static uint32_t core_pass(struct ferry_core *c)
 	if (unlikely(c->q.now >= c->next_sweep)) {
 		core_sweep_qps(c);
 		core_sweep_rails(c);
+		if (c->n_parked)
+			core_sweep_parked(c);
 		c->next_sweep = c->q.now + c->sweep_tsc;
 	}
 	return work;
@@ -629,6 +700,11 @@ static void core_drain(struct ferry_core *c)
 		core_drain_xfer_at_stop(c);
 	for (; c->cut_head != c->cut_tail; c->cut_head++) {
 		struct cut_part *pt = &c->cut[c->cut_head & (CUT_FIFO - 1)];
+
+		part_fail(c, pt->rq, pt->next, pt->end, -ECANCELED);
+	}
+	for (; c->n_parked; c->n_parked--) {
+		struct cut_part *pt = &c->parked[c->n_parked - 1].pt;
 
 		part_fail(c, pt->rq, pt->next, pt->end, -ECANCELED);
 	}

@@ -102,6 +102,9 @@ struct ferry_seg {
 	uint8_t rail_down[FERRY_MAX_CORES]; /* atomic: the core's rail cannot reach the peer */
 	uint8_t rail_paused[FERRY_MAX_CORES]; /* atomic, written by the core: rail health */
 	uint8_t rail_gone[FERRY_MAX_CORES]; /* atomic (seq_cst): no endpoint (evicted, no room) */
+	uint32_t want_eps;             /* atomic: a request waits for evicted endpoints */
+	uint32_t connect_round;        /* atomic: reconnects the repair thread finished */
+	int32_t connect_err;           /* atomic: the last one's result (0 or -errno) */
 };
 
 enum core_cmd_type { CMD_EP_ADD = 1, CMD_EP_REMOVE, CMD_QP_REPLACE, CMD_EP_DOWN };
@@ -142,6 +145,15 @@ struct cut_part {
 	uint64_t end;
 };
 
+#define PARK_MAX 64
+
+/* A part waiting for its segment's endpoint to be reconnected (a cache miss). */
+struct parked_part {
+	struct cut_part pt;
+	uint32_t round;                /* the segment's connect_round when parked */
+	uint64_t since;                /* TSC */
+};
+
 struct ferry_core {
 	struct qctx q;                 /* NIC, CQ quota, QP table */
 	struct ferry_core_stats stats ferry_cache_aligned;
@@ -154,6 +166,8 @@ struct ferry_core {
 	struct ferry_ep *active;       /* eps with pending slices */
 	struct cut_part cut[CUT_FIFO];
 	uint32_t cut_head, cut_tail;
+	struct parked_part parked[PARK_MAX];
+	uint32_t n_parked;
 	uint32_t idle_loops;
 	uint64_t next_sweep;           /* TSC: next timeout/repair/pause sweep */
 	uint64_t sweep_tsc;

@@ -201,6 +201,28 @@ static void peers_keepalive(struct ferry_engine *e)
 		(void)ctl_keepalive(addr[i], timeout, e->incarnation);
 }
 
+/* Segments whose endpoints were evicted and that a request waits for. */
+static unsigned repair_reconnects(struct ferry_engine *e)
+{
+	unsigned n = 0;
+
+	for (uint32_t slot = 0; slot < FERRY_MAX_SEGS; slot++) {
+		struct ferry_seg *s = &e->segs[slot];
+		int rc;
+
+		if (!__atomic_load_n(&s->want_eps, __ATOMIC_ACQUIRE) ||
+		    !__atomic_exchange_n(&s->want_eps, 0, __ATOMIC_ACQ_REL))
+			continue;
+		rc = seg_reconnect(e, s, slot, __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE));
+		__atomic_store_n(&s->connect_err, rc < 0 ? rc : 0, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&s->connect_round, 1, __ATOMIC_RELEASE);
+		for (unsigned i = 0; i < e->ncores; i++)
+			core_kick(e->cores[i]);
+		n++;
+	}
+	return n;
+}
+
 /* Keepalives out, and the QPs of initiators that went silent freed. */
 static void repair_leases(struct ferry_engine *e)
 {
@@ -226,7 +248,7 @@ static void *repair_main(void *arg)
 	urcu_qsbr_register_thread();
 	urcu_qsbr_thread_offline();
 	while (!__atomic_load_n(&e->repair.stop, __ATOMIC_ACQUIRE)) {
-		if (repair_drain(e) + repair_due(e) + reap_run(e) == 0)
+		if (repair_drain(e) + repair_due(e) + reap_run(e) + repair_reconnects(e) == 0)
 			nanosleep(&idle, NULL);
 		repair_leases(e);
 	}

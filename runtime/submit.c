@@ -183,18 +183,18 @@ static int rq_find_local(struct ferry_engine *e, struct ferry_rq *rq)
 
 static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg *s);
 
-/* The rails to stripe rq over; reconnects evicted ones when none is left. */
-static int rq_rails(struct ferry_engine *e, struct ferry_rq *rq)
+/*
+ * The rails to stripe rq over.  A cache miss (every endpoint to the
+ * segment was evicted) does not block the submitter: the repair thread is
+ * asked to reconnect, and the request waits on one core until it has.
+ */
+static void rq_rails(struct ferry_engine *e, struct ferry_rq *rq)
 {
-	int rc;
-
 	rq->rails = rails_pick(e, rq->seg);
 	if (rq->rails)
-		return 0;
-	/* A cache miss: every endpoint to the segment was evicted. */
-	rc = seg_reconnect(e, rq->seg, rq->seg_slot, rq->seg_gen);
-	rq->rails = rails_pick(e, rq->seg);
-	return rq->rails ? 0 : rc < 0 ? rc : -EHOSTDOWN;
+		return;
+	__atomic_store_n(&rq->seg->want_eps, 1, __ATOMIC_RELEASE);
+	rq->rails = 1ull << (rq->seg_slot % e->ncores);
 }
 
 /* Validate r and fill rq; on error nothing is held. */
@@ -218,7 +218,7 @@ static int rq_prepare(struct ferry_engine *e, struct ferry_rq *rq, const struct 
 	rq->rreg = seg_desc_find(d, r->remote, r->len);
 	rc = rq->rreg ? rq_find_local(e, rq) : -EFAULT;
 	if (rc == 0)
-		rc = rq_rails(e, rq);
+		rq_rails(e, rq);
 	if (rc) {
 		seg_release_ref(rq->seg);
 		rq->seg = NULL;

@@ -12,6 +12,8 @@
  *    flight; every request ends DONE with its bytes right, or is refused
  *    -EBUSY when every cached endpoint was busy (the documented miss);
  *    evicted endpoints are freed through call_rcu (ASan/LSan, TSan runs);
+ *  - a miss on a peer that died meanwhile ends the request FAILED with the
+ *    reconnect's error, without blocking the submitter;
  *  - a cache full of busy endpoints refuses an open with -EBUSY and a
  *    clear message; nothing leaks.
  */
@@ -64,8 +66,10 @@ static void peers_teardown(void)
 	ferry_mem_unregister(P.init, P.lbuf);
 	ferry_engine_destroy(P.init);
 	for (int i = 0; i < NPEERS; i++) {
-		assert_int_equal(passive_count(P.t[i]), 0);
-		ferry_engine_destroy(P.t[i]);
+		if (P.t[i]) {
+			assert_int_equal(passive_count(P.t[i]), 0);
+			ferry_engine_destroy(P.t[i]);
+		}
 		free(P.rbuf[i]);
 	}
 	free(P.lbuf);
@@ -152,6 +156,48 @@ static void test_evict_and_reconnect(void **state)
 
 	assert_int_equal(ferry_batch_destroy(b), 0);
 	assert_int_equal(ferry_port_destroy(port), 0);
+	peers_teardown();
+}
+
+/*
+ * A miss on a peer that died meanwhile: ferry_submit does not wait for the
+ * reconnect (the repair thread does it); the request ends FAILED with the
+ * reconnect's error, nothing hangs, nothing is written.
+ */
+static void test_miss_on_dead_peer(void **state)
+{
+	struct ferry_req_status st;
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	struct ferry_req r;
+	int err;
+
+	(void)state;
+	peers_setup(2);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, 4, &b), 0);
+	open_peer(0);
+	open_peer(1);
+	assert_int_equal(write_to(b, 0, 0, 1 << 20, 1, &err), FERRY_DONE);
+	open_peer(2); /* evicts peer 1 */
+	assert_int_equal(rails_of(1), 0);
+	ferry_mem_unregister(P.t[1], P.rbuf[1]);
+	ferry_engine_destroy(P.t[1]);
+	P.t[1] = NULL;
+	r = mkreq(FERRY_OP_WRITE, P.lbuf, P.seg[1], P.rbuf[1], 1 << 20);
+	assert_int_equal(ferry_submit(b, &r, 1), 0);
+	assert_int_equal(ferry_batch_wait(b, 30000), -EIO);
+	assert_int_equal(ferry_req_status(b, 0, &st), 0);
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(st.error, -ECONNREFUSED);
+	assert_int_equal(st.bytes, 0);
+	assert_int_equal(ferry_batch_reset(b), 0);
+	/* The others still work. */
+	assert_int_equal(write_to(b, 0, 0, 4096, 2, &err), FERRY_DONE);
+	assert_int_equal(write_to(b, 2, 0, 4096, 3, &err), FERRY_DONE);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	wait_slices_zero(P.init);
 	peers_teardown();
 }
 
@@ -253,6 +299,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_evict_and_reconnect),
+		cmocka_unit_test(test_miss_on_dead_peer),
 		cmocka_unit_test(test_churn),
 		cmocka_unit_test(test_all_busy),
 	};
