@@ -259,7 +259,9 @@ void seg_release_ref(struct ferry_seg *s);
 /* The peer restarted: fail the segment's requests fast (-ESTALE); ctl_lock held. */
 void seg_mark_stale(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot);
 /* Connect the rails of segment slot (generation gen) that have no endpoint
- * (evicted); the caller holds a reference.  Rails added, or -errno. */
+ * (evicted); takes ctl_lock, does nothing unless the segment is still open
+ * in that generation (the repair thread, for parked requests).  Rails
+ * added, or -errno. */
 int seg_reconnect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, uint32_t gen);
 /* Engine destroy: tell every peer to free its half of our endpoints (best effort). */
 void seg_disconnect_all(struct ferry_engine *e);
