@@ -55,6 +55,22 @@ static inline void fill_pattern(uint8_t *p, size_t len, uint64_t seed)
 		p[i] = (uint8_t)splitmix(&s);
 }
 
+/* dst = ~src: a destination byte the transfer did not write cannot match. */
+static inline void poison(uint8_t *dst, const uint8_t *src, size_t len)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= len; i += 8) {
+		uint64_t v;
+
+		memcpy(&v, src + i, 8);
+		v = ~v;
+		memcpy(dst + i, &v, 8);
+	}
+	for (; i < len; i++)
+		dst[i] = (uint8_t)~src[i];
+}
+
 static inline void pair_opts(struct ferry_opts *o, const char *cores)
 {
 	ferry_opts_default(o);

@@ -63,22 +63,6 @@ static uint64_t random_len(uint64_t *seed)
 	return len > MAX_LEN ? MAX_LEN : len;
 }
 
-/* dst = ~src: a destination byte the transfer did not write cannot match. */
-static void poison(uint8_t *dst, const uint8_t *src, size_t len)
-{
-	size_t i = 0;
-
-	for (; i + 8 <= len; i += 8) {
-		uint64_t v;
-
-		memcpy(&v, src + i, 8);
-		v = ~v;
-		memcpy(dst + i, &v, 8);
-	}
-	for (; i < len; i++)
-		dst[i] = (uint8_t)~src[i];
-}
-
 /* What the fault plan can legitimately make a request end with. */
 static int transport_error(int err)
 {

@@ -62,22 +62,6 @@ static uint64_t random_len(uint64_t *seed, uint64_t max)
 	return 1 + splitmix(seed) % (256u << 10);
 }
 
-/* dst = ~src: a destination byte the transfer did not write cannot match. */
-static void poison(uint8_t *dst, const uint8_t *src, size_t len)
-{
-	size_t i = 0;
-
-	for (; i + 8 <= len; i += 8) {
-		uint64_t v;
-
-		memcpy(&v, src + i, 8);
-		v = ~v;
-		memcpy(dst + i, &v, 8);
-	}
-	for (; i < len; i++)
-		dst[i] = (uint8_t)~src[i];
-}
-
 /* Fill n requests on seg over the slots of lbase/rbase: sources get a fresh
  * pattern, destinations its complement (an unwritten byte cannot match). */
 static void prepare(struct ferry_req *reqs, unsigned n, ferry_seg_t seg, uint8_t *lbase,
