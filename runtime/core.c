@@ -744,7 +744,7 @@ static void *core_main(void *arg)
 	uint64_t t0, t1;
 
 	urcu_qsbr_register_thread();
-	if (c->counters)
+	if (c->e->opts.counters)
 		perf_open_self(&c->perf);
 	if (c->e->opts.verbose && c->perf.why[0])
 		fprintf(stderr, "ferry: core %u: hardware counters: %s\n", c->index, c->perf.why);
@@ -815,8 +815,7 @@ int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char
 	c->cpu = cpu;
 	c->numa = node;
 	c->slice_size = e->opts.slice_size;
-	c->counters = e->opts.counters != 0;
-	if (!c->counters) { /* before the thread starts: readers see it whole */
+	if (!e->opts.counters) { /* before the thread starts: readers see it whole */
 		snprintf(c->perf.why, sizeof(c->perf.why), "off (counters=0)");
 		c->perf.tried = 1;
 	}

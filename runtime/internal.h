@@ -174,7 +174,6 @@ struct ferry_core {
 	uint64_t slices_out;
 	uint64_t timeout_tsc;
 	uint32_t slice_size;
-	uint8_t counters;              /* histogram and hardware counters on */
 	unsigned index;
 	/* shared */
 	struct ferry_ep *eps[FERRY_MAX_SEGS]; /* RCU-published by the control path, by segment slot */
