@@ -255,6 +255,9 @@ struct mem_region *ferry_region_find(struct ferry_engine *e, uint64_t addr, uint
 /* runtime/segment.c: take a reference on an open segment for a request, or NULL. */
 struct ferry_seg *seg_acquire(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot);
 void seg_release_ref(struct ferry_seg *s);
+/* Mark core i's rail to s down (or up) and tell its core (fail fast); ctl_lock held. */
+void seg_rail_set_down(struct ferry_engine *e, struct ferry_seg *s, unsigned i, uint32_t slot,
+		       int down);
 /* The peer restarted: fail the segment's requests fast (-ESTALE); ctl_lock held. */
 void seg_mark_stale(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot);
 /* Connect the rails of segment slot (generation gen) that have no endpoint

@@ -45,17 +45,6 @@ static uint64_t now_ms(void)
 	return ferry_now_ns() / 1000000;
 }
 
-/* Tell core i's endpoint that its peer is unreachable (or reachable again). */
-static void rail_set_down(struct ferry_engine *e, struct ferry_seg *s, unsigned i, uint32_t slot,
-			  int down)
-{
-	struct core_cmd cmd = { .type = CMD_EP_DOWN, .slot = slot, .rc = down };
-
-	__atomic_store_n(&s->rail_down[i], (uint8_t)down, __ATOMIC_RELEASE);
-	cmd.ep = s->eps[i];
-	core_command(e->cores[i], &cmd);
-}
-
 /*
  * Core i's rail cannot reach the peer.  New work avoids the rail at once
  * (submitters and hand-overs read the flag), but the cores are told to
@@ -72,7 +61,7 @@ static void rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsign
 			return; /* the peer answers on core k's rail */
 	for (unsigned k = 0; k < e->ncores; k++)
 		if (s->eps[k])
-			rail_set_down(e, s, k, slot, 1);
+			seg_rail_set_down(e, s, k, slot, 1);
 }
 
 /* Replace QP j->qp of core j->core's endpoint; ctl_lock held.  0, or -errno to retry later. */

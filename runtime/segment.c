@@ -323,19 +323,24 @@ static struct ferry_seg *seg_find_open(struct ferry_engine *e, const char *addre
 	return NULL;
 }
 
+void seg_rail_set_down(struct ferry_engine *e, struct ferry_seg *s, unsigned i, uint32_t slot,
+		       int down)
+{
+	struct core_cmd cmd = { .type = CMD_EP_DOWN, .slot = slot, .rc = down };
+
+	__atomic_store_n(&s->rail_down[i], (uint8_t)down, __ATOMIC_RELEASE);
+	if ((cmd.ep = s->eps[i]))
+		core_command(e->cores[i], &cmd);
+}
+
 void seg_mark_stale(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
 {
 	if (__atomic_exchange_n(&s->stale, 1, __ATOMIC_SEQ_CST))
 		return;
 	fprintf(stderr, "ferry: segment %s: the peer restarted (new incarnation): requests to "
 		"the old one fail with ESTALE; open the address again\n", s->address);
-	for (unsigned i = 0; i < e->ncores; i++) {
-		struct core_cmd cmd = { .type = CMD_EP_DOWN, .slot = slot, .rc = 1 };
-
-		__atomic_store_n(&s->rail_down[i], 1, __ATOMIC_RELEASE);
-		if ((cmd.ep = s->eps[i]))
-			core_command(e->cores[i], &cmd);
-	}
+	for (unsigned i = 0; i < e->ncores; i++)
+		seg_rail_set_down(e, s, i, slot, 1);
 }
 
 /*
