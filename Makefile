@@ -53,7 +53,8 @@ ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -fPIC -D_GNU_SOURCE -pthr
 LDLIBS  := $(PKG_LIBS) -pthread
 ALL_LDFLAGS := $(SANFLAGS) $(LDFLAGS)
 
-LIB_SRCS := $(wildcard runtime/*.c ring/*.c slice/*.c ep/*.c qp/*.c)
+LIB_DIRS := ring slice qp ep runtime
+LIB_SRCS := $(sort $(shell find $(LIB_DIRS) -name '*.c'))
 LIB_OBJS := $(LIB_SRCS:%.c=$(B)/obj/%.o)
 BENCH_SRCS := $(wildcard bench/*.c)
 TEST_SRCS := $(wildcard tests/test_*.c)
@@ -193,7 +194,7 @@ fuzz: build-fuzz/fuzz_wire
 	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -close_fd_mask=2 \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus
 
-build-fuzz/fuzz_wire: tests/fuzz_wire.c runtime/wire.c runtime/wire.h qp/nic.h
+build-fuzz/fuzz_wire: tests/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire.h qp/nic.h
 	@mkdir -p build-fuzz
 	@if ! echo '$(FUZZ_PROBE)' | $(FUZZ_CC) -x c -fsanitize=fuzzer - \
 	    -o build-fuzz/probe >/dev/null 2>&1; then \
@@ -205,7 +206,7 @@ build-fuzz/fuzz_wire: tests/fuzz_wire.c runtime/wire.c runtime/wire.h qp/nic.h
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    --no-install-recommends $(FUZZ_DEBS)) || exit 1; \
 	fi
-	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz_wire.c runtime/wire.c -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz_wire.c runtime/ctl/wire.c -o $@
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

@@ -15,7 +15,7 @@
 #include <strings.h>
 
 #include "bench_opts.h"
-#include "runtime/opts.h"
+#include "runtime/engine/opts.h"
 
 /* Long-only options: values past any character getopt could return. */
 enum {

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-#include "ep.h"
+#include "ep/ep.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/ferry.h"
-#include "../runtime/stats.h"
+#include "runtime/ferry.h"
+#include "ring/base/counters.h"
 
 int ep_create(struct qctx *ctx, uint32_t nqps, uint32_t max_wr, struct ferry_ep **out)
 {

@@ -19,8 +19,8 @@
 #include <stdint.h>
 #include <urcu/urcu-qsbr.h>
 
-#include "../qp/post.h"
-#include "../slice/slice.h"
+#include "qp/post/post.h"
+#include "slice/slice.h"
 
 #define EP_MAX_QPS 16
 

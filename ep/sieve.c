@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-#include "sieve.h"
+#include "ep/sieve.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-#include "ring.h"
+#include "ring/ring.h"
 
 #include <errno.h>
 #include <stdlib.h>

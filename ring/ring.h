@@ -20,7 +20,7 @@
 
 #include <ck_ring.h>
 
-#include "../runtime/compiler.h"
+#include "ring/base/compiler.h"
 
 struct ferry_ring {
 	struct ck_ring ring __attribute__((aligned(FERRY_CACHE_LINE)));

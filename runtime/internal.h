@@ -11,19 +11,19 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "../ep/ep.h"
-#include "../ep/sieve.h"
-#include "../qp/nic.h"
-#include "../qp/post.h"
-#include "../ring/ring.h"
-#include "../slice/slice.h"
-#include "compiler.h"
-#include "ctl.h"
-#include "ferry.h"
-#include "histo.h"
-#include "perf.h"
-#include "opts.h"
-#include "wire.h"
+#include "ep/ep.h"
+#include "ep/sieve.h"
+#include "qp/nic.h"
+#include "qp/post/post.h"
+#include "ring/ring.h"
+#include "slice/slice.h"
+#include "ring/base/compiler.h"
+#include "runtime/ctl/ctl.h"
+#include "runtime/ferry.h"
+#include "runtime/metrics/histo.h"
+#include "runtime/metrics/perf.h"
+#include "runtime/engine/opts.h"
+#include "runtime/ctl/wire.h"
 
 #define FERRY_MAX_SEGS FERRY_MAX_SEGMENTS
 _Static_assert(FERRY_MAX_SEGS <= SIEVE_MAX_KEYS, "a segment slot is a SIEVE key");

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-#include "slice.h"
+#include "slice/slice.h"
 
 #include <errno.h>
 #include <numa.h>

@@ -46,7 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../runtime/ferry.h"
+#include "runtime/ferry.h"
 
 /* Far from the heap, the libraries and the stacks on x86-64 Linux. */
 #define FP_BASE 0x600000000000ull

@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/ferry.h"
-#include "../runtime/internal.h"
-#include "../qp/loop.h"
+#include "runtime/ferry.h"
+#include "runtime/internal.h"
+#include "qp/loop/loop.h"
 
 struct pair {
 	struct ferry_engine *init;

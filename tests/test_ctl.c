@@ -25,7 +25,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "runtime/ctl.h"
+#include "runtime/ctl/ctl.h"
 
 #define FETCH_MS 3000
 

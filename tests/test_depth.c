@@ -27,10 +27,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "qp/depth.h"
-#include "qp/loop.h"
+#include "qp/post/depth.h"
+#include "qp/loop/loop.h"
 #include "qp/nic.h"
-#include "qp/post.h"
+#include "qp/post/post.h"
 #include "runtime/ferry.h"
 #include "slice/slice.h"
 

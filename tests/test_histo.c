@@ -14,7 +14,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "runtime/histo.h"
+#include "runtime/metrics/histo.h"
 
 #define LAST (FERRY_HISTO_BUCKETS - 1)
 

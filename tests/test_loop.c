@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "qp/loop.h"
+#include "qp/loop/loop.h"
 #include "qp/nic.h"
 
 #define BUF_LEN 65536u

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/opts.h"
+#include "runtime/engine/opts.h"
 
 #define MAXC 1024
 

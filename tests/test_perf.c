@@ -18,7 +18,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "runtime/perf.h"
+#include "runtime/metrics/perf.h"
 
 static volatile uint64_t sink;
 

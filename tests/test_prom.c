@@ -20,8 +20,8 @@
 #include <cmocka.h>
 
 #include "runtime/ferry.h"
-#include "runtime/histo.h"
-#include "runtime/prom.h"
+#include "runtime/metrics/histo.h"
+#include "runtime/metrics/prom.h"
 
 #define GOLDEN "tests/golden/prom.txt"
 #define LABEL "127.0.0.1:1234"

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "qp/nic.h"
-#include "qp/verbs.h"
+#include "qp/verbs/verbs.h"
 
 static const struct nic_provider *P = &nic_verbs_provider;
 

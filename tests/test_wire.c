@@ -20,7 +20,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "runtime/wire.h"
+#include "runtime/ctl/wire.h"
 
 #define NIC_LEN (WIRE_PROVIDER_LEN + NIC_ADDR_LEN)
 

@@ -20,7 +20,7 @@
 #include <time.h>
 
 #include "qp/nic.h"
-#include "qp/verbs.h"
+#include "qp/verbs/verbs.h"
 
 #define BUF_LEN (1u << 20)
 #define WR_LEN (64u << 10)

@@ -1,0 +1,295 @@
+/* SPDX-License-Identifier: MIT */
+#include "qp/post/post.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/ferry.h"
+#include "runtime/metrics/histo.h"
+#include "ring/base/counters.h"
+
+static uint32_t pow2_at_least(uint32_t v)
+{
+	uint32_t p = 1;
+
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+int qpx_create(struct qctx *ctx, uint32_t max_wr, void *owner, struct qpx **out)
+{
+	uint32_t slots = pow2_at_least(max_wr);
+	struct qpx *q;
+	int rc;
+
+	q = ferry_zalloc_lines(sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	memset(q, 0, sizeof(*q));
+	q->fifo = calloc(slots, sizeof(*q->fifo));
+	if (!q->fifo) {
+		free(q);
+		return -ENOMEM;
+	}
+	q->fifo_mask = slots - 1;
+	q->depth.max = max_wr;
+	q->index = QPX_UNATTACHED;
+	q->owner = owner;
+	rc = ctx->prov->qp_create(ctx->nic, ctx->cq, max_wr, &q->nqp);
+	if (rc) {
+		free(q->fifo);
+		free(q);
+		return rc;
+	}
+	*out = q;
+	return 0;
+}
+
+int qctx_attach(struct qctx *ctx, struct qpx *q)
+{
+	uint32_t idx;
+
+	for (idx = 0; idx < QP_MAX_PER_CORE && ctx->qps[idx]; idx++)
+		;
+	if (idx == QP_MAX_PER_CORE)
+		return -ENOSPC;
+	q->index = (uint16_t)idx;
+	ctx->qps[idx] = q;
+	if (idx >= ctx->n_qps)
+		ctx->n_qps = idx + 1;
+	return 0;
+}
+
+void qpx_destroy(struct qctx *ctx, struct qpx *q)
+{
+	assert(q->depth.depth == 0);
+	if (q->index != QPX_UNATTACHED)
+		ctx->qps[q->index] = NULL;
+	ctx->prov->qp_destroy(q->nqp);
+	free(q->fifo);
+	free(q);
+}
+
+int wc_status_errno(uint16_t status)
+{
+	switch (status) {
+	case NIC_WC_SUCCESS:
+		return 0;
+	case NIC_WC_LOC_PROT_ERR:
+	case NIC_WC_REM_ACCESS_ERR:
+		return -EFAULT;
+	case NIC_WC_FLUSH_ERR:
+		return -ECANCELED;
+	case NIC_WC_RETRY_EXC_ERR:
+		return -EHOSTUNREACH;
+	default:
+		return -EIO;
+	}
+}
+
+static void fill_wr(struct nic_wr *w, const struct slice *s, uint64_t wr_id)
+{
+	w->wr_id = wr_id;
+	w->local = s->local;
+	w->remote = s->remote;
+	w->len = s->len;
+	w->lkey = s->lkey;
+	w->rkey = s->rkey;
+	w->op = s->op;
+}
+
+/*
+ * After a partial post, the last WR that went out may be unsignalled: on a
+ * real NIC the WRs before it may complete without a CQE and nothing would
+ * ever retire them.  A signalled zero-length WR behind them (it flushes, the
+ * QP being in error) produces one CQE that retires them all in order.
+ */
+static void post_drain_marker(struct qctx *ctx, struct qpx *q, uint32_t seq)
+{
+	struct nic_wr w = { .wr_id = (uint64_t)q->index << 32 | seq, .signaled = 1 };
+	struct nic_wr *bad = NULL;
+
+	q->fifo[seq & q->fifo_mask] = NULL; /* retire_upto skips the marker */
+	if (ctx->prov->post(q->nqp, &w, &bad) == 0) {
+		q->tail++;
+		wr_depth_add(&q->depth, 1);
+		cq_quota_add(&ctx->cq_quota, 1);
+		stat_add(ctx->stats, wrs_posted, 1);
+	}
+}
+
+/* A failed post is a bug (we never exceed the QP's depth): fail what did not go. */
+static void post_failed(struct qctx *ctx, struct qpx *q, uint32_t posted, uint32_t n, int rc)
+{
+	stat_add(ctx->stats, provider_errors, 1);
+	for (uint32_t i = posted; i < n; i++) {
+		struct slice *s = q->fifo[(q->tail + i) & q->fifo_mask];
+
+		q->reads -= s->op == NIC_OP_READ;
+		core_slice_done(ctx, s, rc ? rc : -EIO);
+	}
+	q->broken = 1;
+	ctx->prov->qp_set_error(q->nqp);
+}
+
+/* How many of the first n pending slices fit: a QP may have at most
+ * max_reads RDMA READs outstanding (the NIC's initiator depth, e.g. 128 on
+ * rxe).  Where the peer grants fewer responder resources, the QP's
+ * max_rd_atomic is lower and the NIC holds the excess READs in its send
+ * queue: slower, never an error. */
+static uint32_t read_budget(const struct qctx *ctx, const struct qpx *q,
+			    const struct slice_list *list, uint32_t n)
+{
+	uint32_t reads = q->reads, i = 0;
+	const struct slice *s = list->head;
+
+	for (; i < n; i++, s = s->next) {
+		if (s->op == NIC_OP_READ && reads++ >= ctx->max_reads)
+			break;
+	}
+	return i;
+}
+
+uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint32_t max,
+		  uint64_t now)
+{
+	struct nic_wr wrs[POST_MAX_CHAIN];
+	struct nic_wr *bad = NULL;
+	uint32_t n, posted;
+	int rc;
+
+	n = post_budget(&q->depth, &ctx->cq_quota, list->count < max ? list->count : max);
+	if (n > POST_MAX_CHAIN)
+		n = POST_MAX_CHAIN;
+	n = read_budget(ctx, q, list, n);
+	if (n == 0)
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t seq = q->tail + i;
+		struct slice *s = slice_list_pop(list);
+
+		q->reads += s->op == NIC_OP_READ;
+		q->fifo[seq & q->fifo_mask] = s;
+		s->post_tsc = now;
+		fill_wr(&wrs[i], s, (uint64_t)q->index << 32 | seq);
+		/* Selective signalling; the chain's last WR always reports, so
+		 * nothing posted can wait forever for a later signalled WR. */
+		wrs[i].signaled = ++q->unsignaled >= ctx->signal_every || i == n - 1;
+		if (wrs[i].signaled)
+			q->unsignaled = 0;
+		wrs[i].next = &wrs[i + 1];
+	}
+	wrs[n - 1].next = NULL;
+	if (q->head == q->tail)
+		q->oldest_tsc = now;
+	rc = ctx->prov->post(q->nqp, wrs, &bad);
+	posted = rc ? (uint32_t)(bad ? bad - wrs : 0) : n;
+	if (unlikely(rc))
+		post_failed(ctx, q, posted, n, rc);
+	q->tail += posted;
+	wr_depth_add(&q->depth, posted);
+	cq_quota_add(&ctx->cq_quota, posted);
+	if (unlikely(rc) && posted && !wrs[posted - 1].signaled)
+		post_drain_marker(ctx, q, q->tail);
+	stat_add(ctx->stats, wrs_posted, posted);
+	stat_add(ctx->stats, doorbells, 1);
+	return n;
+}
+
+/*
+ * Retire q's WRs up to and including seq; RC completes them in order.
+ * Every WR one completion retires came from the same chain (each chain's
+ * last WR is signalled), so they share one post time and one completion
+ * time: one histogram update, weighted, counts them all exactly.
+ */
+static void retire_upto(struct qctx *ctx, struct qpx *q, uint32_t seq, int err)
+{
+	uint32_t n = seq - q->head + 1;
+	struct slice *last = q->fifo[seq & q->fifo_mask], *s;
+
+	if (ctx->lat && likely(last && !err))
+		histo_add_n(ctx->lat, ctx->now - last->post_tsc, n);
+	while (q->head != seq) {
+		s = q->fifo[q->head & q->fifo_mask];
+		q->reads -= s->op == NIC_OP_READ;
+		core_slice_done(ctx, s, 0);
+		q->head++;
+		q->burst_retired++;
+	}
+	if (likely(last != NULL)) { /* NULL: a drain marker */
+		q->reads -= last->op == NIC_OP_READ;
+		core_slice_done(ctx, last, err);
+	}
+	q->head = seq + 1;
+	q->burst_retired++;
+}
+
+static struct qpx *wc_qp(struct qctx *ctx, const struct nic_wc *wc, uint32_t *seq)
+{
+	uint64_t idx = wc->wr_id >> 32;
+	struct qpx *q;
+
+	if (unlikely(idx >= ctx->n_qps))
+		return NULL;
+	q = ctx->qps[idx];
+	*seq = (uint32_t)wc->wr_id;
+	/* Only sequences in [head, tail) are outstanding. */
+	if (unlikely(!q || *seq - q->head >= q->tail - q->head))
+		return NULL;
+	return q;
+}
+
+int qctx_poll(struct qctx *ctx)
+{
+	struct nic_wc wc[POLL_BURST];
+	struct qpx *touched[POLL_BURST];
+	uint32_t nt = 0, retired = 0;
+	int n;
+
+	n = ctx->prov->poll(ctx->cq, POLL_BURST, wc);
+	stat_add(ctx->stats, polls, 1);
+	if (n <= 0) {
+		if (n < 0)
+			stat_add(ctx->stats, provider_errors, 1);
+		else
+			stat_add(ctx->stats, empty_polls, 1);
+		return n;
+	}
+	for (int i = 0; i < n; i++) {
+		uint32_t seq;
+		struct qpx *q = wc_qp(ctx, &wc[i], &seq);
+		int err = wc_status_errno(wc[i].status);
+
+		if (unlikely(!q)) {
+			stat_add(ctx->stats, provider_errors, 1);
+			continue;
+		}
+		if (unlikely(err)) {
+			if (q->timed_out)
+				err = -ETIMEDOUT;
+			q->broken = 1;
+			stat_add(ctx->stats, wr_errors, 1);
+		}
+		if (!q->in_burst) {
+			q->in_burst = 1;
+			touched[nt++] = q;
+		}
+		retire_upto(ctx, q, seq, err);
+	}
+	/* One store per QP per burst: the depth line is touched once. */
+	for (uint32_t i = 0; i < nt; i++) {
+		struct qpx *q = touched[i];
+
+		wr_depth_sub(&q->depth, q->burst_retired);
+		retired += q->burst_retired;
+		q->oldest_tsc = ctx->now; /* progress restarts the timeout clock */
+		q->burst_retired = 0;
+		q->in_burst = 0;
+	}
+	cq_quota_sub(&ctx->cq_quota, retired);
+	stat_add(ctx->stats, completions, retired);
+	stat_add(ctx->stats, cqes, n);
+	return n;
+}

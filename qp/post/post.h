@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Posting and polling for one core: a core owns one NIC context, one CQ and
+ * the QPs of its endpoints.  Posted slices are kept per QP in a FIFO in post
+ * order; wr_id names (QP index, sequence number), so a signalled completion
+ * retires every earlier unsignalled WR of that QP too (RC completes in
+ * order), and flush completions after an error retire WRs one by one.
+ * Depth counters are decremented once per QP per poll burst.
+ */
+#ifndef FERRY_QP_POST_H
+#define FERRY_QP_POST_H
+
+#include <stdint.h>
+
+#include "slice/slice.h"
+#include "qp/post/depth.h"
+#include "qp/nic.h"
+
+struct histo;
+
+#define QP_MAX_PER_CORE 1024
+#define POLL_BURST 64
+#define POST_MAX_CHAIN 256
+
+struct ferry_core_stats;
+
+/* One QP as a core sees it. */
+struct qpx {
+	struct WrDepthBlock depth;  /* own cache line */
+	struct nic_qp *nqp;
+	struct slice **fifo;        /* posted, not retired, in post order */
+	uint32_t fifo_mask;
+	uint32_t head;              /* sequence of the oldest unretired WR */
+	uint32_t tail;              /* sequence of the next WR to post */
+	uint32_t unsignaled;        /* WRs posted since the last signalled one */
+	uint32_t burst_retired;     /* retired in the current poll burst */
+	uint32_t reads;             /* RDMA READs outstanding: bounded by max_rd_atomic */
+	uint64_t oldest_tsc;        /* when the WR at head was posted (approx.) */
+	uint16_t index;             /* in the core's QP table */
+	uint8_t broken;             /* saw an error: no more posting */
+	uint8_t in_burst;
+	uint8_t timed_out;           /* set in error by the timeout check */
+	uint8_t repair_asked;        /* broken and drained: replacement requested */
+	void *owner;                /* the endpoint */
+};
+
+/* The per-core posting context. */
+struct qctx {
+	CqQuotaBlock cq_quota;      /* own cache line */
+	const struct nic_provider *prov;
+	struct nic *nic;
+	struct nic_cq *cq;
+	struct slice_pool *pool;
+	struct ferry_core_stats *stats;
+	struct histo *lat;          /* slice latency (NULL: counters off) */
+	uint32_t signal_every;
+	uint32_t max_reads;         /* READs in flight per QP (the NIC's max_rd_atomic) */
+	uint64_t now;               /* the core's clock for this loop pass */
+	uint32_t n_qps;             /* high-water mark of qps[] */
+	struct qpx *qps[QP_MAX_PER_CORE];
+};
+
+#define QPX_UNATTACHED 0xffff
+
+/* Create a QP on ctx's NIC and CQ, not yet connected (control path: it
+ * reads only ctx's immutable fields and does not touch the QP table). */
+int qpx_create(struct qctx *ctx, uint32_t max_wr, void *owner, struct qpx **out);
+/* Give q an index in the core's QP table: the owning core only. */
+int qctx_attach(struct qctx *ctx, struct qpx *q);
+/* Destroy a QP whose depth is 0: the owning core (or before it runs / after it stopped). */
+void qpx_destroy(struct qctx *ctx, struct qpx *q);
+
+/* Post up to max slices from *list on q in one doorbell; returns the count. */
+uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint32_t max,
+		  uint64_t now);
+
+/* Poll one burst; retire completed slices.  Returns CQEs seen (<0 on provider error). */
+int qctx_poll(struct qctx *ctx);
+
+/* Retire one slice: the runtime accounts its bytes and frees it (defined in runtime). */
+void core_slice_done(struct qctx *ctx, struct slice *s, int err);
+
+/* Map a completion status to a negative errno. */
+int wc_status_errno(uint16_t status);
+
+#endif /* FERRY_QP_POST_H */

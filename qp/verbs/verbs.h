@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The verbs (rdma-core) NIC provider: internals exposed for unit tests.
+ *
+ * The rest of ferry only needs nic_verbs_provider and nic_verbs_discover
+ * (qp/nic.h).  This header adds what tests/test_verbs.c needs to run the
+ * provider on a host without an RDMA device: the pure GID choice, the
+ * address packing, the provider's objects (built by hand around fake ibv
+ * objects) and a table of the verbs calls that can be stubbed
+ * (ibv_post_send and ibv_poll_cq are static inline in <infiniband/verbs.h>,
+ * so they cannot be interposed at link time).
+ *
+ * Names: fv_ ("ferry verbs"), never verbs_: that prefix is rdma-core's, and
+ * libibverbs exports verbs_set_ops() to its providers; a verbs_set_ops in
+ * the executable would be called by the provider instead of its own.
+ */
+#ifndef FERRY_QP_VERBS_H
+#define FERRY_QP_VERBS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+
+#include "qp/nic.h"
+
+/*
+ * Outstanding RDMA READs per QP (initiator depth, max_rd_atomic) and the
+ * responder resources a QP grants (max_dest_rd_atomic): the device's
+ * maxima, clipped only to what struct ibv_qp_attr can carry (uint8_t).
+ * READs are the slow op on a long path: each one in flight is a round trip
+ * the responder overlaps, so a lower cap than the device's costs bandwidth
+ * (rxe allows 128; 16 held READs at ~0.5x of ib_read_bw).
+ */
+#define VERBS_MAX_RD_ATOMIC 255
+/* Inline payload requested for each QP; 0 when the device refuses it. */
+#define VERBS_INLINE 64
+/* WRs translated per ibv_post_send (longer chains take several calls). */
+#define VERBS_POST_MAX 256
+
+/* ------------------------------------------------------------ GID choice */
+
+/* One GID table entry, as read from the port. */
+struct fv_gid {
+	int index;
+	uint8_t gid[16];
+	int type; /* enum ibv_gid_type */
+};
+
+/*
+ * Pick the GID a RoCE QP should use, from a port's table.  Entries that are
+ * all zero or of type IB are never chosen automatically.  Preference:
+ * RoCE v2 IPv4-mapped (::ffff:a.b.c.d), RoCE v2 IPv6 global, RoCE v2
+ * link-local (fe80::/10), RoCE v1; the lowest index wins a tie.
+ * forced_index >= 0 (FERRY_GID_INDEX) must name an entry of tbl whose GID is
+ * not zero.  Returns the position in tbl of the chosen entry, or -ENOENT
+ * (nothing usable, or no such forced index) / -EINVAL (forced entry is
+ * zero); why gets the reason either way (for the log line).
+ */
+int fv_choose_gid(const struct fv_gid *tbl, int n, int forced_index,
+		     char *why, size_t whylen);
+
+/* "RoCE v2, IPv4-mapped", "RoCE v2, link-local", "RoCE v1", ... */
+const char *fv_gid_kind(const uint8_t gid[16], int type);
+/* inet_ntop of a GID: "::ffff:10.99.0.1", "fe80::1". */
+void fv_gid_str(const uint8_t gid[16], char *buf, size_t len);
+
+/* ------------------------------------------------------------ addresses */
+
+/*
+ * What a peer needs to connect to one of our QPs, carried in the 32-byte
+ * struct nic_addr.  Layout (multi-byte fields little endian):
+ *
+ *   0..3   magic "VRBS" (loop addresses start "LOOP": never confused)
+ *   4      layout version (1)
+ *   5      link layer (IBV_LINK_LAYER_*)
+ *   6      port number
+ *   7      active MTU (enum ibv_mtu)
+ *   8..23  GID (RoCE: the chosen one; IB: index 0)
+ *   24..25 LID (IB; 0 on RoCE)
+ *   26     GID index (informational: the peer uses its own index)
+ *   27     responder resources we grant (max_dest_rd_atomic, the device's
+ *          max_qp_rd_atom): the peer sets its QP's max_rd_atomic to the
+ *          smaller of this and its own max_qp_init_rd_atom
+ *   28..31 zero
+ */
+struct fv_addr {
+	uint8_t gid[16];
+	uint16_t lid;
+	uint8_t port;
+	uint8_t mtu;        /* enum ibv_mtu */
+	uint8_t link_layer; /* IBV_LINK_LAYER_* */
+	uint8_t gid_index;
+	uint8_t rd_atomic;
+};
+
+#define VERBS_ADDR_VERSION 1
+
+void fv_addr_pack(const struct fv_addr *a, struct nic_addr *out);
+/* 0, or -EINVAL when in is not a verbs address of a layout we know. */
+int fv_addr_unpack(const struct nic_addr *in, struct fv_addr *a);
+
+/* ------------------------------------------------------------ objects */
+
+struct fv_cq;
+struct fv_qp;
+
+struct fv_nic {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	char name[64];
+	uint8_t port;
+	uint8_t link_layer;  /* IBV_LINK_LAYER_* */
+	uint8_t active_mtu;  /* enum ibv_mtu */
+	uint8_t gid_type;    /* enum ibv_gid_type of the chosen GID */
+	uint16_t lid;
+	int gid_index;
+	union ibv_gid gid;
+	int numa_node;
+	uint32_t max_qp_wr;
+	uint32_t max_cqe;
+	uint32_t max_rd_atomic;      /* initiator depth: max_qp_init_rd_atom, capped */
+	uint32_t max_dest_rd_atomic; /* responder resources: max_qp_rd_atom, capped */
+	uint32_t max_inline;    /* what a QP got when open() probed */
+
+	/* Children, freed by close() when the caller left them behind. */
+	pthread_mutex_t lock;
+	struct fv_cq *cqs;
+	struct ibv_mr **mrs;
+	uint32_t nmr;
+	uint32_t mr_cap;
+};
+
+struct fv_cq {
+	struct ibv_cq *cq;
+	struct ibv_comp_channel *ch;
+	struct fv_nic *nic;
+	bool err_logged;    /* an error completion was logged ... */
+	int64_t err_log_at; /* ... and the next one may be at this second */
+	struct fv_cq *next; /* in nic->cqs */
+	struct fv_qp *qps;
+};
+
+struct fv_qp {
+	struct ibv_qp *qp;
+	uint32_t max_inline;
+	uint32_t psn;
+	bool connected;
+	struct fv_nic *nic;
+	struct fv_cq *cq;
+	struct fv_qp *next; /* in cq->qps */
+};
+
+/*
+ * The device limits a NIC keeps from ibv_query_device: WRs per QP, CQEs,
+ * the initiator depth (max_qp_init_rd_atom) and the responder resources
+ * (max_qp_rd_atom), the last two clipped to VERBS_MAX_RD_ATOMIC.
+ * FERRY_IB_RD_ATOMIC=n (1..255; 0 or unset: the device's) lowers the
+ * initiator depth, like UCX_RC_MAX_RD_ATOMIC.
+ */
+void fv_nic_set_limits(struct fv_nic *nic, const struct ibv_device_attr *da);
+
+/*
+ * Outstanding READs for a QP of nic towards a peer that grants
+ * peer_grant responder resources: min(nic->max_rd_atomic, peer_grant).
+ */
+uint32_t fv_qp_rd_atomic(const struct fv_nic *nic, uint32_t peer_grant);
+
+/* RESET -> INIT (qp_create does it; exposed for the attribute tests). */
+int fv_qp_to_init(struct fv_qp *qp);
+
+/*
+ * Read the port's GID table (through ops.query_gid_ex), apply
+ * FERRY_GID_INDEX, choose, log, and set nic->gid_index/gid/gid_type.
+ * 0 or -errno (logged).
+ */
+int fv_select_gid(struct fv_nic *nic, int tbl_len);
+
+/* ------------------------------------------------------------ stubs */
+
+/* The verbs calls tests may replace.  Returns follow rdma-core. */
+struct fv_ops {
+	int (*post_send)(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+	int (*poll_cq)(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+	int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
+	int (*query_gid_ex)(struct ibv_context *ctx, uint32_t port, uint32_t index,
+			    struct ibv_gid_entry *entry, uint32_t flags);
+};
+
+/* Replace the calls (NULL members, or ops NULL: the real ones).  Tests only:
+ * not thread safe, call it while no provider object is in use. */
+void fv_set_ops(const struct fv_ops *ops);
+
+#endif /* FERRY_QP_VERBS_H */

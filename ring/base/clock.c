@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cores read the TSC (a few ns) rather than clock_gettime (~20 ns) once
+ * per loop pass; its rate is measured once per process against
+ * CLOCK_MONOTONIC.  Elsewhere the clock falls back to CLOCK_MONOTONIC.
+ */
+#include <pthread.h>
+#include <time.h>
+
+#include "runtime/internal.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define HAVE_TSC 1
+#endif
+
+static uint64_t tsc_hz;
+static pthread_once_t tsc_once = PTHREAD_ONCE_INIT;
+
+uint64_t ferry_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#ifdef HAVE_TSC
+static void tsc_calibrate(void)
+{
+	struct timespec pause = { 0, 5 * 1000 * 1000 };
+	uint64_t t0 = ferry_now_ns(), c0 = __rdtsc();
+	uint64_t t1, c1;
+
+	nanosleep(&pause, NULL);
+	t1 = ferry_now_ns();
+	c1 = __rdtsc();
+	tsc_hz = (c1 - c0) * 1000000000ull / (t1 - t0 ? t1 - t0 : 1);
+	if (tsc_hz == 0)
+		tsc_hz = 1000000000ull;
+}
+
+uint64_t ferry_tsc(void)
+{
+	return __rdtsc();
+}
+#else
+static void tsc_calibrate(void)
+{
+	tsc_hz = 1000000000ull;
+}
+
+uint64_t ferry_tsc(void)
+{
+	return ferry_now_ns();
+}
+#endif
+
+uint64_t ferry_tsc_hz(void)
+{
+	pthread_once(&tsc_once, tsc_calibrate);
+	return tsc_hz;
+}
+
+uint64_t ferry_tsc_to_ns(uint64_t ticks)
+{
+	return (uint64_t)((unsigned __int128)ticks * 1000000000ull / ferry_tsc_hz());
+}

@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Hand-over of failed slices to another rail.  When a slice's own rail (its
+ * core's endpoint to the segment) is broken, down or paused, its core passes
+ * it to a core whose rail is healthy through a core-to-core SPSC ring: no
+ * shared queue, no lock.  Slices belong to their core's pool, so the
+ * receiver serves a copy from its own pool and sends the original back on
+ * the ring the other way (tagged), where its owner frees it.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "runtime/internal.h"
+#include "ring/base/counters.h"
+
+#define XFER_BURST 32
+#define TAG_RETURN 1u
+
+int handover_init(struct ferry_engine *e)
+{
+	for (unsigned i = 0; i < e->ncores; i++) {
+		struct ferry_core *c = e->cores[i];
+
+		c->xfer_in = ferry_zalloc_lines(e->ncores * sizeof(*c->xfer_in));
+		if (!c->xfer_in)
+			return -ENOMEM;
+		for (unsigned src = 0; src < e->ncores; src++) {
+			int rc = src == i ? 0 : ferry_ring_init(&c->xfer_in[src], XFER_RING);
+
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+void handover_fini(struct ferry_core *c)
+{
+	if (!c->xfer_in)
+		return;
+	for (unsigned src = 0; src < c->e->ncores; src++)
+		ferry_ring_fini(&c->xfer_in[src]);
+	free(c->xfer_in);
+	c->xfer_in = NULL;
+}
+
+bool slice_handover(struct ferry_core *c, struct slice *s)
+{
+	struct ferry_engine *e = c->e;
+	const struct ferry_seg *seg = s->rq->seg;
+
+	/* Every other core once, starting at a rotating one. */
+	for (unsigned k = 0; k + 1 < e->ncores; k++) {
+		unsigned b = (c->index + 1 + (c->xfer_rr + k) % (e->ncores - 1)) % e->ncores;
+		struct ferry_core *to = e->cores[b];
+
+		if (rail_unusable(seg, b))
+			continue;
+		if (!ferry_ring_put(&to->xfer_in[c->index], s))
+			continue;
+		c->xfer_rr++;
+		stat_add(&c->stats, handovers, 1);
+		core_kick(to);
+		return true;
+	}
+	return false;
+}
+
+/* Send a foreign slice back to its owner; keep it if that ring is full. */
+static void xfer_return(struct ferry_core *c, struct slice *f)
+{
+	struct ferry_core *home = c->e->cores[f->home];
+
+	if (!ferry_ring_put(&home->xfer_in[c->index], (void *)((uintptr_t)f | TAG_RETURN)))
+		slice_list_push(&c->xfer_back, f);
+}
+
+/* Serve a copy of foreign slice f on our rail; false when our pool is dry. */
+static bool xfer_take(struct ferry_core *c, struct slice *f)
+{
+	struct ferry_rq *rq = f->rq;
+	struct ferry_ep *ep = core_ep(c, rq->seg_slot);
+	struct slice *n = slice_get(&c->pool);
+
+	if (!n)
+		return false;
+	*n = *f;
+	n->home = (uint8_t)c->index;
+	n->ep = ep;
+	n->lkey = rq->lreg->mr[c->index].lkey;
+	c->slices_out++;
+	xfer_return(c, f);
+	if (!ep || ep->seg_gen != rq->seg_gen || ep->closing || ep->down) {
+		core_slice_finish(c, n, ep && ep->closing ? -ECANCELED : -EHOSTDOWN);
+		return true;
+	}
+	n->rkey = rq->rreg->rkey[ep->remote_nic];
+	slice_list_push_front(&ep->pending, n);
+	core_ep_activate(c, ep);
+	return true;
+}
+
+static uint32_t xfer_backlogs(struct ferry_core *c)
+{
+	uint32_t n = 0, back = c->xfer_back.count;
+	struct slice *f;
+
+	while (back-- && (f = slice_list_pop(&c->xfer_back))) {
+		xfer_return(c, f);
+		n++;
+	}
+	while ((f = c->xfer_wait.head) && xfer_take(c, f)) {
+		slice_list_pop(&c->xfer_wait);
+		n++;
+	}
+	return n;
+}
+
+/*
+ * Slices waiting on a rail the repair thread found cut off from the peer
+ * (rail_down: its QPs broke and cannot be replaced, a link being down)
+ * move to a rail that reaches it: a rail that lost its link must neither
+ * hold up nor fail work another rail can do.  Only a marked rail gives its
+ * slices away, and only to an unmarked one, so nothing bounces between
+ * broken rails; with no rail left the cores are told to fail fast
+ * (runtime/repair.c).
+ */
+static uint32_t xfer_evacuate(struct ferry_core *c, struct ferry_ep *ep)
+{
+	uint32_t n = 0, k = ep->pending.count;
+	struct slice *s;
+
+	while (k-- && (s = slice_list_pop(&ep->pending))) {
+		int err = __atomic_load_n(&s->rq->error, __ATOMIC_RELAXED);
+
+		if (err) { /* its request failed already: move no more bytes */
+			core_slice_finish(c, s, err);
+			continue;
+		}
+		if (!slice_handover(c, s)) {
+			slice_list_push_front(&ep->pending, s);
+			break; /* no usable rail: nor for the others */
+		}
+		n++;
+	}
+	return n;
+}
+
+static bool rail_cut_off(const struct ferry_core *c, const struct ferry_ep *ep)
+{
+	return ep->seg && __atomic_load_n(&ep->seg->rail_down[c->index], __ATOMIC_RELAXED);
+}
+
+uint32_t core_drain_xfer(struct ferry_core *c)
+{
+	uint32_t n = c->xfer_back.count | c->xfer_wait.count ? xfer_backlogs(c) : 0;
+	void *objs[XFER_BURST];
+
+	for (struct ferry_ep *ep = c->active; ep; ep = ep->next_active) {
+		if (ep->pending.count && !ep->closing && !ep->down && rail_cut_off(c, ep))
+			n += xfer_evacuate(c, ep);
+	}
+
+	for (unsigned src = 0; src < c->e->ncores; src++) {
+		unsigned got;
+
+		if (src == c->index || !ferry_ring_peek(&c->xfer_in[src]))
+			continue;
+		got = ferry_ring_get_burst(&c->xfer_in[src], objs, XFER_BURST);
+		for (unsigned k = 0; k < got; k++) {
+			struct slice *s = (struct slice *)((uintptr_t)objs[k] & ~(uintptr_t)TAG_RETURN);
+
+			if ((uintptr_t)objs[k] & TAG_RETURN) {
+				slice_put(&c->pool, s); /* ours, back from a helper */
+				c->slices_out--;
+			} else if (c->xfer_wait.count || !xfer_take(c, s)) {
+				slice_list_push(&c->xfer_wait, s);
+			}
+		}
+		n += got;
+	}
+	return n;
+}
+
+/* Stopping: foreign slices end here (their owners may be gone already). */
+void core_drain_xfer_at_stop(struct ferry_core *c)
+{
+	void *obj;
+	struct slice *f;
+
+	while ((f = slice_list_pop(&c->xfer_wait)))
+		rq_account(f->rq, f->len, -ECANCELED);
+	for (unsigned src = 0; src < c->e->ncores; src++) {
+		if (src == c->index)
+			continue;
+		while ((obj = ferry_ring_get(&c->xfer_in[src]))) {
+			if (!((uintptr_t)obj & TAG_RETURN))
+				rq_account(((struct slice *)obj)->rq, ((struct slice *)obj)->len,
+					   -ECANCELED);
+		}
+	}
+}

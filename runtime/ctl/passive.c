@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The target side of the endpoint handshake, run by the control thread: for
+ * each initiator endpoint, the peer QPs on the requested NIC, connected back
+ * to the initiator's QPs.  They never post (one-sided operations need only
+ * a responder), so they produce no completions on the owning core's CQ and
+ * the core never needs to know about them; the control thread creates them
+ * and destroys them on DISCONNECT or when the engine goes.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+#define PASSIVE_MAX 4096 /* bounds what one misbehaving initiator can pin */
+
+struct passive_ep {
+	struct passive_ep *next;
+	uint64_t incarnation;
+	uint64_t token;
+	uint64_t seen_ns;            /* last CONNECT or KEEPALIVE of its initiator */
+	unsigned core;
+	unsigned nqps;
+	struct nic_qp *qps[WIRE_MAX_EP_QPS];
+};
+
+static void passive_free(struct ferry_engine *e, struct passive_ep *p)
+{
+	const struct nic_provider *prov = e->prov[p->core];
+
+	for (unsigned i = 0; i < p->nqps; i++)
+		prov->qp_destroy(p->qps[i]);
+	free(p);
+}
+
+static int passive_check(struct ferry_engine *e, const struct wire_connect_req *req)
+{
+	if (req->target_incarnation != e->incarnation)
+		return -ESTALE; /* the initiator's descriptor is from another life of ours */
+	if (req->target_nic >= e->ncores || req->n_qps == 0 || req->n_qps > EP_MAX_QPS)
+		return -EINVAL;
+	if (strcmp(req->nic.provider, e->prov[req->target_nic]->name) != 0)
+		return -EPROTONOSUPPORT;
+	return passive_count(e) >= PASSIVE_MAX ? -ENOSPC : 0;
+}
+
+static int passive_build(struct ferry_engine *e, const struct wire_connect_req *req,
+			 struct passive_ep *p, struct wire_connect_rep *rep)
+{
+	struct ferry_core *c = e->cores[p->core];
+	const struct nic_provider *prov = c->q.prov;
+	int rc;
+
+	for (unsigned i = 0; i < req->n_qps; i++) {
+		/* A responder QP: its own send queue stays empty. */
+		rc = prov->qp_create(c->q.nic, c->q.cq, 1, &p->qps[i]);
+		if (rc)
+			return rc;
+		p->nqps++;
+		rc = prov->qp_connect(p->qps[i], &req->nic.addr, &req->qps[i]);
+		if (rc)
+			return rc;
+		prov->qp_info(p->qps[i], &rep->qps[i]);
+	}
+	rep->token = req->token;
+	rep->n_qps = req->n_qps;
+	return 0;
+}
+
+int passive_connect(void *arg, const struct wire_connect_req *req, struct wire_connect_rep *rep)
+{
+	struct ferry_engine *e = arg;
+	struct passive_ep *p;
+	int rc = passive_check(e, req);
+
+	if (rc)
+		return rc;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->incarnation = req->incarnation;
+	p->token = req->token;
+	p->seen_ns = ferry_now_ns();
+	p->core = req->target_nic;
+	memset(rep, 0, sizeof(*rep));
+	rc = passive_build(e, req, p, rep);
+	if (rc) {
+		fprintf(stderr, "ferry: endpoint from a peer (token %llu) to our NIC %u: %s\n",
+			(unsigned long long)req->token, p->core, strerror(-rc));
+		passive_free(e, p);
+		return rc;
+	}
+	pthread_mutex_lock(&e->passive_lock);
+	p->next = e->passive;
+	e->passive = p;
+	pthread_mutex_unlock(&e->passive_lock);
+	return 0;
+}
+
+int passive_disconnect(void *arg, const struct wire_disconnect *d)
+{
+	struct ferry_engine *e = arg;
+	struct passive_ep **pp, *p = NULL;
+
+	pthread_mutex_lock(&e->passive_lock);
+	for (pp = &e->passive; *pp; pp = &(*pp)->next) {
+		if ((*pp)->incarnation == d->incarnation && (*pp)->token == d->token) {
+			p = *pp;
+			*pp = p->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&e->passive_lock);
+	if (!p)
+		return -ENOENT;
+	passive_free(e, p);
+	return 0;
+}
+
+int passive_keepalive(void *arg, uint64_t incarnation)
+{
+	struct ferry_engine *e = arg;
+	uint64_t now = ferry_now_ns();
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&e->passive_lock);
+	for (struct passive_ep *p = e->passive; p; p = p->next) {
+		if (p->incarnation == incarnation) {
+			p->seen_ns = now;
+			rc = 0;
+		}
+	}
+	pthread_mutex_unlock(&e->passive_lock);
+	return rc;
+}
+
+/*
+ * An initiator that died without DISCONNECT (killed, crashed, its host
+ * gone) leaves its responder QPs here; nothing on the wire says so, since
+ * they never send.  Live initiators renew a lease with KEEPALIVE; QPs whose
+ * initiator was silent longer than the lease are freed.
+ */
+unsigned passive_expire(struct ferry_engine *e, uint64_t lease_ns)
+{
+	uint64_t now = ferry_now_ns();
+	struct passive_ep **pp, *gone = NULL;
+	unsigned n = 0;
+
+	pthread_mutex_lock(&e->passive_lock);
+	for (pp = &e->passive; *pp;) {
+		struct passive_ep *p = *pp;
+
+		if (now - p->seen_ns > lease_ns) {
+			*pp = p->next;
+			p->next = gone;
+			gone = p;
+			n++;
+		} else {
+			pp = &p->next;
+		}
+	}
+	pthread_mutex_unlock(&e->passive_lock);
+	while (gone) {
+		struct passive_ep *next = gone->next;
+
+		passive_free(e, gone);
+		gone = next;
+	}
+	return n;
+}
+
+unsigned passive_count_of(struct ferry_engine *e, uint64_t incarnation)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&e->passive_lock);
+	for (struct passive_ep *p = e->passive; p; p = p->next)
+		n += p->incarnation == incarnation;
+	pthread_mutex_unlock(&e->passive_lock);
+	return n;
+}
+
+unsigned passive_count(struct ferry_engine *e)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&e->passive_lock);
+	for (struct passive_ep *p = e->passive; p; p = p->next)
+		n++;
+	pthread_mutex_unlock(&e->passive_lock);
+	return n;
+}
+
+void passive_destroy_all(struct ferry_engine *e)
+{
+	struct passive_ep *p, *next;
+
+	pthread_mutex_lock(&e->passive_lock);
+	p = e->passive;
+	e->passive = NULL;
+	pthread_mutex_unlock(&e->passive_lock);
+	for (; p; p = next) {
+		next = p->next;
+		passive_free(e, p);
+	}
+}

@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The control-plane wire format: versioned, little-endian, length-prefixed
+ * binary messages exchanged over TCP between engines.  Every decoder checks
+ * every size, count and length against the bytes it was given and against
+ * hard limits; a malformed message is refused with -EPROTO (and a reason),
+ * never read past.  The verbs provider will extend it (new message types,
+ * new NIC address fields) without breaking version 1 peers.
+ *
+ * Frame:   magic u32 "FRY1" | version u16 | type u16 | payload_len u32 | payload
+ * Types:   WIRE_GET_DESC (empty payload) -> WIRE_DESC, or WIRE_ERROR (i32: a
+ *          negative errno, -4095..-1).
+ * DESC:    incarnation u64 | n_nics u16 | reserved u16 | n_regions u32 |
+ *          n_nics x (provider name 16 bytes NUL-padded | nic_addr 32 bytes) |
+ *          n_regions x (addr u64 | len u64 | n_nics x rkey u32)
+ *
+ * Endpoint handshake (the initiator's control path asks the target's
+ * control thread to create and connect the peer QPs):
+ * CONNECT_REQ:  incarnation u64 | token u64 | target_incarnation u64 |
+ *               target_nic u16 | n_qps u16 | reserved u32 |
+ *               provider 16 bytes | nic_addr 32 bytes | n_qps x (qpn u32 | psn u32)
+ *               -> CONNECT_REP, or WIRE_ERROR (e.g. -ESTALE: the target
+ *               restarted since the descriptor was fetched)
+ * CONNECT_REP:  token u64 | n_qps u16 | reserved u16 | reserved u32 |
+ *               n_qps x (qpn u32 | psn u32)
+ * DISCONNECT:   incarnation u64 | token u64   -> DISCONNECT_REP (empty) or WIRE_ERROR
+ * KEEPALIVE:    incarnation u64 | reserved u64 -> KEEPALIVE_REP (empty) or WIRE_ERROR
+ *               (-ENOENT: the target holds no QP of that initiator): an
+ *               initiator's periodic "still here" that keeps its lease on the
+ *               target's QPs
+ * n_qps is 1..WIRE_MAX_EP_QPS; reserved fields must be zero.
+ */
+#ifndef FERRY_RUNTIME_WIRE_H
+#define FERRY_RUNTIME_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qp/nic.h"
+
+#define WIRE_MAGIC 0x31595246u /* "FRY1" little-endian */
+#define WIRE_VERSION 1
+#define WIRE_HDR_LEN 12
+#define WIRE_MAX_NICS 64
+#define WIRE_MAX_REGIONS 65536
+#define WIRE_MAX_PAYLOAD (1u << 25) /* fits 64 NICs x 65536 regions */
+#define WIRE_PROVIDER_LEN 16
+
+enum wire_type {
+	WIRE_GET_DESC = 1,
+	WIRE_DESC = 2,
+	WIRE_ERROR = 3,
+	WIRE_CONNECT_REQ = 4,
+	WIRE_CONNECT_REP = 5,
+	WIRE_DISCONNECT = 6,
+	WIRE_DISCONNECT_REP = 7,
+	WIRE_KEEPALIVE = 8,
+	WIRE_KEEPALIVE_REP = 9,
+};
+
+#define WIRE_MAX_EP_QPS 16
+
+struct wire_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t payload_len;
+};
+
+struct seg_region {
+	uint64_t addr;
+	uint64_t len;
+	uint32_t rkey[WIRE_MAX_NICS]; /* one per NIC of the peer, n_nics valid */
+};
+
+struct seg_nic {
+	char provider[WIRE_PROVIDER_LEN]; /* NUL-terminated on decode */
+	struct nic_addr addr;
+};
+
+/* A peer engine's segment: its NICs and registered regions, sorted by addr. */
+struct seg_desc {
+	uint64_t incarnation;
+	uint16_t n_nics;
+	uint32_t n_regions;
+	struct seg_nic nics[WIRE_MAX_NICS];
+	struct seg_region *regions; /* n_regions entries, heap */
+};
+
+/* Encode/decode a frame header (buffer of WIRE_HDR_LEN bytes). */
+void wire_hdr_encode(uint8_t *buf, uint16_t type, uint32_t payload_len);
+int wire_hdr_decode(const uint8_t *buf, size_t len, struct wire_hdr *out);
+
+/* Bytes needed for the payload of d. */
+size_t wire_desc_size(const struct seg_desc *d);
+/* Encode d's payload into buf (cap bytes); -ENOSPC if it does not fit. */
+int wire_desc_encode(const struct seg_desc *d, uint8_t *buf, size_t cap);
+/* Decode a DESC payload; allocates out->regions (free with seg_desc_free).
+ * Regions must be sorted by addr, non-empty, non-overlapping and not wrap. */
+int wire_desc_decode(const uint8_t *buf, size_t len, struct seg_desc *out);
+void seg_desc_free(struct seg_desc *d);
+
+struct wire_connect_req {
+	uint64_t incarnation;        /* the initiator engine's */
+	uint64_t token;              /* the initiator's endpoint id, echoed back */
+	uint64_t target_incarnation; /* from the descriptor the initiator holds */
+	uint16_t target_nic;         /* index into the target's descriptor NICs */
+	uint16_t n_qps;
+	struct seg_nic nic;          /* the initiator's NIC */
+	struct nic_qp_info qps[WIRE_MAX_EP_QPS];
+};
+
+struct wire_connect_rep {
+	uint64_t token;
+	uint16_t n_qps;
+	struct nic_qp_info qps[WIRE_MAX_EP_QPS];
+};
+
+struct wire_disconnect {
+	uint64_t incarnation;
+	uint64_t token;
+};
+
+/* Payload sizes; encoders return -ENOSPC when cap is too small and -EINVAL
+ * for values a decoder would refuse; decoders -EPROTO (with a logged reason). */
+size_t wire_connect_req_size(const struct wire_connect_req *r);
+int wire_connect_req_encode(const struct wire_connect_req *r, uint8_t *buf, size_t cap);
+int wire_connect_req_decode(const uint8_t *buf, size_t len, struct wire_connect_req *out);
+size_t wire_connect_rep_size(const struct wire_connect_rep *r);
+int wire_connect_rep_encode(const struct wire_connect_rep *r, uint8_t *buf, size_t cap);
+int wire_connect_rep_decode(const uint8_t *buf, size_t len, struct wire_connect_rep *out);
+#define WIRE_DISCONNECT_LEN 16
+#define WIRE_KEEPALIVE_LEN 16 /* same layout as DISCONNECT, token reserved (0) */
+int wire_disconnect_encode(const struct wire_disconnect *d, uint8_t *buf, size_t cap);
+int wire_disconnect_decode(const uint8_t *buf, size_t len, struct wire_disconnect *out);
+
+/* Region of d that contains [addr, addr+len), or NULL.  Binary search. */
+const struct seg_region *seg_desc_find(const struct seg_desc *d, uint64_t addr, uint64_t len);
+
+#endif /* FERRY_RUNTIME_WIRE_H */

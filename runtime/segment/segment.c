@@ -1,0 +1,527 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Segments: a peer engine's registered memory as seen from here, and the
+ * endpoints every local core holds to it.  Submitters take a reference
+ * (inflight) before they look at a segment and the closer waits for
+ * references to drain after marking it closing: a Dekker pair of seq_cst
+ * operations, so neither can miss the other and no lock is needed on the
+ * submit path.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/internal.h"
+
+#define FETCH_TIMEOUT_MS 5000
+
+static ferry_seg_t seg_handle(uint32_t gen, uint32_t slot)
+{
+	return (uint64_t)gen << 32 | (slot + 1);
+}
+
+static struct ferry_seg *seg_lookup(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot)
+{
+	uint32_t s = (uint32_t)h - 1;
+
+	if ((uint32_t)h == 0 || s >= FERRY_MAX_SEGS)
+		return NULL;
+	if (__atomic_load_n(&e->segs[s].gen, __ATOMIC_SEQ_CST) != (uint32_t)(h >> 32))
+		return NULL;
+	*slot = s;
+	return &e->segs[s];
+}
+
+struct ferry_seg *seg_acquire(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot)
+{
+	struct ferry_seg *s = seg_lookup(e, h, slot);
+
+	if (!s)
+		return NULL;
+	__atomic_fetch_add(&s->inflight, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) != SEG_OPEN ||
+	    __atomic_load_n(&s->gen, __ATOMIC_SEQ_CST) != (uint32_t)(h >> 32)) {
+		seg_release_ref(s);
+		return NULL;
+	}
+	return s;
+}
+
+void seg_release_ref(struct ferry_seg *s)
+{
+	__atomic_fetch_sub(&s->inflight, 1, __ATOMIC_SEQ_CST);
+}
+
+static void sleep_us(long us)
+{
+	struct timespec ts = { 0, us * 1000 };
+
+	nanosleep(&ts, NULL);
+}
+
+static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, unsigned core);
+
+/*
+ * Tear down core i's endpoint to s (ctl_lock held).  Phase one on the
+ * owner core: stop, flush, drain, destroy the QPs (-EBUSY until then);
+ * phase two here: unpublish, free after a grace period.
+ */
+static void seg_drop_ep(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, unsigned i)
+{
+	struct ferry_core *c = e->cores[i];
+	struct ferry_ep *ep = s->eps[i];
+	struct core_cmd cmd = { .type = CMD_EP_REMOVE, .slot = slot, .ep = ep };
+
+	__atomic_store_n(&s->rail_gone[i], 1, __ATOMIC_SEQ_CST);
+	if (!ep)
+		return;
+	while (core_command(c, &cmd) == -EBUSY)
+		sleep_us(100);
+	__atomic_store_n(&c->eps[slot], NULL, __ATOMIC_RELEASE); /* rcu_assign_pointer */
+	sieve_remove(&c->ep_cache, slot);
+	s->eps[i] = NULL;
+	ep_disconnect_peer(e, s, i);
+	ep_retire(e, ep);
+}
+
+/* Remove slot's endpoint from every core. */
+static void seg_remove_eps(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
+{
+	for (unsigned i = 0; i < e->ncores; i++)
+		seg_drop_ep(e, s, slot, i);
+}
+
+struct evict_arg {
+	struct ferry_engine *e;
+	unsigned core;
+};
+
+/*
+ * SIEVE's second chance: the endpoint was used since the hand passed, or
+ * its segment has requests in flight.  The busy test is a Dekker pair with
+ * seg_acquire + rails_pick: we mark the rail gone, then look for
+ * references; a submitter takes its reference, then looks at the rail.
+ * Either we see its reference (and put the rail back) or it sees the rail
+ * gone (and stripes over the others): never a part sent to a rail we free.
+ */
+static bool ep_keep(void *arg, uint32_t slot)
+{
+	struct evict_arg *x = arg;
+	struct ferry_seg *s = &x->e->segs[slot];
+	struct ferry_ep *ep = s->eps[x->core];
+
+	if (ep && __atomic_exchange_n(&ep->visited, 0, __ATOMIC_RELAXED))
+		return true;
+	__atomic_store_n(&s->rail_gone[x->core], 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST) == 0)
+		return false;
+	__atomic_store_n(&s->rail_gone[x->core], 0, __ATOMIC_SEQ_CST);
+	return true;
+}
+
+/* Room in core i's endpoint cache, evicting with SIEVE if it is full;
+ * -EBUSY when every cached endpoint is in use.  ctl_lock held. */
+static int core_make_room(struct ferry_engine *e, unsigned i)
+{
+	struct ferry_core *c = e->cores[i];
+	struct evict_arg x = { e, i };
+	uint32_t slot;
+	int rc;
+
+	if (!sieve_full(&c->ep_cache))
+		return 0;
+	rc = sieve_evict(&c->ep_cache, ep_keep, &x, &slot);
+	if (rc)
+		return rc;
+	seg_drop_ep(e, &e->segs[slot], slot, i);
+	__atomic_fetch_add(&c->ep_evictions, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+static int seg_check_desc(struct ferry_engine *e, const struct seg_desc *d, const char *address)
+{
+	for (unsigned i = 0; i < e->ncores; i++) {
+		const struct seg_nic *n = &d->nics[i % d->n_nics];
+
+		if (strcmp(n->provider, e->prov[i]->name) != 0) {
+			fprintf(stderr, "ferry: segment %s: its NIC %u is '%s', core %u has '%s'\n",
+				address, i % d->n_nics, n->provider, i, e->prov[i]->name);
+			return -EPROTONOSUPPORT;
+		}
+	}
+	return 0;
+}
+
+static void handshake_req(struct ferry_engine *e, unsigned i, const struct seg_desc *d,
+			  uint32_t remote_nic, struct qpx *q, uint64_t token,
+			  struct wire_connect_req *req)
+{
+	struct ferry_core *c = e->cores[i];
+
+	memset(req, 0, sizeof(*req));
+	req->incarnation = e->incarnation;
+	req->token = token;
+	req->target_incarnation = d->incarnation;
+	req->target_nic = (uint16_t)remote_nic;
+	req->n_qps = 1;
+	snprintf(req->nic.provider, sizeof(req->nic.provider), "%s", c->q.prov->name);
+	c->q.prov->addr(c->q.nic, &req->nic.addr);
+	c->q.prov->qp_info(q->nqp, &req->qps[0]);
+}
+
+/*
+ * Connect one of core i's QPs to a new responder QP on the peer's NIC
+ * remote_nic: ours here, the peer's on its control thread.  One handshake
+ * per QP, each with its own token, so a broken QP can be replaced alone.
+ */
+int seg_qp_handshake(struct ferry_engine *e, unsigned i, struct ferry_seg *s,
+		     uint32_t remote_nic, struct qpx *q, uint64_t *token)
+{
+	struct ferry_core *c = e->cores[i];
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	char here[160];
+	int rc;
+
+	*token = ++e->next_token;
+	handshake_req(e, i, s->desc, remote_nic, q, *token, &req);
+	rc = ctl_connect(s->address, FETCH_TIMEOUT_MS, &req, &rep);
+	if (rc == 0) {
+		rc = c->q.prov->qp_connect(q->nqp, &s->desc->nics[remote_nic].addr, &rep.qps[0]);
+		if (rc)
+			seg_disconnect_token(e, s, *token);
+	}
+	if (rc) {
+		*token = 0;
+		c->q.prov->describe(c->q.nic, here, sizeof(here));
+		fprintf(stderr, "ferry: segment %s: connecting a QP of core %u (%s) to the peer's "
+			"NIC %u failed: %s\n", s->address, i, here, remote_nic, strerror(-rc));
+	}
+	return rc;
+}
+
+void seg_disconnect_token(struct ferry_engine *e, struct ferry_seg *s, uint64_t token)
+{
+	struct wire_disconnect d = { .incarnation = e->incarnation, .token = token };
+	int rc;
+
+	if (!token)
+		return;
+	rc = ctl_disconnect(s->address, FETCH_TIMEOUT_MS, &d);
+	/* A peer that is gone has nothing left to free. */
+	if (rc && e->opts.verbose)
+		fprintf(stderr, "ferry: segment %s: disconnect: %s\n", s->address, strerror(-rc));
+}
+
+static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, unsigned core)
+{
+	for (unsigned k = 0; k < EP_MAX_QPS; k++) {
+		seg_disconnect_token(e, s, s->qp_tokens[core][k]);
+		s->qp_tokens[core][k] = 0;
+	}
+}
+
+static int ep_handshake(struct ferry_engine *e, unsigned i, struct ferry_seg *s,
+			struct ferry_ep *ep)
+{
+	for (unsigned k = 0; k < ep->nqps; k++) {
+		int rc = seg_qp_handshake(e, i, s, ep->remote_nic, ep->qps[k], &s->qp_tokens[i][k]);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Connect core i's endpoint to s (to the peer's NIC i mod n), have the
+ * core attach its QPs, then publish it.  ctl_lock held. */
+static int seg_add_ep(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, unsigned i)
+{
+	struct ferry_core *c = e->cores[i];
+	struct core_cmd cmd = { .type = CMD_EP_ADD, .slot = slot };
+	struct ferry_ep *ep;
+	int rc = core_make_room(e, i);
+
+	if (rc == 0)
+		rc = ep_create(&c->q, e->opts.qps_per_ep, e->opts.wrs_per_qp, &ep);
+	if (rc)
+		return rc;
+	ep->seg_slot = slot;
+	ep->seg_gen = s->gen;
+	ep->remote_nic = i % s->desc->n_nics;
+	ep->seg = s;
+	rc = ep_handshake(e, i, s, ep);
+	if (rc == 0) {
+		cmd.ep = ep;
+		rc = core_command(c, &cmd);
+	}
+	if (rc) {
+		ep_destroy(&c->q, ep);
+		ep_disconnect_peer(e, s, i);
+		return rc;
+	}
+	s->eps[i] = ep;
+	__atomic_store_n(&s->rail_down[i], 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->rail_paused[i], 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->eps[slot], ep, __ATOMIC_RELEASE); /* rcu_assign_pointer */
+	sieve_insert(&c->ep_cache, slot);
+	__atomic_store_n(&s->rail_gone[i], 0, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+/* One endpoint per local core where the cache has room; fails only when
+ * no core could take one, or on any other error. */
+static int seg_connect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < e->ncores; i++) {
+		int rc = seg_add_ep(e, s, slot, i);
+
+		if (rc && rc != -EBUSY)
+			return rc;
+		n += rc == 0;
+	}
+	if (n == 0) {
+		fprintf(stderr, "ferry: segment %s: every core's endpoint cache (ep_cache %u) "
+			"is full of endpoints in use\n", s->address, e->opts.ep_cache);
+		return -EBUSY;
+	}
+	return 0;
+}
+
+int seg_reconnect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, uint32_t gen)
+{
+	int rc = -EHOSTDOWN, added = 0;
+
+	pthread_mutex_lock(&e->ctl_lock);
+	if (s->state == SEG_OPEN && s->gen == gen) {
+		for (unsigned i = 0; i < e->ncores; i++) {
+			if (s->eps[i])
+				continue;
+			rc = seg_add_ep(e, s, slot, i);
+			added += rc == 0;
+		}
+	}
+	pthread_mutex_unlock(&e->ctl_lock);
+	return added ? added : rc;
+}
+
+static struct ferry_seg *seg_find_open(struct ferry_engine *e, const char *address, uint32_t *slot)
+{
+	for (uint32_t i = 0; i < FERRY_MAX_SEGS; i++) {
+		struct ferry_seg *s = &e->segs[i];
+
+		if (s->state == SEG_OPEN && !__atomic_load_n(&s->stale, __ATOMIC_RELAXED) &&
+		    strcmp(s->address, address) == 0) {
+			*slot = i;
+			return s;
+		}
+	}
+	return NULL;
+}
+
+void seg_rail_set_down(struct ferry_engine *e, struct ferry_seg *s, unsigned i, uint32_t slot,
+		       int down)
+{
+	struct core_cmd cmd = { .type = CMD_EP_DOWN, .slot = slot, .rc = down };
+
+	__atomic_store_n(&s->rail_down[i], (uint8_t)down, __ATOMIC_RELEASE);
+	if ((cmd.ep = s->eps[i]))
+		core_command(e->cores[i], &cmd);
+}
+
+void seg_mark_stale(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
+{
+	if (__atomic_exchange_n(&s->stale, 1, __ATOMIC_SEQ_CST))
+		return;
+	fprintf(stderr, "ferry: segment %s: the peer restarted (new incarnation): requests to "
+		"the old one fail with ESTALE; open the address again\n", s->address);
+	for (unsigned i = 0; i < e->ncores; i++)
+		seg_rail_set_down(e, s, i, slot, 1);
+}
+
+/*
+ * The address is open already: the same peer process keeps its handle; a
+ * restarted one (new incarnation) gets a new segment and the old handle is
+ * marked stale (its keys and QPs belong to a dead process), so nothing of
+ * the old life is reused.  *fresh takes the new descriptor then.
+ */
+static int seg_check_reopen(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot,
+			    struct seg_desc **fresh)
+{
+	struct seg_desc *d = calloc(1, sizeof(*d));
+	int rc;
+
+	if (!d)
+		return -ENOMEM;
+	rc = ctl_fetch_desc(s->address, FETCH_TIMEOUT_MS, d);
+	if (rc == 0 && d->incarnation != s->desc->incarnation) {
+		seg_mark_stale(e, s, slot);
+		*fresh = d;
+		return 0;
+	}
+	seg_desc_free(d);
+	free(d);
+	return rc ? rc : 1;
+}
+
+static int seg_open_locked(struct ferry_engine *e, const char *address, ferry_seg_t *out)
+{
+	struct seg_desc *fresh = NULL;
+	struct ferry_seg *s;
+	uint32_t slot;
+	int rc;
+
+	s = seg_find_open(e, address, &slot);
+	if (s) {
+		rc = seg_check_reopen(e, s, slot, &fresh);
+		if (rc == 1)
+			*out = seg_handle(s->gen, slot);
+		if (rc)
+			return rc < 0 ? rc : 0;
+	}
+	for (slot = 0; slot < FERRY_MAX_SEGS && e->segs[slot].state != SEG_FREE; slot++)
+		;
+	if (slot == FERRY_MAX_SEGS) {
+		if (fresh)
+			seg_desc_free(fresh);
+		free(fresh);
+		return -ENOSPC;
+	}
+	s = &e->segs[slot];
+	s->stale = 0;
+	/* A reused slot starts with healthy rails, none connected yet. */
+	memset(s->rail_down, 0, sizeof(s->rail_down));
+	memset(s->rail_paused, 0, sizeof(s->rail_paused));
+	memset(s->rail_gone, 1, sizeof(s->rail_gone));
+	s->desc = fresh ? fresh : calloc(1, sizeof(*s->desc));
+	if (!s->desc)
+		return -ENOMEM;
+	rc = fresh ? 0 : ctl_fetch_desc(address, FETCH_TIMEOUT_MS, s->desc);
+	if (rc == 0)
+		rc = seg_check_desc(e, s->desc, address);
+	if (rc == 0) {
+		__atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_SEQ_CST);
+		snprintf(s->address, sizeof(s->address), "%s", address);
+		rc = seg_connect(e, s, slot);
+	}
+	if (rc) {
+		seg_remove_eps(e, s, slot);
+		seg_desc_free(s->desc);
+		free(s->desc);
+		s->desc = NULL;
+		return rc;
+	}
+	__atomic_store_n(&s->state, SEG_OPEN, __ATOMIC_SEQ_CST);
+	*out = seg_handle(s->gen, slot);
+	return 0;
+}
+
+int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t *out)
+{
+	int rc;
+
+	if (!e || !address || !out)
+		return -EINVAL;
+	if (strlen(address) >= sizeof(e->segs[0].address))
+		return -EINVAL;
+	pthread_mutex_lock(&e->ctl_lock);
+	rc = seg_open_locked(e, address, out);
+	pthread_mutex_unlock(&e->ctl_lock);
+	return rc;
+}
+
+static int seg_refresh_locked(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
+{
+	struct seg_desc *d;
+	int rc;
+
+	if (s->n_old == ARRAY_SIZE(s->old_descs))
+		return -ENOSPC;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	rc = ctl_fetch_desc(s->address, FETCH_TIMEOUT_MS, d);
+	/* A restarted peer (new incarnation) needs new endpoints: open it again. */
+	if (rc == 0 && (d->incarnation != s->desc->incarnation || d->n_nics != s->desc->n_nics)) {
+		seg_mark_stale(e, s, slot);
+		rc = -ESTALE;
+	}
+	if (rc) {
+		seg_desc_free(d);
+		free(d);
+		return rc;
+	}
+	/* Requests in flight may still point into the old regions. */
+	s->old_descs[s->n_old++] = s->desc;
+	__atomic_store_n(&s->desc, d, __ATOMIC_RELEASE);
+	return 0;
+}
+
+int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg)
+{
+	struct ferry_seg *s;
+	uint32_t slot;
+	int rc = -ENOENT;
+
+	if (!e)
+		return -EINVAL;
+	pthread_mutex_lock(&e->ctl_lock);
+	s = seg_lookup(e, seg, &slot);
+	if (s && s->state == SEG_OPEN)
+		rc = seg_refresh_locked(e, s, slot);
+	pthread_mutex_unlock(&e->ctl_lock);
+	return rc;
+}
+
+int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg)
+{
+	struct ferry_seg *s;
+	uint32_t slot;
+
+	if (!e)
+		return -EINVAL;
+	pthread_mutex_lock(&e->ctl_lock);
+	s = seg_lookup(e, seg, &slot);
+	if (!s || s->state != SEG_OPEN) {
+		pthread_mutex_unlock(&e->ctl_lock);
+		return -ENOENT;
+	}
+	__atomic_store_n(&s->state, SEG_CLOSING, __ATOMIC_SEQ_CST);
+	/* Requests in flight end on their own: every slice completes, fails,
+	 * times out or is retried (possibly on a QP the repair thread must
+	 * replace, which needs ctl_lock: wait without it).  New submissions
+	 * already see CLOSING, and nobody else touches a CLOSING slot. */
+	pthread_mutex_unlock(&e->ctl_lock);
+	while (__atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST))
+		sleep_us(50);
+	pthread_mutex_lock(&e->ctl_lock);
+	seg_remove_eps(e, s, slot);
+	seg_desc_free(s->desc);
+	free(s->desc);
+	s->desc = NULL;
+	for (unsigned i = 0; i < s->n_old; i++) {
+		seg_desc_free(s->old_descs[i]);
+		free(s->old_descs[i]);
+	}
+	s->n_old = 0;
+	s->address[0] = 0;
+	__atomic_store_n(&s->state, SEG_FREE, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&e->ctl_lock);
+	return 0;
+}
+
+void seg_disconnect_all(struct ferry_engine *e)
+{
+	for (uint32_t slot = 0; slot < FERRY_MAX_SEGS; slot++) {
+		struct ferry_seg *s = &e->segs[slot];
+
+		if (s->state != SEG_OPEN)
+			continue;
+		for (unsigned i = 0; i < e->ncores; i++)
+			ep_disconnect_peer(e, s, i);
+	}
+}
