@@ -782,6 +782,14 @@ static int lat_run(struct bench_port *bp, uint64_t n)
 	return batch_finish(bp, n, rc);
 }
 
+/* One turn of a port's loop, as the flags ask: a batch, or one request (--lat). */
+static int port_step(struct bench_port *bp, uint64_t n)
+{
+	if (bp->b->cfg.lat)
+		return lat_run(bp, n);
+	return batch_run(bp, n);
+}
+
 static bool port_done(const struct bench *b, uint64_t n)
 {
 	if (b->cfg.iters)
@@ -800,7 +808,7 @@ static void *port_main(void *arg)
 	pthread_barrier_wait(&b->start);
 	/* At least one batch, even when the thread starts past a tiny duration. */
 	do {
-		if (b->cfg.lat ? lat_run(bp, n++) : batch_run(bp, n++))
+		if (port_step(bp, n++))
 			break;
 		__atomic_store_n(&bp->prog_bytes, bp->ok * b->size, __ATOMIC_RELAXED);
 		__atomic_store_n(&bp->prog_batches, n, __ATOMIC_RELAXED);
@@ -906,6 +914,14 @@ static void stats_settle(const struct bench *b, struct ferry_core_stats *s)
 /* ------------------------------------------------------------------ */
 /* Progress line                                                       */
 /* ------------------------------------------------------------------ */
+
+/* Before the first size: where the line goes (a terminal or not), and when it is first due. */
+static void progress_start(struct bench *b)
+{
+	b->progress.tty = isatty(STDERR_FILENO);
+	b->run_start_ns = now_ns();
+	b->progress.next_ns = b->run_start_ns + (b->progress.tty ? PROGRESS_TTY_NS : PROGRESS_PLAIN_NS);
+}
 
 /*
  * Due now?  Only runs longer than PROGRESS_AFTER_NS get a line: on a
@@ -1620,9 +1636,7 @@ static int bench_run(struct bench *b)
 	struct totals t;
 
 	stats_snap(b, b->first);
-	b->progress.tty = isatty(STDERR_FILENO);
-	b->run_start_ns = now_ns();
-	b->progress.next_ns = b->run_start_ns + (b->progress.tty ? PROGRESS_TTY_NS : PROGRESS_PLAIN_NS);
+	progress_start(b);
 	if (!b->cfg.json)
 		print_header(b);
 	for (uint64_t s = b->cfg.size; s; s = bench_next_size(&b->cfg, s), step++) {
