@@ -115,4 +115,14 @@ static inline uint64_t req_offset(const struct bench *b, unsigned p, uint32_t i)
 	return p * b->per_port + i * b->size;
 }
 
+/* report.c: the table, the per-core tables and --json, on stdout */
+void print_header(const struct bench *b);
+void print_row(const struct bench *b, const struct totals *t);
+void print_cores(const struct bench *b, const struct ferry_core_stats *before,
+		 const struct ferry_core_stats *after);
+void json_str(const char *key, const char *s);
+void json_cores(const struct bench *b, const struct ferry_core_stats *before,
+		const struct ferry_core_stats *after);
+void print_json(const struct bench *b, const struct totals *t);
+
 #endif /* FERRY_BENCH_H */
