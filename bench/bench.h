@@ -115,6 +115,9 @@ static inline uint64_t req_offset(const struct bench *b, unsigned p, uint32_t i)
 	return p * b->per_port + i * b->size;
 }
 
+/* ferry_bench.c: the program */
+int report(const char *what, int rc);
+
 /* report.c: the table, the per-core tables and --json, on stdout */
 void print_header(const struct bench *b);
 void print_row(const struct bench *b, const struct totals *t);
@@ -124,5 +127,12 @@ void json_str(const char *key, const char *s);
 void json_cores(const struct bench *b, const struct ferry_core_stats *before,
 		const struct ferry_core_stats *after);
 void print_json(const struct bench *b, const struct totals *t);
+
+/* outputs.c: --csv, --plot and --prom */
+void row_add(struct bench *b, const struct totals *t);
+int csv_put(struct bench *b);
+int outputs_open(struct bench *b);
+int plot_put(struct bench *b);
+int prom_put(struct bench *b);
 
 #endif /* FERRY_BENCH_H */
