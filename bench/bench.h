@@ -118,6 +118,10 @@ static inline uint64_t req_offset(const struct bench *b, unsigned p, uint32_t i)
 /* ferry_bench.c: the program */
 int report(const char *what, int rc);
 
+/* progress.c: the progress line */
+void progress_start(struct bench *b);
+void ports_join(struct bench *b);
+
 /* report.c: the table, the per-core tables and --json, on stdout */
 void print_header(const struct bench *b);
 void print_row(const struct bench *b, const struct totals *t);
