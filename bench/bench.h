@@ -118,6 +118,12 @@ static inline uint64_t req_offset(const struct bench *b, unsigned p, uint32_t i)
 /* ferry_bench.c: the program */
 int report(const char *what, int rc);
 
+/* counters.c: snapshots of the cores' counters */
+void stats_snap(const struct bench *b, struct ferry_core_stats *s);
+void stats_settle(const struct bench *b, struct ferry_core_stats *s);
+void stats_final(struct bench *b);
+int stats_alloc(struct bench *b);
+
 /* progress.c: the progress line */
 void progress_start(struct bench *b);
 void ports_join(struct bench *b);
