@@ -118,6 +118,12 @@ static inline uint64_t req_offset(const struct bench *b, unsigned p, uint32_t i)
 /* ferry_bench.c: the program */
 int report(const char *what, int rc);
 
+/* batch.c: waiting for a port's batch, checking it, stopping the port */
+int port_stop(struct bench_port *bp, uint64_t n, const char *call, int rc);
+int batch_finish(struct bench_port *bp, uint64_t n, int rc);
+int batch_wait(struct bench_port *bp);
+bool batch_stalled(struct bench_port *bp, uint64_t now, uint64_t *moved, uint64_t *since);
+
 /* counters.c: snapshots of the cores' counters */
 void stats_snap(const struct bench *b, struct ferry_core_stats *s);
 void stats_settle(const struct bench *b, struct ferry_core_stats *s);
