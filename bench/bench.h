@@ -124,6 +124,9 @@ int batch_finish(struct bench_port *bp, uint64_t n, int rc);
 int batch_wait(struct bench_port *bp);
 bool batch_stalled(struct bench_port *bp, uint64_t now, uint64_t *moved, uint64_t *since);
 
+/* mode_bw.c: throughput, a batch at a time */
+int batch_run(struct bench_port *bp, uint64_t n);
+
 /* counters.c: snapshots of the cores' counters */
 void stats_snap(const struct bench *b, struct ferry_core_stats *s);
 void stats_settle(const struct bench *b, struct ferry_core_stats *s);
