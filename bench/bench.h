@@ -127,6 +127,9 @@ bool batch_stalled(struct bench_port *bp, uint64_t now, uint64_t *moved, uint64_
 /* mode_bw.c: throughput, a batch at a time */
 int batch_run(struct bench_port *bp, uint64_t n);
 
+/* mode_lat.c: --lat, a request at a time */
+int lat_run(struct bench_port *bp, uint64_t n);
+
 /* counters.c: snapshots of the cores' counters */
 void stats_snap(const struct bench *b, struct ferry_core_stats *s);
 void stats_settle(const struct bench *b, struct ferry_core_stats *s);
