@@ -118,6 +118,10 @@ static inline uint64_t req_offset(const struct bench *b, unsigned p, uint32_t i)
 /* ferry_bench.c: the program */
 int report(const char *what, int rc);
 
+/* port.c: the port threads */
+void ports_place(struct bench *b);
+int ports_run(struct bench *b);
+
 /* batch.c: waiting for a port's batch, checking it, stopping the port */
 int port_stop(struct bench_port *bp, uint64_t n, const char *call, int rc);
 int batch_finish(struct bench_port *bp, uint64_t n, int rc);
