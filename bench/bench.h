@@ -134,6 +134,11 @@ int batch_run(struct bench_port *bp, uint64_t n);
 /* mode_lat.c: --lat, a request at a time */
 int lat_run(struct bench_port *bp, uint64_t n);
 
+/* verify.c: --verify */
+void buffers_fill_once(struct bench *b);
+void buffers_prepare(struct bench *b);
+void buffers_verify(struct bench *b);
+
 /* counters.c: snapshots of the cores' counters */
 void stats_snap(const struct bench *b, struct ferry_core_stats *s);
 void stats_settle(const struct bench *b, struct ferry_core_stats *s);
