@@ -117,6 +117,9 @@ static inline uint64_t req_offset(const struct bench *b, unsigned p, uint32_t i)
 
 /* ferry_bench.c: the program */
 int report(const char *what, int rc);
+int opts_build(struct bench *b);
+int engine_open(const char *role, const struct ferry_opts *o, struct ferry_engine **e);
+void bench_teardown(struct bench *b);
 
 /* port.c: the port threads */
 void ports_place(struct bench *b);
@@ -133,6 +136,10 @@ int batch_run(struct bench_port *bp, uint64_t n);
 
 /* mode_lat.c: --lat, a request at a time */
 int lat_run(struct bench_port *bp, uint64_t n);
+
+/* mode_target.c: --target */
+int nics_check_remote(struct ferry_engine *e, const char *role);
+int target_main(struct bench *b);
 
 /* verify.c: --verify */
 void buffers_fill_once(struct bench *b);
