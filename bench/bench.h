@@ -117,8 +117,11 @@ static inline uint64_t req_offset(const struct bench *b, unsigned p, uint32_t i)
 
 /* ferry_bench.c: the program */
 int report(const char *what, int rc);
+
+/* setup.c: set-up and teardown */
 int opts_build(struct bench *b);
 int engine_open(const char *role, const struct ferry_opts *o, struct ferry_engine **e);
+int bench_setup(struct bench *b);
 void bench_teardown(struct bench *b);
 
 /* port.c: the port threads */
