@@ -124,6 +124,9 @@ int engine_open(const char *role, const struct ferry_opts *o, struct ferry_engin
 int bench_setup(struct bench *b);
 void bench_teardown(struct bench *b);
 
+/* run.c: a run of the one-process and --connect modes */
+int bench_run(struct bench *b);
+
 /* port.c: the port threads */
 void ports_place(struct bench *b);
 int ports_run(struct bench *b);

@@ -34,27 +34,21 @@
  * cores (the initiator's; the target's in --target): with a one-sided NIC
  * the target's cores stay idle (on loop, the initiator's cores do the copy
  * themselves).
+ *
+ * The files: this one reads the command line and picks the mode; setup.c
+ * opens the engines, buffers and ports and closes them; run.c runs the
+ * sizes of the one-process and --connect modes; port.c runs the port
+ * threads, each repeating port_step(): a batch (mode_bw.c) or one request
+ * (mode_lat.c), waited for and checked by batch.c; verify.c is --verify;
+ * mode_target.c is --target; counters.c snapshots the cores' counters;
+ * report.c prints the table, the per-core tables and --json, outputs.c
+ * writes --csv, --plot and --prom, progress.c draws the progress line.
+ * bench.h holds what they share.
  */
-#include <errno.h>
-#include <inttypes.h>
-#include <pthread.h>
-#include <sched.h>
-#include <signal.h>
-#include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "bench.h"
-#include "bench_opts.h"
-#include "bench_out.h"
-#include "bench_util.h"
-#include "runtime/ferry.h"
 
 /* "ferry_bench: what: why" on stderr for a call that failed with rc; returns rc. */
 int report(const char *what, int rc)
@@ -62,123 +56,6 @@ int report(const char *what, int rc)
 	fprintf(stderr, "ferry_bench: %s: %s\n", what, strerror(-rc));
 	return rc;
 }
-
-/* ------------------------------------------------------------------ */
-/* Engines                                                             */
-/* ------------------------------------------------------------------ */
-
-/* This size's requests of every port (the same batch every time), and fresh results. */
-static void size_prepare(struct bench *b, uint64_t s, unsigned step)
-{
-	b->size = s;
-	b->step = step;
-	b->nreq = bench_batch_for(&b->cfg, s);
-	b->per_port = b->nreq * s;
-	b->mismatches = 0;
-	if (b->nreq < b->cfg.batch && !b->cfg.sweep)
-		fprintf(stderr,
-			"ferry_bench: batch lowered from %u to %u requests so that %u port(s) fit "
-			"the %" PRIu64 "-byte buffer\n",
-			b->cfg.batch, b->nreq, b->cfg.ports, b->buffer);
-	for (unsigned p = 0; p < b->cfg.ports; p++) {
-		struct bench_port *bp = &b->ports[p];
-
-		for (uint32_t i = 0; i < b->nreq; i++) {
-			bp->reqs[i] = (struct ferry_req){
-				.op = b->cfg.op,
-				.local = bp->buf + i * s,
-				.seg = b->seg,
-				.remote = b->remote_base + req_offset(b, p, i),
-				.len = s,
-			};
-		}
-		bp->batches = bp->ok = bp->failures = bp->lat_ns = bp->end_ns = 0;
-		__atomic_store_n(&bp->prog_bytes, 0, __ATOMIC_RELAXED);
-		__atomic_store_n(&bp->prog_batches, 0, __ATOMIC_RELAXED);
-		bench_samples_reset(&bp->lat);
-		bp->reported = 0;
-	}
-	buffers_prepare(b);
-}
-
-/* ------------------------------------------------------------------ */
-/* Results                                                             */
-/* ------------------------------------------------------------------ */
-
-/* Every port's request latencies together (they are reset before the next size). */
-static void lat_sum(struct bench *b, struct bench_lat *out)
-{
-	struct bench_samples *all = calloc(b->cfg.ports, sizeof(*all));
-
-	memset(out, 0, sizeof(*out));
-	if (!all) {
-		report("latency summary", -ENOMEM);
-		return;
-	}
-	/* Shallow copies: the summary may thin the arrays, which is fine now. */
-	for (unsigned p = 0; p < b->cfg.ports; p++)
-		all[p] = b->ports[p].lat;
-	if (bench_samples_summary(all, b->cfg.ports, out))
-		report("latency percentiles", -ENOMEM);
-	free(all);
-}
-
-static void totals_sum(struct bench *b, struct totals *t)
-{
-	memset(t, 0, sizeof(*t));
-	for (unsigned p = 0; p < b->cfg.ports; p++) {
-		const struct bench_port *bp = &b->ports[p];
-
-		t->batches += bp->batches;
-		t->ok += bp->ok;
-		t->failures += bp->failures;
-		t->lat_ns += bp->lat_ns;
-		t->early |= bp->err != 0;
-	}
-	t->secs = (double)(b->end_ns - b->start_ns) / 1e9;
-	lat_sum(b, &t->lat);
-}
-
-/* ------------------------------------------------------------------ */
-/* Set-up and teardown                                                 */
-/* ------------------------------------------------------------------ */
-
-/* Every size of the run, one row (or JSON object) each.  Exit status. */
-static int bench_run(struct bench *b)
-{
-	bool bad = false;
-	unsigned step = 0;
-	struct totals t;
-
-	stats_snap(b, b->first);
-	progress_start(b);
-	if (!b->cfg.json)
-		print_header(b);
-	for (uint64_t s = b->cfg.size; s; s = bench_next_size(&b->cfg, s), step++) {
-		size_prepare(b, s, step);
-		ports_run(b);
-		if (b->cfg.verify)
-			buffers_verify(b);
-		totals_sum(b, &t);
-		row_add(b, &t);
-		if (b->cfg.json)
-			print_json(b, &t);
-		else
-			print_row(b, &t);
-		bad |= csv_put(b) != 0;
-		bad |= t.failures || t.early || b->mismatches;
-		if (t.early)
-			break; /* a stuck or broken port cannot run the next size */
-	}
-	stats_final(b);
-	if (!b->cfg.json)
-		print_cores(b, b->first, b->after);
-	bad |= plot_put(b) != 0;
-	bad |= prom_put(b) != 0;
-	return bad ? 1 : 0;
-}
-
-/* ------------------------------------------------------------------ */
 
 static int parse_cmdline(int argc, char **argv, struct bench_cfg *cfg)
 {
