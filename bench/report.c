@@ -1,0 +1,280 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ferry_bench's results on stdout: the table's header and one row per size
+ * (throughput or --lat columns), the per-core tables of software and
+ * hardware counters at the end, and --json's one object per size.  The
+ * counters printed are deltas between two snapshots (counters.c).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "bench.h"
+
+/* after - before of every counter; cpu and node from after. */
+static void stats_delta(const struct ferry_core_stats *a, const struct ferry_core_stats *bf,
+			struct ferry_core_stats *d)
+{
+	*d = *a;
+#define SUB(f) d->f = a->f - bf->f
+	SUB(wrs_posted); SUB(completions); SUB(cqes); SUB(bytes); SUB(doorbells);
+	SUB(polls); SUB(empty_polls); SUB(qp_full); SUB(cq_full); SUB(pool_empty);
+	SUB(wr_errors); SUB(reqs_done); SUB(provider_errors); SUB(sleeps); SUB(wakeups);
+	SUB(busy_ns); SUB(idle_ns); SUB(loops); SUB(retries); SUB(qp_resets); SUB(handovers);
+	SUB(rail_pauses);
+#undef SUB
+#define HW(f) d->f = bench_hw_delta(a->f, bf->f)
+	HW(cycles); HW(instructions); HW(cache_misses); HW(ctx_switches);
+#undef HW
+}
+
+static double ns_per_slice(const struct ferry_core_stats *d)
+{
+	return d->completions ? (double)d->busy_ns / (double)d->completions : 0.0;
+}
+
+void print_header(const struct bench *b)
+{
+	const struct ferry_opts *o = &b->iopts;
+
+	printf("# ferry_bench%s: %s, nics %s, cores %s ", b->cfg.lat ? " --lat" : "",
+	       bench_op_name(b->cfg.op), o->nics, o->cores);
+	if (b->cfg.mode == BENCH_LOCAL)
+		printf("(target %s, ", b->topts.cores);
+	else
+		printf("(target %s remote 0x%" PRIx64 ", ", b->cfg.connect, b->remote_base);
+	printf("ports on cpus %s), slice %u, qps %u, depth %u, idle %s, %s, counters %s%s\n",
+	       b->port_cpus_desc, o->slice_size, o->qps_per_ep, o->wrs_per_qp,
+	       o->idle == FERRY_IDLE_SPIN ? "spin" : "adaptive", o->loop_nocopy ? "nocopy" : "copy",
+	       onoff(o->counters), b->cfg.verify ? ", verify" : "");
+	if (b->cfg.lat)
+		printf("%-5s %10s %10s %10s %10s %10s %10s %10s %10s %8s\n", "op", "size", "iters",
+		       "t_min_us", "t_typ_us", "t_avg_us", "t_p99_us", "t_p999_us", "t_max_us",
+		       "failures");
+	else
+		printf("%-5s %10s %6s %5s %9s %14s %8s %8s %10s %12s %10s %9s %9s %9s %9s %8s\n",
+		       "op", "size", "batch", "ports", "batches", "bytes", "secs", "GB/s", "MB/s",
+		       "req/s", "batch_us", "p50_us", "p99_us", "p999_us", "max_us", "failures");
+}
+
+/* A latency in us for the table; "-" when nothing was measured. */
+static const char *us_str(const struct bench_lat *l, uint64_t ns, char *buf, size_t len)
+{
+	if (!l->n)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%.2f", (double)ns / 1e3);
+	return buf;
+}
+
+void print_row(const struct bench *b, const struct totals *t)
+{
+	uint64_t bytes = t->ok * b->size;
+	const struct bench_lat *l = &t->lat;
+	char p50[32], p99[32], p999[32], max[32];
+
+	if (b->cfg.lat) {
+		printf("%-5s %10" PRIu64 " %10" PRIu64 " %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %8"
+		       PRIu64 "\n",
+		       bench_op_name(b->cfg.op), b->size, l->n, (double)l->min / 1e3,
+		       (double)l->p50 / 1e3, l->avg / 1e3, (double)l->p99 / 1e3,
+		       (double)l->p999 / 1e3, (double)l->max / 1e3, t->failures);
+	} else {
+		printf("%-5s %10" PRIu64 " %6u %5u %9" PRIu64 " %14" PRIu64
+		       " %8.3f %8.3f %10.1f %12.0f %10.2f %9s %9s %9s %9s %8" PRIu64 "\n",
+		       bench_op_name(b->cfg.op), b->size, b->nreq, b->cfg.ports, t->batches, bytes,
+		       t->secs, (double)bytes / t->secs / 1e9, (double)bytes / t->secs / 1e6,
+		       (double)t->ok / t->secs,
+		       t->batches ? (double)t->lat_ns / (double)t->batches / 1e3 : 0.0,
+		       us_str(l, l->p50, p50, sizeof(p50)), us_str(l, l->p99, p99, sizeof(p99)),
+		       us_str(l, l->p999, p999, sizeof(p999)), us_str(l, l->max, max, sizeof(max)),
+		       t->failures);
+	}
+	fflush(stdout);
+}
+
+static double pct(uint64_t part, uint64_t whole)
+{
+	return whole ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
+/* The software counters of each core over the run. */
+static void print_sw_cores(const struct bench *b, const struct ferry_core_stats *before,
+			   const struct ferry_core_stats *after)
+{
+	printf("\n%4s %4s %11s %11s %14s %10s %11s %11s %8s %8s %10s %8s %8s %8s %6s %6s %9s\n",
+	       "core", "cpu", "wrs_posted", "completions", "bytes", "doorbells", "polls",
+	       "empty_polls", "qp_full", "cq_full", "pool_empty", "retries", "errors", "sleeps",
+	       "busy%", "idle%", "ns/slice");
+	for (unsigned k = 0; k < b->ncores; k++) {
+		struct ferry_core_stats d;
+		uint64_t all;
+
+		stats_delta(&after[k], &before[k], &d);
+		all = d.busy_ns + d.idle_ns;
+		printf("%4u %4u %11" PRIu64 " %11" PRIu64 " %14" PRIu64 " %10" PRIu64 " %11" PRIu64
+		       " %11" PRIu64 " %8" PRIu64 " %8" PRIu64 " %10" PRIu64 " %8" PRIu64 " %8" PRIu64
+		       " %8" PRIu64 " %6.1f %6.1f %9.1f\n",
+		       k, d.cpu, d.wrs_posted, d.completions, d.bytes, d.doorbells, d.polls,
+		       d.empty_polls, d.qp_full, d.cq_full, d.pool_empty, d.retries, d.wr_errors,
+		       d.sleeps, pct(d.busy_ns, all), pct(d.idle_ns, all), ns_per_slice(&d));
+		if (d.provider_errors)
+			printf("     core %u: provider_errors %" PRIu64 " (a bug: should be 0)\n", k,
+			       d.provider_errors);
+	}
+}
+
+/* "1.23" or "-" when either count is missing (or there is nothing to divide by). */
+static const char *ratio_str(uint64_t num, uint64_t den, char *buf, size_t len)
+{
+	if (num == UINT64_MAX || den == UINT64_MAX || !den)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%.2f", (double)num / (double)den);
+	return buf;
+}
+
+static bool hw_missing(const struct ferry_core_stats *d)
+{
+	return d->cycles == UINT64_MAX || d->instructions == UINT64_MAX ||
+	       d->cache_misses == UINT64_MAX || d->ctx_switches == UINT64_MAX;
+}
+
+/*
+ * The worker threads' hardware counters (user mode; the whole thread, idle
+ * passes included), then one line per core that misses any, saying why.
+ */
+static void print_hw_cores(const struct bench *b, const struct ferry_core_stats *before,
+			   const struct ferry_core_stats *after)
+{
+	char c[32], i[32], ipc[32], m[32], x[32], ips[32], note[256];
+
+	printf("\n%4s %4s %14s %14s %6s %12s %12s %11s\n", "core", "cpu", "cycles", "instructions",
+	       "IPC", "cache_misses", "ctx_switches", "instr/slice");
+	for (unsigned k = 0; k < b->ncores; k++) {
+		struct ferry_core_stats d;
+
+		stats_delta(&after[k], &before[k], &d);
+		printf("%4u %4u %14s %14s %6s %12s %12s %11s\n", k, d.cpu,
+		       bench_count_str(d.cycles, c, sizeof(c)),
+		       bench_count_str(d.instructions, i, sizeof(i)),
+		       ratio_str(d.instructions, d.cycles, ipc, sizeof(ipc)),
+		       bench_count_str(d.cache_misses, m, sizeof(m)),
+		       bench_count_str(d.ctx_switches, x, sizeof(x)),
+		       ratio_str(d.instructions, d.completions, ips, sizeof(ips)));
+	}
+	for (unsigned k = 0; k < b->ncores; k++) {
+		struct ferry_core_stats d;
+
+		stats_delta(&after[k], &before[k], &d);
+		if (!hw_missing(&d))
+			continue;
+		if (ferry_core_counters_note(b->self, k, note, sizeof(note)))
+			snprintf(note, sizeof(note), "unknown");
+		printf("core %u: hardware counters: %s\n", k, note);
+	}
+}
+
+void print_cores(const struct bench *b, const struct ferry_core_stats *before,
+		 const struct ferry_core_stats *after)
+{
+	print_sw_cores(b, before, after);
+	print_hw_cores(b, before, after);
+	fflush(stdout);
+}
+
+/* A JSON string: user-given names may hold quotes or control characters. */
+void json_str(const char *key, const char *s)
+{
+	printf("\"%s\":\"", key);
+	for (; s && *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			printf("\\%c", c);
+		else if (c < 0x20)
+			printf("\\u%04x", c);
+		else
+			putchar(c);
+	}
+	printf("\",");
+}
+
+/* A hardware counter: null when the kernel does not count it. */
+static void json_hw(const char *key, uint64_t v)
+{
+	if (v == UINT64_MAX)
+		printf(",\"%s\":null", key);
+	else
+		printf(",\"%s\":%" PRIu64, key, v);
+}
+
+static void json_core(unsigned k, const struct ferry_core_stats *d)
+{
+	printf("{\"core\":%u,\"cpu\":%u,\"numa_node\":%d", k, d->cpu, d->numa_node);
+#define F(f) printf(",\"" #f "\":%" PRIu64, d->f)
+	F(wrs_posted); F(completions); F(cqes); F(bytes); F(doorbells); F(polls);
+	F(empty_polls); F(qp_full); F(cq_full); F(pool_empty); F(wr_errors); F(reqs_done);
+	F(provider_errors); F(sleeps); F(wakeups); F(busy_ns); F(idle_ns); F(loops);
+	F(retries); F(qp_resets); F(handovers); F(rail_pauses);
+#undef F
+	json_hw("cycles", d->cycles);
+	json_hw("instructions", d->instructions);
+	json_hw("cache_misses", d->cache_misses);
+	json_hw("ctx_switches", d->ctx_switches);
+	printf(",\"ns_per_slice\":%.1f}", ns_per_slice(d));
+}
+
+void json_cores(const struct bench *b, const struct ferry_core_stats *before,
+		const struct ferry_core_stats *after)
+{
+	printf("\"cores_stats\":[");
+	for (unsigned k = 0; k < b->ncores; k++) {
+		struct ferry_core_stats d;
+
+		stats_delta(&after[k], &before[k], &d);
+		if (k)
+			printf(",");
+		json_core(k, &d);
+	}
+	printf("]");
+}
+
+void print_json(const struct bench *b, const struct totals *t)
+{
+	const struct ferry_opts *o = &b->iopts;
+	const struct bench_lat *l = &t->lat;
+	uint64_t bytes = t->ok * b->size;
+
+	printf("{");
+	json_str("mode", bench_mode_name(b->cfg.mode));
+	json_str("op", bench_op_name(b->cfg.op));
+	json_str("nics", o->nics);
+	json_str("cores", o->cores);
+	if (b->cfg.mode == BENCH_LOCAL)
+		json_str("target_cores", b->topts.cores);
+	else
+		json_str("connect", b->cfg.connect);
+	json_str("port_cpus", b->port_cpus_desc);
+	json_str("idle", o->idle == FERRY_IDLE_SPIN ? "spin" : "adaptive");
+	printf("\"size\":%" PRIu64 ",\"batch\":%u,\"ports\":%u,\"slice\":%u,\"qps\":%u,"
+	       "\"depth\":%u,\"nocopy\":%s,\"verify\":%s,",
+	       b->size, b->nreq, b->cfg.ports, o->slice_size, o->qps_per_ep, o->wrs_per_qp,
+	       o->loop_nocopy ? "true" : "false", b->cfg.verify ? "true" : "false");
+	printf("\"batches\":%" PRIu64 ",\"requests\":%" PRIu64 ",\"bytes\":%" PRIu64
+	       ",\"seconds\":%.6f,\"gbps\":%.6f,\"mbps\":%.3f,\"req_per_s\":%.1f,"
+	       "\"batch_lat_us\":%.3f,\"failures\":%" PRIu64 ",\"mismatched_bytes\":%" PRIu64 ",",
+	       t->batches, t->ok, bytes, t->secs, (double)bytes / t->secs / 1e9,
+	       (double)bytes / t->secs / 1e6, (double)t->ok / t->secs,
+	       t->batches ? (double)t->lat_ns / (double)t->batches / 1e3 : 0.0, t->failures,
+	       b->mismatches);
+	json_str("counters", onoff(o->counters));
+	/* Per request, in both modes (throughput: from its batch's submit). */
+	if (l->n)
+		printf("\"lat_us\":{\"n\":%" PRIu64 ",\"min\":%.3f,\"p50\":%.3f,\"avg\":%.3f,"
+		       "\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f},",
+		       l->n, (double)l->min / 1e3, (double)l->p50 / 1e3, l->avg / 1e3,
+		       (double)l->p99 / 1e3, (double)l->p999 / 1e3, (double)l->max / 1e3);
+	json_cores(b, b->before, b->after);
+	printf("}\n");
+	fflush(stdout);
+}

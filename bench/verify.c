@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * --verify: the pattern (bench_util.c) put into the sources before each
+ * size and checked in the destinations after it.  The pattern is a
+ * function of the offset in the target's buffer, so both processes of a
+ * two-process run compute it on their own; WRITEs into another process are
+ * read back to be checked.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+
+/*
+ * Once, before the first size.  The target's buffer, when it is in this
+ * process, holds the cfg.seed pattern: --verify checks READs against it
+ * (and WRITEs use other seeds, bench_write_seed, so bytes that never
+ * arrived show), and without --verify a READ source may hold anything.
+ * WRITE sources get a constant without --verify (the pattern is filled per
+ * size with it).  A --connect READ reads what --target filled.
+ */
+void buffers_fill_once(struct bench *b)
+{
+	bool write = b->cfg.op == FERRY_OP_WRITE;
+
+	if (b->tbuf && (b->cfg.verify || !write))
+		bench_pattern_fill(b->tbuf, b->buffer, 0, b->cfg.seed);
+	for (unsigned p = 0; p < b->cfg.ports && write && !b->cfg.verify; p++)
+		memset(b->ports[p].buf, 0xa5, b->local_cap);
+}
+
+/* Before each size, under --verify: clear READ destinations, fill WRITE sources. */
+void buffers_prepare(struct bench *b)
+{
+	if (!b->cfg.verify)
+		return;
+	for (unsigned p = 0; p < b->cfg.ports; p++) {
+		struct bench_port *bp = &b->ports[p];
+
+		if (b->cfg.op == FERRY_OP_READ)
+			memset(bp->buf, 0, b->per_port);
+		else
+			bench_pattern_fill(bp->buf, b->per_port, req_offset(b, p, 0),
+					   bench_write_seed(&b->cfg, b->step));
+	}
+}
+
+/*
+ * --verify of WRITE in the two-process mode: the written bytes are in the
+ * other process; read them back into the (cleared) port buffers.
+ */
+static void readback(struct bench *b)
+{
+	for (unsigned p = 0; p < b->cfg.ports; p++) {
+		struct bench_port *bp = &b->ports[p];
+
+		if (bp->err)
+			continue;
+		memset(bp->buf, 0, b->per_port);
+		for (uint32_t i = 0; i < b->nreq; i++)
+			bp->reqs[i].op = FERRY_OP_READ;
+		batch_run(bp, UINT64_MAX);
+		for (uint32_t i = 0; i < b->nreq; i++)
+			bp->reqs[i].op = b->cfg.op;
+	}
+}
+
+/* --verify: the destination of every port must hold the pattern now. */
+void buffers_verify(struct bench *b)
+{
+	bool write = b->cfg.op == FERRY_OP_WRITE;
+	uint64_t seed = write ? bench_write_seed(&b->cfg, b->step) : b->cfg.seed;
+
+	if (write && b->cfg.mode == BENCH_INITIATOR)
+		readback(b);
+	for (unsigned p = 0; p < b->cfg.ports; p++) {
+		uint64_t pos = req_offset(b, p, 0), first = 0, bad;
+		const uint8_t *dst = write && b->tbuf ? b->tbuf + pos : b->ports[p].buf;
+
+		bad = bench_pattern_check(dst, b->per_port, pos, seed, &first);
+		if (!bad)
+			continue;
+		b->mismatches += bad;
+		fprintf(stderr,
+			"ferry_bench: verify: size %" PRIu64 " port %u request %" PRIu64
+			" byte %" PRIu64 ": expected 0x%02x, got 0x%02x (%" PRIu64
+			" bytes wrong on this port)\n",
+			b->size, p, first / b->size, first % b->size,
+			bench_pattern_byte(pos + first, seed), dst[first], bad);
+	}
+	if (b->mismatches && !write && b->cfg.mode == BENCH_INITIATOR)
+		fprintf(stderr,
+			"ferry_bench: verify: hint: the target's buffer holds its --seed pattern only "
+			"until something WRITEs to it: give the target's --seed (%" PRIu64
+			" here), and restart the target after WRITE runs\n",
+			b->cfg.seed);
+}
