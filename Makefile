@@ -48,8 +48,10 @@ CMOCKA_LIBS := $(shell pkg-config --libs cmocka)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS  ?= -O2 -g
-ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -fPIC -D_GNU_SOURCE -pthread \
-              -I. $(PKG_CFLAGS)
+# -fvisibility=hidden: only what runtime/ferry.h marks FERRY_API is exported.
+# URCU_INLINE_SMALL_FUNCTIONS: rcu_dereference is an inline consume load.
+ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -fPIC -fvisibility=hidden -D_GNU_SOURCE \
+              -DURCU_INLINE_SMALL_FUNCTIONS -pthread -I. $(PKG_CFLAGS)
 LDLIBS  := $(PKG_LIBS) -pthread
 ALL_LDFLAGS := $(SANFLAGS) $(LDFLAGS)
 
@@ -75,7 +77,7 @@ $(B)/libferry.a: $(LIB_OBJS)
 	ar rcs $@ $^
 
 $(B)/libferry.so: $(LIB_OBJS)
-	$(CC) -shared $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) -shared -Wl,-z,defs $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/ferry_bench: $(BENCH_SRCS:%.c=$(B)/obj/%.o) $(B)/libferry.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS) -lm
@@ -184,7 +186,7 @@ FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 30
 FUZZ_DEBS := clang libclang-rt-dev
 FUZZ_CFLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1 \
-               -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -I.
+               -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -DURCU_INLINE_SMALL_FUNCTIONS -I.
 FUZZ_PROBE := int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) \
               { (void)d; (void)n; return 0; }
 
@@ -194,7 +196,7 @@ fuzz: build-fuzz/fuzz_wire
 	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -close_fd_mask=2 \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus
 
-build-fuzz/fuzz_wire: tests/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire.h qp/nic.h
+build-fuzz/fuzz_wire: tests/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire.h qp/nic.h ring/base/log.c
 	@mkdir -p build-fuzz
 	@if ! echo '$(FUZZ_PROBE)' | $(FUZZ_CC) -x c -fsanitize=fuzzer - \
 	    -o build-fuzz/probe >/dev/null 2>&1; then \
@@ -206,7 +208,7 @@ build-fuzz/fuzz_wire: tests/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire.h qp
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    --no-install-recommends $(FUZZ_DEBS)) || exit 1; \
 	fi
-	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz_wire.c runtime/ctl/wire.c -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz_wire.c runtime/ctl/wire.c ring/base/log.c -o $@
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

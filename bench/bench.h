@@ -120,7 +120,8 @@ int report(const char *what, int rc);
 
 /* setup.c: set-up and teardown */
 int opts_build(struct bench *b);
-int engine_open(const char *role, const struct ferry_opts *o, struct ferry_engine **e);
+int engine_open(const struct bench *b, const char *role, const struct ferry_opts *o,
+		struct ferry_engine **e);
 int bench_setup(struct bench *b);
 void bench_teardown(struct bench *b);
 

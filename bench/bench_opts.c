@@ -671,8 +671,6 @@ void bench_apply_opts(const struct bench_cfg *cfg, struct ferry_opts *o)
 	 */
 	if (cfg->depth && o->signal_every > cfg->depth && !getenv("FERRY_SIGNAL_EVERY"))
 		o->signal_every = cfg->depth;
-	if (cfg->nocopy)
-		o->loop_nocopy = 1;
 	if (cfg->spin)
 		o->idle = FERRY_IDLE_SPIN;
 	if (cfg->counters >= 0)

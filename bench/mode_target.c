@@ -138,7 +138,7 @@ int target_main(struct bench *b)
 	}
 	/* Before the engine: its listener is up as soon as it exists. */
 	bench_pattern_fill(b->tbuf, b->buffer, 0, b->cfg.seed);
-	rc = engine_open("target", &b->topts, &b->target);
+	rc = engine_open(b, "target", &b->topts, &b->target);
 	if (!rc)
 		rc = nics_check_remote(b->target, "target");
 	if (!rc) {

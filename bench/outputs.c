@@ -120,7 +120,7 @@ int plot_put(struct bench *b)
 	snprintf(title, sizeof(title),
 		 "ferry_bench%s %s: nics %s, cores %s, %u port(s), batch %u, slice %u, %s, counters %s",
 		 b->cfg.lat ? " --lat" : "", bench_op_name(b->cfg.op), o->nics, o->cores,
-		 b->cfg.ports, b->cfg.batch, o->slice_size, o->loop_nocopy ? "nocopy" : "copy",
+		 b->cfg.ports, b->cfg.batch, o->slice_size, b->cfg.nocopy ? "nocopy" : "copy",
 		 onoff(o->counters));
 	if (bench_plot(b->rows, b->nrows, b->cfg.plot, title, err, sizeof(err))) {
 		fprintf(stderr, "ferry_bench: --plot: %s\n", err);

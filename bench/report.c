@@ -44,7 +44,7 @@ void print_header(const struct bench *b)
 		printf("(target %s remote 0x%" PRIx64 ", ", b->cfg.connect, b->remote_base);
 	printf("ports on cpus %s), slice %u, qps %u, depth %u, idle %s, %s, counters %s%s\n",
 	       b->port_cpus_desc, o->slice_size, o->qps_per_ep, o->wrs_per_qp,
-	       o->idle == FERRY_IDLE_SPIN ? "spin" : "adaptive", o->loop_nocopy ? "nocopy" : "copy",
+	       o->idle == FERRY_IDLE_SPIN ? "spin" : "adaptive", b->cfg.nocopy ? "nocopy" : "copy",
 	       onoff(o->counters), b->cfg.verify ? ", verify" : "");
 	if (b->cfg.lat)
 		printf("%-5s %10s %10s %10s %10s %10s %10s %10s %10s %8s\n", "op", "size", "iters",
@@ -259,7 +259,7 @@ void print_json(const struct bench *b, const struct totals *t)
 	printf("\"size\":%" PRIu64 ",\"batch\":%u,\"ports\":%u,\"slice\":%u,\"qps\":%u,"
 	       "\"depth\":%u,\"nocopy\":%s,\"verify\":%s,",
 	       b->size, b->nreq, b->cfg.ports, o->slice_size, o->qps_per_ep, o->wrs_per_qp,
-	       o->loop_nocopy ? "true" : "false", b->cfg.verify ? "true" : "false");
+	       b->cfg.nocopy ? "true" : "false", b->cfg.verify ? "true" : "false");
 	printf("\"batches\":%" PRIu64 ",\"requests\":%" PRIu64 ",\"bytes\":%" PRIu64
 	       ",\"seconds\":%.6f,\"gbps\":%.6f,\"mbps\":%.3f,\"req_per_s\":%.1f,"
 	       "\"batch_lat_us\":%.3f,\"failures\":%" PRIu64 ",\"mismatched_bytes\":%" PRIu64 ",",

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 
 #include "bench.h"
+#include "runtime/engine/knobs.h"
 
 /*
  * A batch that moves no byte for this long is given up (its requests stay
@@ -64,12 +65,15 @@ int opts_build(struct bench *b)
 	return 0;
 }
 
-int engine_open(const char *role, const struct ferry_opts *o, struct ferry_engine **e)
+int engine_open(const struct bench *b, const char *role, const struct ferry_opts *o,
+		struct ferry_engine **e)
 {
+	/* A benchmark-only knob, not a public option (runtime/engine/knobs.h). */
+	struct ferry_knobs k = { .loop_nocopy = b->cfg.nocopy };
 	char what[256];
 	int rc;
 
-	rc = ferry_engine_create(o, e);
+	rc = ferry_engine_create_knobs(o, &k, e);
 	if (rc) {
 		snprintf(what, sizeof(what), "ferry_engine_create(%s, cores '%s', nics '%s')",
 			 role, o->cores ? o->cores : "", o->nics ? o->nics : "");
@@ -109,14 +113,14 @@ static int engines_open(struct bench *b)
 	int rc;
 
 	if (b->cfg.mode == BENCH_LOCAL) {
-		rc = engine_open("target", &b->topts, &b->target);
+		rc = engine_open(b, "target", &b->topts, &b->target);
 		if (rc)
 			return rc;
 		rc = ferry_mem_register(b->target, b->tbuf, b->buffer);
 		if (rc)
 			return report("ferry_mem_register(target buffer)", rc);
 	}
-	rc = engine_open("initiator", &b->iopts, &b->init);
+	rc = engine_open(b, "initiator", &b->iopts, &b->init);
 	if (!rc && b->cfg.mode == BENCH_INITIATOR)
 		rc = nics_check_remote(b->init, "initiator");
 	if (!rc)

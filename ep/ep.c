@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/ferry.h"
+
 #include "ring/base/counters.h"
 
 int ep_create(struct qctx *ctx, uint32_t nqps, uint32_t max_wr, struct ferry_ep **out)
@@ -100,9 +100,9 @@ uint32_t ep_post(struct qctx *ctx, struct ferry_ep *ep)
 		n = qpx_post(ctx, q, &ep->pending, n, ctx->now);
 		if (n == 0) {
 			if (wr_depth_room(&q->depth) == 0)
-				stat_add(ctx->stats, qp_full, 1);
+				stat_add(&ctx->ctr, qp_full, 1);
 			else
-				stat_add(ctx->stats, cq_full, 1);
+				stat_add(&ctx->ctr, cq_full, 1);
 		}
 		posted += n;
 	}

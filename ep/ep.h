@@ -10,7 +10,7 @@
  * flushes (each in-flight slice is retried elsewhere or failed) until the
  * depth counters are zero, and destroys the QPs; then the control path
  * unpublishes it and frees its memory after a grace period (call_rcu, see
- * runtime/reap.c) -- a core may still hold the pointer from its last pass.
+ * ep/teardown.c) -- a core may still hold the pointer from its last pass.
  */
 #ifndef FERRY_EP_H
 #define FERRY_EP_H
@@ -19,10 +19,14 @@
 #include <stdint.h>
 #include <urcu/urcu-qsbr.h>
 
+#include "ep/rail.h"
 #include "qp/post/post.h"
+#include "ring/base/atomics.h"
 #include "slice/slice.h"
 
 #define EP_MAX_QPS 16
+
+struct ep_reaper;
 
 struct ferry_ep {
 	struct slice_list pending;   /* cut, waiting for QP/CQ room */
@@ -30,23 +34,20 @@ struct ferry_ep {
 	uint8_t active;
 	uint8_t closing;             /* teardown started: post nothing more */
 	uint8_t down;                /* the peer cannot be reached: fail fast */
-	uint8_t paused;              /* rail health: too many errors lately */
-	uint8_t visited;             /* SIEVE: used since the hand passed (atomic) */
+	uint8_t visited;             /* SIEVE: used since the hand passed (READ_ONCE/WRITE_ONCE) */
 	uint8_t qps_gone;            /* the owner destroyed the QPs (teardown done) */
-	uint32_t errs;               /* errors in the current window */
-	uint64_t win_start;          /* TSC: start of the error window */
-	uint64_t paused_until;       /* TSC */
-	uint64_t backoff;            /* TSC: the next pause's length (grows) */
+	struct rail rail;            /* health: errors, pauses (ep/rail.h) */
+	const uint8_t *cut_off;      /* the control path's "this rail cannot reach the
+	                              * peer" flag (NULL: none): its slices move */
 	uint32_t seg_slot;
 	uint32_t seg_gen;
-	struct ferry_seg *seg;       /* the control path's segment (rail state) */
 	uint32_t remote_nic;         /* index of the peer's NIC these QPs reach */
 	uint32_t nqps;
 	uint32_t rr;                 /* next QP to try first */
 	struct qpx *qps[EP_MAX_QPS];
 	struct rcu_head rcu;         /* freed after a grace period */
 	struct ferry_ep *next_retired; /* unpublished, waiting for call_rcu */
-	void *reaper;                /* the engine that frees it (runtime/reap.c) */
+	struct ep_reaper *reaper;    /* who frees it (ep/teardown.c) */
 };
 
 /* Create an endpoint with nqps unconnected QPs of max_wr each on ctx (control path). */
@@ -74,8 +75,9 @@ void ep_destroy(struct qctx *ctx, struct ferry_ep *ep);
 /* Mark ep used (SIEVE's visited bit): the core, on each request part. */
 static inline void ep_touch(struct ferry_ep *ep)
 {
-	if (!__atomic_load_n(&ep->visited, __ATOMIC_RELAXED))
-		__atomic_store_n(&ep->visited, 1, __ATOMIC_RELAXED);
+	/* A hint for the control path's SIEVE hand: no order needed. */
+	if (!READ_ONCE(ep->visited))
+		WRITE_ONCE(ep->visited, 1);
 }
 
 /* Post pending slices over the healthy QPs, one doorbell per QP; returns WRs posted. */

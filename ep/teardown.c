@@ -1,62 +1,70 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Retired endpoints: the control path unpublishes an endpoint (its owner
- * destroyed the QPs already) and hands it here; its memory is freed after
- * an RCU grace period, since a core may still hold the pointer it loaded
- * in its last pass.  call_rcu needs an online QSBR thread and the control
- * path runs on application threads, so the repair thread -- registered,
- * offline while it works or sleeps -- goes online just to queue the frees.
- * The callbacks run on liburcu's call_rcu thread and only free memory.
- * Engine destroy waits for its own callbacks (a count, not rcu_barrier:
- * a forked child inherits liburcu's record of call_rcu threads, not them).
- *
- * ThreadSanitizer cannot see inside liburcu (not instrumented): the
- * annotations model the queue hand-off and the grace period.
+ * Two-phase teardown (see teardown.h).  ThreadSanitizer cannot see inside
+ * liburcu (not instrumented): the annotations model the queue hand-off and
+ * the grace period.
  */
 #ifndef __SANITIZE_THREAD__
 #define _LGPL_SOURCE
 #endif
-#include <time.h>
+#include "ep/teardown.h"
+
+#include <errno.h>
 #include <urcu/urcu-qsbr.h>
 
-#include "runtime/internal.h"
+#include "ring/base/atomics.h"
+#include "ring/base/clock.h"
 
-void ep_retire(struct ferry_engine *e, struct ferry_ep *ep)
+int ep_teardown_qps(struct qctx *ctx, struct ferry_ep *ep)
 {
-	struct ferry_ep *head = __atomic_load_n(&e->retired, __ATOMIC_RELAXED);
+	if (ep->qps_gone)
+		return 0;
+	ep->closing = 1;
+	if (ep_depth(ep)) {
+		ep_set_error(ctx, ep);
+		return -EBUSY; /* the control path asks again */
+	}
+	if (ep->active)
+		return -EBUSY;
+	ep_destroy_qps(ctx, ep);
+	return 0;
+}
 
-	ep->reaper = e;
+void ep_retire(struct ep_reaper *r, struct ferry_ep *ep)
+{
+	struct ferry_ep *head = READ_ONCE(r->retired);
+
+	ep->reaper = r;
 	do
 		ep->next_retired = head;
-	while (!__atomic_compare_exchange_n(&e->retired, &head, ep, true, __ATOMIC_RELEASE,
-					    __ATOMIC_RELAXED));
+	while (!cas_weak_release(r->retired, &head, ep)); /* pairs with: xchg_acquire in reap_run */
 }
 
 static void ep_free_rcu(struct rcu_head *h)
 {
 	struct ferry_ep *ep = caa_container_of(h, struct ferry_ep, rcu);
-	struct ferry_engine *e;
+	struct ep_reaper *r;
 
-	ferry_tsan_acquire(ep);          /* queued by reap_run */
-	e = ep->reaper;
-	ferry_tsan_acquire(&e->tsan_gp); /* every core passed a quiescent state */
+	ferry_tsan_acquire(ep);        /* queued by reap_run */
+	r = ep->reaper;
+	ferry_tsan_acquire(r->grace);  /* every core passed a quiescent state */
 	ep_free(ep);
-	__atomic_fetch_sub(&e->rcu_pending, 1, __ATOMIC_RELEASE);
+	fetch_sub_release(r->pending, 1); /* pairs with: load_acquire in reap_wait */
 }
 
-unsigned reap_run(struct ferry_engine *e)
+unsigned reap_run(struct ep_reaper *r)
 {
 	struct ferry_ep *ep;
 	unsigned n = 0;
 
-	if (!__atomic_load_n(&e->retired, __ATOMIC_RELAXED))
+	if (!READ_ONCE(r->retired))
 		return 0;
-	ep = __atomic_exchange_n(&e->retired, NULL, __ATOMIC_ACQUIRE);
+	ep = xchg_acquire(r->retired, NULL); /* pairs with: cas_weak_release in ep_retire */
 	urcu_qsbr_thread_online();
 	while (ep) {
 		struct ferry_ep *next = ep->next_retired;
 
-		__atomic_fetch_add(&e->rcu_pending, 1, __ATOMIC_RELAXED);
+		fetch_add_relaxed(r->pending, 1);
 		ferry_tsan_release(ep);
 		urcu_qsbr_call_rcu(&ep->rcu, ep_free_rcu);
 		ep = next;
@@ -66,10 +74,8 @@ unsigned reap_run(struct ferry_engine *e)
 	return n;
 }
 
-void reap_wait(struct ferry_engine *e)
+void reap_wait(struct ep_reaper *r)
 {
-	struct timespec ts = { 0, 100 * 1000 };
-
-	while (__atomic_load_n(&e->rcu_pending, __ATOMIC_ACQUIRE))
-		nanosleep(&ts, NULL);
+	while (load_acquire(r->pending)) /* pairs with: fetch_sub_release in ep_free_rcu */
+		ferry_sleep_us(100);
 }

@@ -13,7 +13,14 @@
  * block.  No function may be called from inside a worker.
  *
  * Errors: every function returning int returns 0 (or a count) on success and
- * a negative errno on failure.
+ * a negative errno on failure.  Messages go to the sink set with
+ * ferry_log_set() (stderr by default), never straight to stderr.
+ *
+ * Growth: struct ferry_opts and struct ferry_core_stats gain fields at
+ * their end only.  ferry_opts_default() records the size the caller was
+ * compiled with (opts_size) and ferry_core_stats() passes it, so a library
+ * newer than the caller's header reads and writes only the fields the
+ * caller knows.  Only ferry_* functions are exported.
  */
 #ifndef FERRY_H
 #define FERRY_H
@@ -26,7 +33,14 @@ extern "C" {
 #endif
 
 #define FERRY_VERSION_MAJOR 0
-#define FERRY_VERSION_MINOR 1
+#define FERRY_VERSION_MINOR 2
+
+/** Marks the library's exported functions (everything else is hidden). */
+#if defined(__GNUC__)
+#define FERRY_API __attribute__((visibility("default")))
+#else
+#define FERRY_API
+#endif
 
 /** Segments an engine can have open at once. */
 #define FERRY_MAX_SEGMENTS 256
@@ -42,6 +56,8 @@ enum ferry_idle {
 
 /** Engine options: call ferry_opts_default() first, then change fields. */
 struct ferry_opts {
+	size_t opts_size;      /**< sizeof the struct the caller was compiled with: set by
+	                        *   ferry_opts_default(), leave it alone */
 	const char *cores;     /**< "0-3,8" or "0xf"; NULL/"" = first online core */
 	const char *nics;      /**< comma list of NIC names ("rxe0,rxe1"); "loop" = software
 	                        *   NIC; "auto" (default) = every active RDMA device,
@@ -68,7 +84,6 @@ struct ferry_opts {
 	uint32_t ep_cache;     /**< endpoints kept per core, 1..FERRY_MAX_SEGMENTS (default 128);
 	                        *   beyond, the least useful idle one is evicted (SIEVE) */
 	enum ferry_idle idle;  /**< idle policy (default adaptive) */
-	uint32_t loop_nocopy;  /**< loop NIC: skip the memcpy (benchmarks the data plane) */
 	int verbose;           /**< log start-up decisions to stderr */
 	int counters;          /**< 1 (default): per-core latency histogram and hardware
 	                        *   counters; 0: off (software counters stay; used to
@@ -106,7 +121,8 @@ struct ferry_req_status {
 
 #define FERRY_LAT_BUCKETS 48
 
-/** Per-core counters; single writer (the core), readable from any thread. */
+/** Per-core counters; single writer (the core), readable from any thread.
+ *  New counters are added at the end (see ferry_core_stats()). */
 struct ferry_core_stats {
 	unsigned cpu;              /**< CPU the worker is pinned to */
 	int numa_node;             /**< NUMA node of its memory, -1 unknown */
@@ -151,8 +167,35 @@ struct ferry_engine;
 struct ferry_port;
 struct ferry_batch;
 
+/** Severity of a library message. */
+enum ferry_log_level {
+	FERRY_LOG_ERROR = 0, /**< a call failed or a peer misbehaved: the message says why */
+	FERRY_LOG_WARN = 1,  /**< something the operator should know (a peer restarted, ...) */
+	FERRY_LOG_INFO = 2,  /**< start-up decisions (opts.verbose, GID choice) */
+	FERRY_LOG_DEBUG = 3,
+};
+
+/** A message sink: msg is one line without its newline, valid during the call. */
+typedef void (*ferry_log_fn)(void *arg, enum ferry_log_level level, const char *msg);
+
+/**
+ * Send every message of the library to fn(arg, level, msg) instead of
+ * stderr (NULL: back to stderr, "ferry: " prefixed).  Process-wide; set it
+ * before creating engines.  fn may be called from any ferry thread (never
+ * from a core's loop) and must not call into ferry.  Any thread.
+ */
+FERRY_API void ferry_log_set(ferry_log_fn fn, void *arg);
+
+/**
+ * Fill o (size bytes, the caller's sizeof(struct ferry_opts)) with the
+ * defaults and record size in o->opts_size.  Use ferry_opts_default().
+ * Any thread.
+ */
+FERRY_API void ferry_opts_init(struct ferry_opts *o, size_t size);
+
 /** Fill o with the defaults.  Any thread. */
-void ferry_opts_default(struct ferry_opts *o);
+FERRY_API void ferry_opts_default(struct ferry_opts *o);
+#define ferry_opts_default(o) ferry_opts_init((o), sizeof(*(o)))
 
 /**
  * Override fields of o from the environment: FERRY_CORES, FERRY_NICS,
@@ -165,39 +208,39 @@ void ferry_opts_default(struct ferry_opts *o);
  * o is left unchanged then.  String fields point into the environment.
  * Any thread.
  */
-int ferry_opts_from_env(struct ferry_opts *o);
+FERRY_API int ferry_opts_from_env(struct ferry_opts *o);
 
 /**
  * Create an engine: parse and check options, open the NICs, start one pinned
  * worker per core and the control thread listening on o->listen.
  * -EINVAL on bad options (message on stderr names the culprit).  Any thread.
  */
-int ferry_engine_create(const struct ferry_opts *o, struct ferry_engine **out);
+FERRY_API int ferry_engine_create(const struct ferry_opts *o, struct ferry_engine **out);
 
 /**
  * Stop the workers and the control thread and free everything.  Requests
  * still in flight end FAILED (-ECANCELED) first.  Must not race with any
  * other call on the engine.  NULL is ignored.
  */
-void ferry_engine_destroy(struct ferry_engine *e);
+FERRY_API void ferry_engine_destroy(struct ferry_engine *e);
 
 /** The control address peers pass to ferry_segment_open(), "host:port". Any thread. */
-const char *ferry_engine_address(const struct ferry_engine *e);
+FERRY_API const char *ferry_engine_address(const struct ferry_engine *e);
 
 /**
  * Name of the NIC that core `core` owns ("loop", "rxe0", ...), NULL for a bad
  * core.  With nics "auto" this is the NUMA-matched choice.  Any thread.
  */
-const char *ferry_core_nic(const struct ferry_engine *e, unsigned core);
+FERRY_API const char *ferry_core_nic(const struct ferry_engine *e, unsigned core);
 
 /** Number of worker cores of the engine.  Any thread. */
-unsigned ferry_engine_cores(const struct ferry_engine *e);
+FERRY_API unsigned ferry_engine_cores(const struct ferry_engine *e);
 
 /**
  * Register [addr, addr+len) for transfers on every NIC of the engine, local
  * and remote.  Regions may not overlap (-EEXIST).  Any thread; may block.
  */
-int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len);
+FERRY_API int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len);
 
 /**
  * Unregister the region that starts at addr.  -ENOENT if there is none,
@@ -205,7 +248,7 @@ int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len);
  * engine before keep a stale descriptor: their requests to the region end
  * FAILED.  Any thread; may block.
  */
-int ferry_mem_unregister(struct ferry_engine *e, void *addr);
+FERRY_API int ferry_mem_unregister(struct ferry_engine *e, void *addr);
 
 /**
  * Open the segment of the engine listening at address ("host:port"): fetch
@@ -219,47 +262,47 @@ int ferry_mem_unregister(struct ferry_engine *e, void *addr);
  * transfer.  -ECONNREFUSED/-ETIMEDOUT/-EPROTO on control-plane failures.
  * Any thread; blocks for the round trips.
  */
-int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t *out);
+FERRY_API int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t *out);
 
 /**
  * Refetch the descriptor of an opened segment (after the peer registered
  * more memory).  -ESTALE when the peer restarted (the segment is then
  * stale: open the address again).  Any thread; blocks for the round trip.
  */
-int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg);
+FERRY_API int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg);
 
 /**
  * Close a segment.  Later submissions to it fail with -EBADF; requests in
  * flight on it end (DONE, or FAILED with -ECANCELED) before this returns.
  * -ENOENT for an unknown handle.  Any thread; may block.
  */
-int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg);
+FERRY_API int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg);
 
 /**
  * Create a port: the submission channel of one application thread.  Only one
  * thread may use a port (and its batches) at a time.  Any thread.
  */
-int ferry_port_create(struct ferry_engine *e, struct ferry_port **out);
+FERRY_API int ferry_port_create(struct ferry_engine *e, struct ferry_port **out);
 
 /**
  * Destroy a port.  Its batches must have been destroyed (else -EBUSY and
  * nothing happens).  The owning thread.
  */
-int ferry_port_destroy(struct ferry_port *p);
+FERRY_API int ferry_port_destroy(struct ferry_port *p);
 
 /**
  * Create a batch of up to capacity requests on port p.  The port's thread.
  */
-int ferry_batch_create(struct ferry_port *p, uint32_t capacity, struct ferry_batch **out);
+FERRY_API int ferry_batch_create(struct ferry_port *p, uint32_t capacity, struct ferry_batch **out);
 
 /** Destroy a batch: -EBUSY while any of its requests is PENDING.  The port's thread. */
-int ferry_batch_destroy(struct ferry_batch *b);
+FERRY_API int ferry_batch_destroy(struct ferry_batch *b);
 
 /**
  * Forget the requests of a batch whose requests have all ended, so that its
  * slots can be used again.  -EBUSY while any is PENDING.  The port's thread.
  */
-int ferry_batch_reset(struct ferry_batch *b);
+FERRY_API int ferry_batch_reset(struct ferry_batch *b);
 
 /**
  * Append n requests to batch b and hand them to the cores.  Requests are
@@ -272,7 +315,7 @@ int ferry_batch_reset(struct ferry_batch *b);
  * When a ring to a core is full the call waits for room (back-pressure,
  * never loss).  The port's thread.
  */
-int ferry_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n);
+FERRY_API int ferry_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n);
 
 /**
  * Wait for every submitted request of b to end.  0 when all are DONE, -EIO
@@ -280,37 +323,47 @@ int ferry_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n
  * out with requests still pending (they go on).  timeout_ms < 0 waits
  * forever, 0 only checks.  The port's thread.
  */
-int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms);
+FERRY_API int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms);
 
 /** Number of requests submitted to b since creation or the last reset. */
-uint32_t ferry_batch_size(const struct ferry_batch *b);
+FERRY_API uint32_t ferry_batch_size(const struct ferry_batch *b);
 
 /**
  * Status of request i of batch b.  -ERANGE if i was never submitted.  Any
  * thread (the values are read atomically; bytes may lag state by nothing:
  * once state is final, bytes and error are final).
  */
-int ferry_req_status(const struct ferry_batch *b, uint32_t i, struct ferry_req_status *st);
+FERRY_API int ferry_req_status(const struct ferry_batch *b, uint32_t i, struct ferry_req_status *st);
+
+/**
+ * Snapshot of core's counters (core = 0..ferry_engine_cores()-1) into out,
+ * of size bytes (the caller's sizeof(struct ferry_core_stats)): the fields
+ * that fit are filled.  -EINVAL, -ERANGE.  Use ferry_core_stats().  Any thread.
+ */
+FERRY_API int ferry_core_stats_get(const struct ferry_engine *e, unsigned core,
+				   struct ferry_core_stats *out, size_t size);
 
 /** Snapshot of core's counters (core = 0..ferry_engine_cores()-1).  Any thread. */
-int ferry_core_stats(const struct ferry_engine *e, unsigned core, struct ferry_core_stats *out);
+FERRY_API int ferry_core_stats(const struct ferry_engine *e, unsigned core,
+			       struct ferry_core_stats *out);
+#define ferry_core_stats(e, core, out) ferry_core_stats_get((e), (core), (out), sizeof(*(out)))
 
 /**
  * Why core's hardware counters are missing, in plain words ("all counting"
  * when none is): copied into buf (NUL-terminated, truncated to len).  0 or
  * -EINVAL / -ERANGE.  Any thread.
  */
-int ferry_core_counters_note(const struct ferry_engine *e, unsigned core, char *buf, size_t len);
+FERRY_API int ferry_core_counters_note(const struct ferry_engine *e, unsigned core, char *buf, size_t len);
 
 /**
  * Every core's counters in the Prometheus text exposition format, labelled
  * with the engine's address and the core: bytes written (without the NUL),
  * or -ENOSPC (buf then holds "").  About 2 KiB + 3 KiB per core.  Any thread.
  */
-int ferry_stats_format_prometheus(const struct ferry_engine *e, char *buf, size_t len);
+FERRY_API int ferry_stats_format_prometheus(const struct ferry_engine *e, char *buf, size_t len);
 
 /** Human name of a state ("pending", "done", "failed", "timeout"). */
-const char *ferry_state_name(enum ferry_state s);
+FERRY_API const char *ferry_state_name(enum ferry_state s);
 
 #ifdef __cplusplus
 }

@@ -1,54 +1,36 @@
 /* SPDX-License-Identifier: MIT */
-/*
- * Request accounting: every core that serves a part of a request folds its
- * slices' outcomes into the request with atomics; whoever accounts the last
- * byte ends the request, exactly once, and tells the batch.
- */
+#include "slice/request.h"
+
 #include <errno.h>
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
+#include <stdbool.h>
 
-#include "runtime/internal.h"
-#include "ring/base/counters.h"
-
-void ferry_futex_wake(uint32_t *word)
-{
-	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
-}
-
-int ferry_futex_wait(uint32_t *word, uint32_t val, int64_t timeout_ns)
-{
-	struct timespec ts = { timeout_ns / 1000000000, timeout_ns % 1000000000 };
-
-	return (int)syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, val,
-			    timeout_ns >= 0 ? &ts : NULL, NULL, 0);
-}
+#include "ring/base/atomics.h"
+#include "ring/base/futex.h"
 
 uint64_t rq_range_bytes(const struct ferry_rq *rq, uint32_t slice_size, uint64_t a, uint64_t b)
 {
-	uint64_t end = b >= rq->nslices ? rq->req.len : b * slice_size;
+	uint64_t end = b >= rq->nslices ? rq->len : b * slice_size;
 
 	return end - a * slice_size;
 }
 
-static enum ferry_state final_state(int err)
+static int32_t final_state(int err)
 {
 	if (err == 0)
-		return FERRY_DONE;
-	return err == -ETIMEDOUT ? FERRY_TIMEOUT : FERRY_FAILED;
+		return RQ_DONE;
+	return err == -ETIMEDOUT ? RQ_TIMEOUT : RQ_FAILED;
 }
 
-static int batch_request_ended(struct ferry_batch *b, int err)
+static int batch_request_ended(struct rq_batch *b, int err)
 {
 	uint32_t old;
 
 	if (err)
-		__atomic_fetch_add(&b->failed, 1, __ATOMIC_RELAXED);
-	/* Last access to b: its owner may free it as soon as this lands. */
-	old = __atomic_fetch_sub(&b->pending, 1, __ATOMIC_ACQ_REL);
-	if (old & BATCH_WAITER) {
+		fetch_add_relaxed(b->failed, 1); /* read after pending reaches 0 (acq_rel below) */
+	/* Last access to b: its owner may free it as soon as this lands.
+	 * pairs with: load_acquire of pending in ferry_batch_wait */
+	old = fetch_sub_acq_rel(b->pending, 1);
+	if (old & RQ_BATCH_WAITER) {
 		/* The futex call only names the address; a spurious or late
 		 * wake is harmless to whatever lives there. */
 		ferry_futex_wake(&b->pending);
@@ -59,15 +41,22 @@ static int batch_request_ended(struct ferry_batch *b, int err)
 
 static int rq_finish(struct ferry_rq *rq)
 {
-	int err = __atomic_load_n(&rq->error, __ATOMIC_ACQUIRE);
-	struct ferry_batch *b = rq->batch;
+	int err = load_acquire(rq->error); /* pairs with: cas_release in rq_account */
+	struct rq_batch *b = rq->batch;
 
-	if (rq->lreg)
-		__atomic_fetch_sub(&rq->lreg->refs, 1, __ATOMIC_RELEASE);
-	if (rq->seg)
-		__atomic_fetch_sub(&rq->seg->inflight, 1, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&rq->state, final_state(err), __ATOMIC_RELEASE);
+	if (rq->lreg_refs)
+		fetch_sub_release(*rq->lreg_refs, 1); /* pairs with: load_acquire in ferry_mem_unregister */
+	if (rq->seg_refs)
+		fetch_sub_sc(*rq->seg_refs, 1); /* Dekker pair with the segment's closer and evictor */
+	store_release(rq->state, final_state(err)); /* pairs with: load_acquire in ferry_req_status */
 	return batch_request_ended(b, err);
+}
+
+void rq_refuse(struct ferry_rq *rq, int err)
+{
+	WRITE_ONCE(rq->error, err);
+	store_release(rq->state, RQ_FAILED); /* pairs with: load_acquire in ferry_req_status */
+	fetch_add_relaxed(rq->batch->failed, 1);
 }
 
 int rq_account(struct ferry_rq *rq, uint64_t len, int err)
@@ -75,12 +64,12 @@ int rq_account(struct ferry_rq *rq, uint64_t len, int err)
 	if (unlikely(err)) {
 		int32_t none = 0;
 
-		__atomic_compare_exchange_n(&rq->error, &none, err, false, __ATOMIC_RELEASE,
-					    __ATOMIC_RELAXED);
+		cas_release(rq->error, &none, err); /* the first error wins; pairs with: rq_finish */
 	} else {
-		__atomic_fetch_add(&rq->ok_bytes, len, __ATOMIC_RELAXED);
+		fetch_add_relaxed(rq->ok_bytes, len);
 	}
-	if (__atomic_sub_fetch(&rq->remaining, len, __ATOMIC_ACQ_REL) == 0)
+	/* pairs with itself: the last decrement sees every earlier core's folds */
+	if (sub_fetch_acq_rel(rq->remaining, len) == 0)
 		return rq_finish(rq);
 	return 0;
 }

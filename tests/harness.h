@@ -19,7 +19,8 @@
 #include <string.h>
 
 #include "runtime/ferry.h"
-#include "runtime/internal.h"
+#include "runtime/ctl/passive.h"
+#include "runtime/engine/engine.h"
 #include "qp/loop/loop.h"
 
 struct pair {

@@ -649,7 +649,6 @@ static void test_apply_defaults(void **state)
 	assert_int_equal(o.slice_size, 65536);
 	assert_int_equal(o.qps_per_ep, 2);
 	assert_int_equal(o.wrs_per_qp, 256);
-	assert_int_equal(o.loop_nocopy, 0);
 	assert_int_equal(o.idle, FERRY_IDLE_ADAPTIVE);
 
 	/* A core list from the environment survives when --cores is absent. */
@@ -682,7 +681,7 @@ static void test_apply_flags(void **state)
 	assert_int_equal(o.qps_per_ep, 1);
 	assert_int_equal(o.wrs_per_qp, 512);
 	assert_int_equal(o.signal_every, 16);
-	assert_int_equal(o.loop_nocopy, 1);
+	assert_int_equal(cfg.nocopy, 1);
 	assert_int_equal(o.idle, FERRY_IDLE_SPIN);
 }
 

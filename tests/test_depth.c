@@ -13,9 +13,8 @@
  * and at the end every slice retired exactly once, with the bytes where
  * they should be (or untouched, for a slice that failed).
  *
- * This test is the runtime: it defines core_slice_done() itself.  It uses
- * nothing else from runtime/core.c, so the linker never pulls core.o out of
- * libferry.a and the two definitions do not meet.
+ * This test is the runtime: the posting context's owner, whose
+ * qp_events.slice_done receives every retired slice.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -132,7 +131,6 @@ struct harness {
 	struct nic_mr lmr, rmr;
 	uint8_t *lbuf, *rbuf;
 	struct slice_pool pool;
-	struct ferry_core_stats stats;
 	uint32_t nq, max_wr;
 	struct qpx *q[MAX_Q];
 	struct slice_list pend[MAX_Q];
@@ -144,17 +142,17 @@ struct harness {
 	uint64_t held;               /* posts that left work pending for lack of room */
 };
 
-/* core_slice_done has no user pointer: the test in progress. */
+/* The test in progress (set and cleared around each). */
 static struct harness *H;
 
 /* The runtime's half of the contract: each slice comes back exactly once. */
-void core_slice_done(struct qctx *ctx, struct slice *s, int err)
+static void test_slice_done(void *owner, struct slice *s, int err)
 {
-	struct harness *h = H;
+	struct harness *h = owner;
 	struct job *j = (struct job *)(void *)s->rq;
 
 	assert_non_null(h);
-	assert_ptr_equal(ctx, h->ctx);
+	assert_ptr_equal(h, H);
 	assert_true(j >= h->jobs && j < h->jobs + h->njobs);
 	assert_int_equal(j->state, J_POSTED);
 	j->state = J_DONE;
@@ -167,6 +165,8 @@ void core_slice_done(struct qctx *ctx, struct slice *s, int err)
 	memset(s, 0x5a, sizeof(*s)); /* a retired slice must not be read again */
 	slice_put(&h->pool, s);
 }
+
+static const struct qp_events test_events = { test_slice_done, NULL };
 
 static uint8_t pat(uint32_t id, uint32_t k)
 {
@@ -217,8 +217,8 @@ static void harness_init(struct harness *h, uint32_t nq, uint32_t max_wr, uint32
 	/* One credit per CQE: the quota is what makes the CQ impossible to overflow. */
 	ctx->cq_quota.max = cqe;
 	assert_int_equal(slice_pool_init(&h->pool, pool_size, -1), 0);
-	ctx->pool = &h->pool;
-	ctx->stats = &h->stats;
+	ctx->ev = &test_events;
+	ctx->owner = h;
 	ctx->signal_every = signal_every;
 	ctx->max_reads = 1u << 30; /* test_read_bound sets its own */
 
@@ -310,7 +310,7 @@ static uint32_t do_post(struct harness *h, uint32_t i, uint32_t max)
 	uint32_t want = l->count < max ? l->count : max;
 	uint32_t exp = post_budget(&q->depth, &ctx->cq_quota, want);
 	uint32_t d0 = q->depth.depth, c0 = ctx->cq_quota.depth, n0 = l->count;
-	uint64_t wp0 = h->stats.wrs_posted;
+	uint64_t wp0 = h->ctx->ctr.wrs_posted;
 	struct slice *s = l->head;
 	uint32_t got;
 
@@ -331,7 +331,7 @@ static uint32_t do_post(struct harness *h, uint32_t i, uint32_t max)
 	/* Back-pressure keeps the rest, in order, at the head of the list. */
 	assert_int_equal(l->count, n0 - exp);
 	assert_ptr_equal(l->head, s);
-	assert_int_equal(h->stats.wrs_posted, wp0 + exp);
+	assert_int_equal(h->ctx->ctr.wrs_posted, wp0 + exp);
 	h->posted += exp;
 	return got;
 }
@@ -358,10 +358,10 @@ static void check_invariants(struct harness *h)
 	assert_int_equal(sum, ctx->cq_quota.depth);
 	/* Exact: every WR posted and not retired is counted once, nowhere twice. */
 	assert_int_equal(h->posted - h->retired, sum);
-	assert_int_equal(h->stats.wrs_posted, h->posted);
-	assert_int_equal(h->stats.completions, h->retired);
-	assert_int_equal(h->stats.wr_errors, h->errors);
-	assert_int_equal(h->stats.provider_errors, 0);
+	assert_int_equal(h->ctx->ctr.wrs_posted, h->posted);
+	assert_int_equal(h->ctx->ctr.completions, h->retired);
+	assert_int_equal(h->ctx->ctr.wr_errors, h->errors);
+	assert_int_equal(h->ctx->ctr.provider_errors, 0);
 	loop_get_counters(ctx->nic, &lc);
 	assert_int_equal(lc.sq_overflows, 0);
 	assert_int_equal(lc.cq_overflows, 0);
@@ -430,9 +430,9 @@ static void test_selective_signalling(void **state)
 		check_invariants(h);
 		/* Nothing moves until the CQ is polled (loop executes WRs at poll). */
 		assert_int_equal(h->retired, 0);
-		cqes0 = h->stats.cqes;
+		cqes0 = h->ctx->ctr.cqes;
 		assert_int_equal(poll_once(h), c[t].cqes);
-		assert_int_equal(h->stats.cqes - cqes0, c[t].cqes);
+		assert_int_equal(h->ctx->ctr.cqes - cqes0, c[t].cqes);
 		/* One poll retired the whole chain, through unsignalled WRs too. */
 		assert_int_equal(h->retired, c[t].n);
 		assert_int_equal(h->q[0]->depth.depth, 0);
@@ -487,10 +487,10 @@ static void test_backpressure(void **state)
 		check_job_bytes(h, i);
 	/* Posting from an empty list is a no-op, not a zero-length doorbell. */
 	{
-		uint64_t db = h->stats.doorbells;
+		uint64_t db = h->ctx->ctr.doorbells;
 
 		assert_int_equal(do_post(h, 0, UINT32_MAX), 0);
-		assert_int_equal(h->stats.doorbells, db);
+		assert_int_equal(h->ctx->ctr.doorbells, db);
 	}
 	assert_int_equal(h->pool.avail, h->pool.size);
 	harness_fini(h);
@@ -528,7 +528,7 @@ static void test_error_attribution(void **state)
 	drain(h);
 	assert_int_equal(h->jobs[6].err, 0);
 	check_job_bytes(h, 6);
-	assert_int_equal(h->stats.wr_errors, 3);
+	assert_int_equal(h->ctx->ctr.wr_errors, 3);
 	harness_fini(h);
 }
 
@@ -557,7 +557,7 @@ static void test_post_failure_mid_chain(void **state)
 	/* All five left the list: two went out, three failed at once. */
 	assert_int_equal(got, 5);
 	assert_int_equal(h->pend[0].count, 0);
-	assert_int_equal(h->stats.provider_errors, 1);
+	assert_int_equal(h->ctx->ctr.provider_errors, 1);
 	assert_true(h->q[0]->broken);
 	/* Two went out, the second unsignalled: a drain marker follows them. */
 	assert_int_equal(h->q[0]->depth.depth, 3);
@@ -577,9 +577,9 @@ static void test_post_failure_mid_chain(void **state)
 	assert_int_equal(h->jobs[1].err, -ECANCELED);
 	for (uint32_t i = 0; i < 5; i++)
 		check_job_bytes(h, i);
-	assert_int_equal(h->stats.wrs_posted, 3);
-	assert_int_equal(h->stats.completions, 3);
-	assert_int_equal(h->stats.provider_errors, 1);
+	assert_int_equal(h->ctx->ctr.wrs_posted, 3);
+	assert_int_equal(h->ctx->ctr.completions, 3);
+	assert_int_equal(h->ctx->ctr.provider_errors, 1);
 	assert_int_equal(h->pool.avail, h->pool.size);
 	harness_fini(h);
 }
@@ -698,8 +698,8 @@ static void fake_init(struct harness *h, uint32_t nq, uint32_t max_wr, uint32_t 
 	ctx->cq = (struct nic_cq *)(void *)&F;
 	ctx->cq_quota.max = cqe;
 	assert_int_equal(slice_pool_init(&h->pool, 256, -1), 0);
-	ctx->pool = &h->pool;
-	ctx->stats = &h->stats;
+	ctx->ev = &test_events;
+	ctx->owner = h;
 	ctx->signal_every = signal_every;
 	ctx->max_reads = 1u << 30; /* test_read_bound sets its own */
 	h->max_jobs = 256;
@@ -764,7 +764,7 @@ static void test_bogus_cqes(void **state)
 	script_cqe(7, 0, NIC_WC_SUCCESS);   /* no such QP */
 	script_cqe(0, 7, NIC_WC_SUCCESS);
 	assert_int_equal(poll_once(h), 7);
-	assert_int_equal(h->stats.provider_errors, 5);
+	assert_int_equal(h->ctx->ctr.provider_errors, 5);
 	assert_int_equal(h->retired, 8);
 	for (uint32_t k = 0; k < 8; k++) {
 		assert_int_equal(h->jobs[k].state, J_DONE);
@@ -774,14 +774,14 @@ static void test_bogus_cqes(void **state)
 	assert_int_equal(h->q[0]->depth.depth, 0);
 	assert_int_equal(h->ctx->cq_quota.depth, 0);
 	assert_false(h->q[0]->broken);
-	assert_int_equal(h->stats.completions, 8);
-	assert_int_equal(h->stats.cqes, 7);
+	assert_int_equal(h->ctx->ctr.completions, 8);
+	assert_int_equal(h->ctx->ctr.cqes, 7);
 
 	/* A failing poll is a provider error and changes nothing else. */
 	fake_post_jobs(h, 1, 3);
 	F.poll_rc = -EIO;
 	assert_int_equal(qctx_poll(h->ctx), -EIO);
-	assert_int_equal(h->stats.provider_errors, 6);
+	assert_int_equal(h->ctx->ctr.provider_errors, 6);
 	assert_int_equal(h->q[1]->depth.depth, 3);
 	script_cqe(1, 2, NIC_WC_SUCCESS);
 	assert_int_equal(poll_once(h), 1);
@@ -809,7 +809,7 @@ static void test_timed_out_errors(void **state)
 	assert_int_equal(h->jobs[2].err, -ETIMEDOUT);
 	assert_int_equal(h->jobs[3].err, -ETIMEDOUT);
 	assert_true(h->q[0]->broken);
-	assert_int_equal(h->stats.wr_errors, 3);
+	assert_int_equal(h->ctx->ctr.wr_errors, 3);
 	assert_int_equal(h->q[0]->depth.depth, 0);
 	harness_fini(h);
 }
@@ -839,8 +839,8 @@ static void test_post_refused(void **state)
 	assert_int_equal(h->q[0]->tail, 0);
 	assert_true(h->q[0]->broken);
 	assert_int_equal(F.set_error_calls, 1);
-	assert_int_equal(h->stats.provider_errors, 1);
-	assert_int_equal(h->stats.wrs_posted, 0);
+	assert_int_equal(h->ctx->ctr.provider_errors, 1);
+	assert_int_equal(h->ctx->ctr.wrs_posted, 0);
 	harness_fini(h);
 
 	/* Refused without naming a WR: nothing counts as posted. */
@@ -952,7 +952,7 @@ static void test_chain_cap(void **state)
 	assert_int_equal(do_post(h, 0, UINT32_MAX), POST_MAX_CHAIN);
 	assert_int_equal(do_post(h, 0, UINT32_MAX), POST_MAX_CHAIN);
 	assert_int_equal(do_post(h, 0, UINT32_MAX), 600 - 2 * POST_MAX_CHAIN);
-	assert_int_equal(h->stats.doorbells, 3);
+	assert_int_equal(h->ctx->ctr.doorbells, 3);
 	check_invariants(h);
 	drain(h);
 	check_invariants(h);
@@ -1090,14 +1090,14 @@ static void run_random(const struct rparams *p)
 	assert_int_equal(lc.errs_injected, unreach);
 	assert_true(lc.fatal_injected <= canceled);
 	assert_int_equal(lc.lost_injected, 0);
-	assert_int_equal(h->stats.wr_errors, unreach + canceled);
+	assert_int_equal(h->ctx->ctr.wr_errors, unreach + canceled);
 	/* Selective signalling: fewer CQEs than WRs unless every WR reports. */
-	assert_true(h->stats.cqes <= h->posted);
+	assert_true(h->ctx->ctr.cqes <= h->posted);
 	if (!p->err_ppm && !p->fatal_ppm && !p->kill_per_10k) {
 		assert_int_equal(h->errors, 0);
 		assert_int_equal(ok, h->njobs);
 		if (p->signal_every > 1)
-			assert_true(h->stats.cqes < h->posted);
+			assert_true(h->ctx->ctr.cqes < h->posted);
 	} else {
 		/* The faults really happened, and QPs really were replaced. */
 		if (p->err_ppm)
@@ -1110,7 +1110,7 @@ static void run_random(const struct rparams *p)
 	print_message("  %-10s %u slices (%llu ok, %llu unreachable, %llu flushed), %llu CQEs, "
 		      "%llu polls, %llu posts held back, %llu QPs replaced\n",
 		      p->name, h->njobs, (unsigned long long)ok, (unsigned long long)unreach,
-		      (unsigned long long)canceled, (unsigned long long)h->stats.cqes,
+		      (unsigned long long)canceled, (unsigned long long)h->ctx->ctr.cqes,
 		      (unsigned long long)polls, (unsigned long long)h->held,
 		      (unsigned long long)h->replaced);
 	harness_fini(h);

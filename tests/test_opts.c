@@ -83,7 +83,6 @@ static void test_defaults(void **state)
 	assert_int_equal(o.retries, 9);
 	assert_int_equal(o.timeout_ms, 10000);
 	assert_int_equal(o.idle, FERRY_IDLE_ADAPTIVE);
-	assert_int_equal(o.loop_nocopy, 0);
 	assert_int_equal(o.verbose, 0);
 	assert_int_equal(o.counters, 1);
 	assert_int_equal(o.ep_cache, 128);
@@ -339,7 +338,7 @@ static void test_env_good(void **state)
 	assert_int_equal(o.lease_ms, 0);
 	assert_int_equal(o.rail_pause_max_ms, 500);
 	/* Untouched fields keep what the caller had. */
-	assert_int_equal(o.loop_nocopy, 0);
+	assert_int_equal(o.opts_size, sizeof(o));
 }
 
 static void test_env_numbers(void **state)

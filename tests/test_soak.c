@@ -146,7 +146,7 @@ static void dump_hang(const struct ferry_batch *b, uint32_t n)
 		if (__atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) == FERRY_PENDING)
 			print_message("hang: request %u: %llu of %llu bytes left, %llu slices in %u "
 				      "parts, error %d\n", i, (unsigned long long)rq->remaining,
-				      (unsigned long long)rq->req.len, (unsigned long long)rq->nslices,
+				      (unsigned long long)rq->len, (unsigned long long)rq->nslices,
 				      rq->nparts, rq->error);
 	}
 	for (unsigned i = 0; i < ferry_engine_cores(e); i++) {
@@ -155,17 +155,17 @@ static void dump_hang(const struct ferry_batch *b, uint32_t n)
 		print_message("hang: core %u: slices_out %llu, pool %u/%u, cut fifo %u, xfer_wait "
 			      "%u, xfer_back %u, cq depth %u, rail down %u paused %u\n", i,
 			      (unsigned long long)c->slices_out, c->pool.avail, c->pool.size,
-			      c->cut_tail - c->cut_head, c->xfer_wait.count, c->xfer_back.count,
+			      cut_fifo_count(&c->cut), c->xfer_wait.count, c->xfer_back.count,
 			      (unsigned)c->q.cq_quota.depth, P.init->segs[(uint32_t)P.seg - 1].rail_down[i],
 			      P.init->segs[(uint32_t)P.seg - 1].rail_paused[i]);
-		for (unsigned slot = 0; slot < FERRY_MAX_SEGS; slot++) {
-			struct ferry_ep *ep = c->eps[slot];
+		for (unsigned slot = 0; slot < FERRY_MAX_SEGMENTS; slot++) {
+			struct ferry_ep *ep = core_ep(c, slot);
 
 			if (!ep)
 				continue;
 			print_message("hang:   ep %u: pending %u, active %u, closing %u, down %u, "
 				      "paused %u, errs %u\n", slot, ep->pending.count, ep->active,
-				      ep->closing, ep->down, ep->paused, ep->errs);
+				      ep->closing, ep->down, ep->rail.paused, ep->rail.errs);
 			for (unsigned k = 0; k < ep->nqps; k++) {
 				const struct qpx *q = ep->qps[k];
 

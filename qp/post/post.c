@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/ferry.h"
-#include "runtime/metrics/histo.h"
 #include "ring/base/counters.h"
 
 static uint32_t pow2_at_least(uint32_t v)
@@ -116,19 +114,19 @@ static void post_drain_marker(struct qctx *ctx, struct qpx *q, uint32_t seq)
 		q->tail++;
 		wr_depth_add(&q->depth, 1);
 		cq_quota_add(&ctx->cq_quota, 1);
-		stat_add(ctx->stats, wrs_posted, 1);
+		stat_add(&ctx->ctr, wrs_posted, 1);
 	}
 }
 
 /* A failed post is a bug (we never exceed the QP's depth): fail what did not go. */
 static void post_failed(struct qctx *ctx, struct qpx *q, uint32_t posted, uint32_t n, int rc)
 {
-	stat_add(ctx->stats, provider_errors, 1);
+	stat_add(&ctx->ctr, provider_errors, 1);
 	for (uint32_t i = posted; i < n; i++) {
 		struct slice *s = q->fifo[(q->tail + i) & q->fifo_mask];
 
 		q->reads -= s->op == NIC_OP_READ;
-		core_slice_done(ctx, s, rc ? rc : -EIO);
+		ctx->ev->slice_done(ctx->owner, s, rc ? rc : -EIO);
 	}
 	q->broken = 1;
 	ctx->prov->qp_set_error(q->nqp);
@@ -193,8 +191,8 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 	cq_quota_add(&ctx->cq_quota, posted);
 	if (unlikely(rc) && posted && !wrs[posted - 1].signaled)
 		post_drain_marker(ctx, q, q->tail);
-	stat_add(ctx->stats, wrs_posted, posted);
-	stat_add(ctx->stats, doorbells, 1);
+	stat_add(&ctx->ctr, wrs_posted, posted);
+	stat_add(&ctx->ctr, doorbells, 1);
 	return n;
 }
 
@@ -206,21 +204,22 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
  */
 static void retire_upto(struct qctx *ctx, struct qpx *q, uint32_t seq, int err)
 {
+	void (*done)(void *, struct slice *, int) = ctx->ev->slice_done;
 	uint32_t n = seq - q->head + 1;
 	struct slice *last = q->fifo[seq & q->fifo_mask], *s;
 
-	if (ctx->lat && likely(last && !err))
-		histo_add_n(ctx->lat, ctx->now - last->post_tsc, n);
+	if (ctx->ev->latency && likely(last && !err))
+		ctx->ev->latency(ctx->owner, ctx->now - last->post_tsc, n);
 	while (q->head != seq) {
 		s = q->fifo[q->head & q->fifo_mask];
 		q->reads -= s->op == NIC_OP_READ;
-		core_slice_done(ctx, s, 0);
+		done(ctx->owner, s, 0);
 		q->head++;
 		q->burst_retired++;
 	}
 	if (likely(last != NULL)) { /* NULL: a drain marker */
 		q->reads -= last->op == NIC_OP_READ;
-		core_slice_done(ctx, last, err);
+		done(ctx->owner, last, err);
 	}
 	q->head = seq + 1;
 	q->burst_retired++;
@@ -249,12 +248,12 @@ int qctx_poll(struct qctx *ctx)
 	int n;
 
 	n = ctx->prov->poll(ctx->cq, POLL_BURST, wc);
-	stat_add(ctx->stats, polls, 1);
+	stat_add(&ctx->ctr, polls, 1);
 	if (n <= 0) {
 		if (n < 0)
-			stat_add(ctx->stats, provider_errors, 1);
+			stat_add(&ctx->ctr, provider_errors, 1);
 		else
-			stat_add(ctx->stats, empty_polls, 1);
+			stat_add(&ctx->ctr, empty_polls, 1);
 		return n;
 	}
 	for (int i = 0; i < n; i++) {
@@ -263,14 +262,14 @@ int qctx_poll(struct qctx *ctx)
 		int err = wc_status_errno(wc[i].status);
 
 		if (unlikely(!q)) {
-			stat_add(ctx->stats, provider_errors, 1);
+			stat_add(&ctx->ctr, provider_errors, 1);
 			continue;
 		}
 		if (unlikely(err)) {
 			if (q->timed_out)
 				err = -ETIMEDOUT;
 			q->broken = 1;
-			stat_add(ctx->stats, wr_errors, 1);
+			stat_add(&ctx->ctr, wr_errors, 1);
 		}
 		if (!q->in_burst) {
 			q->in_burst = 1;
@@ -289,7 +288,7 @@ int qctx_poll(struct qctx *ctx)
 		q->in_burst = 0;
 	}
 	cq_quota_sub(&ctx->cq_quota, retired);
-	stat_add(ctx->stats, completions, retired);
-	stat_add(ctx->stats, cqes, n);
+	stat_add(&ctx->ctr, completions, retired);
+	stat_add(&ctx->ctr, cqes, n);
 	return n;
 }

@@ -12,17 +12,43 @@
 
 #include <stdint.h>
 
-#include "slice/slice.h"
-#include "qp/post/depth.h"
 #include "qp/nic.h"
-
-struct histo;
+#include "qp/post/depth.h"
+#include "slice/slice.h"
 
 #define QP_MAX_PER_CORE 1024
 #define POLL_BURST 64
 #define POST_MAX_CHAIN 256
 
-struct ferry_core_stats;
+/* wr_id = QP index << 32 | sequence: the index must fit the upper half. */
+_Static_assert(QP_MAX_PER_CORE <= (1ull << 32), "a QP index fits the wr_id's upper half");
+
+/*
+ * What the posting context reports upward, to its owner (a core): calls,
+ * not includes, so that qp/ knows nothing of the runtime above it.
+ */
+struct qp_events {
+	/* A slice's WR completed (err 0) or failed (negative errno); the owner
+	 * retries it or ends it.  Once per slice. */
+	void (*slice_done)(void *owner, struct slice *s, int err);
+	/* n WRs retired by one completion took ticks from post to poll (the
+	 * latency histogram); NULL when the owner does not count. */
+	void (*latency)(void *owner, uint64_t ticks, uint32_t n);
+};
+
+/* Posting and polling counters: single writer (the owning core), read anywhere. */
+struct qp_counters {
+	uint64_t wrs_posted;      /* WRs handed to the NIC */
+	uint64_t completions;     /* WRs retired, signalled or not */
+	uint64_t cqes;            /* completion entries polled */
+	uint64_t doorbells;       /* post calls */
+	uint64_t polls;           /* CQ polls */
+	uint64_t empty_polls;     /* CQ polls that returned nothing */
+	uint64_t qp_full;         /* a QP had no room for pending work */
+	uint64_t cq_full;         /* the CQ quota had no room */
+	uint64_t wr_errors;       /* completions with an error status */
+	uint64_t provider_errors; /* post/poll failures: always a bug */
+};
 
 /* One QP as a core sees it. */
 struct qpx {
@@ -50,9 +76,9 @@ struct qctx {
 	const struct nic_provider *prov;
 	struct nic *nic;
 	struct nic_cq *cq;
-	struct slice_pool *pool;
-	struct ferry_core_stats *stats;
-	struct histo *lat;          /* slice latency (NULL: counters off) */
+	const struct qp_events *ev; /* completions go up through these */
+	void *owner;                /* their first argument */
+	struct qp_counters ctr;
 	uint32_t signal_every;
 	uint32_t max_reads;         /* READs in flight per QP (the NIC's max_rd_atomic) */
 	uint64_t now;               /* the core's clock for this loop pass */
@@ -74,11 +100,9 @@ void qpx_destroy(struct qctx *ctx, struct qpx *q);
 uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint32_t max,
 		  uint64_t now);
 
-/* Poll one burst; retire completed slices.  Returns CQEs seen (<0 on provider error). */
+/* Poll one burst; each retired slice goes to ctx->ev->slice_done.  Returns
+ * CQEs seen (<0 on provider error). */
 int qctx_poll(struct qctx *ctx);
-
-/* Retire one slice: the runtime accounts its bytes and frees it (defined in runtime). */
-void core_slice_done(struct qctx *ctx, struct slice *s, int err);
 
 /* Map a completion status to a negative errno. */
 int wc_status_errno(uint16_t status);

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "ring/base/compiler.h"
+#include "ring/base/log.h"
 
 #define VERBS_POLL_CHUNK 64
 #define VERBS_ERR_LOG_SEC 10 /* at most one error-completion line per CQ per period */
@@ -145,21 +146,38 @@ static unsigned mtu_bytes(unsigned mtu)
 	return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128u << mtu : 0;
 }
 
-/* One line on stderr, prefixed "ferry: verbs: <dev> port <p>: ". */
+/* One message, prefixed "verbs: <dev> port <p>: ". */
+static void vlog_va(int level, const struct fv_nic *nic, const char *fmt, va_list ap)
+{
+	char msg[1024];
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	if (nic->port)
+		flog(level, "verbs: %s port %u: %s", nic->name, nic->port, msg);
+	else
+		flog(level, "verbs: %s: %s", nic->name, msg);
+}
+
+/* Something failed: why, with the device named. */
 __attribute__((format(printf, 2, 3)))
 static void vlog(const struct fv_nic *nic, const char *fmt, ...)
 {
-	char msg[1024];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	vlog_va(LOG_ERROR, nic, fmt, ap);
 	va_end(ap);
-	/* One fprintf per line: lines from several threads do not interleave. */
-	if (nic->port)
-		fprintf(stderr, "ferry: verbs: %s port %u: %s\n", nic->name, nic->port, msg);
-	else
-		fprintf(stderr, "ferry: verbs: %s: %s\n", nic->name, msg);
+}
+
+/* A decision worth knowing (the GID chosen). */
+__attribute__((format(printf, 2, 3)))
+static void vinfo(const struct fv_nic *nic, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vlog_va(LOG_INFO, nic, fmt, ap);
+	va_end(ap);
 }
 
 /* ------------------------------------------------------------ GIDs */
@@ -355,7 +373,7 @@ static void log_gid_choice(const struct fv_nic *nic, const char *why)
 	if (!first_time(key))
 		return;
 	fv_gid_str(nic->gid.raw, a, sizeof(a));
-	vlog(nic, "GID index %d %s (%s) chosen: %s", nic->gid_index, a,
+	vinfo(nic, "GID index %d %s (%s) chosen: %s", nic->gid_index, a,
 	     fv_gid_kind(nic->gid.raw, nic->gid_type), why);
 }
 
@@ -454,7 +472,7 @@ static int parse_dev(const char *dev, char *name, size_t len, int *port)
 
 	*port = 0;
 	if (!dev || !*dev) {
-		fprintf(stderr, "ferry: verbs: no device name given\n");
+		log_err("verbs: no device name given");
 		return -ENODEV;
 	}
 	n = colon ? (size_t)(colon - dev) : strlen(dev);
@@ -463,14 +481,13 @@ static int parse_dev(const char *dev, char *name, size_t len, int *port)
 		long p = strtol(colon + 1, &end, 10);
 
 		if (end == colon + 1 || *end || p < 1 || p > 255) {
-			fprintf(stderr, "ferry: verbs: '%s': bad port (want name[:port], port 1..255)\n",
-				dev);
+			log_err("verbs: '%s': bad port (want name[:port], port 1..255)", dev);
 			return -EINVAL;
 		}
 		*port = (int)p;
 	}
 	if (n == 0 || n >= len) {
-		fprintf(stderr, "ferry: verbs: '%s': bad device name\n", dev);
+		log_err("verbs: '%s': bad device name", dev);
 		return -EINVAL;
 	}
 	memcpy(name, dev, n);
@@ -618,7 +635,7 @@ static int setup_ib(struct fv_nic *nic)
 		memset(&nic->gid, 0, sizeof(nic->gid));
 	snprintf(key, sizeof(key), "%s:%u:ib", nic->name, nic->port);
 	if (first_time(key))
-		vlog(nic, "InfiniBand: LID 0x%x, GID index 0", nic->lid);
+		vinfo(nic, "InfiniBand: LID 0x%x, GID index 0", nic->lid);
 	return 0;
 }
 

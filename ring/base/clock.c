@@ -1,13 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/*
- * The cores read the TSC (a few ns) rather than clock_gettime (~20 ns) once
- * per loop pass; its rate is measured once per process against
- * CLOCK_MONOTONIC.  Elsewhere the clock falls back to CLOCK_MONOTONIC.
- */
+#include "ring/base/clock.h"
+
 #include <pthread.h>
 #include <time.h>
-
-#include "runtime/internal.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
@@ -65,4 +60,21 @@ uint64_t ferry_tsc_hz(void)
 uint64_t ferry_tsc_to_ns(uint64_t ticks)
 {
 	return (uint64_t)((unsigned __int128)ticks * 1000000000ull / ferry_tsc_hz());
+}
+
+uint64_t ferry_ms_to_tsc(uint64_t ms)
+{
+	return (uint64_t)((unsigned __int128)ms * ferry_tsc_hz() / 1000);
+}
+
+uint64_t ferry_now_ms(void)
+{
+	return ferry_now_ns() / 1000000;
+}
+
+void ferry_sleep_us(long us)
+{
+	struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
+
+	nanosleep(&ts, NULL);
 }

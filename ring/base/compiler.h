@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Small compiler helpers shared by every module. */
-#ifndef FERRY_COMPILER_H
-#define FERRY_COMPILER_H
+/* Compiler and memory helpers: the ground every module stands on. */
+#ifndef FERRY_BASE_COMPILER_H
+#define FERRY_BASE_COMPILER_H
 
 #include <assert.h>
 #include <stdlib.h>
@@ -57,4 +57,4 @@ static inline void ferry_cpu_relax(void)
 #endif
 }
 
-#endif /* FERRY_COMPILER_H */
+#endif /* FERRY_BASE_COMPILER_H */

@@ -1,17 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Single-writer counters: only the owning core writes a core's counters, with
- * relaxed atomic stores of (old + n), so there is no read-modify-write cost
+ * Single-writer counters: only the owning thread (a core) writes them, with
+ * a relaxed store of (old + n) -- no read-modify-write on the hot path --
  * and a reader on any thread sees whole values with relaxed loads.
  */
-#ifndef FERRY_RUNTIME_STATS_H
-#define FERRY_RUNTIME_STATS_H
+#ifndef FERRY_BASE_COUNTERS_H
+#define FERRY_BASE_COUNTERS_H
 
 #include <stdint.h>
 
-#define stat_add(s, field, n) \
-	__atomic_store_n(&(s)->field, (s)->field + (uint64_t)(n), __ATOMIC_RELAXED)
-#define stat_set(s, field, v) __atomic_store_n(&(s)->field, (uint64_t)(v), __ATOMIC_RELAXED)
-#define stat_read(s, field) __atomic_load_n(&(s)->field, __ATOMIC_RELAXED)
+#include "ring/base/atomics.h"
 
-#endif /* FERRY_RUNTIME_STATS_H */
+#define stat_add(s, field, n) WRITE_ONCE((s)->field, (s)->field + (uint64_t)(n))
+#define stat_set(s, field, v) WRITE_ONCE((s)->field, (uint64_t)(v))
+#define stat_read(s, field) READ_ONCE((s)->field)
+
+#endif /* FERRY_BASE_COUNTERS_H */

@@ -10,8 +10,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "runtime/internal.h"
 #include "ring/base/counters.h"
+#include "runtime/engine/engine.h"
 
 #define XFER_BURST 32
 #define TAG_RETURN 1u
@@ -59,7 +59,7 @@ bool slice_handover(struct ferry_core *c, struct slice *s)
 		if (!ferry_ring_put(&to->xfer_in[c->index], s))
 			continue;
 		c->xfer_rr++;
-		stat_add(&c->stats, handovers, 1);
+		stat_add(&c->ctr, handovers, 1);
 		core_kick(to);
 		return true;
 	}
@@ -123,7 +123,7 @@ static uint32_t xfer_backlogs(struct ferry_core *c)
  * hold up nor fail work another rail can do.  Only a marked rail gives its
  * slices away, and only to an unmarked one, so nothing bounces between
  * broken rails; with no rail left the cores are told to fail fast
- * (runtime/repair.c).
+ * (runtime/ctl/repair.c).
  */
 static uint32_t xfer_evacuate(struct ferry_core *c, struct ferry_ep *ep)
 {
@@ -131,7 +131,7 @@ static uint32_t xfer_evacuate(struct ferry_core *c, struct ferry_ep *ep)
 	struct slice *s;
 
 	while (k-- && (s = slice_list_pop(&ep->pending))) {
-		int err = __atomic_load_n(&s->rq->error, __ATOMIC_RELAXED);
+		int err = READ_ONCE(s->rq->error);
 
 		if (err) { /* its request failed already: move no more bytes */
 			core_slice_finish(c, s, err);
@@ -146,9 +146,10 @@ static uint32_t xfer_evacuate(struct ferry_core *c, struct ferry_ep *ep)
 	return n;
 }
 
-static bool rail_cut_off(const struct ferry_core *c, const struct ferry_ep *ep)
+/* The repair thread's verdict on the rail (a hint: the next sweep re-reads it). */
+static bool rail_cut_off(const struct ferry_ep *ep)
 {
-	return ep->seg && __atomic_load_n(&ep->seg->rail_down[c->index], __ATOMIC_RELAXED);
+	return ep->cut_off && READ_ONCE(*ep->cut_off);
 }
 
 uint32_t core_drain_xfer(struct ferry_core *c)
@@ -157,7 +158,7 @@ uint32_t core_drain_xfer(struct ferry_core *c)
 	void *objs[XFER_BURST];
 
 	for (struct ferry_ep *ep = c->active; ep; ep = ep->next_active) {
-		if (ep->pending.count && !ep->closing && !ep->down && rail_cut_off(c, ep))
+		if (ep->pending.count && !ep->closing && !ep->down && rail_cut_off(ep))
 			n += xfer_evacuate(c, ep);
 	}
 

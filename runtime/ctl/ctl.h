@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The control thread: a TCP listener on the engine's control address that
- * answers WIRE_GET_DESC with the engine's current segment descriptor, and the
- * client side used by ferry_segment_open() to fetch a peer's descriptor.
- * Connections are served one at a time with socket timeouts, so a slow or
- * malicious client cannot wedge the engine for longer than the timeout; every
- * malformed message is refused with a logged reason and the connection closed.
+ * The control plane between engines: a TCP server on the engine's control
+ * address (server.c) that answers GET_DESC with the engine's segment
+ * descriptor and serves the endpoint handshake (CONNECT, DISCONNECT) and
+ * the initiators' KEEPALIVEs; and the client side (client.c) that
+ * ferry_segment_open(), the repair thread and the leases use.  Every
+ * malformed message is refused with a logged reason and the connection
+ * closed; every wait has a deadline.
  */
 #ifndef FERRY_RUNTIME_CTL_H
 #define FERRY_RUNTIME_CTL_H
@@ -13,7 +14,14 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "ring/base/log.h"
 #include "runtime/ctl/wire.h"
+
+#define CTL_IO_TIMEOUT_MS 2000
+#define CTL_ERRNO_MAX 4095 /* largest errno a WIRE_ERROR may carry */
+
+/* A control-plane message, prefixed "ctl: ". */
+#define ctl_log(fmt, ...) log_err("ctl: " fmt, ##__VA_ARGS__)
 
 /* Build the descriptor to send: fill *out (regions on the heap); 0 or -errno. */
 typedef int (*ctl_describe_fn)(void *arg, struct seg_desc *out);

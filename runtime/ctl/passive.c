@@ -7,12 +7,16 @@
  * the core never needs to know about them; the control thread creates them
  * and destroys them on DISCONNECT or when the engine goes.
  */
+#include "runtime/ctl/passive.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/internal.h"
+#include "ring/base/clock.h"
+#include "ring/base/log.h"
+#include "runtime/engine/engine.h"
 
 #define PASSIVE_MAX 4096 /* bounds what one misbehaving initiator can pin */
 
@@ -87,7 +91,7 @@ int passive_connect(void *arg, const struct wire_connect_req *req, struct wire_c
 	memset(rep, 0, sizeof(*rep));
 	rc = passive_build(e, req, p, rep);
 	if (rc) {
-		fprintf(stderr, "ferry: endpoint from a peer (token %llu) to our NIC %u: %s\n",
+		log_err("endpoint from a peer (token %llu) to our NIC %u: %s",
 			(unsigned long long)req->token, p->core, strerror(-rc));
 		passive_free(e, p);
 		return rc;

@@ -11,6 +11,8 @@
  * The repair is tried again with a growing back-off: a link that comes back,
  * or a restarted peer, becomes reachable again.
  */
+#include "runtime/ctl/repair.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,32 +20,12 @@
 
 #include <urcu/urcu-qsbr.h>
 
-#include "runtime/internal.h"
-#include "ring/base/counters.h"
+#include "ring/base/clock.h"
+#include "runtime/engine/engine.h"
 
 #define REPAIR_IDLE_NS (1000 * 1000)      /* polls the cores' rings every 1 ms */
 #define REPAIR_BACKOFF_MIN_MS 50
 #define REPAIR_BACKOFF_MAX_MS 2000
-
-/* slot (8 bits) | qp (4 bits) | core (6 bits) | gen (32 bits), shifted so it is never 0. */
-uintptr_t repair_encode(uint32_t slot, uint32_t qp, uint32_t core, uint32_t gen)
-{
-	return ((uintptr_t)gen << 19 | (uintptr_t)core << 13 | (uintptr_t)qp << 9 | slot) << 1 | 1;
-}
-
-static void repair_decode(uintptr_t v, struct repair_job *j)
-{
-	v >>= 1;
-	j->slot = v & 0x1ff;
-	j->qp = (v >> 9) & 0xf;
-	j->core = (v >> 13) & 0x3f;
-	j->gen = (uint32_t)(v >> 19);
-}
-
-static uint64_t now_ms(void)
-{
-	return ferry_now_ns() / 1000000;
-}
 
 /*
  * Core i's rail cannot reach the peer.  New work avoids the rail at once
@@ -55,9 +37,9 @@ static uint64_t now_ms(void)
 static void rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i,
 			     uint32_t slot)
 {
-	__atomic_store_n(&s->rail_down[i], 1, __ATOMIC_RELEASE);
+	WRITE_ONCE(s->rail_down[i], 1); /* a hint for submitters and hand-overs */
 	for (unsigned k = 0; k < e->ncores; k++)
-		if (s->eps[k] && !__atomic_load_n(&s->rail_down[k], __ATOMIC_ACQUIRE))
+		if (s->eps[k] && !READ_ONCE(s->rail_down[k]))
 			return; /* the peer answers on core k's rail */
 	for (unsigned k = 0; k < e->ncores; k++)
 		if (s->eps[k])
@@ -101,8 +83,8 @@ static int repair_one(struct ferry_engine *e, const struct repair_job *j)
 	}
 	seg_disconnect_token(e, s, s->qp_tokens[j->core][j->qp]);
 	s->qp_tokens[j->core][j->qp] = token;
-	if (s->rail_down[j->core])
-		__atomic_store_n(&s->rail_down[j->core], 0, __ATOMIC_RELEASE);
+	if (READ_ONCE(s->rail_down[j->core]))
+		WRITE_ONCE(s->rail_down[j->core], 0);
 	return 0;
 }
 
@@ -113,7 +95,7 @@ static void repair_later(struct repair *r, struct repair_job *j)
 	if (r->n_later == REPAIR_LATER_MAX)
 		return; /* the core asks again if the QP is still broken */
 	j->backoff_ms = backoff < REPAIR_BACKOFF_MAX_MS ? backoff : REPAIR_BACKOFF_MAX_MS;
-	j->due_ms = now_ms() + j->backoff_ms;
+	j->due_ms = ferry_now_ms() + j->backoff_ms;
 	r->later[r->n_later++] = *j;
 }
 
@@ -132,7 +114,7 @@ static void repair_run(struct ferry_engine *e, struct repair_job *j)
 static unsigned repair_due(struct ferry_engine *e)
 {
 	struct repair *r = &e->repair;
-	uint64_t now = now_ms();
+	uint64_t now = ferry_now_ms();
 	unsigned ran = 0;
 
 	for (unsigned k = 0; k < r->n_later;) {
@@ -159,7 +141,7 @@ static unsigned repair_drain(struct ferry_engine *e)
 		while ((v = ferry_ring_get(&e->cores[i]->repairs))) {
 			struct repair_job j = { 0 };
 
-			repair_decode((uintptr_t)v, &j);
+			core_repair_decode((uintptr_t)v, &j);
 			repair_run(e, &j);
 			got++;
 		}
@@ -167,44 +149,22 @@ static unsigned repair_drain(struct ferry_engine *e)
 	return got;
 }
 
-#define KEEPALIVE_TIMEOUT_MS 1000
-
-/* Tell every open segment's peer we are alive, so it keeps our QPs.  The
- * calls go without ctl_lock: a dead peer costs a connect timeout. */
-static void peers_keepalive(struct ferry_engine *e)
-{
-	char addr[FERRY_MAX_SEGS][sizeof(e->segs[0].address)];
-	int timeout = e->opts.keepalive_ms < KEEPALIVE_TIMEOUT_MS ? (int)e->opts.keepalive_ms
-								   : KEEPALIVE_TIMEOUT_MS;
-	unsigned n = 0;
-
-	pthread_mutex_lock(&e->ctl_lock);
-	for (unsigned i = 0; i < FERRY_MAX_SEGS; i++) {
-		const struct ferry_seg *s = &e->segs[i];
-
-		if (s->state == SEG_OPEN && !__atomic_load_n(&s->stale, __ATOMIC_RELAXED))
-			memcpy(addr[n++], s->address, sizeof(addr[0]));
-	}
-	pthread_mutex_unlock(&e->ctl_lock);
-	for (unsigned i = 0; i < n; i++)
-		(void)ctl_keepalive(addr[i], timeout, e->incarnation);
-}
-
 /* Segments whose endpoints were evicted and that a request waits for. */
 static unsigned repair_reconnects(struct ferry_engine *e)
 {
 	unsigned n = 0;
 
-	for (uint32_t slot = 0; slot < FERRY_MAX_SEGS; slot++) {
+	for (uint32_t slot = 0; slot < FERRY_MAX_SEGMENTS; slot++) {
 		struct ferry_seg *s = &e->segs[slot];
 		int rc;
 
-		if (!__atomic_load_n(&s->want_eps, __ATOMIC_ACQUIRE) ||
-		    !__atomic_exchange_n(&s->want_eps, 0, __ATOMIC_ACQ_REL))
+		/* pairs with: store_release in core_park / rq_rails */
+		if (!load_acquire(s->want_eps) || !xchg_acq_rel(s->want_eps, 0))
 			continue;
-		rc = seg_reconnect(e, s, slot, __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE));
-		__atomic_store_n(&s->connect_err, rc < 0 ? rc : 0, __ATOMIC_RELAXED);
-		__atomic_fetch_add(&s->connect_round, 1, __ATOMIC_RELEASE);
+		rc = seg_reconnect(e, s, slot, load_sc(s->gen));
+		WRITE_ONCE(s->connect_err, rc < 0 ? rc : 0); /* published by the release below */
+		/* pairs with: load_acquire of connect_round in core_park/park_state */
+		fetch_add_release(s->connect_round, 1);
 		for (unsigned i = 0; i < e->ncores; i++)
 			core_kick(e->cores[i]);
 		n++;
@@ -212,36 +172,20 @@ static unsigned repair_reconnects(struct ferry_engine *e)
 	return n;
 }
 
-/* Keepalives out, and the QPs of initiators that went silent freed. */
-static void repair_leases(struct ferry_engine *e)
-{
-	struct repair *r = &e->repair;
-	uint64_t now = now_ms();
-
-	if (e->opts.keepalive_ms && now >= r->next_keepalive_ms) {
-		peers_keepalive(e);
-		r->next_keepalive_ms = now + e->opts.keepalive_ms;
-	}
-	if (e->opts.lease_ms && now >= r->next_expire_ms) {
-		passive_expire(e, (uint64_t)e->opts.lease_ms * 1000000);
-		r->next_expire_ms = now + (e->opts.lease_ms + 3) / 4;
-	}
-}
-
 static void *repair_main(void *arg)
 {
 	struct ferry_engine *e = arg;
 	struct timespec idle = { 0, REPAIR_IDLE_NS };
 
-	/* Registered for call_rcu (runtime/reap.c), offline but for that. */
+	/* Registered for call_rcu (ep/teardown.c), offline but for that. */
 	urcu_qsbr_register_thread();
 	urcu_qsbr_thread_offline();
-	while (!__atomic_load_n(&e->repair.stop, __ATOMIC_ACQUIRE)) {
-		if (repair_drain(e) + repair_due(e) + reap_run(e) + repair_reconnects(e) == 0)
+	while (!load_acquire(e->repair.stop)) { /* pairs with: store_release in repair_stop */
+		if (repair_drain(e) + repair_due(e) + reap_run(&e->reaper) + repair_reconnects(e) == 0)
 			nanosleep(&idle, NULL);
 		repair_leases(e);
 	}
-	reap_run(e);
+	reap_run(&e->reaper);
 	urcu_qsbr_thread_online();
 	urcu_qsbr_unregister_thread();
 	return NULL;
@@ -251,6 +195,8 @@ int repair_start(struct ferry_engine *e)
 {
 	int rc = -pthread_create(&e->repair.thread, NULL, repair_main, e);
 
+	if (rc == 0)
+		(void)pthread_setname_np(e->repair.thread, "ferry-repair");
 	e->repair.started = rc == 0;
 	return rc;
 }
@@ -259,7 +205,7 @@ void repair_stop(struct ferry_engine *e)
 {
 	if (!e->repair.started)
 		return;
-	__atomic_store_n(&e->repair.stop, 1, __ATOMIC_RELEASE);
+	store_release(e->repair.stop, 1); /* pairs with: load_acquire in repair_main */
 	pthread_join(e->repair.thread, NULL);
 	e->repair.started = 0;
 }

@@ -10,6 +10,8 @@
  */
 #include "runtime/ctl/wire.h"
 
+#include "ring/base/log.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -71,8 +73,7 @@ static int __attribute__((format(printf, 1, 2))) wire_refuse(const char *fmt, ..
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	/* One fprintf call so concurrent refusals do not interleave mid-line. */
-	fprintf(stderr, "ferry: wire: refused: %s\n", msg);
+	log_err("wire: refused: %s", msg);
 	return -EPROTO;
 }
 
@@ -105,8 +106,7 @@ int wire_hdr_decode(const uint8_t *buf, size_t len, struct wire_hdr *out)
 		return wire_refuse("bad magic 0x%08x", h.magic);
 	if (h.version > WIRE_VERSION) {
 		/* A newer peer: say so distinctly so the caller can report it. */
-		fprintf(stderr, "ferry: wire: refused: version %u, this side speaks %u\n",
-			h.version, WIRE_VERSION);
+		log_err("wire: refused: version %u, this side speaks %u", h.version, WIRE_VERSION);
 		return -EPROTONOSUPPORT;
 	}
 	if (h.version != WIRE_VERSION)

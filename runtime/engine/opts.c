@@ -28,6 +28,8 @@
 
 #include "runtime/engine/opts.h"
 
+#include "ring/base/log.h"
+
 #define CPU_LIMIT CPU_SETSIZE
 #define ONLINE_PATH "/sys/devices/system/cpu/online"
 
@@ -37,9 +39,10 @@ struct online {
 	char desc[256];
 };
 
-void ferry_opts_default(struct ferry_opts *o)
+static void opts_fill_defaults(struct ferry_opts *o)
 {
 	memset(o, 0, sizeof(*o));
+	o->opts_size = sizeof(*o);
 	o->cores = NULL;
 	o->nics = "auto";
 	o->listen = "127.0.0.1:0";
@@ -59,9 +62,44 @@ void ferry_opts_default(struct ferry_opts *o)
 	o->lease_ms = 30000;
 	o->ep_cache = 128;
 	o->idle = FERRY_IDLE_ADAPTIVE;
-	o->loop_nocopy = 0;
 	o->verbose = 0;
 	o->counters = 1;
+}
+
+/* Copy the first n bytes of src over dst: the fields a caller's version has. */
+static void opts_copy_prefix(struct ferry_opts *dst, const struct ferry_opts *src, size_t n)
+{
+	memcpy(dst, src, n < sizeof(*dst) ? n : sizeof(*dst));
+}
+
+void ferry_opts_init(struct ferry_opts *o, size_t size)
+{
+	struct ferry_opts d;
+
+	if (!o || size < sizeof(o->opts_size))
+		return;
+	opts_fill_defaults(&d);
+	d.opts_size = size;
+	if (size > sizeof(d)) /* a newer caller: fields we do not know stay zero */
+		memset((char *)o + sizeof(d), 0, size - sizeof(d));
+	opts_copy_prefix(o, &d, size);
+}
+
+/* The exported symbol behind the ferry_opts_default() macro, for callers
+ * that take its address: the size this library was built with. */
+void(ferry_opts_default)(struct ferry_opts *o)
+{
+	ferry_opts_init(o, sizeof(*o));
+}
+
+int ferry_opts_complete(struct ferry_opts *full, const struct ferry_opts *o)
+{
+	opts_fill_defaults(full);
+	if (o->opts_size < FERRY_OPTS_SIZE_MIN)
+		return -EINVAL;
+	opts_copy_prefix(full, o, o->opts_size);
+	full->opts_size = sizeof(*full);
+	return 0;
 }
 
 const char *ferry_state_name(enum ferry_state s)
@@ -450,7 +488,7 @@ static const char *parse_u32(const char *v, int suffix, uint32_t *out)
 
 static int env_bad(const char *name, const char *v, const char *why)
 {
-	fprintf(stderr, "ferry: %s='%s': %s\n", name, v, why);
+	log_err("%s='%s': %s", name, v, why);
 	return -EINVAL;
 }
 
@@ -535,9 +573,10 @@ int ferry_opts_from_env(struct ferry_opts *o)
 	size_t i;
 	int rc = 0;
 
-	if (!o)
+	if (!o || ferry_opts_complete(&t, o)) {
+		log_err("ferry_opts_from_env: options not initialised (call ferry_opts_default first)");
 		return -EINVAL;
-	t = *o;
+	}
 	if (env_cores(&t))
 		rc = -EINVAL;
 	if (env_str("FERRY_NICS", &t.nics))
@@ -553,8 +592,12 @@ int ferry_opts_from_env(struct ferry_opts *o)
 		rc = -EINVAL;
 	if (env_flag("FERRY_COUNTERS", &t.counters))
 		rc = -EINVAL;
-	if (!rc)
-		*o = t;
+	if (!rc) {
+		size_t size = o->opts_size;
+
+		t.opts_size = size; /* the caller's, not ours */
+		opts_copy_prefix(o, &t, size);
+	}
 	return rc;
 }
 

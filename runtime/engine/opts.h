@@ -31,6 +31,16 @@ int ferry_parse_cores(const char *s, unsigned *cpus, unsigned max, unsigned *n,
  */
 const char *ferry_parse_num(const char *v, int suffix, uint64_t max, uint64_t *out);
 
+/* The options of v0.2, the first with opts_size: the smallest a caller has. */
+#define FERRY_OPTS_SIZE_MIN (offsetof(struct ferry_opts, counters) + sizeof(int))
+
+/*
+ * A complete copy of the caller's options in full: defaults, then the
+ * fields o->opts_size covers.  -EINVAL when o was never initialised by
+ * ferry_opts_default (opts_size too small).
+ */
+int ferry_opts_complete(struct ferry_opts *full, const struct ferry_opts *o);
+
 /* Check numeric knobs of o (powers of two, ranges); -EINVAL with a message in err. */
 int ferry_opts_check(const struct ferry_opts *o, char *err, size_t errlen);
 

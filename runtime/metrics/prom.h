@@ -15,6 +15,9 @@
 
 #include "runtime/ferry.h"
 
+/* ferry_stats_format_prometheus (ferry.h) formats every core of an engine
+ * with prom_format. */
+
 enum prom_type {
 	PROM_COUNTER,   /* monotonic: the name ends in _total */
 	PROM_GAUGE,
@@ -63,14 +66,5 @@ const struct prom_table *prom_core_table(void);
 /* prom_format_table on ncores struct ferry_core_stats. */
 int prom_format(char *buf, size_t len, const struct ferry_core_stats *st, unsigned ncores,
 		const char *engine_label);
-
-/*
- * Every core's counters of engine e in the Prometheus text format, for a
- * /metrics endpoint: ferry_core_stats of each core, labelled with
- * ferry_engine_address.  Returns as prom_format; on -ENOSPC retry with a
- * larger buffer (the counters of v0.1 take about 2 KiB + 1.5 KiB per core).
- * Any thread.
- */
-int ferry_stats_format_prometheus(const struct ferry_engine *e, char *buf, size_t len);
 
 #endif /* FERRY_RUNTIME_PROM_H */

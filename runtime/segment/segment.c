@@ -7,13 +7,17 @@
  * operations, so neither can miss the other and no lock is needed on the
  * submit path.
  */
+#include "runtime/segment/segment.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "runtime/internal.h"
+#include "ring/base/clock.h"
+#include "ring/base/log.h"
+#include "runtime/ctl/ctl.h"
+#include "runtime/engine/engine.h"
 
 #define FETCH_TIMEOUT_MS 5000
 
@@ -26,9 +30,9 @@ static struct ferry_seg *seg_lookup(struct ferry_engine *e, ferry_seg_t h, uint3
 {
 	uint32_t s = (uint32_t)h - 1;
 
-	if ((uint32_t)h == 0 || s >= FERRY_MAX_SEGS)
+	if ((uint32_t)h == 0 || s >= FERRY_MAX_SEGMENTS)
 		return NULL;
-	if (__atomic_load_n(&e->segs[s].gen, __ATOMIC_SEQ_CST) != (uint32_t)(h >> 32))
+	if (load_sc(e->segs[s].gen) != (uint32_t)(h >> 32))
 		return NULL;
 	*slot = s;
 	return &e->segs[s];
@@ -40,9 +44,10 @@ struct ferry_seg *seg_acquire(struct ferry_engine *e, ferry_seg_t h, uint32_t *s
 
 	if (!s)
 		return NULL;
-	__atomic_fetch_add(&s->inflight, 1, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) != SEG_OPEN ||
-	    __atomic_load_n(&s->gen, __ATOMIC_SEQ_CST) != (uint32_t)(h >> 32)) {
+	/* Dekker pair with ferry_segment_close (state, then inflight) and
+	 * ep_keep (rail_gone, then inflight): our reference, then their flag. */
+	fetch_add_sc(s->inflight, 1);
+	if (load_sc(s->state) != SEG_OPEN || load_sc(s->gen) != (uint32_t)(h >> 32)) {
 		seg_release_ref(s);
 		return NULL;
 	}
@@ -51,14 +56,7 @@ struct ferry_seg *seg_acquire(struct ferry_engine *e, ferry_seg_t h, uint32_t *s
 
 void seg_release_ref(struct ferry_seg *s)
 {
-	__atomic_fetch_sub(&s->inflight, 1, __ATOMIC_SEQ_CST);
-}
-
-static void sleep_us(long us)
-{
-	struct timespec ts = { 0, us * 1000 };
-
-	nanosleep(&ts, NULL);
+	fetch_sub_sc(s->inflight, 1);
 }
 
 static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, unsigned core);
@@ -74,16 +72,16 @@ static void seg_drop_ep(struct ferry_engine *e, struct ferry_seg *s, uint32_t sl
 	struct ferry_ep *ep = s->eps[i];
 	struct core_cmd cmd = { .type = CMD_EP_REMOVE, .slot = slot, .ep = ep };
 
-	__atomic_store_n(&s->rail_gone[i], 1, __ATOMIC_SEQ_CST);
+	store_sc(s->rail_gone[i], 1); /* submitters stop picking the rail (rails_pick) */
 	if (!ep)
 		return;
 	while (core_command(c, &cmd) == -EBUSY)
-		sleep_us(100);
-	__atomic_store_n(&c->eps[slot], NULL, __ATOMIC_RELEASE); /* rcu_assign_pointer */
-	sieve_remove(&c->ep_cache, slot);
+		ferry_sleep_us(100);
+	ep_table_set(&c->eps, slot, NULL);
+	sieve_remove(&c->eps.cache, slot);
 	s->eps[i] = NULL;
 	ep_disconnect_peer(e, s, i);
-	ep_retire(e, ep);
+	ep_retire(&e->reaper, ep);
 }
 
 /* Remove slot's endpoint from every core. */
@@ -112,12 +110,12 @@ static bool ep_keep(void *arg, uint32_t slot)
 	struct ferry_seg *s = &x->e->segs[slot];
 	struct ferry_ep *ep = s->eps[x->core];
 
-	if (ep && __atomic_exchange_n(&ep->visited, 0, __ATOMIC_RELAXED))
+	if (ep && xchg_relaxed(ep->visited, 0))
 		return true;
-	__atomic_store_n(&s->rail_gone[x->core], 1, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST) == 0)
+	store_sc(s->rail_gone[x->core], 1); /* Dekker pair with seg_acquire + rails_pick */
+	if (load_sc(s->inflight) == 0)
 		return false;
-	__atomic_store_n(&s->rail_gone[x->core], 0, __ATOMIC_SEQ_CST);
+	store_sc(s->rail_gone[x->core], 0);
 	return true;
 }
 
@@ -130,13 +128,13 @@ static int core_make_room(struct ferry_engine *e, unsigned i)
 	uint32_t slot;
 	int rc;
 
-	if (!sieve_full(&c->ep_cache))
+	if (!sieve_full(&c->eps.cache))
 		return 0;
-	rc = sieve_evict(&c->ep_cache, ep_keep, &x, &slot);
+	rc = sieve_evict(&c->eps.cache, ep_keep, &x, &slot);
 	if (rc)
 		return rc;
 	seg_drop_ep(e, &e->segs[slot], slot, i);
-	__atomic_fetch_add(&c->ep_evictions, 1, __ATOMIC_RELAXED);
+	WRITE_ONCE(c->eps.evictions, c->eps.evictions + 1); /* one writer: ctl_lock */
 	return 0;
 }
 
@@ -146,8 +144,8 @@ static int seg_check_desc(struct ferry_engine *e, const struct seg_desc *d, cons
 		const struct seg_nic *n = &d->nics[i % d->n_nics];
 
 		if (strcmp(n->provider, e->prov[i]->name) != 0) {
-			fprintf(stderr, "ferry: segment %s: its NIC %u is '%s', core %u has '%s'\n",
-				address, i % d->n_nics, n->provider, i, e->prov[i]->name);
+			log_err("segment %s: its NIC %u is '%s', core %u has '%s'", address,
+				i % d->n_nics, n->provider, i, e->prov[i]->name);
 			return -EPROTONOSUPPORT;
 		}
 	}
@@ -196,8 +194,8 @@ int seg_qp_handshake(struct ferry_engine *e, unsigned i, struct ferry_seg *s,
 	if (rc) {
 		*token = 0;
 		c->q.prov->describe(c->q.nic, here, sizeof(here));
-		fprintf(stderr, "ferry: segment %s: connecting a QP of core %u (%s) to the peer's "
-			"NIC %u failed: %s\n", s->address, i, here, remote_nic, strerror(-rc));
+		log_err("segment %s: connecting a QP of core %u (%s) to the peer's NIC %u failed: %s",
+			s->address, i, here, remote_nic, strerror(-rc));
 	}
 	return rc;
 }
@@ -212,7 +210,7 @@ void seg_disconnect_token(struct ferry_engine *e, struct ferry_seg *s, uint64_t 
 	rc = ctl_disconnect(s->address, FETCH_TIMEOUT_MS, &d);
 	/* A peer that is gone has nothing left to free. */
 	if (rc && e->opts.verbose)
-		fprintf(stderr, "ferry: segment %s: disconnect: %s\n", s->address, strerror(-rc));
+		log_info("segment %s: disconnect: %s", s->address, strerror(-rc));
 }
 
 static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, unsigned core)
@@ -251,7 +249,8 @@ static int seg_add_ep(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot
 	ep->seg_slot = slot;
 	ep->seg_gen = s->gen;
 	ep->remote_nic = i % s->desc->n_nics;
-	ep->seg = s;
+	ep->rail.published = &s->rail_paused[i];
+	ep->cut_off = &s->rail_down[i];
 	rc = ep_handshake(e, i, s, ep);
 	if (rc == 0) {
 		cmd.ep = ep;
@@ -263,11 +262,11 @@ static int seg_add_ep(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot
 		return rc;
 	}
 	s->eps[i] = ep;
-	__atomic_store_n(&s->rail_down[i], 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&s->rail_paused[i], 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&c->eps[slot], ep, __ATOMIC_RELEASE); /* rcu_assign_pointer */
-	sieve_insert(&c->ep_cache, slot);
-	__atomic_store_n(&s->rail_gone[i], 0, __ATOMIC_SEQ_CST);
+	WRITE_ONCE(s->rail_down[i], 0);
+	WRITE_ONCE(s->rail_paused[i], 0);
+	ep_table_set(&c->eps, slot, ep); /* the core sees it whole (RCU publication) */
+	sieve_insert(&c->eps.cache, slot);
+	store_sc(s->rail_gone[i], 0); /* submitters may pick the rail again */
 	return 0;
 }
 
@@ -285,8 +284,8 @@ static int seg_connect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slo
 		n += rc == 0;
 	}
 	if (n == 0) {
-		fprintf(stderr, "ferry: segment %s: every core's endpoint cache (ep_cache %u) "
-			"is full of endpoints in use\n", s->address, e->opts.ep_cache);
+		log_err("segment %s: every core's endpoint cache (ep_cache %u) is full of endpoints "
+			"in use", s->address, e->opts.ep_cache);
 		return -EBUSY;
 	}
 	return 0;
@@ -311,10 +310,10 @@ int seg_reconnect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, ui
 
 static struct ferry_seg *seg_find_open(struct ferry_engine *e, const char *address, uint32_t *slot)
 {
-	for (uint32_t i = 0; i < FERRY_MAX_SEGS; i++) {
+	for (uint32_t i = 0; i < FERRY_MAX_SEGMENTS; i++) {
 		struct ferry_seg *s = &e->segs[i];
 
-		if (s->state == SEG_OPEN && !__atomic_load_n(&s->stale, __ATOMIC_RELAXED) &&
+		if (s->state == SEG_OPEN && !READ_ONCE(s->stale) &&
 		    strcmp(s->address, address) == 0) {
 			*slot = i;
 			return s;
@@ -328,17 +327,17 @@ void seg_rail_set_down(struct ferry_engine *e, struct ferry_seg *s, unsigned i, 
 {
 	struct core_cmd cmd = { .type = CMD_EP_DOWN, .slot = slot, .rc = down };
 
-	__atomic_store_n(&s->rail_down[i], (uint8_t)down, __ATOMIC_RELEASE);
+	WRITE_ONCE(s->rail_down[i], (uint8_t)down); /* a hint; the command below is the order */
 	if ((cmd.ep = s->eps[i]))
 		core_command(e->cores[i], &cmd);
 }
 
 void seg_mark_stale(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
 {
-	if (__atomic_exchange_n(&s->stale, 1, __ATOMIC_SEQ_CST))
+	if (xchg_relaxed(s->stale, 1))
 		return;
-	fprintf(stderr, "ferry: segment %s: the peer restarted (new incarnation): requests to "
-		"the old one fail with ESTALE; open the address again\n", s->address);
+	log_warn("segment %s: the peer restarted (new incarnation): requests to the old one "
+		 "fail with ESTALE; open the address again", s->address);
 	for (unsigned i = 0; i < e->ncores; i++)
 		seg_rail_set_down(e, s, i, slot, 1);
 }
@@ -383,9 +382,9 @@ static int seg_open_locked(struct ferry_engine *e, const char *address, ferry_se
 		if (rc)
 			return rc < 0 ? rc : 0;
 	}
-	for (slot = 0; slot < FERRY_MAX_SEGS && e->segs[slot].state != SEG_FREE; slot++)
+	for (slot = 0; slot < FERRY_MAX_SEGMENTS && e->segs[slot].state != SEG_FREE; slot++)
 		;
-	if (slot == FERRY_MAX_SEGS) {
+	if (slot == FERRY_MAX_SEGMENTS) {
 		if (fresh)
 			seg_desc_free(fresh);
 		free(fresh);
@@ -404,7 +403,7 @@ static int seg_open_locked(struct ferry_engine *e, const char *address, ferry_se
 	if (rc == 0)
 		rc = seg_check_desc(e, s->desc, address);
 	if (rc == 0) {
-		__atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_SEQ_CST);
+		store_sc(s->gen, s->gen + 1); /* read by seg_lookup/seg_acquire */
 		snprintf(s->address, sizeof(s->address), "%s", address);
 		rc = seg_connect(e, s, slot);
 	}
@@ -415,7 +414,7 @@ static int seg_open_locked(struct ferry_engine *e, const char *address, ferry_se
 		s->desc = NULL;
 		return rc;
 	}
-	__atomic_store_n(&s->state, SEG_OPEN, __ATOMIC_SEQ_CST);
+	store_sc(s->state, SEG_OPEN); /* pairs with: seg_acquire, core_park */
 	*out = seg_handle(s->gen, slot);
 	return 0;
 }
@@ -457,7 +456,7 @@ static int seg_refresh_locked(struct ferry_engine *e, struct ferry_seg *s, uint3
 	}
 	/* Requests in flight may still point into the old regions. */
 	s->old_descs[s->n_old++] = s->desc;
-	__atomic_store_n(&s->desc, d, __ATOMIC_RELEASE);
+	store_release(s->desc, d); /* pairs with: load_acquire in rq_prepare */
 	return 0;
 }
 
@@ -490,14 +489,14 @@ int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg)
 		pthread_mutex_unlock(&e->ctl_lock);
 		return -ENOENT;
 	}
-	__atomic_store_n(&s->state, SEG_CLOSING, __ATOMIC_SEQ_CST);
+	store_sc(s->state, SEG_CLOSING); /* Dekker pair with seg_acquire: see there */
 	/* Requests in flight end on their own: every slice completes, fails,
 	 * times out or is retried (possibly on a QP the repair thread must
 	 * replace, which needs ctl_lock: wait without it).  New submissions
 	 * already see CLOSING, and nobody else touches a CLOSING slot. */
 	pthread_mutex_unlock(&e->ctl_lock);
-	while (__atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST))
-		sleep_us(50);
+	while (load_sc(s->inflight))
+		ferry_sleep_us(50);
 	pthread_mutex_lock(&e->ctl_lock);
 	seg_remove_eps(e, s, slot);
 	seg_desc_free(s->desc);
@@ -509,14 +508,14 @@ int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg)
 	}
 	s->n_old = 0;
 	s->address[0] = 0;
-	__atomic_store_n(&s->state, SEG_FREE, __ATOMIC_SEQ_CST);
+	store_sc(s->state, SEG_FREE);
 	pthread_mutex_unlock(&e->ctl_lock);
 	return 0;
 }
 
 void seg_disconnect_all(struct ferry_engine *e)
 {
-	for (uint32_t slot = 0; slot < FERRY_MAX_SEGS; slot++) {
+	for (uint32_t slot = 0; slot < FERRY_MAX_SEGMENTS; slot++) {
 		struct ferry_seg *s = &e->segs[slot];
 
 		if (s->state != SEG_OPEN)
@@ -524,4 +523,19 @@ void seg_disconnect_all(struct ferry_engine *e)
 		for (unsigned i = 0; i < e->ncores; i++)
 			ep_disconnect_peer(e, s, i);
 	}
+}
+
+void seg_release(struct ferry_seg *s)
+{
+	if (s->desc) {
+		seg_desc_free(s->desc);
+		free(s->desc);
+	}
+	for (unsigned i = 0; i < s->n_old; i++) {
+		seg_desc_free(s->old_descs[i]);
+		free(s->old_descs[i]);
+	}
+	s->desc = NULL;
+	s->n_old = 0;
+	memset(s->eps, 0, sizeof(s->eps));
 }

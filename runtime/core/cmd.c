@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Commands from the control path to a core, through the core's command
+ * ring: attach a new endpoint's QPs, tear one down (phase one), swap in a
+ * repaired QP, mark a rail down.  The control thread waits for each; the
+ * core runs them at the top of its next pass.
+ */
+#include <errno.h>
+#include <time.h>
+
+#include "ep/teardown.h"
+#include "ring/base/clock.h"
+#include "ring/base/counters.h"
+#include "runtime/core/core.h"
+
+static void cmd_done(struct core_cmd *cmd, int rc)
+{
+	cmd->rc = rc;
+	store_release(cmd->done, 1); /* pairs with: load_acquire in core_command */
+}
+
+/* A new endpoint's QPs join the core's table; the control path publishes
+ * the endpoint itself once they have. */
+static void cmd_ep_add(struct ferry_core *c, struct core_cmd *cmd)
+{
+	cmd_done(cmd, ep_attach(&c->q, cmd->ep));
+}
+
+/* Teardown, phase one (ep/teardown.h): -EBUSY until the QPs are drained and
+ * destroyed; the control path asks again.  Normally nothing is in flight
+ * (the segment is idle or closing). */
+static void cmd_ep_remove(struct ferry_core *c, struct core_cmd *cmd)
+{
+	struct ferry_ep *ep = cmd->ep;
+
+	if (!ep->qps_gone) {
+		ep->closing = 1;
+		core_fail_pending(c, ep, -ECANCELED);
+	}
+	cmd_done(cmd, ep_teardown_qps(&c->q, ep));
+}
+
+/* Swap in a QP the repair thread connected for a broken, drained one. */
+static void cmd_qp_replace(struct ferry_core *c, struct core_cmd *cmd)
+{
+	struct ferry_ep *ep = core_ep(c, cmd->slot);
+	struct qpx *old;
+	int rc;
+
+	if (ep != cmd->ep || !ep || ep->closing || cmd->index >= ep->nqps)
+		return cmd_done(cmd, -ENOENT);
+	old = ep->qps[cmd->index];
+	if (!old->broken || old->depth.depth)
+		return cmd_done(cmd, -EBUSY);
+	rc = qctx_attach(&c->q, cmd->qp);
+	if (rc)
+		return cmd_done(cmd, rc);
+	cmd->qp->owner = ep;
+	ep->qps[cmd->index] = cmd->qp;
+	qpx_destroy(&c->q, old);
+	ep->down = 0;
+	stat_add(&c->ctr, qp_resets, 1);
+	cmd_done(cmd, 0);
+}
+
+/* The repair thread found the peer unreachable (or reachable again). */
+static void cmd_ep_down(struct ferry_core *c, struct core_cmd *cmd)
+{
+	struct ferry_ep *ep = core_ep(c, cmd->slot);
+
+	if (ep != cmd->ep || !ep || ep->closing)
+		return cmd_done(cmd, -ENOENT);
+	ep->down = (uint8_t)cmd->rc;
+	if (ep->down)
+		core_fail_pending(c, ep, -EHOSTDOWN);
+	cmd_done(cmd, 0);
+}
+
+uint32_t core_drain_cmds(struct ferry_core *c)
+{
+	struct core_cmd *cmd;
+	uint32_t n = 0;
+
+	if (!ferry_ring_peek(&c->cmds))
+		return 0;
+	while ((cmd = ferry_ring_get(&c->cmds))) {
+		if (cmd->type == CMD_EP_ADD)
+			cmd_ep_add(c, cmd);
+		else if (cmd->type == CMD_EP_REMOVE)
+			cmd_ep_remove(c, cmd);
+		else if (cmd->type == CMD_QP_REPLACE)
+			cmd_qp_replace(c, cmd);
+		else if (cmd->type == CMD_EP_DOWN)
+			cmd_ep_down(c, cmd);
+		else
+			cmd_done(cmd, -EINVAL);
+		n++;
+	}
+	return n;
+}
+
+int core_command(struct ferry_core *c, struct core_cmd *cmd)
+{
+	WRITE_ONCE(cmd->done, 0);
+	while (!ferry_ring_put(&c->cmds, cmd))
+		ferry_sleep_us(20);
+	core_kick(c);
+	while (!load_acquire(cmd->done)) /* pairs with: store_release in cmd_done */
+		ferry_sleep_us(20);
+	return cmd->rc;
+}

@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The worker core: one pinned thread that owns one NIC context, its CQ and
+ * its QPs, and runs to completion:
+ *
+ *   commands -> drain port rings -> cut slices -> post -> poll -> sweeps
+ *   -> RCU quiescent state -> (idle back-off)
+ *
+ * Ownership is what keeps the data plane lock-free: everything under
+ * "core-owned" is touched only by the core's thread; what others read or
+ * write is on its own cache line and accessed with ring/base/atomics.h.
+ */
+#ifndef FERRY_RUNTIME_CORE_H
+#define FERRY_RUNTIME_CORE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ep/rail.h"
+#include "ep/table.h"
+#include "qp/post/post.h"
+#include "ring/base/compiler.h"
+#include "ring/ring.h"
+#include "runtime/metrics/histo.h"
+#include "runtime/metrics/perf.h"
+#include "slice/cut.h"
+
+struct ferry_engine;
+
+#define CMD_RING 64
+#define REPAIR_RING 256
+#define XFER_RING 512
+#define PARK_MAX 64
+
+/* The core's own counters (struct qp_counters has the posting ones):
+ * single writer, read anywhere (ring/base/counters.h). */
+struct core_counters {
+	uint64_t bytes;            /* moved successfully */
+	uint64_t pool_empty;       /* the slice pool ran dry */
+	uint64_t slices_in_flight; /* gauge, refreshed every pass */
+	uint64_t retries;
+	uint64_t qp_resets;
+	uint64_t handovers;
+	uint64_t rail_pauses;
+	uint64_t reqs_done;        /* request parts finished */
+	uint64_t sleeps;
+	uint64_t wakeups;          /* futex wakes of sleeping application threads */
+	uint64_t busy_ticks;
+	uint64_t idle_ticks;
+	uint64_t loops;
+};
+
+/* Commands from the control path, through the core's command ring. */
+enum core_cmd_type { CMD_EP_ADD = 1, CMD_EP_REMOVE, CMD_QP_REPLACE, CMD_EP_DOWN };
+
+struct core_cmd {
+	int type;
+	uint32_t slot;
+	struct ferry_ep *ep;
+	struct qpx *qp;                /* CMD_QP_REPLACE: the new QP, for ep->qps[index] */
+	uint32_t index;
+	int rc;                        /* in: CMD_EP_DOWN's flag; out: the result */
+	int done;                      /* set by the core (store_release) */
+};
+
+/* A broken QP for the repair thread, as the core names it on its repair
+ * ring: an integer, not a pointer, so a request for an endpoint that has
+ * gone since is simply dropped. */
+struct repair_job {
+	uint32_t slot, qp, core, gen;
+	uint32_t backoff_ms;
+	uint64_t due_ms;
+};
+
+/* A part waiting for its segment's endpoint to be reconnected (a cache miss). */
+struct parked_part {
+	struct cut_part pt;
+	uint32_t round;                /* the segment's connect_round when parked */
+	uint64_t since;                /* clock ticks */
+};
+
+struct ferry_core {
+	struct qctx q;                 /* NIC, CQ quota, QP table, posting counters */
+	struct core_counters ctr ferry_cache_aligned;
+	struct histo lat ferry_cache_aligned; /* slice latency, clock ticks */
+	struct perf_ctrs perf;         /* opened by the core's thread, read by anyone */
+	uint64_t hw_cache[PERF_CTR_N]; /* last hardware counter read (any reader) */
+	uint64_t hw_cache_ns;          /* when (load_acquire/store_release) */
+	/* core-owned */
+	struct slice_pool pool ferry_cache_aligned;
+	struct ferry_ep *active;       /* eps with pending slices */
+	struct cut_fifo cut;
+	struct parked_part parked[PARK_MAX];
+	uint32_t n_parked;
+	uint32_t idle_loops;
+	uint64_t next_sweep;           /* ticks: next timeout/repair/pause sweep */
+	uint64_t sweep_ticks;
+	uint64_t slices_out;
+	uint64_t timeout_ticks;
+	uint32_t slice_size;
+	uint32_t retries;
+	struct rail_cfg rail;
+	unsigned index;
+	/* shared */
+	struct ep_table eps;           /* by segment slot: RCU-published by the control path */
+	struct ferry_ring cmds;        /* control path -> core */
+	struct ferry_ring repairs;     /* core -> repair thread: QPs to replace */
+	struct ferry_ring *xfer_in;    /* [src]: slices handed over by core src (SPSC) */
+	struct slice_list xfer_wait;   /* foreign slices waiting for a slice of ours */
+	struct slice_list xfer_back;   /* foreign slices to return (their ring was full) */
+	uint32_t xfer_rr;
+	uint32_t sleeping ferry_cache_aligned; /* fetch_or_sc/store_sc: see core_kick */
+	int wake_fd;                   /* eventfd: submitters wake a sleeping core */
+	uint32_t stop;                 /* load_acquire/store_release */
+	pthread_t thread;
+	int started;
+	unsigned cpu;
+	int numa;
+	char nic_name[64];
+	struct ferry_engine *e;
+};
+
+/* What the core shares with other threads sits on lines of its own. */
+_Static_assert(offsetof(struct ferry_core, ctr) % FERRY_CACHE_LINE == 0, "counters line");
+_Static_assert(offsetof(struct ferry_core, lat) % FERRY_CACHE_LINE == 0, "histogram line");
+_Static_assert(offsetof(struct ferry_core, pool) % FERRY_CACHE_LINE == 0, "core-owned line");
+_Static_assert(offsetof(struct ferry_core, sleeping) % FERRY_CACHE_LINE == 0, "wake-up line");
+_Static_assert(offsetof(struct qctx, cq_quota) == 0, "the CQ quota leads its own line");
+
+/* ---- lifecycle (control path): core.c ---- */
+int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char *nic,
+		struct ferry_core **out);
+int core_start(struct ferry_core *c);
+void core_stop(struct ferry_core *c);
+void core_destroy(struct ferry_core *c);
+
+/* ---- commands: cmd.c ---- */
+/* Hand a command to the core and wait until it is done; control path. */
+int core_command(struct ferry_core *c, struct core_cmd *cmd);
+/* The core's side: run what the control path queued; how many. */
+uint32_t core_drain_cmds(struct ferry_core *c);
+
+/* ---- idle: idle.c ---- */
+/* Wake the core if it sleeps (after enqueuing work for it).  Any thread. */
+void core_kick(struct ferry_core *c);
+/* Nothing done this pass: spin, yield or sleep by the idle policy. */
+void core_idle(struct ferry_core *c);
+
+/* ---- repair requests: core.c ---- */
+/* The repair ring's entry for QP qp of the endpoint at slot (generation gen)
+ * of core `core`, and back (never 0: a ring entry is a non-NULL pointer). */
+uintptr_t core_repair_encode(uint32_t slot, uint32_t qp, uint32_t core, uint32_t gen);
+void core_repair_decode(uintptr_t v, struct repair_job *j);
+
+/* ---- slices and parts: core.c ---- */
+/* The slice's last outcome: account its bytes to the request and free it. */
+void core_slice_finish(struct ferry_core *c, struct slice *s, int err);
+/* Fail slices [a, b) of rq that this core will not serve. */
+void core_part_fail(struct ferry_core *c, struct ferry_rq *rq, uint64_t a, uint64_t b, int err);
+/* Fail every slice waiting on ep with err. */
+void core_fail_pending(struct ferry_core *c, struct ferry_ep *ep, int err);
+/* Put ep on the core's list of endpoints with pending slices. */
+void core_ep_activate(struct ferry_core *c, struct ferry_ep *ep);
+/* The core's endpoint for segment slot (NULL if none); the core's thread. */
+static inline struct ferry_ep *core_ep(const struct ferry_core *c, uint32_t slot)
+{
+	return ep_table_get(&c->eps, slot);
+}
+
+/* ---- parked parts (cache misses): park.c ---- */
+bool core_park(struct ferry_core *c, const struct cut_part *pt);
+void core_sweep_parked(struct ferry_core *c);
+
+/* ---- hand-over of slices between cores: handover.c ---- */
+int handover_init(struct ferry_engine *e);
+void handover_fini(struct ferry_core *c);
+bool slice_handover(struct ferry_core *c, struct slice *s);
+uint32_t core_drain_xfer(struct ferry_core *c);
+void core_drain_xfer_at_stop(struct ferry_core *c);
+
+#endif /* FERRY_RUNTIME_CORE_H */

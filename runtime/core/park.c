@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Parked parts.  A request part whose segment has no endpoint on this core
+ * (evicted from the endpoint cache: a cache miss) waits here, without
+ * blocking anything, while the repair thread reconnects; every sweep asks
+ * again, and the part goes back to cutting or ends with the reconnect's
+ * error, -EBUSY (reconnected, but no room on this core) or -ETIMEDOUT.
+ */
+#include <errno.h>
+
+#include "runtime/engine/engine.h"
+
+/* False when the part cannot wait (full, or segment gone). */
+bool core_park(struct ferry_core *c, const struct cut_part *pt)
+{
+	struct ferry_seg *s = pt->rq->seg;
+	struct parked_part *p;
+
+	if (c->n_parked == PARK_MAX ||
+	    load_acquire(s->state) != SEG_OPEN || /* pairs with: store_sc in seg_open_locked */
+	    READ_ONCE(s->gen) != pt->rq->seg_gen)
+		return false;
+	p = &c->parked[c->n_parked++];
+	p->pt = *pt;
+	p->round = load_acquire(s->connect_round); /* pairs with: fetch_add_release in repair_reconnects */
+	p->since = c->q.now;
+	store_release(s->want_eps, 1); /* pairs with: load_acquire in repair_reconnects */
+	return true;
+}
+
+/* Parked part p: 0 to go back to cutting, 1 to keep waiting, or -errno. */
+static int park_state(struct ferry_core *c, const struct parked_part *p)
+{
+	struct ferry_rq *rq = p->pt.rq;
+	struct ferry_seg *s = rq->seg;
+	struct ferry_ep *ep = core_ep(c, rq->seg_slot);
+
+	if (ep)
+		return ep->seg_gen == rq->seg_gen ? 0 : -EBADF;
+	if (load_acquire(s->state) != SEG_OPEN) /* pairs with: store_sc in segment.c */
+		return -EBADF;
+	if (load_acquire(s->connect_round) != p->round) { /* pairs with: repair_reconnects */
+		int err = READ_ONCE(s->connect_err);
+
+		return err ? err : -EBUSY; /* reconnected, but no room on this core */
+	}
+	if (c->timeout_ticks && c->q.now - p->since > c->timeout_ticks)
+		return -ETIMEDOUT;
+	return 1;
+}
+
+void core_sweep_parked(struct ferry_core *c)
+{
+	for (uint32_t i = 0; i < c->n_parked;) {
+		struct parked_part *p = &c->parked[i];
+		int st = park_state(c, p);
+
+		if (st == 1 || (st == 0 && cut_fifo_room(&c->cut) == 0)) {
+			i++;
+			continue;
+		}
+		if (st == 0)
+			*cut_fifo_push(&c->cut) = p->pt;
+		else
+			core_part_fail(c, p->pt.rq, p->pt.next, p->pt.end, st);
+		*p = c->parked[--c->n_parked];
+	}
+}

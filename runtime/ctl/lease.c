@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Leases.  An initiator that dies without DISCONNECT leaves its responder
+ * QPs on the target; nothing on the wire says so, since they never send.
+ * So live initiators tell every open segment's peer, every keepalive_ms,
+ * that they are alive, and a target frees the QPs of initiators silent for
+ * longer than lease_ms.  Both run on the repair thread.
+ */
+#include <string.h>
+
+#include "ring/base/clock.h"
+#include "runtime/ctl/passive.h"
+#include "runtime/ctl/repair.h"
+#include "runtime/engine/engine.h"
+
+#define KEEPALIVE_TIMEOUT_MS 1000
+
+/* Tell every open segment's peer we are alive, so it keeps our QPs.  The
+ * calls go without ctl_lock: a dead peer costs a connect timeout. */
+static void peers_keepalive(struct ferry_engine *e)
+{
+	char addr[FERRY_MAX_SEGMENTS][sizeof(e->segs[0].address)];
+	int timeout = e->opts.keepalive_ms < KEEPALIVE_TIMEOUT_MS ? (int)e->opts.keepalive_ms
+								   : KEEPALIVE_TIMEOUT_MS;
+	unsigned n = 0;
+
+	pthread_mutex_lock(&e->ctl_lock);
+	for (unsigned i = 0; i < FERRY_MAX_SEGMENTS; i++) {
+		const struct ferry_seg *s = &e->segs[i];
+
+		if (s->state == SEG_OPEN && !READ_ONCE(s->stale))
+			memcpy(addr[n++], s->address, sizeof(addr[0]));
+	}
+	pthread_mutex_unlock(&e->ctl_lock);
+	for (unsigned i = 0; i < n; i++)
+		(void)ctl_keepalive(addr[i], timeout, e->incarnation);
+}
+
+/* Keepalives out, and the QPs of initiators that went silent freed. */
+void repair_leases(struct ferry_engine *e)
+{
+	struct repair *r = &e->repair;
+	uint64_t now = ferry_now_ms();
+
+	if (e->opts.keepalive_ms && now >= r->next_keepalive_ms) {
+		peers_keepalive(e);
+		r->next_keepalive_ms = now + e->opts.keepalive_ms;
+	}
+	if (e->opts.lease_ms && now >= r->next_expire_ms) {
+		passive_expire(e, (uint64_t)e->opts.lease_ms * 1000000);
+		r->next_expire_ms = now + (e->opts.lease_ms + 3) / 4;
+	}
+}
+

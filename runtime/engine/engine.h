@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The engine: the root object every part of the runtime hangs from -- its
+ * options, cores, registered memory, segments, ports, control server and
+ * repair thread.  Control-path calls serialise on ctl_lock and may block;
+ * the cores read only what is published to them (ports, endpoint tables)
+ * and the immutable options.
+ */
+#ifndef FERRY_RUNTIME_ENGINE_H
+#define FERRY_RUNTIME_ENGINE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "ep/teardown.h"
+#include "qp/nic.h"
+#include "runtime/core/core.h"
+#include "runtime/ctl/ctl.h"
+#include "runtime/ctl/repair.h"
+#include "runtime/engine/knobs.h"
+#include "runtime/engine/opts.h"
+#include "runtime/ferry.h"
+#include "runtime/segment/segment.h"
+#include "runtime/submit/submit.h"
+
+_Static_assert(FERRY_MAX_SEGMENTS == EP_TABLE_SLOTS, "one endpoint table slot per segment");
+_Static_assert(FERRY_MAX_CORES <= 64, "rails are bits of a uint64_t");
+_Static_assert(FERRY_MAX_CORES <= (1 << RQ_PART_BITS), "a part index fits the pointer tag");
+
+/* A locally registered region: one MR per core's NIC context. */
+struct mem_region {
+	uint64_t addr;
+	uint64_t len;
+	uint64_t refs;                 /* requests using it: fetch_add/fetch_sub, see mem.c */
+	struct nic_mr mr[FERRY_MAX_CORES];
+};
+
+struct ferry_engine {
+	struct ferry_opts opts;        /* checked, complete (whatever size the caller had) */
+	struct ferry_knobs knobs;
+	char nics_buf[256];
+	unsigned ncores;
+	struct ferry_core *cores[FERRY_MAX_CORES];
+	const struct nic_provider *prov[FERRY_MAX_CORES];
+	uint64_t incarnation;
+	struct ctl ctl;
+	pthread_mutex_t ctl_lock;      /* control-path calls */
+	pthread_rwlock_t regions_lock; /* submitters read, register/unregister write */
+	struct mem_region **regions;   /* sorted by addr */
+	unsigned n_regions, cap_regions;
+	struct ferry_seg segs[FERRY_MAX_SEGMENTS];
+	struct ferry_port *ports[FERRY_MAX_PORTS]; /* RCU-published */
+	unsigned n_ports_hw;           /* high-water mark of ports[] (store_release) */
+	uint64_t next_token;           /* endpoint ids for handshakes (ctl_lock) */
+	pthread_mutex_t passive_lock;  /* the control thread vs engine destroy */
+	struct passive_ep *passive;    /* peer QPs we serve as a target */
+	struct repair repair;
+	struct ep_reaper reaper;       /* unpublished endpoints, freed after a grace period */
+	int tsan_gp;                   /* TSan's model of the RCU grace period */
+};
+
+/* mem.c: the local region containing [addr, addr+len); regions_lock held. */
+struct mem_region *ferry_region_find(struct ferry_engine *e, uint64_t addr, uint64_t len);
+/* mem.c: free every region (engine destroy). */
+void mem_release_all(struct ferry_engine *e);
+/* mem.c: the control thread's descriptor of our NICs and regions. */
+int engine_describe(void *arg, struct seg_desc *d);
+
+/* Test hook: the NIC context of core i. */
+struct nic *ferry_engine_nic(struct ferry_engine *e, unsigned core);
+
+#endif /* FERRY_RUNTIME_ENGINE_H */

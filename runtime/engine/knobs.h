@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Knobs for ferry's own benchmarks and tests, kept out of the public
+ * options: nothing an application should turn.  The bench links the static
+ * library and calls ferry_engine_create_knobs.
+ */
+#ifndef FERRY_RUNTIME_KNOBS_H
+#define FERRY_RUNTIME_KNOBS_H
+
+#include <stdint.h>
+
+struct ferry_engine;
+struct ferry_opts;
+
+struct ferry_knobs {
+	uint32_t loop_nocopy;  /* loop NIC: check keys and bounds, skip the memcpy */
+};
+
+/* ferry_engine_create with knobs (NULL: none). */
+int ferry_engine_create_knobs(const struct ferry_opts *o, const struct ferry_knobs *k,
+			      struct ferry_engine **out);
+
+#endif /* FERRY_RUNTIME_KNOBS_H */

@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Registered memory: a sorted array of regions, one MR per core's NIC
+ * context each.  Submitters look regions up under the read lock and hold a
+ * reference (refs) while their request is in flight; unregister takes the
+ * write lock and refuses a region with references.  The control thread
+ * describes the regions (and the NICs) to peers.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ring/base/log.h"
+#include "runtime/engine/engine.h"
+
+static void region_free(struct ferry_engine *e, struct mem_region *r)
+{
+	for (unsigned i = 0; i < e->ncores; i++)
+		if (r->mr[i].priv || r->mr[i].lkey)
+			e->prov[i]->dereg_mr(e->cores[i]->q.nic, &r->mr[i]);
+	free(r);
+}
+
+void mem_release_all(struct ferry_engine *e)
+{
+	for (unsigned i = 0; i < e->n_regions; i++)
+		region_free(e, e->regions[i]);
+	free(e->regions);
+	e->regions = NULL;
+	e->n_regions = 0;
+}
+
+/* Index of the first region whose end is above addr. */
+static unsigned region_lower_bound(const struct ferry_engine *e, uint64_t addr)
+{
+	unsigned lo = 0, hi = e->n_regions;
+
+	while (lo < hi) {
+		unsigned mid = (lo + hi) / 2;
+		const struct mem_region *r = e->regions[mid];
+
+		if (r->addr + r->len <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+struct mem_region *ferry_region_find(struct ferry_engine *e, uint64_t addr, uint64_t len)
+{
+	unsigned i = region_lower_bound(e, addr);
+	struct mem_region *r;
+
+	if (i == e->n_regions || len == 0 || addr + len < addr)
+		return NULL;
+	r = e->regions[i];
+	if (addr < r->addr || addr + len > r->addr + r->len)
+		return NULL;
+	return r;
+}
+
+static int region_insert(struct ferry_engine *e, struct mem_region *r)
+{
+	unsigned i = region_lower_bound(e, r->addr);
+
+	/* regions[i] is the first that ends above r->addr: the only candidate. */
+	if (i < e->n_regions && e->regions[i]->addr < r->addr + r->len)
+		return -EEXIST;
+	if (e->n_regions == WIRE_MAX_REGIONS)
+		return -ENOSPC; /* a descriptor could not carry more */
+	if (e->n_regions == e->cap_regions) {
+		unsigned cap = e->cap_regions ? 2 * e->cap_regions : 16;
+		struct mem_region **n = realloc(e->regions, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		e->regions = n;
+		e->cap_regions = cap;
+	}
+	memmove(&e->regions[i + 1], &e->regions[i], (e->n_regions - i) * sizeof(*e->regions));
+	e->regions[i] = r;
+	e->n_regions++;
+	return 0;
+}
+
+static int region_register(struct ferry_engine *e, struct mem_region *r, void *addr, size_t len)
+{
+	for (unsigned i = 0; i < e->ncores; i++) {
+		int rc = e->prov[i]->reg_mr(e->cores[i]->q.nic, addr, len, &r->mr[i]);
+
+		if (rc) {
+			log_err("registering %zu bytes at %p on core %u's NIC: %s", len, addr, i,
+				strerror(-rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len)
+{
+	struct mem_region *r;
+	int rc;
+
+	if (!e || !addr || len == 0 || (uintptr_t)addr + len < (uintptr_t)addr)
+		return -EINVAL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->addr = (uintptr_t)addr;
+	r->len = len;
+	pthread_mutex_lock(&e->ctl_lock);
+	rc = region_register(e, r, addr, len);
+	if (rc == 0) {
+		pthread_rwlock_wrlock(&e->regions_lock);
+		rc = region_insert(e, r);
+		pthread_rwlock_unlock(&e->regions_lock);
+	}
+	pthread_mutex_unlock(&e->ctl_lock);
+	if (rc)
+		region_free(e, r);
+	return rc;
+}
+
+int ferry_mem_unregister(struct ferry_engine *e, void *addr)
+{
+	struct mem_region *r = NULL;
+	unsigned i;
+	int rc = -ENOENT;
+
+	if (!e || !addr)
+		return -EINVAL;
+	pthread_mutex_lock(&e->ctl_lock);
+	pthread_rwlock_wrlock(&e->regions_lock);
+	i = region_lower_bound(e, (uintptr_t)addr);
+	if (i < e->n_regions && e->regions[i]->addr == (uintptr_t)addr) {
+		r = e->regions[i];
+		if (load_acquire(r->refs)) { /* pairs with: fetch_sub_release in rq_finish */
+			rc = -EBUSY;
+			r = NULL;
+		} else {
+			memmove(&e->regions[i], &e->regions[i + 1],
+				(e->n_regions - i - 1) * sizeof(*e->regions));
+			e->n_regions--;
+			rc = 0;
+		}
+	}
+	pthread_rwlock_unlock(&e->regions_lock);
+	if (r)
+		region_free(e, r);
+	pthread_mutex_unlock(&e->ctl_lock);
+	return rc;
+}
+
+/* The control thread's answer to GET_DESC: our NICs and regions. */
+int engine_describe(void *arg, struct seg_desc *d)
+{
+	struct ferry_engine *e = arg;
+	int rc = 0;
+
+	memset(d, 0, sizeof(*d));
+	d->incarnation = e->incarnation;
+	d->n_nics = (uint16_t)e->ncores;
+	for (unsigned i = 0; i < e->ncores; i++) {
+		snprintf(d->nics[i].provider, sizeof(d->nics[i].provider), "%s", e->prov[i]->name);
+		e->prov[i]->addr(e->cores[i]->q.nic, &d->nics[i].addr);
+	}
+	pthread_rwlock_rdlock(&e->regions_lock);
+	d->regions = calloc(e->n_regions ? e->n_regions : 1, sizeof(*d->regions));
+	if (!d->regions) {
+		rc = -ENOMEM;
+	} else {
+		d->n_regions = e->n_regions;
+		for (unsigned r = 0; r < e->n_regions; r++) {
+			d->regions[r].addr = e->regions[r]->addr;
+			d->regions[r].len = e->regions[r]->len;
+			for (unsigned i = 0; i < e->ncores; i++)
+				d->regions[r].rkey[i] = e->regions[r]->mr[i].rkey;
+		}
+	}
+	pthread_rwlock_unlock(&e->regions_lock);
+	return rc;
+}

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The stats API: a snapshot of one core's counters -- the core's own, its
+ * posting context's, the latency histogram, the endpoint cache's evictions
+ * and the hardware counters -- into the public struct ferry_core_stats,
+ * as many fields as the caller's version of the struct has.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "ring/base/clock.h"
+#include "ring/base/counters.h"
+#include "runtime/engine/engine.h"
+#include "runtime/metrics/histo.h"
+
+_Static_assert(FERRY_LAT_BUCKETS == FERRY_HISTO_BUCKETS, "one histogram layout");
+
+#define HW_REFRESH_NS (100ull * 1000 * 1000)
+
+/* A read() of a running worker's counter interrupts its CPU (~20 us in a
+ * VM): refresh at most every 100 ms per core, serve the cache between. */
+static void hw_counters(struct ferry_core *c, struct ferry_core_stats *out)
+{
+	uint64_t now = ferry_now_ns(), v[PERF_CTR_N];
+	uint8_t ok[PERF_CTR_N];
+
+	if (now - load_acquire(c->hw_cache_ns) > HW_REFRESH_NS) { /* pairs with: below */
+		perf_read(&c->perf, v, ok);
+		for (int i = 0; i < PERF_CTR_N; i++)
+			WRITE_ONCE(c->hw_cache[i], ok[i] ? v[i] : UINT64_MAX);
+		store_release(c->hw_cache_ns, now); /* pairs with: load_acquire above */
+	}
+	out->cycles = READ_ONCE(c->hw_cache[PERF_CTR_CYCLES]);
+	out->instructions = READ_ONCE(c->hw_cache[PERF_CTR_INSTRUCTIONS]);
+	out->cache_misses = READ_ONCE(c->hw_cache[PERF_CTR_CACHE_MISSES]);
+	out->ctx_switches = READ_ONCE(c->hw_cache[PERF_CTR_CTX_SWITCHES]);
+}
+
+int ferry_core_counters_note(const struct ferry_engine *e, unsigned core, char *buf, size_t len)
+{
+	if (!e || !buf || !len)
+		return -EINVAL;
+	if (core >= e->ncores)
+		return -ERANGE;
+	perf_note(&e->cores[core]->perf, buf, len);
+	return 0;
+}
+
+static void stats_fill(struct ferry_core *c, struct ferry_core_stats *out)
+{
+	const struct qp_counters *q = &c->q.ctr;
+	const struct core_counters *k = &c->ctr;
+
+	memset(out, 0, sizeof(*out));
+	out->cpu = c->cpu;
+	out->numa_node = c->numa;
+#define QP(f) out->f = stat_read(q, f)
+#define CORE(f) out->f = stat_read(k, f)
+	QP(wrs_posted); QP(completions); QP(cqes); QP(doorbells); QP(polls); QP(empty_polls);
+	QP(qp_full); QP(cq_full); QP(wr_errors); QP(provider_errors);
+	CORE(bytes); CORE(pool_empty); CORE(slices_in_flight); CORE(retries); CORE(qp_resets);
+	CORE(handovers); CORE(rail_pauses); CORE(reqs_done); CORE(sleeps); CORE(wakeups);
+	CORE(loops);
+#undef QP
+#undef CORE
+	/* The core counts time in clock ticks; convert on the reader's side. */
+	out->busy_ns = ferry_tsc_to_ns(stat_read(k, busy_ticks));
+	out->idle_ns = ferry_tsc_to_ns(stat_read(k, idle_ticks));
+	out->ep_evictions = READ_ONCE(c->eps.evictions);
+	histo_snapshot(&c->lat, out->lat);
+	out->lat_hz = ferry_tsc_hz();
+	hw_counters(c, out);
+}
+
+/* The fields of v0.1's struct, which had no size: the smallest a caller has. */
+#define STATS_SIZE_MIN (offsetof(struct ferry_core_stats, lat) + sizeof(((struct ferry_core_stats *)0)->lat))
+
+int ferry_core_stats_get(const struct ferry_engine *e, unsigned core, struct ferry_core_stats *out,
+			 size_t size)
+{
+	struct ferry_core_stats full;
+
+	if (!e || !out || size < STATS_SIZE_MIN)
+		return -EINVAL;
+	if (core >= e->ncores)
+		return -ERANGE;
+	stats_fill(e->cores[core], &full);
+	if (size > sizeof(full)) /* a newer caller: fields we do not have read 0 */
+		memset((char *)out + sizeof(full), 0, size - sizeof(full));
+	memcpy(out, &full, size < sizeof(full) ? size : sizeof(full));
+	return 0;
+}
+
+/* The exported symbol behind the ferry_core_stats() macro, for callers
+ * that take its address: the size this library was built with. */
+int(ferry_core_stats)(const struct ferry_engine *e, unsigned core, struct ferry_core_stats *out)
+{
+	return ferry_core_stats_get(e, core, out, sizeof(*out));
+}

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Ports and batches: the application side of the data plane.  A port
+ * belongs to one application thread; it produces into one SPSC ring per
+ * core.  A batch is a port's array of request slots.
+ */
+#ifndef FERRY_RUNTIME_SUBMIT_H
+#define FERRY_RUNTIME_SUBMIT_H
+
+#include <stdint.h>
+
+#include "ring/ring.h"
+#include "slice/request.h"
+
+#define FERRY_MAX_PORTS 64
+
+struct ferry_engine;
+
+struct ferry_batch {
+	struct ferry_port *port;
+	struct ferry_rq *rqs;
+	uint32_t capacity;
+	uint32_t n;                    /* submitted since creation/reset */
+	struct rq_batch acct;          /* pending (the futex word) and failed */
+};
+
+struct ferry_port {
+	struct ferry_engine *e;
+	unsigned slot;
+	uint32_t rr;                   /* next core for a one-part request */
+	uint32_t batches;              /* live batches */
+	struct ferry_ring *rings;      /* one per core, port -> core */
+};
+
+/* Free a port's rings and memory (engine destroy: no core reads them any more). */
+void port_free(struct ferry_port *p);
+
+#endif /* FERRY_RUNTIME_SUBMIT_H */

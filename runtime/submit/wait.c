@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Waiting for a batch and reading request status.  The owner spins a
+ * little, then sleeps on the batch's pending word (a futex); the core that
+ * ends the last request wakes it only if it said it sleeps (RQ_BATCH_WAITER),
+ * so a busy-polling owner costs the cores no system call.
+ */
+#include <errno.h>
+
+#include "ring/base/clock.h"
+#include "ring/base/futex.h"
+#include "runtime/engine/engine.h"
+
+#define WAIT_SPINS 4096
+#define WAIT_SLICE_NS (100ll * 1000 * 1000)
+
+_Static_assert((int)RQ_PENDING == (int)FERRY_PENDING && (int)RQ_DONE == (int)FERRY_DONE &&
+	       (int)RQ_FAILED == (int)FERRY_FAILED && (int)RQ_TIMEOUT == (int)FERRY_TIMEOUT,
+	       "a request's state is the public one");
+
+static int batch_result(const struct ferry_batch *b)
+{
+	/* Read once pending is 0: pairs with the acq_rel decrement that ended it. */
+	return READ_ONCE(b->acct.failed) ? -EIO : 0;
+}
+
+/* Sleep on the batch's pending word until it changes or timeout_ns passes. */
+static void batch_sleep(struct ferry_batch *b, int64_t timeout_ns)
+{
+	uint32_t v = load_acquire(b->acct.pending); /* pairs with: batch_request_ended */
+
+	if (RQ_BATCH_COUNT(v) == 0)
+		return;
+	if (!(v & RQ_BATCH_WAITER)) {
+		/* pairs with: fetch_sub_acq_rel in batch_request_ended (it reads the flag) */
+		if (!cas_acq_rel(b->acct.pending, &v, v | RQ_BATCH_WAITER))
+			return; /* it changed: look again */
+		v |= RQ_BATCH_WAITER;
+	}
+	/* Returns at once if a core decremented after our read. */
+	ferry_futex_wait(&b->acct.pending, v, timeout_ns);
+}
+
+int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms)
+{
+	uint64_t deadline = 0;
+	unsigned spins = 0;
+	int rc;
+
+	if (!b)
+		return -EINVAL;
+	if (timeout_ms > 0)
+		deadline = ferry_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	for (;;) {
+		int64_t left = WAIT_SLICE_NS;
+
+		/* pairs with: fetch_sub_acq_rel in batch_request_ended */
+		if (RQ_BATCH_COUNT(load_acquire(b->acct.pending)) == 0) {
+			rc = batch_result(b);
+			break;
+		}
+		if (timeout_ms == 0) {
+			rc = -ETIMEDOUT;
+			break;
+		}
+		if (++spins < WAIT_SPINS) {
+			ferry_cpu_relax();
+			continue;
+		}
+		if (deadline) {
+			uint64_t now = ferry_now_ns();
+
+			if (now >= deadline) {
+				rc = -ETIMEDOUT;
+				break;
+			}
+			if ((int64_t)(deadline - now) < left)
+				left = (int64_t)(deadline - now);
+		}
+		batch_sleep(b, left);
+	}
+	/* Cores stop calling futex_wake once nobody sleeps. */
+	fetch_and_relaxed(b->acct.pending, ~RQ_BATCH_WAITER);
+	return rc;
+}
+
+int ferry_req_status(const struct ferry_batch *b, uint32_t i, struct ferry_req_status *st)
+{
+	const struct ferry_rq *rq;
+
+	if (!b || !st)
+		return -EINVAL;
+	if (i >= b->n)
+		return -ERANGE;
+	rq = &b->rqs[i];
+	st->state = load_acquire(rq->state); /* pairs with: store_release in rq_finish/rq_refuse */
+	st->error = READ_ONCE(rq->error);
+	st->bytes = READ_ONCE(rq->ok_bytes);
+	if (st->state == FERRY_PENDING)
+		st->error = 0; /* an error is final only once the request is */
+	return 0;
+}

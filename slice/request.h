@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Requests and their accounting.  A request (one slot of a batch) is
+ * validated by its submitter, then split into at most one part per core;
+ * every core that serves a part folds its slices' outcomes into the request
+ * with atomics, and whoever accounts the last byte ends the request --
+ * exactly once -- releases what it held and tells its batch.  The batch's
+ * pending count doubles as the futex word its owner sleeps on.
+ */
+#ifndef FERRY_SLICE_REQUEST_H
+#define FERRY_SLICE_REQUEST_H
+
+#include <stdint.h>
+
+#include "ring/base/compiler.h"
+
+struct mem_region;
+struct seg_region;
+struct ferry_seg;
+
+/* What a batch counts: its requests not yet final, and those that failed. */
+struct rq_batch {
+	/*
+	 * Requests not yet final, plus RQ_BATCH_WAITER while the owner sleeps
+	 * in ferry_batch_wait: one futex word, so that the core's decrement is
+	 * its last access to the batch (the owner may free it right after).
+	 */
+	uint32_t pending ferry_cache_aligned;
+	uint32_t failed;               /* requests that ended badly */
+};
+
+#define RQ_BATCH_WAITER 0x80000000u
+#define RQ_BATCH_COUNT(v) ((v) & ~RQ_BATCH_WAITER)
+
+/* Final states, as enum ferry_state has them. */
+enum rq_state { RQ_PENDING = 0, RQ_DONE = 1, RQ_FAILED = 2, RQ_TIMEOUT = 3 };
+
+/* Request parts ride in the low bits of the request's pointer on the rings. */
+#define RQ_PART_BITS 6
+
+/* One submitted request, a slot of a batch. */
+struct ferry_rq {
+	/* The transfer, set by the submitter before the parts are queued (the
+	 * ring's release publishes it to the cores). */
+	uint64_t local;
+	uint64_t remote;
+	uint64_t len;
+	uint8_t op;                    /* enum nic_op, as its slices carry it */
+	uint32_t nparts;
+	uint64_t nslices;
+	uint32_t seg_slot;
+	uint32_t seg_gen;
+	uint64_t rails;                /* cores the parts go to (bit i: core i) */
+	struct rq_batch *batch;
+	struct mem_region *lreg;       /* the local region (keys per core) */
+	const struct seg_region *rreg; /* the peer's region (keys per peer NIC) */
+	struct ferry_seg *seg;         /* the peer (rail state) */
+	uint64_t *lreg_refs;           /* requests using lreg: released at the end */
+	uint64_t *seg_refs;            /* requests using seg: released at the end */
+	/* Folded by every core that serves a part: own cache line. */
+	uint64_t remaining ferry_cache_aligned; /* bytes not yet accounted */
+	uint64_t ok_bytes;
+	int32_t error;                 /* first error, negative errno */
+	int32_t state;                 /* enum rq_state, release-stored last */
+} ferry_cache_aligned;
+
+_Static_assert(_Alignof(struct ferry_rq) >= (1 << RQ_PART_BITS),
+	       "a part index fits the request pointer's low bits");
+
+/*
+ * Account len bytes of rq as done (err == 0) or failed (negative errno).
+ * Ends the request when they were the last: returns 1 when ending it woke
+ * the batch's sleeping owner (a futex call), else 0.  Any core.
+ */
+int rq_account(struct ferry_rq *rq, uint64_t len, int err);
+
+/* End a request refused before anything was queued (nothing held). */
+void rq_refuse(struct ferry_rq *rq, int err);
+
+/* Bytes covered by slices [a, b) of rq. */
+uint64_t rq_range_bytes(const struct ferry_rq *rq, uint32_t slice_size, uint64_t a, uint64_t b);
+
+/* The ring entry for part p of rq, and back. */
+static inline void *rq_part_tag(struct ferry_rq *rq, unsigned part)
+{
+	return (void *)((uintptr_t)rq | part);
+}
+
+static inline struct ferry_rq *rq_part_untag(void *tagged, unsigned *part)
+{
+	uintptr_t mask = (1u << RQ_PART_BITS) - 1;
+
+	*part = (unsigned)((uintptr_t)tagged & mask);
+	return (struct ferry_rq *)((uintptr_t)tagged & ~mask);
+}
+
+#endif /* FERRY_SLICE_REQUEST_H */
