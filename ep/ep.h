@@ -34,7 +34,6 @@ struct ferry_ep {
 	uint8_t active;
 	uint8_t closing;             /* teardown started: post nothing more */
 	uint8_t down;                /* the peer cannot be reached: fail fast */
-	uint8_t visited;             /* SIEVE: used since the hand passed (READ_ONCE/WRITE_ONCE) */
 	uint8_t qps_gone;            /* the owner destroyed the QPs (teardown done) */
 	struct rail rail;            /* health: errors, pauses (ep/rail.h) */
 	const uint8_t *cut_off;      /* the control path's "this rail cannot reach the
@@ -45,6 +44,10 @@ struct ferry_ep {
 	uint32_t nqps;
 	uint32_t rr;                 /* next QP to try first */
 	struct qpx *qps[EP_MAX_QPS];
+	/* SIEVE: used since the hand passed (the core sets it, the control
+	 * path reads and clears it).  A word of its own, away from the bytes
+	 * only the core touches: a compiler may read neighbouring bytes as one. */
+	uint32_t visited;
 	struct rcu_head rcu;         /* freed after a grace period */
 	struct ferry_ep *next_retired; /* unpublished, waiting for call_rcu */
 	struct ep_reaper *reaper;    /* who frees it (ep/teardown.c) */
