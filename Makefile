@@ -1,15 +1,21 @@
 # ferry - GNU make build.  `make` builds build/libferry.{a,so} and
-# build/ferry_bench; `make test` runs the whole suite (plain, then
-# ASan+UBSan, then TSan on the concurrent tests); `make install PREFIX=...`.
+# build/ferry_bench; `make bench` installs what is missing and runs the main
+# job; `make test` installs what is missing and runs the whole suite
+# (layering and export checks, install check, plain, ASan+UBSan, TSan on the
+# concurrent tests, the verbs suite on real RDMA, fuzzing);
+# `make install PREFIX=...`.
 #
 # SAN=address|thread builds into build-asan/ or build-tsan/.
+#
+# Dependencies are installed by .ci/install-deps, which `make bench` and
+# `make test` run as a recipe line: never while make parses, never for
+# `make -n`, `make install` or `make clean`.
 
 PREFIX   ?= /usr/local
 CC       ?= cc
 SAN      ?=
 PKGS     := libibverbs numa liburcu-qsbr liburcu-cds ck
 TEST_PKGS := cmocka
-DEBS     := libibverbs-dev libnuma-dev liburcu-dev libck-dev libcmocka-dev pkg-config
 
 ifeq ($(SAN),)
 B := build
@@ -24,27 +30,9 @@ else
 $(error SAN must be empty, address or thread)
 endif
 
-# Dependencies: install them (root) or say what to run, before anything else.
-DEPS_OK := $(shell pkg-config --exists $(PKGS) $(TEST_PKGS) 2>/dev/null && echo yes)
-ifneq ($(DEPS_OK),yes)
-ifeq ($(MAKECMDGOALS),clean)
-else
-$(info ferry: missing build dependencies; need Debian packages: $(DEBS))
-ifeq ($(shell id -u),0)
-$(info ferry: installing them with apt-get (root))
-DEPS_INSTALL := $(shell (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEBS)) >&2 && echo ok)
-ifneq ($(DEPS_INSTALL),ok)
-$(error apt-get failed; run: apt-get update && apt-get install -y $(DEBS))
-endif
-else
-$(error run as root: apt-get update && apt-get install -y $(DEBS))
-endif
-endif
-endif
-
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
-CMOCKA_LIBS := $(shell pkg-config --libs cmocka)
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS  ?= -O2 -g
@@ -59,16 +47,31 @@ LIB_DIRS := ring slice qp ep runtime
 LIB_SRCS := $(sort $(shell find $(LIB_DIRS) -name '*.c'))
 LIB_OBJS := $(LIB_SRCS:%.c=$(B)/obj/%.o)
 BENCH_SRCS := $(wildcard bench/*.c)
-TEST_SRCS := $(wildcard tests/test_*.c)
-TESTS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
+# tests/ by kind: unit/<module>, integration, stress (cmocka programs named
+# test_*.c), fuzz, tools (helper programs and scripts), harness (the one
+# header that reaches into the internals).
+TEST_SRCS := $(sort $(shell find tests/unit tests/integration tests/stress -name 'test_*.c'))
+TESTS := $(TEST_SRCS:%.c=$(B)/%)
 # The concurrent tests: these also run under ThreadSanitizer.
-TSAN_TESTS := test_ring test_integration test_faults test_loop test_ctl test_stats test_api \
-              test_histo test_perf test_epcache
+TSAN_TESTS := tests/unit/ring/test_ring tests/integration/test_integration \
+              tests/integration/test_faults tests/unit/qp/test_loop tests/unit/ctl/test_ctl \
+              tests/integration/test_stats tests/integration/test_api tests/unit/metrics/test_histo \
+              tests/unit/metrics/test_perf tests/integration/test_epcache
 
-.PHONY: all test test-plain test-asan test-tsan test-verbs run-tests install check-install clean bench fuzz callgrind
+.PHONY: all test test-all test-plain test-asan test-tsan test-verbs run-tests install check-install \
+        clean bench bench-run fuzz callgrind deps deps-check check-layers check-exports
 all: $(B)/libferry.a $(B)/libferry.so $(B)/ferry_bench $(B)/ferry.pc
 
-$(B)/obj/%.o: %.c
+# Say what is missing (installing is .ci/install-deps' job, run by bench/test).
+deps-check:
+	@pkg-config --exists $(PKGS) 2>/dev/null || { \
+	  echo "ferry: missing build dependencies: run .ci/install-deps build" \
+	       "(as root it installs them; otherwise it prints the apt-get line)"; exit 1; }
+
+deps:
+	.ci/install-deps build test
+
+$(B)/obj/%.o: %.c | deps-check
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
@@ -87,18 +90,18 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libferry.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CMOCKA_LIBS) $(LDLIBS) -lm
 
 # Standalone check of the verbs provider alone (needs RDMA devices).
-$(B)/verbs_smoke: $(B)/obj/tests/verbs_smoke.o $(B)/libferry.a
+$(B)/verbs_smoke: $(B)/obj/tests/tools/verbs_smoke.o $(B)/libferry.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# Target and streaming initiator of the fault tests on RDMA (tests/fault-vm.sh).
-$(B)/fault_peer: $(B)/obj/tests/fault_peer.o $(B)/libferry.a
+# Target and streaming initiator of the fault tests on RDMA (tests/tools/fault-vm.sh).
+$(B)/fault_peer: $(B)/obj/tests/tools/fault_peer.o $(B)/libferry.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The full soak under injected faults: 10^6 requests (make test runs a
 # shorter one; SOAK_REQUESTS=n for another size).
 .PHONY: soak
-soak: $(B)/tests/test_soak
-	FERRY_SOAK_REQUESTS=$(or $(SOAK_REQUESTS),1000000) $(B)/tests/test_soak
+soak: $(B)/tests/stress/test_soak
+	FERRY_SOAK_REQUESTS=$(or $(SOAK_REQUESTS),1000000) $(B)/tests/stress/test_soak
 
 $(B)/ferry.pc:
 	@mkdir -p $(B)
@@ -108,8 +111,8 @@ $(B)/ferry.pc:
 	  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lferry' \
 	  'Requires.private: $(PKGS)' 'Libs.private: -pthread' > $@
 
-# Run every test binary; each prints cmocka's summary.  FERRY_TEST_FILTER
-# limits the set (space-separated names).
+# Run every test binary; each prints cmocka's summary.  RUN= limits the set
+# (space-separated binaries).
 run-tests: $(TESTS)
 	@fail=0; for t in $(or $(RUN),$(TESTS)); do \
 	  echo "== $$t"; \
@@ -121,8 +124,19 @@ test-plain:
 test-asan:
 	$(MAKE) SAN=address run-tests
 test-tsan:
-	$(MAKE) SAN=thread run-tests RUN="$(TSAN_TESTS:%=build-tsan/tests/%)" \
-	  TESTS="$(TSAN_TESTS:%=build-tsan/tests/%)"
+	$(MAKE) SAN=thread run-tests RUN="$(TSAN_TESTS:%=build-tsan/%)" \
+	  TESTS="$(TSAN_TESTS:%=build-tsan/%)"
+
+# Dependencies point one way (ring <- slice <- qp <- ep <- runtime), no
+# library file over ~800 lines, every acquire/release names its pair.
+check-layers:
+	tests/tools/check-layers.sh
+
+# The shared library exports ferry_* and nothing else.
+check-exports: $(B)/libferry.so
+	@extra=$$(nm -D --defined-only $(B)/libferry.so | awk '$$3 !~ /^ferry_/ {print $$3}'); \
+	if [ -n "$$extra" ]; then echo "check-exports: exported beyond ferry_*: $$extra"; exit 1; fi; \
+	echo "check-exports: ok ($$(nm -D --defined-only $(B)/libferry.so | wc -l) symbols, all ferry_*)"
 
 # Install into a scratch prefix without the shared library and link a
 # program with only what pkg-config says: the static link line is complete.
@@ -131,7 +145,7 @@ check-install:
 	$(MAKE) install PREFIX=$(CURDIR)/$(B)/inst
 	rm -f $(B)/inst/lib/libferry.so
 	PKG_CONFIG_PATH=$(CURDIR)/$(B)/inst/lib/pkgconfig sh -c \
-	  '$(CC) -std=gnu11 -Wall -Werror tests/install_app.c -o $(B)/install_app \
+	  '$(CC) -std=gnu11 -Wall -Werror tests/tools/install_app.c -o $(B)/install_app \
 	   $$(pkg-config --cflags --libs --static ferry)'
 	$(B)/install_app
 
@@ -139,22 +153,29 @@ check-install:
 # Soft-RoCE VM (one boot for the whole verbs suite).  Only outside CI may
 # they be skipped, and then loudly.
 SOFTROCE ?= ../shared/softroce
-VERBS_TESTS := $(B)/tests/test_integration $(B)/tests/test_twoproc $(B)/tests/test_api \
-               $(B)/verbs_smoke $(B)/fault_peer
+VERBS_TESTS := $(B)/tests/integration/test_integration $(B)/tests/integration/test_twoproc \
+               $(B)/tests/integration/test_api $(B)/verbs_smoke $(B)/fault_peer
 test-verbs: $(VERBS_TESTS)
 	@if ls /sys/class/infiniband/* >/dev/null 2>&1; then \
-	  B=$(B) tests/verbs-suite.sh; \
+	  B=$(B) tests/tools/verbs-suite.sh; \
 	elif [ -x $(SOFTROCE)/vm-run ]; then \
 	  $(SOFTROCE)/setup >/dev/null && \
-	  $(SOFTROCE)/vm-run --devices 4 --timeout 900 -- env B=$(B) tests/verbs-suite.sh; \
+	  $(SOFTROCE)/vm-run --devices 4 --timeout 900 -- env B=$(B) tests/tools/verbs-suite.sh; \
 	else \
 	  echo "ferry: no RDMA device and no $(SOFTROCE)/vm-run: verbs tests NOT run"; \
 	  test -z "$$CI"; \
 	fi
 
-# The whole suite: plain, ASan+UBSan, TSan on the concurrent tests, verbs,
-# then the wire-format fuzzer for a bounded time.
+# The whole suite: checks, plain, ASan+UBSan, TSan on the concurrent tests,
+# verbs, then the wire-format fuzzer for a bounded time.  The first line
+# installs what is missing (not run by make -n: it does not name $(MAKE)).
 test:
+	.ci/install-deps build test
+	$(MAKE) test-all
+
+test-all:
+	$(MAKE) check-layers
+	$(MAKE) check-exports
 	$(MAKE) check-install
 	$(MAKE) test-plain
 	$(MAKE) test-asan
@@ -170,7 +191,12 @@ install: all
 	install -m 755 $(B)/ferry_bench $(DESTDIR)$(PREFIX)/bin/ferry_bench
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(B)/ferry.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ferry.pc
 
-bench: $(B)/ferry_bench
+# The main job: ferry_bench on the best NIC found (see README).
+bench:
+	.ci/install-deps build
+	$(MAKE) bench-run
+
+bench-run: $(B)/ferry_bench
 	$(B)/ferry_bench $(BENCH_ARGS)
 
 # Instructions per slice of the data plane (valgrind; stable on a noisy host).
@@ -178,17 +204,14 @@ callgrind: $(B)/ferry_bench
 	bench/callgrind.sh $(B)/ferry_bench $(or $(CALLGRIND_ITERS),200)
 
 # libFuzzer on the wire decoders: `make fuzz [FUZZ_SECONDS=30]`.  Needs clang
-# and its libFuzzer runtime (Debian 12: package clang, whose
-# libclang-common-14-dev pulls libclang-rt-14-dev); installed with apt-get
-# when run as root.  The target writes its own seeds; build-fuzz/corpus
-# keeps what the fuzzer found between runs, crashes land in build-fuzz/.
+# and its libFuzzer runtime (Debian 12: clang, libclang-rt-dev), which
+# `make test` installs (.ci/install-deps test).  The target writes its own
+# seeds; build-fuzz/corpus keeps what the fuzzer found between runs,
+# crashes land in build-fuzz/.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 30
-FUZZ_DEBS := clang libclang-rt-dev
 FUZZ_CFLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1 \
                -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -DURCU_INLINE_SMALL_FUNCTIONS -I.
-FUZZ_PROBE := int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) \
-              { (void)d; (void)n; return 0; }
 
 fuzz: build-fuzz/fuzz_wire
 	@mkdir -p build-fuzz/corpus
@@ -196,19 +219,9 @@ fuzz: build-fuzz/fuzz_wire
 	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -close_fd_mask=2 \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus
 
-build-fuzz/fuzz_wire: tests/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire.h qp/nic.h ring/base/log.c
+build-fuzz/fuzz_wire: tests/fuzz/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire.h qp/nic.h ring/base/log.c
 	@mkdir -p build-fuzz
-	@if ! echo '$(FUZZ_PROBE)' | $(FUZZ_CC) -x c -fsanitize=fuzzer - \
-	    -o build-fuzz/probe >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" != 0 ]; then \
-	    echo "ferry: $(FUZZ_CC) cannot build libFuzzer targets;" \
-	      "run as root: apt-get update && apt-get install -y $(FUZZ_DEBS)"; exit 1; \
-	  fi; \
-	  echo "ferry: $(FUZZ_CC) cannot build libFuzzer targets; installing $(FUZZ_DEBS) (root)"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    --no-install-recommends $(FUZZ_DEBS)) || exit 1; \
-	fi
-	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz_wire.c runtime/ctl/wire.c ring/base/log.c -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_wire.c runtime/ctl/wire.c ring/base/log.c -o $@
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ferry_bench command line.  Every refusal names the flag and the value,
- * and nothing here touches an engine, so tests/test_bench_opts.c includes
+ * and nothing here touches an engine, so tests/unit/bench/test_bench_opts.c includes
  * this file directly and runs the parser on its own.
  */
 #include <arpa/inet.h>

@@ -3,7 +3,7 @@
  * ferry_bench output that touches no engine: the --csv rows, the --plot
  * data and gnuplot script (and running gnuplot), the progress line, and the
  * small formatters of the counter table.  Kept apart from the bench's main
- * so that tests/test_bench_out.c can check every byte of them.
+ * so that tests/unit/bench/test_bench_out.c can check every byte of them.
  */
 #ifndef FERRY_BENCH_OUT_H
 #define FERRY_BENCH_OUT_H

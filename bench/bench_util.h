@@ -3,7 +3,7 @@
  * ferry_bench helpers that touch no engine: the seeded data pattern that
  * --verify checks (the target and the initiator of the two-process mode
  * compute it independently) and the latency summary of --lat.  Kept apart
- * so that tests/test_bench_opts.c can include and test them directly.
+ * so that tests/unit/bench/test_bench_opts.c can include and test them directly.
  */
 #ifndef FERRY_BENCH_UTIL_H
 #define FERRY_BENCH_UTIL_H

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "ring/base/compiler.h"
+#include "ring/base/atomics.h"
 
 struct WrDepthBlock {
 	uint32_t depth; /* WRs posted and not yet retired */
@@ -30,12 +31,12 @@ _Static_assert(sizeof(struct WrDepthBlock) == FERRY_CACHE_LINE,
 
 static inline uint32_t depth_load(const uint32_t *c)
 {
-	return __atomic_load_n(c, __ATOMIC_RELAXED);
+	return READ_ONCE(*c);
 }
 
 static inline void depth_store(uint32_t *c, uint32_t v)
 {
-	__atomic_store_n(c, v, __ATOMIC_RELAXED);
+	WRITE_ONCE(*c, v); /* single writer; stats readers want whole values */
 }
 
 static inline uint32_t wr_depth_room(const struct WrDepthBlock *d)

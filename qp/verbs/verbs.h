@@ -3,7 +3,7 @@
  * The verbs (rdma-core) NIC provider: internals exposed for unit tests.
  *
  * The rest of ferry only needs nic_verbs_provider and nic_verbs_discover
- * (qp/nic.h).  This header adds what tests/test_verbs.c needs to run the
+ * (qp/nic.h).  This header adds what tests/unit/qp/test_verbs.c needs to run the
  * provider on a host without an RDMA device: the pure GID choice, the
  * address packing, the provider's objects (built by hand around fake ibv
  * objects) and a table of the verbs calls that can be stubbed

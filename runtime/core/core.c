@@ -378,8 +378,9 @@ static void core_drain(struct ferry_core *c)
 	uint64_t deadline = ferry_now_ns() + DRAIN_NS;
 	void *obj;
 
+	/* pairs with: store_release of n_ports_hw, rcu_assign_pointer in ferry_port_create */
 	for (unsigned i = 0; i < load_acquire(e->n_ports_hw); i++) {
-		struct ferry_port *p = rcu_dereference(e->ports[i]);
+		struct ferry_port *p = rcu_dereference(e->ports[i]); /* pairs with: the same */
 
 		while (p && (obj = ferry_ring_get(&p->rings[c->index]))) {
 			struct cut_part pt;

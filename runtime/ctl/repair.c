@@ -31,7 +31,7 @@
  * Core i's rail cannot reach the peer.  New work avoids the rail at once
  * (submitters and hand-overs read the flag), but the cores are told to
  * fail fast only when no rail of the segment reaches the peer: while one
- * does, the slices waiting on this rail move there (runtime/handover.c)
+ * does, the slices waiting on this rail move there (runtime/core/handover.c)
  * instead of failing with -EHOSTDOWN.
  */
 static void rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i,

@@ -5,7 +5,7 @@
 void histo_snapshot(const struct histo *h, uint64_t *out)
 {
 	for (unsigned k = 0; k < FERRY_HISTO_BUCKETS; k++)
-		out[k] = __atomic_load_n(&h->b[k], __ATOMIC_RELAXED);
+		out[k] = READ_ONCE(h->b[k]);
 }
 
 uint64_t histo_count(const uint64_t *b)

@@ -8,7 +8,7 @@
  * [2^(k-1), 2^k) ticks, bucket 0 holds 0, and the last bucket also takes
  * everything above its range (2^46 ticks is hours at any TSC rate).
  *
- * Single writer (the owning core), like runtime/stats.h: a relaxed atomic
+ * Single writer (the owning core), like ring/base/counters.h: a relaxed atomic
  * store of old + 1, no read-modify-write, so a sample costs a clz, a load
  * and a store.  Readers on any thread take a snapshot with relaxed loads;
  * each bucket is exact and never goes backwards, though buckets of one
@@ -18,6 +18,7 @@
 #define FERRY_RUNTIME_HISTO_H
 
 #include <stdint.h>
+#include "ring/base/atomics.h"
 
 #define FERRY_HISTO_BUCKETS 48
 
@@ -38,7 +39,7 @@ static inline void histo_add(struct histo *h, uint64_t ticks)
 {
 	uint64_t *slot = &h->b[histo_bucket(ticks)];
 
-	__atomic_store_n(slot, *slot + 1, __ATOMIC_RELAXED);
+	WRITE_ONCE(*slot, *slot + 1);
 }
 
 /* Count n samples of the same `ticks`.  The owning thread only. */
@@ -46,7 +47,7 @@ static inline void histo_add_n(struct histo *h, uint64_t ticks, uint64_t n)
 {
 	uint64_t *slot = &h->b[histo_bucket(ticks)];
 
-	__atomic_store_n(slot, *slot + n, __ATOMIC_RELAXED);
+	WRITE_ONCE(*slot, *slot + n);
 }
 
 /* Copy the FERRY_HISTO_BUCKETS counts of h to out.  Any thread. */

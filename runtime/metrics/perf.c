@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "runtime/metrics/perf.h"
+#include "ring/base/atomics.h"
 
 static const struct {
 	const char *name;
@@ -136,7 +137,7 @@ int perf_open_self(struct perf_ctrs *p)
 	int err[PERF_CTR_N];
 	int n = 0;
 
-	__atomic_store_n(&p->ok, 0, __ATOMIC_RELAXED);
+	WRITE_ONCE(p->ok, 0);
 	for (unsigned i = 0; i < PERF_CTR_N; i++) {
 		int fd = open_one(i);
 
@@ -146,8 +147,8 @@ int perf_open_self(struct perf_ctrs *p)
 	}
 	explain(p, err);
 	/* Publish: a reader that sees ok > 0 also sees the fds. */
-	__atomic_store_n(&p->ok, n, __ATOMIC_RELEASE);
-	__atomic_store_n(&p->tried, 1, __ATOMIC_RELEASE);
+	store_release(p->ok, n);    /* pairs with: load_acquire in perf_read/perf_close */
+	store_release(p->tried, 1); /* pairs with: load_acquire in perf_note */
 	return n;
 }
 
@@ -155,7 +156,7 @@ void perf_note(const struct perf_ctrs *p, char *buf, size_t len)
 {
 	if (!len)
 		return;
-	if (!__atomic_load_n(&p->tried, __ATOMIC_ACQUIRE))
+	if (!load_acquire(p->tried)) /* pairs with: store_release in perf_open_self */
 		snprintf(buf, len, "not opened yet");
 	else
 		snprintf(buf, len, "%s", p->why[0] ? p->why : "all counting");
@@ -164,7 +165,7 @@ void perf_note(const struct perf_ctrs *p, char *buf, size_t len)
 void perf_read(const struct perf_ctrs *p, uint64_t out[PERF_CTR_N], uint8_t valid[PERF_CTR_N])
 {
 	/* ok first: fd[] of a zeroed or half-opened struct is not to be read. */
-	int open = __atomic_load_n(&p->ok, __ATOMIC_ACQUIRE) > 0;
+	int open = load_acquire(p->ok) > 0; /* pairs with: store_release in perf_open_self */
 
 	for (unsigned i = 0; i < PERF_CTR_N; i++) {
 		uint64_t v;
@@ -182,12 +183,12 @@ void perf_read(const struct perf_ctrs *p, uint64_t out[PERF_CTR_N], uint8_t vali
 
 void perf_close(struct perf_ctrs *p)
 {
-	int open = __atomic_load_n(&p->ok, __ATOMIC_ACQUIRE) > 0;
+	int open = load_acquire(p->ok) > 0; /* pairs with: store_release in perf_open_self */
 
 	for (unsigned i = 0; i < PERF_CTR_N; i++) {
 		if (open && p->fd[i] >= 0)
 			close(p->fd[i]);
 		p->fd[i] = -1;
 	}
-	__atomic_store_n(&p->ok, 0, __ATOMIC_RELAXED);
+	WRITE_ONCE(p->ok, 0);
 }

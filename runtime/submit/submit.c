@@ -92,7 +92,7 @@ int ferry_port_destroy(struct ferry_port *p)
 		return -EBUSY;
 	e = p->e;
 	pthread_mutex_lock(&e->ctl_lock);
-	rcu_assign_pointer(e->ports[p->slot], NULL);
+	rcu_assign_pointer(e->ports[p->slot], NULL); /* pairs with: rcu_dereference in the cores */
 	pthread_mutex_unlock(&e->ctl_lock);
 	/* Every core passes a quiescent state: none still reads p's rings. */
 	urcu_qsbr_synchronize_rcu();
@@ -124,9 +124,10 @@ int ferry_batch_create(struct ferry_port *p, uint32_t capacity, struct ferry_bat
 	return 0;
 }
 
-/* Requests of b still pending.  pairs with: fetch_sub_acq_rel in batch_request_ended */
+/* Requests of b still pending. */
 static uint32_t batch_pending(const struct ferry_batch *b)
 {
+	/* pairs with: fetch_sub_acq_rel in batch_request_ended */
 	return RQ_BATCH_COUNT(load_acquire(b->acct.pending));
 }
 

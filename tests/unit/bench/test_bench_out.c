@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "../bench/bench_out.c"
+#include "bench/bench_out.c"
 
 /* What fn(stream, args...) wrote, as a string the caller frees. */
 #define CAPTURE(out, fn, ...)                                     \

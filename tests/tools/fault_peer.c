@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fault_peer: the two processes of the fault tests on real RDMA
- * (tests/fault-vm.sh, Soft-RoCE), written against the public API only.
+ * (tests/tools/fault-vm.sh, Soft-RoCE), written against the public API only.
  *
  *   fault_peer target --nics rxe2,rxe3 --cores 0-1 --listen 127.0.0.1:18600
  *       registers --size bytes at a fixed virtual address (so a restarted

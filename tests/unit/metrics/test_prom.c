@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Prometheus exposition: fixed counters of two cores against a golden file
- * (tests/golden/prom.txt, read relative to the repo root where the tests
+ * (tests/unit/metrics/golden/prom.txt, read relative to the repo root where the tests
  * run; FERRY_UPDATE_GOLDEN=1 rewrites it after a deliberate change: review
  * the diff), -ENOSPC on every short buffer, label escaping, histograms and
  * unmeasured values through a test table, the engine wrapper on a live
@@ -23,7 +23,7 @@
 #include "runtime/metrics/histo.h"
 #include "runtime/metrics/prom.h"
 
-#define GOLDEN "tests/golden/prom.txt"
+#define GOLDEN "tests/unit/metrics/golden/prom.txt"
 #define LABEL "127.0.0.1:1234"
 
 /* ---- the grammar checker ---- */
@@ -420,7 +420,7 @@ static void test_table_covers_struct(void **state)
 	for (size_t w = 0; w < words; w++)
 		if (covered[w] != 1)
 			fail_msg("struct ferry_core_stats: the 8 bytes at offset %zu are %s: "
-				 "one row per field in runtime/prom.c", first + 8 * w,
+				 "one row per field in runtime/metrics/prom.c", first + 8 * w,
 				 covered[w] ? "exported twice" : "not exported");
 }
 

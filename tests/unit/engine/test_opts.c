@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of runtime/opts.c: defaults, state names, core lists and masks
+ * Unit tests of runtime/engine/opts.c: defaults, state names, core lists and masks
  * (good, bad, and what the messages say), environment overrides, and the
  * boundaries of ferry_opts_check().
  */

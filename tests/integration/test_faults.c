@@ -9,7 +9,7 @@
  */
 #include <time.h>
 
-#include "harness.h"
+#include "tests/harness/harness.h"
 
 #define BUF (32u << 20)
 #define REQS 48

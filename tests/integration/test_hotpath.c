@@ -10,7 +10,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "tests/harness/harness.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define INTERPOSE 0

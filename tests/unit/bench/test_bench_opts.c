@@ -19,8 +19,8 @@
 
 #include <cmocka.h>
 
-#include "../bench/bench_opts.c"
-#include "../bench/bench_util.c"
+#include "bench/bench_opts.c"
+#include "bench/bench_util.c"
 
 #define MAX_ARGS 32
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * QP depth and CQ quota accounting (qp/depth.h, qp/post.c) against the real
- * software NIC (qp/loop.c): layout of the counter blocks, post_budget,
+ * QP depth and CQ quota accounting (qp/post/depth.h, qp/post/post.c) against the real
+ * software NIC (qp/loop/loop.c): layout of the counter blocks, post_budget,
  * selective signalling, back-pressure that loses nothing, a failed post
  * mid-chain, errors attributed to the right slice, and randomized schedules
  * of post/poll (with and without injected faults) checked after every step:

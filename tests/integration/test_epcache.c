@@ -19,7 +19,7 @@
  */
 #include <pthread.h>
 
-#include "harness.h"
+#include "tests/harness/harness.h"
 
 #define NPEERS 3
 #define BUF (4u << 20)

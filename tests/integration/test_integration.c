@@ -11,7 +11,7 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "harness.h"
+#include "tests/harness/harness.h"
 
 #define THREADS 3
 #define DEFAULT_MAX_REQ (64u << 20)

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of the verbs provider (qp/verbs.c) without an RDMA device:
+ * Unit tests of the verbs provider (qp/verbs/verbs.c) without an RDMA device:
  * GID choice on hand-made tables, address packing, the attributes of the
  * QP state transitions, WR translation and error mapping on post, and
  * completion mapping on poll.  The verbs calls are stubbed through
  * fv_set_ops(); provider objects are built by hand around fake ibv objects
- * (the stubs never dereference them).  tests/verbs_smoke.c runs the real
+ * (the stubs never dereference them).  tests/tools/verbs_smoke.c runs the real
  * thing in the Soft-RoCE VM.
  */
 #include <stdarg.h>
@@ -513,7 +513,7 @@ static void test_rd_atomic_bound(void **state)
 	assert_int_equal(nic.max_cqe, 1 << 22);
 	assert_int_equal(nic.max_rd_atomic, 128);
 	assert_int_equal(nic.max_dest_rd_atomic, 128);
-	/* caps (the core's per-QP READ bound, qp/post.c) and the grant we publish. */
+	/* caps (the core's per-QP READ bound, qp/post/post.c) and the grant we publish. */
 	P->caps((const struct nic *)(const void *)&nic, &caps);
 	assert_int_equal(caps.max_rd_atomic, 128);
 	P->addr((const struct nic *)(const void *)&nic, &out);

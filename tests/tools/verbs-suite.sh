@@ -18,7 +18,7 @@ run() {
 # The VM is emulated (~15x slower) and rxe moves ~50 MB/s: smaller requests.
 export FERRY_TEST_MAX_REQ=${FERRY_TEST_MAX_REQ:-$((4 << 20))}
 # ... and its ACKs can take longer than a real NIC's 67 ms local ACK timeout:
-# rxe's retransmissions then fail healthy QPs (see tests/fault-vm.sh).
+# rxe's retransmissions then fail healthy QPs (see tests/tools/fault-vm.sh).
 if [ -n "${SOFTROCE_DEVICES:-}" ]; then
 	export FERRY_IB_TIMEOUT=${FERRY_IB_TIMEOUT:-18}
 fi
@@ -29,13 +29,13 @@ else
 	init="${devs[0]}" target="${devs[1]}"
 fi
 run "$B/verbs_smoke" "${devs[0]}" "${devs[1]}"
-FERRY_TEST_INIT_NICS=$init FERRY_TEST_TARGET_NICS=$target run "$B/tests/test_integration"
-FERRY_TEST_INIT_NICS=${devs[0]} FERRY_TEST_TARGET_NICS=${devs[1]} run "$B/tests/test_twoproc"
-FERRY_TEST_INIT_NICS=${devs[0]} FERRY_TEST_TARGET_NICS=${devs[1]} run "$B/tests/test_api"
-# Faults on real RDMA, two processes (tests/fault-vm.sh; needs 4 devices): a
+FERRY_TEST_INIT_NICS=$init FERRY_TEST_TARGET_NICS=$target run "$B/tests/integration/test_integration"
+FERRY_TEST_INIT_NICS=${devs[0]} FERRY_TEST_TARGET_NICS=${devs[1]} run "$B/tests/integration/test_twoproc"
+FERRY_TEST_INIT_NICS=${devs[0]} FERRY_TEST_TARGET_NICS=${devs[1]} run "$B/tests/integration/test_api"
+# Faults on real RDMA, two processes (tests/tools/fault-vm.sh; needs 4 devices): a
 # rail's link down and back, a peer killed and restarted (~40-70 s in the VM
 # together).  FERRY_FAULT_TESTS picks some of them, FERRY_FAULT_VM=0 none.
 if [ "${#devs[@]}" -ge 4 ] && [ "${FERRY_FAULT_VM:-1}" != 0 ]; then
-	run env B="$B" tests/fault-vm.sh
+	run env B="$B" tests/tools/fault-vm.sh
 fi
 exit $fail

@@ -26,7 +26,7 @@
 #include <sched.h>
 #include <time.h>
 
-#include "harness.h"
+#include "tests/harness/harness.h"
 
 #define BUF (16u << 20)
 #define BATCH 16

@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "tests/harness/harness.h"
 
 #define BUF (8u << 20)
 #define TARGET_SEED 77

@@ -5,7 +5,7 @@
  * registered memory on either side, full batches, busy batches/regions,
  * bad engine options.
  */
-#include "harness.h"
+#include "tests/harness/harness.h"
 
 #define BUF (4u << 20)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Faults on real RDMA, two processes (tests/fault_peer.c), run by
-# tests/verbs-suite.sh inside the Soft-RoCE VM (4 rxe devices over veth0..3):
+# Faults on real RDMA, two processes (tests/tools/fault_peer.c), run by
+# tests/tools/verbs-suite.sh inside the Soft-RoCE VM (4 rxe devices over veth0..3):
 #
 #  rail_down  initiator on rxe0,rxe1 (cores 0-1), target on rxe2,rxe3; while
 #             it streams, veth1 (rxe1's link, core 1's rail) goes down for
@@ -26,7 +26,7 @@
 #  - spurious transport retries (see FERRY_IB_TIMEOUT below);
 #  - a rail whose repair failed was marked down and its waiting slices
 #    failed with EHOSTDOWN although the other rail reached the peer (now
-#    they move there: runtime/handover.c, runtime/repair.c);
+#    they move there: runtime/core/handover.c, runtime/ctl/repair.c);
 #  - a restarted target listens before it registers its memory: the
 #    initiator refreshes the descriptor until the range is offered.
 set -u

@@ -14,7 +14,7 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "harness.h"
+#include "tests/harness/harness.h"
 
 #define THREADS 3
 #define DEPTH 8                       /* requests in flight per thread */

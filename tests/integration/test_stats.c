@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "harness.h"
+#include "tests/harness/harness.h"
 
 static struct pair P;
 static int stop_reader;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of the software NIC (qp/loop.c) through the provider interface:
+ * Unit tests of the software NIC (qp/loop/loop.c) through the provider interface:
  * keys, copies, verbs error/flush semantics, overflow detection, fault
  * injection and deregistration racing a polling core.
  */
