@@ -511,10 +511,64 @@ static void test_check_strings(void **state)
 	assert_string_equal(err, "ret");
 }
 
+/*
+ * Growth without breaking callers: ferry_opts_default records the caller's
+ * size, and the library reads and writes only the fields that size covers.
+ */
+static void test_opts_size(void **state)
+{
+	unsigned char raw[sizeof(struct ferry_opts) + 64];
+	struct ferry_opts *o = (struct ferry_opts *)(void *)raw;
+	struct ferry_opts full;
+
+	(void)state;
+	ferry_opts_default(&full);
+	assert_int_equal(full.opts_size, sizeof(full));
+	/* A caller built against a smaller (older) struct: nothing past it is written. */
+	memset(raw, 0xa5, sizeof(raw));
+	ferry_opts_init(o, FERRY_OPTS_SIZE_MIN);
+	assert_int_equal(o->opts_size, FERRY_OPTS_SIZE_MIN);
+	assert_int_equal(o->slice_size, 65536);
+	for (size_t i = FERRY_OPTS_SIZE_MIN; i < sizeof(raw); i++)
+		assert_int_equal(raw[i], 0xa5);
+	assert_int_equal(setenv("FERRY_SLICE_SIZE", "8K", 1), 0);
+	assert_int_equal(ferry_opts_from_env(o), 0);
+	unsetenv("FERRY_SLICE_SIZE");
+	assert_int_equal(o->slice_size, 8192);
+	assert_int_equal(o->opts_size, FERRY_OPTS_SIZE_MIN);
+	for (size_t i = FERRY_OPTS_SIZE_MIN; i < sizeof(raw); i++)
+		assert_int_equal(raw[i], 0xa5);
+	/* The library completes it with its defaults. */
+	assert_int_equal(ferry_opts_complete(&full, o), 0);
+	assert_int_equal(full.opts_size, sizeof(full));
+	assert_int_equal(full.slice_size, 8192);
+	/* A newer (larger) caller: the fields it has and we do not read 0. */
+	memset(raw, 0xa5, sizeof(raw));
+	ferry_opts_init(o, sizeof(raw));
+	assert_int_equal(o->opts_size, sizeof(raw));
+	for (size_t i = sizeof(struct ferry_opts); i < sizeof(raw); i++)
+		assert_int_equal(raw[i], 0);
+}
+
+/* Options never initialised are refused, not read as garbage. */
+static void test_opts_uninitialised(void **state)
+{
+	struct ferry_opts o, full;
+
+	(void)state;
+	memset(&o, 0, sizeof(o));
+	o.cores = "0";
+	o.nics = "loop";
+	assert_int_equal(ferry_opts_complete(&full, &o), -EINVAL);
+	assert_int_equal(ferry_opts_from_env(&o), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_opts_size),
+		cmocka_unit_test(test_opts_uninitialised),
 		cmocka_unit_test(test_state_names),
 		cmocka_unit_test(test_cores_good),
 		cmocka_unit_test(test_cores_full_mask),
