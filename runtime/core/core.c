@@ -59,16 +59,6 @@ void core_repair_decode(uintptr_t v, struct repair_job *j)
 
 /* ---- slice outcomes ---- */
 
-void core_slice_finish(struct ferry_core *c, struct slice *s, int err)
-{
-	if (likely(!err))
-		stat_add(&c->ctr, bytes, s->len);
-	if (rq_account(s->rq, s->len, err))
-		stat_add(&c->ctr, wakeups, 1);
-	slice_put(&c->pool, s);
-	c->slices_out--;
-}
-
 /* Transport trouble is worth another try; a protection error never is. */
 static bool err_retryable(int err)
 {
@@ -108,21 +98,31 @@ static bool slice_retry(struct ferry_core *c, struct slice *s, int err)
 	return true;
 }
 
-/* qp_events.slice_done: a WR's outcome, from qctx_poll (or a failed post). */
-static void core_on_slice_done(void *owner, struct slice *s, int err)
+/* A failed slice, or a success on a rail that had trouble: off the hot path. */
+static __attribute__((noinline, cold)) void core_slice_trouble(struct ferry_core *c,
+							       struct slice *s, int err)
 {
-	struct ferry_core *c = owner;
-
-	if (unlikely(err)) {
+	if (err) {
 		/* A flush is the echo of an error, not another one. */
 		if (err != -ECANCELED && rail_note_error(&s->ep->rail, &c->rail, c->q.now))
 			stat_add(&c->ctr, rail_pauses, 1);
 		if (slice_retry(c, s, err))
 			return;
-	} else if (unlikely(rail_troubled(&s->ep->rail))) {
+	} else {
 		rail_note_success(&s->ep->rail);
 	}
 	core_slice_finish(c, s, err);
+}
+
+/* qp_events.slice_done: a WR's outcome, from qctx_poll (or a failed post). */
+static void core_on_slice_done(void *owner, struct slice *s, int err)
+{
+	struct ferry_core *c = owner;
+
+	if (unlikely(err | rail_troubled(&s->ep->rail)))
+		core_slice_trouble(c, s, err);
+	else
+		core_slice_finish(c, s, 0);
 }
 
 /* qp_events.latency: n slices took ticks from post to completion. */
@@ -348,7 +348,7 @@ static void core_sweep_qps(struct ferry_core *c)
 /* noinline: bench/callgrind.sh counts the instructions spent in here. */
 __attribute__((noinline)) static uint32_t core_pass(struct ferry_core *c)
 {
-	uint32_t work = core_drain_cmds(c);
+	uint32_t work = ferry_ring_peek(&c->cmds) ? core_drain_cmds(c) : 0;
 
 	work += core_drain_ports(c);
 	if (c->xfer_in)

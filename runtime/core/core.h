@@ -21,6 +21,7 @@
 #include "ep/table.h"
 #include "qp/post/post.h"
 #include "ring/base/compiler.h"
+#include "ring/base/counters.h"
 #include "ring/ring.h"
 #include "runtime/metrics/histo.h"
 #include "runtime/metrics/perf.h"
@@ -155,7 +156,15 @@ void core_repair_decode(uintptr_t v, struct repair_job *j);
 
 /* ---- slices and parts: core.c ---- */
 /* The slice's last outcome: account its bytes to the request and free it. */
-void core_slice_finish(struct ferry_core *c, struct slice *s, int err);
+static inline void core_slice_finish(struct ferry_core *c, struct slice *s, int err)
+{
+	if (likely(!err))
+		stat_add(&c->ctr, bytes, s->len);
+	if (rq_account(s->rq, s->len, err))
+		stat_add(&c->ctr, wakeups, 1);
+	slice_put(&c->pool, s);
+	c->slices_out--;
+}
 /* Fail slices [a, b) of rq that this core will not serve. */
 void core_part_fail(struct ferry_core *c, struct ferry_rq *rq, uint64_t a, uint64_t b, int err);
 /* Fail every slice waiting on ep with err. */
