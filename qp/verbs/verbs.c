@@ -72,7 +72,7 @@ static const struct fv_ops real_ops = {
 };
 
 /* A copy, not a pointer: the data path pays one indirect call, as ibv_* would. */
-static struct fv_ops ops = {
+struct fv_ops fv_calls = {
 	.post_send = real_post_send,
 	.poll_cq = real_poll_cq,
 	.modify_qp = real_modify_qp,
@@ -81,103 +81,33 @@ static struct fv_ops ops = {
 
 void fv_set_ops(const struct fv_ops *o)
 {
-	ops = real_ops;
+	fv_calls = real_ops;
 	if (!o)
 		return;
 	if (o->post_send)
-		ops.post_send = o->post_send;
+		fv_calls.post_send = o->post_send;
 	if (o->poll_cq)
-		ops.poll_cq = o->poll_cq;
+		fv_calls.poll_cq = o->poll_cq;
 	if (o->modify_qp)
-		ops.modify_qp = o->modify_qp;
+		fv_calls.modify_qp = o->modify_qp;
 	if (o->query_gid_ex)
-		ops.query_gid_ex = o->query_gid_ex;
+		fv_calls.query_gid_ex = o->query_gid_ex;
 }
 
-/* ------------------------------------------------------------ small helpers */
+/* ------------------------------------------------------------ messages */
 
-static inline struct fv_nic *nic_of(struct nic *n)
-{
-	return (struct fv_nic *)(void *)n;
-}
-
-static inline const struct fv_nic *cnic_of(const struct nic *n)
-{
-	return (const struct fv_nic *)(const void *)n;
-}
-
-static inline struct fv_cq *cq_of(struct nic_cq *c)
-{
-	return (struct fv_cq *)(void *)c;
-}
-
-static inline struct fv_qp *qp_of(struct nic_qp *q)
-{
-	return (struct fv_qp *)(void *)q;
-}
-
-static inline const struct fv_qp *cqp_of(const struct nic_qp *q)
-{
-	return (const struct fv_qp *)(const void *)q;
-}
-
-/*
- * rdma-core documents a positive errno as the return of ibv_post_send and
- * ibv_modify_qp, but some providers return -errno or -1 with errno set:
- * accept all three, always yield a positive errno.
- */
-static int fv_errno(int rc)
-{
-	if (rc > 0)
-		return rc;
-	if (rc == -1 && errno > 0)
-		return errno;
-	return rc < 0 ? -rc : EIO;
-}
-
-/* errno after a verbs call that returned NULL (some leave it 0). */
-static int null_errno(int fallback)
-{
-	return errno > 0 ? errno : fallback;
-}
-
-static unsigned mtu_bytes(unsigned mtu)
-{
-	return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128u << mtu : 0;
-}
-
-/* One message, prefixed "verbs: <dev> port <p>: ". */
-static void vlog_va(int level, const struct fv_nic *nic, const char *fmt, va_list ap)
+void fv_log(int level, const struct fv_nic *nic, const char *fmt, ...)
 {
 	char msg[1024];
+	va_list ap;
 
+	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
 	if (nic->port)
 		flog(level, "verbs: %s port %u: %s", nic->name, nic->port, msg);
 	else
 		flog(level, "verbs: %s: %s", nic->name, msg);
-}
-
-/* Something failed: why, with the device named. */
-__attribute__((format(printf, 2, 3)))
-static void vlog(const struct fv_nic *nic, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vlog_va(LOG_ERROR, nic, fmt, ap);
-	va_end(ap);
-}
-
-/* A decision worth knowing (the GID chosen). */
-__attribute__((format(printf, 2, 3)))
-static void vinfo(const struct fv_nic *nic, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vlog_va(LOG_INFO, nic, fmt, ap);
-	va_end(ap);
 }
 
 /* ------------------------------------------------------------ GIDs */
@@ -320,7 +250,7 @@ static int read_gid_table(const struct fv_nic *nic, int tbl_len, struct fv_gid *
 		struct ibv_gid_entry e;
 
 		memset(&e, 0, sizeof(e));
-		if (ops.query_gid_ex(nic->ctx, nic->port, (uint32_t)i, &e, 0))
+		if (fv_calls.query_gid_ex(nic->ctx, nic->port, (uint32_t)i, &e, 0))
 			continue;
 		tbl[n].index = i;
 		memcpy(tbl[n].gid, e.gid.raw, 16);
@@ -347,8 +277,7 @@ static void gid_table_str(const struct fv_gid *tbl, int n, char *buf, size_t len
 		snprintf(buf, len, "empty");
 }
 
-/* True the first time key is seen: the GID choice is logged once per device. */
-static bool first_time(const char *key)
+bool fv_first_time(const char *key)
 {
 	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 	static char seen[64][96];
@@ -370,7 +299,7 @@ static void log_gid_choice(const struct fv_nic *nic, const char *why)
 	char key[96], a[INET6_ADDRSTRLEN];
 
 	snprintf(key, sizeof(key), "%s:%u:%d", nic->name, nic->port, nic->gid_index);
-	if (!first_time(key))
+	if (!fv_first_time(key))
 		return;
 	fv_gid_str(nic->gid.raw, a, sizeof(a));
 	vinfo(nic, "GID index %d %s (%s) chosen: %s", nic->gid_index, a,
@@ -634,7 +563,7 @@ static int setup_ib(struct fv_nic *nic)
 	if (ibv_query_gid(nic->ctx, nic->port, 0, &nic->gid))
 		memset(&nic->gid, 0, sizeof(nic->gid));
 	snprintf(key, sizeof(key), "%s:%u:ib", nic->name, nic->port);
-	if (first_time(key))
+	if (fv_first_time(key))
 		vinfo(nic, "InfiniBand: LID 0x%x, GID index 0", nic->lid);
 	return 0;
 }
@@ -1086,8 +1015,8 @@ int fv_qp_to_init(struct fv_qp *qp)
 	a.port_num = qp->nic->port;
 	a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
 			    IBV_ACCESS_LOCAL_WRITE;
-	rc = ops.modify_qp(qp->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				     IBV_QP_ACCESS_FLAGS);
+	rc = fv_calls.modify_qp(qp->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+				IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 	if (rc) {
 		rc = fv_errno(rc);
 		vlog(qp->nic, "QP 0x%x RESET->INIT failed: %s", qp->qp->qp_num, strerror(rc));
@@ -1291,14 +1220,14 @@ static int fv_qp_connect(struct nic_qp *q, const struct nic_addr *remote,
 	if (rc)
 		return rc;
 	rtr_attr(qp, &ra, rqp, &a, &mask);
-	rc = ops.modify_qp(qp->qp, &a, mask);
+	rc = fv_calls.modify_qp(qp->qp, &a, mask);
 	if (rc) {
 		rc = fv_errno(rc);
 		log_connect_failure(qp, "INIT->RTR", rc, &ra, rqp);
 		return -rc;
 	}
 	rts_attr(qp, &ra, &a, &mask);
-	rc = ops.modify_qp(qp->qp, &a, mask);
+	rc = fv_calls.modify_qp(qp->qp, &a, mask);
 	if (rc) {
 		rc = fv_errno(rc);
 		log_connect_failure(qp, "RTR->RTS", rc, &ra, rqp);
@@ -1316,7 +1245,7 @@ static int fv_qp_set_error(struct nic_qp *q)
 
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_ERR;
-	rc = ops.modify_qp(qp->qp, &a, IBV_QP_STATE);
+	rc = fv_calls.modify_qp(qp->qp, &a, IBV_QP_STATE);
 	if (unlikely(rc)) {
 		rc = fv_errno(rc);
 		vlog(qp->nic, "QP 0x%x ->ERR failed: %s", qp->qp->qp_num, strerror(rc));
@@ -1392,7 +1321,7 @@ static int fv_post(struct nic_qp *q, struct nic_wr *wr, struct nic_wr **bad)
 				*bad = wr;
 			return -EINVAL;
 		}
-		rc = ops.post_send(qp->qp, iw, &ibad);
+		rc = fv_calls.post_send(qp->qp, iw, &ibad);
 		if (unlikely(rc)) {
 			/* A provider that names no bad WR posted nothing of this chain. */
 			uint32_t i = ibad >= iw && ibad < iw + n ? (uint32_t)(ibad - iw) : 0;
@@ -1469,7 +1398,7 @@ static int fv_poll(struct nic_cq *c, int n, struct nic_wc *wc)
 		return n < 0 ? -EINVAL : 0;
 	while (done < n) {
 		int want = n - done < VERBS_POLL_CHUNK ? n - done : VERBS_POLL_CHUNK;
-		int got = ops.poll_cq(cq->cq, want, iwc);
+		int got = fv_calls.poll_cq(cq->cq, want, iwc);
 
 		if (unlikely(got < 0))
 			return done ? done : -EIO; /* what we have first; the error again next time */

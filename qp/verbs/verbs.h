@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The verbs (rdma-core) NIC provider: internals exposed for unit tests.
+ * The verbs (rdma-core) NIC provider: its private header, shared by its
+ * files and exposing internals for unit tests.
  *
  * The rest of ferry only needs nic_verbs_provider and nic_verbs_discover
  * (qp/nic.h).  This header adds what tests/test_verbs.c needs to run the
@@ -17,6 +18,7 @@
 #ifndef FERRY_QP_VERBS_H
 #define FERRY_QP_VERBS_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,6 +27,7 @@
 #include <infiniband/verbs.h>
 
 #include "qp/nic.h"
+#include "ring/base/log.h"
 
 /*
  * Outstanding RDMA READs per QP (initiator depth, max_rd_atomic) and the
@@ -178,6 +181,70 @@ int fv_qp_to_init(struct fv_qp *qp);
  */
 int fv_select_gid(struct fv_nic *nic, int tbl_len);
 
+/* ------------------------------------------------------------ helpers */
+
+static inline struct fv_nic *nic_of(struct nic *n)
+{
+	return (struct fv_nic *)(void *)n;
+}
+
+static inline const struct fv_nic *cnic_of(const struct nic *n)
+{
+	return (const struct fv_nic *)(const void *)n;
+}
+
+static inline struct fv_cq *cq_of(struct nic_cq *c)
+{
+	return (struct fv_cq *)(void *)c;
+}
+
+static inline struct fv_qp *qp_of(struct nic_qp *q)
+{
+	return (struct fv_qp *)(void *)q;
+}
+
+static inline const struct fv_qp *cqp_of(const struct nic_qp *q)
+{
+	return (const struct fv_qp *)(const void *)q;
+}
+
+/*
+ * rdma-core documents a positive errno as the return of ibv_post_send and
+ * ibv_modify_qp, but some providers return -errno or -1 with errno set:
+ * accept all three, always yield a positive errno.
+ */
+static inline int fv_errno(int rc)
+{
+	if (rc > 0)
+		return rc;
+	if (rc == -1 && errno > 0)
+		return errno;
+	return rc < 0 ? -rc : EIO;
+}
+
+/* errno after a verbs call that returned NULL (some leave it 0). */
+static inline int null_errno(int fallback)
+{
+	return errno > 0 ? errno : fallback;
+}
+
+static inline unsigned mtu_bytes(unsigned mtu)
+{
+	return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128u << mtu : 0;
+}
+
+/* One message, prefixed "verbs: <dev> port <p>: ". */
+__attribute__((format(printf, 3, 4)))
+void fv_log(int level, const struct fv_nic *nic, const char *fmt, ...);
+
+/* Something failed: why, with the device named. */
+#define vlog(nic, ...) fv_log(LOG_ERROR, (nic), __VA_ARGS__)
+/* A decision worth knowing (the GID chosen). */
+#define vinfo(nic, ...) fv_log(LOG_INFO, (nic), __VA_ARGS__)
+
+/* True the first time key is seen: the GID choice is logged once per device. */
+bool fv_first_time(const char *key);
+
 /* ------------------------------------------------------------ stubs */
 
 /* The verbs calls tests may replace.  Returns follow rdma-core. */
@@ -188,6 +255,9 @@ struct fv_ops {
 	int (*query_gid_ex)(struct ibv_context *ctx, uint32_t port, uint32_t index,
 			    struct ibv_gid_entry *entry, uint32_t flags);
 };
+
+/* The calls in use: the real ones, or a test's (fv_set_ops). */
+extern struct fv_ops fv_calls;
 
 /* Replace the calls (NULL members, or ops NULL: the real ones).  Tests only:
  * not thread safe, call it while no provider object is in use. */
