@@ -174,12 +174,40 @@ uint32_t fv_qp_rd_atomic(const struct fv_nic *nic, uint32_t peer_grant);
 /* RESET -> INIT (qp_create does it; exposed for the attribute tests). */
 int fv_qp_to_init(struct fv_qp *qp);
 
+/* An RC QP on cq as ferry wants it; *inl = the inline size it got.  0 or -errno. */
+int fv_create_rc_qp(struct fv_nic *nic, struct ibv_cq *cq, uint32_t max_wr,
+		    struct ibv_qp **out, uint32_t *inl);
+
+/* Destroy cq and the QPs that report to it (nic->lock held). */
+void fv_cq_free_locked(struct fv_cq *cq);
+
+/* A FERRY_IB_* knob: its value in 0..max, else dflt (a bad one is logged once). */
+uint8_t fv_ib_env(const struct fv_nic *nic, const char *name, long max, uint8_t dflt);
+
 /*
  * Read the port's GID table (through ops.query_gid_ex), apply
  * FERRY_GID_INDEX, choose, log, and set nic->gid_index/gid/gid_type.
  * 0 or -errno (logged).
  */
 int fv_select_gid(struct fv_nic *nic, int tbl_len);
+
+/* ------------------------------------------------------------ operations */
+
+/* The members of nic_verbs_provider (qp/nic.h says what each does). */
+
+/* queue.c */
+int fv_cq_create(struct nic *n, uint32_t cqe, struct nic_cq **out);
+void fv_cq_destroy(struct nic_cq *c);
+int fv_cq_arm(struct nic_cq *c);
+int fv_cq_fd(const struct nic_cq *c);
+void fv_cq_ack(struct nic_cq *c);
+int fv_qp_create(struct nic *n, struct nic_cq *c, uint32_t max_wr, struct nic_qp **out);
+void fv_qp_destroy(struct nic_qp *q);
+void fv_qp_info(const struct nic_qp *q, struct nic_qp_info *out);
+uint32_t fv_qp_num(const struct nic_qp *q);
+int fv_qp_connect(struct nic_qp *q, const struct nic_addr *remote,
+		  const struct nic_qp_info *rqp);
+int fv_qp_set_error(struct nic_qp *q);
 
 /* ------------------------------------------------------------ helpers */
 
