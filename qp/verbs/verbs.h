@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The verbs (rdma-core) NIC provider: its private header, shared by its
- * files and exposing internals for unit tests.
+ * The verbs (rdma-core) NIC provider: its private header.  The provider's
+ * files share it: gid.c (the GID choice), device.c (open and close,
+ * memory, discovery, the stubbable calls), queue.c (CQs and QPs) and
+ * data.c (post, poll and the provider table).
  *
  * The rest of ferry only needs nic_verbs_provider and nic_verbs_discover
  * (qp/nic.h).  This header adds what tests/test_verbs.c needs to run the
@@ -185,7 +187,7 @@ void fv_cq_free_locked(struct fv_cq *cq);
 uint8_t fv_ib_env(const struct fv_nic *nic, const char *name, long max, uint8_t dflt);
 
 /*
- * Read the port's GID table (through ops.query_gid_ex), apply
+ * Read the port's GID table (through fv_calls.query_gid_ex), apply
  * FERRY_GID_INDEX, choose, log, and set nic->gid_index/gid/gid_type.
  * 0 or -errno (logged).
  */
@@ -194,6 +196,16 @@ int fv_select_gid(struct fv_nic *nic, int tbl_len);
 /* ------------------------------------------------------------ operations */
 
 /* The members of nic_verbs_provider (qp/nic.h says what each does). */
+
+/* device.c */
+int fv_open(const char *dev, struct nic **out);
+void fv_close(struct nic *n);
+void fv_caps(const struct nic *n, struct nic_caps *out);
+void fv_addr(const struct nic *n, struct nic_addr *out);
+int fv_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out);
+int fv_dereg_mr(struct nic *n, struct nic_mr *mr);
+void fv_describe(const struct nic *n, char *buf, size_t len);
+int fv_numa_node(const struct nic *n);
 
 /* queue.c */
 int fv_cq_create(struct nic *n, uint32_t cqe, struct nic_cq **out);
@@ -208,6 +220,10 @@ uint32_t fv_qp_num(const struct nic_qp *q);
 int fv_qp_connect(struct nic_qp *q, const struct nic_addr *remote,
 		  const struct nic_qp_info *rqp);
 int fv_qp_set_error(struct nic_qp *q);
+
+/* data.c */
+int fv_post(struct nic_qp *q, struct nic_wr *wr, struct nic_wr **bad);
+int fv_poll(struct nic_cq *c, int n, struct nic_wc *wc);
 
 /* ------------------------------------------------------------ helpers */
 

@@ -3,12 +3,11 @@
  * verbs: the rdma-core NIC provider (RC QPs, one-sided READ/WRITE).
  *
  * One struct fv_nic per open(): device context, protection domain, the
- * port and the GID (RoCE) or LID (InfiniBand) its QPs use.  Its CQs and
- * QPs are in queue.c, the GID choice in gid.c.
- *
- * Data path.  post/poll translate nic_wr/nic_wc to verbs on the stack and
- * call ibv_post_send/ibv_poll_cq through a table (struct fv_ops) so that
- * tests can stub them; they neither lock nor allocate.
+ * port and the GID (RoCE) or LID (InfiniBand) its QPs use.  This file
+ * opens, describes and closes it, registers memory on it and finds the
+ * host's devices; it also holds the verbs calls tests may stub and the
+ * provider's log line.  The GID choice is in gid.c, CQs and QPs in
+ * queue.c, post, poll and the provider table in data.c.
  */
 #include "qp/verbs/verbs.h"
 
@@ -19,14 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "ring/base/compiler.h"
 #include "ring/base/log.h"
-
-#define VERBS_POLL_CHUNK 64
-#define VERBS_ERR_LOG_SEC 10 /* at most one error-completion line per CQ per period */
 
 static const uint8_t fv_magic[4] = { 'V', 'R', 'B', 'S' };
 
@@ -148,7 +142,7 @@ static void nic_to_addr(const struct fv_nic *nic, struct fv_addr *a)
 	a->rd_atomic = (uint8_t)nic->max_dest_rd_atomic;
 }
 
-static void fv_addr(const struct nic *n, struct nic_addr *out)
+void fv_addr(const struct nic *n, struct nic_addr *out)
 {
 	struct fv_addr a;
 
@@ -361,8 +355,6 @@ static void probe_inline(struct fv_nic *nic)
 	ibv_destroy_cq(cq);
 }
 
-static void fv_close(struct nic *n);
-
 static int open_steps(struct fv_nic *nic, const char *dev)
 {
 	struct ibv_port_attr pa;
@@ -389,7 +381,7 @@ static int open_steps(struct fv_nic *nic, const char *dev)
 	return setup_ib(nic);
 }
 
-static int fv_open(const char *dev, struct nic **out)
+int fv_open(const char *dev, struct nic **out)
 {
 	struct fv_nic *nic = calloc(1, sizeof(*nic));
 	int rc;
@@ -426,7 +418,7 @@ static void mrs_free_locked(struct fv_nic *nic)
 }
 
 /* Children first: QPs, CQs (then their channels), MRs, the PD, the context. */
-static void fv_close(struct nic *n)
+void fv_close(struct nic *n)
 {
 	struct fv_nic *nic = nic_of(n);
 	int rc;
@@ -451,7 +443,7 @@ static void fv_close(struct nic *n)
 
 /* ------------------------------------------------------------ queries */
 
-static void fv_caps(const struct nic *n, struct nic_caps *out)
+void fv_caps(const struct nic *n, struct nic_caps *out)
 {
 	const struct fv_nic *nic = cnic_of(n);
 
@@ -461,7 +453,7 @@ static void fv_caps(const struct nic *n, struct nic_caps *out)
 	out->max_rd_atomic = nic->max_rd_atomic;
 }
 
-static void fv_describe(const struct nic *n, char *buf, size_t len)
+void fv_describe(const struct nic *n, char *buf, size_t len)
 {
 	const struct fv_nic *nic = cnic_of(n);
 	char a[INET6_ADDRSTRLEN];
@@ -477,7 +469,7 @@ static void fv_describe(const struct nic *n, char *buf, size_t len)
 		 mtu_bytes(nic->active_mtu), nic->numa_node);
 }
 
-static int fv_numa_node(const struct nic *n)
+int fv_numa_node(const struct nic *n)
 {
 	return cnic_of(n)->numa_node;
 }
@@ -523,7 +515,7 @@ static int mr_track_locked(struct fv_nic *nic, struct ibv_mr *mr)
 	return 0;
 }
 
-static int fv_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out)
+int fv_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out)
 {
 	struct fv_nic *nic = nic_of(n);
 	struct ibv_mr *mr;
@@ -552,7 +544,7 @@ static int fv_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out)
 	return 0;
 }
 
-static int fv_dereg_mr(struct nic *n, struct nic_mr *mr)
+int fv_dereg_mr(struct nic *n, struct nic_mr *mr)
 {
 	struct fv_nic *nic = nic_of(n);
 	uint32_t i;
@@ -579,163 +571,6 @@ static int fv_dereg_mr(struct nic *n, struct nic_mr *mr)
 	mr->lkey = 0;
 	mr->rkey = 0;
 	return 0;
-}
-
-/* ------------------------------------------------------------ data path */
-
-static inline void fill_send_wr(const struct fv_qp *qp, const struct nic_wr *wr,
-				struct ibv_send_wr *iw, struct ibv_sge *sg)
-{
-	bool write = wr->op == NIC_OP_WRITE;
-	unsigned int flags = wr->signaled ? IBV_SEND_SIGNALED : 0;
-
-	/* Small WRITEs go inline: no DMA read of the source by the NIC. */
-	if (write && wr->len && wr->len <= qp->max_inline)
-		flags |= IBV_SEND_INLINE;
-	sg->addr = wr->local;
-	sg->length = wr->len;
-	sg->lkey = wr->lkey;
-	*iw = (struct ibv_send_wr){
-		.wr_id = wr->wr_id,
-		.sg_list = sg,
-		.num_sge = wr->len ? 1 : 0, /* a zero-length drain marker has no SGE */
-		.opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
-		.send_flags = flags,
-		.wr.rdma = { .remote_addr = wr->remote, .rkey = wr->rkey },
-	};
-}
-
-/* Translate up to VERBS_POST_MAX WRs; stops before one with a bad op. */
-static inline uint32_t build_chain(const struct fv_qp *qp, struct nic_wr *wr,
-				   struct ibv_send_wr *iw, struct ibv_sge *sg, struct nic_wr **next)
-{
-	uint32_t n = 0;
-
-	for (; wr && n < VERBS_POST_MAX; wr = wr->next, n++) {
-		if (unlikely(wr->op != NIC_OP_WRITE && wr->op != NIC_OP_READ))
-			break;
-		fill_send_wr(qp, wr, &iw[n], &sg[n]);
-		iw[n].next = &iw[n + 1];
-	}
-	if (n)
-		iw[n - 1].next = NULL;
-	*next = wr;
-	return n;
-}
-
-/* The nic_wr that became iw[idx] (idx < the chain's length). */
-static struct nic_wr *nth_wr(struct nic_wr *wr, uint32_t idx)
-{
-	while (idx--)
-		wr = wr->next;
-	return wr;
-}
-
-static int fv_post(struct nic_qp *q, struct nic_wr *wr, struct nic_wr **bad)
-{
-	struct fv_qp *qp = qp_of(q);
-	struct ibv_send_wr iw[VERBS_POST_MAX];
-	struct ibv_sge sg[VERBS_POST_MAX];
-
-	while (wr) {
-		struct ibv_send_wr *ibad = NULL;
-		struct nic_wr *next;
-		uint32_t n = build_chain(qp, wr, iw, sg, &next);
-		int rc;
-
-		if (unlikely(!n)) {
-			if (bad)
-				*bad = wr;
-			return -EINVAL;
-		}
-		rc = fv_calls.post_send(qp->qp, iw, &ibad);
-		if (unlikely(rc)) {
-			/* A provider that names no bad WR posted nothing of this chain. */
-			uint32_t i = ibad >= iw && ibad < iw + n ? (uint32_t)(ibad - iw) : 0;
-
-			if (bad)
-				*bad = nth_wr(wr, i);
-			return -fv_errno(rc);
-		}
-		wr = next;
-	}
-	return 0;
-}
-
-static uint16_t wc_status(enum ibv_wc_status s)
-{
-	switch (s) {
-	case IBV_WC_SUCCESS:
-		return NIC_WC_SUCCESS;
-	case IBV_WC_LOC_PROT_ERR:
-		return NIC_WC_LOC_PROT_ERR;
-	case IBV_WC_REM_ACCESS_ERR:
-		return NIC_WC_REM_ACCESS_ERR;
-	case IBV_WC_WR_FLUSH_ERR:
-		return NIC_WC_FLUSH_ERR;
-	case IBV_WC_RETRY_EXC_ERR:
-	case IBV_WC_RNR_RETRY_EXC_ERR:
-		return NIC_WC_RETRY_EXC_ERR;
-	default:
-		return NIC_WC_GENERAL_ERR;
-	}
-}
-
-/*
- * The cause of a QP failure is in its first error completion (the rest are
- * flushes); nic_wc has no vendor_err, so log it here, rate-limited per CQ.
- */
-static void log_wc_error(struct fv_cq *cq, const struct ibv_wc *w)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	if (cq->err_logged && ts.tv_sec < cq->err_log_at)
-		return;
-	cq->err_logged = true;
-	cq->err_log_at = ts.tv_sec + VERBS_ERR_LOG_SEC;
-	vlog(cq->nic, "completion error on QP 0x%x: %s (status %d, vendor_err 0x%x, wr_id 0x%llx)",
-	     w->qp_num, ibv_wc_status_str(w->status), (int)w->status, w->vendor_err,
-	     (unsigned long long)w->wr_id);
-}
-
-static inline void map_wc(struct fv_cq *cq, const struct ibv_wc *in, struct nic_wc *out)
-{
-	out->wr_id = in->wr_id;
-	out->qp_num = in->qp_num;
-	if (likely(in->status == IBV_WC_SUCCESS)) {
-		out->status = NIC_WC_SUCCESS;
-		out->op = in->opcode == IBV_WC_RDMA_READ ? NIC_OP_READ : NIC_OP_WRITE;
-		return;
-	}
-	/* On error in->opcode is not valid. */
-	out->status = wc_status(in->status);
-	out->op = NIC_OP_WRITE;
-	if (in->status != IBV_WC_WR_FLUSH_ERR)
-		log_wc_error(cq, in);
-}
-
-static int fv_poll(struct nic_cq *c, int n, struct nic_wc *wc)
-{
-	struct fv_cq *cq = cq_of(c);
-	struct ibv_wc iwc[VERBS_POLL_CHUNK];
-	int done = 0;
-
-	if (unlikely(n <= 0))
-		return n < 0 ? -EINVAL : 0;
-	while (done < n) {
-		int want = n - done < VERBS_POLL_CHUNK ? n - done : VERBS_POLL_CHUNK;
-		int got = fv_calls.poll_cq(cq->cq, want, iwc);
-
-		if (unlikely(got < 0))
-			return done ? done : -EIO; /* what we have first; the error again next time */
-		for (int i = 0; i < got; i++)
-			map_wc(cq, &iwc[i], &wc[done + i]);
-		done += got;
-		if (got < want)
-			break;
-	}
-	return done;
 }
 
 /* ------------------------------------------------------------ discovery */
@@ -789,28 +624,3 @@ int nic_verbs_discover(struct nic_dev_info *out, int max)
 	ibv_free_device_list(list);
 	return count;
 }
-
-const struct nic_provider nic_verbs_provider = {
-	.name = "verbs",
-	.open = fv_open,
-	.close = fv_close,
-	.caps = fv_caps,
-	.addr = fv_addr,
-	.reg_mr = fv_reg_mr,
-	.dereg_mr = fv_dereg_mr,
-	.cq_create = fv_cq_create,
-	.cq_destroy = fv_cq_destroy,
-	.qp_create = fv_qp_create,
-	.qp_info = fv_qp_info,
-	.qp_connect = fv_qp_connect,
-	.qp_num = fv_qp_num,
-	.qp_set_error = fv_qp_set_error,
-	.qp_destroy = fv_qp_destroy,
-	.post = fv_post,
-	.poll = fv_poll,
-	.cq_arm = fv_cq_arm,
-	.cq_fd = fv_cq_fd,
-	.cq_ack = fv_cq_ack,
-	.describe = fv_describe,
-	.numa_node = fv_numa_node,
-};
