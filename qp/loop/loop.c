@@ -31,6 +31,7 @@
  * polled or posted while it is being destroyed.
  */
 #include "qp/loop/loop.h"
+#include "qp/loop/objects.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -48,11 +49,6 @@
 #define LOOP_MAX_CQE (1u << 20)
 #define LOOP_MAX_RD_ATOMIC 16u
 
-/* Keys: generation (16 bits, never 0) << 16 | slot index (16 bits). */
-#define LOOP_MR_BITS 16
-#define LOOP_MR_SLOTS (1u << LOOP_MR_BITS)
-#define LOOP_MR_MASK (LOOP_MR_SLOTS - 1)
-
 /* WRs a QP executes per round-robin turn inside one poll. */
 #define LOOP_QP_BURST 16u
 
@@ -61,169 +57,17 @@
 
 static const uint8_t loop_magic[4] = { 'L', 'O', 'O', 'P' };
 
-#ifndef container_of
-#define container_of(ptr, type, member) \
-	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
-#endif
-
-/* Minimal intrusive doubly-linked list; a detached node points to itself. */
-struct loop_list {
-	struct loop_list *next;
-	struct loop_list *prev;
-};
-
-static inline void list_init(struct loop_list *h)
-{
-	h->next = h;
-	h->prev = h;
-}
-
-static inline bool list_empty(const struct loop_list *h)
-{
-	return h->next == h;
-}
-
-static inline void list_add_tail(struct loop_list *n, struct loop_list *h)
-{
-	n->prev = h->prev;
-	n->next = h;
-	h->prev->next = n;
-	h->prev = n;
-}
-
-static inline void list_del(struct loop_list *n)
-{
-	n->prev->next = n->next;
-	n->next->prev = n->prev;
-	list_init(n);
-}
-
-/* Counter indices; the poll thread is the only writer of a CQ's counters. */
-enum {
-	CNT_WRS,
-	CNT_BYTES,
-	CNT_ERRS,
-	CNT_LOST,
-	CNT_FATAL,
-	CNT_SQ_OVF,
-	CNT_CQ_OVF,
-	CNT_NR,
-};
-
-struct loop_ctx {
-	uint32_t id;
-	struct loop_list link;	/* in loop_ctxs (loop_lock) */
-	struct loop_list cqs;	/* struct loop_cq.link (loop_lock) */
-	uint32_t ncq_created;	/* ordinal of the next CQ: seeds its PRNG */
-	uint32_t nmr;		/* live MRs: close scans the table only if > 0 */
-	uint64_t retired[CNT_NR]; /* counters of destroyed CQs (loop_lock) */
-
-	/* Fault plan: written by loop_set_faults, read by polls. */
-	_Atomic uint64_t thr_err;
-	_Atomic uint64_t thr_lost;
-	_Atomic uint64_t thr_fatal;
-	_Atomic uint64_t seed;
-	_Atomic uint32_t fault_epoch; /* bumped after each change */
-	_Atomic int nocopy;
-};
-
-/* A queued WR: struct nic_wr without the chain pointer. */
-struct loop_wqe {
-	uint64_t wr_id;
-	uint64_t local;
-	uint64_t remote;
-	uint32_t len;
-	uint32_t lkey;
-	uint32_t rkey;
-	uint8_t op;
-	uint8_t signaled;
-};
-
-struct loop_cq {
-	/* Owned by the polling core. */
-	struct loop_ctx *ctx;
-	struct nic_wc *ring;
-	uint32_t size;
-	uint32_t head;
-	uint32_t tail;
-	uint32_t count;
-	bool overflow;		/* a CQE was lost: next poll says -EOVERFLOW */
-	struct loop_list active; /* QPs with a non-empty SQ */
-	uint64_t rng;
-	uint64_t thr_err;	/* thresholds on a 32-bit draw; 0 = off */
-	uint64_t thr_lost;
-	uint64_t thr_fatal;
-	uint32_t fault_epoch;	/* ctx->fault_epoch the fields above reflect */
-	uint32_t ordinal;
-	uint64_t cnt[CNT_NR];
-
-	/* Control path, under loop_lock. */
-	struct loop_list link;	/* in ctx->cqs */
-	struct loop_list qps;	/* struct loop_qp.link */
-
-	/* Written by the core, read by dereg_mr and loop_get_counters. */
-	_Atomic uint64_t poll_seq ferry_cache_aligned; /* odd while executing */
-	_Atomic uint64_t pub[CNT_NR];
-};
-
-struct loop_qp {
-	/* Owned by the posting/polling core. */
-	struct loop_list act;	/* in cq->active while the SQ is not empty */
-	struct loop_wqe *sq;
-	uint32_t sq_size;
-	uint32_t sq_head;
-	uint32_t sq_tail;
-	uint32_t sq_count;
-	uint32_t qp_num;
-	uint32_t local_id;	/* our context's id: lkeys must belong to it */
-	uint32_t peer;		/* copy of remote_id taken by post */
-	bool error;
-	bool stalled;		/* a lost completion: nothing moves until error */
-	struct loop_cq *cq;
-
-	_Atomic uint32_t remote_id; /* set once by qp_connect; 0 = not connected */
-	struct loop_list link;	/* in cq->qps (loop_lock) */
-};
-
-/*
- * One MR slot.  key is 0 while the slot is free or being invalidated;
- * owner/base/len are written under loop_lock before key is published and
- * read by polls only after they loaded a matching key.
- */
-struct loop_mr_slot {
-	_Atomic uint32_t key;
-	uint32_t owner;
-	uint64_t base;
-	uint64_t len;
-	uint16_t gen;
-};
-
 static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct loop_list loop_ctxs = { &loop_ctxs, &loop_ctxs };
 static _Atomic uint32_t loop_next_id = 1;
 static _Atomic uint32_t loop_next_qpn = 1;
 
-static struct loop_mr_slot loop_mrs[LOOP_MR_SLOTS];
+struct loop_mr_slot loop_mrs[LOOP_MR_SLOTS];
 /* FIFO of free slots: a slot is reused as late as possible, so stale keys stay stale. */
 static uint16_t loop_mr_free[LOOP_MR_SLOTS];
 static uint32_t loop_mr_free_head;
 static uint32_t loop_mr_free_count;
 static bool loop_mr_ready;
-
-static inline struct loop_ctx *ctx_of(struct nic *n)
-{
-	return (struct loop_ctx *)(void *)n;
-}
-
-static inline struct loop_cq *cq_of(struct nic_cq *c)
-{
-	return (struct loop_cq *)(void *)c;
-}
-
-static inline struct loop_qp *qp_of(struct nic_qp *q)
-{
-	return (struct loop_qp *)(void *)q;
-}
 
 /* ---------------------------------------------------------------- poll path */
 
