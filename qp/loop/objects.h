@@ -162,6 +162,12 @@ struct loop_mr_slot {
 /* The MR table, indexed by key & LOOP_MR_MASK (loop.c). */
 extern struct loop_mr_slot loop_mrs[LOOP_MR_SLOTS];
 
+/* The poll path (exec.c): members of nic_loop_provider (see qp/nic.h). */
+int loop_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad);
+int loop_poll(struct nic_cq *ncq, int n, struct nic_wc *wc);
+int loop_qp_set_error(struct nic_qp *nqp);
+uint32_t loop_qp_num(const struct nic_qp *nqp);
+
 static inline struct loop_ctx *ctx_of(struct nic *n)
 {
 	return (struct loop_ctx *)(void *)n;
