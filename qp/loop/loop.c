@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * loop: the software NIC (see loop.h for what it promises).
+ * loop: the software NIC (see loop.h for what it promises): the control
+ * path of its objects (objects.h), and the provider table.
  *
  * It emulates verbs RC one-sided READ/WRITE: post only queues a WR on the
  * QP's send queue; the copy happens when the CQ the QP reports to is polled,
- * on the polling thread.  Keys are checked against a process-global MR table
- * so that two engines in one process can target each other's memory.
+ * on the polling thread (exec.c).  Keys are checked against a process-global
+ * MR table so that two engines in one process can target each other's memory.
  *
  * Locking.  One mutex (loop_lock) serialises the control path: the registry
  * of live contexts, each context's CQ list, each CQ's QP list and the MR
@@ -31,6 +32,7 @@
  * polled or posted while it is being destroyed.
  */
 #include "qp/loop/loop.h"
+#include "qp/loop/objects.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -48,474 +50,22 @@
 #define LOOP_MAX_CQE (1u << 20)
 #define LOOP_MAX_RD_ATOMIC 16u
 
-/* Keys: generation (16 bits, never 0) << 16 | slot index (16 bits). */
-#define LOOP_MR_BITS 16
-#define LOOP_MR_SLOTS (1u << LOOP_MR_BITS)
-#define LOOP_MR_MASK (LOOP_MR_SLOTS - 1)
-
-/* WRs a QP executes per round-robin turn inside one poll. */
-#define LOOP_QP_BURST 16u
-
 #define LOOP_PPM 1000000u
 #define LOOP_DEFAULT_SEED 0x6c6f6f7066657272ull /* "loopferr" */
 
 static const uint8_t loop_magic[4] = { 'L', 'O', 'O', 'P' };
-
-#ifndef container_of
-#define container_of(ptr, type, member) \
-	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
-#endif
-
-/* Minimal intrusive doubly-linked list; a detached node points to itself. */
-struct loop_list {
-	struct loop_list *next;
-	struct loop_list *prev;
-};
-
-static inline void list_init(struct loop_list *h)
-{
-	h->next = h;
-	h->prev = h;
-}
-
-static inline bool list_empty(const struct loop_list *h)
-{
-	return h->next == h;
-}
-
-static inline void list_add_tail(struct loop_list *n, struct loop_list *h)
-{
-	n->prev = h->prev;
-	n->next = h;
-	h->prev->next = n;
-	h->prev = n;
-}
-
-static inline void list_del(struct loop_list *n)
-{
-	n->prev->next = n->next;
-	n->next->prev = n->prev;
-	list_init(n);
-}
-
-/* Counter indices; the poll thread is the only writer of a CQ's counters. */
-enum {
-	CNT_WRS,
-	CNT_BYTES,
-	CNT_ERRS,
-	CNT_LOST,
-	CNT_FATAL,
-	CNT_SQ_OVF,
-	CNT_CQ_OVF,
-	CNT_NR,
-};
-
-struct loop_ctx {
-	uint32_t id;
-	struct loop_list link;	/* in loop_ctxs (loop_lock) */
-	struct loop_list cqs;	/* struct loop_cq.link (loop_lock) */
-	uint32_t ncq_created;	/* ordinal of the next CQ: seeds its PRNG */
-	uint32_t nmr;		/* live MRs: close scans the table only if > 0 */
-	uint64_t retired[CNT_NR]; /* counters of destroyed CQs (loop_lock) */
-
-	/* Fault plan: written by loop_set_faults, read by polls. */
-	_Atomic uint64_t thr_err;
-	_Atomic uint64_t thr_lost;
-	_Atomic uint64_t thr_fatal;
-	_Atomic uint64_t seed;
-	_Atomic uint32_t fault_epoch; /* bumped after each change */
-	_Atomic int nocopy;
-};
-
-/* A queued WR: struct nic_wr without the chain pointer. */
-struct loop_wqe {
-	uint64_t wr_id;
-	uint64_t local;
-	uint64_t remote;
-	uint32_t len;
-	uint32_t lkey;
-	uint32_t rkey;
-	uint8_t op;
-	uint8_t signaled;
-};
-
-struct loop_cq {
-	/* Owned by the polling core. */
-	struct loop_ctx *ctx;
-	struct nic_wc *ring;
-	uint32_t size;
-	uint32_t head;
-	uint32_t tail;
-	uint32_t count;
-	bool overflow;		/* a CQE was lost: next poll says -EOVERFLOW */
-	struct loop_list active; /* QPs with a non-empty SQ */
-	uint64_t rng;
-	uint64_t thr_err;	/* thresholds on a 32-bit draw; 0 = off */
-	uint64_t thr_lost;
-	uint64_t thr_fatal;
-	uint32_t fault_epoch;	/* ctx->fault_epoch the fields above reflect */
-	uint32_t ordinal;
-	uint64_t cnt[CNT_NR];
-
-	/* Control path, under loop_lock. */
-	struct loop_list link;	/* in ctx->cqs */
-	struct loop_list qps;	/* struct loop_qp.link */
-
-	/* Written by the core, read by dereg_mr and loop_get_counters. */
-	_Atomic uint64_t poll_seq ferry_cache_aligned; /* odd while executing */
-	_Atomic uint64_t pub[CNT_NR];
-};
-
-struct loop_qp {
-	/* Owned by the posting/polling core. */
-	struct loop_list act;	/* in cq->active while the SQ is not empty */
-	struct loop_wqe *sq;
-	uint32_t sq_size;
-	uint32_t sq_head;
-	uint32_t sq_tail;
-	uint32_t sq_count;
-	uint32_t qp_num;
-	uint32_t local_id;	/* our context's id: lkeys must belong to it */
-	uint32_t peer;		/* copy of remote_id taken by post */
-	bool error;
-	bool stalled;		/* a lost completion: nothing moves until error */
-	struct loop_cq *cq;
-
-	_Atomic uint32_t remote_id; /* set once by qp_connect; 0 = not connected */
-	struct loop_list link;	/* in cq->qps (loop_lock) */
-};
-
-/*
- * One MR slot.  key is 0 while the slot is free or being invalidated;
- * owner/base/len are written under loop_lock before key is published and
- * read by polls only after they loaded a matching key.
- */
-struct loop_mr_slot {
-	_Atomic uint32_t key;
-	uint32_t owner;
-	uint64_t base;
-	uint64_t len;
-	uint16_t gen;
-};
 
 static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct loop_list loop_ctxs = { &loop_ctxs, &loop_ctxs };
 static _Atomic uint32_t loop_next_id = 1;
 static _Atomic uint32_t loop_next_qpn = 1;
 
-static struct loop_mr_slot loop_mrs[LOOP_MR_SLOTS];
+struct loop_mr_slot loop_mrs[LOOP_MR_SLOTS];
 /* FIFO of free slots: a slot is reused as late as possible, so stale keys stay stale. */
 static uint16_t loop_mr_free[LOOP_MR_SLOTS];
 static uint32_t loop_mr_free_head;
 static uint32_t loop_mr_free_count;
 static bool loop_mr_ready;
-
-static inline struct loop_ctx *ctx_of(struct nic *n)
-{
-	return (struct loop_ctx *)(void *)n;
-}
-
-static inline struct loop_cq *cq_of(struct nic_cq *c)
-{
-	return (struct loop_cq *)(void *)c;
-}
-
-static inline struct loop_qp *qp_of(struct nic_qp *q)
-{
-	return (struct loop_qp *)(void *)q;
-}
-
-/* ---------------------------------------------------------------- poll path */
-
-/* splitmix64; returns the upper 32 bits, compared against a ppm threshold. */
-static inline uint64_t loop_draw(struct loop_cq *cq)
-{
-	uint64_t z = (cq->rng += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return (z ^ (z >> 31)) >> 32;
-}
-
-static inline bool loop_roll(struct loop_cq *cq, uint64_t thr)
-{
-	return thr && loop_draw(cq) < thr;
-}
-
-/*
- * Is [addr, addr + len) inside the live MR named by key, owned by owner?
- * The key load is seq_cst so that it is ordered after the poll's seq_cst
- * increment of poll_seq: either dereg_mr sees us executing, or we see its
- * cleared key (see loop_wait_cq).
- */
-static inline bool loop_mr_covers(uint32_t key, uint32_t owner, uint64_t addr, uint32_t len)
-{
-	const struct loop_mr_slot *s = &loop_mrs[key & LOOP_MR_MASK];
-	uint64_t off;
-
-	if (unlikely(atomic_load_explicit(&s->key, memory_order_seq_cst) != key || !key))
-		return false;
-	if (unlikely(s->owner != owner))
-		return false;
-	off = addr - s->base; /* wraps to huge when addr < base */
-	return off <= s->len && len <= s->len - off;
-}
-
-static inline void loop_cqe(struct loop_cq *cq, const struct loop_qp *qp,
-			    const struct loop_wqe *w, enum nic_wc_status st)
-{
-	struct nic_wc *c;
-
-	if (unlikely(cq->count == cq->size)) {
-		/* A real CQ would overflow too: the caller broke its CQ quota. */
-		cq->overflow = true;
-		cq->cnt[CNT_CQ_OVF]++;
-		return;
-	}
-	c = &cq->ring[cq->tail];
-	c->wr_id = w->wr_id;
-	c->qp_num = qp->qp_num;
-	c->status = (uint16_t)st;
-	c->op = w->op;
-	if (++cq->tail == cq->size)
-		cq->tail = 0;
-	cq->count++;
-}
-
-static inline void loop_copy(const struct loop_wqe *w)
-{
-	void *local = (void *)(uintptr_t)w->local;
-	void *remote = (void *)(uintptr_t)w->remote;
-
-	/* memmove: a QP connected to its own context may overlap source and target. */
-	if (w->op == NIC_OP_WRITE)
-		memmove(remote, local, w->len);
-	else
-		memmove(local, remote, w->len);
-}
-
-/* Execute one WR of a QP that is not in error; returns its completion status. */
-static inline enum nic_wc_status loop_exec(struct loop_cq *cq, struct loop_qp *qp,
-					   const struct loop_wqe *w, bool nocopy)
-{
-	if (unlikely(loop_roll(cq, cq->thr_fatal))) {
-		cq->cnt[CNT_FATAL]++;
-		return NIC_WC_FLUSH_ERR;
-	}
-	if (unlikely(!loop_mr_covers(w->lkey, qp->local_id, w->local, w->len)))
-		return NIC_WC_LOC_PROT_ERR;
-	if (unlikely(!loop_mr_covers(w->rkey, qp->peer, w->remote, w->len)))
-		return NIC_WC_REM_ACCESS_ERR;
-	if (unlikely(loop_roll(cq, cq->thr_err))) {
-		cq->cnt[CNT_ERRS]++;
-		return NIC_WC_RETRY_EXC_ERR;
-	}
-	if (likely(!nocopy))
-		loop_copy(w);
-	cq->cnt[CNT_WRS]++;
-	cq->cnt[CNT_BYTES] += w->len;
-	return NIC_WC_SUCCESS;
-}
-
-/*
- * Run the first burst WRs of qp's send queue, in order.  As in verbs, the
- * first failed WR moves the QP to the error state and every WR behind it,
- * signalled or not, completes with FLUSH_ERR.
- */
-static void loop_qp_run(struct loop_cq *cq, struct loop_qp *qp, uint32_t burst, bool nocopy)
-{
-	uint32_t i;
-
-	for (i = 0; i < burst; i++) {
-		const struct loop_wqe *w = &qp->sq[qp->sq_head];
-		enum nic_wc_status st;
-
-		if (unlikely(qp->stalled && !qp->error))
-			break;
-		st = qp->error ? NIC_WC_FLUSH_ERR : loop_exec(cq, qp, w, nocopy);
-		if (likely(st == NIC_WC_SUCCESS)) {
-			if (w->signaled) {
-				if (unlikely(loop_roll(cq, cq->thr_lost))) {
-					/* Like a peer that stopped acknowledging: the
-					 * WR stays outstanding and flushes on error. */
-					cq->cnt[CNT_LOST]++;
-					qp->stalled = true;
-					break;
-				}
-				loop_cqe(cq, qp, w, st);
-			}
-		} else {
-			qp->error = true;
-			loop_cqe(cq, qp, w, st);
-		}
-		if (++qp->sq_head == qp->sq_size)
-			qp->sq_head = 0;
-	}
-	qp->sq_count -= i;
-}
-
-static uint64_t loop_ppm_thr(uint32_t ppm)
-{
-	if (ppm >= LOOP_PPM)
-		return 1ull << 32;
-	return ((uint64_t)ppm << 32) / LOOP_PPM;
-}
-
-static void loop_cq_load_faults(struct loop_cq *cq, uint32_t epoch)
-{
-	struct loop_ctx *ctx = cq->ctx;
-	uint64_t seed = atomic_load_explicit(&ctx->seed, memory_order_relaxed);
-
-	cq->thr_err = atomic_load_explicit(&ctx->thr_err, memory_order_relaxed);
-	cq->thr_lost = atomic_load_explicit(&ctx->thr_lost, memory_order_relaxed);
-	cq->thr_fatal = atomic_load_explicit(&ctx->thr_fatal, memory_order_relaxed);
-	/* Distinct, reproducible streams for the CQs of one context. */
-	cq->rng = seed ^ ((uint64_t)cq->ordinal * 0xd1b54a32d192ed03ull);
-	cq->fault_epoch = epoch;
-}
-
-static void loop_cq_publish(struct loop_cq *cq)
-{
-	int i;
-
-	for (i = 0; i < CNT_NR; i++)
-		atomic_store_explicit(&cq->pub[i], cq->cnt[i], memory_order_relaxed);
-}
-
-/* Execute up to ~budget queued WRs, round-robin over the active QPs. */
-static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
-{
-	struct loop_ctx *ctx = cq->ctx;
-	uint64_t seq;
-	uint32_t epoch;
-	bool nocopy;
-
-	/* Enter: odd.  seq_cst pairs with dereg_mr (see loop_mr_covers). */
-	seq = atomic_fetch_add_explicit(&cq->poll_seq, 1, memory_order_seq_cst);
-
-	epoch = atomic_load_explicit(&ctx->fault_epoch, memory_order_acquire);
-	if (unlikely(epoch != cq->fault_epoch))
-		loop_cq_load_faults(cq, epoch);
-	nocopy = atomic_load_explicit(&ctx->nocopy, memory_order_relaxed);
-
-	while (budget && !list_empty(&cq->active)) {
-		struct loop_qp *qp = container_of(cq->active.next, struct loop_qp, act);
-		uint32_t burst = qp->sq_count;
-
-		if (burst > LOOP_QP_BURST)
-			burst = LOOP_QP_BURST;
-		if (burst > budget)
-			burst = budget;
-		loop_qp_run(cq, qp, burst, nocopy);
-		budget -= burst;
-		/* Leave the list when drained, else go to the back: round robin. */
-		list_del(&qp->act);
-		if (qp->sq_count)
-			list_add_tail(&qp->act, &cq->active);
-	}
-
-	/* Leave: even.  Release: dereg_mr may free the memory we just copied. */
-	atomic_store_explicit(&cq->poll_seq, seq + 2, memory_order_release);
-	loop_cq_publish(cq);
-}
-
-static int loop_cq_drain(struct loop_cq *cq, uint32_t n, struct nic_wc *wc)
-{
-	uint32_t i;
-
-	if (n > cq->count)
-		n = cq->count;
-	for (i = 0; i < n; i++) {
-		wc[i] = cq->ring[cq->head];
-		if (++cq->head == cq->size)
-			cq->head = 0;
-	}
-	cq->count -= n;
-	return (int)n;
-}
-
-static int loop_poll(struct nic_cq *ncq, int n, struct nic_wc *wc)
-{
-	struct loop_cq *cq = cq_of(ncq);
-
-	if (unlikely(n <= 0))
-		return n < 0 ? -EINVAL : 0;
-	if (!list_empty(&cq->active))
-		loop_cq_run(cq, (uint32_t)n);
-	if (unlikely(cq->overflow)) {
-		/* Reported once; the CQEs that did fit are returned by later polls. */
-		cq->overflow = false;
-		return -EOVERFLOW;
-	}
-	return loop_cq_drain(cq, (uint32_t)n, wc);
-}
-
-static inline void loop_sq_push(struct loop_qp *qp, const struct nic_wr *wr)
-{
-	struct loop_wqe *w = &qp->sq[qp->sq_tail];
-
-	w->wr_id = wr->wr_id;
-	w->local = wr->local;
-	w->remote = wr->remote;
-	w->len = wr->len;
-	w->lkey = wr->lkey;
-	w->rkey = wr->rkey;
-	w->op = wr->op;
-	w->signaled = wr->signaled;
-	if (++qp->sq_tail == qp->sq_size)
-		qp->sq_tail = 0;
-	qp->sq_count++;
-}
-
-static int loop_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
-{
-	struct loop_qp *qp = qp_of(nqp);
-	struct loop_cq *cq = qp->cq;
-	uint32_t peer;
-	int rc = 0;
-
-	/* Acquire: pairs with qp_connect, which may run on the control thread. */
-	peer = atomic_load_explicit(&qp->remote_id, memory_order_acquire);
-	if (unlikely(!peer)) {
-		rc = -ENOTCONN;
-		goto out;
-	}
-	qp->peer = peer;
-	/* In the error state WRs are still queued: the next poll flushes them. */
-	for (; wr; wr = wr->next) {
-		if (unlikely(wr->op != NIC_OP_WRITE && wr->op != NIC_OP_READ)) {
-			rc = -EINVAL;
-			break;
-		}
-		if (unlikely(qp->sq_count == qp->sq_size)) {
-			/* The caller's QP depth accounting is wrong. */
-			cq->cnt[CNT_SQ_OVF]++;
-			atomic_store_explicit(&cq->pub[CNT_SQ_OVF], cq->cnt[CNT_SQ_OVF],
-					      memory_order_relaxed);
-			rc = -ENOMEM;
-			break;
-		}
-		loop_sq_push(qp, wr);
-	}
-	if (qp->sq_count && list_empty(&qp->act))
-		list_add_tail(&qp->act, &cq->active);
-out:
-	if (rc && bad)
-		*bad = wr;
-	return rc;
-}
-
-static int loop_qp_set_error(struct nic_qp *nqp)
-{
-	/* Queued WRs are on cq->active already; the next poll flushes them. */
-	qp_of(nqp)->error = true;
-	return 0;
-}
-
-static uint32_t loop_qp_num(const struct nic_qp *nqp)
-{
-	return ((const struct loop_qp *)(const void *)nqp)->qp_num;
-}
 
 /* ------------------------------------------------------------- control path */
 
@@ -842,6 +392,13 @@ static int loop_numa_node(const struct nic *n)
 {
 	(void)n;
 	return -1;
+}
+
+static uint64_t loop_ppm_thr(uint32_t ppm)
+{
+	if (ppm >= LOOP_PPM)
+		return 1ull << 32;
+	return ((uint64_t)ppm << 32) / LOOP_PPM;
 }
 
 void loop_set_faults(struct nic *n, const struct loop_faults *f)

@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The verbs (rdma-core) NIC provider: internals exposed for unit tests.
+ * The verbs (rdma-core) NIC provider: its private header.  The provider's
+ * files share it: gid.c (the GID choice), device.c (open and close,
+ * memory, discovery, the stubbable calls), queue.c (CQs and QPs) and
+ * data.c (post, poll and the provider table).
  *
  * The rest of ferry only needs nic_verbs_provider and nic_verbs_discover
  * (qp/nic.h).  This header adds what tests/unit/qp/test_verbs.c needs to run the
@@ -17,6 +20,7 @@
 #ifndef FERRY_QP_VERBS_H
 #define FERRY_QP_VERBS_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,6 +29,7 @@
 #include <infiniband/verbs.h>
 
 #include "qp/nic.h"
+#include "ring/base/log.h"
 
 /*
  * Outstanding RDMA READs per QP (initiator depth, max_rd_atomic) and the
@@ -171,12 +176,118 @@ uint32_t fv_qp_rd_atomic(const struct fv_nic *nic, uint32_t peer_grant);
 /* RESET -> INIT (qp_create does it; exposed for the attribute tests). */
 int fv_qp_to_init(struct fv_qp *qp);
 
+/* An RC QP on cq as ferry wants it; *inl = the inline size it got.  0 or -errno. */
+int fv_create_rc_qp(struct fv_nic *nic, struct ibv_cq *cq, uint32_t max_wr,
+		    struct ibv_qp **out, uint32_t *inl);
+
+/* Destroy cq and the QPs that report to it (nic->lock held). */
+void fv_cq_free_locked(struct fv_cq *cq);
+
+/* A FERRY_IB_* knob: its value in 0..max, else dflt (a bad one is logged once). */
+uint8_t fv_ib_env(const struct fv_nic *nic, const char *name, long max, uint8_t dflt);
+
 /*
- * Read the port's GID table (through ops.query_gid_ex), apply
+ * Read the port's GID table (through fv_calls.query_gid_ex), apply
  * FERRY_GID_INDEX, choose, log, and set nic->gid_index/gid/gid_type.
  * 0 or -errno (logged).
  */
 int fv_select_gid(struct fv_nic *nic, int tbl_len);
+
+/* ------------------------------------------------------------ operations */
+
+/* The members of nic_verbs_provider (qp/nic.h says what each does). */
+
+/* device.c */
+int fv_open(const char *dev, struct nic **out);
+void fv_close(struct nic *n);
+void fv_caps(const struct nic *n, struct nic_caps *out);
+void fv_addr(const struct nic *n, struct nic_addr *out);
+int fv_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out);
+int fv_dereg_mr(struct nic *n, struct nic_mr *mr);
+void fv_describe(const struct nic *n, char *buf, size_t len);
+int fv_numa_node(const struct nic *n);
+
+/* queue.c */
+int fv_cq_create(struct nic *n, uint32_t cqe, struct nic_cq **out);
+void fv_cq_destroy(struct nic_cq *c);
+int fv_cq_arm(struct nic_cq *c);
+int fv_cq_fd(const struct nic_cq *c);
+void fv_cq_ack(struct nic_cq *c);
+int fv_qp_create(struct nic *n, struct nic_cq *c, uint32_t max_wr, struct nic_qp **out);
+void fv_qp_destroy(struct nic_qp *q);
+void fv_qp_info(const struct nic_qp *q, struct nic_qp_info *out);
+uint32_t fv_qp_num(const struct nic_qp *q);
+int fv_qp_connect(struct nic_qp *q, const struct nic_addr *remote,
+		  const struct nic_qp_info *rqp);
+int fv_qp_set_error(struct nic_qp *q);
+
+/* data.c */
+int fv_post(struct nic_qp *q, struct nic_wr *wr, struct nic_wr **bad);
+int fv_poll(struct nic_cq *c, int n, struct nic_wc *wc);
+
+/* ------------------------------------------------------------ helpers */
+
+static inline struct fv_nic *nic_of(struct nic *n)
+{
+	return (struct fv_nic *)(void *)n;
+}
+
+static inline const struct fv_nic *cnic_of(const struct nic *n)
+{
+	return (const struct fv_nic *)(const void *)n;
+}
+
+static inline struct fv_cq *cq_of(struct nic_cq *c)
+{
+	return (struct fv_cq *)(void *)c;
+}
+
+static inline struct fv_qp *qp_of(struct nic_qp *q)
+{
+	return (struct fv_qp *)(void *)q;
+}
+
+static inline const struct fv_qp *cqp_of(const struct nic_qp *q)
+{
+	return (const struct fv_qp *)(const void *)q;
+}
+
+/*
+ * rdma-core documents a positive errno as the return of ibv_post_send and
+ * ibv_modify_qp, but some providers return -errno or -1 with errno set:
+ * accept all three, always yield a positive errno.
+ */
+static inline int fv_errno(int rc)
+{
+	if (rc > 0)
+		return rc;
+	if (rc == -1 && errno > 0)
+		return errno;
+	return rc < 0 ? -rc : EIO;
+}
+
+/* errno after a verbs call that returned NULL (some leave it 0). */
+static inline int null_errno(int fallback)
+{
+	return errno > 0 ? errno : fallback;
+}
+
+static inline unsigned mtu_bytes(unsigned mtu)
+{
+	return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128u << mtu : 0;
+}
+
+/* One message, prefixed "verbs: <dev> port <p>: ". */
+__attribute__((format(printf, 3, 4)))
+void fv_log(int level, const struct fv_nic *nic, const char *fmt, ...);
+
+/* Something failed: why, with the device named. */
+#define vlog(nic, ...) fv_log(LOG_ERROR, (nic), __VA_ARGS__)
+/* A decision worth knowing (the GID chosen). */
+#define vinfo(nic, ...) fv_log(LOG_INFO, (nic), __VA_ARGS__)
+
+/* True the first time key is seen: the GID choice is logged once per device. */
+bool fv_first_time(const char *key);
 
 /* ------------------------------------------------------------ stubs */
 
@@ -188,6 +299,9 @@ struct fv_ops {
 	int (*query_gid_ex)(struct ibv_context *ctx, uint32_t port, uint32_t index,
 			    struct ibv_gid_entry *entry, uint32_t flags);
 };
+
+/* The calls in use: the real ones, or a test's (fv_set_ops). */
+extern struct fv_ops fv_calls;
 
 /* Replace the calls (NULL members, or ops NULL: the real ones).  Tests only:
  * not thread safe, call it while no provider object is in use. */

@@ -1,0 +1,305 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * loop: the execution engine, i.e. the poll path.  post queues WRs on the
+ * QP's send queue; a poll of the CQ the QP reports to runs the active QPs'
+ * queues round robin: it checks the keys against the MR table, injects the
+ * planned faults, copies, and writes the completions.  Nothing here locks
+ * or allocates; how dereg_mr waits for a poll that may still be copying is
+ * told in loop.c (MR invalidation).
+ */
+#include "qp/loop/objects.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "ring/base/compiler.h"
+
+/* WRs a QP executes per round-robin turn inside one poll. */
+#define LOOP_QP_BURST 16u
+
+/* ---------------------------------------------------------------- poll path */
+
+/* splitmix64; returns the upper 32 bits, compared against a ppm threshold. */
+static inline uint64_t loop_draw(struct loop_cq *cq)
+{
+	uint64_t z = (cq->rng += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return (z ^ (z >> 31)) >> 32;
+}
+
+static inline bool loop_roll(struct loop_cq *cq, uint64_t thr)
+{
+	return thr && loop_draw(cq) < thr;
+}
+
+/*
+ * Is [addr, addr + len) inside the live MR named by key, owned by owner?
+ * The key load is seq_cst so that it is ordered after the poll's seq_cst
+ * increment of poll_seq: either dereg_mr sees us executing, or we see its
+ * cleared key (see loop_wait_cq).
+ */
+static inline bool loop_mr_covers(uint32_t key, uint32_t owner, uint64_t addr, uint32_t len)
+{
+	const struct loop_mr_slot *s = &loop_mrs[key & LOOP_MR_MASK];
+	uint64_t off;
+
+	if (unlikely(atomic_load_explicit(&s->key, memory_order_seq_cst) != key || !key))
+		return false;
+	if (unlikely(s->owner != owner))
+		return false;
+	off = addr - s->base; /* wraps to huge when addr < base */
+	return off <= s->len && len <= s->len - off;
+}
+
+static inline void loop_cqe(struct loop_cq *cq, const struct loop_qp *qp,
+			    const struct loop_wqe *w, enum nic_wc_status st)
+{
+	struct nic_wc *c;
+
+	if (unlikely(cq->count == cq->size)) {
+		/* A real CQ would overflow too: the caller broke its CQ quota. */
+		cq->overflow = true;
+		cq->cnt[CNT_CQ_OVF]++;
+		return;
+	}
+	c = &cq->ring[cq->tail];
+	c->wr_id = w->wr_id;
+	c->qp_num = qp->qp_num;
+	c->status = (uint16_t)st;
+	c->op = w->op;
+	if (++cq->tail == cq->size)
+		cq->tail = 0;
+	cq->count++;
+}
+
+static inline void loop_copy(const struct loop_wqe *w)
+{
+	void *local = (void *)(uintptr_t)w->local;
+	void *remote = (void *)(uintptr_t)w->remote;
+
+	/* memmove: a QP connected to its own context may overlap source and target. */
+	if (w->op == NIC_OP_WRITE)
+		memmove(remote, local, w->len);
+	else
+		memmove(local, remote, w->len);
+}
+
+/* Execute one WR of a QP that is not in error; returns its completion status. */
+static inline enum nic_wc_status loop_exec(struct loop_cq *cq, struct loop_qp *qp,
+					   const struct loop_wqe *w, bool nocopy)
+{
+	if (unlikely(loop_roll(cq, cq->thr_fatal))) {
+		cq->cnt[CNT_FATAL]++;
+		return NIC_WC_FLUSH_ERR;
+	}
+	if (unlikely(!loop_mr_covers(w->lkey, qp->local_id, w->local, w->len)))
+		return NIC_WC_LOC_PROT_ERR;
+	if (unlikely(!loop_mr_covers(w->rkey, qp->peer, w->remote, w->len)))
+		return NIC_WC_REM_ACCESS_ERR;
+	if (unlikely(loop_roll(cq, cq->thr_err))) {
+		cq->cnt[CNT_ERRS]++;
+		return NIC_WC_RETRY_EXC_ERR;
+	}
+	if (likely(!nocopy))
+		loop_copy(w);
+	cq->cnt[CNT_WRS]++;
+	cq->cnt[CNT_BYTES] += w->len;
+	return NIC_WC_SUCCESS;
+}
+
+/*
+ * Run the first burst WRs of qp's send queue, in order.  As in verbs, the
+ * first failed WR moves the QP to the error state and every WR behind it,
+ * signalled or not, completes with FLUSH_ERR.
+ */
+static void loop_qp_run(struct loop_cq *cq, struct loop_qp *qp, uint32_t burst, bool nocopy)
+{
+	uint32_t i;
+
+	for (i = 0; i < burst; i++) {
+		const struct loop_wqe *w = &qp->sq[qp->sq_head];
+		enum nic_wc_status st;
+
+		if (unlikely(qp->stalled && !qp->error))
+			break;
+		st = qp->error ? NIC_WC_FLUSH_ERR : loop_exec(cq, qp, w, nocopy);
+		if (likely(st == NIC_WC_SUCCESS)) {
+			if (w->signaled) {
+				if (unlikely(loop_roll(cq, cq->thr_lost))) {
+					/* Like a peer that stopped acknowledging: the
+					 * WR stays outstanding and flushes on error. */
+					cq->cnt[CNT_LOST]++;
+					qp->stalled = true;
+					break;
+				}
+				loop_cqe(cq, qp, w, st);
+			}
+		} else {
+			qp->error = true;
+			loop_cqe(cq, qp, w, st);
+		}
+		if (++qp->sq_head == qp->sq_size)
+			qp->sq_head = 0;
+	}
+	qp->sq_count -= i;
+}
+
+static void loop_cq_load_faults(struct loop_cq *cq, uint32_t epoch)
+{
+	struct loop_ctx *ctx = cq->ctx;
+	uint64_t seed = atomic_load_explicit(&ctx->seed, memory_order_relaxed);
+
+	cq->thr_err = atomic_load_explicit(&ctx->thr_err, memory_order_relaxed);
+	cq->thr_lost = atomic_load_explicit(&ctx->thr_lost, memory_order_relaxed);
+	cq->thr_fatal = atomic_load_explicit(&ctx->thr_fatal, memory_order_relaxed);
+	/* Distinct, reproducible streams for the CQs of one context. */
+	cq->rng = seed ^ ((uint64_t)cq->ordinal * 0xd1b54a32d192ed03ull);
+	cq->fault_epoch = epoch;
+}
+
+static void loop_cq_publish(struct loop_cq *cq)
+{
+	int i;
+
+	for (i = 0; i < CNT_NR; i++)
+		atomic_store_explicit(&cq->pub[i], cq->cnt[i], memory_order_relaxed);
+}
+
+/* Execute up to ~budget queued WRs, round-robin over the active QPs. */
+static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
+{
+	struct loop_ctx *ctx = cq->ctx;
+	uint64_t seq;
+	uint32_t epoch;
+	bool nocopy;
+
+	/* Enter: odd.  seq_cst pairs with dereg_mr (see loop_mr_covers). */
+	seq = atomic_fetch_add_explicit(&cq->poll_seq, 1, memory_order_seq_cst);
+
+	epoch = atomic_load_explicit(&ctx->fault_epoch, memory_order_acquire);
+	if (unlikely(epoch != cq->fault_epoch))
+		loop_cq_load_faults(cq, epoch);
+	nocopy = atomic_load_explicit(&ctx->nocopy, memory_order_relaxed);
+
+	while (budget && !list_empty(&cq->active)) {
+		struct loop_qp *qp = container_of(cq->active.next, struct loop_qp, act);
+		uint32_t burst = qp->sq_count;
+
+		if (burst > LOOP_QP_BURST)
+			burst = LOOP_QP_BURST;
+		if (burst > budget)
+			burst = budget;
+		loop_qp_run(cq, qp, burst, nocopy);
+		budget -= burst;
+		/* Leave the list when drained, else go to the back: round robin. */
+		list_del(&qp->act);
+		if (qp->sq_count)
+			list_add_tail(&qp->act, &cq->active);
+	}
+
+	/* Leave: even.  Release: dereg_mr may free the memory we just copied. */
+	atomic_store_explicit(&cq->poll_seq, seq + 2, memory_order_release);
+	loop_cq_publish(cq);
+}
+
+static int loop_cq_drain(struct loop_cq *cq, uint32_t n, struct nic_wc *wc)
+{
+	uint32_t i;
+
+	if (n > cq->count)
+		n = cq->count;
+	for (i = 0; i < n; i++) {
+		wc[i] = cq->ring[cq->head];
+		if (++cq->head == cq->size)
+			cq->head = 0;
+	}
+	cq->count -= n;
+	return (int)n;
+}
+
+int loop_poll(struct nic_cq *ncq, int n, struct nic_wc *wc)
+{
+	struct loop_cq *cq = cq_of(ncq);
+
+	if (unlikely(n <= 0))
+		return n < 0 ? -EINVAL : 0;
+	if (!list_empty(&cq->active))
+		loop_cq_run(cq, (uint32_t)n);
+	if (unlikely(cq->overflow)) {
+		/* Reported once; the CQEs that did fit are returned by later polls. */
+		cq->overflow = false;
+		return -EOVERFLOW;
+	}
+	return loop_cq_drain(cq, (uint32_t)n, wc);
+}
+
+static inline void loop_sq_push(struct loop_qp *qp, const struct nic_wr *wr)
+{
+	struct loop_wqe *w = &qp->sq[qp->sq_tail];
+
+	w->wr_id = wr->wr_id;
+	w->local = wr->local;
+	w->remote = wr->remote;
+	w->len = wr->len;
+	w->lkey = wr->lkey;
+	w->rkey = wr->rkey;
+	w->op = wr->op;
+	w->signaled = wr->signaled;
+	if (++qp->sq_tail == qp->sq_size)
+		qp->sq_tail = 0;
+	qp->sq_count++;
+}
+
+int loop_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
+{
+	struct loop_qp *qp = qp_of(nqp);
+	struct loop_cq *cq = qp->cq;
+	uint32_t peer;
+	int rc = 0;
+
+	/* Acquire: pairs with qp_connect, which may run on the control thread. */
+	peer = atomic_load_explicit(&qp->remote_id, memory_order_acquire);
+	if (unlikely(!peer)) {
+		rc = -ENOTCONN;
+		goto out;
+	}
+	qp->peer = peer;
+	/* In the error state WRs are still queued: the next poll flushes them. */
+	for (; wr; wr = wr->next) {
+		if (unlikely(wr->op != NIC_OP_WRITE && wr->op != NIC_OP_READ)) {
+			rc = -EINVAL;
+			break;
+		}
+		if (unlikely(qp->sq_count == qp->sq_size)) {
+			/* The caller's QP depth accounting is wrong. */
+			cq->cnt[CNT_SQ_OVF]++;
+			atomic_store_explicit(&cq->pub[CNT_SQ_OVF], cq->cnt[CNT_SQ_OVF],
+					      memory_order_relaxed);
+			rc = -ENOMEM;
+			break;
+		}
+		loop_sq_push(qp, wr);
+	}
+	if (qp->sq_count && list_empty(&qp->act))
+		list_add_tail(&qp->act, &cq->active);
+out:
+	if (rc && bad)
+		*bad = wr;
+	return rc;
+}
+
+int loop_qp_set_error(struct nic_qp *nqp)
+{
+	/* Queued WRs are on cq->active already; the next poll flushes them. */
+	qp_of(nqp)->error = true;
+	return 0;
+}
+
+uint32_t loop_qp_num(const struct nic_qp *nqp)
+{
+	return ((const struct loop_qp *)(const void *)nqp)->qp_num;
+}

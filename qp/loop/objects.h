@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * loop: the software NIC's objects, shared by its control path (loop.c)
+ * and its execution engine (exec.c): contexts, CQs, QPs, the WRs queued
+ * on a QP, and the slots of the process-global MR table.  The fields say
+ * who owns them: the posting/polling core, or the control path under
+ * loop_lock.
+ */
+#ifndef FERRY_QP_LOOP_OBJECTS_H
+#define FERRY_QP_LOOP_OBJECTS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qp/nic.h"
+#include "ring/base/compiler.h"
+
+/* Keys: generation (16 bits, never 0) << 16 | slot index (16 bits). */
+#define LOOP_MR_BITS 16
+#define LOOP_MR_SLOTS (1u << LOOP_MR_BITS)
+#define LOOP_MR_MASK (LOOP_MR_SLOTS - 1)
+
+#ifndef container_of
+#define container_of(ptr, type, member) \
+	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+#endif
+
+/* Minimal intrusive doubly-linked list; a detached node points to itself. */
+struct loop_list {
+	struct loop_list *next;
+	struct loop_list *prev;
+};
+
+static inline void list_init(struct loop_list *h)
+{
+	h->next = h;
+	h->prev = h;
+}
+
+static inline bool list_empty(const struct loop_list *h)
+{
+	return h->next == h;
+}
+
+static inline void list_add_tail(struct loop_list *n, struct loop_list *h)
+{
+	n->prev = h->prev;
+	n->next = h;
+	h->prev->next = n;
+	h->prev = n;
+}
+
+static inline void list_del(struct loop_list *n)
+{
+	n->prev->next = n->next;
+	n->next->prev = n->prev;
+	list_init(n);
+}
+
+/* Counter indices; the poll thread is the only writer of a CQ's counters. */
+enum {
+	CNT_WRS,
+	CNT_BYTES,
+	CNT_ERRS,
+	CNT_LOST,
+	CNT_FATAL,
+	CNT_SQ_OVF,
+	CNT_CQ_OVF,
+	CNT_NR,
+};
+
+struct loop_ctx {
+	uint32_t id;
+	struct loop_list link;	/* in loop_ctxs (loop_lock) */
+	struct loop_list cqs;	/* struct loop_cq.link (loop_lock) */
+	uint32_t ncq_created;	/* ordinal of the next CQ: seeds its PRNG */
+	uint32_t nmr;		/* live MRs: close scans the table only if > 0 */
+	uint64_t retired[CNT_NR]; /* counters of destroyed CQs (loop_lock) */
+
+	/* Fault plan: written by loop_set_faults, read by polls. */
+	_Atomic uint64_t thr_err;
+	_Atomic uint64_t thr_lost;
+	_Atomic uint64_t thr_fatal;
+	_Atomic uint64_t seed;
+	_Atomic uint32_t fault_epoch; /* bumped after each change */
+	_Atomic int nocopy;
+};
+
+/* A queued WR: struct nic_wr without the chain pointer. */
+struct loop_wqe {
+	uint64_t wr_id;
+	uint64_t local;
+	uint64_t remote;
+	uint32_t len;
+	uint32_t lkey;
+	uint32_t rkey;
+	uint8_t op;
+	uint8_t signaled;
+};
+
+struct loop_cq {
+	/* Owned by the polling core. */
+	struct loop_ctx *ctx;
+	struct nic_wc *ring;
+	uint32_t size;
+	uint32_t head;
+	uint32_t tail;
+	uint32_t count;
+	bool overflow;		/* a CQE was lost: next poll says -EOVERFLOW */
+	struct loop_list active; /* QPs with a non-empty SQ */
+	uint64_t rng;
+	uint64_t thr_err;	/* thresholds on a 32-bit draw; 0 = off */
+	uint64_t thr_lost;
+	uint64_t thr_fatal;
+	uint32_t fault_epoch;	/* ctx->fault_epoch the fields above reflect */
+	uint32_t ordinal;
+	uint64_t cnt[CNT_NR];
+
+	/* Control path, under loop_lock. */
+	struct loop_list link;	/* in ctx->cqs */
+	struct loop_list qps;	/* struct loop_qp.link */
+
+	/* Written by the core, read by dereg_mr and loop_get_counters. */
+	_Atomic uint64_t poll_seq ferry_cache_aligned; /* odd while executing */
+	_Atomic uint64_t pub[CNT_NR];
+};
+
+struct loop_qp {
+	/* Owned by the posting/polling core. */
+	struct loop_list act;	/* in cq->active while the SQ is not empty */
+	struct loop_wqe *sq;
+	uint32_t sq_size;
+	uint32_t sq_head;
+	uint32_t sq_tail;
+	uint32_t sq_count;
+	uint32_t qp_num;
+	uint32_t local_id;	/* our context's id: lkeys must belong to it */
+	uint32_t peer;		/* copy of remote_id taken by post */
+	bool error;
+	bool stalled;		/* a lost completion: nothing moves until error */
+	struct loop_cq *cq;
+
+	_Atomic uint32_t remote_id; /* set once by qp_connect; 0 = not connected */
+	struct loop_list link;	/* in cq->qps (loop_lock) */
+};
+
+/*
+ * One MR slot.  key is 0 while the slot is free or being invalidated;
+ * owner/base/len are written under loop_lock before key is published and
+ * read by polls only after they loaded a matching key.
+ */
+struct loop_mr_slot {
+	_Atomic uint32_t key;
+	uint32_t owner;
+	uint64_t base;
+	uint64_t len;
+	uint16_t gen;
+};
+
+/* The MR table, indexed by key & LOOP_MR_MASK (loop.c). */
+extern struct loop_mr_slot loop_mrs[LOOP_MR_SLOTS];
+
+/* The poll path (exec.c): members of nic_loop_provider (see qp/nic.h). */
+int loop_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad);
+int loop_poll(struct nic_cq *ncq, int n, struct nic_wc *wc);
+int loop_qp_set_error(struct nic_qp *nqp);
+uint32_t loop_qp_num(const struct nic_qp *nqp);
+
+static inline struct loop_ctx *ctx_of(struct nic *n)
+{
+	return (struct loop_ctx *)(void *)n;
+}
+
+static inline struct loop_cq *cq_of(struct nic_cq *c)
+{
+	return (struct loop_cq *)(void *)c;
+}
+
+static inline struct loop_qp *qp_of(struct nic_qp *q)
+{
+	return (struct loop_qp *)(void *)q;
+}
+
+#endif /* FERRY_QP_LOOP_OBJECTS_H */
