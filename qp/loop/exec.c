@@ -10,10 +10,10 @@
 #include "qp/loop/objects.h"
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
 
+#include "ring/base/atomics.h"
 #include "ring/base/compiler.h"
 
 /* WRs a QP executes per round-robin turn inside one poll. */
@@ -47,7 +47,7 @@ static inline bool loop_mr_covers(uint32_t key, uint32_t owner, uint64_t addr, u
 	const struct loop_mr_slot *s = &loop_mrs[key & LOOP_MR_MASK];
 	uint64_t off;
 
-	if (unlikely(atomic_load_explicit(&s->key, memory_order_seq_cst) != key || !key))
+	if (unlikely(load_sc(s->key) != key || !key))
 		return false;
 	if (unlikely(s->owner != owner))
 		return false;
@@ -151,11 +151,11 @@ static void loop_qp_run(struct loop_cq *cq, struct loop_qp *qp, uint32_t burst, 
 static void loop_cq_load_faults(struct loop_cq *cq, uint32_t epoch)
 {
 	struct loop_ctx *ctx = cq->ctx;
-	uint64_t seed = atomic_load_explicit(&ctx->seed, memory_order_relaxed);
+	uint64_t seed = READ_ONCE(ctx->seed);
 
-	cq->thr_err = atomic_load_explicit(&ctx->thr_err, memory_order_relaxed);
-	cq->thr_lost = atomic_load_explicit(&ctx->thr_lost, memory_order_relaxed);
-	cq->thr_fatal = atomic_load_explicit(&ctx->thr_fatal, memory_order_relaxed);
+	cq->thr_err = READ_ONCE(ctx->thr_err);
+	cq->thr_lost = READ_ONCE(ctx->thr_lost);
+	cq->thr_fatal = READ_ONCE(ctx->thr_fatal);
 	/* Distinct, reproducible streams for the CQs of one context. */
 	cq->rng = seed ^ ((uint64_t)cq->ordinal * 0xd1b54a32d192ed03ull);
 	cq->fault_epoch = epoch;
@@ -166,7 +166,7 @@ static void loop_cq_publish(struct loop_cq *cq)
 	int i;
 
 	for (i = 0; i < CNT_NR; i++)
-		atomic_store_explicit(&cq->pub[i], cq->cnt[i], memory_order_relaxed);
+		WRITE_ONCE(cq->pub[i], cq->cnt[i]);
 }
 
 /* Execute up to ~budget queued WRs, round-robin over the active QPs. */
@@ -178,12 +178,12 @@ static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
 	bool nocopy;
 
 	/* Enter: odd.  seq_cst pairs with dereg_mr (see loop_mr_covers). */
-	seq = atomic_fetch_add_explicit(&cq->poll_seq, 1, memory_order_seq_cst);
+	seq = fetch_add_sc(cq->poll_seq, 1);
 
-	epoch = atomic_load_explicit(&ctx->fault_epoch, memory_order_acquire);
+	epoch = load_acquire(ctx->fault_epoch); /* pairs with: fetch_add_release in loop_set_faults */
 	if (unlikely(epoch != cq->fault_epoch))
 		loop_cq_load_faults(cq, epoch);
-	nocopy = atomic_load_explicit(&ctx->nocopy, memory_order_relaxed);
+	nocopy = READ_ONCE(ctx->nocopy);
 
 	while (budget && !list_empty(&cq->active)) {
 		struct loop_qp *qp = container_of(cq->active.next, struct loop_qp, act);
@@ -202,7 +202,7 @@ static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
 	}
 
 	/* Leave: even.  Release: dereg_mr may free the memory we just copied. */
-	atomic_store_explicit(&cq->poll_seq, seq + 2, memory_order_release);
+	store_release(cq->poll_seq, seq + 2); /* pairs with: load_acquire in the MR dereg wait */
 	loop_cq_publish(cq);
 }
 
@@ -262,7 +262,7 @@ int loop_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
 	int rc = 0;
 
 	/* Acquire: pairs with qp_connect, which may run on the control thread. */
-	peer = atomic_load_explicit(&qp->remote_id, memory_order_acquire);
+	peer = load_acquire(qp->remote_id); /* pairs with: store_release in loop_qp_connect */
 	if (unlikely(!peer)) {
 		rc = -ENOTCONN;
 		goto out;
@@ -277,8 +277,7 @@ int loop_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
 		if (unlikely(qp->sq_count == qp->sq_size)) {
 			/* The caller's QP depth accounting is wrong. */
 			cq->cnt[CNT_SQ_OVF]++;
-			atomic_store_explicit(&cq->pub[CNT_SQ_OVF], cq->cnt[CNT_SQ_OVF],
-					      memory_order_relaxed);
+			WRITE_ONCE(cq->pub[CNT_SQ_OVF], cq->cnt[CNT_SQ_OVF]);
 			rc = -ENOMEM;
 			break;
 		}

@@ -37,13 +37,13 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "ring/base/atomics.h"
 #include "ring/base/compiler.h"
 
 #define LOOP_MAX_QP_WR 32768u
@@ -57,8 +57,8 @@ static const uint8_t loop_magic[4] = { 'L', 'O', 'O', 'P' };
 
 static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct loop_list loop_ctxs = { &loop_ctxs, &loop_ctxs };
-static _Atomic uint32_t loop_next_id = 1;
-static _Atomic uint32_t loop_next_qpn = 1;
+static uint32_t loop_next_id = 1;
+static uint32_t loop_next_qpn = 1;
 
 struct loop_mr_slot loop_mrs[LOOP_MR_SLOTS];
 /* FIFO of free slots: a slot is reused as late as possible, so stale keys stay stale. */
@@ -76,11 +76,11 @@ static bool loop_mr_ready;
  */
 static void loop_wait_cq(struct loop_cq *cq)
 {
-	uint64_t s = atomic_load_explicit(&cq->poll_seq, memory_order_seq_cst);
+	uint64_t s = load_sc(cq->poll_seq);
 
 	if (!(s & 1))
 		return;
-	while (atomic_load_explicit(&cq->poll_seq, memory_order_acquire) == s)
+	while (load_acquire(cq->poll_seq) == s) /* pairs with: store_release in loop_poll */
 		sched_yield();
 }
 
@@ -129,8 +129,8 @@ static void loop_mr_release_owner_locked(struct loop_ctx *ctx)
 	for (i = 0; i < LOOP_MR_SLOTS; i++) {
 		struct loop_mr_slot *s = &loop_mrs[i];
 
-		if (s->owner == ctx->id && atomic_load_explicit(&s->key, memory_order_relaxed))
-			atomic_store_explicit(&s->key, 0, memory_order_seq_cst);
+		if (s->owner == ctx->id && READ_ONCE(s->key))
+			store_sc(s->key, 0);
 	}
 	loop_wait_pollers_locked();
 	for (i = 0; i < LOOP_MR_SLOTS; i++)
@@ -165,7 +165,7 @@ static int loop_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out
 	s->len = len;
 	key = (uint32_t)s->gen << LOOP_MR_BITS | idx;
 	/* Release: a poll that loads the key sees owner/base/len. */
-	atomic_store_explicit(&s->key, key, memory_order_release);
+	store_release(s->key, key); /* pairs with: load_sc of the key in exec.c */
 	ctx->nmr++;
 	pthread_mutex_unlock(&loop_lock);
 
@@ -182,12 +182,12 @@ static int loop_dereg_mr(struct nic *n, struct nic_mr *mr)
 	struct loop_mr_slot *s = &loop_mrs[idx];
 
 	pthread_mutex_lock(&loop_lock);
-	if (!mr->lkey || atomic_load_explicit(&s->key, memory_order_relaxed) != mr->lkey ||
+	if (!mr->lkey || READ_ONCE(s->key) != mr->lkey ||
 	    s->owner != ctx->id) {
 		pthread_mutex_unlock(&loop_lock);
 		return -EINVAL;
 	}
-	atomic_store_explicit(&s->key, 0, memory_order_seq_cst);
+	store_sc(s->key, 0);
 	loop_wait_pollers_locked();
 	loop_mr_free_slot_locked(idx);
 	ctx->nmr--;
@@ -204,10 +204,10 @@ static int loop_open(const char *dev, struct nic **out)
 	if (!ctx)
 		return -ENOMEM;
 	do
-		ctx->id = atomic_fetch_add_explicit(&loop_next_id, 1, memory_order_relaxed);
+		ctx->id = fetch_add_relaxed(loop_next_id, 1);
 	while (!ctx->id); /* 0 means "not connected" */
 	list_init(&ctx->cqs);
-	atomic_init(&ctx->seed, LOOP_DEFAULT_SEED);
+	ctx->seed = LOOP_DEFAULT_SEED; /* not yet shared */
 
 	pthread_mutex_lock(&loop_lock);
 	list_add_tail(&ctx->link, &loop_ctxs);
@@ -254,7 +254,7 @@ static void loop_cq_free_locked(struct loop_cq *cq)
 	while (!list_empty(&cq->qps))
 		loop_qp_free_locked(container_of(cq->qps.next, struct loop_qp, link));
 	for (i = 0; i < CNT_NR; i++)
-		ctx->retired[i] += atomic_load_explicit(&cq->pub[i], memory_order_relaxed);
+		ctx->retired[i] += READ_ONCE(cq->pub[i]);
 	list_del(&cq->link);
 	free(cq->ring);
 	free(cq);
@@ -300,7 +300,7 @@ static int loop_cq_create(struct nic *n, uint32_t cqe, struct nic_cq **out)
 	pthread_mutex_lock(&loop_lock);
 	cq->ordinal = ctx->ncq_created++;
 	/* Differ from the current epoch: the first poll loads the fault plan. */
-	cq->fault_epoch = atomic_load_explicit(&ctx->fault_epoch, memory_order_relaxed) - 1;
+	cq->fault_epoch = READ_ONCE(ctx->fault_epoch) - 1;
 	list_add_tail(&cq->link, &ctx->cqs);
 	pthread_mutex_unlock(&loop_lock);
 	*out = (struct nic_cq *)(void *)cq;
@@ -333,7 +333,7 @@ static int loop_qp_create(struct nic *n, struct nic_cq *ncq, uint32_t max_wr, st
 		return -ENOMEM;
 	}
 	qp->sq_size = max_wr;
-	qp->qp_num = atomic_fetch_add_explicit(&loop_next_qpn, 1, memory_order_relaxed);
+	qp->qp_num = fetch_add_relaxed(loop_next_qpn, 1);
 	qp->local_id = ctx->id;
 	qp->cq = cq;
 	/* Not on cq->active until post: the core may already be polling cq. */
@@ -370,9 +370,9 @@ static int loop_qp_connect(struct nic_qp *nqp, const struct nic_addr *remote,
 		id |= (uint32_t)remote->bytes[4 + i] << (8 * i);
 	if (!id)
 		return -EINVAL;
-	if (atomic_load_explicit(&qp->remote_id, memory_order_relaxed))
+	if (READ_ONCE(qp->remote_id))
 		return -EISCONN;
-	atomic_store_explicit(&qp->remote_id, id, memory_order_release);
+	store_release(qp->remote_id, id); /* pairs with: load_acquire in exec.c */
 	return 0;
 }
 
@@ -410,19 +410,18 @@ void loop_set_faults(struct nic *n, const struct loop_faults *f)
 		f = &none;
 	/* The lock only orders concurrent callers; polls read the atomics. */
 	pthread_mutex_lock(&loop_lock);
-	atomic_store_explicit(&ctx->thr_err, loop_ppm_thr(f->err_ppm), memory_order_relaxed);
-	atomic_store_explicit(&ctx->thr_lost, loop_ppm_thr(f->lost_ppm), memory_order_relaxed);
-	atomic_store_explicit(&ctx->thr_fatal, loop_ppm_thr(f->qp_fatal_ppm), memory_order_relaxed);
-	atomic_store_explicit(&ctx->seed, f->seed ? f->seed : LOOP_DEFAULT_SEED,
-			      memory_order_relaxed);
+	WRITE_ONCE(ctx->thr_err, loop_ppm_thr(f->err_ppm));
+	WRITE_ONCE(ctx->thr_lost, loop_ppm_thr(f->lost_ppm));
+	WRITE_ONCE(ctx->thr_fatal, loop_ppm_thr(f->qp_fatal_ppm));
+	WRITE_ONCE(ctx->seed, f->seed ? f->seed : LOOP_DEFAULT_SEED);
 	/* Release: a poll that sees the new epoch sees the new plan (and reseeds). */
-	atomic_fetch_add_explicit(&ctx->fault_epoch, 1, memory_order_release);
+	fetch_add_release(ctx->fault_epoch, 1); /* pairs with: load_acquire in loop_poll */
 	pthread_mutex_unlock(&loop_lock);
 }
 
 void loop_set_nocopy(struct nic *n, int nocopy)
 {
-	atomic_store_explicit(&ctx_of(n)->nocopy, !!nocopy, memory_order_relaxed);
+	WRITE_ONCE(ctx_of(n)->nocopy, !!nocopy);
 }
 
 void loop_get_counters(const struct nic *n, struct loop_counters *out)
@@ -439,7 +438,7 @@ void loop_get_counters(const struct nic *n, struct loop_counters *out)
 		struct loop_cq *cq = container_of(q, struct loop_cq, link);
 
 		for (i = 0; i < CNT_NR; i++)
-			sum[i] += atomic_load_explicit(&cq->pub[i], memory_order_relaxed);
+			sum[i] += READ_ONCE(cq->pub[i]);
 	}
 	pthread_mutex_unlock(&loop_lock);
 

@@ -9,12 +9,12 @@
 #ifndef FERRY_QP_LOOP_OBJECTS_H
 #define FERRY_QP_LOOP_OBJECTS_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "qp/nic.h"
+#include "ring/base/atomics.h"
 #include "ring/base/compiler.h"
 
 /* Keys: generation (16 bits, never 0) << 16 | slot index (16 bits). */
@@ -80,12 +80,12 @@ struct loop_ctx {
 	uint64_t retired[CNT_NR]; /* counters of destroyed CQs (loop_lock) */
 
 	/* Fault plan: written by loop_set_faults, read by polls. */
-	_Atomic uint64_t thr_err;
-	_Atomic uint64_t thr_lost;
-	_Atomic uint64_t thr_fatal;
-	_Atomic uint64_t seed;
-	_Atomic uint32_t fault_epoch; /* bumped after each change */
-	_Atomic int nocopy;
+	uint64_t thr_err;
+	uint64_t thr_lost;
+	uint64_t thr_fatal;
+	uint64_t seed;
+	uint32_t fault_epoch; /* bumped after each change */
+	int nocopy;
 };
 
 /* A queued WR: struct nic_wr without the chain pointer. */
@@ -123,8 +123,8 @@ struct loop_cq {
 	struct loop_list qps;	/* struct loop_qp.link */
 
 	/* Written by the core, read by dereg_mr and loop_get_counters. */
-	_Atomic uint64_t poll_seq ferry_cache_aligned; /* odd while executing */
-	_Atomic uint64_t pub[CNT_NR];
+	uint64_t poll_seq ferry_cache_aligned; /* odd while executing */
+	uint64_t pub[CNT_NR];
 };
 
 struct loop_qp {
@@ -142,7 +142,7 @@ struct loop_qp {
 	bool stalled;		/* a lost completion: nothing moves until error */
 	struct loop_cq *cq;
 
-	_Atomic uint32_t remote_id; /* set once by qp_connect; 0 = not connected */
+	uint32_t remote_id; /* set once by qp_connect; 0 = not connected */
 	struct loop_list link;	/* in cq->qps (loop_lock) */
 };
 
@@ -152,7 +152,7 @@ struct loop_qp {
  * read by polls only after they loaded a matching key.
  */
 struct loop_mr_slot {
-	_Atomic uint32_t key;
+	uint32_t key;
 	uint32_t owner;
 	uint64_t base;
 	uint64_t len;

@@ -14,6 +14,8 @@
  */
 #include "qp/verbs/verbs.h"
 
+#include "ring/base/atomics.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -347,7 +349,7 @@ uint8_t fv_ib_env(const struct fv_nic *nic, const char *name, long max, uint8_t 
 	errno = 0;
 	v = strtol(s, &end, 10);
 	if (errno || *end || end == s || v < 0 || v > max) {
-		if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+		if (!xchg_relaxed(warned, 1)) /* once per process, any thread */
 			vlog(nic, "%s='%s' is not a number in 0..%ld: using %u", name, s, max,
 			     dflt);
 		return dflt;
