@@ -54,16 +54,22 @@ struct nic_mr {
 	void *priv;
 };
 
-/* What a peer needs to reach a NIC: sent in segment descriptors. */
-#define NIC_ADDR_LEN 32
+/* What a peer needs to reach a NIC: sent in segment descriptors.  Opaque
+ * to everyone but its provider, which starts it with a magic of its own. */
+#define NIC_ADDR_LEN 64
 struct nic_addr {
 	uint8_t bytes[NIC_ADDR_LEN];
 };
 
-/* One QP's half of the connection handshake (RC: QP number and first PSN). */
+/* One QP's half of the connection handshake (RC: QP number and first PSN).
+ * secret: random bytes a provider whose peer connects back on its own
+ * (tcp) has it present, so that only the peer that did the (authenticated)
+ * control-plane handshake gets in; zero for verbs and loop. */
+#define NIC_QP_SECRET_LEN 16
 struct nic_qp_info {
 	uint32_t qpn;
 	uint32_t psn;
+	uint8_t secret[NIC_QP_SECRET_LEN];
 };
 
 /* A device found by discovery. */
@@ -75,11 +81,19 @@ struct nic_dev_info {
 	uint16_t active_mtu; /* bytes */
 };
 
+/* The provider does work for peers inside poll (tcp: it receives their
+ * frames and answers them), so its owner polls its CQ every pass, even with
+ * nothing of its own in flight, and sleeps on cq_fd when idle. */
+#define NIC_CAP_SERVES 0x1u
+/* Its QPs reach only peers on this host (cma). */
+#define NIC_CAP_SAME_HOST 0x2u
+
 struct nic_caps {
 	uint32_t max_qp_wr;
 	uint32_t max_cqe;
 	uint32_t max_inline;
 	uint32_t max_rd_atomic;
+	uint32_t flags;        /* NIC_CAP_* */
 };
 
 struct nic;
@@ -121,6 +135,10 @@ struct nic_provider {
 	void (*describe)(const struct nic *nic, char *buf, size_t len);
 	/* NUMA node of the device, -1 unknown. */
 	int (*numa_node)(const struct nic *nic);
+	/* Can this NIC reach the peer NIC at peer (same host for cma, a route
+	 * for verbs)?  0, or -errno with the reason in why (len bytes).  NULL:
+	 * always.  Control path; may probe (a system call, not a round trip). */
+	int (*reachable)(const struct nic *nic, const struct nic_addr *peer, char *why, size_t len);
 };
 
 /* Find a provider by NIC name: "loop" (or "loop<N>") is the software NIC,

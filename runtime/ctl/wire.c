@@ -29,7 +29,7 @@
 #define CONN_REQ_FIXED_LEN (CONN_REQ_HDR_LEN + DESC_NIC_LEN)
 /* CONNECT_REP: token u64, n_qps u16, reserved u16, reserved u32. */
 #define CONN_REP_FIXED_LEN 16u
-#define QP_INFO_LEN 8u /* qpn u32, psn u32 */
+#define QP_INFO_LEN (8u + NIC_QP_SECRET_LEN) /* qpn u32, psn u32, secret */
 
 static inline void put_le16(uint8_t *p, uint16_t v)
 {
@@ -404,6 +404,7 @@ static void qps_encode(const struct nic_qp_info *qps, uint16_t n, uint8_t *p)
 	for (i = 0; i < n; i++, p += QP_INFO_LEN) {
 		put_le32(p, qps[i].qpn);
 		put_le32(p + 4, qps[i].psn);
+		memcpy(p + 8, qps[i].secret, NIC_QP_SECRET_LEN);
 	}
 }
 
@@ -414,6 +415,7 @@ static void qps_decode(const uint8_t *p, uint16_t n, struct nic_qp_info *qps)
 	for (i = 0; i < n; i++, p += QP_INFO_LEN) {
 		qps[i].qpn = get_le32(p);
 		qps[i].psn = get_le32(p + 4);
+		memcpy(qps[i].secret, p + 8, NIC_QP_SECRET_LEN);
 	}
 }
 

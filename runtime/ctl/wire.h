@@ -7,22 +7,25 @@
  * never read past.  The verbs provider will extend it (new message types,
  * new NIC address fields) without breaking version 1 peers.
  *
+ * Version 2: NIC addresses of 64 bytes, QP infos with a 16-byte secret.
+ *
  * Frame:   magic u32 "FRY1" | version u16 | type u16 | payload_len u32 | payload
  * Types:   WIRE_GET_DESC (empty payload) -> WIRE_DESC, or WIRE_ERROR (i32: a
  *          negative errno, -4095..-1).
  * DESC:    incarnation u64 | n_nics u16 | reserved u16 | n_regions u32 |
- *          n_nics x (provider name 16 bytes NUL-padded | nic_addr 32 bytes) |
+ *          n_nics x (provider name 16 bytes NUL-padded | nic_addr 64 bytes) |
  *          n_regions x (addr u64 | len u64 | n_nics x rkey u32)
  *
  * Endpoint handshake (the initiator's control path asks the target's
  * control thread to create and connect the peer QPs):
  * CONNECT_REQ:  incarnation u64 | token u64 | target_incarnation u64 |
  *               target_nic u16 | n_qps u16 | reserved u32 |
- *               provider 16 bytes | nic_addr 32 bytes | n_qps x (qpn u32 | psn u32)
+ *               provider 16 bytes | nic_addr 64 bytes |
+ *               n_qps x (qpn u32 | psn u32 | secret 16 bytes)
  *               -> CONNECT_REP, or WIRE_ERROR (e.g. -ESTALE: the target
  *               restarted since the descriptor was fetched)
  * CONNECT_REP:  token u64 | n_qps u16 | reserved u16 | reserved u32 |
- *               n_qps x (qpn u32 | psn u32)
+ *               n_qps x (qpn u32 | psn u32 | secret 16 bytes)
  * DISCONNECT:   incarnation u64 | token u64   -> DISCONNECT_REP (empty) or WIRE_ERROR
  * KEEPALIVE:    incarnation u64 | reserved u64 -> KEEPALIVE_REP (empty) or WIRE_ERROR
  *               (-ENOENT: the target holds no QP of that initiator): an
@@ -39,7 +42,7 @@
 #include "qp/nic.h"
 
 #define WIRE_MAGIC 0x31595246u /* "FRY1" little-endian */
-#define WIRE_VERSION 1
+#define WIRE_VERSION 2
 #define WIRE_HDR_LEN 12
 #define WIRE_MAX_NICS 64
 #define WIRE_MAX_REGIONS 65536

@@ -267,8 +267,8 @@ static void seed_ep(const char *dir)
 	memset(req.nic.addr.bytes, 0xfe, NIC_ADDR_LEN);
 	rep.token = 0x2222;
 	for (i = 0; i < WIRE_MAX_EP_QPS; i++) {
-		req.qps[i] = (struct nic_qp_info){ 0x100u + i, 0x200u + i };
-		rep.qps[i] = (struct nic_qp_info){ 0x300u + i, 0x400u + i };
+		req.qps[i] = (struct nic_qp_info){ .qpn = 0x100u + i, .psn = 0x200u + i };
+		rep.qps[i] = (struct nic_qp_info){ .qpn = 0x300u + i, .psn = 0x400u + i };
 	}
 	req.n_qps = rep.n_qps = 2;
 	if (wire_connect_req_encode(&req, buf, sizeof(buf)))

@@ -1225,7 +1225,7 @@ static void test_connect_bad_replies(void **state)
 						   NULL, 0), 1), -EPROTO);
 	/* Larger than any CONNECT_REP: refused before reading it. */
 	assert_int_equal(fake_connect(&f, b, frame(b, WIRE_VERSION, WIRE_CONNECT_REP,
-						   16 + 8 * WIRE_MAX_EP_QPS + 1, NULL, 0), 1),
+						   16 + (8 + NIC_QP_SECRET_LEN) * WIRE_MAX_EP_QPS + 1, NULL, 0), 1),
 			 -EPROTO);
 	n = rep_frame(b, 0x7777, 2);
 	assert_int_equal(fake_connect(&f, b, n - 1, 2), -ECONNRESET); /* cut short */
@@ -1248,7 +1248,7 @@ static void test_disconnect_bad_replies(void **state)
 {
 	static const uint8_t enoent[4] = { (uint8_t)-ENOENT, 0xff, 0xff, 0xff };
 	static const uint8_t want[WIRE_HDR_LEN + WIRE_DISCONNECT_LEN] = {
-		'F', 'R', 'Y', '1', 1, 0, WIRE_DISCONNECT, 0, WIRE_DISCONNECT_LEN, 0, 0, 0,
+		'F', 'R', 'Y', '1', WIRE_VERSION, 0, WIRE_DISCONNECT, 0, WIRE_DISCONNECT_LEN, 0, 0, 0,
 		8, 7, 6, 5, 4, 3, 2, 1, 99, 0, 0, 0, 0, 0, 0, 0,
 	};
 	uint8_t b[64];

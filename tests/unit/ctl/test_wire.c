@@ -245,7 +245,7 @@ static void test_hdr_roundtrip(void **state)
 	(void)state;
 	wire_hdr_encode(b, WIRE_DESC, 1234);
 	/* The documented layout, byte for byte. */
-	assert_memory_equal(b, "FRY1\x01\x00\x02\x00\xd2\x04\x00\x00", WIRE_HDR_LEN);
+	assert_memory_equal(b, "FRY1\x02\x00\x02\x00\xd2\x04\x00\x00", WIRE_HDR_LEN);
 	assert_int_equal(wire_hdr_decode(b, sizeof(b), &h), 0);
 	assert_int_equal(h.magic, WIRE_MAGIC);
 	assert_int_equal(h.version, WIRE_VERSION);
@@ -256,7 +256,7 @@ static void test_hdr_roundtrip(void **state)
 	assert_int_equal(wire_hdr_decode(b, sizeof(b), &h), 0);
 	assert_int_equal(h.payload_len, WIRE_MAX_PAYLOAD);
 
-	/* Every type of version 1, by its number on the wire. */
+	/* Every type of version 2, by its number on the wire. */
 	for (uint16_t t = 1; t <= 9; t++) {
 		wire_hdr_encode(b, t, 16);
 		assert_int_equal(wire_hdr_decode(b, sizeof(b), &h), 0);
@@ -833,12 +833,13 @@ static void test_mutations(void **state)
 
 /* ---- endpoint handshake: CONNECT_REQ, CONNECT_REP, DISCONNECT --------- */
 
-#define REQ_FIXED 80 /* up to and including the NIC entry */
+#define REQ_FIXED (32 + WIRE_PROVIDER_LEN + NIC_ADDR_LEN) /* up to and including the NIC entry */
+#define QPI (8 + NIC_QP_SECRET_LEN) /* qpn u32, psn u32, secret */
 #define REP_FIXED 16
 
 static size_t raw_req_size(uint16_t n_qps)
 {
-	return REQ_FIXED + 8 * (size_t)n_qps;
+	return REQ_FIXED + QPI * (size_t)n_qps;
 }
 
 /*
@@ -860,8 +861,8 @@ static uint8_t *raw_req(uint16_t n_qps, size_t *len)
 	memcpy(b + 32, "verbs", 5);
 	memset(b + 48, 0x5a, NIC_ADDR_LEN);
 	for (i = 0; i < n_qps; i++) {
-		le(b + REQ_FIXED + 8 * i, 0x100 + i, 4);
-		le(b + REQ_FIXED + 8 * i + 4, 0x200000 + i, 4);
+		le(b + REQ_FIXED + QPI * i, 0x100 + i, 4);
+		le(b + REQ_FIXED + QPI * i + 4, 0x200000 + i, 4);
 	}
 	*len = n;
 	return b;
@@ -900,7 +901,7 @@ static void assert_req_equal(const struct wire_connect_req *a, const struct wire
 /* A valid CONNECT_REP by hand: token 0xd1.., QP i is qpn 0x300 + i, psn 0x400 + i. */
 static uint8_t *raw_rep(uint16_t n_qps, size_t *len)
 {
-	size_t n = REP_FIXED + 8 * (size_t)n_qps;
+	size_t n = REP_FIXED + QPI * (size_t)n_qps;
 	uint8_t *b = calloc(1, n);
 	uint16_t i;
 
@@ -908,8 +909,8 @@ static uint8_t *raw_rep(uint16_t n_qps, size_t *len)
 	le(b, 0xd1d2d3d4d5d6d7d8ull, 8);
 	le(b + 8, n_qps, 2);
 	for (i = 0; i < n_qps; i++) {
-		le(b + REP_FIXED + 8 * i, 0x300 + i, 4);
-		le(b + REP_FIXED + 8 * i + 4, 0x400 + i, 4);
+		le(b + REP_FIXED + QPI * i, 0x300 + i, 4);
+		le(b + REP_FIXED + QPI * i + 4, 0x400 + i, 4);
 	}
 	*len = n;
 	return b;
@@ -1129,7 +1130,7 @@ static void test_ep_encode_errors(void **state)
 	assert_true(fd >= 0);
 	make_req(&r, 4);
 	size = wire_connect_req_size(&r);
-	assert_int_equal(size, REQ_FIXED + 4 * 8);
+	assert_int_equal(size, REQ_FIXED + 4 * QPI);
 	assert_int_equal(wire_connect_req_encode(&r, buf, size - 1), -ENOSPC);
 	assert_int_equal(wire_connect_req_encode(&r, buf, 0), -ENOSPC);
 	/* Garbage after the NUL in the caller's name is not sent. */
@@ -1153,7 +1154,7 @@ static void test_ep_encode_errors(void **state)
 
 	make_rep(&p, 5);
 	size = wire_connect_rep_size(&p);
-	assert_int_equal(size, REP_FIXED + 5 * 8);
+	assert_int_equal(size, REP_FIXED + 5 * QPI);
 	assert_int_equal(wire_connect_rep_encode(&p, buf, size - 1), -ENOSPC);
 	p.n_qps = 0;
 	assert_int_equal(wire_connect_rep_encode(&p, buf, sizeof(buf)), -EINVAL);
@@ -1166,9 +1167,9 @@ static void test_ep_encode_errors(void **state)
 	assert_int_equal(wire_disconnect_encode(&d, buf, 0), -ENOSPC);
 	/* The largest request and reply, as the control thread bounds them. */
 	make_req(&r, WIRE_MAX_EP_QPS);
-	assert_int_equal(wire_connect_req_size(&r), REQ_FIXED + 8 * WIRE_MAX_EP_QPS);
+	assert_int_equal(wire_connect_req_size(&r), REQ_FIXED + QPI * WIRE_MAX_EP_QPS);
 	make_rep(&p, WIRE_MAX_EP_QPS);
-	assert_int_equal(wire_connect_rep_size(&p), REP_FIXED + 8 * WIRE_MAX_EP_QPS);
+	assert_int_equal(wire_connect_rep_size(&p), REP_FIXED + QPI * WIRE_MAX_EP_QPS);
 }
 
 /* An accepted message must be valid and re-encode to exactly the same bytes. */
