@@ -1,18 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 #include "ring/base/log.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
-
-#include "ring/base/atomics.h"
 
 #define LOG_MSG_MAX 512
-
-struct log_sink {
-	log_sink_fn fn;
-	void *arg;
-};
 
 static void stderr_sink(void *arg, int level, const char *msg)
 {
@@ -21,40 +14,33 @@ static void stderr_sink(void *arg, int level, const char *msg)
 	fprintf(stderr, "ferry: %s\n", msg);
 }
 
-static const struct log_sink default_sink = { stderr_sink, NULL };
-
 /*
- * The sink is one immutable pair behind one pointer, so a logger never sees
- * the function of one sink with the argument of another.  A replaced pair
- * is not freed (a logger on another thread may still hold it): a few bytes
- * per ferry_log_set call, which applications make once.
+ * The sink is called under the read lock, so once log_set_sink returns no
+ * thread still calls the old one: its owner may free what it used.  Never
+ * on a core's loop (it does not log), so the lock costs the data path
+ * nothing.
  */
-static const struct log_sink *sink = &default_sink;
+static pthread_rwlock_t sink_lock = PTHREAD_RWLOCK_INITIALIZER;
+static log_sink_fn sink_fn = stderr_sink;
+static void *sink_arg;
 
 void log_set_sink(log_sink_fn fn, void *arg)
 {
-	struct log_sink *s;
-
-	if (!fn) {
-		store_release(sink, &default_sink); /* pairs with: load_acquire in flog */
-		return;
-	}
-	s = malloc(sizeof(*s));
-	if (!s)
-		return; /* keep the old sink rather than lose messages */
-	s->fn = fn;
-	s->arg = arg;
-	store_release(sink, (const struct log_sink *)s); /* pairs with: load_acquire in flog */
+	pthread_rwlock_wrlock(&sink_lock);
+	sink_fn = fn ? fn : stderr_sink;
+	sink_arg = fn ? arg : NULL;
+	pthread_rwlock_unlock(&sink_lock);
 }
 
 void flog(int level, const char *fmt, ...)
 {
-	const struct log_sink *s = load_acquire(sink); /* pairs with: store_release in log_set_sink */
 	char msg[LOG_MSG_MAX];
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	s->fn(s->arg, level, msg);
+	pthread_rwlock_rdlock(&sink_lock);
+	sink_fn(sink_arg, level, msg);
+	pthread_rwlock_unlock(&sink_lock);
 }

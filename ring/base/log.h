@@ -15,7 +15,8 @@ enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
 /* The sink: fn(arg, level, message without a trailing newline). */
 typedef void (*log_sink_fn)(void *arg, int level, const char *msg);
 
-/* Route messages to fn (NULL: back to stderr).  Any thread. */
+/* Route messages to fn (NULL: back to stderr); once it returns, no thread
+ * calls the previous sink any more.  Any thread, never from inside a sink. */
 void log_set_sink(log_sink_fn fn, void *arg);
 
 /* Format and hand one message to the sink (truncated at 511 bytes). */

@@ -240,11 +240,19 @@ struct nic *ferry_engine_nic(struct ferry_engine *e, unsigned core)
 }
 
 
-/* The application's sink, called through the base logger's signature. */
+/*
+ * The application's sink, called through the base logger's signature.  Two
+ * slots, used in turn: log_set_sink returns only once nobody calls the
+ * slot it replaced, so that slot is free for the next ferry_log_set.
+ */
 struct user_sink {
 	ferry_log_fn fn;
 	void *arg;
 };
+
+static struct user_sink user_sinks[2];
+static unsigned user_next;
+static pthread_mutex_t user_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void user_sink_call(void *p, int level, const char *msg)
 {
@@ -260,14 +268,15 @@ void ferry_log_set(ferry_log_fn fn, void *arg)
 	_Static_assert((int)FERRY_LOG_ERROR == LOG_ERROR && (int)FERRY_LOG_WARN == LOG_WARN &&
 		       (int)FERRY_LOG_INFO == LOG_INFO && (int)FERRY_LOG_DEBUG == LOG_DEBUG,
 		       "one set of levels");
+	pthread_mutex_lock(&user_lock);
 	if (!fn) {
 		log_set_sink(NULL, NULL);
-		return;
+	} else {
+		u = &user_sinks[user_next];
+		u->fn = fn;
+		u->arg = arg;
+		log_set_sink(user_sink_call, u);
+		user_next ^= 1;
 	}
-	u = malloc(sizeof(*u)); /* never freed: see log_set_sink */
-	if (!u)
-		return;
-	u->fn = fn;
-	u->arg = arg;
-	log_set_sink(user_sink_call, u);
+	pthread_mutex_unlock(&user_lock);
 }
