@@ -102,6 +102,8 @@ struct nic_qp;
 
 struct nic_provider {
 	const char *name;
+	/* dev: the NIC's name in the nics list; "tcp@a.b.c.d" for tcp (the
+	 * engine adds the address of its control listener). */
 	int (*open)(const char *dev, struct nic **out);
 	void (*close)(struct nic *nic);
 	void (*caps)(const struct nic *nic, struct nic_caps *out);

@@ -81,6 +81,7 @@ struct qctx {
 	struct qp_counters ctr;
 	uint32_t signal_every;
 	uint32_t max_reads;         /* READs in flight per QP (the NIC's max_rd_atomic) */
+	uint8_t serves;             /* NIC_CAP_SERVES: poll every pass, sleep on cq_fd */
 	uint64_t now;               /* the core's clock for this loop pass */
 	uint32_t n_qps;             /* high-water mark of qps[] */
 	struct qpx *qps[QP_MAX_PER_CORE];

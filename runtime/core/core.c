@@ -355,7 +355,7 @@ __attribute__((noinline)) static uint32_t core_pass(struct ferry_core *c)
 		work += core_drain_xfer(c);
 	work += core_cut(c);
 	work += core_post(c);
-	if (c->q.cq_quota.depth) {
+	if (c->q.cq_quota.depth || c->q.serves) { /* serves: peers' frames arrive there */
 		int n = qctx_poll(&c->q);
 
 		if (n > 0)
@@ -467,9 +467,23 @@ static void *core_main(void *arg)
 
 /* ---- lifecycle (control path) ---- */
 
+/* What the provider opens: "tcp" listens for its peers' data connections on
+ * the engine's control address ("tcp@127.0.0.1"); other names as given. */
+static const char *core_nic_dev(const struct ferry_core *c, const char *nic, char *buf, size_t len)
+{
+	const char *listen = c->e->opts.listen ? c->e->opts.listen : "127.0.0.1:0";
+	const char *colon = strrchr(listen, ':');
+
+	if (strcmp(nic, "tcp") != 0 || !colon)
+		return nic;
+	snprintf(buf, len, "tcp@%.*s", (int)(colon - listen), listen);
+	return buf;
+}
+
 static int core_open_nic(struct ferry_core *c, const char *nic)
 {
 	const struct nic_provider *prov = nic_provider_for(nic);
+	char dev[96];
 	const struct ferry_opts *o = &c->e->opts;
 	struct nic_caps caps;
 	int rc;
@@ -480,13 +494,14 @@ static int core_open_nic(struct ferry_core *c, const char *nic)
 	}
 	c->q.prov = prov;
 	snprintf(c->nic_name, sizeof(c->nic_name), "%s", nic);
-	rc = prov->open(nic, &c->q.nic);
+	rc = prov->open(core_nic_dev(c, nic, dev, sizeof(dev)), &c->q.nic);
 	if (rc) {
 		log_err("cannot open NIC '%s': %s", nic, strerror(-rc));
 		return rc;
 	}
 	prov->caps(c->q.nic, &caps);
 	c->q.max_reads = caps.max_rd_atomic ? caps.max_rd_atomic : 1;
+	c->q.serves = !!(caps.flags & NIC_CAP_SERVES);
 	rc = prov->cq_create(c->q.nic, o->cqes, &c->q.cq);
 	if (rc)
 		log_err("cannot create a CQ of %u entries on '%s': %s", o->cqes, nic, strerror(-rc));

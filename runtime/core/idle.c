@@ -93,9 +93,10 @@ void core_idle(struct ferry_core *c)
 	c->idle_loops++;
 	if (c->idle_loops < SPIN_LOOPS) {
 		ferry_cpu_relax();
-	} else if (in_flight && c->q.prov->cq_arm) {
-		/* A real NIC moves the bytes: give the CPU back until it reports. */
-		core_sleep(c, CQ_SLEEP_MS, true);
+	} else if ((in_flight || c->q.serves) && c->q.prov->cq_arm) {
+		/* A real NIC moves the bytes (or peers' frames wake us: tcp):
+		 * give the CPU back until it reports. */
+		core_sleep(c, in_flight ? CQ_SLEEP_MS : SLEEP_MS, true);
 	} else if (in_flight || c->idle_loops < SLEEP_LOOPS) {
 		/* loop's work happens inside poll: stay awake, let others run. */
 		sched_yield();

@@ -43,10 +43,16 @@ static int engine_parse(struct ferry_engine *e, const struct ferry_opts *caller,
 		log_err("nics list too long");
 		return -EINVAL;
 	}
+	if (o->listen && strlen(o->listen) >= sizeof(e->listen_buf)) {
+		log_err("listen address too long: '%s'", o->listen);
+		return -EINVAL;
+	}
 	strcpy(e->nics_buf, o->nics);
 	e->opts.nics = e->nics_buf;
 	e->opts.cores = NULL;
-	e->opts.listen = NULL; /* the bound address is in e->ctl */
+	/* The address asked for (the bound one, port and all, is in e->ctl). */
+	snprintf(e->listen_buf, sizeof(e->listen_buf), "%s", o->listen ? o->listen : "127.0.0.1:0");
+	e->opts.listen = e->listen_buf;
 	return 0;
 }
 

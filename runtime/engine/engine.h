@@ -39,6 +39,7 @@ struct ferry_engine {
 	struct ferry_opts opts;        /* checked, complete (whatever size the caller had) */
 	struct ferry_knobs knobs;
 	char nics_buf[256];
+	char listen_buf[64];
 	unsigned ncores;
 	struct ferry_core *cores[FERRY_MAX_CORES];
 	const struct nic_provider *prov[FERRY_MAX_CORES];
