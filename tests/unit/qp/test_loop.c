@@ -20,6 +20,7 @@
 
 #include "qp/loop/loop.h"
 #include "qp/nic.h"
+#include "tests/harness/wait.h"
 
 #define BUF_LEN 65536u
 #define CQ_LEN 256u
@@ -701,6 +702,7 @@ struct race {
 	_Atomic int stop;
 	_Atomic uint32_t key;
 	_Atomic uintptr_t addr;
+	_Atomic uint64_t ended; /* WRs completed, for the main thread to watch */
 	uint64_t ok, err, regs;
 };
 
@@ -724,6 +726,7 @@ static void *race_core(void *arg)
 			got = P->poll(e->cq, 4, wc);
 		while (got == 0);
 		assert_int_equal(got, 1);
+		atomic_fetch_add(&r->ended, 1);
 		if (wc[0].status == NIC_WC_SUCCESS) {
 			r->ok++;
 			continue;
@@ -757,12 +760,20 @@ static void test_dereg_while_polling(void **state)
 	do {
 		uint8_t *buf = malloc(RACE_BUF);
 		struct nic_mr mr;
+		uint64_t ended;
 
 		assert_non_null(buf);
 		assert_int_equal(P->reg_mr(e->b, buf, RACE_BUF, &mr), 0);
 		atomic_store_explicit(&r.addr, (uintptr_t)buf, memory_order_release);
 		atomic_store_explicit(&r.key, mr.rkey, memory_order_release);
-		usleep(200);
+		/*
+		 * The core has used buf: the WR that completes first from now
+		 * may have read the old key, the next one was posted after it
+		 * completed and so read the new one.
+		 */
+		ended = atomic_load(&r.ended);
+		WAIT_UNTIL(atomic_load(&r.ended) >= ended + 2, WAIT_DEADLINE_MS,
+			   "the core to complete a WR against the new buffer");
 		/* The core may be copying into buf right now: dereg must wait. */
 		assert_int_equal(P->dereg_mr(e->b, &mr), 0);
 		free(buf);
