@@ -35,6 +35,7 @@ struct ferry_ep {
 	uint8_t closing;             /* teardown started: post nothing more */
 	uint8_t down;                /* the peer cannot be reached: fail fast */
 	uint8_t qps_gone;            /* the owner destroyed the QPs (teardown done) */
+	uint8_t tx;                  /* which of its core's contexts (transports) it uses */
 	struct rail rail;            /* health: errors, pauses (ep/rail.h) */
 	const uint8_t *cut_off;      /* the control path's "this rail cannot reach the
 	                              * peer" flag (NULL: none): its slices move */

@@ -59,9 +59,13 @@ struct ferry_opts {
 	size_t opts_size;      /**< sizeof the struct the caller was compiled with: set by
 	                        *   ferry_opts_default(), leave it alone */
 	const char *cores;     /**< "0-3,8" or "0xf"; NULL/"" = first online core */
-	const char *nics;      /**< comma list of NIC names ("rxe0,rxe1"); "loop" = software
-	                        *   NIC; "auto" (default) = every active RDMA device,
-	                        *   matched to cores by NUMA node, else loop */
+	const char *nics;      /**< "auto" (default): every transport this host has -- the
+	                        *   RDMA device of each core's NUMA node (if any), tcp
+	                        *   and cma; segments pick per peer (see
+	                        *   ferry_segment_transport).  Or a comma list: device
+	                        *   names ("rxe0,rxe1", "loop" = software NIC) dealt to
+	                        *   the cores round robin, and the words "tcp" and "cma"
+	                        *   (every core gets that transport) */
 	const char *listen;    /**< control address "ip:port"; port 0 = any */
 	uint32_t slice_size;   /**< bytes per work request (default 65536) */
 	uint32_t qps_per_ep;   /**< QPs per endpoint (default 2) */
@@ -278,6 +282,15 @@ FERRY_API int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg);
  * -ENOENT for an unknown handle.  Any thread; may block.
  */
 FERRY_API int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg);
+
+/**
+ * The transport an open segment goes over: "cma" (same host: copies
+ * between the two address spaces), "verbs" (RDMA), "tcp", or "loop"; NULL
+ * for an unknown or closed handle.  ferry_segment_open picks the first of
+ * that order that both engines offer and that reaches the peer (see
+ * opts.nics).  The string is static.  Any thread.
+ */
+FERRY_API const char *ferry_segment_transport(struct ferry_engine *e, ferry_seg_t seg);
 
 /**
  * Create a port: the submission channel of one application thread.  Only one

@@ -23,7 +23,7 @@ static void cmd_done(struct core_cmd *cmd, int rc)
  * the endpoint itself once they have. */
 static void cmd_ep_add(struct ferry_core *c, struct core_cmd *cmd)
 {
-	cmd_done(cmd, ep_attach(&c->q, cmd->ep));
+	cmd_done(cmd, ep_attach(&c->tx[cmd->ep->tx], cmd->ep));
 }
 
 /* Teardown, phase one (ep/teardown.h): -EBUSY until the QPs are drained and
@@ -37,7 +37,7 @@ static void cmd_ep_remove(struct ferry_core *c, struct core_cmd *cmd)
 		ep->closing = 1;
 		core_fail_pending(c, ep, -ECANCELED);
 	}
-	cmd_done(cmd, ep_teardown_qps(&c->q, ep));
+	cmd_done(cmd, ep_teardown_qps(&c->tx[ep->tx], ep));
 }
 
 /* Swap in a QP the repair thread connected for a broken, drained one. */
@@ -52,12 +52,12 @@ static void cmd_qp_replace(struct ferry_core *c, struct core_cmd *cmd)
 	old = ep->qps[cmd->index];
 	if (!old->broken || old->depth.depth)
 		return cmd_done(cmd, -EBUSY);
-	rc = qctx_attach(&c->q, cmd->qp);
+	rc = qctx_attach(&c->tx[ep->tx], cmd->qp);
 	if (rc)
 		return cmd_done(cmd, rc);
 	cmd->qp->owner = ep;
 	ep->qps[cmd->index] = cmd->qp;
-	qpx_destroy(&c->q, old);
+	qpx_destroy(&c->tx[ep->tx], old);
 	ep->down = 0;
 	stat_add(&c->ctr, qp_resets, 1);
 	cmd_done(cmd, 0);

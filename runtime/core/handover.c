@@ -87,13 +87,13 @@ static bool xfer_take(struct ferry_core *c, struct slice *f)
 	*n = *f;
 	n->home = (uint8_t)c->index;
 	n->ep = ep;
-	n->lkey = rq->lreg->mr[c->index].lkey;
 	c->slices_out++;
 	xfer_return(c, f);
 	if (!ep || ep->seg_gen != rq->seg_gen || ep->closing || ep->down) {
 		core_slice_finish(c, n, ep && ep->closing ? -ECANCELED : -EHOSTDOWN);
 		return true;
 	}
+	n->lkey = rq->lreg->mr[c->index][ep->tx].lkey;
 	n->rkey = rq->rreg->rkey[ep->remote_nic];
 	slice_list_push_front(&ep->pending, n);
 	core_ep_activate(c, ep);

@@ -51,22 +51,49 @@ static bool core_has_input(struct ferry_core *c)
 }
 
 /*
- * Sleep until kicked through the wake eventfd, until the CQ's completion
- * channel fires (on_cq), or for timeout_ms: offline for RCU while asleep.
+ * Arm the completion channel of every context that should wake us (with
+ * work in flight, or serving peers), add its fd to fds and its bit to
+ * *armed.  False when a completion slipped in before an arm: poll again
+ * instead of sleeping.
+ */
+static bool core_arm_cqs(struct ferry_core *c, bool in_flight, struct pollfd *fds, nfds_t *n,
+			 unsigned *armed)
+{
+	for (unsigned t = 0; t < c->ntx; t++) {
+		struct qctx *q = &c->tx[t];
+
+		if (!q->prov->cq_arm || !(q->serves || (in_flight && q->cq_quota.depth)))
+			continue;
+		*armed |= 1u << t;
+		/* A CQE that landed before the arm raises no event: poll once more. */
+		if (q->prov->cq_arm(q->cq) || qctx_poll(q) != 0)
+			return false;
+		fds[(*n)++] = (struct pollfd){ .fd = q->prov->cq_fd(q->cq), .events = POLLIN };
+	}
+	return true;
+}
+
+static void core_ack_cqs(struct ferry_core *c, unsigned armed)
+{
+	for (unsigned t = 0; t < c->ntx; t++)
+		if (armed & (1u << t))
+			c->tx[t].prov->cq_ack(c->tx[t].cq);
+}
+
+/*
+ * Sleep until kicked through the wake eventfd, until a completion channel
+ * fires (with on_cq: contexts with work in flight, or serving peers), or
+ * for timeout_ms: offline for RCU while asleep.
  */
 static void core_sleep(struct ferry_core *c, int timeout_ms, bool on_cq)
 {
-	const struct nic_provider *prov = c->q.prov;
-	struct pollfd fds[2] = { { .fd = c->wake_fd, .events = POLLIN } };
+	struct pollfd fds[1 + CORE_MAX_TX] = { { .fd = c->wake_fd, .events = POLLIN } };
+	unsigned armed = 0;
 	nfds_t n = 1;
 
 	store_sc(c->sleeping, 1); /* Dekker pair with core_kick: see there */
-	if (on_cq) {
-		/* A CQE that landed before the arm raises no event: poll once more. */
-		if (prov->cq_arm(c->q.cq) || qctx_poll(&c->q) != 0)
-			goto out;
-		fds[n++] = (struct pollfd){ .fd = prov->cq_fd(c->q.cq), .events = POLLIN };
-	}
+	if (on_cq && !core_arm_cqs(c, c->slices_out != 0, fds, &n, &armed))
+		goto out;
 	if (core_has_input(c) || load_acquire(c->stop)) /* stop: pairs with core_stop */
 		goto out;
 	ferry_tsan_release(&c->e->tsan_gp);
@@ -75,10 +102,31 @@ static void core_sleep(struct ferry_core *c, int timeout_ms, bool on_cq)
 	urcu_qsbr_thread_online();
 	stat_add(&c->ctr, sleeps, 1);
 out:
-	if (on_cq)
-		prov->cq_ack(c->q.cq);
+	core_ack_cqs(c, armed);
 	WRITE_ONCE(c->sleeping, 0);
 	eventfd_drain(c->wake_fd);
+}
+
+/* A context that can wake us: a completion channel with work in flight on
+ * it, or one serving peers. */
+static bool core_can_sleep_on_cq(const struct ferry_core *c, bool in_flight)
+{
+	for (unsigned t = 0; t < c->ntx; t++) {
+		const struct qctx *q = &c->tx[t];
+
+		if (q->prov->cq_arm && (q->serves || (in_flight && q->cq_quota.depth)))
+			return true;
+	}
+	return false;
+}
+
+/* Work in flight that only polling moves (loop, cma: no completion channel). */
+static bool core_must_poll(const struct ferry_core *c)
+{
+	for (unsigned t = 0; t < c->ntx; t++)
+		if (!c->tx[t].prov->cq_arm && c->tx[t].cq_quota.depth)
+			return true;
+	return false;
 }
 
 void core_idle(struct ferry_core *c)
@@ -93,12 +141,14 @@ void core_idle(struct ferry_core *c)
 	c->idle_loops++;
 	if (c->idle_loops < SPIN_LOOPS) {
 		ferry_cpu_relax();
-	} else if ((in_flight || c->q.serves) && c->q.prov->cq_arm) {
+	} else if (!core_must_poll(c) && core_can_sleep_on_cq(c, in_flight)) {
 		/* A real NIC moves the bytes (or peers' frames wake us: tcp):
 		 * give the CPU back until it reports. */
 		core_sleep(c, in_flight ? CQ_SLEEP_MS : SLEEP_MS, true);
+		if (!in_flight)
+			c->idle_loops = 0;
 	} else if (in_flight || c->idle_loops < SLEEP_LOOPS) {
-		/* loop's work happens inside poll: stay awake, let others run. */
+		/* loop's and cma's work happens inside poll: stay awake, let others run. */
 		sched_yield();
 	} else {
 		core_sleep(c, SLEEP_MS, false);

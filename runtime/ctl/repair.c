@@ -61,12 +61,12 @@ static int repair_one(struct ferry_engine *e, const struct repair_job *j)
 	if ((s->state != SEG_OPEN && s->state != SEG_CLOSING) || s->gen != j->gen ||
 	    !(ep = s->eps[j->core]))
 		return 0; /* the segment went: nothing to repair */
-	rc = qpx_create(&c->q, e->opts.wrs_per_qp, ep, &q);
+	rc = qpx_create(&c->tx[ep->tx], e->opts.wrs_per_qp, ep, &q);
 	if (rc)
 		return rc;
 	rc = seg_qp_handshake(e, j->core, s, ep->remote_nic, q, &token);
 	if (rc) {
-		qpx_destroy(&c->q, q);
+		qpx_destroy(&c->tx[ep->tx], q);
 		if (rc == -ESTALE) /* the peer restarted: its keys are gone for good */
 			seg_mark_stale(e, s, j->slot);
 		rail_unreachable(e, s, j->core, j->slot);
@@ -77,7 +77,7 @@ static int repair_one(struct ferry_engine *e, const struct repair_job *j)
 	cmd.index = j->qp;
 	rc = core_command(c, &cmd);
 	if (rc) {
-		qpx_destroy(&c->q, q);
+		qpx_destroy(&c->tx[ep->tx], q);
 		seg_disconnect_token(e, s, token);
 		return rc;
 	}

@@ -44,9 +44,9 @@
 #define WIRE_MAGIC 0x31595246u /* "FRY1" little-endian */
 #define WIRE_VERSION 2
 #define WIRE_HDR_LEN 12
-#define WIRE_MAX_NICS 64
-#define WIRE_MAX_REGIONS 65536
-#define WIRE_MAX_PAYLOAD (1u << 25) /* fits 64 NICs x 65536 regions */
+#define WIRE_MAX_NICS 256 /* 64 cores x up to 3 transports, and room */
+#define WIRE_MAX_REGIONS 16384 /* x 256 NIC keys: a decoded descriptor stays under ~17 MiB */
+#define WIRE_MAX_PAYLOAD (1u << 26) /* 64 MiB: many regions of many NICs */
 #define WIRE_PROVIDER_LEN 16
 
 enum wire_type {

@@ -32,7 +32,7 @@ struct mem_region {
 	uint64_t addr;
 	uint64_t len;
 	uint64_t refs;                 /* requests using it: fetch_add/fetch_sub, see mem.c */
-	struct nic_mr mr[FERRY_MAX_CORES];
+	struct nic_mr mr[FERRY_MAX_CORES][CORE_MAX_TX]; /* per core, per context */
 };
 
 struct ferry_engine {
@@ -41,8 +41,8 @@ struct ferry_engine {
 	char nics_buf[256];
 	char listen_buf[64];
 	unsigned ncores;
+	unsigned ntx;                  /* contexts (transports) per core, the same on all */
 	struct ferry_core *cores[FERRY_MAX_CORES];
-	const struct nic_provider *prov[FERRY_MAX_CORES];
 	uint64_t incarnation;
 	struct ctl ctl;
 	pthread_mutex_t ctl_lock;      /* control-path calls */
@@ -59,6 +59,10 @@ struct ferry_engine {
 	struct ep_reaper reaper;       /* unpublished endpoints, freed after a grace period */
 	int tsan_gp;                   /* TSan's model of the RCU grace period */
 };
+
+/* nics.c: the NIC names of each core's contexts from the nics option. */
+int engine_pick_nics(const char *list, const unsigned *cpus, unsigned ncores,
+		     char names[][CORE_MAX_TX][64], unsigned *ntx);
 
 /* mem.c: the local region containing [addr, addr+len); regions_lock held. */
 struct mem_region *ferry_region_find(struct ferry_engine *e, uint64_t addr, uint64_t len);

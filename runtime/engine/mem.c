@@ -16,9 +16,14 @@
 
 static void region_free(struct ferry_engine *e, struct mem_region *r)
 {
-	for (unsigned i = 0; i < e->ncores; i++)
-		if (r->mr[i].priv || r->mr[i].lkey)
-			e->prov[i]->dereg_mr(e->cores[i]->q.nic, &r->mr[i]);
+	for (unsigned i = 0; i < e->ncores; i++) {
+		for (unsigned t = 0; t < e->cores[i]->ntx; t++) {
+			struct qctx *q = &e->cores[i]->tx[t];
+
+			if (r->mr[i][t].priv || r->mr[i][t].lkey)
+				q->prov->dereg_mr(q->nic, &r->mr[i][t]);
+		}
+	}
 	free(r);
 }
 
@@ -88,12 +93,15 @@ static int region_insert(struct ferry_engine *e, struct mem_region *r)
 static int region_register(struct ferry_engine *e, struct mem_region *r, void *addr, size_t len)
 {
 	for (unsigned i = 0; i < e->ncores; i++) {
-		int rc = e->prov[i]->reg_mr(e->cores[i]->q.nic, addr, len, &r->mr[i]);
+		for (unsigned t = 0; t < e->cores[i]->ntx; t++) {
+			struct qctx *q = &e->cores[i]->tx[t];
+			int rc = q->prov->reg_mr(q->nic, addr, len, &r->mr[i][t]);
 
-		if (rc) {
-			log_err("registering %zu bytes at %p on core %u's NIC: %s", len, addr, i,
-				strerror(-rc));
-			return rc;
+			if (rc) {
+				log_err("registering %zu bytes at %p on core %u's %s: %s", len, addr,
+					i, q->prov->name, strerror(-rc));
+				return rc;
+			}
 		}
 	}
 	return 0;
@@ -162,10 +170,16 @@ int engine_describe(void *arg, struct seg_desc *d)
 
 	memset(d, 0, sizeof(*d));
 	d->incarnation = e->incarnation;
-	d->n_nics = (uint16_t)e->ncores;
+	/* Entry i * ntx + t: context t of core i (see nics.c). */
+	d->n_nics = (uint16_t)(e->ncores * e->ntx);
 	for (unsigned i = 0; i < e->ncores; i++) {
-		snprintf(d->nics[i].provider, sizeof(d->nics[i].provider), "%s", e->prov[i]->name);
-		e->prov[i]->addr(e->cores[i]->q.nic, &d->nics[i].addr);
+		for (unsigned t = 0; t < e->ntx; t++) {
+			const struct qctx *q = &e->cores[i]->tx[t];
+			struct seg_nic *n = &d->nics[i * e->ntx + t];
+
+			snprintf(n->provider, sizeof(n->provider), "%s", q->prov->name);
+			q->prov->addr(q->nic, &n->addr);
+		}
 	}
 	pthread_rwlock_rdlock(&e->regions_lock);
 	d->regions = calloc(e->n_regions ? e->n_regions : 1, sizeof(*d->regions));
@@ -177,7 +191,9 @@ int engine_describe(void *arg, struct seg_desc *d)
 			d->regions[r].addr = e->regions[r]->addr;
 			d->regions[r].len = e->regions[r]->len;
 			for (unsigned i = 0; i < e->ncores; i++)
-				d->regions[r].rkey[i] = e->regions[r]->mr[i].rkey;
+				for (unsigned t = 0; t < e->ntx; t++)
+					d->regions[r].rkey[i * e->ntx + t] =
+						e->regions[r]->mr[i][t].rkey;
 		}
 	}
 	pthread_rwlock_unlock(&e->regions_lock);

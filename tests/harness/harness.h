@@ -138,7 +138,8 @@ static inline void assert_engine_quiet(struct ferry_engine *e)
 
 		assert_int_equal(ferry_core_stats(e, i, &st), 0);
 		assert_int_equal(st.provider_errors, 0);
-		assert_int_equal(__atomic_load_n(&e->cores[i]->q.cq_quota.depth, __ATOMIC_RELAXED), 0);
+		for (unsigned t = 0; t < e->cores[i]->ntx; t++)
+			assert_int_equal(READ_ONCE(e->cores[i]->tx[t].cq_quota.depth), 0);
 	}
 }
 

@@ -327,6 +327,30 @@ static void test_stats_size(void **state)
 	assert_int_equal(fn(P.init, 0, st), 0);
 }
 
+/* Which transport a segment took, and nics lists that cannot work. */
+static void test_transport_and_nics(void **state)
+{
+	static const char *const bad[] = { "", ",", "loop,", "auto,loop", "loop,auto" };
+	const char *t = ferry_segment_transport(P.init, P.seg);
+	struct ferry_engine *e = NULL;
+	struct ferry_opts o;
+
+	(void)state;
+	assert_non_null(t);
+	if (!getenv("FERRY_TEST_INIT_NICS")) /* the harness's default: the software NIC */
+		assert_string_equal(t, "loop");
+	assert_null(ferry_segment_transport(P.init, 0));
+	assert_null(ferry_segment_transport(P.init, P.seg + 1));
+	assert_null(ferry_segment_transport(NULL, P.seg));
+	ferry_opts_default(&o);
+	o.cores = "0";
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		o.nics = bad[i];
+		assert_true(ferry_engine_create(&o, &e) < 0);
+		assert_null(e);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -339,6 +363,7 @@ int main(void)
 		cmocka_unit_test(test_log_sink),
 		cmocka_unit_test(test_opts_not_initialised),
 		cmocka_unit_test(test_stats_size),
+		cmocka_unit_test(test_transport_and_nics),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -387,7 +387,7 @@ static void test_misc(struct side *a)
 	struct nic *ln, *vn;
 	struct nic_cq *cq;
 	struct nic_qp *qp;
-	struct nic_qp_info info = { 1, 0 };
+	struct nic_qp_info info = { .qpn = 1 };
 	struct nic_addr la;
 	struct nic_mr mr;
 

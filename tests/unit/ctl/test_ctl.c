@@ -336,9 +336,9 @@ static void test_fetch_large(void **state)
 	struct seg_desc d;
 
 	(void)state;
-	start(&c, &x, 8, 20000);
+	start(&c, &x, 8, WIRE_MAX_REGIONS);
 	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS * 3, &d), 0);
-	expect_desc(&d, 8, 20000);
+	expect_desc(&d, 8, WIRE_MAX_REGIONS);
 	assert_non_null(seg_desc_find(&d, d.regions[12345].addr + 10, 100));
 	seg_desc_free(&d);
 
