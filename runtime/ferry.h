@@ -92,6 +92,17 @@ struct ferry_opts {
 	int counters;          /**< 1 (default): per-core latency histogram and hardware
 	                        *   counters; 0: off (software counters stay; used to
 	                        *   measure what the others cost) */
+	/* Added in 0.2 (ferry_opts_default records which fields a caller has). */
+	const char *name;      /**< this engine's name in the metadata store,
+	                        *   [A-Za-z0-9._-]+, at most 63 characters; NULL = none
+	                        *   (peers reach it by "host:port" only) */
+	const char *metadata;  /**< where names are published: "p2p" (default: no store,
+	                        *   "host:port" addresses only), "redis://host:port" or
+	                        *   "etcd://host:port" */
+	const char *secret_file; /**< the cluster key: a file of at least 32 bytes, mode
+	                        *   0600 (group/other-readable is refused); every control
+	                        *   and tcp data connection proves both sides hold it.
+	                        *   NULL = no authentication */
 };
 
 /** Operation of a request, seen from the initiator. */
@@ -208,7 +219,8 @@ FERRY_API void ferry_opts_default(struct ferry_opts *o);
  * FERRY_CQES, FERRY_SIGNAL_EVERY, FERRY_RING_SIZE, FERRY_RETRIES,
  * FERRY_TIMEOUT_MS, FERRY_RAIL_ERRORS, FERRY_RAIL_WINDOW_MS, FERRY_RAIL_PAUSE_MS,
  * FERRY_RAIL_PAUSE_MAX_MS, FERRY_KEEPALIVE_MS, FERRY_LEASE_MS, FERRY_EP_CACHE,
- * FERRY_IDLE (adaptive|spin), FERRY_VERBOSE, FERRY_COUNTERS (0|1).
+ * FERRY_IDLE (adaptive|spin), FERRY_VERBOSE, FERRY_COUNTERS (0|1), FERRY_NAME,
+ * FERRY_METADATA, FERRY_SECRET_FILE.
  * Returns -EINVAL (and names the variable on stderr) on a malformed value;
  * o is left unchanged then.  String fields point into the environment.
  * Any thread.
