@@ -30,6 +30,11 @@ static inline void slice_bounds(uint64_t len, uint32_t slice_size, uint64_t n, u
 /* First slice index of part p of nparts over n slices (p == nparts gives n). */
 static inline uint64_t slice_part_start(uint64_t n, unsigned nparts, unsigned p)
 {
+	if (nparts == 1)
+		return p ? n : 0;
+	/* p <= 64: n * p fits 64 bits unless n is huge (a 128-bit division is a call). */
+	if (n <= UINT32_MAX)
+		return n * p / nparts;
 	return (uint64_t)(((unsigned __int128)n * p) / nparts);
 }
 

@@ -18,6 +18,9 @@
 
 int handover_init(struct ferry_engine *e)
 {
+	/* One core has no other rail to hand over to: no rings, nothing to drain. */
+	if (e->ncores < 2)
+		return 0;
 	for (unsigned i = 0; i < e->ncores; i++) {
 		struct ferry_core *c = e->cores[i];
 

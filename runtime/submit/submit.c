@@ -191,17 +191,23 @@ static int rq_find_local(struct ferry_engine *e, struct ferry_rq *rq)
  * those with an endpoint that are neither down nor paused; else every one
  * with an endpoint (their cores fail fast or serve slowly); 0 when none.
  */
-static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg *s)
+static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg *s,
+			   uint32_t *count)
 {
 	uint64_t good = 0, live = 0;
+	uint32_t ngood = 0, nlive = 0;
 
 	for (unsigned i = 0; i < e->ncores; i++) {
 		if (rail_gone(s, i))
 			continue;
 		live |= 1ull << i;
-		if (!rail_unusable(s, i))
+		nlive++;
+		if (!rail_unusable(s, i)) {
 			good |= 1ull << i;
+			ngood++;
+		}
 	}
+	*count = good ? ngood : nlive; /* counted here: popcount is a call on x86-64 v1 */
 	return good ? good : live;
 }
 
@@ -212,11 +218,12 @@ static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg 
  */
 static void rq_rails(struct ferry_engine *e, struct ferry_rq *rq)
 {
-	rq->rails = rails_pick(e, rq->seg);
+	rq->rails = rails_pick(e, rq->seg, &rq->nparts);
 	if (rq->rails)
 		return;
 	store_release(rq->seg->want_eps, 1); /* pairs with: load_acquire in repair_reconnects */
 	rq->rails = 1ull << (rq->seg_slot % e->ncores);
+	rq->nparts = 1;
 }
 
 static void rq_drop_seg(struct ferry_rq *rq)
@@ -255,7 +262,6 @@ static int rq_prepare(struct ferry_engine *e, struct ferry_rq *rq, const struct 
 	rq->seg_refs = &rq->seg->inflight;
 	rq_rails(e, rq);
 	rq->nslices = slice_count(r->len, e->opts.slice_size);
-	rq->nparts = (uint32_t)__builtin_popcountll(rq->rails);
 	if (rq->nslices < rq->nparts)
 		rq->nparts = (uint32_t)rq->nslices;
 	return 0;
