@@ -302,8 +302,10 @@ static void core_ask_repair(struct ferry_core *c, struct qpx *qp)
 	if (ep->closing || load_acquire(c->stop)) /* pairs with: store_release in core_stop */
 		return;
 	v = core_repair_encode(ep->seg_slot, ep_qp_index(ep, qp), c->index, ep->seg_gen);
-	if (ferry_ring_put(&c->repairs, (void *)v))
+	if (ferry_ring_put(&c->repairs, (void *)v)) {
 		qp->repair_asked = 1; /* a full ring: asked again next sweep */
+		repair_kick(c->e); /* an error path: a system call only if it sleeps */
+	}
 }
 
 static void core_sweep_rails(struct ferry_core *c)

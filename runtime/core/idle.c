@@ -16,12 +16,11 @@
 #include <sys/eventfd.h>
 #include <urcu/urcu-qsbr.h>
 
+#include "ring/base/clock.h"
 #include "ring/base/counters.h"
 #include "runtime/engine/engine.h"
 
-#define SPIN_LOOPS 256          /* idle passes before yielding the CPU */
-#define SLEEP_LOOPS 4096        /* idle passes (nothing in flight) before sleeping */
-#define SLEEP_MS 20             /* idle, nothing in flight */
+#define SPIN_LOOPS 256          /* idle checks before giving the CPU back */
 #define CQ_SLEEP_MS 10          /* work in flight on a NIC with a completion channel */
 
 static void eventfd_drain(int fd)
@@ -96,15 +95,34 @@ static void core_sleep(struct ferry_core *c, int timeout_ms, bool on_cq)
 		goto out;
 	if (core_has_input(c) || load_acquire(c->stop)) /* stop: pairs with core_stop */
 		goto out;
+	stat_add(&c->ctr, sleeps, 1); /* counted going in: an idle core may stay asleep */
 	ferry_tsan_release(&c->e->tsan_gp);
 	urcu_qsbr_thread_offline();
 	poll(fds, n, timeout_ms);
 	urcu_qsbr_thread_online();
-	stat_add(&c->ctr, sleeps, 1);
 out:
 	core_ack_cqs(c, armed);
 	WRITE_ONCE(c->sleeping, 0);
 	eventfd_drain(c->wake_fd);
+}
+
+/* How long the core may sleep with nothing in flight: until its first rail
+ * pause ends (the sweep publishes the rail usable again), else for ever. */
+static int core_pause_left_ms(struct ferry_core *c)
+{
+	uint64_t now = ferry_tsc(), first = UINT64_MAX;
+
+	for (unsigned s = 0; s < EP_TABLE_SLOTS; s++) {
+		const struct ferry_ep *ep = core_ep(c, s);
+
+		if (ep && ep->rail.paused && ep->rail.paused_until < first)
+			first = ep->rail.paused_until;
+	}
+	if (first == UINT64_MAX)
+		return -1;
+	if (first <= now)
+		return 0;
+	return (int)(ferry_tsc_to_ns(first - now) / 1000000) + 1;
 }
 
 /* A context that can wake us: a completion channel with work in flight on
@@ -129,31 +147,54 @@ static bool core_must_poll(const struct ferry_core *c)
 	return false;
 }
 
+/* Slices or parts this core still has to move or end. */
+static bool core_in_flight(const struct ferry_core *c)
+{
+	return c->slices_out || cut_fifo_count(&c->cut) || c->xfer_wait.count ||
+	       c->xfer_back.count || c->n_parked;
+}
+
+/* Work in flight: poll again soon; give the CPU back while a NIC with a
+ * completion channel (or loop's polling, with a yield) moves the bytes. */
+static void core_idle_busy(struct ferry_core *c)
+{
+	if (++c->idle_loops < SPIN_LOOPS)
+		ferry_cpu_relax();
+	else if (!core_must_poll(c) && core_can_sleep_on_cq(c, true))
+		core_sleep(c, CQ_SLEEP_MS, true);
+	else
+		sched_yield(); /* loop's and cma's work happens inside poll */
+}
+
+/*
+ * Nothing in flight: wait for input without running loop passes (each one
+ * looks at every ring and context), spinning briefly, then asleep until a
+ * submitter or the control path kicks the wake eventfd -- or, for a
+ * context that serves peers (tcp), until their frames arrive.  An idle
+ * core costs nothing then, and a request wakes it within a few
+ * microseconds.  Rails still paused wake it when the pause ends.
+ */
+static void core_idle_wait(struct ferry_core *c)
+{
+	for (unsigned i = 0; i < SPIN_LOOPS; i++) {
+		if (core_has_input(c) || load_acquire(c->stop)) /* pairs with: core_stop */
+			return;
+		ferry_cpu_relax();
+	}
+	core_sleep(c, core_pause_left_ms(c), core_can_sleep_on_cq(c, false));
+	c->idle_loops = 0;
+}
+
 void core_idle(struct ferry_core *c)
 {
-	bool in_flight = c->slices_out || cut_fifo_count(&c->cut) || c->xfer_wait.count ||
-			 c->xfer_back.count;
-
 	if (c->e->opts.idle == FERRY_IDLE_SPIN) {
 		ferry_cpu_relax();
 		return;
 	}
-	c->idle_loops++;
-	if (c->idle_loops < SPIN_LOOPS) {
-		ferry_cpu_relax();
-	} else if (!core_must_poll(c) && core_can_sleep_on_cq(c, in_flight)) {
-		/* A real NIC moves the bytes (or peers' frames wake us: tcp):
-		 * give the CPU back until it reports. */
-		core_sleep(c, in_flight ? CQ_SLEEP_MS : SLEEP_MS, true);
-		if (!in_flight)
-			c->idle_loops = 0;
-	} else if (in_flight || c->idle_loops < SLEEP_LOOPS) {
-		/* loop's and cma's work happens inside poll: stay awake, let others run. */
-		sched_yield();
-	} else {
-		core_sleep(c, SLEEP_MS, false);
-		c->idle_loops = 0;
-	}
+	if (core_in_flight(c))
+		core_idle_busy(c);
+	else
+		core_idle_wait(c);
 }
 
 void core_kick(struct ferry_core *c)

@@ -25,6 +25,7 @@ bool core_park(struct ferry_core *c, const struct cut_part *pt)
 	p->round = load_acquire(s->connect_round); /* pairs with: fetch_add_release in repair_reconnects */
 	p->since = c->now;
 	store_release(s->want_eps, 1); /* pairs with: load_acquire in repair_reconnects */
+	repair_kick(c->e);
 	return true;
 }
 

@@ -18,12 +18,15 @@
 #include <string.h>
 #include <time.h>
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <urcu/urcu-qsbr.h>
 
 #include "ring/base/clock.h"
 #include "runtime/engine/engine.h"
 
-#define REPAIR_IDLE_NS (1000 * 1000)      /* polls the cores' rings every 1 ms */
+#define REPAIR_WAIT_MAX_MS 1000         /* asleep, it still looks this often */
 #define REPAIR_BACKOFF_MIN_MS 50
 #define REPAIR_BACKOFF_MAX_MS 2000
 
@@ -172,17 +175,73 @@ static unsigned repair_reconnects(struct ferry_engine *e)
 	return n;
 }
 
+/* ms until the next timed job (a back-off running out, a keepalive, an
+ * expiry), at most REPAIR_WAIT_MAX_MS. */
+static int repair_next_ms(struct ferry_engine *e)
+{
+	const struct repair *r = &e->repair;
+	uint64_t now = ferry_now_ms(), next = now + REPAIR_WAIT_MAX_MS;
+
+	for (unsigned k = 0; k < r->n_later; k++)
+		if (r->later[k].due_ms < next)
+			next = r->later[k].due_ms;
+	if (e->opts.keepalive_ms && r->next_keepalive_ms < next)
+		next = r->next_keepalive_ms;
+	if (e->opts.lease_ms && r->next_expire_ms < next)
+		next = r->next_expire_ms;
+	return next > now ? (int)(next - now) : 0;
+}
+
+/* Work queued since the last round: a core's repair ring, retired
+ * endpoints, a segment waiting for a reconnect. */
+static bool repair_has_work(struct ferry_engine *e)
+{
+	for (unsigned i = 0; i < e->ncores; i++)
+		if (ferry_ring_count(&e->cores[i]->repairs))
+			return true;
+	if (READ_ONCE(e->reaper.retired))
+		return true;
+	for (uint32_t slot = 0; slot < FERRY_MAX_SEGMENTS; slot++)
+		if (READ_ONCE(e->segs[slot].want_eps))
+			return true;
+	return false;
+}
+
+/*
+ * Nothing to do: sleep until kicked (a core's repair request, a retired
+ * endpoint, a request waiting for a reconnect) or the next timed job.  The
+ * flag and the kick are a Dekker pair, as for the cores (idle.c): either
+ * the kicker sees us asleep and writes the eventfd, or we see its work.
+ */
+static void repair_wait(struct ferry_engine *e)
+{
+	struct repair *r = &e->repair;
+	struct pollfd p = { .fd = r->wake_fd, .events = POLLIN };
+	eventfd_t v;
+
+	store_sc(r->sleeping, 1);
+	if (!repair_has_work(e))
+		(void)poll(&p, 1, repair_next_ms(e));
+	WRITE_ONCE(r->sleeping, 0);
+	(void)eventfd_read(r->wake_fd, &v); /* non-blocking: EAGAIN when not kicked */
+}
+
+void repair_kick(struct ferry_engine *e)
+{
+	if (fetch_or_sc(e->repair.sleeping, 0)) /* Dekker pair with repair_wait */
+		eventfd_write(e->repair.wake_fd, 1);
+}
+
 static void *repair_main(void *arg)
 {
 	struct ferry_engine *e = arg;
-	struct timespec idle = { 0, REPAIR_IDLE_NS };
 
 	/* Registered for call_rcu (ep/teardown.c), offline but for that. */
 	urcu_qsbr_register_thread();
 	urcu_qsbr_thread_offline();
 	while (!load_acquire(e->repair.stop)) { /* pairs with: store_release in repair_stop */
 		if (repair_drain(e) + repair_due(e) + reap_run(&e->reaper) + repair_reconnects(e) == 0)
-			nanosleep(&idle, NULL);
+			repair_wait(e);
 		repair_leases(e);
 	}
 	reap_run(&e->reaper);
@@ -193,7 +252,12 @@ static void *repair_main(void *arg)
 
 int repair_start(struct ferry_engine *e)
 {
-	int rc = -pthread_create(&e->repair.thread, NULL, repair_main, e);
+	int rc;
+
+	e->repair.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (e->repair.wake_fd < 0)
+		return -errno;
+	rc = -pthread_create(&e->repair.thread, NULL, repair_main, e);
 
 	if (rc == 0)
 		(void)pthread_setname_np(e->repair.thread, "ferry-repair");
@@ -206,6 +270,9 @@ void repair_stop(struct ferry_engine *e)
 	if (!e->repair.started)
 		return;
 	store_release(e->repair.stop, 1); /* pairs with: load_acquire in repair_main */
+	eventfd_write(e->repair.wake_fd, 1);
 	pthread_join(e->repair.thread, NULL);
 	e->repair.started = 0;
+	close(e->repair.wake_fd);
+	e->repair.wake_fd = -1;
 }

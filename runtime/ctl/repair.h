@@ -22,11 +22,15 @@ struct repair {
 	int stop;                      /* load_acquire/store_release */
 	struct repair_job later[REPAIR_LATER_MAX]; /* failed: try again after a back-off */
 	unsigned n_later;
+	int wake_fd;                   /* eventfd: repair_kick wakes the thread */
+	uint32_t sleeping;             /* store_sc/fetch_or_sc: see repair_wait */
 	uint64_t next_keepalive_ms;    /* peers told we are alive */
 	uint64_t next_expire_ms;       /* silent initiators' QPs freed */
 };
 
 int repair_start(struct ferry_engine *e);
+/* Work for the repair thread was queued: wake it if it sleeps.  Any thread. */
+void repair_kick(struct ferry_engine *e);
 void repair_stop(struct ferry_engine *e);
 
 /* lease.c, on the repair thread: keepalives out, expired initiators' QPs freed. */

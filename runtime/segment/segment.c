@@ -82,6 +82,7 @@ static void seg_drop_ep(struct ferry_engine *e, struct ferry_seg *s, uint32_t sl
 	s->eps[i] = NULL;
 	ep_disconnect_peer(e, s, i);
 	ep_retire(&e->reaper, ep);
+	repair_kick(e); /* it queues the free for after a grace period */
 }
 
 /* Remove slot's endpoint from every core. */

@@ -222,6 +222,7 @@ static void rq_rails(struct ferry_engine *e, struct ferry_rq *rq)
 	if (rq->rails)
 		return;
 	store_release(rq->seg->want_eps, 1); /* pairs with: load_acquire in repair_reconnects */
+	repair_kick(e);
 	rq->rails = 1ull << (rq->seg_slot % e->ncores);
 	rq->nparts = 1;
 }
