@@ -17,7 +17,11 @@ struct ferry_rq;
 struct ferry_ep;
 
 /* Number of slices len bytes are cut into (len > 0, slice_size > 0). */
-uint64_t slice_count(uint64_t len, uint32_t slice_size);
+uint64_t slice_count_long(uint64_t len, uint32_t slice_size);
+static inline uint64_t slice_count(uint64_t len, uint32_t slice_size)
+{
+	return len <= slice_size ? 1 : slice_count_long(len, slice_size);
+}
 
 /* Offset and length of slice i of n for a request of len bytes. */
 static inline void slice_bounds(uint64_t len, uint32_t slice_size, uint64_t n, uint64_t i,

@@ -204,7 +204,9 @@ void core_kick(struct ferry_core *c)
 	 * sleeping; the core sets sleeping, then looks for input.  Either it
 	 * sees our entry or we see it asleep.  A seq_cst read-modify-write is
 	 * the full barrier here (TSan understands it where it rejects fences).
+	 * The exchange also clears the flag: of a burst of kicks, only the
+	 * first makes a system call.
 	 */
-	if (fetch_or_sc(c->sleeping, 0))
+	if (xchg_sc(c->sleeping, 0))
 		eventfd_write(c->wake_fd, 1);
 }

@@ -228,7 +228,7 @@ static void repair_wait(struct ferry_engine *e)
 
 void repair_kick(struct ferry_engine *e)
 {
-	if (fetch_or_sc(e->repair.sleeping, 0)) /* Dekker pair with repair_wait */
+	if (xchg_sc(e->repair.sleeping, 0)) /* Dekker pair with repair_wait; one call per burst */
 		eventfd_write(e->repair.wake_fd, 1);
 }
 

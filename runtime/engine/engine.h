@@ -27,11 +27,17 @@ _Static_assert(FERRY_MAX_SEGMENTS == EP_TABLE_SLOTS, "one endpoint table slot pe
 _Static_assert(FERRY_MAX_CORES <= 64, "rails are bits of a uint64_t");
 _Static_assert(FERRY_MAX_CORES <= (1 << RQ_PART_BITS), "a part index fits the pointer tag");
 
-/* A locally registered region: one MR per core's NIC context. */
+/*
+ * A locally registered region: one MR per core's NIC context.  The struct
+ * is type-stable: unregistered ones go to a pool for the next registration
+ * and are freed only with the engine, because a port's cache (submit.c)
+ * may still look at one it saw before (it finds out with regions_gen).
+ */
 struct mem_region {
-	uint64_t addr;
+	uint64_t addr;                 /* READ_ONCE/WRITE_ONCE: see the port cache */
 	uint64_t len;
 	uint64_t refs;                 /* requests using it: fetch_add/fetch_sub, see mem.c */
+	struct mem_region *next_free;  /* in the pool (ctl_lock) */
 	struct nic_mr mr[FERRY_MAX_CORES][CORE_MAX_TX]; /* per core, per context */
 };
 
@@ -49,6 +55,8 @@ struct ferry_engine {
 	pthread_rwlock_t regions_lock; /* submitters read, register/unregister write */
 	struct mem_region **regions;   /* sorted by addr */
 	unsigned n_regions, cap_regions;
+	uint64_t regions_gen;          /* bumped by every unregister (store_sc): ports' caches */
+	struct mem_region *region_pool; /* unregistered, for reuse (ctl_lock) */
 	struct ferry_seg segs[FERRY_MAX_SEGMENTS];
 	struct ferry_port *ports[FERRY_MAX_PORTS]; /* RCU-published */
 	unsigned n_ports_hw;           /* high-water mark of ports[] (store_release) */

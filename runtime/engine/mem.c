@@ -14,7 +14,8 @@
 #include "ring/base/log.h"
 #include "runtime/engine/engine.h"
 
-static void region_free(struct ferry_engine *e, struct mem_region *r)
+/* The NICs forget r; its memory stays a mem_region (see engine.h). */
+static void region_dereg(struct ferry_engine *e, struct mem_region *r)
 {
 	for (unsigned i = 0; i < e->ncores; i++) {
 		for (unsigned t = 0; t < e->cores[i]->ntx; t++) {
@@ -22,18 +23,47 @@ static void region_free(struct ferry_engine *e, struct mem_region *r)
 
 			if (r->mr[i][t].priv || r->mr[i][t].lkey)
 				q->prov->dereg_mr(q->nic, &r->mr[i][t]);
+			r->mr[i][t] = (struct nic_mr){ 0 };
 		}
 	}
-	free(r);
+}
+
+/* A region struct for a registration: from the pool, or new.  Its refs is
+ * left alone: a stale cache may be between its increment and its undo. */
+static struct mem_region *region_alloc(struct ferry_engine *e)
+{
+	struct mem_region *r = e->region_pool;
+
+	if (!r)
+		return calloc(1, sizeof(*r));
+	e->region_pool = r->next_free;
+	r->next_free = NULL;
+	return r;
+}
+
+/* Back to the pool (ctl_lock held). */
+static void region_retire(struct ferry_engine *e, struct mem_region *r)
+{
+	region_dereg(e, r);
+	r->next_free = e->region_pool;
+	e->region_pool = r;
 }
 
 void mem_release_all(struct ferry_engine *e)
 {
-	for (unsigned i = 0; i < e->n_regions; i++)
-		region_free(e, e->regions[i]);
+	for (unsigned i = 0; i < e->n_regions; i++) {
+		region_dereg(e, e->regions[i]);
+		free(e->regions[i]);
+	}
 	free(e->regions);
 	e->regions = NULL;
 	e->n_regions = 0;
+	while (e->region_pool) {
+		struct mem_region *r = e->region_pool;
+
+		e->region_pool = r->next_free;
+		free(r);
+	}
 }
 
 /* Index of the first region whose end is above addr. */
@@ -114,21 +144,23 @@ int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len)
 
 	if (!e || !addr || len == 0 || (uintptr_t)addr + len < (uintptr_t)addr)
 		return -EINVAL;
-	r = calloc(1, sizeof(*r));
-	if (!r)
-		return -ENOMEM;
-	r->addr = (uintptr_t)addr;
-	r->len = len;
 	pthread_mutex_lock(&e->ctl_lock);
+	r = region_alloc(e);
+	if (!r) {
+		pthread_mutex_unlock(&e->ctl_lock);
+		return -ENOMEM;
+	}
+	WRITE_ONCE(r->addr, (uintptr_t)addr); /* a stale port cache may read them */
+	WRITE_ONCE(r->len, len);
 	rc = region_register(e, r, addr, len);
 	if (rc == 0) {
 		pthread_rwlock_wrlock(&e->regions_lock);
 		rc = region_insert(e, r);
 		pthread_rwlock_unlock(&e->regions_lock);
 	}
-	pthread_mutex_unlock(&e->ctl_lock);
 	if (rc)
-		region_free(e, r);
+		region_retire(e, r);
+	pthread_mutex_unlock(&e->ctl_lock);
 	return rc;
 }
 
@@ -145,7 +177,10 @@ int ferry_mem_unregister(struct ferry_engine *e, void *addr)
 	i = region_lower_bound(e, (uintptr_t)addr);
 	if (i < e->n_regions && e->regions[i]->addr == (uintptr_t)addr) {
 		r = e->regions[i];
-		if (load_acquire(r->refs)) { /* pairs with: fetch_sub_release in rq_finish */
+		/* Dekker pair with the ports' caches (rq_find_local): the
+		 * generation first, then the references. */
+		store_sc(e->regions_gen, e->regions_gen + 1);
+		if (load_sc(r->refs)) { /* pairs with: fetch_sub_release in rq_finish */
 			rc = -EBUSY;
 			r = NULL;
 		} else {
@@ -157,7 +192,7 @@ int ferry_mem_unregister(struct ferry_engine *e, void *addr)
 	}
 	pthread_rwlock_unlock(&e->regions_lock);
 	if (r)
-		region_free(e, r);
+		region_retire(e, r);
 	pthread_mutex_unlock(&e->ctl_lock);
 	return rc;
 }
