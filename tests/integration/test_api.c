@@ -5,6 +5,7 @@
  * registered memory on either side, full batches, busy batches/regions,
  * bad engine options.
  */
+#include <pthread.h>
 #include <unistd.h>
 
 #include "tests/harness/harness.h"
@@ -327,6 +328,82 @@ static void test_stats_size(void **state)
 	assert_int_equal(fn(P.init, 0, st), 0);
 }
 
+struct churn {
+	uint8_t *buf;
+	size_t len;
+	int stop;
+	unsigned cycles, busy;
+};
+
+/* Unregister and register the region again while the port submits from it. */
+static void *region_churn(void *arg)
+{
+	struct churn *ch = arg;
+
+	while (!load_acquire(ch->stop)) {
+		int rc = ferry_mem_unregister(P.init, ch->buf);
+
+		if (rc == -EBUSY) {
+			WRITE_ONCE(ch->busy, ch->busy + 1);
+			continue;
+		}
+		assert_int_equal(rc, 0);
+		assert_int_equal(ferry_mem_register(P.init, ch->buf, ch->len), 0);
+		WRITE_ONCE(ch->cycles, ch->cycles + 1);
+	}
+	return NULL;
+}
+
+/*
+ * The port caches the region its last request used; an unregister racing
+ * with submissions either sees their reference (-EBUSY) or they see the
+ * region gone (-EFAULT, refused before posting): never a request posted
+ * from memory that is no longer registered, never a reference lost.
+ */
+static void test_region_cache_vs_unregister(void **state)
+{
+	struct churn ch = { .len = 64 << 10 };
+	struct ferry_batch *b;
+	pthread_t t;
+	unsigned done = 0, refused = 0;
+
+	(void)state;
+	ch.buf = aligned_alloc(4096, ch.len);
+	assert_non_null(ch.buf);
+	assert_int_equal(ferry_mem_register(P.init, ch.buf, ch.len), 0);
+	assert_int_equal(ferry_batch_create(port, 8, &b), 0);
+	assert_int_equal(pthread_create(&t, NULL, region_churn, &ch), 0);
+	for (unsigned round = 0; round < 300 || READ_ONCE(ch.cycles) < 10; round++) {
+		struct ferry_req r[8];
+
+		for (unsigned i = 0; i < 8; i++)
+			r[i] = mkreq(FERRY_OP_WRITE, ch.buf + i * 4096, P.seg, P.rbuf + i * 4096, 4096);
+		assert_true(ferry_submit(b, r, 8) >= 0);
+		ferry_batch_wait(b, -1);
+		for (unsigned i = 0; i < 8; i++) {
+			struct ferry_req_status st;
+
+			assert_int_equal(ferry_req_status(b, i, &st), 0);
+			if (st.state == FERRY_DONE)
+				done++;
+			else if (st.error == -EFAULT)
+				refused++;
+			else
+				fail_msg("request %u: %s %d", i, ferry_state_name(st.state), st.error);
+		}
+		assert_int_equal(ferry_batch_reset(b), 0);
+	}
+	store_release(ch.stop, 1);
+	pthread_join(t, NULL);
+	print_message("region churn: %u done, %u refused, %u re-registrations, %u busy\n", done,
+		      refused, ch.cycles, ch.busy);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	/* No reference left behind: it unregisters now. */
+	if (ferry_mem_unregister(P.init, ch.buf) == -ENOENT)
+		fail_msg("the churn thread left the region unregistered");
+	free(ch.buf);
+}
+
 /* Which transport a segment took, and nics lists that cannot work. */
 static void test_transport_and_nics(void **state)
 {
@@ -364,6 +441,7 @@ int main(void)
 		cmocka_unit_test(test_opts_not_initialised),
 		cmocka_unit_test(test_stats_size),
 		cmocka_unit_test(test_transport_and_nics),
+		cmocka_unit_test(test_region_cache_vs_unregister),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
