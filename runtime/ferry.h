@@ -344,6 +344,52 @@ FERRY_API int ferry_batch_reset(struct ferry_batch *b);
 FERRY_API int ferry_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n);
 
 /**
+ * Like ferry_submit, but never waits: requests are taken in order until one
+ * would wait for room on a core's ring (or the batch is full), and the
+ * call returns how many it took, 0..n (-EINVAL on NULL arguments).  The
+ * ones taken occupy the batch's next slots, as with ferry_submit; a bad one
+ * counts as taken and ends FAILED at once.  A serving loop calls it again
+ * with the rest later.  The port's thread.
+ */
+FERRY_API int ferry_try_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n);
+
+/**
+ * Cancel what b has not moved yet: slices not yet posted are dropped and
+ * their requests end FAILED (-ECANCELED) once their posted slices are back;
+ * posted slices finish (a request that completes meanwhile is DONE).  Once
+ * ferry_batch_wait returns 0 or -EIO afterwards, no byte of the batch
+ * moves any more.  0, or -EINVAL.  The port's thread.
+ */
+FERRY_API int ferry_batch_cancel(struct ferry_batch *b);
+
+struct ferry_prep;
+
+/**
+ * Prepare n requests to segment seg (their seg fields are ignored) once:
+ * every local and remote range is validated now, so that
+ * ferry_prep_submit can queue entries by index with no per-request
+ * checks.  The local regions it uses cannot be unregistered while it
+ * exists (-EBUSY).  -EINVAL (NULL, n == 0, a bad op or length), -EBADF
+ * (unknown or closed segment), -EFAULT (a range outside registered memory,
+ * with the index in the log), -ENOMEM.  The port's thread.
+ */
+FERRY_API int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const struct ferry_req *reqs,
+				uint32_t n, struct ferry_prep **out);
+
+/**
+ * Submit entries idx[0..n) of pr into b's next slots (like ferry_submit:
+ * waits for room on a full ring).  Returns the slot of the first, or
+ * -ENOSPC (batch too small), -EINVAL (NULL, pr of another port, an index
+ * out of range: nothing submitted).  If the segment was closed, the
+ * requests end FAILED -EBADF.  The port's thread.
+ */
+FERRY_API int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr,
+				const uint32_t *idx, uint32_t n);
+
+/** Free a prepared set (its requests in flight are not affected).  The port's thread. */
+FERRY_API int ferry_prep_destroy(struct ferry_prep *pr);
+
+/**
  * Wait for every submitted request of b to end.  0 when all are DONE, -EIO
  * when all ended but some did not succeed, -ETIMEDOUT when timeout_ms ran
  * out with requests still pending (they go on).  timeout_ms < 0 waits

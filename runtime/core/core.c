@@ -259,6 +259,26 @@ void core_fail_pending(struct ferry_core *c, struct ferry_ep *ep, int err)
 		core_slice_finish(c, s, err);
 }
 
+/* A batch was cancelled: slices waiting for room whose request failed
+ * (cancelled, or failed on another core) are dropped, not posted. */
+static __attribute__((noinline, cold)) void core_drop_failed(struct ferry_core *c)
+{
+	c->cancel_seen = READ_ONCE(c->e->cancel_epoch);
+	for (struct ferry_ep *ep = c->active; ep; ep = ep->next_active) {
+		uint32_t k = ep->pending.count;
+		struct slice *s;
+
+		while (k-- && (s = slice_list_pop(&ep->pending))) {
+			int err = READ_ONCE(s->rq->error);
+
+			if (err)
+				core_slice_finish(c, s, err);
+			else
+				slice_list_push(&ep->pending, s);
+		}
+	}
+}
+
 static uint32_t core_post(struct ferry_core *c)
 {
 	struct ferry_ep **pp = &c->active;
@@ -354,6 +374,8 @@ __attribute__((noinline)) static uint32_t core_pass(struct ferry_core *c)
 	if (c->xfer_in)
 		work += core_drain_xfer(c);
 	work += core_cut(c);
+	if (unlikely(READ_ONCE(c->e->cancel_epoch) != c->cancel_seen))
+		core_drop_failed(c);
 	work += core_post(c);
 	for (unsigned t = 0; t < c->ntx; t++) {
 		struct qctx *q = &c->tx[t];

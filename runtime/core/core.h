@@ -102,6 +102,7 @@ struct ferry_core {
 	uint32_t n_parked;
 	uint32_t idle_loops;
 	uint64_t now;                  /* ticks: the clock of this loop pass */
+	uint32_t cancel_seen;          /* the engine's cancel_epoch last acted on */
 	uint64_t next_sweep;           /* ticks: next timeout/repair/pause sweep */
 	uint64_t sweep_ticks;
 	uint64_t slices_out;

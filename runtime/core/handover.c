@@ -96,6 +96,10 @@ static bool xfer_take(struct ferry_core *c, struct slice *f)
 		core_slice_finish(c, n, ep && ep->closing ? -ECANCELED : -EHOSTDOWN);
 		return true;
 	}
+	if (unlikely(READ_ONCE(rq->error))) { /* failed or cancelled meanwhile */
+		core_slice_finish(c, n, READ_ONCE(rq->error));
+		return true;
+	}
 	n->lkey = rq->lreg->mr[c->index][ep->tx].lkey;
 	n->rkey = rq->rreg->rkey[ep->remote_nic];
 	slice_list_push_front(&ep->pending, n);

@@ -65,6 +65,7 @@ struct ferry_engine {
 	struct passive_ep *passive;    /* peer QPs we serve as a target */
 	struct repair repair;
 	struct ep_reaper reaper;       /* unpublished endpoints, freed after a grace period */
+	uint32_t cancel_epoch;         /* bumped by ferry_batch_cancel (READ_ONCE by the cores) */
 	int tsan_gp;                   /* TSan's model of the RCU grace period */
 };
 

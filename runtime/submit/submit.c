@@ -276,7 +276,7 @@ static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg 
  * segment was evicted) does not block the submitter: the repair thread is
  * asked to reconnect, and the request waits on one core until it has.
  */
-static void rq_rails(struct ferry_engine *e, struct ferry_rq *rq)
+void rq_rails(struct ferry_engine *e, struct ferry_rq *rq)
 {
 	rq->rails = rails_pick(e, rq->seg, &rq->nparts);
 	if (rq->rails)
@@ -331,7 +331,7 @@ static int rq_prepare(struct ferry_port *p, struct ferry_rq *rq, const struct fe
 
 /* A slot's fields before validation fills them (no memset of two lines:
  * each field is written once). */
-static void rq_clear(struct ferry_rq *rq, struct rq_batch *b)
+void rq_clear(struct ferry_rq *rq, struct rq_batch *b)
 {
 	rq->batch = b;
 	rq->seg = NULL;
@@ -343,6 +343,26 @@ static void rq_clear(struct ferry_rq *rq, struct rq_batch *b)
 	rq->ok_bytes = 0;
 	rq->error = 0;
 	WRITE_ONCE(rq->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
+}
+
+/* Release what a validated request holds (it will not be dispatched). */
+static void rq_unprepare(struct ferry_rq *rq)
+{
+	if (rq->lreg_refs)
+		fetch_sub_relaxed(*rq->lreg_refs, 1);
+	rq_drop_seg(rq);
+}
+
+/* Room on every ring rq's parts go to (only the consumer frees more). */
+static bool rq_fits(const struct ferry_port *p, const struct ferry_rq *rq)
+{
+	const struct ferry_engine *e = p->e;
+
+	for (unsigned core = 0; core < e->ncores; core++)
+		if ((rq->rails & (1ull << core)) &&
+		    ferry_ring_count(&p->rings[core]) >= ferry_ring_capacity(&p->rings[core]))
+			return false;
+	return true;
 }
 
 /* Queue part p of rq on core c; a full ring is back-pressure: wait for room. */
@@ -362,7 +382,7 @@ static void part_enqueue(struct ferry_port *p, struct ferry_core *c, struct ferr
 
 /* Parts go to the rails in turn, starting at a core that moves on with
  * every request (no division: this runs per request). */
-static void rq_dispatch(struct ferry_port *p, struct ferry_rq *rq)
+void rq_dispatch(struct ferry_port *p, struct ferry_rq *rq)
 {
 	struct ferry_engine *e = p->e;
 	unsigned core = p->rr, k = 0;
@@ -381,21 +401,27 @@ static void rq_dispatch(struct ferry_port *p, struct ferry_rq *rq)
 	}
 }
 
-int ferry_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n)
+/*
+ * Validate and queue the requests of reqs (at most n) into b's next slots.
+ * wait: ferry_submit, which waits on a full ring; else stop before the
+ * first request whose rings have no room.  Returns how many took a slot.
+ */
+static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n,
+			    bool wait)
 {
-	uint32_t first;
+	uint32_t i;
 
-	if (!b || (!reqs && n))
-		return -EINVAL;
-	if (b->capacity - b->n < n)
-		return -ENOSPC;
-	first = b->n;
-	for (uint32_t i = 0; i < n; i++) {
-		struct ferry_rq *rq = &b->rqs[b->n++];
+	for (i = 0; i < n; i++) {
+		struct ferry_rq *rq = &b->rqs[b->n];
 		int rc;
 
 		rq_clear(rq, &b->acct);
 		rc = rq_prepare(b->port, rq, &reqs[i]);
+		if (rc == 0 && !wait && !rq_fits(b->port, rq)) {
+			rq_unprepare(rq);
+			break;
+		}
+		b->n++;
 		if (rc) {
 			rq_refuse(rq, rc);
 			continue;
@@ -405,5 +431,52 @@ int ferry_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n
 		/* The ring's release publishes rq's fields to the cores. */
 		rq_dispatch(b->port, rq);
 	}
+	return i;
+}
+
+int ferry_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n)
+{
+	uint32_t first;
+
+	if (!b || (!reqs && n))
+		return -EINVAL;
+	if (b->capacity - b->n < n)
+		return -ENOSPC;
+	first = b->n;
+	submit_some(b, reqs, n, true);
 	return (int)first;
+}
+
+int ferry_try_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n)
+{
+	if (!b || (!reqs && n))
+		return -EINVAL;
+	if (n > b->capacity - b->n)
+		n = b->capacity - b->n;
+	return (int)submit_some(b, reqs, n, false);
+}
+
+/*
+ * Mark every request of b that has not ended: the cores cut and post no
+ * more of it (a part not yet cut fails, a slice not yet posted is dropped)
+ * and it ends FAILED -ECANCELED once its posted slices are back.  A
+ * request that already failed keeps its own error.
+ */
+int ferry_batch_cancel(struct ferry_batch *b)
+{
+	if (!b)
+		return -EINVAL;
+	for (uint32_t i = 0; i < b->n; i++) {
+		struct ferry_rq *rq = &b->rqs[i];
+		int32_t none = 0;
+
+		if (load_acquire(rq->state) == RQ_PENDING) /* pairs with: rq_finish */
+			cas_release(rq->error, &none, -ECANCELED); /* pairs with: rq_finish's acquire */
+	}
+	/* The cores look at the epoch once a pass and then drop the slices of
+	 * failed requests that wait for room (their first look after this). */
+	fetch_add_relaxed(b->port->e->cancel_epoch, 1);
+	for (unsigned i = 0; i < b->port->e->ncores; i++)
+		core_kick(b->port->e->cores[i]);
+	return 0;
 }

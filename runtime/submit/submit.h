@@ -47,4 +47,11 @@ struct ferry_port {
 /* Free a port's rings and memory (engine destroy: no core reads them any more). */
 void port_free(struct ferry_port *p);
 
+/* submit.c, for prep.c: a slot made ready for a request of batch b, and
+ * the parts of a validated request queued on its rails' cores. */
+void rq_clear(struct ferry_rq *rq, struct rq_batch *b);
+void rq_dispatch(struct ferry_port *p, struct ferry_rq *rq);
+/* The rails (and parts) of rq, whose seg is referenced. */
+void rq_rails(struct ferry_engine *e, struct ferry_rq *rq);
+
 #endif /* FERRY_RUNTIME_SUBMIT_H */
