@@ -324,6 +324,8 @@ static int loop_qp_create(struct nic *n, struct nic_cq *ncq, uint32_t max_wr, st
 
 	if (!max_wr || max_wr > LOOP_MAX_QP_WR || !cq || cq->ctx != ctx)
 		return -EINVAL;
+	if (READ_ONCE(ctx->no_new_qps))
+		return -EIO; /* fault injection: the device is gone */
 	qp = calloc(1, sizeof(*qp));
 	if (!qp)
 		return -ENOMEM;
@@ -414,6 +416,7 @@ void loop_set_faults(struct nic *n, const struct loop_faults *f)
 	WRITE_ONCE(ctx->thr_lost, loop_ppm_thr(f->lost_ppm));
 	WRITE_ONCE(ctx->thr_fatal, loop_ppm_thr(f->qp_fatal_ppm));
 	WRITE_ONCE(ctx->seed, f->seed ? f->seed : LOOP_DEFAULT_SEED);
+	WRITE_ONCE(ctx->no_new_qps, f->no_new_qps);
 	/* Release: a poll that sees the new epoch sees the new plan (and reseeds). */
 	fetch_add_release(ctx->fault_epoch, 1); /* pairs with: load_acquire in loop_poll */
 	pthread_mutex_unlock(&loop_lock);

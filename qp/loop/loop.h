@@ -24,6 +24,7 @@ struct loop_faults {
 				* until it is moved to the error state, then that WR
 				* and all behind it flush */
 	uint32_t qp_fatal_ppm; /* WRs that move their QP to the error state, per million */
+	uint32_t no_new_qps;   /* qp_create fails (-EIO): a device that died */
 	uint64_t seed;         /* PRNG seed (0 = fixed default) */
 };
 

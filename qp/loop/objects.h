@@ -86,6 +86,7 @@ struct loop_ctx {
 	uint64_t seed;
 	uint32_t fault_epoch; /* bumped after each change */
 	int nocopy;
+	uint32_t no_new_qps;         /* loop_faults.no_new_qps (READ_ONCE) */
 };
 
 /* A queued WR: struct nic_wr without the chain pointer. */

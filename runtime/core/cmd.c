@@ -59,6 +59,7 @@ static void cmd_qp_replace(struct ferry_core *c, struct core_cmd *cmd)
 	ep->qps[cmd->index] = cmd->qp;
 	qpx_destroy(&c->tx[ep->tx], old);
 	ep->down = 0;
+	ep->all_broken_since = 0;
 	stat_add(&c->ctr, qp_resets, 1);
 	cmd_done(cmd, 0);
 }

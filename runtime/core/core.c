@@ -34,6 +34,7 @@
 #define SWEEP_MS 10             /* QP timeouts, repairs, pause ends: by time, not
                                  * by passes (a core asleep on its CQ passes rarely) */
 #define DRAIN_NS (2ull * 1000 * 1000 * 1000)
+#define REPAIR_REASK_MS 1000    /* a repair that did not happen is asked for again */
 
 /* ---- repair requests ---- */
 
@@ -324,8 +325,35 @@ static void core_ask_repair(struct ferry_core *c, struct qpx *qp)
 	v = core_repair_encode(ep->seg_slot, ep_qp_index(ep, qp), c->index, ep->seg_gen);
 	if (ferry_ring_put(&c->repairs, (void *)v)) {
 		qp->repair_asked = 1; /* a full ring: asked again next sweep */
+		qp->repair_asked_at = c->now;
 		repair_kick(c->e); /* an error path: a system call only if it sleeps */
 	}
+}
+
+/*
+ * Slices waiting on an endpoint whose QPs are all broken wait for the
+ * repair thread -- but not for ever: a rail whose QPs cannot be made again
+ * (its device is dead) would hold them.  After the slice timeout they move
+ * to another core's rail, or end -ETIMEDOUT.
+ */
+static void core_sweep_stuck(struct ferry_core *c, struct ferry_ep *ep)
+{
+	uint32_t k = ep->pending.count;
+	struct slice *s;
+
+	if (!k || !ep_all_broken(ep)) {
+		ep->all_broken_since = 0;
+		return;
+	}
+	if (!ep->all_broken_since) {
+		ep->all_broken_since = c->now;
+		return;
+	}
+	if (!c->timeout_ticks || c->now - ep->all_broken_since <= c->timeout_ticks)
+		return;
+	while (k-- && (s = slice_list_pop(&ep->pending)))
+		if (!slice_handover(c, s))
+			core_slice_finish(c, s, -ETIMEDOUT);
 }
 
 static void core_sweep_rails(struct ferry_core *c)
@@ -333,8 +361,10 @@ static void core_sweep_rails(struct ferry_core *c)
 	for (unsigned s = 0; s < EP_TABLE_SLOTS; s++) {
 		struct ferry_ep *ep = core_ep(c, s);
 
-		if (ep)
+		if (ep) {
 			rail_pause_over(&ep->rail, c->now);
+			core_sweep_stuck(c, ep);
+		}
 	}
 }
 
@@ -351,7 +381,10 @@ static void core_sweep_qps(struct ferry_core *c, struct qctx *q)
 		if (!qp)
 			continue;
 		if (qp->broken) {
-			if (!qp->depth.depth && !qp->repair_asked)
+			/* Asked once; again if nothing came of it (the repair
+			 * thread drops what it cannot keep: its queue is bounded). */
+			if (!qp->depth.depth &&
+			    (!qp->repair_asked || c->now - qp->repair_asked_at > c->reask_ticks))
 				core_ask_repair(c, qp);
 			continue;
 		}
@@ -546,6 +579,7 @@ static void core_set_limits(struct ferry_core *c, const struct ferry_opts *o)
 	c->retries = o->retries;
 	c->timeout_ticks = ferry_ms_to_tsc(o->timeout_ms);
 	c->sweep_ticks = ferry_ms_to_tsc(SWEEP_MS);
+	c->reask_ticks = ferry_ms_to_tsc(REPAIR_REASK_MS);
 	c->rail.errors = o->rail_errors;
 	c->rail.window = ferry_ms_to_tsc(o->rail_window_ms);
 	c->rail.pause_min = ferry_ms_to_tsc(o->rail_pause_ms);

@@ -105,6 +105,7 @@ struct ferry_core {
 	uint32_t cancel_seen;          /* the engine's cancel_epoch last acted on */
 	uint64_t next_sweep;           /* ticks: next timeout/repair/pause sweep */
 	uint64_t sweep_ticks;
+	uint64_t reask_ticks;
 	uint64_t slices_out;
 	uint64_t timeout_ticks;
 	uint32_t slice_size;

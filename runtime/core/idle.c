@@ -106,11 +106,32 @@ out:
 	eventfd_drain(c->wake_fd);
 }
 
-/* How long the core may sleep with nothing in flight: until its first rail
- * pause ends (the sweep publishes the rail usable again), else for ever. */
+/* When the first broken QP is asked for again (its repair did not come). */
+static uint64_t core_first_reask(const struct ferry_core *c)
+{
+	uint64_t first = UINT64_MAX;
+
+	for (unsigned t = 0; t < c->ntx; t++) {
+		const struct qctx *q = &c->tx[t];
+
+		for (uint32_t i = 0; i < q->n_qps; i++) {
+			const struct qpx *qp = q->qps[i];
+
+			if (qp && qp->broken && qp->repair_asked_at + c->reask_ticks < first)
+				first = qp->repair_asked_at + c->reask_ticks;
+		}
+	}
+	return first;
+}
+
+/*
+ * How long the core may sleep with nothing in flight: until its first rail
+ * pause ends (the sweep publishes the rail usable again) or a broken QP is
+ * due to be asked for again, else for ever.
+ */
 static int core_pause_left_ms(struct ferry_core *c)
 {
-	uint64_t now = ferry_tsc(), first = UINT64_MAX;
+	uint64_t now = ferry_tsc(), first = core_first_reask(c);
 
 	for (unsigned s = 0; s < EP_TABLE_SLOTS; s++) {
 		const struct ferry_ep *ep = core_ep(c, s);

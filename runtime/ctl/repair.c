@@ -65,8 +65,12 @@ static int repair_one(struct ferry_engine *e, const struct repair_job *j)
 	    !(ep = s->eps[j->core]))
 		return 0; /* the segment went: nothing to repair */
 	rc = qpx_create(&c->tx[ep->tx], e->opts.wrs_per_qp, ep, &q);
-	if (rc)
+	if (rc) {
+		/* No QP on this rail (its device may be dead): new work avoids
+		 * it and its waiting slices move, as for an unreachable peer. */
+		rail_unreachable(e, s, j->core, j->slot);
 		return rc;
+	}
 	rc = seg_qp_handshake(e, j->core, s, ep->remote_nic, q, &token);
 	if (rc) {
 		qpx_destroy(&c->tx[ep->tx], q);
@@ -95,8 +99,8 @@ static void repair_later(struct repair *r, struct repair_job *j)
 {
 	uint32_t backoff = j->backoff_ms ? j->backoff_ms * 2 : REPAIR_BACKOFF_MIN_MS;
 
-	if (r->n_later == REPAIR_LATER_MAX)
-		return; /* the core asks again if the QP is still broken */
+	if (r->n_later >= READ_ONCE(r->later_max))
+		return; /* dropped: the core asks again (REPAIR_REASK_MS) if still broken */
 	j->backoff_ms = backoff < REPAIR_BACKOFF_MAX_MS ? backoff : REPAIR_BACKOFF_MAX_MS;
 	j->due_ms = ferry_now_ms() + j->backoff_ms;
 	r->later[r->n_later++] = *j;
@@ -254,6 +258,7 @@ int repair_start(struct ferry_engine *e)
 {
 	int rc;
 
+	e->repair.later_max = REPAIR_LATER_MAX;
 	e->repair.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (e->repair.wake_fd < 0)
 		return -errno;

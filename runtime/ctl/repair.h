@@ -22,6 +22,7 @@ struct repair {
 	int stop;                      /* load_acquire/store_release */
 	struct repair_job later[REPAIR_LATER_MAX]; /* failed: try again after a back-off */
 	unsigned n_later;
+	unsigned later_max;            /* REPAIR_LATER_MAX; tests lower it */
 	int wake_fd;                   /* eventfd: repair_kick wakes the thread */
 	uint32_t sleeping;             /* store_sc/fetch_or_sc: see repair_wait */
 	uint64_t next_keepalive_ms;    /* peers told we are alive */

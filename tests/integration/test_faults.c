@@ -252,6 +252,50 @@ static void test_close_in_flight(void **state)
 	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &P.seg), 0);
 }
 
+static uint64_t core_stat_qp_resets(struct ferry_engine *e, unsigned core)
+{
+	struct ferry_core_stats st;
+
+	assert_int_equal(ferry_core_stats(e, core, &st), 0);
+	return st.qp_resets;
+}
+
+/*
+ * Core 1's device dies: every WR breaks its QP and no new QP can be made.
+ * Its rail must not hold work: the repair thread marks it down when it
+ * cannot make a QP, the slices waiting there move to core 0's rail (or end
+ * after the slice timeout), and every request ends DONE.  When the device
+ * comes back, the QPs are replaced -- even though the repair thread had
+ * dropped the failed jobs (its queue of retries is 0 here): the core asks
+ * again.
+ */
+static void test_dead_device(void **state)
+{
+	struct loop_faults dead = { .qp_fatal_ppm = 1000000, .no_new_qps = 1, .seed = 5 };
+	const struct ferry_seg *seg = &P.init->segs[(uint32_t)P.seg - 1];
+	struct outcome o = { 0 };
+	uint64_t seed = 123, resets;
+
+	(void)state;
+	WRITE_ONCE(P.init->repair.later_max, 0); /* every failed repair is dropped */
+	loop_set_faults(ferry_engine_nic(P.init, 1), &dead);
+	for (int r = 0; r < 3; r++)
+		round_run(&seed, &o);
+	print_message("dead device on core 1: done %u failed %u timeout %u; rail down %u\n",
+		      o.done, o.failed, o.timedout, READ_ONCE(seg->rail_down[1]));
+	assert_int_equal(o.failed + o.timedout, 0);
+	assert_true(READ_ONCE(seg->rail_down[1]));
+	/* The device is back: the core asks again and the rail is repaired. */
+	resets = core_stat_qp_resets(P.init, 1);
+	loop_set_faults(ferry_engine_nic(P.init, 1), NULL);
+	WAIT_UNTIL(core_stat_qp_resets(P.init, 1) > resets && !READ_ONCE(seg->rail_down[1]),
+		   WAIT_DEADLINE_MS, "core 1's QPs to be replaced after the device came back");
+	WRITE_ONCE(P.init->repair.later_max, REPAIR_LATER_MAX);
+	o = (struct outcome){ 0 };
+	round_run(&seed, &o);
+	assert_int_equal(o.failed + o.timedout, 0);
+}
+
 static int setup(void **state)
 {
 	struct ferry_opts o;
@@ -281,6 +325,7 @@ int main(void)
 		cmocka_unit_test(test_no_retries),
 		cmocka_unit_test(test_lost_completions),
 		cmocka_unit_test(test_close_in_flight),
+		cmocka_unit_test(test_dead_device),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
