@@ -48,6 +48,11 @@ struct nic_wc {
 	uint16_t op;
 };
 
+/* What a peer may do to a registered region (local use is always allowed). */
+#define NIC_ACCESS_REMOTE_READ 0x1u
+#define NIC_ACCESS_REMOTE_WRITE 0x2u
+#define NIC_ACCESS_ALL (NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE)
+
 struct nic_mr {
 	uint32_t lkey;
 	uint32_t rkey;
@@ -108,7 +113,11 @@ struct nic_provider {
 	void (*close)(struct nic *nic);
 	void (*caps)(const struct nic *nic, struct nic_caps *out);
 	void (*addr)(const struct nic *nic, struct nic_addr *out);
-	int (*reg_mr)(struct nic *nic, void *addr, size_t len, struct nic_mr *out);
+	/* Register [addr, addr+len) for local use and the remote accesses in
+	 * access (NIC_ACCESS_*): a peer's WR that the region does not allow
+	 * completes NIC_WC_REM_ACCESS_ERR at the peer. */
+	int (*reg_mr)(struct nic *nic, void *addr, size_t len, unsigned access,
+		      struct nic_mr *out);
 	int (*dereg_mr)(struct nic *nic, struct nic_mr *mr);
 	int (*cq_create)(struct nic *nic, uint32_t cqe, struct nic_cq **out);
 	void (*cq_destroy)(struct nic_cq *cq);

@@ -259,6 +259,22 @@ FERRY_API unsigned ferry_engine_cores(const struct ferry_engine *e);
  */
 FERRY_API int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len);
 
+/** What a peer may do to a registered region (local use is always allowed). */
+#define FERRY_ACCESS_REMOTE_READ 0x1u
+#define FERRY_ACCESS_REMOTE_WRITE 0x2u
+
+/**
+ * ferry_mem_register with the remote accesses a peer gets: a bitwise or of
+ * FERRY_ACCESS_REMOTE_READ and FERRY_ACCESS_REMOTE_WRITE (0: local use
+ * only).  ferry_mem_register allows both.  A peer's WRITE into a region
+ * without REMOTE_WRITE is refused before posting (-EACCES in the request's
+ * status), and the transport refuses it too (the RDMA registration lacks
+ * remote write; tcp and cma targets check).  -EINVAL on unknown bits.  Any
+ * thread; may block.
+ */
+FERRY_API int ferry_mem_register_access(struct ferry_engine *e, void *addr, size_t len,
+					unsigned access);
+
 /**
  * Unregister the region that starts at addr.  -ENOENT if there is none,
  * -EBUSY while requests of this engine still use it.  Peers that opened this

@@ -139,7 +139,7 @@ static void loop_mr_release_owner_locked(struct loop_ctx *ctx)
 	ctx->nmr = 0;
 }
 
-static int loop_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out)
+static int loop_reg_mr(struct nic *n, void *addr, size_t len, unsigned access, struct nic_mr *out)
 {
 	struct loop_ctx *ctx = ctx_of(n);
 	struct loop_mr_slot *s;
@@ -163,6 +163,7 @@ static int loop_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out
 	s->owner = ctx->id;
 	s->base = (uintptr_t)addr;
 	s->len = len;
+	s->access = (uint8_t)(access & NIC_ACCESS_ALL);
 	key = (uint32_t)s->gen << LOOP_MR_BITS | idx;
 	/* Release: a poll that loads the key sees owner/base/len. */
 	store_release(s->key, key); /* pairs with: load_sc of the key in exec.c */

@@ -158,6 +158,7 @@ struct loop_mr_slot {
 	uint64_t base;
 	uint64_t len;
 	uint16_t gen;
+	uint8_t access;               /* NIC_ACCESS_* a peer has */
 };
 
 /* The MR table, indexed by key & LOOP_MR_MASK (loop.c). */

@@ -515,7 +515,7 @@ static int mr_track_locked(struct fv_nic *nic, struct ibv_mr *mr)
 	return 0;
 }
 
-int fv_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out)
+int fv_reg_mr(struct nic *n, void *addr, size_t len, unsigned access, struct nic_mr *out)
 {
 	struct fv_nic *nic = nic_of(n);
 	struct ibv_mr *mr;
@@ -524,8 +524,10 @@ int fv_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out)
 	if (!addr || !len)
 		return -EINVAL;
 	pthread_mutex_lock(&nic->lock);
-	mr = ibv_reg_mr(nic->pd, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
-				     IBV_ACCESS_REMOTE_WRITE);
+	/* Without REMOTE_WRITE the responder NIC itself refuses a peer's WRITE. */
+	mr = ibv_reg_mr(nic->pd, addr, len, IBV_ACCESS_LOCAL_WRITE |
+			(access & NIC_ACCESS_REMOTE_READ ? IBV_ACCESS_REMOTE_READ : 0) |
+			(access & NIC_ACCESS_REMOTE_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0));
 	if (!mr) {
 		err = null_errno(ENOMEM);
 		pthread_mutex_unlock(&nic->lock);

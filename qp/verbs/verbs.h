@@ -202,7 +202,7 @@ int fv_open(const char *dev, struct nic **out);
 void fv_close(struct nic *n);
 void fv_caps(const struct nic *n, struct nic_caps *out);
 void fv_addr(const struct nic *n, struct nic_addr *out);
-int fv_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out);
+int fv_reg_mr(struct nic *n, void *addr, size_t len, unsigned access, struct nic_mr *out);
 int fv_dereg_mr(struct nic *n, struct nic_mr *mr);
 void fv_describe(const struct nic *n, char *buf, size_t len);
 int fv_numa_node(const struct nic *n);

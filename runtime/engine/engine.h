@@ -20,6 +20,9 @@
 #include "runtime/engine/knobs.h"
 #include "runtime/engine/opts.h"
 #include "runtime/ferry.h"
+
+_Static_assert(FERRY_ACCESS_REMOTE_READ == NIC_ACCESS_REMOTE_READ &&
+	       FERRY_ACCESS_REMOTE_WRITE == NIC_ACCESS_REMOTE_WRITE, "one set of access bits");
 #include "runtime/segment/segment.h"
 #include "runtime/submit/submit.h"
 
@@ -37,6 +40,7 @@ struct mem_region {
 	uint64_t addr;                 /* READ_ONCE/WRITE_ONCE: see the port cache */
 	uint64_t len;
 	uint64_t refs;                 /* requests using it: fetch_add/fetch_sub, see mem.c */
+	uint32_t access;               /* NIC_ACCESS_*: what peers may do */
 	struct mem_region *next_free;  /* in the pool (ctl_lock) */
 	struct nic_mr mr[FERRY_MAX_CORES][CORE_MAX_TX]; /* per core, per context */
 };

@@ -120,12 +120,13 @@ static int region_insert(struct ferry_engine *e, struct mem_region *r)
 	return 0;
 }
 
-static int region_register(struct ferry_engine *e, struct mem_region *r, void *addr, size_t len)
+static int region_register(struct ferry_engine *e, struct mem_region *r, void *addr, size_t len,
+			   unsigned access)
 {
 	for (unsigned i = 0; i < e->ncores; i++) {
 		for (unsigned t = 0; t < e->cores[i]->ntx; t++) {
 			struct qctx *q = &e->cores[i]->tx[t];
-			int rc = q->prov->reg_mr(q->nic, addr, len, &r->mr[i][t]);
+			int rc = q->prov->reg_mr(q->nic, addr, len, access, &r->mr[i][t]);
 
 			if (rc) {
 				log_err("registering %zu bytes at %p on core %u's %s: %s", len, addr,
@@ -139,10 +140,18 @@ static int region_register(struct ferry_engine *e, struct mem_region *r, void *a
 
 int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len)
 {
+	return ferry_mem_register_access(e, addr, len,
+					 FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE);
+}
+
+int ferry_mem_register_access(struct ferry_engine *e, void *addr, size_t len, unsigned access)
+{
 	struct mem_region *r;
 	int rc;
 
 	if (!e || !addr || len == 0 || (uintptr_t)addr + len < (uintptr_t)addr)
+		return -EINVAL;
+	if (access & ~(unsigned)(FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE))
 		return -EINVAL;
 	pthread_mutex_lock(&e->ctl_lock);
 	r = region_alloc(e);
@@ -152,7 +161,8 @@ int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len)
 	}
 	WRITE_ONCE(r->addr, (uintptr_t)addr); /* a stale port cache may read them */
 	WRITE_ONCE(r->len, len);
-	rc = region_register(e, r, addr, len);
+	r->access = access;
+	rc = region_register(e, r, addr, len, access);
 	if (rc == 0) {
 		pthread_rwlock_wrlock(&e->regions_lock);
 		rc = region_insert(e, r);
@@ -225,6 +235,7 @@ int engine_describe(void *arg, struct seg_desc *d)
 		for (unsigned r = 0; r < e->n_regions; r++) {
 			d->regions[r].addr = e->regions[r]->addr;
 			d->regions[r].len = e->regions[r]->len;
+			d->regions[r].access = e->regions[r]->access;
 			for (unsigned i = 0; i < e->ncores; i++)
 				for (unsigned t = 0; t < e->ntx; t++)
 					d->regions[r].rkey[i * e->ntx + t] =

@@ -49,6 +49,9 @@ static int prep_entry_init(struct ferry_engine *e, const struct seg_desc *d,
 	pe->rreg = seg_desc_find(d, r->remote, r->len);
 	if (!pe->rreg)
 		return -EFAULT;
+	if (!(pe->rreg->access & (pe->op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ :
+							  NIC_ACCESS_REMOTE_WRITE)))
+		return -EACCES;
 	pthread_rwlock_rdlock(&e->regions_lock);
 	pe->lreg = ferry_region_find(e, pe->local, pe->len);
 	if (pe->lreg)

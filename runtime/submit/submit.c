@@ -293,6 +293,14 @@ static void rq_drop_seg(struct ferry_rq *rq)
 	rq->seg = NULL;
 }
 
+/* The peer's region allows what rq does to it (its owner's access rights). */
+static int rq_access_ok(const struct ferry_rq *rq)
+{
+	uint32_t need = rq->op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ : NIC_ACCESS_REMOTE_WRITE;
+
+	return (rq->rreg->access & need) == need ? 0 : -EACCES;
+}
+
 /* Validate r and fill rq; on error nothing is held. */
 static int rq_prepare(struct ferry_port *p, struct ferry_rq *rq, const struct ferry_req *r)
 {
@@ -316,7 +324,9 @@ static int rq_prepare(struct ferry_port *p, struct ferry_rq *rq, const struct fe
 	}
 	d = load_acquire(rq->seg->desc); /* pairs with: store_release in seg_refresh_locked */
 	rq->rreg = rq_find_remote(p, r, d);
-	rc = rq->rreg ? rq_find_local(e, p, rq) : -EFAULT;
+	rc = rq->rreg ? rq_access_ok(rq) : -EFAULT;
+	if (rc == 0)
+		rc = rq_find_local(e, p, rq);
 	if (rc) {
 		rq_drop_seg(rq);
 		return rc;

@@ -404,6 +404,43 @@ static void test_region_cache_vs_unregister(void **state)
 	free(ch.buf);
 }
 
+/*
+ * A region its owner registered read-only: a peer's WRITE into it is
+ * refused before posting (-EACCES), a READ of it works; unknown access
+ * bits are refused.
+ */
+static void test_read_only_region(void **state)
+{
+	const size_t len = 256 << 10;
+	uint8_t *ro = aligned_alloc(4096, len);
+	struct ferry_req_status st;
+
+	(void)state;
+	assert_non_null(ro);
+	fill_pattern(ro, len, 77);
+	assert_int_equal(ferry_mem_register_access(P.target, ro, len, 0x4), -EINVAL);
+	assert_int_equal(ferry_mem_register_access(P.target, ro, len, FERRY_ACCESS_REMOTE_READ), 0);
+	assert_int_equal(ferry_segment_refresh(P.init, P.seg), 0);
+	st = run_one(mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, ro, 4096));
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(st.error, -EACCES);
+	st = run_one(mkreq(FERRY_OP_READ, P.lbuf, P.seg, ro, len));
+	assert_int_equal(st.state, FERRY_DONE);
+	assert_memory_equal(P.lbuf, ro, len);
+	/* The WRITE above changed nothing: the pattern is intact. */
+	{
+		uint8_t *want = malloc(len);
+
+		assert_non_null(want);
+		fill_pattern(want, len, 77);
+		assert_memory_equal(ro, want, len);
+		free(want);
+	}
+	assert_int_equal(ferry_mem_unregister(P.target, ro), 0);
+	assert_int_equal(ferry_segment_refresh(P.init, P.seg), 0);
+	free(ro);
+}
+
 /* Which transport a segment took, and nics lists that cannot work. */
 static void test_transport_and_nics(void **state)
 {
@@ -442,6 +479,7 @@ int main(void)
 		cmocka_unit_test(test_stats_size),
 		cmocka_unit_test(test_transport_and_nics),
 		cmocka_unit_test(test_region_cache_vs_unregister),
+		cmocka_unit_test(test_read_only_region),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
