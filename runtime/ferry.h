@@ -320,6 +320,22 @@ FERRY_API int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg);
  */
 FERRY_API const char *ferry_segment_transport(struct ferry_engine *e, ferry_seg_t seg);
 
+/** A region a peer registered, as ferry_segment_regions lists it. */
+struct ferry_region_info {
+	uint64_t addr;   /**< the peer's virtual address: a request's remote */
+	uint64_t len;
+	unsigned access; /**< FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE */
+};
+
+/**
+ * The regions the peer of seg registered, sorted by address, as of the
+ * last open or ferry_segment_refresh: up to max of them into out.  Returns
+ * how many the peer has (more than max: call again with more room), or
+ * -ENOENT (unknown or closed handle), -EINVAL.  Any thread.
+ */
+FERRY_API int ferry_segment_regions(struct ferry_engine *e, ferry_seg_t seg,
+				    struct ferry_region_info *out, uint32_t max);
+
 /**
  * Create a port: the submission channel of one application thread.  Only one
  * thread may use a port (and its batches) at a time.  Any thread.

@@ -23,9 +23,7 @@
 #include "ring/base/log.h"
 #include "runtime/engine/engine.h"
 
-static const char *const route_order[] = { "cma", "verbs", "tcp", "loop" };
-
-#define ROUTE_N (sizeof(route_order) / sizeof(route_order[0]))
+const char *const route_order[ROUTE_N] = { "cma", "verbs", "tcp", "loop" };
 
 /* The peer's entries of provider prov, into s->peer_nics; how many. */
 static unsigned route_peer_nics(struct ferry_seg *s, const struct seg_desc *d, const char *prov)
@@ -81,21 +79,3 @@ int seg_route_next(struct ferry_engine *e, struct ferry_seg *s, const struct seg
 	return -EPROTONOSUPPORT;
 }
 
-const char *ferry_segment_transport(struct ferry_engine *e, ferry_seg_t seg)
-{
-	const struct ferry_seg *s;
-	const char *name = NULL;
-	uint32_t slot;
-
-	if (!e)
-		return NULL;
-	pthread_mutex_lock(&e->ctl_lock);
-	s = seg_lookup(e, seg, &slot);
-	if (s && s->state == SEG_OPEN) {
-		for (unsigned k = 0; k < ROUTE_N && !name; k++)
-			if (strcmp(s->transport, route_order[k]) == 0)
-				name = route_order[k]; /* static: outlives the segment */
-	}
-	pthread_mutex_unlock(&e->ctl_lock);
-	return name;
-}

@@ -49,6 +49,10 @@ struct ferry_seg {
 /* The segment of handle h (NULL: unknown handle or slot), its slot in *slot. */
 struct ferry_seg *seg_lookup(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot);
 
+/* route.c: the transports in ferry's order of preference. */
+#define ROUTE_N 4
+extern const char *const route_order[ROUTE_N];
+
 /* route.c: the next transport (from *next on, in ferry's order) that both
  * engines have and that reaches the peer of descriptor d: fills transport,
  * tx and peer_nics.  -EPROTONOSUPPORT when none is left. */

@@ -421,6 +421,30 @@ static void test_read_only_region(void **state)
 	assert_int_equal(ferry_mem_register_access(P.target, ro, len, 0x4), -EINVAL);
 	assert_int_equal(ferry_mem_register_access(P.target, ro, len, FERRY_ACCESS_REMOTE_READ), 0);
 	assert_int_equal(ferry_segment_refresh(P.init, P.seg), 0);
+	/* The peer's regions, as an application finds them. */
+	{
+		struct ferry_region_info ri[4];
+		int n = ferry_segment_regions(P.init, P.seg, ri, 4), found = 0;
+
+		assert_int_equal(n, 2);
+		for (int i = 0; i < n; i++) {
+			if (ri[i].addr == (uint64_t)(uintptr_t)ro) {
+				assert_int_equal(ri[i].len, len);
+				assert_int_equal(ri[i].access, FERRY_ACCESS_REMOTE_READ);
+				found++;
+			} else {
+				assert_int_equal(ri[i].addr, (uint64_t)(uintptr_t)P.rbuf);
+				assert_int_equal(ri[i].access, FERRY_ACCESS_REMOTE_READ |
+							       FERRY_ACCESS_REMOTE_WRITE);
+			}
+		}
+		assert_int_equal(found, 1);
+		assert_true(ri[0].addr < ri[1].addr);
+		assert_int_equal(ferry_segment_regions(P.init, P.seg, ri, 1), 2); /* counts all */
+		assert_int_equal(ferry_segment_regions(P.init, P.seg, NULL, 0), 2);
+		assert_int_equal(ferry_segment_regions(P.init, P.seg + 1, ri, 4), -ENOENT);
+		assert_int_equal(ferry_segment_regions(P.init, P.seg, NULL, 4), -EINVAL);
+	}
 	st = run_one(mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, ro, 4096));
 	assert_int_equal(st.state, FERRY_FAILED);
 	assert_int_equal(st.error, -EACCES);
