@@ -176,6 +176,8 @@ struct ferry_core_stats {
 	 * bucket k counts latencies in [2^(k-1), 2^k) ticks; lat_hz ticks/s. */
 	uint64_t lat_hz;
 	uint64_t lat[FERRY_LAT_BUCKETS];
+	/* Added in 0.2. */
+	uint64_t nic_events;       /**< device events handled: port down/up, device fatal, QP fatal */
 };
 
 struct ferry_engine;

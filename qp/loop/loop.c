@@ -42,6 +42,8 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "ring/base/atomics.h"
 #include "ring/base/compiler.h"
@@ -209,6 +211,11 @@ static int loop_open(const char *dev, struct nic **out)
 	while (!ctx->id); /* 0 means "not connected" */
 	list_init(&ctx->cqs);
 	ctx->seed = LOOP_DEFAULT_SEED; /* not yet shared */
+	ctx->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (ctx->event_fd < 0) {
+		free(ctx);
+		return -errno;
+	}
 
 	pthread_mutex_lock(&loop_lock);
 	list_add_tail(&ctx->link, &loop_ctxs);
@@ -274,6 +281,7 @@ static void loop_close(struct nic *n)
 		loop_mr_release_owner_locked(ctx);
 	list_del(&ctx->link);
 	pthread_mutex_unlock(&loop_lock);
+	close(ctx->event_fd);
 	free(ctx);
 }
 
@@ -404,6 +412,44 @@ static uint64_t loop_ppm_thr(uint32_t ppm)
 	return ((uint64_t)ppm << 32) / LOOP_PPM;
 }
 
+int loop_inject_event(struct nic *n, const struct nic_event *ev)
+{
+	struct loop_ctx *ctx = ctx_of(n);
+	int rc = -ENOSPC;
+
+	pthread_mutex_lock(&loop_lock);
+	if (ctx->nevents < LOOP_EVENTS) {
+		ctx->events[ctx->nevents++] = *ev;
+		eventfd_write(ctx->event_fd, 1);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&loop_lock);
+	return rc;
+}
+
+static int loop_event_fd(const struct nic *n)
+{
+	return ((const struct loop_ctx *)(const void *)n)->event_fd;
+}
+
+static int loop_event_next(struct nic *n, struct nic_event *out)
+{
+	struct loop_ctx *ctx = ctx_of(n);
+	eventfd_t v;
+	int got = 0;
+
+	pthread_mutex_lock(&loop_lock);
+	if (ctx->nevents) {
+		*out = ctx->events[0];
+		memmove(&ctx->events[0], &ctx->events[1], --ctx->nevents * sizeof(ctx->events[0]));
+		got = 1;
+	}
+	if (!ctx->nevents)
+		(void)eventfd_read(ctx->event_fd, &v); /* drained: not readable any more */
+	pthread_mutex_unlock(&loop_lock);
+	return got;
+}
+
 void loop_set_faults(struct nic *n, const struct loop_faults *f)
 {
 	struct loop_ctx *ctx = ctx_of(n);
@@ -462,6 +508,8 @@ const struct nic_provider nic_loop_provider = {
 	.caps = loop_caps,
 	.addr = loop_addr,
 	.reg_mr = loop_reg_mr,
+	.event_fd = loop_event_fd,
+	.event_next = loop_event_next,
 	.dereg_mr = loop_dereg_mr,
 	.cq_create = loop_cq_create,
 	.cq_destroy = loop_cq_destroy,

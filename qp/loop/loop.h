@@ -46,4 +46,8 @@ struct loop_counters {
 
 void loop_get_counters(const struct nic *nic, struct loop_counters *out);
 
+/* Queue a device event (as the hardware would send one): its event_fd
+ * becomes readable.  -ENOSPC when 16 wait already.  Tests. */
+int loop_inject_event(struct nic *nic, const struct nic_event *ev);
+
 #endif /* FERRY_QP_LOOP_H */

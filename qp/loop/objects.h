@@ -71,6 +71,8 @@ enum {
 	CNT_NR,
 };
 
+#define LOOP_EVENTS 16
+
 struct loop_ctx {
 	uint32_t id;
 	struct loop_list link;	/* in loop_ctxs (loop_lock) */
@@ -87,6 +89,11 @@ struct loop_ctx {
 	uint32_t fault_epoch; /* bumped after each change */
 	int nocopy;
 	uint32_t no_new_qps;         /* loop_faults.no_new_qps (READ_ONCE) */
+
+	/* Device events injected by tests (loop_lock), announced on event_fd. */
+	int event_fd;
+	struct nic_event events[LOOP_EVENTS];
+	uint32_t nevents;
 };
 
 /* A queued WR: struct nic_wr without the chain pointer. */

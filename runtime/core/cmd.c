@@ -77,6 +77,27 @@ static void cmd_ep_down(struct ferry_core *c, struct core_cmd *cmd)
 	cmd_done(cmd, 0);
 }
 
+/* A device event: a QP failed by itself.  Fail it here, its owner: its WRs
+ * flush and retry, and the next sweep asks for a new one. */
+static void cmd_qp_fatal(struct ferry_core *c, struct core_cmd *cmd)
+{
+	struct qctx *q;
+
+	if (cmd->index >= c->ntx)
+		return cmd_done(cmd, -EINVAL);
+	q = &c->tx[cmd->index];
+	for (uint32_t i = 0; i < q->n_qps; i++) {
+		struct qpx *qp = q->qps[i];
+
+		if (qp && q->prov->qp_num(qp->nqp) == cmd->slot) {
+			qp->broken = 1;
+			q->prov->qp_set_error(qp->nqp);
+			return cmd_done(cmd, 0);
+		}
+	}
+	cmd_done(cmd, -ENOENT); /* a responder QP, or gone already */
+}
+
 uint32_t core_drain_cmds(struct ferry_core *c)
 {
 	struct core_cmd *cmd;
@@ -93,6 +114,8 @@ uint32_t core_drain_cmds(struct ferry_core *c)
 			cmd_qp_replace(c, cmd);
 		else if (cmd->type == CMD_EP_DOWN)
 			cmd_ep_down(c, cmd);
+		else if (cmd->type == CMD_QP_FATAL)
+			cmd_qp_fatal(c, cmd);
 		else
 			cmd_done(cmd, -EINVAL);
 		n++;

@@ -56,14 +56,14 @@ struct core_counters {
 };
 
 /* Commands from the control path, through the core's command ring. */
-enum core_cmd_type { CMD_EP_ADD = 1, CMD_EP_REMOVE, CMD_QP_REPLACE, CMD_EP_DOWN };
+enum core_cmd_type { CMD_EP_ADD = 1, CMD_EP_REMOVE, CMD_QP_REPLACE, CMD_EP_DOWN, CMD_QP_FATAL };
 
 struct core_cmd {
 	int type;
-	uint32_t slot;
+	uint32_t slot;                 /* CMD_QP_FATAL: the QP's number */
 	struct ferry_ep *ep;
 	struct qpx *qp;                /* CMD_QP_REPLACE: the new QP, for ep->qps[index] */
-	uint32_t index;
+	uint32_t index;                /* CMD_QP_FATAL: the context */
 	int rc;                        /* in: CMD_EP_DOWN's flag; out: the result */
 	int done;                      /* set by the core (store_release) */
 };
@@ -120,6 +120,7 @@ struct ferry_core {
 	struct slice_list xfer_wait;   /* foreign slices waiting for a slice of ours */
 	struct slice_list xfer_back;   /* foreign slices to return (their ring was full) */
 	uint32_t xfer_rr;
+	uint64_t nic_events;           /* device events (the repair thread: fetch_add) */
 	uint32_t sleeping ferry_cache_aligned; /* fetch_or_sc/store_sc: see core_kick */
 	int wake_fd;                   /* eventfd: submitters wake a sleeping core */
 	uint32_t stop;                 /* load_acquire/store_release */

@@ -37,8 +37,7 @@
  * does, the slices waiting on this rail move there (runtime/core/handover.c)
  * instead of failing with -EHOSTDOWN.
  */
-static void rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i,
-			     uint32_t slot)
+void rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i, uint32_t slot)
 {
 	WRITE_ONCE(s->rail_down[i], 1); /* a hint for submitters and hand-overs */
 	for (unsigned k = 0; k < e->ncores; k++)
@@ -115,6 +114,15 @@ static void repair_run(struct ferry_engine *e, struct repair_job *j)
 	pthread_mutex_unlock(&e->ctl_lock);
 	if (rc)
 		repair_later(&e->repair, j);
+}
+
+void repair_due_now(struct ferry_engine *e, unsigned i)
+{
+	struct repair *r = &e->repair;
+
+	for (unsigned k = 0; k < r->n_later; k++)
+		if (r->later[k].core == i)
+			r->later[k].due_ms = 0;
 }
 
 /* Jobs whose back-off ran out go again. */
@@ -220,12 +228,13 @@ static bool repair_has_work(struct ferry_engine *e)
 static void repair_wait(struct ferry_engine *e)
 {
 	struct repair *r = &e->repair;
-	struct pollfd p = { .fd = r->wake_fd, .events = POLLIN };
+	struct pollfd p[1 + FERRY_MAX_CORES * CORE_MAX_TX] = { { .fd = r->wake_fd, .events = POLLIN } };
+	unsigned n = 1 + events_fds(e, p + 1, FERRY_MAX_CORES * CORE_MAX_TX);
 	eventfd_t v;
 
 	store_sc(r->sleeping, 1);
 	if (!repair_has_work(e))
-		(void)poll(&p, 1, repair_next_ms(e));
+		(void)poll(p, n, repair_next_ms(e)); /* device events wake it too */
 	WRITE_ONCE(r->sleeping, 0);
 	(void)eventfd_read(r->wake_fd, &v); /* non-blocking: EAGAIN when not kicked */
 }
@@ -244,7 +253,8 @@ static void *repair_main(void *arg)
 	urcu_qsbr_register_thread();
 	urcu_qsbr_thread_offline();
 	while (!load_acquire(e->repair.stop)) { /* pairs with: store_release in repair_stop */
-		if (repair_drain(e) + repair_due(e) + reap_run(&e->reaper) + repair_reconnects(e) == 0)
+		if (events_run(e) + repair_drain(e) + repair_due(e) + reap_run(&e->reaper) +
+		    repair_reconnects(e) == 0)
 			repair_wait(e);
 		repair_leases(e);
 	}

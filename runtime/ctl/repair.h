@@ -37,4 +37,14 @@ void repair_stop(struct ferry_engine *e);
 /* lease.c, on the repair thread: keepalives out, expired initiators' QPs freed. */
 void repair_leases(struct ferry_engine *e);
 
+struct ferry_seg;
+struct pollfd;
+/* Core i's rail to s cannot reach the peer: down; fail fast if no rail can (ctl_lock). */
+void rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i, uint32_t slot);
+/* Retry core i's pending repairs now (its port came back). */
+void repair_due_now(struct ferry_engine *e, unsigned i);
+/* events.c: the contexts' event fds (at most max), and their events handled. */
+unsigned events_fds(struct ferry_engine *e, struct pollfd *fds, unsigned max);
+unsigned events_run(struct ferry_engine *e);
+
 #endif /* FERRY_RUNTIME_CTL_REPAIR_H */

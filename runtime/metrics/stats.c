@@ -68,6 +68,7 @@ static void stats_fill(struct ferry_core *c, struct ferry_core_stats *out)
 	out->busy_ns = ferry_tsc_to_ns(stat_read(k, busy_ticks));
 	out->idle_ns = ferry_tsc_to_ns(stat_read(k, idle_ticks));
 	out->ep_evictions = READ_ONCE(c->eps.evictions);
+	out->nic_events = READ_ONCE(c->nic_events);
 	histo_snapshot(&c->lat, out->lat);
 	out->lat_hz = ferry_tsc_hz();
 	hw_counters(c, out);

@@ -296,6 +296,56 @@ static void test_dead_device(void **state)
 	assert_int_equal(o.failed + o.timedout, 0);
 }
 
+static uint64_t core_nic_events(struct ferry_engine *e, unsigned core)
+{
+	struct ferry_core_stats st;
+
+	assert_int_equal(ferry_core_stats(e, core, &st), 0);
+	return st.nic_events;
+}
+
+/*
+ * Device events: core 1's port goes down -- its rails are down at once
+ * (not after a timeout) and the work moves to core 0; the port comes back
+ * -- the rail is used again; a QP fails by itself -- it is replaced.
+ */
+static void test_nic_events(void **state)
+{
+	const struct ferry_seg *seg = &P.init->segs[(uint32_t)P.seg - 1];
+	struct nic_event down = { .kind = NIC_EV_PORT_DOWN }, up = { .kind = NIC_EV_PORT_UP };
+	struct ferry_core *c0 = P.init->cores[0];
+	struct outcome o = { 0 };
+	uint64_t seed = 321, resets;
+	struct nic_event fatal;
+
+	(void)state;
+	assert_int_equal(loop_inject_event(ferry_engine_nic(P.init, 1), &down), 0);
+	WAIT_UNTIL(READ_ONCE(seg->rail_down[1]), WAIT_DEADLINE_MS,
+		   "core 1's rail to go down on its port's event");
+	assert_true(core_nic_events(P.init, 1) >= 1);
+	round_run(&seed, &o);
+	assert_int_equal(o.failed + o.timedout, 0);
+	assert_int_equal(loop_inject_event(ferry_engine_nic(P.init, 1), &up), 0);
+	WAIT_UNTIL(!READ_ONCE(seg->rail_down[1]), WAIT_DEADLINE_MS,
+		   "core 1's rail to come back on its port's event");
+	/* A QP of core 0 fails by itself: its core fails it, the repair
+	 * thread replaces it. */
+	resets = core_stat_qp_resets(P.init, 0);
+	fatal = (struct nic_event){ .kind = NIC_EV_QP_FATAL };
+	for (uint32_t i = 0; i < c0->tx[0].n_qps; i++) {
+		if (c0->tx[0].qps[i]) { /* read racily: the core is idle now */
+			fatal.qp_num = c0->tx[0].prov->qp_num(c0->tx[0].qps[i]->nqp);
+			break;
+		}
+	}
+	assert_int_not_equal(fatal.qp_num, 0);
+	assert_int_equal(loop_inject_event(ferry_engine_nic(P.init, 0), &fatal), 0);
+	WAIT_UNTIL(core_stat_qp_resets(P.init, 0) > resets, WAIT_DEADLINE_MS,
+		   "core 0's failed QP to be replaced");
+	round_run(&seed, &o);
+	assert_int_equal(o.failed + o.timedout, 0);
+}
+
 static int setup(void **state)
 {
 	struct ferry_opts o;
@@ -326,6 +376,7 @@ int main(void)
 		cmocka_unit_test(test_lost_completions),
 		cmocka_unit_test(test_close_in_flight),
 		cmocka_unit_test(test_dead_device),
+		cmocka_unit_test(test_nic_events),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
