@@ -312,14 +312,14 @@ static void test_fetch(void **state)
 
 	(void)state;
 	start(&c, &x, 3, 7);
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &d), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), 0);
 	expect_desc(&d, 3, 7);
 	seg_desc_free(&d);
 	wait_served(&c, 1);
 
 	/* "localhost" resolves too. */
 	snprintf(local, sizeof(local), "localhost:%s", strrchr(c.address, ':') + 1);
-	assert_int_equal(ctl_fetch_desc(local, FETCH_MS, &d), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, local, FETCH_MS, &d), 0);
 	expect_desc(&d, 3, 7);
 	seg_desc_free(&d);
 	wait_served(&c, 2);
@@ -337,7 +337,7 @@ static void test_fetch_large(void **state)
 
 	(void)state;
 	start(&c, &x, 8, WIRE_MAX_REGIONS);
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS * 3, &d), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS * 3, &d), 0);
 	expect_desc(&d, 8, WIRE_MAX_REGIONS);
 	assert_non_null(seg_desc_find(&d, d.regions[12345].addr + 10, 100));
 	seg_desc_free(&d);
@@ -345,7 +345,7 @@ static void test_fetch_large(void **state)
 	/* No regions at all is a valid descriptor. */
 	ctl_stop(&c);
 	start(&c, &x, 1, 0);
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &d), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), 0);
 	expect_desc(&d, 1, 0);
 	assert_null(d.regions);
 	ctl_stop(&c);
@@ -360,18 +360,18 @@ static void test_fetch_errors_from_describe(void **state)
 	(void)state;
 	start(&c, &x, 2, 2);
 	set_mode(&x, MODE_FAIL);
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &d), -EAGAIN);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), -EAGAIN);
 	assert_null(d.regions);
 	/* The server refuses to send what the client would refuse. */
 	set_mode(&x, MODE_INVALID);
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &d), -EINVAL);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), -EINVAL);
 	/* The largest descriptor the limits allow still fits one frame. */
 	set_mode(&x, MODE_HUGE);
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS * 10, &d), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS * 10, &d), 0);
 	expect_desc(&d, WIRE_MAX_NICS, WIRE_MAX_REGIONS);
 	seg_desc_free(&d);
 	set_mode(&x, MODE_OK);
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &d), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), 0);
 	expect_desc(&d, 2, 2);
 	seg_desc_free(&d);
 	wait_served(&c, 4);
@@ -390,7 +390,7 @@ static void test_fetch_closed_port(void **state)
 	start(&c, &x, 1, 1);
 	memcpy(addr, c.address, sizeof(addr));
 	ctl_stop(&c);
-	assert_int_equal(ctl_fetch_desc(addr, FETCH_MS, &d), -ECONNREFUSED);
+	assert_int_equal(ctl_fetch_desc(NULL, addr, FETCH_MS, &d), -ECONNREFUSED);
 	assert_null(d.regions);
 }
 
@@ -416,7 +416,7 @@ static void test_fetch_timeout(void **state)
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(sin.sin_port));
 
 	t0 = now_ms();
-	assert_int_equal(ctl_fetch_desc(addr, 200, &d), -ETIMEDOUT);
+	assert_int_equal(ctl_fetch_desc(NULL, addr, 200, &d), -ETIMEDOUT);
 	dt = now_ms() - t0;
 	assert_true(dt >= 190 && dt < 2000);
 	close(fd);
@@ -440,7 +440,7 @@ static void test_garbage(void **state)
 	wait_refused(&c, 1);
 
 	/* The listener survives and still answers properly. */
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &d), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), 0);
 	expect_desc(&d, 2, 3);
 	seg_desc_free(&d);
 	wait_served(&c, 1);
@@ -563,7 +563,7 @@ static void test_slow_client(void **state)
 	assert_true(now_ms() - t0 < 4500);
 	close(fd);
 	wait_refused(&c, 1);
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &d), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), 0);
 	seg_desc_free(&d);
 	ctl_stop(&c);
 }
@@ -719,7 +719,7 @@ static int fake_fetch(const void *reply, size_t len)
 	int rc;
 
 	fake_start(&f, reply, len);
-	rc = ctl_fetch_desc(f.address, FETCH_MS, &d);
+	rc = ctl_fetch_desc(NULL, f.address, FETCH_MS, &d);
 	pthread_join(f.thread, NULL);
 	close(f.lfd);
 	assert_null(d.regions);
@@ -869,19 +869,19 @@ static void test_connect(void **state)
 	start_ops(&c, &x, 2, 3, on_connect, on_disconnect);
 	for (i = 0; i < 3; i++) {
 		make_req(&req, sizes[i], 1000u + sizes[i]);
-		assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), 0);
+		assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), 0);
 		expect_rep_for(&rep, &req);
 		sr = seen_req(&x, &n);
 		assert_int_equal(n, i + 1);
 		assert_req_equal(&sr, &req); /* exactly what the initiator sent */
 	}
-	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), 0);
+	assert_int_equal(ctl_disconnect(NULL, c.address, FETCH_MS, &d), 0);
 	sd = seen_disc(&x, &n);
 	assert_int_equal(n, 1);
 	assert_int_equal(sd.incarnation, d.incarnation);
 	assert_int_equal(sd.token, d.token);
 	/* GET_DESC is still served beside them. */
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &desc), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &desc), 0);
 	expect_desc(&desc, 2, 3);
 	seg_desc_free(&desc);
 	wait_served(&c, 5);
@@ -891,7 +891,7 @@ static void test_connect(void **state)
 	ctl_stop(&c);
 	assert_int_equal(ctl_start(&c, NULL, describe, &x), 0);
 	make_req(&req, 2, 77);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), 0);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), 0);
 	expect_rep_for(&rep, &req);
 	assert_int_equal(connects(&x), 4);
 	ctl_stop(&c);
@@ -912,25 +912,25 @@ static void test_connect_errors(void **state)
 
 	set_ep_mode(&x, EP_FAIL);
 	memset(&rep, 0xaa, sizeof(rep));
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -ESTALE);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -ESTALE);
 	assert_rep_zero(&rep);
-	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), -ENOENT);
+	assert_int_equal(ctl_disconnect(NULL, c.address, FETCH_MS, &d), -ENOENT);
 
 	set_ep_mode(&x, EP_BAD_ERRNO);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EIO);
-	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), -EIO);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EIO);
+	assert_int_equal(ctl_disconnect(NULL, c.address, FETCH_MS, &d), -EIO);
 
 	/* The server does not send a reply the initiator would refuse. */
 	set_ep_mode(&x, EP_BAD_REP);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EINVAL);
 
 	/* A reply for another endpoint, or with other QPs, is not ours. */
 	set_ep_mode(&x, EP_WRONG_TOKEN);
 	memset(&rep, 0xaa, sizeof(rep));
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EPROTO);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EPROTO);
 	assert_rep_zero(&rep);
 	set_ep_mode(&x, EP_WRONG_N_QPS);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EPROTO);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EPROTO);
 	assert_rep_zero(&rep);
 	wait_served(&c, 7);
 	assert_int_equal(connects(&x), 5);
@@ -938,21 +938,21 @@ static void test_connect_errors(void **state)
 	/* What the target would refuse is not sent at all. */
 	set_ep_mode(&x, EP_OK);
 	req.n_qps = 0;
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EINVAL);
 	req.n_qps = WIRE_MAX_EP_QPS + 1;
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EINVAL);
 	req.n_qps = 2;
 	req.nic.provider[0] = '\0';
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EINVAL);
 	make_req(&req, 2, 42);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, NULL, &rep), -EINVAL);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, NULL), -EINVAL);
-	assert_int_equal(ctl_connect(c.address, 0, &req, &rep), -EINVAL);
-	assert_int_equal(ctl_connect("1.2.3:80", FETCH_MS, &req, &rep), -EINVAL);
-	assert_int_equal(ctl_connect(NULL, FETCH_MS, &req, &rep), -EINVAL);
-	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, NULL), -EINVAL);
-	assert_int_equal(ctl_disconnect(c.address, -1, &d), -EINVAL);
-	assert_int_equal(ctl_disconnect("localhost:0", FETCH_MS, &d), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, NULL, &rep), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, NULL), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, c.address, 0, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, "1.2.3:80", FETCH_MS, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, NULL, FETCH_MS, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_disconnect(NULL, c.address, FETCH_MS, NULL), -EINVAL);
+	assert_int_equal(ctl_disconnect(NULL, c.address, -1, &d), -EINVAL);
+	assert_int_equal(ctl_disconnect(NULL, "localhost:0", FETCH_MS, &d), -EINVAL);
 	assert_int_equal(connects(&x), 5);
 	assert_int_equal(counter(&c.served), 7);
 	assert_int_equal(counter(&c.refused), 0);
@@ -971,20 +971,20 @@ static void test_ep_unsupported(void **state)
 	(void)state;
 	make_req(&req, 1, 9);
 	start(&c, &x, 1, 1);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EOPNOTSUPP);
-	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), -EOPNOTSUPP);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EOPNOTSUPP);
+	assert_int_equal(ctl_disconnect(NULL, c.address, FETCH_MS, &d), -EOPNOTSUPP);
 	wait_served(&c, 2);
 	assert_int_equal(counter(&c.refused), 0);
 	ctl_stop(&c);
 
 	/* Each handler on its own. */
 	start_ops(&c, &x, 1, 1, on_connect, NULL);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), 0);
-	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), -EOPNOTSUPP);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), 0);
+	assert_int_equal(ctl_disconnect(NULL, c.address, FETCH_MS, &d), -EOPNOTSUPP);
 	ctl_stop(&c);
 	start_ops(&c, &x, 1, 1, NULL, on_disconnect);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EOPNOTSUPP);
-	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), 0);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EOPNOTSUPP);
+	assert_int_equal(ctl_disconnect(NULL, c.address, FETCH_MS, &d), 0);
 	ctl_stop(&c);
 }
 
@@ -1011,14 +1011,14 @@ static void test_keepalive(void **state)
 
 	(void)state;
 	start(&c, &x, 1, 1);
-	assert_int_equal(ctl_keepalive(c.address, FETCH_MS, 5), -EOPNOTSUPP);
+	assert_int_equal(ctl_keepalive(NULL, c.address, FETCH_MS, 5), -EOPNOTSUPP);
 	ctl_stop(&c);
 	memset(&c, 0, sizeof(c));
 	ctl_set_keepalive(&c, on_keepalive);
 	assert_int_equal(ctl_start(&c, NULL, describe, &x), 0);
-	assert_int_equal(ctl_keepalive(c.address, FETCH_MS, 0x123456789abcdefull), 0);
+	assert_int_equal(ctl_keepalive(NULL, c.address, FETCH_MS, 0x123456789abcdefull), 0);
 	assert_int_equal(__atomic_load_n(&ka_seen, __ATOMIC_RELAXED), 0x123456789abcdefull);
-	assert_int_equal(ctl_keepalive(c.address, FETCH_MS, 7), -ENOENT);
+	assert_int_equal(ctl_keepalive(NULL, c.address, FETCH_MS, 7), -ENOENT);
 	/* The reserved word must be zero. */
 	fd = raw_connect(c.address);
 	wire_hdr_encode(frame, WIRE_KEEPALIVE, WIRE_KEEPALIVE_LEN);
@@ -1029,7 +1029,7 @@ static void test_keepalive(void **state)
 	wait_refused(&c, 1);
 	snprintf(gone, sizeof(gone), "%s", c.address);
 	ctl_stop(&c);
-	assert_int_equal(ctl_keepalive(gone, FETCH_MS, 5), -ECONNREFUSED);
+	assert_int_equal(ctl_keepalive(NULL, gone, FETCH_MS, 5), -ECONNREFUSED);
 }
 
 /* No engine at the address, or one that never answers. */
@@ -1051,8 +1051,8 @@ static void test_ep_transport(void **state)
 	start_ops(&c, &x, 1, 1, on_connect, on_disconnect);
 	memcpy(addr, c.address, sizeof(addr));
 	ctl_stop(&c);
-	assert_int_equal(ctl_connect(addr, FETCH_MS, &req, &rep), -ECONNREFUSED);
-	assert_int_equal(ctl_disconnect(addr, FETCH_MS, &d), -ECONNREFUSED);
+	assert_int_equal(ctl_connect(NULL, addr, FETCH_MS, &req, &rep), -ECONNREFUSED);
+	assert_int_equal(ctl_disconnect(NULL, addr, FETCH_MS, &d), -ECONNREFUSED);
 
 	memset(&sin, 0, sizeof(sin));
 	sin.sin_family = AF_INET;
@@ -1064,8 +1064,8 @@ static void test_ep_transport(void **state)
 	assert_int_equal(getsockname(fd, (struct sockaddr *)&sin, &len), 0);
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(sin.sin_port));
 	t0 = now_ms();
-	assert_int_equal(ctl_connect(addr, 200, &req, &rep), -ETIMEDOUT);
-	assert_int_equal(ctl_disconnect(addr, 200, &d), -ETIMEDOUT);
+	assert_int_equal(ctl_connect(NULL, addr, 200, &req, &rep), -ETIMEDOUT);
+	assert_int_equal(ctl_disconnect(NULL, addr, 200, &d), -ETIMEDOUT);
 	assert_true(now_ms() - t0 < 3000);
 	close(fd);
 }
@@ -1155,7 +1155,7 @@ static void test_ep_malformed(void **state)
 	/* None reached a callback, and the server still answers. */
 	assert_int_equal(connects(&x), 0);
 	make_req(&req, WIRE_MAX_EP_QPS, 6);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), 0);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), 0);
 	expect_rep_for(&rep, &req);
 	assert_int_equal(connects(&x), 1);
 	assert_int_equal(counter(&c.refused), 8);
@@ -1229,7 +1229,7 @@ static int fake_connect(struct fake *f, const void *reply, size_t len, uint16_t 
 	make_req(&req, n_qps, 0x7777);
 	fake_start(f, reply, len);
 	memset(&rep, 0xaa, sizeof(rep));
-	rc = ctl_connect(f->address, FETCH_MS, &req, &rep);
+	rc = ctl_connect(NULL, f->address, FETCH_MS, &req, &rep);
 	pthread_join(f->thread, NULL);
 	close(f->lfd);
 	if (rc)
@@ -1303,7 +1303,7 @@ static int fake_disconnect(struct fake *f, const void *reply, size_t len)
 	int rc;
 
 	fake_start(f, reply, len);
-	rc = ctl_disconnect(f->address, FETCH_MS, &d);
+	rc = ctl_disconnect(NULL, f->address, FETCH_MS, &d);
 	pthread_join(f->thread, NULL);
 	close(f->lfd);
 	return rc;
@@ -1352,13 +1352,13 @@ static void test_bad_address(void **state)
 	memset(&x, 0, sizeof(x));
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		memset(&d, 0xaa, sizeof(d));
-		assert_int_equal(ctl_fetch_desc(bad[i], FETCH_MS, &d), -EINVAL);
+		assert_int_equal(ctl_fetch_desc(NULL, bad[i], FETCH_MS, &d), -EINVAL);
 		assert_null(d.regions);
 	}
-	assert_int_equal(ctl_fetch_desc(NULL, FETCH_MS, &d), -EINVAL);
-	assert_int_equal(ctl_fetch_desc("127.0.0.1:1", 0, &d), -EINVAL);
-	assert_int_equal(ctl_fetch_desc("127.0.0.1:1", -5, &d), -EINVAL);
-	assert_int_equal(ctl_fetch_desc("127.0.0.1:1", FETCH_MS, NULL), -EINVAL);
+	assert_int_equal(ctl_fetch_desc(NULL, NULL, FETCH_MS, &d), -EINVAL);
+	assert_int_equal(ctl_fetch_desc(NULL, "127.0.0.1:1", 0, &d), -EINVAL);
+	assert_int_equal(ctl_fetch_desc(NULL, "127.0.0.1:1", -5, &d), -EINVAL);
+	assert_int_equal(ctl_fetch_desc(NULL, "127.0.0.1:1", FETCH_MS, NULL), -EINVAL);
 
 	/* The listen side wants a dotted IPv4 address; port 0 is fine there.
 	 * (ctl_start keeps the endpoint handlers, so c starts zeroed.) */
