@@ -220,6 +220,8 @@ static int ctl_call(struct ctl_client *cl, const char *address, int timeout_ms,
 	if (rc == -EACCES && !(cl && cl->has_key))
 		ctl_log("%s: server %s refused us: it requires authentication (it has a key, "
 			"secret_file) and this side has none", call->what, address);
+	else if (rc == -EBUSY)
+		ctl_log("%s: server %s is at its connection cap (EBUSY)", call->what, address);
 	else if (rc && rc != -EPROTO && rc != -EACCES && !call->quiet)
 		ctl_log("%s: %s: %s", call->what, address, strerror(-rc));
 	return rc;

@@ -365,10 +365,13 @@ int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t 
 	if (rc == OPEN_RESERVED) {
 		rc = open_slot(e, slot, fresh, pp, out); /* takes fresh */
 		fresh = NULL;
+		pthread_mutex_unlock(&e->ctl_lock);
+		seg_disconnect_flush(e);
+		/* The last touch of e: engine destroy may go on once we are out. */
+		pthread_mutex_lock(&e->ctl_lock);
 		e->opening--;
 		pthread_cond_broadcast(&e->seg_cond);
 		pthread_mutex_unlock(&e->ctl_lock);
-		seg_disconnect_flush(e);
 	}
 	desc_put(fresh);
 	free(pp);
