@@ -182,6 +182,7 @@ static int ctl_call_once(struct ctl_client *cl, const struct sockaddr_in *sin,
 	enum ex_state st;
 	int fd, rc;
 
+	*again = false;
 	fd = cl ? ctl_pool_get(cl, sin, address, deadline, &reused)
 		: ctl_dial(NULL, sin, address, deadline);
 	if (fd < 0)
