@@ -70,6 +70,7 @@ static struct ferry_engine *engine(const char *cores, const char *secret, uint32
 	struct ferry_opts o;
 
 	pair_opts(&o, cores);
+	o.keepalive_ms = 0; /* the counts of requests below are the opens' alone */
 	o.secret_file = secret;
 	if (qps)
 		o.qps_per_ep = qps;
