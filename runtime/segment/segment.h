@@ -24,7 +24,11 @@
 struct ferry_engine;
 struct qpx;
 
-#define SEG_CTL_TIMEOUT_MS 5000 /* one control-plane call of a segment */
+/* One control-plane call of a segment.  Generous: with hundreds of peers
+ * opening at once on a loaded host (256 engines on 2 CPUs under ASan took
+ * up to ~5 s for all), a slow answer must not become a failed open.  A dead
+ * peer refuses at once; only a mute one costs the whole deadline. */
+#define SEG_CTL_TIMEOUT_MS 10000
 
 enum seg_state { SEG_FREE = 0, SEG_OPENING, SEG_OPEN, SEG_CLOSING };
 
