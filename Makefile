@@ -103,7 +103,7 @@ $(B)/fault_peer: $(B)/obj/tests/tools/fault_peer.o $(B)/libferry.a
 soak: $(B)/tests/stress/test_soak
 	FERRY_SOAK_REQUESTS=$(or $(SOAK_REQUESTS),1000000) $(B)/tests/stress/test_soak
 
-$(B)/ferry.pc:
+$(B)/ferry.pc: Makefile
 	@mkdir -p $(B)
 	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
 	  'Name: ferry' 'Description: RDMA transfer engine for LLM KV-cache buffers' \
