@@ -14,7 +14,7 @@
 PREFIX   ?= /usr/local
 CC       ?= cc
 SAN      ?=
-PKGS     := libibverbs numa liburcu-qsbr liburcu-cds ck
+PKGS     := libibverbs numa liburcu-qsbr liburcu-cds ck libsodium
 TEST_PKGS := cmocka
 
 ifeq ($(SAN),)
@@ -57,7 +57,7 @@ TSAN_TESTS := tests/unit/ring/test_ring tests/integration/test_integration \
               tests/integration/test_faults tests/unit/qp/test_loop tests/unit/ctl/test_ctl \
               tests/integration/test_stats tests/integration/test_api tests/unit/metrics/test_histo \
               tests/unit/metrics/test_perf tests/integration/test_epcache \
-              tests/integration/test_calls
+              tests/integration/test_calls tests/integration/test_cluster
 
 .PHONY: all test test-all test-plain test-asan test-tsan test-verbs run-tests install check-install \
         clean bench bench-run fuzz callgrind deps deps-check check-layers check-exports
@@ -104,7 +104,7 @@ $(B)/fault_peer: $(B)/obj/tests/tools/fault_peer.o $(B)/libferry.a
 soak: $(B)/tests/stress/test_soak
 	FERRY_SOAK_REQUESTS=$(or $(SOAK_REQUESTS),1000000) $(B)/tests/stress/test_soak
 
-$(B)/ferry.pc:
+$(B)/ferry.pc: Makefile
 	@mkdir -p $(B)
 	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
 	  'Name: ferry' 'Description: RDMA transfer engine for LLM KV-cache buffers' \

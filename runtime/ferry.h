@@ -294,8 +294,12 @@ FERRY_API int ferry_mem_unregister(struct ferry_engine *e, void *addr);
  * incarnation is checked) and returns the same handle, or, when the peer
  * process restarted, a new handle: the old one is stale (its requests fail,
  * -ESTALE) and should be closed.  Keep handles rather than reopening per
- * transfer.  -ECONNREFUSED/-ETIMEDOUT/-EPROTO on control-plane failures.
- * Any thread; blocks for the round trips.
+ * transfer.  -ECONNREFUSED/-ETIMEDOUT/-EPROTO on control-plane failures;
+ * -EACCES when authentication failed (another cluster key, or a key on one
+ * side only: the log says which); -EBUSY also when the peer is at its
+ * connection cap; -ECANCELED when ferry_engine_destroy began meanwhile.
+ * Any thread; blocks for the round trips, but opens of different peers
+ * proceed in parallel (no engine lock is held across a round trip).
  */
 FERRY_API int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t *out);
 

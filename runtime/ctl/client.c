@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The control client: one TCP connection per call (fetch a descriptor,
- * connect or disconnect an endpoint, keepalive), so a reply can never be
- * matched to the wrong request; every call is bounded by its timeout.
+ * The control client: the calls (fetch a descriptor, connect or disconnect
+ * an endpoint, keepalive), each one request and its reply on a connection
+ * that is the caller's for the call (pool.c keeps it for the next), so a
+ * reply can never be matched to the wrong request; every call is bounded by
+ * its timeout.  A kept connection that turns out broken before any byte of
+ * the reply came is dropped and the call redialled once; one that failed
+ * in any other way is closed, never kept (a late reply could be in flight).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,12 +24,10 @@
 
 #include "ring/base/atomics.h"
 #include "runtime/ctl/ctl.h"
+#include "runtime/ctl/pool.h"
 #include "runtime/ctl/sock.h"
 
-/*
- * One request/reply exchange: the client opens one TCP connection per call,
- * so a reply can never be matched to the wrong request.
- */
+/* One request/reply exchange. */
 struct ctl_call {
 	const char *what;  /* "fetch", "connect", "disconnect": for the logs */
 	int quiet;         /* a dead peer is no news (keepalive): log nothing */
@@ -39,33 +41,12 @@ struct ctl_call {
 	void *out;
 };
 
-/* Connect with a deadline.  Returns the fd or -errno. */
-static int ctl_dial(const struct sockaddr_in *sin, int64_t deadline)
-{
-	socklen_t elen = sizeof(int);
-	int fd, rc, err = 0;
-
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	sock_set_nodelay(fd);
-	rc = connect(fd, (const struct sockaddr *)sin, sizeof(*sin));
-	if (rc && (errno == EINPROGRESS || errno == EINTR)) {
-		/* EINTR: the connect goes on in the background, as for EINPROGRESS. */
-		rc = sock_wait_fd(fd, POLLOUT, -1, deadline);
-		if (!rc && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen))
-			err = errno;
-		if (!rc && err)
-			rc = -err;
-	} else if (rc) {
-		rc = -errno;
-	}
-	if (rc) {
-		close(fd);
-		return rc;
-	}
-	return fd;
-}
+/* How an exchange left its connection. */
+enum ex_state {
+	EX_NO_REPLY,  /* broke before a byte of the reply came: the call may go again */
+	EX_BROKEN,    /* broke, or out of step: close it */
+	EX_SYNCED,    /* a whole reply was read: the connection can carry the next call */
+};
 
 /* Turn a transport error into what ctl_fetch_desc documents. */
 static int ctl_io_error(int rc)
@@ -75,6 +56,7 @@ static int ctl_io_error(int rc)
 	case -ENOMEM:
 	case -EPROTO:
 	case -EPROTONOSUPPORT:
+	case -ECANCELED:
 		return rc;
 	default:
 		/* Closed, reset, broken pipe: the peer hung up on us. */
@@ -82,7 +64,8 @@ static int ctl_io_error(int rc)
 	}
 }
 
-static int ctl_read_error(int fd, const struct wire_hdr *h, int64_t deadline, const char *what)
+static int ctl_read_error(int fd, const struct wire_hdr *h, int64_t deadline, int stop_fd,
+			  const char *what)
 {
 	uint8_t b[4];
 	int32_t err;
@@ -92,7 +75,7 @@ static int ctl_read_error(int fd, const struct wire_hdr *h, int64_t deadline, co
 		ctl_log("%s: ERROR reply with a %u byte payload", what, h->payload_len);
 		return -EPROTO;
 	}
-	rc = sock_recv_full(fd, -1, b, sizeof(b), deadline, NULL);
+	rc = sock_recv_full(fd, stop_fd, b, sizeof(b), deadline, NULL);
 	if (rc)
 		return ctl_io_error(rc);
 	err = (int32_t)sock_get_le32(b);
@@ -103,7 +86,7 @@ static int ctl_read_error(int fd, const struct wire_hdr *h, int64_t deadline, co
 	return err;
 }
 
-static int ctl_read_reply(int fd, const struct wire_hdr *h, int64_t deadline,
+static int ctl_read_reply(int fd, const struct wire_hdr *h, int64_t deadline, int stop_fd,
 			  const struct ctl_call *call)
 {
 	uint8_t *buf;
@@ -120,7 +103,7 @@ static int ctl_read_reply(int fd, const struct wire_hdr *h, int64_t deadline,
 	buf = malloc(h->payload_len ? h->payload_len : 1);
 	if (!buf)
 		return -ENOMEM;
-	rc = sock_recv_full(fd, -1, buf, h->payload_len, deadline, NULL);
+	rc = sock_recv_full(fd, stop_fd, buf, h->payload_len, deadline, NULL);
 	if (rc)
 		rc = ctl_io_error(rc);
 	else
@@ -129,36 +112,98 @@ static int ctl_read_reply(int fd, const struct wire_hdr *h, int64_t deadline,
 	return rc;
 }
 
-/* Send the request on a connected fd and read the reply. */
-static int ctl_exchange(int fd, int64_t deadline, const struct ctl_call *call)
+/* Errors after which the server closes its end: do not keep the connection. */
+static bool closing_errno(int rc)
+{
+	return rc == -EACCES || rc == -EBUSY || rc == -EPROTONOSUPPORT;
+}
+
+/* Send the request on a connected fd and read the reply; *st says how the
+ * connection was left. */
+static int ctl_exchange(int fd, int64_t deadline, int stop_fd, const struct ctl_call *call,
+			enum ex_state *st)
 {
 	uint8_t b[WIRE_HDR_LEN];
 	struct wire_hdr h;
+	size_t got = 0;
 	int rc;
 
+	*st = EX_BROKEN;
 	wire_hdr_encode(call->frame, call->req_type, (uint32_t)call->req_len);
-	rc = sock_send_full(fd, -1, call->frame, WIRE_HDR_LEN + call->req_len, deadline);
+	rc = sock_send_full(fd, stop_fd, call->frame, WIRE_HDR_LEN + call->req_len, deadline);
 	if (!rc)
-		rc = sock_recv_full(fd, -1, b, sizeof(b), deadline, NULL);
-	if (rc)
+		rc = sock_recv_full(fd, stop_fd, b, sizeof(b), deadline, &got);
+	if (rc) {
+		if (got == 0 && rc != -ETIMEDOUT && rc != -ECANCELED)
+			*st = EX_NO_REPLY;
 		return ctl_io_error(rc);
+	}
 	rc = wire_hdr_decode(b, sizeof(b), &h);
 	if (rc)
 		return rc;
 	if (h.type == call->rep_type)
-		return ctl_read_reply(fd, &h, deadline, call);
-	if (h.type == WIRE_ERROR)
-		return ctl_read_error(fd, &h, deadline, call->what);
-	ctl_log("%s: unexpected reply type %u", call->what, h.type);
-	return -EPROTO;
+		rc = ctl_read_reply(fd, &h, deadline, stop_fd, call);
+	else if (h.type == WIRE_ERROR)
+		rc = ctl_read_error(fd, &h, deadline, stop_fd, call->what);
+	else {
+		ctl_log("%s: unexpected reply type %u", call->what, h.type);
+		return -EPROTO;
+	}
+	/* A refused reply (-EPROTO) may have left bytes unread: out of step. */
+	if (rc != -EPROTO && rc != -ECONNRESET && rc != -ETIMEDOUT && rc != -ECANCELED &&
+	    rc != -ENOMEM && !closing_errno(rc))
+		*st = EX_SYNCED;
+	return rc;
 }
 
-/* Resolve, connect, exchange, close: what every client call shares. */
-static int ctl_call(const char *address, int timeout_ms, const struct ctl_call *call)
+/* Why a call got nowhere, said once; and what it returns. */
+static int ctl_dial_failed(struct ctl_client *cl, const char *address,
+			   const struct ctl_call *call, int rc)
+{
+	if (rc == -EACCES || rc == -EBUSY || rc == -EPROTO || rc == -ECANCELED)
+		return rc; /* said where it happened, or expected */
+	if (!call->quiet)
+		ctl_log("%s: cannot connect to %s: %s", call->what, address, strerror(-rc));
+	(void)cl;
+	/* Unreachable, refused, reset: all mean "no engine there". */
+	if (rc == -ETIMEDOUT || rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM)
+		return rc;
+	if (rc == -ECONNRESET || rc == -EPIPE)
+		return -ECONNRESET;
+	return -ECONNREFUSED;
+}
+
+/* One exchange on a kept or new connection; *again when it may be redialled. */
+static int ctl_call_once(struct ctl_client *cl, const struct sockaddr_in *sin,
+			 const char *address, int64_t deadline, const struct ctl_call *call,
+			 bool *again)
+{
+	bool reused = false;
+	enum ex_state st;
+	int fd, rc;
+
+	*again = false;
+	fd = cl ? ctl_pool_get(cl, sin, address, deadline, &reused)
+		: ctl_dial(NULL, sin, address, deadline);
+	if (fd < 0)
+		return ctl_dial_failed(cl, address, call, fd);
+	rc = ctl_exchange(fd, deadline, cl ? cl->stop_fd : -1, call, &st);
+	if (st == EX_SYNCED && cl)
+		ctl_pool_put(cl, sin, fd);
+	else
+		close(fd);
+	*again = rc && st == EX_NO_REPLY && reused;
+	return rc;
+}
+
+/* Resolve, then one exchange (twice if a kept connection was dead). */
+static int ctl_call(struct ctl_client *cl, const char *address, int timeout_ms,
+		    const struct ctl_call *call)
 {
 	struct sockaddr_in sin;
 	int64_t deadline;
-	int fd, rc;
+	bool again;
+	int rc;
 
 	if (timeout_ms <= 0)
 		return -EINVAL;
@@ -168,20 +213,17 @@ static int ctl_call(const char *address, int timeout_ms, const struct ctl_call *
 		return -EINVAL;
 	}
 	deadline = sock_now_ms() + timeout_ms;
-
-	fd = ctl_dial(&sin, deadline);
-	if (fd < 0) {
-		if (!call->quiet)
-			ctl_log("%s: cannot connect to %s: %s", call->what, address,
-				strerror(-fd));
-		/* Unreachable, refused, reset: all mean "no engine there". */
-		if (fd == -ETIMEDOUT || fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM)
-			return fd;
-		return -ECONNREFUSED;
+	rc = ctl_call_once(cl, &sin, address, deadline, call, &again);
+	if (again) {
+		fetch_add_relaxed(cl->redials, 1); /* statistics */
+		rc = ctl_call_once(cl, &sin, address, deadline, call, &again);
 	}
-	rc = ctl_exchange(fd, deadline, call);
-	close(fd);
-	if (rc && rc != -EPROTO && !call->quiet)
+	if (rc == -EACCES && !(cl && cl->has_key))
+		ctl_log("%s: server %s refused us: it requires authentication (it has a key, "
+			"secret_file) and this side has none", call->what, address);
+	else if (rc == -EBUSY)
+		ctl_log("%s: server %s is at its connection cap (EBUSY)", call->what, address);
+	else if (rc && rc != -EPROTO && rc != -EACCES && !call->quiet)
 		ctl_log("%s: %s: %s", call->what, address, strerror(-rc));
 	return rc;
 }
@@ -197,7 +239,8 @@ static int decode_connect_rep(const uint8_t *buf, size_t len, void *out)
 	return wire_connect_rep_decode(buf, len, out);
 }
 
-int ctl_fetch_desc(const char *address, int timeout_ms, struct seg_desc *out)
+int ctl_fetch_desc(struct ctl_client *cl, const char *address, int timeout_ms,
+		   struct seg_desc *out)
 {
 	uint8_t frame[WIRE_HDR_LEN];
 	struct ctl_call call = {
@@ -209,7 +252,7 @@ int ctl_fetch_desc(const char *address, int timeout_ms, struct seg_desc *out)
 	if (!out)
 		return -EINVAL;
 	memset(out, 0, sizeof(*out));
-	return ctl_call(address, timeout_ms, &call);
+	return ctl_call(cl, address, timeout_ms, &call);
 }
 
 /* The reply must be for this endpoint and carry one peer QP per QP of ours. */
@@ -223,8 +266,8 @@ static int ctl_check_rep(const struct wire_connect_req *req, const struct wire_c
 	return -EPROTO;
 }
 
-int ctl_connect(const char *address, int timeout_ms, const struct wire_connect_req *req,
-		struct wire_connect_rep *rep)
+int ctl_connect(struct ctl_client *cl, const char *address, int timeout_ms,
+		const struct wire_connect_req *req, struct wire_connect_rep *rep)
 {
 	static const struct wire_connect_rep full = { .n_qps = WIRE_MAX_EP_QPS };
 	struct ctl_call call = {
@@ -246,7 +289,7 @@ int ctl_connect(const char *address, int timeout_ms, const struct wire_connect_r
 	/* Refuses (-EINVAL) what the target would refuse, before any connection. */
 	rc = wire_connect_req_encode(req, call.frame + WIRE_HDR_LEN, call.req_len);
 	if (!rc)
-		rc = ctl_call(address, timeout_ms, &call);
+		rc = ctl_call(cl, address, timeout_ms, &call);
 	if (!rc)
 		rc = ctl_check_rep(req, rep);
 	if (rc)
@@ -255,7 +298,8 @@ int ctl_connect(const char *address, int timeout_ms, const struct wire_connect_r
 	return rc;
 }
 
-int ctl_disconnect(const char *address, int timeout_ms, const struct wire_disconnect *d)
+int ctl_disconnect(struct ctl_client *cl, const char *address, int timeout_ms,
+		   const struct wire_disconnect *d)
 {
 	uint8_t frame[WIRE_HDR_LEN + WIRE_DISCONNECT_LEN];
 	struct ctl_call call = {
@@ -266,10 +310,11 @@ int ctl_disconnect(const char *address, int timeout_ms, const struct wire_discon
 	if (!d)
 		return -EINVAL;
 	(void)wire_disconnect_encode(d, frame + WIRE_HDR_LEN, WIRE_DISCONNECT_LEN);
-	return ctl_call(address, timeout_ms, &call);
+	return ctl_call(cl, address, timeout_ms, &call);
 }
 
-int ctl_keepalive(const char *address, int timeout_ms, uint64_t incarnation)
+int ctl_keepalive(struct ctl_client *cl, const char *address, int timeout_ms,
+		  uint64_t incarnation)
 {
 	struct wire_disconnect d = { .incarnation = incarnation };
 	uint8_t frame[WIRE_HDR_LEN + WIRE_KEEPALIVE_LEN];
@@ -279,5 +324,5 @@ int ctl_keepalive(const char *address, int timeout_ms, uint64_t incarnation)
 	};
 
 	(void)wire_disconnect_encode(&d, frame + WIRE_HDR_LEN, WIRE_KEEPALIVE_LEN);
-	return ctl_call(address, timeout_ms, &call);
+	return ctl_call(cl, address, timeout_ms, &call);
 }

@@ -33,7 +33,7 @@ static void peers_keepalive(struct ferry_engine *e)
 	}
 	pthread_mutex_unlock(&e->ctl_lock);
 	for (unsigned i = 0; i < n; i++)
-		(void)ctl_keepalive(addr[i], timeout, e->incarnation);
+		(void)ctl_keepalive(&e->client, addr[i], timeout, e->incarnation);
 }
 
 /* Keepalives out, and the QPs of initiators that went silent freed. */

@@ -18,7 +18,7 @@
 #include "ring/base/log.h"
 #include "runtime/engine/engine.h"
 
-#define PASSIVE_MAX 4096 /* bounds what one misbehaving initiator can pin */
+#define PASSIVE_MAX 8192 /* responder QPs: bounds what misbehaving initiators can pin */
 
 struct passive_ep {
 	struct passive_ep *next;
@@ -54,76 +54,126 @@ static int passive_check(struct ferry_engine *e, const struct wire_connect_req *
 		return -EINVAL;
 	if (strcmp(req->nic.provider, passive_ctx(e, req->target_nic)->prov->name) != 0)
 		return -EPROTONOSUPPORT;
-	return passive_count(e) >= PASSIVE_MAX ? -ENOSPC : 0;
+	return passive_count(e) + req->n_qps > PASSIVE_MAX ? -ENOSPC : 0;
 }
 
+/* One responder QP for the initiator's QP k, connected back to it. */
 static int passive_build(struct ferry_engine *e, const struct wire_connect_req *req,
-			 struct passive_ep *p, struct wire_connect_rep *rep)
+			 unsigned k, struct passive_ep *p, struct nic_qp_info *out)
 {
 	struct qctx *q = &e->cores[p->core]->tx[p->tx];
 	const struct nic_provider *prov = q->prov;
 	int rc;
 
-	for (unsigned i = 0; i < req->n_qps; i++) {
-		/* A responder QP: its own send queue stays empty. */
-		rc = prov->qp_create(q->nic, q->cq, 1, &p->qps[i]);
-		if (rc)
-			return rc;
-		p->nqps++;
-		rc = prov->qp_connect(p->qps[i], &req->nic.addr, &req->qps[i]);
-		if (rc)
-			return rc;
-		prov->qp_info(p->qps[i], &rep->qps[i]);
-	}
-	rep->token = req->token;
-	rep->n_qps = req->n_qps;
+	/* A responder QP: its own send queue stays empty. */
+	rc = prov->qp_create(q->nic, q->cq, 1, &p->qps[0]);
+	if (rc)
+		return rc;
+	p->nqps = 1;
+	rc = prov->qp_connect(p->qps[0], &req->nic.addr, &req->qps[k]);
+	if (rc)
+		return rc;
+	prov->qp_info(p->qps[0], out);
 	return 0;
 }
 
+/* Unlink the record of (incarnation, token), if any; passive_lock held. */
+static struct passive_ep *passive_unlink(struct ferry_engine *e, uint64_t incarnation,
+					 uint64_t token)
+{
+	for (struct passive_ep **pp = &e->passive; *pp; pp = &(*pp)->next) {
+		struct passive_ep *p = *pp;
+
+		if (p->incarnation == incarnation && p->token == token) {
+			*pp = p->next;
+			return p;
+		}
+	}
+	return NULL;
+}
+
+/* Publish the new records; one with the same name (the initiator asked
+ * again after a lost reply) is replaced, not doubled. */
+static void passive_add(struct ferry_engine *e, struct passive_ep *list)
+{
+	struct passive_ep *old = NULL, *o, *next;
+
+	pthread_mutex_lock(&e->passive_lock);
+	for (struct passive_ep *p = list; p; p = next) {
+		next = p->next;
+		o = passive_unlink(e, p->incarnation, p->token);
+		if (o) {
+			o->next = old;
+			old = o;
+		}
+		p->next = e->passive;
+		e->passive = p;
+	}
+	pthread_mutex_unlock(&e->passive_lock);
+	for (; old; old = next) {
+		next = old->next;
+		passive_free(e, old);
+	}
+}
+
+static void passive_free_list(struct ferry_engine *e, struct passive_ep *p)
+{
+	struct passive_ep *next;
+
+	for (; p; p = next) {
+		next = p->next;
+		passive_free(e, p);
+	}
+}
+
+/*
+ * One record per QP: the initiator names QP k by token + k (wire.h), so a
+ * DISCONNECT frees one QP and its repair can replace it alone.
+ */
 int passive_connect(void *arg, const struct wire_connect_req *req, struct wire_connect_rep *rep)
 {
 	struct ferry_engine *e = arg;
-	struct passive_ep *p;
+	struct passive_ep *list = NULL, *p;
 	int rc = passive_check(e, req);
 
 	if (rc)
 		return rc;
-	p = calloc(1, sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	p->incarnation = req->incarnation;
-	p->token = req->token;
-	p->seen_ns = ferry_now_ns();
-	p->core = req->target_nic / e->ntx;
-	p->tx = req->target_nic % e->ntx;
 	memset(rep, 0, sizeof(*rep));
-	rc = passive_build(e, req, p, rep);
+	for (unsigned k = 0; k < req->n_qps && !rc; k++) {
+		p = calloc(1, sizeof(*p));
+		if (!p) {
+			rc = -ENOMEM;
+			break;
+		}
+		p->incarnation = req->incarnation;
+		p->token = req->token + k;
+		p->seen_ns = ferry_now_ns();
+		p->core = req->target_nic / e->ntx;
+		p->tx = req->target_nic % e->ntx;
+		p->next = list;
+		list = p;
+		rc = passive_build(e, req, k, p, &rep->qps[k]);
+	}
 	if (rc) {
-		log_err("endpoint from a peer (token %llu) to our NIC %u: %s",
-			(unsigned long long)req->token, p->core, strerror(-rc));
-		passive_free(e, p);
+		log_err("endpoint from a peer (token %llu, %u QPs) to our NIC %u: %s",
+			(unsigned long long)req->token, req->n_qps, req->target_nic, strerror(-rc));
+		passive_free_list(e, list);
+		memset(rep, 0, sizeof(*rep));
 		return rc;
 	}
-	pthread_mutex_lock(&e->passive_lock);
-	p->next = e->passive;
-	e->passive = p;
-	pthread_mutex_unlock(&e->passive_lock);
+	rep->token = req->token;
+	rep->n_qps = req->n_qps;
+	passive_add(e, list);
 	return 0;
 }
 
 int passive_disconnect(void *arg, const struct wire_disconnect *d)
 {
 	struct ferry_engine *e = arg;
-	struct passive_ep **pp, *p = NULL;
+	struct passive_ep *p;
 
 	pthread_mutex_lock(&e->passive_lock);
-	for (pp = &e->passive; *pp; pp = &(*pp)->next) {
-		if ((*pp)->incarnation == d->incarnation && (*pp)->token == d->token) {
-			p = *pp;
-			*pp = p->next;
-			break;
-		}
-	}
+	p = passive_unlink(e, d->incarnation, d->token);
 	pthread_mutex_unlock(&e->passive_lock);
 	if (!p)
 		return -ENOENT;

@@ -23,7 +23,7 @@ int passive_keepalive(void *arg, uint64_t incarnation);
 void passive_destroy_all(struct ferry_engine *e);
 /* Free responder QPs whose initiator was silent for lease_ns; how many. */
 unsigned passive_expire(struct ferry_engine *e, uint64_t lease_ns);
-/* Responder endpoints held, in all or of one initiator incarnation. */
+/* Responder QPs held, in all or of one initiator incarnation. */
 unsigned passive_count(struct ferry_engine *e);
 unsigned passive_count_of(struct ferry_engine *e, uint64_t incarnation);
 

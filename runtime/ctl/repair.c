@@ -48,50 +48,89 @@ void rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i, u
 			seg_rail_set_down(e, s, k, slot, 1);
 }
 
-/* Replace QP j->qp of core j->core's endpoint; ctl_lock held.  0, or -errno to retry later. */
-static int repair_one(struct ferry_engine *e, const struct repair_job *j)
+/* Is the job's endpoint still there?  A CLOSING segment still has requests
+ * in flight that may need the QP.  ctl_lock held. */
+static struct ferry_ep *repair_target(struct ferry_engine *e, const struct repair_job *j)
 {
 	struct ferry_seg *s = &e->segs[j->slot];
-	struct ferry_core *c = e->cores[j->core];
-	struct core_cmd cmd = { .type = CMD_QP_REPLACE, .slot = j->slot };
-	struct ferry_ep *ep;
-	uint64_t token;
-	struct qpx *q;
-	int rc;
 
-	/* A CLOSING segment still has requests in flight that may need the QP. */
-	if ((s->state != SEG_OPEN && s->state != SEG_CLOSING) || s->gen != j->gen ||
-	    !(ep = s->eps[j->core]))
-		return 0; /* the segment went: nothing to repair */
-	rc = qpx_create(&c->tx[ep->tx], e->opts.wrs_per_qp, ep, &q);
+	if ((s->state != SEG_OPEN && s->state != SEG_CLOSING) || s->gen != j->gen)
+		return NULL;
+	return s->eps[j->core];
+}
+
+/* The new QP q is connected: have the core take it in place of the broken
+ * one, if the endpoint is still there; ctl_lock held. */
+static int repair_install(struct ferry_engine *e, const struct repair_job *j,
+			  struct ferry_ep *ep, struct qpx *q, uint64_t token)
+{
+	struct ferry_seg *s = &e->segs[j->slot];
+	struct core_cmd cmd = { .type = CMD_QP_REPLACE, .slot = j->slot, .ep = ep, .qp = q,
+				.index = j->qp };
+	int rc = 0;
+
+	if (repair_target(e, j) != ep)
+		rc = -ENOENT; /* the segment or endpoint went meanwhile: nothing to repair */
+	if (!rc)
+		rc = core_command(e->cores[j->core], &cmd);
 	if (rc) {
-		/* No QP on this rail (its device may be dead): new work avoids
-		 * it and its waiting slices move, as for an unreachable peer. */
-		rail_unreachable(e, s, j->core, j->slot);
-		return rc;
+		qpx_destroy(&e->cores[j->core]->tx[ep->tx], q);
+		seg_disconnect_later(e, s->address, token, 1);
+		return rc == -ENOENT ? 0 : rc;
 	}
-	rc = seg_qp_handshake(e, j->core, s, ep->remote_nic, q, &token);
-	if (rc) {
-		qpx_destroy(&c->tx[ep->tx], q);
-		if (rc == -ESTALE) /* the peer restarted: its keys are gone for good */
-			seg_mark_stale(e, s, j->slot);
-		rail_unreachable(e, s, j->core, j->slot);
-		return rc;
-	}
-	cmd.ep = ep;
-	cmd.qp = q;
-	cmd.index = j->qp;
-	rc = core_command(c, &cmd);
-	if (rc) {
-		qpx_destroy(&c->tx[ep->tx], q);
-		seg_disconnect_token(e, s, token);
-		return rc;
-	}
-	seg_disconnect_token(e, s, s->qp_tokens[j->core][j->qp]);
+	seg_disconnect_later(e, s->address, s->qp_tokens[j->core][j->qp], 1);
 	s->qp_tokens[j->core][j->qp] = token;
 	if (READ_ONCE(s->rail_down[j->core]))
 		WRITE_ONCE(s->rail_down[j->core], 0);
 	return 0;
+}
+
+/*
+ * Replace QP j->qp of core j->core's endpoint: a new QP made under
+ * ctl_lock, connected through a handshake without it (a round trip),
+ * installed under it again.  0, or -errno to retry later.  The endpoint
+ * cannot be freed meanwhile: retired endpoints are queued for call_rcu by
+ * this very thread (reap_run), not while it is here.
+ */
+static int repair_one(struct ferry_engine *e, const struct repair_job *j)
+{
+	struct ferry_seg *s = &e->segs[j->slot];
+	struct ferry_core *c = e->cores[j->core];
+	struct seg_peer peer;
+	struct ferry_ep *ep;
+	uint64_t token = 0;
+	struct qpx *q;
+	int rc;
+
+	pthread_mutex_lock(&e->ctl_lock);
+	ep = repair_target(e, j);
+	rc = ep ? qpx_create(&c->tx[ep->tx], e->opts.wrs_per_qp, ep, &q) : 0;
+	if (ep && !rc) {
+		token = ++e->next_token;
+		seg_peer_of(s, (uint16_t)ep->remote_nic, &peer);
+	} else if (ep) {
+		/* No QP on this rail (its device may be dead): new work avoids
+		 * it and its waiting slices move, as for an unreachable peer. */
+		rail_unreachable(e, s, j->core, j->slot);
+	}
+	pthread_mutex_unlock(&e->ctl_lock);
+	if (!ep || rc)
+		return rc;
+	rc = seg_handshake(e, j->core, &peer, &q, 1, token);
+	pthread_mutex_lock(&e->ctl_lock);
+	if (rc) {
+		qpx_destroy(&c->tx[ep->tx], q);
+		if (repair_target(e, j) == ep) {
+			if (rc == -ESTALE) /* the peer restarted: its keys are gone for good */
+				seg_mark_stale(e, s, j->slot);
+			rail_unreachable(e, s, j->core, j->slot);
+		}
+	} else {
+		rc = repair_install(e, j, ep, q, token);
+	}
+	pthread_mutex_unlock(&e->ctl_lock);
+	seg_disconnect_flush(e);
+	return rc;
 }
 
 static void repair_later(struct repair *r, struct repair_job *j)
@@ -107,11 +146,8 @@ static void repair_later(struct repair *r, struct repair_job *j)
 
 static void repair_run(struct ferry_engine *e, struct repair_job *j)
 {
-	int rc;
+	int rc = repair_one(e, j);
 
-	pthread_mutex_lock(&e->ctl_lock);
-	rc = repair_one(e, j);
-	pthread_mutex_unlock(&e->ctl_lock);
 	if (rc)
 		repair_later(&e->repair, j);
 }

@@ -1,320 +1,532 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The control server (see ctl.h).  One listener thread serves one
- * connection at a time; a connection may carry several requests (GET_DESC,
- * CONNECT_REQ, DISCONNECT, KEEPALIVE) until the client closes it.  Each
- * request (header and payload) must arrive within CTL_IO_TIMEOUT_MS of the
- * server starting to wait for it, so a slow client (one byte per second)
- * cannot hold the thread longer than an idle one; a payload larger than its
- * type allows is refused before it is read.  The server also polls the stop
- * eventfd, so ctl_stop() returns at once even while a client holds a
- * connection open.  WIRE_ERROR carries a negative errno as an i32.
+ * The control server's event loop (see ctl.h): one thread (ferry-ctl), one
+ * epoll set, many connections at once.  Each connection moves through its
+ * own small state machine (conn.h): read a header, check it (type, size,
+ * authentication) before reading a payload, read the payload, answer it
+ * (serve.c), send the answer, and again.  Nothing here waits on one peer:
+ * sockets are non-blocking and every step goes as far as the bytes at hand
+ * allow, so a client that trickles one byte per second holds only its own
+ * connection.  Handlers run on this thread (creating responder QPs takes
+ * a moment, never a round trip).
+ *
+ * Limits: per-connection deadlines (conn.h); a request's payload larger
+ * than its type allows is refused before it is read; at most max_conns
+ * connections -- the next ones get a WIRE_ERROR -EBUSY and are closed,
+ * logged at most once a second.  A connection serves at most CTL_BURST
+ * messages per wake-up, so a client that pipelines many cannot starve the
+ * others.
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <stdarg.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "ring/base/atomics.h"
-#include "runtime/ctl/ctl.h"
+#include "runtime/ctl/conn.h"
 #include "runtime/ctl/sock.h"
 
-#define CTL_BACKLOG 64
+#define CTL_BACKLOG 512
 #define CTL_DEFAULT_LISTEN "127.0.0.1:0"
+#define CTL_BURST 8          /* messages per connection per wake-up */
+#define CTL_ACCEPT_BURST 64  /* connections accepted per wake-up */
+#define CTL_EVENTS 64
+#define CTL_PAUSE_MS 100     /* accept paused when out of fds or memory */
+#define CTL_DRAIN_MAX 65536  /* unread bytes discarded before a close, so it is no reset */
 
 static void ctl_count(uint64_t *counter)
 {
 	fetch_add_relaxed(*counter, 1); /* statistics: no order */
 }
 
-/* Count and log a malformed request; the caller closes the connection. */
-static int __attribute__((format(printf, 2, 3))) ctl_refuse(struct ctl *c, const char *fmt, ...)
+static void vlog_peer(const struct ctl_conn *cn, const char *what, const char *fmt, va_list ap)
 {
-	char msg[160];
+	char msg[192];
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	ctl_log("%s %s: %s", what, cn->peer, msg);
+}
+
+int ctl_conn_refuse(struct ctl *c, struct ctl_conn *cn, const char *fmt, ...)
+{
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	vlog_peer(cn, "refused a request from", fmt, ap);
 	va_end(ap);
 	ctl_count(&c->refused);
-	ctl_log("refused request: %s", msg);
+	cn->closing = true;
 	return -EPROTO;
 }
 
-static int ctl_send_error(struct ctl *c, int fd, int err, int64_t deadline)
+int ctl_conn_deny(struct ctl *c, struct ctl_conn *cn, const char *fmt, ...)
 {
-	uint8_t frame[WIRE_HDR_LEN + 4];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vlog_peer(cn, "authentication refused to", fmt, ap);
+	va_end(ap);
+	ctl_count(&c->denied);
+	if (!cn->tx)
+		ctl_conn_error(cn, -EACCES);
+	cn->closing = true;
+	return -EACCES;
+}
+
+void ctl_conn_send(struct ctl_conn *cn, uint8_t *frame, size_t len, bool counts)
+{
+	/* One reply at a time: the next request is read after this one is sent. */
+	free(cn->tx);
+	cn->tx = frame;
+	cn->tx_len = len;
+	cn->tx_off = 0;
+	cn->tx_counts = counts;
+	cn->tx_deadline = sock_now_ms() + CTL_IO_TIMEOUT_MS;
+}
+
+static uint8_t *error_frame(int err)
+{
+	uint8_t *f = malloc(WIRE_HDR_LEN + 4);
 
 	/* A callback that broke the negative-errno rule still gets a valid reply. */
 	if (err >= 0 || err < -CTL_ERRNO_MAX)
 		err = -EIO;
-	wire_hdr_encode(frame, WIRE_ERROR, 4);
-	sock_put_le32(frame + WIRE_HDR_LEN, (uint32_t)(int32_t)err);
-	return sock_send_full(fd, c->stop_fd, frame, sizeof(frame), deadline);
+	if (f) {
+		wire_hdr_encode(f, WIRE_ERROR, 4);
+		sock_put_le32(f + WIRE_HDR_LEN, (uint32_t)(int32_t)err);
+	}
+	return f;
 }
 
-/*
- * Send the answer to one request: the frame (payload at frame + WIRE_HDR_LEN)
- * if rc is 0, else a WIRE_ERROR carrying rc.  The deadline starts here, after
- * the engine's callback: it bounds the client, not our own work.
- */
-static int ctl_reply(struct ctl *c, int fd, int rc, uint16_t type, uint8_t *frame,
-		     size_t payload_len)
+void ctl_conn_error(struct ctl_conn *cn, int err)
 {
-	int64_t deadline = sock_now_ms() + CTL_IO_TIMEOUT_MS;
+	uint8_t *f = error_frame(err);
 
+	if (f)
+		ctl_conn_send(cn, f, WIRE_HDR_LEN + 4, false);
+	else
+		cn->closing = true; /* no memory for 16 bytes: hang up instead */
+}
+
+void ctl_conn_reply(struct ctl_conn *cn, int rc, uint16_t type, uint8_t *frame,
+		    size_t payload_len)
+{
+	if (!rc && !frame)
+		rc = -ENOMEM;
 	if (rc) {
-		rc = ctl_send_error(c, fd, rc, deadline);
+		free(frame);
+		frame = error_frame(rc);
+		payload_len = 4;
+		type = WIRE_ERROR;
+		if (!frame) {
+			cn->closing = true;
+			return;
+		}
 	} else {
 		wire_hdr_encode(frame, type, (uint32_t)payload_len);
-		rc = sock_send_full(fd, c->stop_fd, frame, WIRE_HDR_LEN + payload_len, deadline);
 	}
-	if (!rc)
-		ctl_count(&c->served);
-	return rc;
+	ctl_conn_send(cn, frame, WIRE_HDR_LEN + payload_len, true);
+}
+
+/* ---- connections ------------------------------------------------------ */
+
+static void conn_watch(struct ctl *c, struct ctl_conn *cn, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = cn };
+
+	if (cn->events == events)
+		return;
+	cn->events = events;
+	/* Cannot fail for a registered fd short of ENOMEM; the deadlines still
+	 * close a connection that then hears nothing. */
+	(void)epoll_ctl(c->epoll_fd, EPOLL_CTL_MOD, cn->fd, &ev);
 }
 
 /*
- * Build, encode and send the descriptor, or a WIRE_ERROR saying why not.
- * The frame is built in one buffer so it goes out in as few segments as
- * the socket allows.
+ * Close a connection.  After a refusal the peer may have sent bytes we never
+ * read: closing over them would reset the connection and could destroy the
+ * WIRE_ERROR we just sent, so read (and drop) what is there, say we are
+ * done (FIN), then close.
  */
-static int ctl_answer_desc(struct ctl *c, int fd)
+static void conn_close(struct ctl *c, struct ctl_conn *cn, bool drain)
 {
-	struct seg_desc d;
-	uint8_t *frame = NULL;
-	size_t size = 0;
-	int rc;
+	uint8_t sink[4096];
+	size_t dropped = 0;
+	ssize_t n;
 
-	memset(&d, 0, sizeof(d));
-	rc = c->describe(c->arg, &d);
-	if (!rc) {
-		size = wire_desc_size(&d);
-		rc = size > WIRE_MAX_PAYLOAD ? -EMSGSIZE : 0;
+	if (drain) {
+		(void)shutdown(cn->fd, SHUT_WR);
+		while (dropped < CTL_DRAIN_MAX &&
+		       (n = recv(cn->fd, sink, sizeof(sink), MSG_DONTWAIT)) > 0)
+			dropped += (size_t)n;
 	}
-	if (!rc) {
-		frame = malloc(WIRE_HDR_LEN + size);
-		rc = frame ? wire_desc_encode(&d, frame + WIRE_HDR_LEN, size) : -ENOMEM;
-	}
-	seg_desc_free(&d);
-	if (rc)
-		ctl_log("cannot describe the segment: %s", strerror(-rc));
-	rc = ctl_reply(c, fd, rc, WIRE_DESC, frame, size);
-	free(frame);
-	return rc;
+	close(cn->fd); /* also leaves the epoll set */
+	c->conns[cn->idx] = c->conns[c->n_conns - 1];
+	c->conns[cn->idx]->idx = cn->idx;
+	WRITE_ONCE(c->n_conns, c->n_conns - 1); /* read by tests: a statistic */
+	free(cn->payload);
+	free(cn->tx);
+	free(cn);
 }
 
-static int ctl_answer_connect(struct ctl *c, int fd, const uint8_t *payload, size_t len)
+/* Begin the next message: nothing read of it yet. */
+static void conn_next(struct ctl *c, struct ctl_conn *cn)
 {
-	struct wire_connect_req req;
-	struct wire_connect_rep rep;
-	uint8_t *frame = NULL;
-	size_t size = 0;
-	int rc;
-
-	if (wire_connect_req_decode(payload, len, &req))
-		return ctl_refuse(c, "malformed CONNECT_REQ");
-	memset(&rep, 0, sizeof(rep));
-	rc = c->connect ? c->connect(c->arg, &req, &rep) : -EOPNOTSUPP;
-	if (!rc) {
-		/* Encoding refuses (-EINVAL) a reply the initiator would refuse. */
-		size = wire_connect_rep_size(&rep);
-		frame = malloc(WIRE_HDR_LEN + size);
-		rc = frame ? wire_connect_rep_encode(&rep, frame + WIRE_HDR_LEN, size) : -ENOMEM;
-	}
-	if (rc)
-		ctl_log("connect request (token %llu): %s", (unsigned long long)req.token,
-			strerror(-rc));
-	rc = ctl_reply(c, fd, rc, WIRE_CONNECT_REP, frame, size);
-	free(frame);
-	return rc;
-}
-
-static int ctl_answer_disconnect(struct ctl *c, int fd, const uint8_t *payload, size_t len)
-{
-	struct wire_disconnect d;
-	uint8_t frame[WIRE_HDR_LEN];
-	int rc;
-
-	if (wire_disconnect_decode(payload, len, &d))
-		return ctl_refuse(c, "malformed DISCONNECT");
-	rc = c->disconnect ? c->disconnect(c->arg, &d) : -EOPNOTSUPP;
-	if (rc)
-		ctl_log("disconnect request (token %llu): %s", (unsigned long long)d.token,
-			strerror(-rc));
-	return ctl_reply(c, fd, rc, WIRE_DISCONNECT_REP, frame, 0);
-}
-
-static int ctl_answer_keepalive(struct ctl *c, int fd, const uint8_t *payload, size_t len)
-{
-	struct wire_disconnect d;
-	uint8_t frame[WIRE_HDR_LEN];
-	int rc;
-
-	if (wire_disconnect_decode(payload, len, &d) || d.token)
-		return ctl_refuse(c, "malformed KEEPALIVE");
-	rc = c->keepalive ? c->keepalive(c->arg, d.incarnation) : -EOPNOTSUPP;
-	return ctl_reply(c, fd, rc, WIRE_KEEPALIVE_REP, frame, 0);
+	free(cn->payload);
+	cn->payload = NULL;
+	cn->have_hdr = false;
+	cn->got = 0;
+	cn->rx_deadline = 0;
+	cn->idle_deadline = sock_now_ms() + c->cfg.idle_ms;
 }
 
 /*
- * The largest payload the server reads for a request type, or -1 for a type
- * that is not a request.  Larger ones are refused unread, so a client cannot
- * make the server buffer more than the biggest valid request.
+ * Send what is queued.  Returns false when the connection is gone (closed
+ * after its last frame, or broken).  While a reply waits for room, the
+ * connection is watched for output only: its next request stays unread.
  */
-static long ctl_req_max(uint16_t type)
+static bool conn_flush(struct ctl *c, struct ctl_conn *cn)
 {
-	static const struct wire_connect_req full = { .n_qps = WIRE_MAX_EP_QPS };
+	ssize_t n;
 
-	switch (type) {
-	case WIRE_GET_DESC:
-		return 0; /* no payload in version 1 */
-	case WIRE_CONNECT_REQ:
-		return (long)wire_connect_req_size(&full);
-	case WIRE_DISCONNECT:
-		return WIRE_DISCONNECT_LEN;
-	case WIRE_KEEPALIVE:
-		return WIRE_KEEPALIVE_LEN;
-	default:
-		return -1;
+	while (cn->tx && cn->tx_off < cn->tx_len) {
+		n = send(cn->fd, cn->tx + cn->tx_off, cn->tx_len - cn->tx_off,
+			 MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n > 0) {
+			cn->tx_off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			conn_watch(c, cn, EPOLLOUT);
+			return true;
+		}
+		conn_close(c, cn, false); /* the peer went away */
+		return false;
 	}
+	if (cn->tx) {
+		if (cn->tx_counts)
+			ctl_count(&c->served);
+		free(cn->tx);
+		cn->tx = NULL;
+		cn->tx_deadline = 0;
+	}
+	if (cn->closing) {
+		conn_close(c, cn, true);
+		return false;
+	}
+	conn_watch(c, cn, EPOLLIN);
+	return true;
 }
 
-static int ctl_dispatch(struct ctl *c, int fd, uint16_t type, const uint8_t *payload,
-			size_t len)
+/* The header is whole: check it before reading a byte of payload. */
+static int conn_header(struct ctl *c, struct ctl_conn *cn)
 {
-	switch (type) {
-	case WIRE_GET_DESC:
-		return ctl_answer_desc(c, fd);
-	case WIRE_CONNECT_REQ:
-		return ctl_answer_connect(c, fd, payload, len);
-	case WIRE_KEEPALIVE:
-		return ctl_answer_keepalive(c, fd, payload, len);
-	default:
-		return ctl_answer_disconnect(c, fd, payload, len);
-	}
-}
-
-/* Read the payload of a request whose header passed ctl_req_max, and answer it. */
-static int ctl_serve_payload(struct ctl *c, int fd, const struct wire_hdr *h, int64_t deadline)
-{
-	uint8_t *payload = malloc(h->payload_len ? h->payload_len : 1);
-	size_t got;
-	int rc;
-
-	if (!payload) {
-		ctl_log("no memory for a %u byte request", h->payload_len);
-		return -ENOMEM;
-	}
-	rc = sock_recv_full(fd, c->stop_fd, payload, h->payload_len, deadline, &got);
-	if (!rc)
-		rc = ctl_dispatch(c, fd, h->type, payload, h->payload_len);
-	else if (rc != -ECANCELED) /* stopping is not the client's fault */
-		rc = ctl_refuse(c, "type %u payload truncated at %zu of %u bytes (%s)", h->type,
-				got, h->payload_len, strerror(-rc));
-	free(payload);
-	return rc;
-}
-
-/* Serve one request: 0 to keep the connection for the next, else close it. */
-static int ctl_serve_one(struct ctl *c, int fd)
-{
-	int64_t deadline = sock_now_ms() + CTL_IO_TIMEOUT_MS;
-	uint8_t buf[WIRE_HDR_LEN];
-	struct wire_hdr h;
-	size_t got;
 	long max;
-	int rc;
+	int rc = wire_hdr_decode(cn->hdr, WIRE_HDR_LEN, &cn->h);
 
-	rc = sock_recv_full(fd, c->stop_fd, buf, sizeof(buf), deadline, &got);
-	if (rc && (got == 0 || rc == -ECANCELED))
-		return rc; /* closed or idle between requests, or we are stopping */
-	if (rc)
-		return ctl_refuse(c, "header truncated at %zu of %d bytes (%s)", got,
-				  WIRE_HDR_LEN, strerror(-rc));
-	rc = wire_hdr_decode(buf, sizeof(buf), &h);
 	if (rc == -EPROTONOSUPPORT) {
 		/* Tell a newer peer why, in a frame it can still parse. */
-		(void)ctl_send_error(c, fd, rc, deadline);
-		return ctl_refuse(c, "unsupported protocol version");
+		ctl_conn_error(cn, rc);
+		return ctl_conn_refuse(c, cn, "unsupported protocol version");
 	}
 	if (rc)
-		return ctl_refuse(c, "bad header");
-	max = ctl_req_max(h.type);
+		return ctl_conn_refuse(c, cn, "bad header");
+	max = ctl_req_max(cn->h.type);
 	if (max < 0)
-		return ctl_refuse(c, "unexpected message type %u", h.type);
-	if (h.payload_len > (unsigned long)max)
-		return ctl_refuse(c, "type %u with a %u byte payload (at most %ld)", h.type,
-				  h.payload_len, max);
-	return ctl_serve_payload(c, fd, &h, deadline);
+		return ctl_conn_refuse(c, cn, "unexpected message type %u", cn->h.type);
+	rc = ctl_gate(c, cn, cn->h.type);
+	if (rc)
+		return rc;
+	if (cn->h.payload_len > (unsigned long)max)
+		return ctl_conn_refuse(c, cn, "type %u with a %u byte payload (at most %ld)",
+				       cn->h.type, cn->h.payload_len, max);
+	/* At most the largest request: the limits above bound this. */
+	cn->payload = malloc(cn->h.payload_len ? cn->h.payload_len : 1);
+	if (!cn->payload) {
+		ctl_log("no memory for a %u byte request", cn->h.payload_len);
+		cn->closing = true;
+		return -ENOMEM;
+	}
+	cn->have_hdr = true;
+	cn->got = 0;
+	return 0;
 }
 
-static void ctl_serve(struct ctl *c, int fd)
+/* The peer closed (n == 0) or broke: between messages that is no fault. */
+static int conn_eof(struct ctl *c, struct ctl_conn *cn, int err)
 {
-	sock_set_timeouts(fd, CTL_IO_TIMEOUT_MS);
+	if (!cn->have_hdr && cn->got == 0) {
+		cn->closing = true;
+		return -ECONNRESET;
+	}
+	if (cn->have_hdr)
+		return ctl_conn_refuse(c, cn, "type %u payload truncated at %zu of %u bytes (%s)",
+				       cn->h.type, cn->got, cn->h.payload_len, strerror(err));
+	return ctl_conn_refuse(c, cn, "header truncated at %zu of %d bytes (%s)", cn->got,
+			       WIRE_HDR_LEN, strerror(err));
+}
+
+/*
+ * Read what the current message still needs, never more (the next one
+ * stays in the socket).  1: the message is whole; 0: wait for more bytes;
+ * <0: the connection is to be closed (cn->closing).
+ */
+static int conn_fill(struct ctl *c, struct ctl_conn *cn)
+{
+	uint8_t *dst;
+	size_t want;
+	ssize_t n;
+	int rc;
+
+	for (;;) {
+		dst = cn->have_hdr ? cn->payload + cn->got : cn->hdr + cn->got;
+		want = (cn->have_hdr ? cn->h.payload_len : WIRE_HDR_LEN) - cn->got;
+		if (want == 0 && cn->have_hdr)
+			return 1;
+		if (want == 0) {
+			rc = conn_header(c, cn);
+			if (rc)
+				return rc;
+			continue;
+		}
+		n = recv(cn->fd, dst, want, MSG_DONTWAIT);
+		if (n > 0) {
+			if (!cn->have_hdr && cn->got == 0) /* a request's first byte */
+				cn->rx_deadline = sock_now_ms() + CTL_IO_TIMEOUT_MS;
+			cn->got += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		return conn_eof(c, cn, n == 0 ? ECONNRESET : errno);
+	}
+}
+
+/* Serve what the connection has for us, up to CTL_BURST messages. */
+static void conn_readable(struct ctl *c, struct ctl_conn *cn)
+{
+	for (int k = 0; k < CTL_BURST; k++) {
+		int rc = conn_fill(c, cn);
+
+		if (rc == 0)
+			return;
+		if (rc == 1) {
+			ctl_handle(c, cn);
+			conn_next(c, cn);
+		}
+		if (!conn_flush(c, cn) || cn->tx)
+			return; /* gone, or waits until its reply is taken */
+	}
+}
+
+static void conn_new(struct ctl *c, int fd, const struct sockaddr_in *sin)
+{
+	struct ctl_conn *cn = calloc(1, sizeof(*cn));
+	struct epoll_event ev = { .events = EPOLLIN };
+	char ip[INET_ADDRSTRLEN] = "?";
+	int64_t now = sock_now_ms();
+
+	if (!cn) {
+		close(fd);
+		return;
+	}
+	cn->fd = fd;
+	cn->events = EPOLLIN;
+	ev.data.ptr = cn;
+	inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
+	snprintf(cn->peer, sizeof(cn->peer), "%s:%u", ip, ntohs(sin->sin_port));
+	cn->idle_deadline = now + c->cfg.idle_ms;
+	if (c->cfg.has_key) {
+		cn->auth = CONN_WANT_HELLO;
+		cn->auth_deadline = now + CTL_IO_TIMEOUT_MS;
+	}
+	if (epoll_ctl(c->epoll_fd, EPOLL_CTL_ADD, fd, &ev)) {
+		close(fd);
+		free(cn);
+		return;
+	}
 	sock_set_nodelay(fd);
-	while (ctl_serve_one(c, fd) == 0)
-		;
+	cn->idx = c->n_conns;
+	c->conns[cn->idx] = cn;
+	WRITE_ONCE(c->n_conns, c->n_conns + 1); /* read by tests: a statistic */
+}
+
+/* The cap is reached: say so in a frame the client can parse, then close.
+ * Logged at most once a second, with how many were refused since. */
+static void ctl_cap_refuse(struct ctl *c, int fd)
+{
+	uint8_t f[WIRE_HDR_LEN + 4], sink[512];
+	int64_t now = sock_now_ms();
+
+	ctl_count(&c->capped);
+	c->cap_unlogged++;
+	if (now - c->cap_log_ms >= 1000) {
+		ctl_log("refused %llu connection(s): %u open, the cap (answered EBUSY)",
+			(unsigned long long)c->cap_unlogged, c->n_conns);
+		c->cap_log_ms = now;
+		c->cap_unlogged = 0;
+	}
+	wire_hdr_encode(f, WIRE_ERROR, 4);
+	sock_put_le32(f + WIRE_HDR_LEN, (uint32_t)(int32_t)-EBUSY);
+	/* Its first request may be in already: read it so the close is no reset. */
+	(void)recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+	(void)send(fd, f, sizeof(f), MSG_DONTWAIT | MSG_NOSIGNAL); /* fits any socket buffer */
+	(void)shutdown(fd, SHUT_WR);
 	close(fd);
 }
 
-/* Sleep up to ms, waking early if stop is signalled. */
-static void ctl_backoff(struct ctl *c, int ms)
+/* Out of fds or memory: poll would report the listener ready at once
+ * again, so stop watching it for a moment instead of spinning. */
+static void ctl_pause_accept(struct ctl *c, int err)
 {
-	struct pollfd p = { .fd = c->stop_fd, .events = POLLIN };
+	struct epoll_event ev = { .events = 0, .data.ptr = NULL };
+	int64_t now = sock_now_ms();
 
-	(void)poll(&p, 1, ms);
+	if (now - c->cap_log_ms >= 1000) {
+		ctl_log("accept: %s (%u connections open): pausing %d ms", strerror(err),
+			c->n_conns, CTL_PAUSE_MS);
+		c->cap_log_ms = now;
+	}
+	(void)epoll_ctl(c->epoll_fd, EPOLL_CTL_MOD, c->listen_fd, &ev);
+	c->listen_resume_ms = now + CTL_PAUSE_MS;
 }
 
 static void ctl_accept(struct ctl *c)
 {
-	int fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	for (int k = 0; k < CTL_ACCEPT_BURST; k++) {
+		struct sockaddr_in sin;
+		socklen_t sl = sizeof(sin);
+		int fd = accept4(c->listen_fd, (struct sockaddr *)&sin, &sl,
+				 SOCK_CLOEXEC | SOCK_NONBLOCK);
 
-	if (fd >= 0) {
-		ctl_serve(c, fd);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				ctl_pause_accept(c, errno);
+			return;
+		}
+		if (c->n_conns >= c->cfg.max_conns)
+			ctl_cap_refuse(c, fd);
+		else
+			conn_new(c, fd, &sin);
+	}
+}
+
+/* ---- deadlines -------------------------------------------------------- */
+
+static int64_t min_deadline(int64_t a, int64_t b)
+{
+	return !a || (b && b < a) ? b : a;
+}
+
+static int64_t conn_deadline(const struct ctl_conn *cn)
+{
+	int64_t d = cn->tx ? cn->tx_deadline : cn->rx_deadline;
+
+	d = min_deadline(d, cn->auth_deadline);
+	if (!cn->tx && !cn->have_hdr && cn->got == 0)
+		d = min_deadline(d, cn->idle_deadline);
+	return d;
+}
+
+/* Close conn if one of its deadlines passed; true if it did. */
+static bool conn_expire(struct ctl *c, struct ctl_conn *cn, int64_t now)
+{
+	if (cn->tx && cn->tx_deadline <= now) {
+		ctl_log("peer %s did not take its reply within %d ms: closed", cn->peer,
+			CTL_IO_TIMEOUT_MS);
+	} else if (cn->auth_deadline && cn->auth_deadline <= now) {
+		(void)ctl_conn_deny(c, cn, "did not authenticate within %d ms", CTL_IO_TIMEOUT_MS);
+		cn->auth_deadline = 0;
+		return !conn_flush(c, cn); /* the EACCES frame if it fits, then the close */
+	} else if (!cn->tx && cn->rx_deadline && cn->rx_deadline <= now) {
+		(void)ctl_conn_refuse(c, cn, "request not whole %d ms after its first byte "
+				      "(%zu of %u bytes)", CTL_IO_TIMEOUT_MS, cn->got,
+				      cn->have_hdr ? cn->h.payload_len : WIRE_HDR_LEN);
+	} else if (!cn->tx && !cn->have_hdr && cn->got == 0 && cn->idle_deadline <= now) {
+		/* Idle: nothing to say, the client redials when it needs us. */
+	} else {
+		return false;
+	}
+	conn_close(c, cn, false);
+	return true;
+}
+
+/* Expire what is due; the time until the next deadline in ms (-1: none). */
+static int ctl_timers(struct ctl *c)
+{
+	int64_t now = sock_now_ms(), next = 0, d;
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+
+	if (c->listen_resume_ms && c->listen_resume_ms <= now) {
+		c->listen_resume_ms = 0;
+		(void)epoll_ctl(c->epoll_fd, EPOLL_CTL_MOD, c->listen_fd, &ev);
+	}
+	next = c->listen_resume_ms;
+	for (unsigned i = 0; i < c->n_conns;) {
+		struct ctl_conn *cn = c->conns[i];
+
+		if (conn_expire(c, cn, now))
+			continue; /* the last one moved into slot i */
+		d = conn_deadline(cn);
+		next = min_deadline(next, d);
+		i++;
+	}
+	if (!next)
+		return -1;
+	return next - now > INT_MAX ? INT_MAX : (int)(next - now + 1);
+}
+
+/* ---- the thread ------------------------------------------------------- */
+
+static void ctl_event(struct ctl *c, const struct epoll_event *ev)
+{
+	struct ctl_conn *cn = ev->data.ptr;
+
+	if (!cn) {
+		ctl_accept(c);
 		return;
 	}
-	/* The listener is non-blocking: a client that left before accept is EAGAIN. */
-	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
-		return;
-	/* Out of fds or memory: poll() would report the listener ready at once
-	 * again, so back off instead of spinning. */
-	ctl_log("accept: %s", strerror(errno));
-	ctl_backoff(c, 100);
+	if (cn->tx) {
+		/* Writable, or broken (EPOLLERR/HUP): the send says which. */
+		if (!conn_flush(c, cn) || cn->tx)
+			return;
+	}
+	conn_readable(c, cn);
 }
 
 static void *ctl_thread(void *arg)
 {
 	struct ctl *c = arg;
-	struct pollfd p[2] = {
-		{ .fd = c->listen_fd, .events = POLLIN },
-		{ .fd = c->stop_fd, .events = POLLIN },
-	};
-	int n;
+	struct epoll_event evs[CTL_EVENTS];
+	int n, timeout;
 
 	for (;;) {
-		n = poll(p, 2, -1);
-		if (n < 0) {
-			if (errno != EINTR) {
-				ctl_log("poll: %s", strerror(errno));
-				ctl_backoff(c, 100);
-			}
-			continue;
-		}
-		if (p[1].revents)
+		timeout = ctl_timers(c);
+		n = epoll_wait(c->epoll_fd, evs, CTL_EVENTS, timeout);
+		if (n < 0 && errno != EINTR) {
+			ctl_log("epoll_wait: %s", strerror(errno));
 			break;
-		if (p[0].revents)
-			ctl_accept(c);
+		}
+		for (int k = 0; k < n; k++) {
+			if (evs[k].data.ptr == c) /* the stop eventfd */
+				return NULL;
+		}
+		for (int k = 0; k < n; k++)
+			ctl_event(c, &evs[k]);
 	}
 	return NULL;
 }
@@ -353,35 +565,79 @@ static void ctl_close_fds(struct ctl *c)
 		close(c->listen_fd);
 	if (c->stop_fd >= 0)
 		close(c->stop_fd);
+	if (c->epoll_fd >= 0)
+		close(c->epoll_fd);
 	c->listen_fd = -1;
 	c->stop_fd = -1;
+	c->epoll_fd = -1;
 }
 
-/* Zero everything but the endpoint handlers, which ctl_set_ep_ops set before. */
+/* Zero everything but the configuration the ctl_set_* calls made. */
 static void ctl_reset(struct ctl *c)
 {
-	ctl_connect_fn on_connect = c->connect;
-	ctl_disconnect_fn on_disconnect = c->disconnect;
-	ctl_keepalive_fn on_keepalive = c->keepalive;
+	struct ctl_cfg cfg = c->cfg;
 
 	memset(c, 0, sizeof(*c));
-	c->connect = on_connect;
-	c->disconnect = on_disconnect;
-	c->keepalive = on_keepalive;
+	c->cfg = cfg;
+	if (!c->cfg.max_conns)
+		c->cfg.max_conns = CTL_MAX_CONNS;
+	if (c->cfg.idle_ms <= 0)
+		c->cfg.idle_ms = CTL_IDLE_TIMEOUT_MS;
 	c->listen_fd = -1;
 	c->stop_fd = -1;
+	c->epoll_fd = -1;
 }
 
 void ctl_set_ep_ops(struct ctl *c, ctl_connect_fn on_connect, ctl_disconnect_fn on_disconnect)
 {
 	/* Read by the control thread only after pthread_create: no race. */
-	c->connect = on_connect;
-	c->disconnect = on_disconnect;
+	c->cfg.connect = on_connect;
+	c->cfg.disconnect = on_disconnect;
 }
 
 void ctl_set_keepalive(struct ctl *c, ctl_keepalive_fn keepalive)
 {
-	c->keepalive = keepalive;
+	c->cfg.keepalive = keepalive;
+}
+
+void ctl_set_auth(struct ctl *c, const struct auth_key *key)
+{
+	c->cfg.has_key = key != NULL;
+	if (key)
+		c->cfg.key = *key;
+	else
+		auth_wipe(&c->cfg.key, sizeof(c->cfg.key));
+}
+
+void ctl_set_limits(struct ctl *c, unsigned max_conns, int idle_ms)
+{
+	c->cfg.max_conns = max_conns;
+	c->cfg.idle_ms = idle_ms;
+}
+
+/* The epoll set: the listener (data NULL), the stop eventfd (data c). */
+static int ctl_epoll(struct ctl *c)
+{
+	struct epoll_event lev = { .events = EPOLLIN, .data.ptr = NULL };
+	struct epoll_event sev = { .events = EPOLLIN, .data.ptr = c };
+
+	c->conns = calloc(c->cfg.max_conns, sizeof(*c->conns));
+	if (!c->conns)
+		return -ENOMEM;
+	c->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	c->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+	if (c->stop_fd < 0 || c->epoll_fd < 0 ||
+	    epoll_ctl(c->epoll_fd, EPOLL_CTL_ADD, c->listen_fd, &lev) ||
+	    epoll_ctl(c->epoll_fd, EPOLL_CTL_ADD, c->stop_fd, &sev))
+		return -errno;
+	return 0;
+}
+
+static void ctl_fail_start(struct ctl *c)
+{
+	ctl_close_fds(c);
+	free(c->conns);
+	c->conns = NULL;
 }
 
 int ctl_start(struct ctl *c, const char *listen_addr, ctl_describe_fn describe, void *arg)
@@ -409,15 +665,11 @@ int ctl_start(struct ctl *c, const char *listen_addr, ctl_describe_fn describe, 
 		ctl_log("cannot listen on %s: %s", listen_addr, strerror(-rc));
 		return rc;
 	}
-	c->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (c->stop_fd < 0) {
-		rc = -errno;
-		ctl_close_fds(c);
-		return rc;
-	}
-	rc = -pthread_create(&c->thread, NULL, ctl_thread, c);
+	rc = ctl_epoll(c);
+	if (!rc)
+		rc = -pthread_create(&c->thread, NULL, ctl_thread, c);
 	if (rc) {
-		ctl_close_fds(c);
+		ctl_fail_start(c);
 		return rc;
 	}
 	(void)pthread_setname_np(c->thread, "ferry-ctl");
@@ -435,7 +687,9 @@ void ctl_stop(struct ctl *c)
 	while (write(c->stop_fd, &one, sizeof(one)) < 0 && errno == EINTR)
 		;
 	pthread_join(c->thread, NULL);
-	ctl_close_fds(c);
+	/* The thread is gone: its connections are ours to close, uncounted. */
+	while (c->n_conns)
+		conn_close(c, c->conns[c->n_conns - 1], false);
+	ctl_fail_start(c);
 	c->running = 0;
 }
-

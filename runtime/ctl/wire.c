@@ -88,7 +88,7 @@ void wire_hdr_encode(uint8_t *buf, uint16_t type, uint32_t payload_len)
 static bool wire_type_known(uint16_t type)
 {
 	/* The types are dense; a new one must extend this range. */
-	return type >= WIRE_GET_DESC && type <= WIRE_KEEPALIVE_REP;
+	return type >= WIRE_GET_DESC && type <= WIRE_AUTH_PROOF;
 }
 
 int wire_hdr_decode(const uint8_t *buf, size_t len, struct wire_hdr *out)
@@ -591,6 +591,71 @@ int wire_disconnect_decode(const uint8_t *buf, size_t len, struct wire_disconnec
 		return wire_refuse("disconnect: %zu bytes, want %d", len, WIRE_DISCONNECT_LEN);
 	out->incarnation = get_le64(buf);
 	out->token = get_le64(buf + 8);
+	return 0;
+}
+
+/* ---- authentication ------------------------------------------------- */
+
+int wire_auth_hello_encode(const struct wire_auth_hello *h, uint8_t *buf, size_t cap)
+{
+	if (h->alg != WIRE_AUTH_ALG)
+		return -EINVAL;
+	if (cap < WIRE_AUTH_HELLO_LEN)
+		return -ENOSPC;
+	put_le16(buf, h->alg);
+	put_le16(buf + 2, 0); /* reserved */
+	put_le32(buf + 4, 0); /* reserved */
+	memcpy(buf + 8, h->nonce, WIRE_AUTH_NONCE_LEN);
+	return 0;
+}
+
+static int auth_hello_decode(const uint8_t *buf, size_t len, struct wire_auth_hello *h)
+{
+	uint16_t reserved16;
+	uint32_t reserved32;
+
+	if (len != WIRE_AUTH_HELLO_LEN)
+		return wire_refuse("auth hello: %zu bytes, want %d", len, WIRE_AUTH_HELLO_LEN);
+	h->alg = get_le16(buf);
+	reserved16 = get_le16(buf + 2);
+	reserved32 = get_le32(buf + 4);
+	if (h->alg != WIRE_AUTH_ALG)
+		return wire_refuse("auth hello: algorithm %u, this side knows %d", h->alg,
+				   WIRE_AUTH_ALG);
+	if (reserved16 || reserved32)
+		return wire_refuse("auth hello: reserved fields 0x%04x 0x%08x not zero", reserved16,
+				   reserved32);
+	memcpy(h->nonce, buf + 8, WIRE_AUTH_NONCE_LEN);
+	return 0;
+}
+
+int wire_auth_hello_decode(const uint8_t *buf, size_t len, struct wire_auth_hello *out)
+{
+	struct wire_auth_hello h;
+	int rc;
+
+	memset(&h, 0, sizeof(h));
+	memset(out, 0, sizeof(*out));
+	rc = auth_hello_decode(buf, len, &h);
+	if (!rc)
+		*out = h;
+	return rc;
+}
+
+int wire_auth_proof_encode(const struct wire_auth_proof *p, uint8_t *buf, size_t cap)
+{
+	if (cap < WIRE_AUTH_PROOF_LEN)
+		return -ENOSPC;
+	memcpy(buf, p->mac, WIRE_AUTH_MAC_LEN);
+	return 0;
+}
+
+int wire_auth_proof_decode(const uint8_t *buf, size_t len, struct wire_auth_proof *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (len != WIRE_AUTH_PROOF_LEN)
+		return wire_refuse("auth proof: %zu bytes, want %d", len, WIRE_AUTH_PROOF_LEN);
+	memcpy(out->mac, buf, WIRE_AUTH_MAC_LEN);
 	return 0;
 }
 

@@ -33,7 +33,17 @@
  *               (-ENOENT: the target holds no QP of that initiator): an
  *               initiator's periodic "still here" that keeps its lease on the
  *               target's QPs
- * n_qps is 1..WIRE_MAX_EP_QPS; reserved fields must be zero.
+ * n_qps is 1..WIRE_MAX_EP_QPS; reserved fields must be zero.  A CONNECT_REQ
+ * with token T and n QPs names its QP i by token T + i on the target: one
+ * message connects a whole endpoint, and a DISCONNECT with token T + i
+ * frees that QP alone (the repair of one broken QP sends n_qps 1).
+ *
+ * Authentication (both engines have a cluster key; see runtime/ctl/auth.c):
+ * AUTH_HELLO:   alg u16 (1) | reserved u16 | reserved u32 | nonce 32 bytes
+ * AUTH_PROOF:   mac 32 bytes
+ * The client sends AUTH_HELLO first; the server answers AUTH_HELLO and its
+ * AUTH_PROOF; the client sends its AUTH_PROOF, then its requests.  A side
+ * that refuses sends at most a WIRE_ERROR (-EACCES) and closes.
  */
 #ifndef FERRY_RUNTIME_WIRE_H
 #define FERRY_RUNTIME_WIRE_H
@@ -61,6 +71,8 @@ enum wire_type {
 	WIRE_DISCONNECT_REP = 7,
 	WIRE_KEEPALIVE = 8,
 	WIRE_KEEPALIVE_REP = 9,
+	WIRE_AUTH_HELLO = 10,
+	WIRE_AUTH_PROOF = 11,
 };
 
 #define WIRE_MAX_EP_QPS 16
@@ -139,6 +151,26 @@ int wire_connect_rep_decode(const uint8_t *buf, size_t len, struct wire_connect_
 #define WIRE_KEEPALIVE_LEN 16 /* same layout as DISCONNECT, token reserved (0) */
 int wire_disconnect_encode(const struct wire_disconnect *d, uint8_t *buf, size_t cap);
 int wire_disconnect_decode(const uint8_t *buf, size_t len, struct wire_disconnect *out);
+
+#define WIRE_AUTH_ALG 1 /* BLAKE2b-derived key, HMAC-SHA512-256 proofs (qp/auth) */
+#define WIRE_AUTH_NONCE_LEN 32
+#define WIRE_AUTH_MAC_LEN 32
+#define WIRE_AUTH_HELLO_LEN (8 + WIRE_AUTH_NONCE_LEN)
+#define WIRE_AUTH_PROOF_LEN WIRE_AUTH_MAC_LEN
+
+struct wire_auth_hello {
+	uint16_t alg;
+	uint8_t nonce[WIRE_AUTH_NONCE_LEN];
+};
+
+struct wire_auth_proof {
+	uint8_t mac[WIRE_AUTH_MAC_LEN];
+};
+
+int wire_auth_hello_encode(const struct wire_auth_hello *h, uint8_t *buf, size_t cap);
+int wire_auth_hello_decode(const uint8_t *buf, size_t len, struct wire_auth_hello *out);
+int wire_auth_proof_encode(const struct wire_auth_proof *p, uint8_t *buf, size_t cap);
+int wire_auth_proof_decode(const uint8_t *buf, size_t len, struct wire_auth_proof *out);
 
 /* Region of d that contains [addr, addr+len), or NULL.  Binary search. */
 const struct seg_region *seg_desc_find(const struct seg_desc *d, uint64_t addr, uint64_t len);

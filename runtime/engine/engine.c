@@ -70,6 +70,34 @@ static void engine_print_map(const struct ferry_engine *e)
 	}
 }
 
+/*
+ * The cluster key, when secret_file is set: the server demands it of every
+ * peer, the client proves it to every peer.  A key that cannot be read, is
+ * too short or is readable by others stops the engine here, with the
+ * reason.
+ */
+static int engine_auth(struct ferry_engine *e)
+{
+	const char *path = e->opts.secret_file;
+	struct auth_key key;
+	char err[320];
+	int rc;
+
+	if (!path)
+		return ctl_client_init(&e->client, NULL);
+	rc = ctl_auth_load_key(path, &key, err, sizeof(err));
+	if (rc) {
+		log_err("%s", err);
+		return rc;
+	}
+	ctl_set_auth(&e->ctl, &key);
+	rc = ctl_client_init(&e->client, &key);
+	auth_wipe(&key, sizeof(key));
+	if (!rc && e->opts.verbose)
+		log_info("control plane: peers must prove they hold the key of %s", path);
+	return rc;
+}
+
 static int engine_start(struct ferry_engine *e, const unsigned *cpus, const char *listen)
 {
 	char names[FERRY_MAX_CORES][CORE_MAX_TX][64];
@@ -91,6 +119,9 @@ static int engine_start(struct ferry_engine *e, const unsigned *cpus, const char
 		engine_print_map(e);
 	ctl_set_ep_ops(&e->ctl, passive_connect, passive_disconnect);
 	ctl_set_keepalive(&e->ctl, passive_keepalive);
+	rc = engine_auth(e);
+	if (rc)
+		return rc;
 	rc = ctl_start(&e->ctl, listen, engine_describe, e);
 	if (rc) {
 		log_err("cannot listen on %s: %s", listen ? listen : "(default)", strerror(-rc));
@@ -120,7 +151,10 @@ int ferry_engine_create_knobs(const struct ferry_opts *o, const struct ferry_kno
 		e->knobs = *k;
 	e->reaper.grace = &e->tsan_gp;
 	pthread_mutex_init(&e->ctl_lock, NULL);
+	pthread_cond_init(&e->seg_cond, NULL);
+	pthread_mutex_init(&e->disc_lock, NULL);
 	pthread_mutex_init(&e->passive_lock, NULL);
+	e->client.stop_fd = -1; /* ctl_client_fini is a no-op until engine_auth */
 	pthread_rwlock_init(&e->regions_lock, NULL);
 	/* A new incarnation per engine: peers can tell a restarted process. */
 	if (getrandom(&e->incarnation, sizeof(e->incarnation), 0) != sizeof(e->incarnation))
@@ -142,11 +176,29 @@ int ferry_engine_create(const struct ferry_opts *o, struct ferry_engine **out)
 	return ferry_engine_create_knobs(o, NULL, out);
 }
 
+/*
+ * Opens in progress on other threads stop at their next step: their round
+ * trips are cancelled, and we wait until each has undone what it made.
+ * The repair thread stops too (its handshake cancelled likewise); then the
+ * client works again for the DISCONNECTs of what is still open.
+ */
+static void engine_stop_opens(struct ferry_engine *e)
+{
+	pthread_mutex_lock(&e->ctl_lock);
+	e->destroying = 1;
+	ctl_client_cancel(&e->client);
+	while (e->opening)
+		pthread_cond_wait(&e->seg_cond, &e->ctl_lock);
+	pthread_mutex_unlock(&e->ctl_lock);
+	repair_stop(e);
+	ctl_client_resume(&e->client);
+}
+
 void ferry_engine_destroy(struct ferry_engine *e)
 {
 	if (!e)
 		return;
-	repair_stop(e);
+	engine_stop_opens(e);
 	seg_disconnect_all(e);
 	ctl_stop(&e->ctl);
 	/* Cores fail what is queued, flush what is posted, free their eps. */
@@ -163,8 +215,13 @@ void ferry_engine_destroy(struct ferry_engine *e)
 		if (e->ports[i]) /* its thread never destroyed it: no core reads it now */
 			port_free(e->ports[i]);
 	reap_wait(&e->reaper); /* endpoints queued for call_rcu are freed */
+	seg_disconnect_flush(e);
+	ctl_client_fini(&e->client);
+	ctl_set_auth(&e->ctl, NULL); /* wipes the server's copy of the key */
 	pthread_rwlock_destroy(&e->regions_lock);
 	pthread_mutex_destroy(&e->passive_lock);
+	pthread_mutex_destroy(&e->disc_lock);
+	pthread_cond_destroy(&e->seg_cond);
 	pthread_mutex_destroy(&e->ctl_lock);
 	free(e);
 }

@@ -2,8 +2,8 @@
 /*
  * The engine: the root object every part of the runtime hangs from -- its
  * options, cores, registered memory, segments, ports, control server and
- * repair thread.  Control-path calls serialise on ctl_lock and may block;
- * the cores read only what is published to them (ports, endpoint tables)
+ * repair thread.  Control-path calls serialise on ctl_lock, which is never
+ * held across a round trip to a peer (runtime/segment/open.c); the cores read only what is published to them (ports, endpoint tables)
  * and the immutable options.
  */
 #ifndef FERRY_RUNTIME_ENGINE_H
@@ -55,7 +55,13 @@ struct ferry_engine {
 	struct ferry_core *cores[FERRY_MAX_CORES];
 	uint64_t incarnation;
 	struct ctl ctl;
+	struct ctl_client client;      /* our calls to peers: kept connections, the key */
 	pthread_mutex_t ctl_lock;      /* control-path calls */
+	pthread_cond_t seg_cond;       /* a segment left SEG_OPENING (with ctl_lock) */
+	unsigned opening;              /* opens between their steps (ctl_lock) */
+	int destroying;                /* engine destroy began: opens stop (ctl_lock) */
+	pthread_mutex_t disc_lock;     /* disc_head */
+	struct disc_item *disc_head;   /* peers' QPs to free (segment/handshake.c) */
 	pthread_rwlock_t regions_lock; /* submitters read, register/unregister write */
 	struct mem_region **regions;   /* sorted by addr */
 	unsigned n_regions, cap_regions;

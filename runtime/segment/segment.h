@@ -2,9 +2,12 @@
 /*
  * Segments: a peer engine's registered memory as seen from here, and the
  * endpoints every local core holds to it (one rail per core).  The control
- * path opens, refreshes and closes them under the engine's ctl_lock;
- * submitters take a reference (inflight) with no lock, and the cores and
- * submitters read the per-rail flags.
+ * path opens, refreshes and closes them under the engine's ctl_lock, but
+ * never holds it across a round trip to a peer: an open reserves its slot
+ * (SEG_OPENING) under the lock, fetches and handshakes without it, and
+ * publishes under it again (open.c); submitters take a reference
+ * (inflight) with no lock, and the cores and submitters read the per-rail
+ * flags.
  */
 #ifndef FERRY_RUNTIME_SEGMENT_H
 #define FERRY_RUNTIME_SEGMENT_H
@@ -20,6 +23,12 @@
 
 struct ferry_engine;
 struct qpx;
+
+/* One control-plane call of a segment.  Generous: with hundreds of peers
+ * opening at once on a loaded host (256 engines on 2 CPUs under ASan took
+ * up to ~5 s for all), a slow answer must not become a failed open.  A dead
+ * peer refuses at once; only a mute one costs the whole deadline. */
+#define SEG_CTL_TIMEOUT_MS 10000
 
 enum seg_state { SEG_FREE = 0, SEG_OPENING, SEG_OPEN, SEG_CLOSING };
 
@@ -46,6 +55,21 @@ struct ferry_seg {
 	int32_t connect_err;           /* the last one's result (0 or -errno) */
 };
 
+/* What a handshake needs of its segment, copied under ctl_lock so the
+ * round trip can go without it. */
+struct seg_peer {
+	char address[64];
+	uint64_t target_incarnation;
+	uint16_t remote_nic;        /* the peer's descriptor entry */
+	struct nic_addr raddr;      /* its address */
+	uint8_t tx;                 /* our context (transport) in the core */
+};
+
+static inline ferry_seg_t seg_handle(uint32_t gen, uint32_t slot)
+{
+	return (uint64_t)gen << 32 | (slot + 1);
+}
+
 /* The segment of handle h (NULL: unknown handle or slot), its slot in *slot. */
 struct ferry_seg *seg_lookup(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot);
 
@@ -69,17 +93,30 @@ void seg_rail_set_down(struct ferry_engine *e, struct ferry_seg *s, unsigned i, 
 /* The peer restarted: fail the segment's requests fast (-ESTALE); ctl_lock held. */
 void seg_mark_stale(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot);
 /* Connect the rails of segment slot (generation gen) that have no endpoint
- * (evicted); takes ctl_lock, does nothing unless the segment is still open
- * in that generation (the repair thread, for parked requests).  Rails
- * added, or -errno. */
+ * (evicted); takes ctl_lock (not across the handshakes), does nothing
+ * unless the segment is still open in that generation (the repair thread,
+ * for parked requests).  Rails added, or -errno. */
 int seg_reconnect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, uint32_t gen);
+/* Room in core i's endpoint cache, evicting with SIEVE if it is full;
+ * -EBUSY when every cached endpoint is in use.  ctl_lock held. */
+int seg_make_room(struct ferry_engine *e, unsigned i);
+/* Tear down slot's endpoints on every core (their peer halves queued for
+ * DISCONNECT); ctl_lock held. */
+void seg_remove_eps(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot);
 /* Engine destroy: tell every peer to free its half of our endpoints (best effort). */
 void seg_disconnect_all(struct ferry_engine *e);
-/* Connect q (of core i) to a new responder QP on the peer; ctl_lock held. */
-int seg_qp_handshake(struct ferry_engine *e, unsigned i, struct ferry_seg *s,
-		     uint32_t remote_nic, struct qpx *q, uint64_t *token);
-/* Tell the peer to free the responder QP named by token (0: nothing). */
-void seg_disconnect_token(struct ferry_engine *e, struct ferry_seg *s, uint64_t token);
+
+/* handshake.c: what a handshake to the peer's entry remote_nic needs; ctl_lock held. */
+void seg_peer_of(const struct ferry_seg *s, uint16_t remote_nic, struct seg_peer *out);
+/* handshake.c: connect n QPs of core i to new responder QPs on the peer, in
+ * one CONNECT_REQ (QP k is token + k there).  No lock held. */
+int seg_handshake(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
+		  struct qpx *const *qps, unsigned n, uint64_t token);
+/* handshake.c: the peer's QPs token .. token + n - 1 are to be freed (any
+ * thread, any lock); seg_disconnect_flush sends the DISCONNECTs (no lock). */
+void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t token,
+			  unsigned n);
+void seg_disconnect_flush(struct ferry_engine *e);
 /* Free a slot's descriptors (engine destroy). */
 void seg_release(struct ferry_seg *s);
 

@@ -2,7 +2,8 @@
 /*
  * libFuzzer target for the control-plane wire format (`make fuzz`).
  *
- * Every input goes to wire_hdr_decode and to every payload decoder, twice:
+ * Every input goes to wire_hdr_decode and to every payload decoder (the
+ * descriptor, the handshake, the authentication messages), twice:
  * as a whole, and (when it starts with a valid header) as the payload after
  * that header, so seed frames steer mutations towards each decoder.  What a
  * decoder accepts must hold the format's invariants and re-encode to the
@@ -177,8 +178,38 @@ static void fuzz_disconnect(const uint8_t *in, size_t len)
 	check_reencode(enc_disc, &d, in, len);
 }
 
+static int enc_hello(const void *m, uint8_t *b, size_t cap)
+{
+	return wire_auth_hello_encode(m, b, cap);
+}
+
+static int enc_proof(const void *m, uint8_t *b, size_t cap)
+{
+	return wire_auth_proof_encode(m, b, cap);
+}
+
+static void fuzz_auth(const uint8_t *in, size_t len)
+{
+	struct wire_auth_hello h;
+	struct wire_auth_proof p;
+
+	if (wire_auth_hello_decode(in, len, &h)) {
+		CHECK(all_zero(&h, sizeof(h)));
+	} else {
+		CHECK(len == WIRE_AUTH_HELLO_LEN && h.alg == WIRE_AUTH_ALG);
+		check_reencode(enc_hello, &h, in, len);
+	}
+	if (wire_auth_proof_decode(in, len, &p)) {
+		CHECK(all_zero(&p, sizeof(p)));
+	} else {
+		CHECK(len == WIRE_AUTH_PROOF_LEN);
+		check_reencode(enc_proof, &p, in, len);
+	}
+}
+
 static void fuzz_payload(const uint8_t *in, size_t len)
 {
+	fuzz_auth(in, len);
 	fuzz_desc(in, len);
 	fuzz_connect_req(in, len);
 	fuzz_connect_rep(in, len);
@@ -249,6 +280,22 @@ static void seed_desc(const char *dir, const char *name, uint16_t n_nics, uint32
 	seed_write(dir, name, WIRE_DESC, buf, wire_desc_size(&d));
 }
 
+static void seed_auth(const char *dir)
+{
+	struct wire_auth_hello h = { .alg = WIRE_AUTH_ALG };
+	struct wire_auth_proof p;
+	uint8_t buf[64];
+
+	memset(h.nonce, 0x5a, sizeof(h.nonce));
+	memset(p.mac, 0xa5, sizeof(p.mac));
+	if (wire_auth_hello_encode(&h, buf, sizeof(buf)))
+		exit(1);
+	seed_write(dir, "auth-hello", WIRE_AUTH_HELLO, buf, WIRE_AUTH_HELLO_LEN);
+	if (wire_auth_proof_encode(&p, buf, sizeof(buf)))
+		exit(1);
+	seed_write(dir, "auth-proof", WIRE_AUTH_PROOF, buf, WIRE_AUTH_PROOF_LEN);
+}
+
 static void seed_ep(const char *dir)
 {
 	struct wire_connect_req req;
@@ -289,6 +336,7 @@ static void seed_ep(const char *dir)
 	seed_write(dir, "disconnect", WIRE_DISCONNECT, buf, WIRE_DISCONNECT_LEN);
 	seed_write(dir, "get-desc", WIRE_GET_DESC, NULL, 0);
 	seed_write(dir, "disconnect-rep", WIRE_DISCONNECT_REP, NULL, 0);
+	seed_auth(dir);
 	buf[0] = (uint8_t)-ESTALE;
 	buf[1] = buf[2] = buf[3] = 0xff;
 	seed_write(dir, "error", WIRE_ERROR, buf, 4);

@@ -27,6 +27,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include "ring/base/atomics.h"
 #include "runtime/ctl/ctl.h"
 #include "tests/harness/wait.h"
 
@@ -221,6 +225,13 @@ static void expect_desc(const struct seg_desc *d, uint16_t n_nics, uint32_t n_re
 	seg_desc_free(&want);
 }
 
+/* What the next start_ops sets besides the handlers (tests that need it). */
+static struct {
+	const struct auth_key *key;
+	unsigned max_conns;
+	int idle_ms;
+} next_cfg;
+
 /* Start c the way the engine does: zeroed, handlers set, then ctl_start. */
 static void start_ops(struct ctl *c, struct ctx *x, uint16_t n_nics, uint32_t n_regions,
 		      ctl_connect_fn on_conn, ctl_disconnect_fn on_disc)
@@ -231,6 +242,9 @@ static void start_ops(struct ctl *c, struct ctx *x, uint16_t n_nics, uint32_t n_
 	x->n_regions = n_regions;
 	memset(c, 0, sizeof(*c));
 	ctl_set_ep_ops(c, on_conn, on_disc);
+	ctl_set_auth(c, next_cfg.key);
+	ctl_set_limits(c, next_cfg.max_conns, next_cfg.idle_ms);
+	memset(&next_cfg, 0, sizeof(next_cfg));
 	assert_int_equal(ctl_start(c, NULL, describe, x), 0);
 	assert_int_equal(strncmp(c->address, "127.0.0.1:", 10), 0);
 	assert_true(atoi(c->address + 10) > 0);
@@ -312,14 +326,14 @@ static void test_fetch(void **state)
 
 	(void)state;
 	start(&c, &x, 3, 7);
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &d), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), 0);
 	expect_desc(&d, 3, 7);
 	seg_desc_free(&d);
 	wait_served(&c, 1);
 
 	/* "localhost" resolves too. */
 	snprintf(local, sizeof(local), "localhost:%s", strrchr(c.address, ':') + 1);
-	assert_int_equal(ctl_fetch_desc(local, FETCH_MS, &d), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, local, FETCH_MS, &d), 0);
 	expect_desc(&d, 3, 7);
 	seg_desc_free(&d);
 	wait_served(&c, 2);
@@ -337,7 +351,7 @@ static void test_fetch_large(void **state)
 
 	(void)state;
 	start(&c, &x, 8, WIRE_MAX_REGIONS);
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS * 3, &d), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS * 3, &d), 0);
 	expect_desc(&d, 8, WIRE_MAX_REGIONS);
 	assert_non_null(seg_desc_find(&d, d.regions[12345].addr + 10, 100));
 	seg_desc_free(&d);
@@ -345,7 +359,7 @@ static void test_fetch_large(void **state)
 	/* No regions at all is a valid descriptor. */
 	ctl_stop(&c);
 	start(&c, &x, 1, 0);
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &d), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), 0);
 	expect_desc(&d, 1, 0);
 	assert_null(d.regions);
 	ctl_stop(&c);
@@ -360,18 +374,18 @@ static void test_fetch_errors_from_describe(void **state)
 	(void)state;
 	start(&c, &x, 2, 2);
 	set_mode(&x, MODE_FAIL);
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &d), -EAGAIN);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), -EAGAIN);
 	assert_null(d.regions);
 	/* The server refuses to send what the client would refuse. */
 	set_mode(&x, MODE_INVALID);
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &d), -EINVAL);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), -EINVAL);
 	/* The largest descriptor the limits allow still fits one frame. */
 	set_mode(&x, MODE_HUGE);
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS * 10, &d), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS * 10, &d), 0);
 	expect_desc(&d, WIRE_MAX_NICS, WIRE_MAX_REGIONS);
 	seg_desc_free(&d);
 	set_mode(&x, MODE_OK);
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &d), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), 0);
 	expect_desc(&d, 2, 2);
 	seg_desc_free(&d);
 	wait_served(&c, 4);
@@ -390,7 +404,7 @@ static void test_fetch_closed_port(void **state)
 	start(&c, &x, 1, 1);
 	memcpy(addr, c.address, sizeof(addr));
 	ctl_stop(&c);
-	assert_int_equal(ctl_fetch_desc(addr, FETCH_MS, &d), -ECONNREFUSED);
+	assert_int_equal(ctl_fetch_desc(NULL, addr, FETCH_MS, &d), -ECONNREFUSED);
 	assert_null(d.regions);
 }
 
@@ -416,7 +430,7 @@ static void test_fetch_timeout(void **state)
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(sin.sin_port));
 
 	t0 = now_ms();
-	assert_int_equal(ctl_fetch_desc(addr, 200, &d), -ETIMEDOUT);
+	assert_int_equal(ctl_fetch_desc(NULL, addr, 200, &d), -ETIMEDOUT);
 	dt = now_ms() - t0;
 	assert_true(dt >= 190 && dt < 2000);
 	close(fd);
@@ -440,7 +454,7 @@ static void test_garbage(void **state)
 	wait_refused(&c, 1);
 
 	/* The listener survives and still answers properly. */
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &d), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), 0);
 	expect_desc(&d, 2, 3);
 	seg_desc_free(&d);
 	wait_served(&c, 1);
@@ -563,7 +577,7 @@ static void test_slow_client(void **state)
 	assert_true(now_ms() - t0 < 4500);
 	close(fd);
 	wait_refused(&c, 1);
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &d), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), 0);
 	seg_desc_free(&d);
 	ctl_stop(&c);
 }
@@ -719,7 +733,7 @@ static int fake_fetch(const void *reply, size_t len)
 	int rc;
 
 	fake_start(&f, reply, len);
-	rc = ctl_fetch_desc(f.address, FETCH_MS, &d);
+	rc = ctl_fetch_desc(NULL, f.address, FETCH_MS, &d);
 	pthread_join(f.thread, NULL);
 	close(f.lfd);
 	assert_null(d.regions);
@@ -869,19 +883,19 @@ static void test_connect(void **state)
 	start_ops(&c, &x, 2, 3, on_connect, on_disconnect);
 	for (i = 0; i < 3; i++) {
 		make_req(&req, sizes[i], 1000u + sizes[i]);
-		assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), 0);
+		assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), 0);
 		expect_rep_for(&rep, &req);
 		sr = seen_req(&x, &n);
 		assert_int_equal(n, i + 1);
 		assert_req_equal(&sr, &req); /* exactly what the initiator sent */
 	}
-	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), 0);
+	assert_int_equal(ctl_disconnect(NULL, c.address, FETCH_MS, &d), 0);
 	sd = seen_disc(&x, &n);
 	assert_int_equal(n, 1);
 	assert_int_equal(sd.incarnation, d.incarnation);
 	assert_int_equal(sd.token, d.token);
 	/* GET_DESC is still served beside them. */
-	assert_int_equal(ctl_fetch_desc(c.address, FETCH_MS, &desc), 0);
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &desc), 0);
 	expect_desc(&desc, 2, 3);
 	seg_desc_free(&desc);
 	wait_served(&c, 5);
@@ -891,7 +905,7 @@ static void test_connect(void **state)
 	ctl_stop(&c);
 	assert_int_equal(ctl_start(&c, NULL, describe, &x), 0);
 	make_req(&req, 2, 77);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), 0);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), 0);
 	expect_rep_for(&rep, &req);
 	assert_int_equal(connects(&x), 4);
 	ctl_stop(&c);
@@ -912,25 +926,25 @@ static void test_connect_errors(void **state)
 
 	set_ep_mode(&x, EP_FAIL);
 	memset(&rep, 0xaa, sizeof(rep));
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -ESTALE);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -ESTALE);
 	assert_rep_zero(&rep);
-	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), -ENOENT);
+	assert_int_equal(ctl_disconnect(NULL, c.address, FETCH_MS, &d), -ENOENT);
 
 	set_ep_mode(&x, EP_BAD_ERRNO);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EIO);
-	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), -EIO);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EIO);
+	assert_int_equal(ctl_disconnect(NULL, c.address, FETCH_MS, &d), -EIO);
 
 	/* The server does not send a reply the initiator would refuse. */
 	set_ep_mode(&x, EP_BAD_REP);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EINVAL);
 
 	/* A reply for another endpoint, or with other QPs, is not ours. */
 	set_ep_mode(&x, EP_WRONG_TOKEN);
 	memset(&rep, 0xaa, sizeof(rep));
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EPROTO);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EPROTO);
 	assert_rep_zero(&rep);
 	set_ep_mode(&x, EP_WRONG_N_QPS);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EPROTO);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EPROTO);
 	assert_rep_zero(&rep);
 	wait_served(&c, 7);
 	assert_int_equal(connects(&x), 5);
@@ -938,21 +952,21 @@ static void test_connect_errors(void **state)
 	/* What the target would refuse is not sent at all. */
 	set_ep_mode(&x, EP_OK);
 	req.n_qps = 0;
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EINVAL);
 	req.n_qps = WIRE_MAX_EP_QPS + 1;
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EINVAL);
 	req.n_qps = 2;
 	req.nic.provider[0] = '\0';
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EINVAL);
 	make_req(&req, 2, 42);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, NULL, &rep), -EINVAL);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, NULL), -EINVAL);
-	assert_int_equal(ctl_connect(c.address, 0, &req, &rep), -EINVAL);
-	assert_int_equal(ctl_connect("1.2.3:80", FETCH_MS, &req, &rep), -EINVAL);
-	assert_int_equal(ctl_connect(NULL, FETCH_MS, &req, &rep), -EINVAL);
-	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, NULL), -EINVAL);
-	assert_int_equal(ctl_disconnect(c.address, -1, &d), -EINVAL);
-	assert_int_equal(ctl_disconnect("localhost:0", FETCH_MS, &d), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, NULL, &rep), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, NULL), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, c.address, 0, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, "1.2.3:80", FETCH_MS, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_connect(NULL, NULL, FETCH_MS, &req, &rep), -EINVAL);
+	assert_int_equal(ctl_disconnect(NULL, c.address, FETCH_MS, NULL), -EINVAL);
+	assert_int_equal(ctl_disconnect(NULL, c.address, -1, &d), -EINVAL);
+	assert_int_equal(ctl_disconnect(NULL, "localhost:0", FETCH_MS, &d), -EINVAL);
 	assert_int_equal(connects(&x), 5);
 	assert_int_equal(counter(&c.served), 7);
 	assert_int_equal(counter(&c.refused), 0);
@@ -971,20 +985,20 @@ static void test_ep_unsupported(void **state)
 	(void)state;
 	make_req(&req, 1, 9);
 	start(&c, &x, 1, 1);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EOPNOTSUPP);
-	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), -EOPNOTSUPP);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EOPNOTSUPP);
+	assert_int_equal(ctl_disconnect(NULL, c.address, FETCH_MS, &d), -EOPNOTSUPP);
 	wait_served(&c, 2);
 	assert_int_equal(counter(&c.refused), 0);
 	ctl_stop(&c);
 
 	/* Each handler on its own. */
 	start_ops(&c, &x, 1, 1, on_connect, NULL);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), 0);
-	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), -EOPNOTSUPP);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), 0);
+	assert_int_equal(ctl_disconnect(NULL, c.address, FETCH_MS, &d), -EOPNOTSUPP);
 	ctl_stop(&c);
 	start_ops(&c, &x, 1, 1, NULL, on_disconnect);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), -EOPNOTSUPP);
-	assert_int_equal(ctl_disconnect(c.address, FETCH_MS, &d), 0);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EOPNOTSUPP);
+	assert_int_equal(ctl_disconnect(NULL, c.address, FETCH_MS, &d), 0);
 	ctl_stop(&c);
 }
 
@@ -1011,14 +1025,14 @@ static void test_keepalive(void **state)
 
 	(void)state;
 	start(&c, &x, 1, 1);
-	assert_int_equal(ctl_keepalive(c.address, FETCH_MS, 5), -EOPNOTSUPP);
+	assert_int_equal(ctl_keepalive(NULL, c.address, FETCH_MS, 5), -EOPNOTSUPP);
 	ctl_stop(&c);
 	memset(&c, 0, sizeof(c));
 	ctl_set_keepalive(&c, on_keepalive);
 	assert_int_equal(ctl_start(&c, NULL, describe, &x), 0);
-	assert_int_equal(ctl_keepalive(c.address, FETCH_MS, 0x123456789abcdefull), 0);
+	assert_int_equal(ctl_keepalive(NULL, c.address, FETCH_MS, 0x123456789abcdefull), 0);
 	assert_int_equal(__atomic_load_n(&ka_seen, __ATOMIC_RELAXED), 0x123456789abcdefull);
-	assert_int_equal(ctl_keepalive(c.address, FETCH_MS, 7), -ENOENT);
+	assert_int_equal(ctl_keepalive(NULL, c.address, FETCH_MS, 7), -ENOENT);
 	/* The reserved word must be zero. */
 	fd = raw_connect(c.address);
 	wire_hdr_encode(frame, WIRE_KEEPALIVE, WIRE_KEEPALIVE_LEN);
@@ -1029,7 +1043,7 @@ static void test_keepalive(void **state)
 	wait_refused(&c, 1);
 	snprintf(gone, sizeof(gone), "%s", c.address);
 	ctl_stop(&c);
-	assert_int_equal(ctl_keepalive(gone, FETCH_MS, 5), -ECONNREFUSED);
+	assert_int_equal(ctl_keepalive(NULL, gone, FETCH_MS, 5), -ECONNREFUSED);
 }
 
 /* No engine at the address, or one that never answers. */
@@ -1051,8 +1065,8 @@ static void test_ep_transport(void **state)
 	start_ops(&c, &x, 1, 1, on_connect, on_disconnect);
 	memcpy(addr, c.address, sizeof(addr));
 	ctl_stop(&c);
-	assert_int_equal(ctl_connect(addr, FETCH_MS, &req, &rep), -ECONNREFUSED);
-	assert_int_equal(ctl_disconnect(addr, FETCH_MS, &d), -ECONNREFUSED);
+	assert_int_equal(ctl_connect(NULL, addr, FETCH_MS, &req, &rep), -ECONNREFUSED);
+	assert_int_equal(ctl_disconnect(NULL, addr, FETCH_MS, &d), -ECONNREFUSED);
 
 	memset(&sin, 0, sizeof(sin));
 	sin.sin_family = AF_INET;
@@ -1064,8 +1078,8 @@ static void test_ep_transport(void **state)
 	assert_int_equal(getsockname(fd, (struct sockaddr *)&sin, &len), 0);
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(sin.sin_port));
 	t0 = now_ms();
-	assert_int_equal(ctl_connect(addr, 200, &req, &rep), -ETIMEDOUT);
-	assert_int_equal(ctl_disconnect(addr, 200, &d), -ETIMEDOUT);
+	assert_int_equal(ctl_connect(NULL, addr, 200, &req, &rep), -ETIMEDOUT);
+	assert_int_equal(ctl_disconnect(NULL, addr, 200, &d), -ETIMEDOUT);
 	assert_true(now_ms() - t0 < 3000);
 	close(fd);
 }
@@ -1155,7 +1169,7 @@ static void test_ep_malformed(void **state)
 	/* None reached a callback, and the server still answers. */
 	assert_int_equal(connects(&x), 0);
 	make_req(&req, WIRE_MAX_EP_QPS, 6);
-	assert_int_equal(ctl_connect(c.address, FETCH_MS, &req, &rep), 0);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), 0);
 	expect_rep_for(&rep, &req);
 	assert_int_equal(connects(&x), 1);
 	assert_int_equal(counter(&c.refused), 8);
@@ -1229,7 +1243,7 @@ static int fake_connect(struct fake *f, const void *reply, size_t len, uint16_t 
 	make_req(&req, n_qps, 0x7777);
 	fake_start(f, reply, len);
 	memset(&rep, 0xaa, sizeof(rep));
-	rc = ctl_connect(f->address, FETCH_MS, &req, &rep);
+	rc = ctl_connect(NULL, f->address, FETCH_MS, &req, &rep);
 	pthread_join(f->thread, NULL);
 	close(f->lfd);
 	if (rc)
@@ -1303,7 +1317,7 @@ static int fake_disconnect(struct fake *f, const void *reply, size_t len)
 	int rc;
 
 	fake_start(f, reply, len);
-	rc = ctl_disconnect(f->address, FETCH_MS, &d);
+	rc = ctl_disconnect(NULL, f->address, FETCH_MS, &d);
 	pthread_join(f->thread, NULL);
 	close(f->lfd);
 	return rc;
@@ -1352,13 +1366,13 @@ static void test_bad_address(void **state)
 	memset(&x, 0, sizeof(x));
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		memset(&d, 0xaa, sizeof(d));
-		assert_int_equal(ctl_fetch_desc(bad[i], FETCH_MS, &d), -EINVAL);
+		assert_int_equal(ctl_fetch_desc(NULL, bad[i], FETCH_MS, &d), -EINVAL);
 		assert_null(d.regions);
 	}
-	assert_int_equal(ctl_fetch_desc(NULL, FETCH_MS, &d), -EINVAL);
-	assert_int_equal(ctl_fetch_desc("127.0.0.1:1", 0, &d), -EINVAL);
-	assert_int_equal(ctl_fetch_desc("127.0.0.1:1", -5, &d), -EINVAL);
-	assert_int_equal(ctl_fetch_desc("127.0.0.1:1", FETCH_MS, NULL), -EINVAL);
+	assert_int_equal(ctl_fetch_desc(NULL, NULL, FETCH_MS, &d), -EINVAL);
+	assert_int_equal(ctl_fetch_desc(NULL, "127.0.0.1:1", 0, &d), -EINVAL);
+	assert_int_equal(ctl_fetch_desc(NULL, "127.0.0.1:1", -5, &d), -EINVAL);
+	assert_int_equal(ctl_fetch_desc(NULL, "127.0.0.1:1", FETCH_MS, NULL), -EINVAL);
 
 	/* The listen side wants a dotted IPv4 address; port 0 is fine there.
 	 * (ctl_start keeps the endpoint handlers, so c starts zeroed.) */
@@ -1401,6 +1415,596 @@ static void test_start_stop(void **state)
 	ctl_stop(&c2);
 }
 
+/* ---- many clients at once, slow clients, the cap, kept connections ------ */
+
+struct fetcher {
+	const char *address;
+	struct ctl_client *cl; /* NULL: a connection per call */
+	int n, ok;
+};
+
+static void *fetch_loop(void *arg)
+{
+	struct fetcher *f = arg;
+	struct seg_desc d;
+
+	for (int i = 0; i < f->n; i++) {
+		if (ctl_fetch_desc(f->cl, f->address, FETCH_MS * 5, &d) == 0) {
+			f->ok++;
+			seg_desc_free(&d);
+		}
+	}
+	return NULL;
+}
+
+/* n threads fetching at once, half over a shared client (kept connections),
+ * half with a connection per call: every request is answered. */
+static void run_fetchers(const char *address, struct ctl_client *cl, int threads, int each)
+{
+	pthread_t th[64];
+	struct fetcher f[64];
+
+	assert_true(threads <= 64);
+	for (int i = 0; i < threads; i++) {
+		f[i] = (struct fetcher){ address, i % 2 ? cl : NULL, each, 0 };
+		assert_int_equal(pthread_create(&th[i], NULL, fetch_loop, &f[i]), 0);
+	}
+	for (int i = 0; i < threads; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(f[i].ok, each);
+	}
+}
+
+static void test_many_clients(void **state)
+{
+	struct ctl_client cl;
+	struct ctl c;
+	struct ctx x;
+
+	(void)state;
+	start(&c, &x, 2, 3);
+	assert_int_equal(ctl_client_init(&cl, NULL), 0);
+	run_fetchers(c.address, &cl, 32, 25);
+	wait_served(&c, 32 * 25);
+	assert_int_equal(counter(&c.refused), 0);
+	/* The shared client kept at most a few connections per peer. */
+	assert_true(counter(&cl.dials) <= 16);
+	assert_true(counter(&cl.reuses) >= 16 * 25 - 16);
+	ctl_client_fini(&cl);
+	ctl_stop(&c);
+}
+
+/*
+ * A client that trickles a request one byte per second holds only its own
+ * connection: a fetch made while the server is in the middle of the
+ * trickler's header is answered at once -- the trickler is still connected
+ * and nothing was refused yet (a server serving one connection at a time
+ * would answer only after cutting the trickler at its request deadline).
+ * Then many clients at once while it goes on trickling.
+ */
+struct trickler {
+	const char *address;
+	int stop;   /* atomic */
+	int cuts;   /* connections the server closed on it */
+};
+
+static void *trickle(void *arg)
+{
+	struct trickler *t = arg;
+	static const char hdr[WIRE_HDR_LEN] = "FRY1";
+
+	while (!__atomic_load_n(&t->stop, __ATOMIC_RELAXED)) {
+		int fd = raw_connect(t->address);
+
+		for (size_t i = 0; !__atomic_load_n(&t->stop, __ATOMIC_RELAXED); i++) {
+			if (send(fd, hdr + i % sizeof(hdr), 1, MSG_NOSIGNAL) != 1)
+				break;
+			sleep(1);
+		}
+		close(fd);
+		__atomic_fetch_add(&t->cuts, 1, __ATOMIC_RELAXED);
+	}
+	return NULL;
+}
+
+static void test_trickler_delays_nobody(void **state)
+{
+	struct ctl_client cl;
+	struct seg_desc d;
+	struct ctl c;
+	struct ctx x;
+	int fd;
+
+	(void)state;
+	start(&c, &x, 1, 4);
+	fd = raw_connect(c.address);
+	raw_send(fd, "F", 1);
+	WAIT_UNTIL(server_read_all(fd), WAIT_DEADLINE_MS, "the server to read the first byte");
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), 0);
+	seg_desc_free(&d);
+	/* Answered while the slow request was still pending on its connection. */
+	assert_int_equal(counter(&c.refused), 0);
+	assert_int_equal(server_unread(fd), 0);
+	assert_int_equal(READ_ONCE(c.n_conns) >= 1, 1);
+	close(fd);
+
+	/* And a trickler at one byte a second the whole time, reconnecting when
+	 * it is cut off: 16 clients x 40 requests are all served. */
+	{
+		struct trickler t = { .address = c.address };
+		pthread_t th;
+
+		assert_int_equal(pthread_create(&th, NULL, trickle, &t), 0);
+		assert_int_equal(ctl_client_init(&cl, NULL), 0);
+		run_fetchers(c.address, &cl, 16, 40);
+		__atomic_store_n(&t.stop, 1, __ATOMIC_RELAXED);
+		pthread_join(th, NULL);
+		ctl_client_fini(&cl);
+	}
+	ctl_stop(&c);
+}
+
+static int32_t frame_errno(const uint8_t *b)
+{
+	return (int32_t)((uint32_t)b[12] | (uint32_t)b[13] << 8 | (uint32_t)b[14] << 16 |
+			 (uint32_t)b[15] << 24);
+}
+
+/* Everything the server sends on fd until it closes (at most cap bytes). */
+static size_t read_all(int fd, uint8_t *b, size_t cap)
+{
+	size_t n = 0;
+	ssize_t r;
+
+	while (n < cap && (r = recv(fd, b + n, cap - n, 0)) > 0)
+		n += (size_t)r;
+	return n;
+}
+
+/* Past the cap a connection gets a WIRE_ERROR -EBUSY and is closed; the
+ * client says -EBUSY; one connection less and it is served again. */
+static void test_conn_cap(void **state)
+{
+	uint8_t b[64];
+	struct seg_desc d;
+	struct ctl c;
+	struct ctx x;
+	int fds[4], fd;
+
+	(void)state;
+	memset(&x, 0, sizeof(x));
+	memset(&c, 0, sizeof(c));
+	ctl_set_limits(&c, 4, 0);
+	x.n_nics = 1;
+	x.n_regions = 1;
+	assert_int_equal(ctl_start(&c, NULL, describe, &x), 0);
+	for (int i = 0; i < 4; i++)
+		fds[i] = raw_connect(c.address);
+	WAIT_UNTIL(READ_ONCE(c.n_conns) == 4, WAIT_DEADLINE_MS, "4 connections held");
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), -EBUSY);
+	fd = raw_connect(c.address);
+	assert_int_equal(read_all(fd, b, sizeof(b)), WIRE_HDR_LEN + 4);
+	assert_int_equal(b[6], WIRE_ERROR);
+	assert_int_equal(frame_errno(b), -EBUSY);
+	close(fd);
+	assert_int_equal(counter(&c.capped), 2);
+	close(fds[0]);
+	WAIT_UNTIL(READ_ONCE(c.n_conns) == 3, WAIT_DEADLINE_MS, "a connection to go");
+	assert_int_equal(ctl_fetch_desc(NULL, c.address, FETCH_MS, &d), 0);
+	seg_desc_free(&d);
+	for (int i = 1; i < 4; i++)
+		close(fds[i]);
+	assert_int_equal(counter(&c.refused), 0);
+	ctl_stop(&c);
+}
+
+/* A connection with no request for idle_ms is closed, quietly. */
+static void test_idle_timeout(void **state)
+{
+	struct ctl c;
+	struct ctx x;
+	int fd;
+
+	(void)state;
+	memset(&x, 0, sizeof(x));
+	memset(&c, 0, sizeof(c));
+	ctl_set_limits(&c, 0, 200);
+	assert_int_equal(ctl_start(&c, NULL, describe, &x), 0);
+	fd = raw_connect(c.address);
+	expect_closed(fd); /* the socket's 5 s receive timeout would fail it */
+	close(fd);
+	assert_int_equal(counter(&c.refused), 0);
+	ctl_stop(&c);
+}
+
+/* The client keeps its connection: one dial for many calls, one server
+ * connection; the server closing it while idle costs a new dial, no error. */
+static void test_client_reuse(void **state)
+{
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	struct ctl_client cl;
+	struct seg_desc d;
+	struct ctl c;
+	struct ctx x;
+
+	(void)state;
+	next_cfg.idle_ms = 300;
+	start_ops(&c, &x, 1, 2, on_connect, on_disconnect);
+	assert_int_equal(ctl_client_init(&cl, NULL), 0);
+	make_req(&req, 4, 5);
+	for (int i = 0; i < 10; i++) {
+		assert_int_equal(ctl_fetch_desc(&cl, c.address, FETCH_MS, &d), 0);
+		seg_desc_free(&d);
+		assert_int_equal(ctl_connect(&cl, c.address, FETCH_MS, &req, &rep), 0);
+	}
+	assert_int_equal(counter(&cl.dials), 1);
+	assert_int_equal(counter(&cl.reuses), 19);
+	assert_int_equal(READ_ONCE(c.n_conns), 1);
+	/* A WIRE_ERROR is a clean answer: the connection stays. */
+	set_ep_mode(&x, EP_FAIL);
+	assert_int_equal(ctl_connect(&cl, c.address, FETCH_MS, &req, &rep), -ESTALE);
+	assert_int_equal(ctl_fetch_desc(&cl, c.address, FETCH_MS, &d), 0);
+	seg_desc_free(&d);
+	assert_int_equal(counter(&cl.dials), 1);
+	/* Idle past the server's timeout: it closes, the next call dials. */
+	WAIT_UNTIL(READ_ONCE(c.n_conns) == 0, WAIT_DEADLINE_MS, "the idle connection to close");
+	assert_int_equal(ctl_fetch_desc(&cl, c.address, FETCH_MS, &d), 0);
+	seg_desc_free(&d);
+	assert_int_equal(counter(&cl.dials), 2);
+	ctl_client_fini(&cl);
+	ctl_stop(&c);
+}
+
+/* A server that answers one DISCONNECT on its first connection, then
+ * reads the next request and hangs up without a word; its second
+ * connection is answered.  The kept connection breaks before any byte of
+ * the reply: the client redials once and the call succeeds. */
+struct flaky {
+	int lfd;
+	char address[64];
+	pthread_t th;
+};
+
+static void flaky_answer(int fd)
+{
+	uint8_t req[WIRE_HDR_LEN + WIRE_DISCONNECT_LEN], rep[WIRE_HDR_LEN];
+
+	raw_recv(fd, req, sizeof(req));
+	wire_hdr_encode(rep, WIRE_DISCONNECT_REP, 0);
+	raw_send(fd, rep, sizeof(rep));
+}
+
+static void *flaky_serve(void *arg)
+{
+	struct flaky *f = arg;
+	uint8_t req[WIRE_HDR_LEN + WIRE_DISCONNECT_LEN];
+	int fd = accept(f->lfd, NULL, NULL);
+
+	flaky_answer(fd);
+	raw_recv(fd, req, sizeof(req));
+	close(fd);
+	fd = accept(f->lfd, NULL, NULL);
+	flaky_answer(fd);
+	close(fd);
+	return NULL;
+}
+
+static void test_client_redial(void **state)
+{
+	struct wire_disconnect dd = { 1, 2 };
+	struct sockaddr_in sin;
+	socklen_t sl = sizeof(sin);
+	struct ctl_client cl;
+	struct flaky f;
+
+	(void)state;
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	f.lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(f.lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_equal(listen(f.lfd, 4), 0);
+	assert_int_equal(getsockname(f.lfd, (struct sockaddr *)&sin, &sl), 0);
+	snprintf(f.address, sizeof(f.address), "127.0.0.1:%u", ntohs(sin.sin_port));
+	assert_int_equal(pthread_create(&f.th, NULL, flaky_serve, &f), 0);
+	assert_int_equal(ctl_client_init(&cl, NULL), 0);
+	assert_int_equal(ctl_disconnect(&cl, f.address, FETCH_MS, &dd), 0);
+	assert_int_equal(ctl_disconnect(&cl, f.address, FETCH_MS, &dd), 0);
+	assert_int_equal(counter(&cl.dials), 2);
+	assert_int_equal(counter(&cl.redials), 1);
+	pthread_join(f.th, NULL);
+	close(f.lfd);
+	ctl_client_fini(&cl);
+}
+
+/* ---- authentication ----------------------------------------------------- */
+
+static void key_of(const char *secret, struct auth_key *k)
+{
+	assert_int_equal(auth_key_derive(secret, strlen(secret), k), 0);
+}
+
+#define KEY_A "0123456789abcdef0123456789abcdef-cluster-a"
+#define KEY_B "0123456789abcdef0123456789abcdef-cluster-b"
+
+static void start_auth(struct ctl *c, struct ctx *x, const char *secret)
+{
+	struct auth_key k;
+
+	if (secret) {
+		key_of(secret, &k);
+		next_cfg.key = &k;
+	}
+	start_ops(c, x, 2, 3, on_connect, on_disconnect);
+}
+
+static int auth_fetch(const char *address, const char *secret, struct ctl_client *cl)
+{
+	struct seg_desc d;
+	struct auth_key k;
+	int rc;
+
+	if (secret)
+		key_of(secret, &k);
+	assert_int_equal(ctl_client_init(cl, secret ? &k : NULL), 0);
+	rc = ctl_fetch_desc(cl, address, FETCH_MS, &d);
+	if (!rc) {
+		expect_desc(&d, 2, 3);
+		seg_desc_free(&d);
+	} else {
+		assert_null(d.regions);
+	}
+	return rc;
+}
+
+static void test_auth_outcomes(void **state)
+{
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	struct ctl_client cl;
+	struct ctl c;
+	struct ctx x;
+
+	(void)state;
+	/* Same key: served, over one authenticated connection. */
+	start_auth(&c, &x, KEY_A);
+	assert_int_equal(auth_fetch(c.address, KEY_A, &cl), 0);
+	make_req(&req, 2, 9);
+	assert_int_equal(ctl_connect(&cl, c.address, FETCH_MS, &req, &rep), 0);
+	assert_int_equal(counter(&cl.dials), 1);
+	ctl_client_fini(&cl);
+	assert_int_equal(counter(&c.denied), 0);
+	/* Another key, no key: refused, nothing handed out. */
+	assert_int_equal(auth_fetch(c.address, KEY_B, &cl), -EACCES);
+	ctl_client_fini(&cl);
+	WAIT_UNTIL(counter(&c.denied) == 1, WAIT_DEADLINE_MS, "the wrong key to be refused");
+	assert_int_equal(auth_fetch(c.address, NULL, &cl), -EACCES);
+	assert_int_equal(ctl_connect(&cl, c.address, FETCH_MS, &req, &rep), -EACCES);
+	ctl_client_fini(&cl);
+	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EACCES);
+	WAIT_UNTIL(counter(&c.denied) == 4, WAIT_DEADLINE_MS, "keyless peers to be refused");
+	assert_int_equal(connects(&x), 1);
+	assert_int_equal(__atomic_load_n(&x.calls, __ATOMIC_RELAXED), 1);
+	ctl_stop(&c);
+
+	/* A key on the client only: the server refuses it too. */
+	start_auth(&c, &x, NULL);
+	assert_int_equal(auth_fetch(c.address, KEY_A, &cl), -EACCES);
+	ctl_client_fini(&cl);
+	WAIT_UNTIL(counter(&c.denied) == 1, WAIT_DEADLINE_MS, "a keyed client to be refused");
+	assert_int_equal(__atomic_load_n(&x.calls, __ATOMIC_RELAXED), 0);
+	/* No key on either side: today's behaviour. */
+	assert_int_equal(auth_fetch(c.address, NULL, &cl), 0);
+	ctl_client_fini(&cl);
+	ctl_stop(&c);
+}
+
+/* What arrives on the wire, seen by a raw socket: the refusing server sends
+ * no descriptor byte, only (at most) a WIRE_ERROR -EACCES. */
+static void expect_only_eacces(int fd)
+{
+	uint8_t b[4096];
+	size_t n = read_all(fd, b, sizeof(b));
+	struct wire_hdr h;
+
+	assert_int_equal(n, WIRE_HDR_LEN + 4);
+	assert_int_equal(wire_hdr_decode(b, n, &h), 0);
+	assert_int_equal(h.type, WIRE_ERROR);
+	assert_int_equal(frame_errno(b), -EACCES);
+}
+
+static void send_hello(int fd, uint8_t nonce[WIRE_AUTH_NONCE_LEN])
+{
+	struct wire_auth_hello h = { .alg = WIRE_AUTH_ALG };
+	uint8_t p[WIRE_AUTH_HELLO_LEN];
+
+	memcpy(h.nonce, nonce, WIRE_AUTH_NONCE_LEN);
+	assert_int_equal(wire_auth_hello_encode(&h, p, sizeof(p)), 0);
+	send_frame(fd, WIRE_AUTH_HELLO, p, sizeof(p));
+}
+
+/* The server's hello and proof: 2 frames, 96 bytes, no descriptor. */
+static void recv_server_hello(int fd, uint8_t nonce_s[WIRE_AUTH_NONCE_LEN],
+			      uint8_t mac[WIRE_AUTH_MAC_LEN])
+{
+	uint8_t b[2 * WIRE_HDR_LEN + WIRE_AUTH_HELLO_LEN + WIRE_AUTH_PROOF_LEN];
+	struct wire_auth_hello h;
+	struct wire_hdr hd;
+
+	raw_recv(fd, b, sizeof(b));
+	assert_int_equal(wire_hdr_decode(b, WIRE_HDR_LEN, &hd), 0);
+	assert_int_equal(hd.type, WIRE_AUTH_HELLO);
+	assert_int_equal(wire_auth_hello_decode(b + WIRE_HDR_LEN, WIRE_AUTH_HELLO_LEN, &h), 0);
+	memcpy(nonce_s, h.nonce, WIRE_AUTH_NONCE_LEN);
+	assert_int_equal(wire_hdr_decode(b + WIRE_HDR_LEN + WIRE_AUTH_HELLO_LEN, WIRE_HDR_LEN,
+					 &hd), 0);
+	assert_int_equal(hd.type, WIRE_AUTH_PROOF);
+	memcpy(mac, b + 2 * WIRE_HDR_LEN + WIRE_AUTH_HELLO_LEN, WIRE_AUTH_MAC_LEN);
+}
+
+static void test_auth_nothing_leaks(void **state)
+{
+	uint8_t nc[WIRE_AUTH_NONCE_LEN], ns[WIRE_AUTH_NONCE_LEN], mac[WIRE_AUTH_MAC_LEN];
+	struct wire_connect_req req;
+	uint8_t p[512];
+	struct auth_key ka, kb;
+	struct ctl c;
+	struct ctx x;
+	int fd;
+
+	(void)state;
+	key_of(KEY_A, &ka);
+	key_of(KEY_B, &kb);
+	start_auth(&c, &x, KEY_A);
+	/* A request with no authentication at all. */
+	fd = raw_connect(c.address);
+	send_hdr(fd, WIRE_VERSION, WIRE_GET_DESC, 0);
+	expect_only_eacces(fd);
+	close(fd);
+	fd = raw_connect(c.address);
+	make_req(&req, 2, 3);
+	assert_int_equal(wire_connect_req_encode(&req, p, sizeof(p)), 0);
+	send_frame(fd, WIRE_CONNECT_REQ, p, (uint32_t)wire_connect_req_size(&req));
+	expect_only_eacces(fd);
+	close(fd);
+	/* A hello, then a request instead of a proof: the hello and the
+	 * server's proof come back, then EACCES, never a descriptor. */
+	auth_nonce(nc);
+	fd = raw_connect(c.address);
+	send_hello(fd, nc);
+	send_hdr(fd, WIRE_VERSION, WIRE_GET_DESC, 0);
+	recv_server_hello(fd, ns, mac);
+	assert_true(auth_verify(&ka, AUTH_SERVER, nc, ns, mac));
+	expect_only_eacces(fd);
+	close(fd);
+	/* A proof made with another key (or for the wrong role), then a request. */
+	for (int round = 0; round < 2; round++) {
+		fd = raw_connect(c.address);
+		send_hello(fd, nc);
+		recv_server_hello(fd, ns, mac);
+		if (round == 0)
+			auth_proof(&kb, AUTH_CLIENT, nc, ns, mac);
+		else
+			auth_proof(&ka, AUTH_SERVER, nc, ns, mac); /* its own proof reflected */
+		send_frame(fd, WIRE_AUTH_PROOF, mac, WIRE_AUTH_MAC_LEN);
+		send_hdr(fd, WIRE_VERSION, WIRE_GET_DESC, 0);
+		expect_only_eacces(fd);
+		close(fd);
+	}
+	/* The right proof: then the descriptor comes. */
+	fd = raw_connect(c.address);
+	send_hello(fd, nc);
+	recv_server_hello(fd, ns, mac);
+	auth_proof(&ka, AUTH_CLIENT, nc, ns, mac);
+	send_frame(fd, WIRE_AUTH_PROOF, mac, WIRE_AUTH_MAC_LEN);
+	send_hdr(fd, WIRE_VERSION, WIRE_GET_DESC, 0);
+	raw_recv(fd, p, WIRE_HDR_LEN);
+	assert_int_equal(p[6], WIRE_DESC);
+	close(fd);
+	assert_int_equal(connects(&x), 0);
+	assert_int_equal(__atomic_load_n(&x.calls, __ATOMIC_RELAXED), 1);
+	WAIT_UNTIL(counter(&c.denied) == 5, WAIT_DEADLINE_MS, "5 refusals");
+	ctl_stop(&c);
+}
+
+/* A peer that connects and says nothing is refused at the authentication
+ * deadline (not the longer idle timeout). */
+static void test_auth_deadline(void **state)
+{
+	struct ctl c;
+	struct ctx x;
+	int fd;
+
+	(void)state;
+	start_auth(&c, &x, KEY_A);
+	fd = raw_connect(c.address);
+	expect_only_eacces(fd);
+	close(fd);
+	assert_int_equal(counter(&c.denied), 1);
+	ctl_stop(&c);
+}
+
+/* ctl_auth_connect / ctl_auth_accept over a socket pair (the blocking API
+ * a provider's data connections would use). */
+struct acceptor {
+	int fd;
+	const struct auth_key *key;
+	int rc;
+};
+
+static void *do_accept(void *arg)
+{
+	struct acceptor *a = arg;
+
+	a->rc = ctl_auth_accept(a->fd, a->key, now_ms() + FETCH_MS, -1, "test client");
+	return NULL;
+}
+
+static void test_auth_blocking_api(void **state)
+{
+	struct auth_key ka, kb;
+	struct acceptor a;
+	pthread_t th;
+	int sv[2], rc;
+
+	(void)state;
+	key_of(KEY_A, &ka);
+	key_of(KEY_B, &kb);
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+		a = (struct acceptor){ sv[1], &ka, 1 };
+		assert_int_equal(pthread_create(&th, NULL, do_accept, &a), 0);
+		rc = ctl_auth_connect(sv[0], round ? &kb : &ka, now_ms() + FETCH_MS, -1, "test");
+		pthread_join(th, NULL);
+		assert_int_equal(rc, round ? -EACCES : 0);
+		assert_int_equal(a.rc, round ? -EACCES : 0);
+		close(sv[0]);
+		close(sv[1]);
+	}
+}
+
+static void write_file(const char *path, const char *content, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, content, strlen(content)), (ssize_t)strlen(content));
+	assert_int_equal(fchmod(fd, mode), 0);
+	close(fd);
+}
+
+/* The key file: 0600 and >= 32 bytes (less trailing whitespace), any content. */
+static void test_key_file(void **state)
+{
+	char dir[] = "/tmp/ferry-key-XXXXXX", path[64], err[320];
+	struct auth_key k1, k2;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/key", dir);
+	write_file(path, KEY_A "\n", 0600);
+	assert_int_equal(ctl_auth_load_key(path, &k1, err, sizeof(err)), 0);
+	write_file(path, KEY_A, 0400);
+	assert_int_equal(ctl_auth_load_key(path, &k2, err, sizeof(err)), 0);
+	assert_memory_equal(&k1, &k2, sizeof(k1)); /* the newline does not count */
+	write_file(path, KEY_B, 0600);
+	assert_int_equal(ctl_auth_load_key(path, &k2, err, sizeof(err)), 0);
+	assert_memory_not_equal(&k1, &k2, sizeof(k1));
+	write_file(path, KEY_A, 0640);
+	assert_int_equal(ctl_auth_load_key(path, &k1, err, sizeof(err)), -EPERM);
+	assert_non_null(strstr(err, "chmod 600"));
+	write_file(path, KEY_A, 0604);
+	assert_int_equal(ctl_auth_load_key(path, &k1, err, sizeof(err)), -EPERM);
+	write_file(path, "0123456789abcdef0123456789abcde\n\n", 0600); /* 31 bytes */
+	assert_int_equal(ctl_auth_load_key(path, &k1, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "at least 32"));
+	unlink(path);
+	assert_int_equal(ctl_auth_load_key(path, &k1, err, sizeof(err)), -ENOENT);
+	assert_int_equal(ctl_auth_load_key(dir, &k1, err, sizeof(err)), -EINVAL);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1426,6 +2030,17 @@ int main(void)
 		cmocka_unit_test(test_bad_address),
 		cmocka_unit_test(test_keepalive),
 		cmocka_unit_test(test_start_stop),
+		cmocka_unit_test(test_many_clients),
+		cmocka_unit_test(test_trickler_delays_nobody),
+		cmocka_unit_test(test_conn_cap),
+		cmocka_unit_test(test_idle_timeout),
+		cmocka_unit_test(test_client_reuse),
+		cmocka_unit_test(test_client_redial),
+		cmocka_unit_test(test_auth_outcomes),
+		cmocka_unit_test(test_auth_nothing_leaks),
+		cmocka_unit_test(test_auth_deadline),
+		cmocka_unit_test(test_auth_blocking_api),
+		cmocka_unit_test(test_key_file),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -260,7 +260,7 @@ static void test_hdr_roundtrip(void **state)
 	assert_int_equal(h.payload_len, WIRE_MAX_PAYLOAD);
 
 	/* Every type of version 2, by its number on the wire. */
-	for (uint16_t t = 1; t <= 9; t++) {
+	for (uint16_t t = 1; t <= 11; t++) {
 		wire_hdr_encode(b, t, 16);
 		assert_int_equal(wire_hdr_decode(b, sizeof(b), &h), 0);
 		assert_int_equal(h.type, t);
@@ -268,6 +268,8 @@ static void test_hdr_roundtrip(void **state)
 	assert_int_equal(WIRE_CONNECT_REQ, 4);
 	assert_int_equal(WIRE_DISCONNECT_REP, 7);
 	assert_int_equal(WIRE_KEEPALIVE_REP, 9);
+	assert_int_equal(WIRE_AUTH_HELLO, 10);
+	assert_int_equal(WIRE_AUTH_PROOF, 11);
 }
 
 static int hdr_decode_quiet(const uint8_t *b, size_t len)
@@ -309,7 +311,7 @@ static void test_hdr_refused(void **state)
 	memcpy(m, b, sizeof(m));
 	le(m + 6, 0, 2); /* type */
 	assert_int_equal(hdr_decode_quiet(m, sizeof(m)), -EPROTO);
-	le(m + 6, WIRE_KEEPALIVE_REP + 1, 2);
+	le(m + 6, WIRE_AUTH_PROOF + 1, 2);
 	assert_int_equal(hdr_decode_quiet(m, sizeof(m)), -EPROTO);
 	le(m + 6, 0xffff, 2);
 	assert_int_equal(hdr_decode_quiet(m, sizeof(m)), -EPROTO);
@@ -1119,6 +1121,61 @@ static void test_disconnect_refused(void **state)
 			expect_refused_as(&DISC, b, n);
 }
 
+/* AUTH_HELLO and AUTH_PROOF: exact sizes, a known algorithm, zero reserved
+ * words; a refusal leaves the output zeroed. */
+static void test_auth_msgs(void **state)
+{
+	static const struct wire_auth_hello zh;
+	static const struct wire_auth_proof zp;
+	struct wire_auth_hello h = { .alg = WIRE_AUTH_ALG }, h2;
+	struct wire_auth_proof p, p2;
+	uint8_t b[WIRE_AUTH_HELLO_LEN + 1], m[sizeof(b)];
+	int fd = open("/dev/null", O_WRONLY);
+	int saved;
+	size_t n;
+
+	(void)state;
+	memset(h.nonce, 0x3c, sizeof(h.nonce));
+	memset(p.mac, 0xc3, sizeof(p.mac));
+	assert_int_equal(wire_auth_hello_encode(&h, b, WIRE_AUTH_HELLO_LEN - 1), -ENOSPC);
+	assert_int_equal(wire_auth_hello_encode(&h, b, sizeof(b)), 0);
+	assert_int_equal(b[0], WIRE_AUTH_ALG);
+	assert_int_equal(wire_auth_hello_decode(b, WIRE_AUTH_HELLO_LEN, &h2), 0);
+	assert_memory_equal(&h2, &h, sizeof(h));
+	assert_int_equal(wire_auth_proof_encode(&p, b, WIRE_AUTH_PROOF_LEN - 1), -ENOSPC);
+	assert_int_equal(wire_auth_proof_encode(&p, b + 1, WIRE_AUTH_PROOF_LEN), 0);
+	assert_int_equal(wire_auth_proof_decode(b + 1, WIRE_AUTH_PROOF_LEN, &p2), 0);
+	assert_memory_equal(&p2, &p, sizeof(p));
+	h2.alg = 2;
+	assert_int_equal(wire_auth_hello_encode(&h2, b, sizeof(b)), -EINVAL);
+
+	assert_true(fd >= 0);
+	saved = stderr_to(fd);
+	assert_int_equal(wire_auth_hello_encode(&h, b, sizeof(b)), 0);
+	for (n = 0; n <= sizeof(b); n++) {
+		if (n == WIRE_AUTH_HELLO_LEN)
+			continue;
+		memset(&h2, 0xee, sizeof(h2));
+		assert_int_equal(wire_auth_hello_decode(b, n, &h2), -EPROTO);
+		assert_memory_equal(&h2, &zh, sizeof(zh));
+	}
+	for (n = 0; n < 8; n++) { /* alg, then each reserved byte */
+		memcpy(m, b, sizeof(m));
+		m[n] ^= 0x40;
+		assert_int_equal(wire_auth_hello_decode(m, WIRE_AUTH_HELLO_LEN, &h2), -EPROTO);
+		assert_memory_equal(&h2, &zh, sizeof(zh));
+	}
+	for (n = 0; n <= sizeof(b); n++) {
+		if (n == WIRE_AUTH_PROOF_LEN)
+			continue;
+		memset(&p2, 0xee, sizeof(p2));
+		assert_int_equal(wire_auth_proof_decode(b, n, &p2), -EPROTO);
+		assert_memory_equal(&p2, &zp, sizeof(zp));
+	}
+	stderr_restore(saved);
+	close(fd);
+}
+
 static void test_ep_encode_errors(void **state)
 {
 	struct wire_connect_req r;
@@ -1280,6 +1337,7 @@ int main(void)
 		cmocka_unit_test(test_req_refused),
 		cmocka_unit_test(test_rep_refused),
 		cmocka_unit_test(test_disconnect_refused),
+		cmocka_unit_test(test_auth_msgs),
 		cmocka_unit_test(test_ep_encode_errors),
 		cmocka_unit_test(test_ep_mutations),
 	};

@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One connection of the control server (server.c moves its bytes, serve.c
+ * answers its messages).  Each connection has its own read state -- the
+ * header being read, then its payload -- and at most one reply queued: the
+ * next request is not read before the reply is sent, so a client that does
+ * not read cannot make the server buffer more than one reply for it.
+ *
+ * Deadlines (absolute, sock_now_ms(); 0 = none):
+ *   rx_deadline    a request must be whole CTL_IO_TIMEOUT_MS after its first byte
+ *   tx_deadline    a reply must be taken by the client within CTL_IO_TIMEOUT_MS
+ *   auth_deadline  a peer must prove itself within CTL_IO_TIMEOUT_MS of accept
+ *   idle_deadline  between requests, a connection is closed after idle_ms
+ */
+#ifndef FERRY_RUNTIME_CTL_CONN_H
+#define FERRY_RUNTIME_CTL_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qp/auth/auth.h"
+#include "runtime/ctl/ctl.h"
+#include "runtime/ctl/wire.h"
+
+enum conn_auth {
+	CONN_OPEN = 0,   /* requests are served (authenticated, or no key here) */
+	CONN_WANT_HELLO, /* key here: the peer's AUTH_HELLO must come first */
+	CONN_WANT_PROOF, /* our hello and proof sent: the peer's proof must come next */
+};
+
+struct ctl_conn {
+	int fd;
+	unsigned idx;            /* in ctl.conns */
+	uint32_t events;         /* what epoll watches now */
+	uint8_t auth;            /* enum conn_auth */
+	bool closing;            /* close once the queued reply is sent */
+	bool tx_counts;          /* the queued reply answers a request: count it */
+	bool have_hdr;           /* hdr is whole and checked; reading the payload */
+	struct wire_hdr h;
+	uint8_t hdr[WIRE_HDR_LEN];
+	size_t got;              /* bytes of the header, then of the payload */
+	uint8_t *payload;
+	uint8_t *tx;             /* the queued frame(s) */
+	size_t tx_len, tx_off;
+	int64_t rx_deadline, tx_deadline, auth_deadline, idle_deadline;
+	uint8_t nonce_c[AUTH_NONCE_LEN], nonce_s[AUTH_NONCE_LEN];
+	char peer[32];           /* "a.b.c.d:port", for the logs */
+};
+
+/* serve.c: the largest payload a message of this type may have on this
+ * connection, or -1 when the type is not a request. */
+long ctl_req_max(uint16_t type);
+/* serve.c: may a message of this type come now (authentication)?  0, or
+ * the connection is refused (closing, maybe a WIRE_ERROR queued) and -EACCES. */
+int ctl_gate(struct ctl *c, struct ctl_conn *cn, uint16_t type);
+/* serve.c: a whole message is in (cn->h, cn->payload): answer it. */
+void ctl_handle(struct ctl *c, struct ctl_conn *cn);
+
+/* server.c: queue a frame (malloc'd, WIRE_HDR_LEN + payload, header encoded
+ * by the caller); counts: it answers a request. */
+void ctl_conn_send(struct ctl_conn *cn, uint8_t *frame, size_t len, bool counts);
+/* server.c: queue the answer to a request: frame (payload at frame +
+ * WIRE_HDR_LEN, malloc'd or NULL) if rc is 0, else a WIRE_ERROR with rc. */
+void ctl_conn_reply(struct ctl_conn *cn, int rc, uint16_t type, uint8_t *frame,
+		    size_t payload_len);
+/* server.c: queue a WIRE_ERROR carrying err (negative errno). */
+void ctl_conn_error(struct ctl_conn *cn, int err);
+/* server.c: count and log a malformed message; the connection closes
+ * (after what is queued).  -EPROTO. */
+int ctl_conn_refuse(struct ctl *c, struct ctl_conn *cn, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* server.c: count and log a peer that failed authentication, queue a
+ * WIRE_ERROR -EACCES, close after it.  -EACCES. */
+int ctl_conn_deny(struct ctl *c, struct ctl_conn *cn, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#endif /* FERRY_RUNTIME_CTL_CONN_H */

@@ -1,0 +1,212 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The client's connections to its peers.  A connection carries one call at
+ * a time (its owner sends a request and reads the reply), then goes back to
+ * the pool, where the next call to the same peer takes it: one TCP
+ * handshake and one authentication per connection instead of per call.
+ * At most CTL_POOL_PER_PEER idle connections per peer and CTL_POOL_MAX in
+ * all are kept (the oldest go first); one idle for CTL_POOL_IDLE_MS, less
+ * than the server's idle timeout, is closed rather than reused.  A kept
+ * connection the peer has closed meanwhile is seen before use when it can
+ * be (readable: end of stream), else by the call, which redials once.
+ */
+#include "runtime/ctl/pool.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ring/base/atomics.h"
+#include "runtime/ctl/sock.h"
+
+static bool same_peer(const struct sockaddr_in *a, const struct sockaddr_in *b)
+{
+	return a->sin_addr.s_addr == b->sin_addr.s_addr && a->sin_port == b->sin_port;
+}
+
+/* Connect with a deadline.  Returns the fd or -errno. */
+static int dial_tcp(const struct sockaddr_in *sin, int64_t deadline, int stop_fd)
+{
+	socklen_t elen = sizeof(int);
+	int fd, rc, err = 0;
+
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	sock_set_nodelay(fd);
+	rc = connect(fd, (const struct sockaddr *)sin, sizeof(*sin));
+	if (rc && (errno == EINPROGRESS || errno == EINTR)) {
+		/* EINTR: the connect goes on in the background, as for EINPROGRESS. */
+		rc = sock_wait_fd(fd, POLLOUT, stop_fd, deadline);
+		if (!rc && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen))
+			err = errno;
+		if (!rc && err)
+			rc = -err;
+	} else if (rc) {
+		rc = -errno;
+	}
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+int ctl_dial(struct ctl_client *cl, const struct sockaddr_in *sin, const char *address,
+	     int64_t deadline)
+{
+	int stop_fd = cl ? cl->stop_fd : -1;
+	int fd = dial_tcp(sin, deadline, stop_fd);
+	int rc;
+
+	if (fd < 0 || !cl)
+		return fd;
+	fetch_add_relaxed(cl->dials, 1); /* statistics */
+	if (!cl->has_key)
+		return fd;
+	rc = ctl_auth_connect(fd, &cl->key, deadline, stop_fd, address);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+/* Can fd still carry a call?  Readable means the peer closed it (or sent
+ * what nobody asked for): either way it is no good. */
+static bool still_good(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, 0) == 0;
+}
+
+/* Take the newest idle connection to sin that is still good; -1 if none. */
+static int pool_take(struct ctl_client *cl, const struct sockaddr_in *sin)
+{
+	int64_t now = sock_now_ms();
+	int fd = -1;
+
+	pthread_mutex_lock(&cl->lock);
+	for (unsigned i = cl->n_idle; i-- > 0 && fd < 0;) {
+		struct ctl_pconn *p = &cl->idle[i];
+		bool fresh;
+
+		if (!same_peer(&p->sin, sin))
+			continue;
+		fd = p->fd;
+		fresh = now - p->last_ms < CTL_POOL_IDLE_MS;
+		cl->idle[i] = cl->idle[--cl->n_idle];
+		if (!fresh || !still_good(fd)) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	pthread_mutex_unlock(&cl->lock);
+	return fd;
+}
+
+int ctl_pool_get(struct ctl_client *cl, const struct sockaddr_in *sin, const char *address,
+		 int64_t deadline, bool *reused)
+{
+	int fd = pool_take(cl, sin);
+
+	*reused = fd >= 0;
+	if (fd >= 0) {
+		fetch_add_relaxed(cl->reuses, 1); /* statistics */
+		return fd;
+	}
+	return ctl_dial(cl, sin, address, deadline);
+}
+
+/* Remove idle entry i (closing it). */
+static void pool_drop(struct ctl_client *cl, unsigned i)
+{
+	close(cl->idle[i].fd);
+	cl->idle[i] = cl->idle[--cl->n_idle];
+}
+
+/* The oldest idle entry, of sin's peer only if mine; -1 if none. */
+static int pool_oldest(const struct ctl_client *cl, const struct sockaddr_in *sin, bool mine)
+{
+	int oldest = -1;
+
+	for (unsigned i = 0; i < cl->n_idle; i++) {
+		if (mine && !same_peer(&cl->idle[i].sin, sin))
+			continue;
+		if (oldest < 0 || cl->idle[i].last_ms < cl->idle[oldest].last_ms)
+			oldest = (int)i;
+	}
+	return oldest;
+}
+
+void ctl_pool_put(struct ctl_client *cl, const struct sockaddr_in *sin, int fd)
+{
+	unsigned n = 0;
+	int victim;
+
+	pthread_mutex_lock(&cl->lock);
+	for (unsigned i = 0; i < cl->n_idle; i++)
+		n += same_peer(&cl->idle[i].sin, sin);
+	victim = n >= CTL_POOL_PER_PEER ? pool_oldest(cl, sin, true) :
+		 cl->n_idle == CTL_POOL_MAX ? pool_oldest(cl, sin, false) : -1;
+	if (victim >= 0)
+		pool_drop(cl, (unsigned)victim);
+	cl->idle[cl->n_idle++] = (struct ctl_pconn){ .sin = *sin, .fd = fd,
+						     .last_ms = sock_now_ms() };
+	pthread_mutex_unlock(&cl->lock);
+}
+
+int ctl_client_init(struct ctl_client *cl, const struct auth_key *key)
+{
+	memset(cl, 0, sizeof(*cl));
+	cl->stop_fd = -1;
+	if (key) {
+		if (auth_init())
+			return -EIO;
+		cl->key = *key;
+		cl->has_key = 1;
+	}
+	cl->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (cl->stop_fd < 0)
+		return -errno;
+	return -pthread_mutex_init(&cl->lock, NULL);
+}
+
+void ctl_client_cancel(struct ctl_client *cl)
+{
+	uint64_t one = 1;
+
+	if (cl->stop_fd < 0)
+		return;
+	/* Stays readable: every wait on it, now or later, ends -ECANCELED. */
+	while (write(cl->stop_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+}
+
+void ctl_client_resume(struct ctl_client *cl)
+{
+	uint64_t v;
+
+	/* Reading an eventfd zeroes it: it is no longer readable. */
+	if (cl->stop_fd >= 0)
+		while (read(cl->stop_fd, &v, sizeof(v)) < 0 && errno == EINTR)
+			;
+}
+
+void ctl_client_fini(struct ctl_client *cl)
+{
+	if (cl->stop_fd < 0)
+		return;
+	pthread_mutex_lock(&cl->lock);
+	while (cl->n_idle)
+		pool_drop(cl, cl->n_idle - 1);
+	pthread_mutex_unlock(&cl->lock);
+	pthread_mutex_destroy(&cl->lock);
+	close(cl->stop_fd);
+	cl->stop_fd = -1;
+	auth_wipe(&cl->key, sizeof(cl->key));
+}

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The client's connections (pool.c), for client.c: dial (connect, then
+ * authenticate when the client has a key) and keep idle connections per
+ * peer for the next call.
+ */
+#ifndef FERRY_RUNTIME_CTL_POOL_H
+#define FERRY_RUNTIME_CTL_POOL_H
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/ctl/ctl.h"
+
+/* A connection to sin, authenticated if cl has a key (cl may be NULL).
+ * The fd, or -errno: connect errors as they come (-ECONNREFUSED, ...),
+ * or what authentication said (-EACCES, -EBUSY, -EPROTO, ...). */
+int ctl_dial(struct ctl_client *cl, const struct sockaddr_in *sin, const char *address,
+	     int64_t deadline);
+/* A kept connection to sin (*reused = true) or a new one. */
+int ctl_pool_get(struct ctl_client *cl, const struct sockaddr_in *sin, const char *address,
+		 int64_t deadline, bool *reused);
+/* Give a connection back after a clean exchange (it may be closed instead). */
+void ctl_pool_put(struct ctl_client *cl, const struct sockaddr_in *sin, int fd);
+
+#endif /* FERRY_RUNTIME_CTL_POOL_H */

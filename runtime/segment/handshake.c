@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The endpoint handshake seen from the initiator, and the DISCONNECTs that
+ * free the peer's halves.  Both are round trips, so neither runs under
+ * ctl_lock: what a handshake needs of its segment is copied first (struct
+ * seg_peer), and DISCONNECTs decided under the lock are queued and sent
+ * once it is released (seg_disconnect_flush).
+ *
+ * One CONNECT_REQ carries all the QPs of an endpoint; with token T, the
+ * peer names QP k by T + k (wire.h), so the bookkeeping stays per QP:
+ * a DISCONNECT frees one responder QP, and the repair thread replaces one
+ * QP with a handshake of its own (n = 1, a new token) and frees the old
+ * one alone.  The price is one DISCONNECT per QP when an endpoint goes,
+ * over a kept connection (a few tens of microseconds each on a LAN).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ring/base/log.h"
+#include "runtime/ctl/ctl.h"
+#include "runtime/engine/engine.h"
+
+struct disc_item {
+	struct disc_item *next;
+	char address[64];
+	uint64_t token;
+};
+
+void seg_peer_of(const struct ferry_seg *s, uint16_t remote_nic, struct seg_peer *out)
+{
+	memcpy(out->address, s->address, sizeof(out->address));
+	out->target_incarnation = s->desc->incarnation;
+	out->remote_nic = remote_nic;
+	out->raddr = s->desc->nics[remote_nic].addr;
+	out->tx = s->tx;
+}
+
+static void handshake_req(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
+			  struct qpx *const *qps, unsigned n, uint64_t token,
+			  struct wire_connect_req *req)
+{
+	const struct qctx *q = &e->cores[i]->tx[p->tx];
+
+	memset(req, 0, sizeof(*req));
+	req->incarnation = e->incarnation;
+	req->token = token;
+	req->target_incarnation = p->target_incarnation;
+	req->target_nic = p->remote_nic;
+	req->n_qps = (uint16_t)n;
+	snprintf(req->nic.provider, sizeof(req->nic.provider), "%s", q->prov->name);
+	q->prov->addr(q->nic, &req->nic.addr);
+	for (unsigned k = 0; k < n; k++)
+		q->prov->qp_info(qps[k]->nqp, &req->qps[k]);
+}
+
+/*
+ * Connect n QPs of core i to new responder QPs on the peer's NIC: one
+ * CONNECT_REQ (QP k named token + k), then ours here.  -ENETUNREACH when
+ * our provider could not reach the peer's address (the control plane
+ * worked: another transport may); the peer's halves are then queued for
+ * DISCONNECT.  No lock held: a round trip.
+ */
+int seg_handshake(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
+		  struct qpx *const *qps, unsigned n, uint64_t token)
+{
+	const struct qctx *q = &e->cores[i]->tx[p->tx];
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	char here[160];
+	int rc;
+
+	handshake_req(e, i, p, qps, n, token, &req);
+	rc = ctl_connect(&e->client, p->address, SEG_CTL_TIMEOUT_MS, &req, &rep);
+	if (rc) {
+		log_err("segment %s: endpoint handshake for core %u: %s", p->address, i,
+			strerror(-rc));
+		return rc;
+	}
+	for (unsigned k = 0; k < n && !rc; k++)
+		rc = q->prov->qp_connect(qps[k]->nqp, &p->raddr, &rep.qps[k]);
+	if (rc) {
+		seg_disconnect_later(e, p->address, token, n);
+		q->prov->describe(q->nic, here, sizeof(here));
+		log_err("segment %s: a QP of core %u (%s) cannot reach the peer's NIC %u: %s",
+			p->address, i, here, p->remote_nic, strerror(-rc));
+		rc = -ENETUNREACH;
+	}
+	return rc;
+}
+
+void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t token,
+			  unsigned n)
+{
+	for (unsigned k = 0; token && k < n; k++) {
+		struct disc_item *d = malloc(sizeof(*d));
+
+		if (!d) {
+			/* The peer's lease frees it when our keepalives stop. */
+			log_warn("segment %s: no memory to free the peer's QP %llu", address,
+				 (unsigned long long)(token + k));
+			continue;
+		}
+		snprintf(d->address, sizeof(d->address), "%s", address);
+		d->token = token + k;
+		pthread_mutex_lock(&e->disc_lock);
+		d->next = e->disc_head;
+		e->disc_head = d;
+		pthread_mutex_unlock(&e->disc_lock);
+	}
+}
+
+void seg_disconnect_flush(struct ferry_engine *e)
+{
+	struct disc_item *d, *next;
+	int rc;
+
+	pthread_mutex_lock(&e->disc_lock);
+	d = e->disc_head;
+	e->disc_head = NULL;
+	pthread_mutex_unlock(&e->disc_lock);
+	for (; d; d = next) {
+		struct wire_disconnect w = { .incarnation = e->incarnation, .token = d->token };
+
+		next = d->next;
+		rc = ctl_disconnect(&e->client, d->address, SEG_CTL_TIMEOUT_MS, &w);
+		/* A peer that is gone has nothing left to free. */
+		if (rc && e->opts.verbose)
+			log_info("segment %s: disconnect: %s", d->address, strerror(-rc));
+		free(d);
+	}
+}

@@ -1,0 +1,466 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Opening a segment (and refreshing it, and reconnecting its evicted
+ * endpoints) without holding ctl_lock across a round trip, so that opens of
+ * different peers proceed in parallel and a slow or dead peer delays only
+ * its own open:
+ *
+ *   1. under the lock: wait while another open of the same address is in
+ *      progress; an address open already is checked against its peer (one
+ *      descriptor fetch, without the lock: the same incarnation keeps its
+ *      handle, a restarted peer marks it stale); else reserve a free slot
+ *      (SEG_OPENING: nobody else touches it, its handle is not out yet)
+ *   2. without: fetch the descriptor
+ *   3. under: choose the transport, create each core's endpoint (making room
+ *      in its cache), reserve the tokens
+ *   4. without: one CONNECT_REQ per endpoint, then our QPs' half
+ *   5. under: have each core attach its endpoint, publish, SEG_OPEN
+ *
+ * Engine destroy sets e->destroying and cancels the client's calls: an
+ * open in progress stops at its next step with -ECANCELED, undoes what it
+ * made, and destroy waits for e->opening to drop to zero.  DISCONNECTs
+ * decided under the lock (evictions, failures) go out after it is released.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ring/base/log.h"
+#include "runtime/ctl/ctl.h"
+#include "runtime/engine/engine.h"
+
+/* An endpoint of core i: made under the lock, connected without it,
+ * published under it. */
+struct ep_prep {
+	struct ferry_ep *ep;  /* NULL: none on this core (no room, or published) */
+	bool connected;       /* the peer holds its half */
+	uint64_t token;       /* the peer names QP k token + k */
+	struct seg_peer peer;
+};
+
+enum { OPEN_RESERVED = 0, OPEN_FOUND = 1 };
+
+/* Core i's endpoint to s, not connected yet; ctl_lock held. */
+static int ep_prepare(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, unsigned i,
+		      struct ep_prep *p)
+{
+	struct ferry_ep *ep;
+	int rc = seg_make_room(e, i);
+
+	if (rc == 0)
+		rc = ep_create(&e->cores[i]->tx[s->tx], e->opts.qps_per_ep, e->opts.wrs_per_qp, &ep);
+	if (rc)
+		return rc;
+	ep->tx = s->tx;
+	ep->seg_slot = slot;
+	ep->seg_gen = s->gen;
+	ep->remote_nic = s->peer_nics[i % s->n_peer_nics];
+	ep->rail.published = &s->rail_paused[i];
+	ep->cut_off = &s->rail_down[i];
+	p->token = e->next_token + 1;
+	e->next_token += ep->nqps;
+	seg_peer_of(s, (uint16_t)ep->remote_nic, &p->peer);
+	p->ep = ep;
+	p->connected = false;
+	return 0;
+}
+
+/* Undo ep_prepare (and the peer's half, if it was made). */
+static void ep_unprepare(struct ferry_engine *e, unsigned i, struct ep_prep *p)
+{
+	if (!p->ep)
+		return;
+	if (p->connected)
+		seg_disconnect_later(e, p->peer.address, p->token, p->ep->nqps);
+	ep_destroy(&e->cores[i]->tx[p->ep->tx], p->ep);
+	p->ep = NULL;
+	p->connected = false;
+}
+
+static void unprepare_all(struct ferry_engine *e, struct ep_prep *pp)
+{
+	for (unsigned i = 0; i < e->ncores; i++)
+		ep_unprepare(e, i, &pp[i]);
+}
+
+/* Have core i attach the endpoint, then publish it; ctl_lock held. */
+static int ep_publish(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, unsigned i,
+		      struct ep_prep *p)
+{
+	struct ferry_core *c = e->cores[i];
+	struct core_cmd cmd = { .type = CMD_EP_ADD, .slot = slot, .ep = p->ep };
+	struct ferry_ep *ep = p->ep;
+	/* Another open may have filled the cache since ep_prepare made room. */
+	int rc = seg_make_room(e, i);
+
+	if (rc == 0)
+		rc = core_command(c, &cmd);
+	if (rc) {
+		ep_unprepare(e, i, p);
+		return rc;
+	}
+	for (unsigned k = 0; k < ep->nqps; k++)
+		s->qp_tokens[i][k] = p->token + k;
+	s->eps[i] = ep;
+	p->ep = NULL;
+	WRITE_ONCE(s->rail_down[i], 0);
+	WRITE_ONCE(s->rail_paused[i], 0);
+	ep_table_set(&c->eps, slot, ep); /* the core sees it whole (RCU publication) */
+	sieve_insert(&c->eps.cache, slot);
+	store_sc(s->rail_gone[i], 0); /* submitters may pick the rail again */
+	return 0;
+}
+
+/* One endpoint per local core where the cache has room; fails only when
+ * no core could take one, or on any other error.  ctl_lock held. */
+static int prepare_all(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot,
+		       struct ep_prep *pp)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < e->ncores; i++) {
+		int rc = ep_prepare(e, s, slot, i, &pp[i]);
+
+		if (rc && rc != -EBUSY) {
+			unprepare_all(e, pp);
+			return rc;
+		}
+		n += rc == 0;
+	}
+	if (n == 0) {
+		log_err("segment %s: every core's endpoint cache (ep_cache %u) is full of endpoints "
+			"in use", s->address, e->opts.ep_cache);
+		return -EBUSY;
+	}
+	return 0;
+}
+
+/* The round trips of every prepared endpoint; no lock held. */
+static int connect_all(struct ferry_engine *e, struct ep_prep *pp)
+{
+	for (unsigned i = 0; i < e->ncores; i++) {
+		struct ep_prep *p = &pp[i];
+		int rc;
+
+		if (!p->ep)
+			continue;
+		rc = seg_handshake(e, i, &p->peer, p->ep->qps, p->ep->nqps, p->token);
+		if (rc)
+			return rc;
+		p->connected = true;
+	}
+	return 0;
+}
+
+/* Publish every connected endpoint; ctl_lock held. */
+static int publish_all(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot,
+		       struct ep_prep *pp)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < e->ncores; i++) {
+		int rc;
+
+		if (!pp[i].ep)
+			continue;
+		rc = ep_publish(e, s, slot, i, &pp[i]);
+		if (rc && rc != -EBUSY)
+			return rc;
+		n += rc == 0;
+	}
+	return n ? 0 : -EBUSY;
+}
+
+/*
+ * Steps 3 and 4 over the first transport that works (route.c): when ours
+ * cannot reach the peer's address on one, its endpoints go and the next is
+ * tried.  Called and returns without ctl_lock.
+ */
+static int open_connect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot,
+			struct ep_prep *pp)
+{
+	unsigned next = 0;
+	int rc;
+
+	for (;;) {
+		pthread_mutex_lock(&e->ctl_lock);
+		rc = e->destroying ? -ECANCELED : seg_route_next(e, s, s->desc, &next);
+		if (!rc)
+			rc = prepare_all(e, s, slot, pp);
+		pthread_mutex_unlock(&e->ctl_lock);
+		if (!rc)
+			rc = connect_all(e, pp);
+		if (rc != -ENETUNREACH)
+			return rc;
+		pthread_mutex_lock(&e->ctl_lock);
+		unprepare_all(e, pp);
+		pthread_mutex_unlock(&e->ctl_lock);
+		seg_disconnect_flush(e);
+		log_warn("segment %s: %s does not reach the peer: trying the next transport",
+			 s->address, s->transport);
+	}
+}
+
+static struct ferry_seg *seg_find(struct ferry_engine *e, const char *address, uint32_t state,
+				  uint32_t *slot)
+{
+	for (uint32_t i = 0; i < FERRY_MAX_SEGMENTS; i++) {
+		struct ferry_seg *s = &e->segs[i];
+
+		if (s->state == state && !READ_ONCE(s->stale) && strcmp(s->address, address) == 0) {
+			*slot = i;
+			return s;
+		}
+	}
+	return NULL;
+}
+
+/* A descriptor fetched into a new allocation; 0 or -errno (*out NULL). */
+static int fetch_desc(struct ferry_engine *e, const char *address, struct seg_desc **out)
+{
+	struct seg_desc *d = calloc(1, sizeof(*d));
+	int rc = d ? ctl_fetch_desc(&e->client, address, SEG_CTL_TIMEOUT_MS, d) : -ENOMEM;
+
+	if (rc) {
+		free(d);
+		d = NULL;
+	}
+	*out = d;
+	return rc;
+}
+
+static void desc_put(struct seg_desc *d)
+{
+	if (d)
+		seg_desc_free(d);
+	free(d);
+}
+
+/* Take a free slot for address: SEG_OPENING, rails healthy, none connected. */
+static int slot_reserve(struct ferry_engine *e, const char *address, uint32_t *slot)
+{
+	struct ferry_seg *s;
+	uint32_t i;
+
+	for (i = 0; i < FERRY_MAX_SEGMENTS && e->segs[i].state != SEG_FREE; i++)
+		;
+	if (i == FERRY_MAX_SEGMENTS)
+		return -ENOSPC;
+	s = &e->segs[i];
+	s->stale = 0;
+	memset(s->rail_down, 0, sizeof(s->rail_down));
+	memset(s->rail_paused, 0, sizeof(s->rail_paused));
+	memset(s->rail_gone, 1, sizeof(s->rail_gone));
+	snprintf(s->address, sizeof(s->address), "%s", address);
+	store_sc(s->state, SEG_OPENING); /* read by seg_acquire: not open yet */
+	e->opening++;
+	*slot = i;
+	return OPEN_RESERVED;
+}
+
+/*
+ * Step 1, ctl_lock held (dropped around the reopen check's fetch): the
+ * handle of the address open already (OPEN_FOUND), or a reserved slot
+ * (OPEN_RESERVED; *fresh may hold the descriptor the check fetched).
+ */
+static int open_reserve(struct ferry_engine *e, const char *address, struct seg_desc **fresh,
+			uint32_t *slot, ferry_seg_t *out)
+{
+	struct ferry_seg *s;
+	int rc;
+
+	for (;;) {
+		if (e->destroying)
+			return -ECANCELED;
+		if (seg_find(e, address, SEG_OPENING, slot)) {
+			pthread_cond_wait(&e->seg_cond, &e->ctl_lock); /* one open per address */
+			continue;
+		}
+		s = seg_find(e, address, SEG_OPEN, slot);
+		if (!s)
+			return slot_reserve(e, address, slot);
+		if (!*fresh) {
+			e->opening++; /* engine destroy waits for us */
+			pthread_mutex_unlock(&e->ctl_lock);
+			rc = fetch_desc(e, address, fresh);
+			pthread_mutex_lock(&e->ctl_lock);
+			e->opening--;
+			pthread_cond_broadcast(&e->seg_cond);
+			if (rc)
+				return rc;
+			continue; /* it may have been closed or reopened meanwhile */
+		}
+		if ((*fresh)->incarnation == s->desc->incarnation) {
+			*out = seg_handle(s->gen, *slot);
+			return OPEN_FOUND;
+		}
+		/* The peer restarted: its keys and QPs belong to a dead process. */
+		seg_mark_stale(e, s, *slot);
+	}
+}
+
+/* Undo a failed open of slot; ctl_lock held. */
+static void open_abort(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot,
+		       struct ep_prep *pp)
+{
+	unprepare_all(e, pp);
+	seg_remove_eps(e, s, slot);
+	desc_put(s->desc);
+	s->desc = NULL;
+	s->address[0] = 0;
+	store_sc(s->state, SEG_FREE);
+}
+
+/* Steps 2 to 5 for a reserved slot; returns with ctl_lock held. */
+static int open_slot(struct ferry_engine *e, uint32_t slot, struct seg_desc *fresh,
+		     struct ep_prep *pp, ferry_seg_t *out)
+{
+	struct ferry_seg *s = &e->segs[slot];
+	int rc = fresh ? 0 : fetch_desc(e, s->address, &fresh);
+
+	pthread_mutex_lock(&e->ctl_lock);
+	if (!rc && e->destroying)
+		rc = -ECANCELED;
+	if (!rc) {
+		s->desc = fresh;
+		fresh = NULL;
+		store_sc(s->gen, s->gen + 1); /* read by seg_lookup/seg_acquire */
+	}
+	pthread_mutex_unlock(&e->ctl_lock);
+	desc_put(fresh);
+	if (!rc)
+		rc = open_connect(e, s, slot, pp);
+	pthread_mutex_lock(&e->ctl_lock);
+	if (!rc && e->destroying)
+		rc = -ECANCELED;
+	if (!rc)
+		rc = publish_all(e, s, slot, pp);
+	if (rc) {
+		open_abort(e, s, slot, pp);
+		return rc;
+	}
+	store_sc(s->state, SEG_OPEN); /* pairs with: seg_acquire, core_park */
+	*out = seg_handle(s->gen, slot);
+	return 0;
+}
+
+int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t *out)
+{
+	struct seg_desc *fresh = NULL;
+	struct ep_prep *pp;
+	uint32_t slot;
+	int rc;
+
+	if (!e || !address || !out)
+		return -EINVAL;
+	if (strlen(address) >= sizeof(e->segs[0].address))
+		return -EINVAL;
+	pp = calloc(FERRY_MAX_CORES, sizeof(*pp));
+	if (!pp)
+		return -ENOMEM;
+	pthread_mutex_lock(&e->ctl_lock);
+	rc = open_reserve(e, address, &fresh, &slot, out);
+	pthread_mutex_unlock(&e->ctl_lock);
+	if (rc == OPEN_RESERVED) {
+		rc = open_slot(e, slot, fresh, pp, out); /* takes fresh */
+		fresh = NULL;
+		pthread_mutex_unlock(&e->ctl_lock);
+		seg_disconnect_flush(e);
+		/* The last touch of e: engine destroy may go on once we are out. */
+		pthread_mutex_lock(&e->ctl_lock);
+		e->opening--;
+		pthread_cond_broadcast(&e->seg_cond);
+		pthread_mutex_unlock(&e->ctl_lock);
+	}
+	desc_put(fresh);
+	free(pp);
+	return rc < 0 ? rc : 0;
+}
+
+int seg_reconnect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, uint32_t gen)
+{
+	struct ep_prep *pp = calloc(FERRY_MAX_CORES, sizeof(*pp));
+	int rc = -EHOSTDOWN, added = 0;
+	bool live;
+
+	if (!pp)
+		return -ENOMEM;
+	pthread_mutex_lock(&e->ctl_lock);
+	if (s->state == SEG_OPEN && s->gen == gen && !e->destroying)
+		for (unsigned i = 0; i < e->ncores; i++)
+			if (!s->eps[i])
+				rc = ep_prepare(e, s, slot, i, &pp[i]);
+	pthread_mutex_unlock(&e->ctl_lock);
+	for (unsigned i = 0; i < e->ncores; i++) {
+		if (!pp[i].ep)
+			continue;
+		rc = seg_handshake(e, i, &pp[i].peer, pp[i].ep->qps, pp[i].ep->nqps, pp[i].token);
+		pp[i].connected = rc == 0;
+	}
+	pthread_mutex_lock(&e->ctl_lock);
+	/* Closed, reopened or destroyed meanwhile: what we made goes. */
+	live = s->state == SEG_OPEN && s->gen == gen && !e->destroying;
+	for (unsigned i = 0; i < e->ncores; i++) {
+		if (!pp[i].ep)
+			continue;
+		if (live && pp[i].connected && !s->eps[i]) {
+			rc = ep_publish(e, s, slot, i, &pp[i]);
+			added += rc == 0;
+		}
+		ep_unprepare(e, i, &pp[i]);
+	}
+	pthread_mutex_unlock(&e->ctl_lock);
+	seg_disconnect_flush(e);
+	free(pp);
+	return added ? added : rc;
+}
+
+/* The refreshed descriptor d of s (generation gen), if still wanted; ctl_lock held. */
+static int refresh_install(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot,
+			   uint32_t gen, struct seg_desc *d)
+{
+	if (s->state != SEG_OPEN || s->gen != gen)
+		return -ENOENT;
+	/* A restarted peer (new incarnation) needs new endpoints: open it again. */
+	if (d->incarnation != s->desc->incarnation || d->n_nics != s->desc->n_nics) {
+		seg_mark_stale(e, s, slot);
+		return -ESTALE;
+	}
+	if (s->n_old == ARRAY_SIZE(s->old_descs))
+		return -ENOSPC;
+	/* Requests in flight may still point into the old regions. */
+	s->old_descs[s->n_old++] = s->desc;
+	store_release(s->desc, d); /* pairs with: load_acquire in rq_prepare */
+	return 0;
+}
+
+int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg)
+{
+	char address[sizeof(e->segs[0].address)];
+	struct seg_desc *d = NULL;
+	struct ferry_seg *s;
+	uint32_t slot, gen = 0;
+	int rc = -ENOENT;
+
+	if (!e)
+		return -EINVAL;
+	pthread_mutex_lock(&e->ctl_lock);
+	s = seg_lookup(e, seg, &slot);
+	if (s && s->state == SEG_OPEN) {
+		rc = s->n_old == ARRAY_SIZE(s->old_descs) ? -ENOSPC : 0;
+		gen = s->gen;
+		memcpy(address, s->address, sizeof(address));
+	}
+	pthread_mutex_unlock(&e->ctl_lock);
+	if (!rc)
+		rc = fetch_desc(e, address, &d);
+	if (!rc) {
+		pthread_mutex_lock(&e->ctl_lock);
+		rc = refresh_install(e, s, slot, gen, d);
+		pthread_mutex_unlock(&e->ctl_lock);
+	}
+	if (rc)
+		desc_put(d);
+	return rc;
+}
