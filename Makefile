@@ -14,7 +14,7 @@
 PREFIX   ?= /usr/local
 CC       ?= cc
 SAN      ?=
-PKGS     := libibverbs numa liburcu-qsbr liburcu-cds ck
+PKGS     := libibverbs numa liburcu-qsbr liburcu-cds ck hiredis libcurl libcjson
 TEST_PKGS := cmocka
 
 ifeq ($(SAN),)

@@ -29,7 +29,8 @@ struct repair {
 int repair_start(struct ferry_engine *e);
 void repair_stop(struct ferry_engine *e);
 
-/* lease.c, on the repair thread: keepalives out, expired initiators' QPs freed. */
+/* lease.c, on the repair thread: keepalives out, expired initiators' QPs freed,
+ * the name's lease in the metadata store renewed. */
 void repair_leases(struct ferry_engine *e);
 
 #endif /* FERRY_RUNTIME_CTL_REPAIR_H */

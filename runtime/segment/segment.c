@@ -384,7 +384,34 @@ static int seg_check_reopen(struct ferry_engine *e, struct ferry_seg *s, uint32_
 	return rc ? rc : 1;
 }
 
-static int seg_open_locked(struct ferry_engine *e, const char *address, ferry_seg_t *out)
+/*
+ * An open by name reached the engine at address: it must be the
+ * incarnation the store names.  A mismatch means the store's record is
+ * stale (a crashed engine whose lease has not run out, and the address
+ * reused) or the engine there is not the one that published the name:
+ * refused, never a connection to the wrong engine.
+ */
+static int seg_want_check(const char *address, const struct seg_desc *d,
+			  const struct seg_want *want)
+{
+	if (!want || d->incarnation == want->incarnation)
+		return 0;
+	log_err("segment '%s': the metadata store says incarnation %016llx at %s, but the engine "
+		"there is %016llx: refused (a stale record of an engine that died, or another "
+		"engine on that address; try again once the record expires)", want->name,
+		(unsigned long long)want->incarnation, address,
+		(unsigned long long)d->incarnation);
+	return -ESTALE;
+}
+
+static void seg_set_name(struct ferry_seg *s, const struct seg_want *want)
+{
+	if (want)
+		snprintf(s->name, sizeof(s->name), "%s", want->name);
+}
+
+int seg_open_locked(struct ferry_engine *e, const char *address, const struct seg_want *want,
+		    ferry_seg_t *out)
 {
 	struct seg_desc *fresh = NULL;
 	struct ferry_seg *s;
@@ -394,10 +421,16 @@ static int seg_open_locked(struct ferry_engine *e, const char *address, ferry_se
 	s = seg_find_open(e, address, &slot);
 	if (s) {
 		rc = seg_check_reopen(e, s, slot, &fresh);
-		if (rc == 1)
+		if (rc == 1) {
+			rc = seg_want_check(address, s->desc, want);
+			if (rc)
+				return rc;
+			seg_set_name(s, want);
 			*out = seg_handle(s->gen, slot);
+			return 0;
+		}
 		if (rc)
-			return rc < 0 ? rc : 0;
+			return rc;
 	}
 	for (slot = 0; slot < FERRY_MAX_SEGMENTS && e->segs[slot].state != SEG_FREE; slot++)
 		;
@@ -409,6 +442,7 @@ static int seg_open_locked(struct ferry_engine *e, const char *address, ferry_se
 	}
 	s = &e->segs[slot];
 	s->stale = 0;
+	s->name[0] = '\0';
 	/* A reused slot starts with healthy rails, none connected yet. */
 	memset(s->rail_down, 0, sizeof(s->rail_down));
 	memset(s->rail_paused, 0, sizeof(s->rail_paused));
@@ -417,6 +451,8 @@ static int seg_open_locked(struct ferry_engine *e, const char *address, ferry_se
 	if (!s->desc)
 		return -ENOMEM;
 	rc = fresh ? 0 : ctl_fetch_desc(address, FETCH_TIMEOUT_MS, s->desc);
+	if (rc == 0)
+		rc = seg_want_check(address, s->desc, want);
 	if (rc == 0) {
 		store_sc(s->gen, s->gen + 1); /* read by seg_lookup/seg_acquire */
 		snprintf(s->address, sizeof(s->address), "%s", address);
@@ -429,6 +465,7 @@ static int seg_open_locked(struct ferry_engine *e, const char *address, ferry_se
 		s->desc = NULL;
 		return rc;
 	}
+	seg_set_name(s, want);
 	store_sc(s->state, SEG_OPEN); /* pairs with: seg_acquire, core_park */
 	*out = seg_handle(s->gen, slot);
 	return 0;
@@ -442,8 +479,11 @@ int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t 
 		return -EINVAL;
 	if (strlen(address) >= sizeof(e->segs[0].address))
 		return -EINVAL;
+	/* "host:port" is an address; anything else a name (names have no colon). */
+	if (!strchr(address, ':'))
+		return seg_open_named(e, address, out);
 	pthread_mutex_lock(&e->ctl_lock);
-	rc = seg_open_locked(e, address, out);
+	rc = seg_open_locked(e, address, NULL, out);
 	pthread_mutex_unlock(&e->ctl_lock);
 	return rc;
 }
@@ -523,6 +563,7 @@ int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg)
 	}
 	s->n_old = 0;
 	s->address[0] = 0;
+	s->name[0] = 0;
 	store_sc(s->state, SEG_FREE);
 	pthread_mutex_unlock(&e->ctl_lock);
 	return 0;
