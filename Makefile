@@ -167,7 +167,7 @@ test-verbs: $(VERBS_TESTS)
 	fi
 
 # The whole suite: checks, plain, ASan+UBSan, TSan on the concurrent tests,
-# verbs, then the wire-format fuzzer for a bounded time.  The first line
+# verbs, then the fuzzers for a bounded time.  The first line
 # installs what is missing (not run by make -n: it does not name $(MAKE)).
 test:
 	.ci/install-deps build test
@@ -203,25 +203,40 @@ bench-run: $(B)/ferry_bench
 callgrind: $(B)/ferry_bench
 	bench/callgrind.sh $(B)/ferry_bench $(or $(CALLGRIND_ITERS),200)
 
-# libFuzzer on the wire decoders: `make fuzz [FUZZ_SECONDS=30]`.  Needs clang
-# and its libFuzzer runtime (Debian 12: clang, libclang-rt-dev), which
-# `make test` installs (.ci/install-deps test).  The target writes its own
-# seeds; build-fuzz/corpus keeps what the fuzzer found between runs,
-# crashes land in build-fuzz/.
+# libFuzzer on what ferry reads from the network: the wire decoders
+# (fuzz_wire) and what a metadata store returns (fuzz_meta: the published
+# record, base64, etcd's JSON replies).  `make fuzz [FUZZ_SECONDS=30]` is
+# the total: two thirds for fuzz_wire, a third (at least 1 s) for
+# fuzz_meta.  Needs clang and its libFuzzer runtime (Debian 12: clang,
+# libclang-rt-dev), which `make test` installs (.ci/install-deps test).
+# The targets write their own seeds; build-fuzz/corpus and
+# build-fuzz/corpus-meta keep what the fuzzers found between runs, crashes
+# land in build-fuzz/.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 30
+FUZZ_META_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 3 )); [ $$s -ge 1 ] || s=1; echo $$s)
+FUZZ_WIRE_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) - $(FUZZ_META_SECONDS) )); [ $$s -ge 1 ] || s=1; echo $$s)
 FUZZ_CFLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1 \
                -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -DURCU_INLINE_SMALL_FUNCTIONS -I.
+FUZZ_META_SRCS := tests/fuzz/fuzz_meta.c runtime/ctl/meta/record.c runtime/ctl/meta/base64.c \
+                  runtime/ctl/meta/etcd_json.c
 
-fuzz: build-fuzz/fuzz_wire
-	@mkdir -p build-fuzz/corpus
+fuzz: build-fuzz/fuzz_wire build-fuzz/fuzz_meta
+	@mkdir -p build-fuzz/corpus build-fuzz/corpus-meta
 	FERRY_FUZZ_SEEDS=build-fuzz/corpus build-fuzz/fuzz_wire
-	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -close_fd_mask=2 \
+	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_WIRE_SECONDS) -close_fd_mask=2 \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus
+	FERRY_FUZZ_SEEDS=build-fuzz/corpus-meta build-fuzz/fuzz_meta
+	build-fuzz/fuzz_meta -max_total_time=$(FUZZ_META_SECONDS) -close_fd_mask=2 \
+	  -artifact_prefix=build-fuzz/meta- build-fuzz/corpus-meta
 
 build-fuzz/fuzz_wire: tests/fuzz/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire.h qp/nic.h ring/base/log.c
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_wire.c runtime/ctl/wire.c ring/base/log.c -o $@
+
+build-fuzz/fuzz_meta: $(FUZZ_META_SRCS) $(wildcard runtime/ctl/meta/*.h)
+	@mkdir -p build-fuzz
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_META_SRCS) -lcjson -o $@
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

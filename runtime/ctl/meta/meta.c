@@ -38,16 +38,6 @@ int meta_key(const char *name, char *key, size_t cap)
 	return 0;
 }
 
-bool meta_value_ok(const char *v, size_t len)
-{
-	if (len == 0 || len >= META_VALUE_MAX)
-		return false;
-	for (size_t i = 0; i < len; i++)
-		if (v[i] < 0x20 || v[i] > 0x7e)
-			return false;
-	return true;
-}
-
 /* host: [A-Za-z0-9.-]{1,63}; port: 1..65535, plain decimal; nothing else. */
 static int meta_parse_hostport(const char *s, char *host, size_t hcap, uint16_t *port)
 {

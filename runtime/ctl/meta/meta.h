@@ -103,6 +103,14 @@ int meta_key(const char *name, char *key, size_t cap);
 
 /* A value this layer stores and returns: 1..META_VALUE_MAX-1 bytes of
  * printable ASCII. */
-bool meta_value_ok(const char *v, size_t len);
+static inline bool meta_value_ok(const char *v, size_t len)
+{
+	if (len == 0 || len >= META_VALUE_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (v[i] < 0x20 || v[i] > 0x7e)
+			return false;
+	return true;
+}
 
 #endif /* FERRY_RUNTIME_CTL_META_H */
