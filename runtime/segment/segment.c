@@ -354,7 +354,7 @@ void seg_mark_stale(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
 	if (xchg_relaxed(s->stale, 1))
 		return;
 	log_warn("segment %s: the peer restarted (new incarnation): requests to the old one "
-		 "fail with ESTALE; open the address again", s->address);
+		 "fail with ESTALE; open the address (or name) again", s->address);
 	for (unsigned i = 0; i < e->ncores; i++)
 		seg_rail_set_down(e, s, i, slot, 1);
 }
