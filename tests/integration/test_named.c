@@ -323,7 +323,7 @@ struct streamer {
 	struct node *from, *to;
 	ferry_seg_t seg;
 	int stop;                      /* load_acquire/store_release */
-	unsigned done, failed;         /* read after the join */
+	unsigned done, failed;         /* one writer (the thread): WRITE_ONCE/READ_ONCE */
 	int last_err;
 };
 
@@ -338,10 +338,10 @@ static void *stream_main(void *arg)
 		int rc = roundtrip(&m, s->from, s->seg, s->to, seed++);
 
 		if (rc) {
-			s->failed++;
+			WRITE_ONCE(s->failed, s->failed + 1);
 			s->last_err = rc;
 		} else {
-			s->done++;
+			WRITE_ONCE(s->done, s->done + 1);
 		}
 	}
 	mover_fini(&m);
