@@ -14,7 +14,13 @@
 PREFIX   ?= /usr/local
 CC       ?= cc
 SAN      ?=
-PKGS     := libibverbs numa liburcu-qsbr liburcu-cds ck hiredis libcurl libcjson
+PC_PKGS  := libibverbs numa liburcu-qsbr liburcu-cds ck
+# The metadata store's libraries go into ferry.pc as plain -l flags
+# (Libs.private), not Requires.private: `pkg-config --static` would pull
+# libcurl's static link line, a dozen libraries whose -dev packages nothing
+# else needs, when linking libcurl shared is what an application does.
+STORE_PKGS := hiredis libcurl libcjson
+PKGS     := $(PC_PKGS) $(STORE_PKGS)
 TEST_PKGS := cmocka
 
 ifeq ($(SAN),)
@@ -33,6 +39,7 @@ endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+STORE_LIBS := $(shell pkg-config --libs $(STORE_PKGS) 2>/dev/null)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS  ?= -O2 -g
@@ -104,13 +111,13 @@ $(B)/fault_peer: $(B)/obj/tests/tools/fault_peer.o $(B)/libferry.a
 soak: $(B)/tests/stress/test_soak
 	FERRY_SOAK_REQUESTS=$(or $(SOAK_REQUESTS),1000000) $(B)/tests/stress/test_soak
 
-$(B)/ferry.pc:
+$(B)/ferry.pc: Makefile runtime/ferry.h
 	@mkdir -p $(B)
 	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
 	  'Name: ferry' 'Description: RDMA transfer engine for LLM KV-cache buffers' \
 	  'Version: $(shell sed -n 's/^#define FERRY_VERSION_MAJOR //p' runtime/ferry.h).$(shell sed -n 's/^#define FERRY_VERSION_MINOR //p' runtime/ferry.h).0' \
 	  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lferry' \
-	  'Requires.private: $(PKGS)' 'Libs.private: -pthread' > $@
+	  'Requires.private: $(PC_PKGS)' 'Libs.private: $(STORE_LIBS) -pthread' > $@
 
 # Run every test binary; each prints cmocka's summary.  RUN= limits the set
 # (space-separated binaries).
