@@ -131,7 +131,8 @@ static void named_renew_failed(struct named *n, uint64_t now, int rc)
 	const char *why = rc == -EEXIST ? "another engine holds the name now (our lease ran out)"
 					: strerror(-rc);
 
-	if (n->failures++ == 0) {
+	WRITE_ONCE(n->failures, n->failures + 1);
+	if (n->failures == 1) {
 		n->failing_since_ms = now;
 		n->next_log_ms = now + NAMED_LOG_EVERY_MS;
 		log_warn("name '%s': lease renewal in %s failed: %s; retrying (logged again every "
@@ -178,7 +179,11 @@ void named_keepalive(struct ferry_engine *e)
 	if (rc == 1)
 		log_warn("name '%s': %s had lost our record (restarted, or our lease ran out): "
 			 "published again", n->name, n->url);
-	n->failures = 0;
+	if (rc == 1)
+		WRITE_ONCE(n->republished, n->republished + 1);
+	else
+		WRITE_ONCE(n->renewed, n->renewed + 1);
+	WRITE_ONCE(n->failures, 0);
 	n->backoff_ms = 0;
 	n->next_ms = now + period;
 }

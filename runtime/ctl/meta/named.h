@@ -41,9 +41,12 @@ struct named {
 	/* the repair thread's: */
 	uint64_t next_ms;              /* next renewal */
 	uint32_t backoff_ms;           /* retry delay while renewals fail */
-	uint32_t failures;             /* renewals failed in a row */
+	uint32_t failures;             /* renewals failed in a row (WRITE_ONCE: tests read it) */
 	uint64_t failing_since_ms;
 	uint64_t next_log_ms;
+	/* counters (the repair thread writes, WRITE_ONCE; anyone reads) */
+	uint64_t renewed;              /* renewals that found our record */
+	uint64_t republished;          /* renewals that had to publish it again */
 };
 
 /* Open the store of opts.metadata and publish opts.name (if any).
