@@ -388,7 +388,7 @@ static void test_store_down(void **state)
 {
 	struct fixture *f = fx(state);
 	struct streamer s = { 0 };
-	struct node tgt, init;
+	struct node tgt, init, late;
 	unsigned lines, done_before;
 	ferry_seg_t seg, again;
 	int64_t t0, took;
@@ -413,6 +413,9 @@ static void test_store_down(void **state)
 	/* bounded (NAMED_RESOLVE_TIMEOUT_MS; a generous margin for a loaded host) */
 	assert_true(took < 10 * NAMED_RESOLVE_TIMEOUT_MS);
 	assert_int_equal(ferry_segment_open(init.e, "nobody", &again), -ECONNREFUSED);
+	/* a name cannot be published meanwhile: create says why */
+	assert_int_equal(node_try(&late, "prefill-8", f->srv.url, NULL), -ECONNREFUSED);
+	assert_null(late.e);
 	/* Down for several renewal tries (the first after at most TTL_MS / 3,
 	 * then every 250 ms, doubling): they fail, transfers go on. */
 	done_before = READ_ONCE(s.done);
