@@ -14,7 +14,13 @@
 PREFIX   ?= /usr/local
 CC       ?= cc
 SAN      ?=
-PKGS     := libibverbs numa liburcu-qsbr liburcu-cds ck libsodium
+PC_PKGS  := libibverbs numa liburcu-qsbr liburcu-cds ck libsodium
+# The metadata store's libraries go into ferry.pc as plain -l flags
+# (Libs.private), not Requires.private: `pkg-config --static` would pull
+# libcurl's static link line, a dozen libraries whose -dev packages nothing
+# else needs, when linking libcurl shared is what an application does.
+STORE_PKGS := hiredis libcurl libcjson
+PKGS     := $(PC_PKGS) $(STORE_PKGS)
 TEST_PKGS := cmocka
 
 ifeq ($(SAN),)
@@ -33,6 +39,7 @@ endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+STORE_LIBS := $(shell pkg-config --libs $(STORE_PKGS) 2>/dev/null)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS  ?= -O2 -g
@@ -57,7 +64,8 @@ TSAN_TESTS := tests/unit/ring/test_ring tests/integration/test_integration \
               tests/integration/test_faults tests/unit/qp/test_loop tests/unit/ctl/test_ctl \
               tests/integration/test_stats tests/integration/test_api tests/unit/metrics/test_histo \
               tests/unit/metrics/test_perf tests/integration/test_epcache \
-              tests/integration/test_calls tests/integration/test_cluster
+              tests/integration/test_calls tests/integration/test_cluster \
+              tests/integration/test_named
 
 .PHONY: all test test-all test-plain test-asan test-tsan test-verbs run-tests install check-install \
         clean bench bench-run fuzz callgrind deps deps-check check-layers check-exports
@@ -104,13 +112,13 @@ $(B)/fault_peer: $(B)/obj/tests/tools/fault_peer.o $(B)/libferry.a
 soak: $(B)/tests/stress/test_soak
 	FERRY_SOAK_REQUESTS=$(or $(SOAK_REQUESTS),1000000) $(B)/tests/stress/test_soak
 
-$(B)/ferry.pc: Makefile
+$(B)/ferry.pc: Makefile runtime/ferry.h
 	@mkdir -p $(B)
 	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
 	  'Name: ferry' 'Description: RDMA transfer engine for LLM KV-cache buffers' \
 	  'Version: $(shell sed -n 's/^#define FERRY_VERSION_MAJOR //p' runtime/ferry.h).$(shell sed -n 's/^#define FERRY_VERSION_MINOR //p' runtime/ferry.h).0' \
 	  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lferry' \
-	  'Requires.private: $(PKGS)' 'Libs.private: -pthread' > $@
+	  'Requires.private: $(PC_PKGS)' 'Libs.private: $(STORE_LIBS) -pthread' > $@
 
 # Run every test binary; each prints cmocka's summary.  RUN= limits the set
 # (space-separated binaries).
@@ -168,7 +176,7 @@ test-verbs: $(VERBS_TESTS)
 	fi
 
 # The whole suite: checks, plain, ASan+UBSan, TSan on the concurrent tests,
-# verbs, then the wire-format fuzzer for a bounded time.  The first line
+# verbs, then the fuzzers for a bounded time.  The first line
 # installs what is missing (not run by make -n: it does not name $(MAKE)).
 test:
 	.ci/install-deps build test
@@ -204,25 +212,40 @@ bench-run: $(B)/ferry_bench
 callgrind: $(B)/ferry_bench
 	bench/callgrind.sh $(B)/ferry_bench $(or $(CALLGRIND_ITERS),200)
 
-# libFuzzer on the wire decoders: `make fuzz [FUZZ_SECONDS=30]`.  Needs clang
-# and its libFuzzer runtime (Debian 12: clang, libclang-rt-dev), which
-# `make test` installs (.ci/install-deps test).  The target writes its own
-# seeds; build-fuzz/corpus keeps what the fuzzer found between runs,
-# crashes land in build-fuzz/.
+# libFuzzer on what ferry reads from the network: the wire decoders
+# (fuzz_wire) and what a metadata store returns (fuzz_meta: the published
+# record, base64, etcd's JSON replies).  `make fuzz [FUZZ_SECONDS=30]` is
+# the total: two thirds for fuzz_wire, a third (at least 1 s) for
+# fuzz_meta.  Needs clang and its libFuzzer runtime (Debian 12: clang,
+# libclang-rt-dev), which `make test` installs (.ci/install-deps test).
+# The targets write their own seeds; build-fuzz/corpus and
+# build-fuzz/corpus-meta keep what the fuzzers found between runs, crashes
+# land in build-fuzz/.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 30
+FUZZ_META_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 3 )); [ $$s -ge 1 ] || s=1; echo $$s)
+FUZZ_WIRE_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) - $(FUZZ_META_SECONDS) )); [ $$s -ge 1 ] || s=1; echo $$s)
 FUZZ_CFLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1 \
                -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -DURCU_INLINE_SMALL_FUNCTIONS -I.
+FUZZ_META_SRCS := tests/fuzz/fuzz_meta.c runtime/ctl/meta/record.c runtime/ctl/meta/base64.c \
+                  runtime/ctl/meta/etcd_json.c
 
-fuzz: build-fuzz/fuzz_wire
-	@mkdir -p build-fuzz/corpus
+fuzz: build-fuzz/fuzz_wire build-fuzz/fuzz_meta
+	@mkdir -p build-fuzz/corpus build-fuzz/corpus-meta
 	FERRY_FUZZ_SEEDS=build-fuzz/corpus build-fuzz/fuzz_wire
-	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -close_fd_mask=2 \
+	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_WIRE_SECONDS) -close_fd_mask=2 \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus
+	FERRY_FUZZ_SEEDS=build-fuzz/corpus-meta build-fuzz/fuzz_meta
+	build-fuzz/fuzz_meta -max_total_time=$(FUZZ_META_SECONDS) -close_fd_mask=2 \
+	  -artifact_prefix=build-fuzz/meta- build-fuzz/corpus-meta
 
 build-fuzz/fuzz_wire: tests/fuzz/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire.h qp/nic.h ring/base/log.c
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_wire.c runtime/ctl/wire.c ring/base/log.c -o $@
+
+build-fuzz/fuzz_meta: $(FUZZ_META_SRCS) $(wildcard runtime/ctl/meta/*.h)
+	@mkdir -p build-fuzz
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_META_SRCS) -lcjson -o $@
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

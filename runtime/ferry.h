@@ -231,13 +231,19 @@ FERRY_API int ferry_opts_from_env(struct ferry_opts *o);
 
 /**
  * Create an engine: parse and check options, open the NICs, start one pinned
- * worker per core and the control thread listening on o->listen.
- * -EINVAL on bad options (message on stderr names the culprit).  Any thread.
+ * worker per core and the control thread listening on o->listen; with
+ * o->name, publish the name in the o->metadata store (create-if-absent,
+ * under a 10 s lease the engine renews).
+ * -EINVAL on bad options (message on stderr names the culprit); -EEXIST
+ * when a live engine holds o->name; the store's errors (-ECONNREFUSED,
+ * -EHOSTUNREACH, -ETIMEDOUT, ...) when the name cannot be published.
+ * Any thread; blocks for the store (a few seconds at most).
  */
 FERRY_API int ferry_engine_create(const struct ferry_opts *o, struct ferry_engine **out);
 
 /**
- * Stop the workers and the control thread and free everything.  Requests
+ * Stop the workers and the control thread and free everything (the name,
+ * if any, is removed from the metadata store).  Requests
  * still in flight end FAILED (-ECANCELED) first.  Must not race with any
  * other call on the engine.  NULL is ignored.
  */
@@ -286,20 +292,28 @@ FERRY_API int ferry_mem_register_access(struct ferry_engine *e, void *addr, size
 FERRY_API int ferry_mem_unregister(struct ferry_engine *e, void *addr);
 
 /**
- * Open the segment of the engine listening at address ("host:port"): fetch
+ * Open the segment of the engine listening at address ("host:port"), or of
+ * the engine that published the name address ("prefill-0": no colon) in
+ * this engine's metadata store: the store gives its control address and
+ * incarnation (asked for at most 2 s; -ENOENT no such name, -EINVAL a name
+ * with metadata "p2p", -ECONNREFUSED/-EHOSTUNREACH/-ETIMEDOUT store
+ * unreachable, -EPROTO a malformed record, -ESTALE when the engine there
+ * is not the incarnation the store names).  Then: fetch
  * its descriptor (registered regions) over TCP and set up endpoints from
  * every local core (at most opts.ep_cache per core: beyond, idle endpoints
  * of other segments are evicted; -EBUSY when every cached one is busy).
  * Opening an address that is open already costs one round trip (the peer's
  * incarnation is checked) and returns the same handle, or, when the peer
  * process restarted, a new handle: the old one is stale (its requests fail,
- * -ESTALE) and should be closed.  Keep handles rather than reopening per
- * transfer.  -ECONNREFUSED/-ETIMEDOUT/-EPROTO on control-plane failures;
- * -EACCES when authentication failed (another cluster key, or a key on one
- * side only: the log says which); -EBUSY also when the peer is at its
- * connection cap; -ECANCELED when ferry_engine_destroy began meanwhile.
- * Any thread; blocks for the round trips, but opens of different peers
- * proceed in parallel (no engine lock is held across a round trip).
+ * -ESTALE) and should be closed; likewise, a name that a new incarnation
+ * holds now makes the handles opened under it stale.  Keep handles rather
+ * than reopening per transfer.  -ECONNREFUSED/-ETIMEDOUT/-EPROTO on
+ * control-plane failures; -EACCES when authentication failed (another
+ * cluster key, or a key on one side only: the log says which); -EBUSY also
+ * when the peer is at its connection cap; -ECANCELED when
+ * ferry_engine_destroy began meanwhile.  Any thread; blocks for the round
+ * trips, but opens of different peers proceed in parallel (no engine lock
+ * is held across a round trip).
  */
 FERRY_API int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t *out);
 

@@ -17,7 +17,7 @@ bool core_park(struct ferry_core *c, const struct cut_part *pt)
 	struct parked_part *p;
 
 	if (c->n_parked == PARK_MAX ||
-	    load_acquire(s->state) != SEG_OPEN || /* pairs with: store_sc in seg_open_locked */
+	    load_acquire(s->state) != SEG_OPEN || /* pairs with: store_sc in open_slot */
 	    READ_ONCE(s->gen) != pt->rq->seg_gen)
 		return false;
 	p = &c->parked[c->n_parked++];

@@ -4,7 +4,8 @@
  * QPs on the target; nothing on the wire says so, since they never send.
  * So live initiators tell every open segment's peer, every keepalive_ms,
  * that they are alive, and a target frees the QPs of initiators silent for
- * longer than lease_ms.  Both run on the repair thread.
+ * longer than lease_ms.  Both run on the repair thread, and so does the
+ * renewal of the engine's name in the metadata store (meta/named.c).
  */
 #include <string.h>
 
@@ -36,7 +37,7 @@ static void peers_keepalive(struct ferry_engine *e)
 		(void)ctl_keepalive(&e->client, addr[i], timeout, e->incarnation);
 }
 
-/* Keepalives out, and the QPs of initiators that went silent freed. */
+/* Keepalives out, the QPs of initiators that went silent freed, our name's lease renewed. */
 void repair_leases(struct ferry_engine *e)
 {
 	struct repair *r = &e->repair;
@@ -50,5 +51,6 @@ void repair_leases(struct ferry_engine *e)
 		passive_expire(e, (uint64_t)e->opts.lease_ms * 1000000);
 		r->next_expire_ms = now + (e->opts.lease_ms + 3) / 4;
 	}
+	named_keepalive(e);
 }
 

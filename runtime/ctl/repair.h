@@ -34,7 +34,8 @@ int repair_start(struct ferry_engine *e);
 void repair_kick(struct ferry_engine *e);
 void repair_stop(struct ferry_engine *e);
 
-/* lease.c, on the repair thread: keepalives out, expired initiators' QPs freed. */
+/* lease.c, on the repair thread: keepalives out, expired initiators' QPs freed,
+ * the name's lease in the metadata store renewed. */
 void repair_leases(struct ferry_engine *e);
 
 struct ferry_seg;

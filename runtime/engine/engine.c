@@ -49,6 +49,18 @@ static int engine_parse(struct ferry_engine *e, const struct ferry_opts *caller,
 	}
 	strcpy(e->nics_buf, o->nics);
 	e->opts.nics = e->nics_buf;
+	/* the caller's strings need not outlive this call */
+	if (o->metadata && strlen(o->metadata) >= sizeof(e->metadata_buf)) {
+		log_err("metadata '%s': too long (at most %zu characters)", o->metadata,
+			sizeof(e->metadata_buf) - 1);
+		return -EINVAL;
+	}
+	if (o->name) {
+		strcpy(e->name_buf, o->name); /* checked: at most FERRY_NAME_MAX */
+		e->opts.name = e->name_buf;
+	}
+	snprintf(e->metadata_buf, sizeof(e->metadata_buf), "%s", o->metadata ? o->metadata : "p2p");
+	e->opts.metadata = e->metadata_buf;
 	e->opts.cores = NULL;
 	/* The address asked for (the bound one, port and all, is in e->ctl). */
 	snprintf(e->listen_buf, sizeof(e->listen_buf), "%s", o->listen ? o->listen : "127.0.0.1:0");
@@ -132,6 +144,10 @@ static int engine_start(struct ferry_engine *e, const unsigned *cpus, const char
 		if (rc)
 			return rc;
 	}
+	/* Ready to serve: now peers may find us by name. */
+	rc = named_start(e, e->knobs.meta_ttl_ms);
+	if (rc)
+		return rc;
 	return repair_start(e);
 }
 
@@ -198,7 +214,8 @@ void ferry_engine_destroy(struct ferry_engine *e)
 {
 	if (!e)
 		return;
-	engine_stop_opens(e);
+	engine_stop_opens(e); /* stops the repair thread too */
+	named_stop(e); /* peers stop finding us by name first */
 	seg_disconnect_all(e);
 	ctl_stop(&e->ctl);
 	/* Cores fail what is queued, flush what is posted, free their eps. */

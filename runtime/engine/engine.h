@@ -16,6 +16,7 @@
 #include "qp/nic.h"
 #include "runtime/core/core.h"
 #include "runtime/ctl/ctl.h"
+#include "runtime/ctl/meta/named.h"
 #include "runtime/ctl/repair.h"
 #include "runtime/engine/knobs.h"
 #include "runtime/engine/opts.h"
@@ -50,6 +51,8 @@ struct ferry_engine {
 	struct ferry_knobs knobs;
 	char nics_buf[256];
 	char listen_buf[64];
+	char name_buf[FERRY_NAME_MAX + 1];
+	char metadata_buf[META_URL_MAX];
 	unsigned ncores;
 	unsigned ntx;                  /* contexts (transports) per core, the same on all */
 	struct ferry_core *cores[FERRY_MAX_CORES];
@@ -74,6 +77,7 @@ struct ferry_engine {
 	pthread_mutex_t passive_lock;  /* the control thread vs engine destroy */
 	struct passive_ep *passive;    /* peer QPs we serve as a target */
 	struct repair repair;
+	struct named named;            /* our name in the metadata store */
 	struct ep_reaper reaper;       /* unpublished endpoints, freed after a grace period */
 	uint32_t cancel_epoch;         /* bumped by ferry_batch_cancel (READ_ONCE by the cores) */
 	int tsan_gp;                   /* TSan's model of the RCU grace period */

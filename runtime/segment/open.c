@@ -237,6 +237,32 @@ static void desc_put(struct seg_desc *d)
 	free(d);
 }
 
+/*
+ * An open by name reached the engine at address: it must be the
+ * incarnation the store names.  A mismatch means the store's record is
+ * stale (a crashed engine whose lease has not run out, and the address
+ * reused) or the engine there is not the one that published the name:
+ * refused, never a connection to the wrong engine.
+ */
+static int want_check(const char *address, const struct seg_desc *d, const struct seg_want *want)
+{
+	if (!want || d->incarnation == want->incarnation)
+		return 0;
+	log_err("segment '%s': the metadata store says incarnation %016llx at %s, but the engine "
+		"there is %016llx: refused (a stale record of an engine that died, or another "
+		"engine on that address; try again once the record expires)", want->name,
+		(unsigned long long)want->incarnation, address,
+		(unsigned long long)d->incarnation);
+	return -ESTALE;
+}
+
+/* The segment answers to the name too (ctl_lock held). */
+static void name_set(struct ferry_seg *s, const struct seg_want *want)
+{
+	if (want)
+		snprintf(s->name, sizeof(s->name), "%s", want->name);
+}
+
 /* Take a free slot for address: SEG_OPENING, rails healthy, none connected. */
 static int slot_reserve(struct ferry_engine *e, const char *address, uint32_t *slot)
 {
@@ -249,6 +275,7 @@ static int slot_reserve(struct ferry_engine *e, const char *address, uint32_t *s
 		return -ENOSPC;
 	s = &e->segs[i];
 	s->stale = 0;
+	s->name[0] = '\0';
 	memset(s->rail_down, 0, sizeof(s->rail_down));
 	memset(s->rail_paused, 0, sizeof(s->rail_paused));
 	memset(s->rail_gone, 1, sizeof(s->rail_gone));
@@ -264,8 +291,8 @@ static int slot_reserve(struct ferry_engine *e, const char *address, uint32_t *s
  * handle of the address open already (OPEN_FOUND), or a reserved slot
  * (OPEN_RESERVED; *fresh may hold the descriptor the check fetched).
  */
-static int open_reserve(struct ferry_engine *e, const char *address, struct seg_desc **fresh,
-			uint32_t *slot, ferry_seg_t *out)
+static int open_reserve(struct ferry_engine *e, const char *address, const struct seg_want *want,
+			struct seg_desc **fresh, uint32_t *slot, ferry_seg_t *out)
 {
 	struct ferry_seg *s;
 	int rc;
@@ -287,11 +314,14 @@ static int open_reserve(struct ferry_engine *e, const char *address, struct seg_
 			pthread_mutex_lock(&e->ctl_lock);
 			e->opening--;
 			pthread_cond_broadcast(&e->seg_cond);
+			if (!rc)
+				rc = want_check(address, *fresh, want);
 			if (rc)
 				return rc;
 			continue; /* it may have been closed or reopened meanwhile */
 		}
 		if ((*fresh)->incarnation == s->desc->incarnation) {
+			name_set(s, want);
 			*out = seg_handle(s->gen, *slot);
 			return OPEN_FOUND;
 		}
@@ -313,11 +343,14 @@ static void open_abort(struct ferry_engine *e, struct ferry_seg *s, uint32_t slo
 }
 
 /* Steps 2 to 5 for a reserved slot; returns with ctl_lock held. */
-static int open_slot(struct ferry_engine *e, uint32_t slot, struct seg_desc *fresh,
-		     struct ep_prep *pp, ferry_seg_t *out)
+static int open_slot(struct ferry_engine *e, uint32_t slot, const struct seg_want *want,
+		     struct seg_desc *fresh, struct ep_prep *pp, ferry_seg_t *out)
 {
 	struct ferry_seg *s = &e->segs[slot];
 	int rc = fresh ? 0 : fetch_desc(e, s->address, &fresh);
+
+	if (!rc)
+		rc = want_check(s->address, fresh, want); /* a fresh one passed it already */
 
 	pthread_mutex_lock(&e->ctl_lock);
 	if (!rc && e->destroying)
@@ -340,30 +373,28 @@ static int open_slot(struct ferry_engine *e, uint32_t slot, struct seg_desc *fre
 		open_abort(e, s, slot, pp);
 		return rc;
 	}
+	name_set(s, want);
 	store_sc(s->state, SEG_OPEN); /* pairs with: seg_acquire, core_park */
 	*out = seg_handle(s->gen, slot);
 	return 0;
 }
 
-int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t *out)
+int seg_open_address(struct ferry_engine *e, const char *address, const struct seg_want *want,
+		     ferry_seg_t *out)
 {
 	struct seg_desc *fresh = NULL;
 	struct ep_prep *pp;
 	uint32_t slot;
 	int rc;
 
-	if (!e || !address || !out)
-		return -EINVAL;
-	if (strlen(address) >= sizeof(e->segs[0].address))
-		return -EINVAL;
 	pp = calloc(FERRY_MAX_CORES, sizeof(*pp));
 	if (!pp)
 		return -ENOMEM;
 	pthread_mutex_lock(&e->ctl_lock);
-	rc = open_reserve(e, address, &fresh, &slot, out);
+	rc = open_reserve(e, address, want, &fresh, &slot, out);
 	pthread_mutex_unlock(&e->ctl_lock);
 	if (rc == OPEN_RESERVED) {
-		rc = open_slot(e, slot, fresh, pp, out); /* takes fresh */
+		rc = open_slot(e, slot, want, fresh, pp, out); /* takes fresh */
 		fresh = NULL;
 		pthread_mutex_unlock(&e->ctl_lock);
 		seg_disconnect_flush(e);
@@ -376,6 +407,18 @@ int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t 
 	desc_put(fresh);
 	free(pp);
 	return rc < 0 ? rc : 0;
+}
+
+int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t *out)
+{
+	if (!e || !address || !out)
+		return -EINVAL;
+	if (strlen(address) >= sizeof(e->segs[0].address))
+		return -EINVAL;
+	/* "host:port" is an address; anything else a name (names have no colon). */
+	if (!strchr(address, ':'))
+		return seg_open_named(e, address, out);
+	return seg_open_address(e, address, NULL, out);
 }
 
 int seg_reconnect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, uint32_t gen)

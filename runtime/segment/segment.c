@@ -157,7 +157,7 @@ void seg_mark_stale(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
 	if (xchg_relaxed(s->stale, 1))
 		return;
 	log_warn("segment %s: the peer restarted (new incarnation): requests to the old one "
-		 "fail with ESTALE; open the address again", s->address);
+		 "fail with ESTALE; open the address (or name) again", s->address);
 	for (unsigned i = 0; i < e->ncores; i++)
 		seg_rail_set_down(e, s, i, slot, 1);
 }
@@ -194,6 +194,7 @@ int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg)
 	}
 	s->n_old = 0;
 	s->address[0] = 0;
+	s->name[0] = 0;
 	store_sc(s->state, SEG_FREE);
 	pthread_mutex_unlock(&e->ctl_lock);
 	seg_disconnect_flush(e); /* the peer frees its halves before we return */

@@ -38,6 +38,7 @@ struct ferry_seg {
 	uint64_t inflight;             /* requests using the segment: Dekker pair, see segment.c */
 	uint32_t stale;                /* the peer restarted: refuse with -ESTALE */
 	char address[64];
+	char name[FERRY_NAME_MAX + 1]; /* opened by this name too ("": by address only) */
 	char transport[16];            /* the provider the segment goes over (route.c) */
 	uint8_t tx;                    /* its context in every local core */
 	uint16_t n_peer_nics;          /* the peer's contexts of that transport: */
@@ -69,6 +70,19 @@ static inline ferry_seg_t seg_handle(uint32_t gen, uint32_t slot)
 {
 	return (uint64_t)gen << 32 | (slot + 1);
 }
+
+/* An open by name: the engine the metadata store says holds it. */
+struct seg_want {
+	const char *name;
+	uint64_t incarnation;          /* the descriptor must say the same */
+};
+
+/* open.c: open the segment at address (want: NULL, or what the store said
+ * of the name that led here); no lock held. */
+int seg_open_address(struct ferry_engine *e, const char *address, const struct seg_want *want,
+		     ferry_seg_t *out);
+/* byname.c: ferry_segment_open of a name (no ctl_lock held). */
+int seg_open_named(struct ferry_engine *e, const char *name, ferry_seg_t *out);
 
 /* The segment of handle h (NULL: unknown handle or slot), its slot in *slot. */
 struct ferry_seg *seg_lookup(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot);

@@ -1,0 +1,267 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The Redis backend (hiredis 0.14, blocking context).
+ *
+ * A name is a string key with an expiry: "SET key value PX ttl" creates
+ * it, PEXPIRE renews it.  Claiming and renewing are one Lua script, so
+ * that they are atomic on the server: the key is renewed only while it
+ * holds our value, created only while it is absent, and left alone when
+ * another engine holds it (create-if-absent: the name is refused, never
+ * overwritten).  Removing is a compare-and-delete script for the same
+ * reason: an engine never deletes its successor's record.
+ *
+ * Deadlines: the connect waits at most the time left, and every command
+ * runs with SO_RCVTIMEO/SO_SNDTIMEO set to the time left (hiredis has no
+ * deadline of its own; our values are small, so a command is one write
+ * and one read).  After any failure the context is dropped and the next
+ * call connects again.  A command that fails on a connection made by an
+ * earlier call (the server restarted meanwhile) is tried once more on a
+ * new one, time permitting: every command here is idempotent.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "ring/base/log.h"
+#include "runtime/ctl/meta/backend.h"
+
+/* 1: renewed (it held our value), 2: created (it was absent), 0: another value holds it. */
+static const char claim_lua[] =
+	"local v = redis.call('GET', KEYS[1]) "
+	"if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end "
+	"if not v then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 2 end "
+	"return 0";
+
+/* 1: deleted (it held our value), 0: left alone. */
+static const char drop_lua[] =
+	"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+	"return 0";
+
+struct redis_conn {
+	redisContext *ctx;             /* NULL: not connected */
+};
+
+static struct timeval ms_tv(int ms)
+{
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	return tv;
+}
+
+/* errno of a failed context: hiredis keeps only a string (and errno, mostly). */
+static int redis_errno(const redisContext *c, int saved)
+{
+	static const int known[] = { ECONNREFUSED, EHOSTUNREACH, ENETUNREACH, ETIMEDOUT,
+				     ECONNRESET, EPIPE, EAGAIN };
+
+	if (c && c->err == REDIS_ERR_EOF)
+		return -ECONNRESET;
+	if (c && c->err != REDIS_ERR_IO)
+		return -EPROTO;
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		if (saved == known[i] || (c && strstr(c->errstr, strerror(known[i]))))
+			return known[i] == EAGAIN ? -ETIMEDOUT : -known[i]; /* SO_RCVTIMEO ran out */
+	return saved > 0 ? -saved : -EIO;
+}
+
+static void redis_drop(struct redis_conn *rc)
+{
+	if (rc->ctx)
+		redisFree(rc->ctx);
+	rc->ctx = NULL;
+}
+
+static int redis_connect(struct meta *m, struct redis_conn *rc, int64_t deadline)
+{
+	int left = meta_left_ms(deadline), err;
+
+	if (rc->ctx)
+		return 0;
+	if (left == 0)
+		return -ETIMEDOUT;
+	errno = 0;
+	rc->ctx = redisConnectWithTimeout(m->host, m->port, ms_tv(left));
+	if (!rc->ctx)
+		return -ENOMEM;
+	if (rc->ctx->err) {
+		err = redis_errno(rc->ctx, errno);
+		redis_drop(rc);
+		return err;
+	}
+	return 0;
+}
+
+/*
+ * One command (argv), its reply in *out (free with freeReplyObject).  A
+ * Redis error reply is refused here, with its text logged: -EACCES for
+ * NOAUTH/NOPERM (the store wants credentials ferry does not have), else
+ * -EPROTO.
+ */
+static int redis_cmd(struct meta *m, int argc, const char **argv, const size_t *lens,
+		     int64_t deadline, redisReply **out)
+{
+	struct redis_conn *rc = m->conn;
+	redisReply *r = NULL;
+
+	for (int attempt = 0; attempt < 2; attempt++) {
+		bool reused = rc->ctx != NULL;
+		int left, err = redis_connect(m, rc, deadline);
+
+		if (err)
+			return err;
+		left = meta_left_ms(deadline);
+		if (left == 0 || redisSetTimeout(rc->ctx, ms_tv(left)) != 0) {
+			redis_drop(rc);
+			return -ETIMEDOUT;
+		}
+		errno = 0;
+		r = redisCommandArgv(rc->ctx, argc, argv, lens);
+		if (r)
+			break;
+		err = redis_errno(rc->ctx, errno);
+		redis_drop(rc);
+		if (!reused || err == -ETIMEDOUT || meta_left_ms(deadline) == 0)
+			return err;
+	}
+	if (r->type == REDIS_REPLY_ERROR) {
+		int err = strncmp(r->str, "NOAUTH", 6) == 0 || strncmp(r->str, "NOPERM", 6) == 0
+				  ? -EACCES
+				  : -EPROTO;
+
+		meta_log(m, "%s: the server answered: %.160s", argv[0], r->str);
+		freeReplyObject(r);
+		return err;
+	}
+	*out = r;
+	return 0;
+}
+
+/* A script with one key and args; its integer result in *res. */
+static int redis_eval(struct meta *m, const char *lua, const char *key, const char *a1,
+		      const char *a2, int64_t deadline, long long *res)
+{
+	const char *argv[] = { "EVAL", lua, "1", key, a1, a2 };
+	size_t lens[6];
+	int argc = a2 ? 6 : 5, err;
+	redisReply *r;
+
+	for (int i = 0; i < argc; i++)
+		lens[i] = strlen(argv[i]);
+	err = redis_cmd(m, argc, argv, lens, deadline, &r);
+	if (err)
+		return err;
+	if (r->type != REDIS_REPLY_INTEGER) {
+		meta_log(m, "EVAL: want an integer reply, got type %d", r->type);
+		err = -EPROTO;
+	} else {
+		*res = r->integer;
+	}
+	freeReplyObject(r);
+	return err;
+}
+
+static int redis_claim(struct meta *m, int64_t deadline, long long *res)
+{
+	char ttl[24];
+
+	snprintf(ttl, sizeof(ttl), "%u", m->pub.ttl_ms);
+	return redis_eval(m, claim_lua, m->pub.key, m->pub.value, ttl, deadline, res);
+}
+
+static int redis_publish(struct meta *m, int64_t deadline)
+{
+	long long res = -1;
+	int err = redis_claim(m, deadline, &res);
+
+	if (err)
+		return err;
+	if (res == 1 || res == 2)
+		return 0;
+	return res == 0 ? -EEXIST : -EPROTO;
+}
+
+static int redis_keepalive(struct meta *m, int64_t deadline)
+{
+	long long res = -1;
+	int err = redis_claim(m, deadline, &res);
+
+	if (err)
+		return err;
+	switch (res) {
+	case 1:
+		return 0;
+	case 2:
+		return 1;
+	case 0:
+		return -EEXIST;
+	default:
+		return -EPROTO;
+	}
+}
+
+static int redis_resolve(struct meta *m, const char *key, char *value, size_t cap,
+			 int64_t deadline)
+{
+	const char *argv[] = { "GET", key };
+	size_t lens[] = { 3, strlen(key) };
+	redisReply *r;
+	int err = redis_cmd(m, 2, argv, lens, deadline, &r);
+
+	if (err)
+		return err;
+	if (r->type == REDIS_REPLY_NIL) {
+		err = -ENOENT;
+	} else if (r->type != REDIS_REPLY_STRING) {
+		meta_log(m, "GET %s: want a string, got reply type %d", key, r->type);
+		err = -EPROTO;
+	} else if ((size_t)r->len >= cap || !meta_value_ok(r->str, (size_t)r->len)) {
+		meta_log(m, "GET %s: a value of %zu bytes that is not 1..%d printable bytes", key,
+			 (size_t)r->len, META_VALUE_MAX - 1);
+		err = -EPROTO;
+	} else {
+		memcpy(value, r->str, (size_t)r->len);
+		value[r->len] = '\0';
+	}
+	freeReplyObject(r);
+	return err;
+}
+
+static int redis_remove(struct meta *m, int64_t deadline)
+{
+	long long res = -1;
+	int err = redis_eval(m, drop_lua, m->pub.key, m->pub.value, NULL, deadline, &res);
+
+	if (err)
+		return err;
+	if (res == 1)
+		return 0;
+	return res == 0 ? -ENOENT : -EPROTO;
+}
+
+static int redis_init(struct meta *m)
+{
+	m->conn = calloc(1, sizeof(struct redis_conn));
+	return m->conn ? 0 : -ENOMEM;
+}
+
+static void redis_fini(struct meta *m)
+{
+	if (m->conn)
+		redis_drop(m->conn);
+	free(m->conn);
+	m->conn = NULL;
+}
+
+const struct meta_ops meta_redis_ops = {
+	.scheme = "redis",
+	.init = redis_init,
+	.fini = redis_fini,
+	.publish = redis_publish,
+	.keepalive = redis_keepalive,
+	.resolve = redis_resolve,
+	.remove = redis_remove,
+};

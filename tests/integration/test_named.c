@@ -1,0 +1,456 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Named segments over a real metadata store (redis-server and etcd, started
+ * by tests/harness/servers.h), engines on the software NIC "loop": opening a
+ * peer by name, a name held by a live engine refused, a crashed engine's
+ * record expiring and its successor's new incarnation making the old handle
+ * stale (on a new address and on the same one), and the store killed and
+ * restarted while transfers run.
+ */
+#include <pthread.h>
+#include <signal.h>
+
+#include "tests/harness/harness.h"
+#include "tests/harness/servers.h"
+
+#define LEN (256 * 1024)
+/* Leases: short where a test waits for one to run out (etcd grants at
+ * least ~2 s anyway), else long enough that a starved repair thread on a
+ * loaded 2-CPU machine does not lose its record meanwhile. */
+#define TTL_SHORT_MS 2000
+#define TTL_MS 6000
+#define NAME_DEADLINE_MS 20000
+
+struct fixture {
+	enum test_server_kind kind;
+	struct test_server srv;
+	int start_rc;
+};
+
+static struct fixture fx_redis = { .kind = SERVER_REDIS };
+static struct fixture fx_etcd = { .kind = SERVER_ETCD };
+
+/* ---- log capture: what the lease renewals say while the store is down ---- */
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned log_renewals; /* lines about failing renewals */
+
+static void log_capture(void *arg, enum ferry_log_level level, const char *msg)
+{
+	(void)arg;
+	pthread_mutex_lock(&log_lock);
+	if (strstr(msg, "lease renewal"))
+		log_renewals++;
+	pthread_mutex_unlock(&log_lock);
+	fprintf(stderr, "ferry[%d]: %s\n", (int)level, msg);
+}
+
+static unsigned renewal_lines(void)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&log_lock);
+	n = log_renewals;
+	pthread_mutex_unlock(&log_lock);
+	return n;
+}
+
+/* ---- engines ------------------------------------------------------------ */
+
+struct node {
+	struct ferry_engine *e;
+	uint8_t *buf;
+};
+
+static int node_try_ttl(struct node *n, const char *name, const char *url, const char *listen,
+			uint32_t ttl_ms)
+{
+	struct ferry_knobs k = { .meta_ttl_ms = ttl_ms };
+	struct ferry_opts o;
+	int rc;
+
+	memset(n, 0, sizeof(*n));
+	pair_opts(&o, "0");
+	o.name = name;
+	o.metadata = url;
+	o.listen = listen;
+	rc = ferry_engine_create_knobs(&o, &k, &n->e);
+	if (rc)
+		return rc;
+	n->buf = aligned_alloc(4096, 2 * LEN);
+	assert_non_null(n->buf);
+	memset(n->buf, 0, 2 * LEN);
+	assert_int_equal(ferry_mem_register(n->e, n->buf, 2 * LEN), 0);
+	return 0;
+}
+
+static int node_try(struct node *n, const char *name, const char *url, const char *listen)
+{
+	return node_try_ttl(n, name, url, listen, TTL_MS);
+}
+
+static void node_create(struct node *n, const char *name, const char *url, const char *listen)
+{
+	assert_int_equal(node_try(n, name, url, listen), 0);
+}
+
+static void node_destroy(struct node *n)
+{
+	if (!n->e)
+		return;
+	assert_int_equal(ferry_mem_unregister(n->e, n->buf), 0);
+	ferry_engine_destroy(n->e);
+	free(n->buf);
+	n->e = NULL;
+}
+
+/* One thread's way to move bytes: a port and a batch. */
+struct mover {
+	struct ferry_port *port;
+	struct ferry_batch *b;
+};
+
+static void mover_init(struct mover *m, struct node *from)
+{
+	assert_int_equal(ferry_port_create(from->e, &m->port), 0);
+	assert_int_equal(ferry_batch_create(m->port, 2, &m->b), 0);
+}
+
+static void mover_fini(struct mover *m)
+{
+	assert_int_equal(ferry_batch_destroy(m->b), 0);
+	assert_int_equal(ferry_port_destroy(m->port), 0);
+}
+
+/* One request; 0 when it ended DONE, else its error. */
+static int move(struct mover *m, enum ferry_op op, void *local, ferry_seg_t seg, void *remote)
+{
+	struct ferry_req r = mkreq(op, local, seg, remote, LEN);
+	struct ferry_req_status st;
+	int rc = ferry_submit(m->b, &r, 1);
+
+	if (rc)
+		return rc;
+	ferry_batch_wait(m->b, WAIT_DEADLINE_MS);
+	assert_int_equal(ferry_req_status(m->b, 0, &st), 0);
+	assert_int_equal(ferry_batch_reset(m->b), 0);
+	return st.state == FERRY_DONE ? 0 : st.error ? st.error : -EIO;
+}
+
+/* WRITE a pattern into the target, READ it back: 0 when every byte is right. */
+static int roundtrip(struct mover *m, struct node *from, ferry_seg_t seg, struct node *to,
+		     uint64_t seed)
+{
+	uint8_t *out = from->buf, *back = from->buf + LEN;
+	int rc;
+
+	fill_pattern(out, LEN, seed);
+	poison(back, out, LEN);
+	rc = move(m, FERRY_OP_WRITE, out, seg, to->buf);
+	if (rc == 0)
+		rc = move(m, FERRY_OP_READ, back, seg, to->buf);
+	if (rc == 0 && memcmp(out, back, LEN) != 0)
+		rc = -EBADMSG;
+	return rc;
+}
+
+/* The store's answer for name, asked quietly (ferry_segment_open logs
+ * every failure: a wait polls the store itself instead). */
+static int store_lookup(struct fixture *f, const char *name)
+{
+	char v[META_VALUE_MAX];
+	struct meta *q;
+	int rc;
+
+	assert_int_equal(meta_open(f->srv.url, &q), 0);
+	rc = meta_resolve(q, name, v, sizeof(v), 10000);
+	meta_close(q);
+	return rc;
+}
+
+/* The same, for a wait: paced at 20 ms rather than WAIT_UNTIL's 1 ms. */
+static int store_lookup_paced(struct fixture *f, const char *name)
+{
+	nanosleep(&(struct timespec){ 0, 20 * 1000000 }, NULL);
+	return store_lookup(f, name);
+}
+
+/* ---- fixtures ----------------------------------------------------------- */
+
+static int group_setup(void **state)
+{
+	(void)state;
+	ferry_log_set(log_capture, NULL);
+	fx_redis.start_rc = server_start(&fx_redis.srv, SERVER_REDIS);
+	fx_etcd.start_rc = server_start(&fx_etcd.srv, SERVER_ETCD);
+	fx_redis.srv.kind = SERVER_REDIS;
+	fx_etcd.srv.kind = SERVER_ETCD;
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	server_stop(&fx_redis.srv);
+	server_stop(&fx_etcd.srv);
+	ferry_log_set(NULL, NULL);
+	return 0;
+}
+
+static struct fixture *fx(void **state)
+{
+	struct fixture *f = *state;
+
+	SERVERS_REQUIRE(&f->srv, f->start_rc);
+	if (!f->srv.pid) /* an earlier test failed while it was down */
+		assert_int_equal(server_restart(&f->srv), 0);
+	return f;
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+static void test_open_by_name(void **state)
+{
+	struct fixture *f = fx(state);
+	struct node tgt, init, p2p;
+	ferry_seg_t seg, again;
+	struct mover m;
+
+	node_create(&tgt, "prefill-0", f->srv.url, NULL);
+	node_create(&init, NULL, f->srv.url, NULL); /* resolves names, publishes none */
+	assert_int_equal(ferry_segment_open(init.e, "prefill-0", &seg), 0);
+	assert_string_equal(ferry_segment_transport(init.e, seg), "loop");
+	mover_init(&m, &init);
+	assert_int_equal(roundtrip(&m, &init, seg, &tgt, 1), 0);
+	/* The repair thread renews the lease (every TTL_MS / 3): renewals
+	 * that find the record in place, none that had to publish it again. */
+	WAIT_UNTIL(READ_ONCE(tgt.e->named.renewed) >= 2, WAIT_DEADLINE_MS + 2 * TTL_MS,
+		   "two lease renewals");
+	assert_int_equal(READ_ONCE(tgt.e->named.republished), 0);
+	assert_int_equal(store_lookup(f, "prefill-0"), 0);
+	/* the same engine by name or by address: the same handle */
+	assert_int_equal(ferry_segment_open(init.e, "prefill-0", &again), 0);
+	assert_true(again == seg);
+	assert_int_equal(ferry_segment_open(init.e, ferry_engine_address(tgt.e), &again), 0);
+	assert_true(again == seg);
+	/* unknown names, host names without a port, non-names */
+	assert_int_equal(ferry_segment_open(init.e, "decode-9", &again), -ENOENT);
+	assert_int_equal(ferry_segment_open(init.e, "db1.example.com", &again), -ENOENT);
+	assert_int_equal(ferry_segment_open(init.e, "a/b", &again), -EINVAL);
+	assert_int_equal(ferry_segment_open(init.e, "", &again), -EINVAL);
+	/* a name on an engine without a store */
+	node_create(&p2p, NULL, "p2p", NULL);
+	assert_int_equal(ferry_segment_open(p2p.e, "prefill-0", &again), -EINVAL);
+	node_destroy(&p2p);
+	mover_fini(&m);
+	assert_int_equal(ferry_segment_close(init.e, seg), 0);
+	node_destroy(&init);
+	node_destroy(&tgt);
+}
+
+static void test_same_name_refused(void **state)
+{
+	struct fixture *f = fx(state);
+	struct node a, b, c;
+	ferry_seg_t seg;
+
+	node_create(&a, "kv-shard-1", f->srv.url, NULL);
+	assert_int_equal(node_try(&b, "kv-shard-1", f->srv.url, NULL), -EEXIST);
+	assert_null(b.e);
+	/* a destroyed engine removes its record: the name is free at once */
+	node_destroy(&a);
+	node_create(&c, NULL, f->srv.url, NULL);
+	assert_int_equal(ferry_segment_open(c.e, "kv-shard-1", &seg), -ENOENT);
+	node_create(&b, "kv-shard-1", f->srv.url, NULL);
+	assert_int_equal(ferry_segment_open(c.e, "kv-shard-1", &seg), 0);
+	assert_int_equal(ferry_segment_close(c.e, seg), 0);
+	node_destroy(&b);
+	node_destroy(&c);
+}
+
+/* A request on a stale handle is refused with -ESTALE. */
+static void assert_stale(struct mover *m, struct node *from, ferry_seg_t seg, struct node *to)
+{
+	assert_int_equal(move(m, FERRY_OP_READ, from->buf + LEN, seg, to->buf), -ESTALE);
+}
+
+/*
+ * A named engine dies without removing its record (named_test_crash: no
+ * renewals, and destroy leaves the record, as a killed process would).
+ * While the record lives, opens by name fail clearly and the name cannot
+ * be taken; once it expires the name is free, the successor (a new
+ * incarnation) takes it, and an open by name reaches it and makes the old
+ * handle stale.  same_addr: the successor listens where the dead one did
+ * (the re-open path by address), else anywhere (the name path).
+ */
+static void crash_and_restart(struct fixture *f, bool same_addr)
+{
+	struct node tgt, init, other, next;
+	char addr[64], taken[64];
+	ferry_seg_t old, seg;
+	struct mover m;
+	int rc;
+
+	assert_int_equal(node_try_ttl(&tgt, "decode-1", f->srv.url, NULL, TTL_SHORT_MS), 0);
+	node_create(&init, NULL, f->srv.url, NULL);
+	assert_int_equal(ferry_segment_open(init.e, "decode-1", &old), 0);
+	mover_init(&m, &init);
+	assert_int_equal(roundtrip(&m, &init, old, &tgt, 2), 0);
+	snprintf(addr, sizeof(addr), "%s", ferry_engine_address(tgt.e));
+
+	named_test_crash(tgt.e);
+	node_destroy(&tgt);
+	/* the record outlives the engine for a while: the open says it is gone */
+	rc = ferry_segment_open(init.e, "decode-1", &seg);
+	if (rc != -ECONNREFUSED && rc != -ENOENT) /* ENOENT: it expired already (slow host) */
+		fail_msg("open of a dead engine's record: %d", rc);
+	if (same_addr && rc == -ECONNREFUSED) {
+		/* another engine on the dead one's address: the store's incarnation
+		 * is not the one that answers there -- refused, not connected */
+		node_create(&other, NULL, f->srv.url, addr);
+		rc = ferry_segment_open(init.e, "decode-1", &seg);
+		if (rc != -ESTALE && rc != -ENOENT)
+			fail_msg("open with a mismatched incarnation: %d", rc);
+		node_destroy(&other);
+	}
+	WAIT_UNTIL(store_lookup_paced(f, "decode-1") == -ENOENT, NAME_DEADLINE_MS,
+		   "the dead engine's record to expire in %s", f->srv.url);
+	assert_int_equal(ferry_segment_open(init.e, "decode-1", &seg), -ENOENT);
+	/* the successor: a new incarnation under the same name */
+	snprintf(taken, sizeof(taken), "%s", same_addr ? addr : "127.0.0.1:0");
+	node_create(&next, "decode-1", f->srv.url, taken);
+	assert_int_equal(ferry_segment_open(init.e, "decode-1", &seg), 0);
+	assert_true(seg != old);
+	assert_stale(&m, &init, old, &next);
+	assert_int_equal(roundtrip(&m, &init, seg, &next, 3), 0);
+	assert_int_equal(ferry_segment_close(init.e, old), 0);
+	assert_int_equal(ferry_segment_close(init.e, seg), 0);
+	mover_fini(&m);
+	node_destroy(&init);
+	node_destroy(&next);
+}
+
+static void test_crash_new_address(void **state)
+{
+	crash_and_restart(fx(state), false);
+}
+
+static void test_crash_same_address(void **state)
+{
+	crash_and_restart(fx(state), true);
+}
+
+/* Transfers in a loop on their own thread until told to stop. */
+struct streamer {
+	pthread_t thread;
+	struct node *from, *to;
+	ferry_seg_t seg;
+	int stop;                      /* load_acquire/store_release */
+	unsigned done, failed;         /* one writer (the thread): WRITE_ONCE/READ_ONCE */
+	int last_err;
+};
+
+static void *stream_main(void *arg)
+{
+	struct streamer *s = arg;
+	struct mover m;
+	uint64_t seed = 100;
+
+	mover_init(&m, s->from);
+	while (!load_acquire(s->stop)) { /* pairs with: store_release in stream_stop */
+		int rc = roundtrip(&m, s->from, s->seg, s->to, seed++);
+
+		if (rc) {
+			WRITE_ONCE(s->failed, s->failed + 1);
+			s->last_err = rc;
+		} else {
+			WRITE_ONCE(s->done, s->done + 1);
+		}
+	}
+	mover_fini(&m);
+	return NULL;
+}
+
+static void stream_stop(struct streamer *s)
+{
+	store_release(s->stop, 1); /* pairs with: load_acquire in stream_main */
+	pthread_join(s->thread, NULL);
+}
+
+/*
+ * The store dies under running transfers: they go on (nothing on the data
+ * path asks the store); opens by name fail clearly within their deadline;
+ * the target's lease renewals fail quietly (a line or two, not one per
+ * try); once the store is back, names resolve again (Redis lost its data:
+ * the target's next renewal publishes the record again).
+ */
+static void test_store_down(void **state)
+{
+	struct fixture *f = fx(state);
+	struct streamer s = { 0 };
+	struct node tgt, init, late;
+	unsigned lines, done_before;
+	ferry_seg_t seg, again;
+	int64_t t0, took;
+	int rc;
+
+	node_create(&tgt, "prefill-7", f->srv.url, NULL);
+	node_create(&init, NULL, f->srv.url, NULL);
+	assert_int_equal(ferry_segment_open(init.e, "prefill-7", &seg), 0);
+	s.from = &init;
+	s.to = &tgt;
+	s.seg = seg;
+	assert_int_equal(pthread_create(&s.thread, NULL, stream_main, &s), 0);
+	WAIT_UNTIL(READ_ONCE(s.done) >= 3, WAIT_DEADLINE_MS, "transfers to start");
+
+	lines = renewal_lines();
+	server_kill(&f->srv, SIGKILL);
+	t0 = wait_now_ms();
+	rc = ferry_segment_open(init.e, "prefill-7", &again);
+	took = wait_now_ms() - t0;
+	if (rc != -ECONNREFUSED && rc != -ECONNRESET)
+		fail_msg("open by name with the store down: %d (%s)", rc, strerror(-rc));
+	/* bounded (NAMED_RESOLVE_TIMEOUT_MS; a generous margin for a loaded host) */
+	assert_true(took < 10 * NAMED_RESOLVE_TIMEOUT_MS);
+	assert_int_equal(ferry_segment_open(init.e, "nobody", &again), -ECONNREFUSED);
+	/* a name cannot be published meanwhile: create says why */
+	assert_int_equal(node_try(&late, "prefill-8", f->srv.url, NULL), -ECONNREFUSED);
+	assert_null(late.e);
+	/* Down for several renewal tries (the first after at most TTL_MS / 3,
+	 * then every 250 ms, doubling): they fail, transfers go on. */
+	done_before = READ_ONCE(s.done);
+	WAIT_UNTIL(READ_ONCE(s.done) >= done_before + 20 &&
+		   READ_ONCE(tgt.e->named.failures) >= 4,
+		   WAIT_DEADLINE_MS + 2 * TTL_MS, "renewals to fail with the store down");
+	assert_true(renewal_lines() - lines >= 1); /* it said so */
+	assert_true(renewal_lines() - lines <= 2); /* once, not per try */
+	assert_int_equal(READ_ONCE(s.failed), 0);
+
+	assert_int_equal(server_restart(&f->srv), 0);
+	WAIT_UNTIL(store_lookup_paced(f, "prefill-7") == 0, NAME_DEADLINE_MS,
+		   "the name to resolve again once %s is back", f->srv.url);
+	assert_int_equal(ferry_segment_open(init.e, "prefill-7", &again), 0);
+	assert_true(again == seg); /* the same engine: the same handle */
+	stream_stop(&s);
+	print_message("%s down for %lld ms: %u round trips done meanwhile, %u failed\n",
+		      f->srv.url, (long long)(wait_now_ms() - t0), s.done - done_before, s.failed);
+	assert_int_equal(s.failed, 0);
+	assert_int_equal(ferry_segment_close(init.e, seg), 0);
+	node_destroy(&init);
+	node_destroy(&tgt);
+}
+
+#define BOTH(t) { "redis_" #t, t, NULL, NULL, &fx_redis }, { "etcd_" #t, t, NULL, NULL, &fx_etcd }
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		BOTH(test_open_by_name),
+		BOTH(test_same_name_refused),
+		BOTH(test_crash_new_address),
+		BOTH(test_crash_same_address),
+		BOTH(test_store_down),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
