@@ -225,7 +225,9 @@ static uint32_t core_cut(struct ferry_core *c)
 		struct ferry_ep *ep = core_ep(c, rq->seg_slot);
 		int err;
 
-		if (unlikely(!ep) && core_park(c, pt)) {
+		/* An endpoint being evicted is a miss too: when every rail was
+		 * gone, rq_rails sent the part here to wait for a reconnect. */
+		if (unlikely(!ep || ep->closing) && core_park(c, pt)) {
 			c->cut.head++;
 			continue;
 		}

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Parked parts.  A request part whose segment has no endpoint on this core
- * (evicted from the endpoint cache: a cache miss) waits here, without
+ * Parked parts.  A request part whose segment has no endpoint on this core,
+ * or one being torn down (evicted from the endpoint cache: a cache miss),
+ * waits here, without
  * blocking anything, while the repair thread reconnects; every sweep asks
  * again, and the part goes back to cutting or ends with the reconnect's
  * error, -EBUSY (reconnected, but no room on this core) or -ETIMEDOUT.
@@ -36,7 +37,7 @@ static int park_state(struct ferry_core *c, const struct parked_part *p)
 	struct ferry_seg *s = rq->seg;
 	struct ferry_ep *ep = core_ep(c, rq->seg_slot);
 
-	if (ep)
+	if (ep && !ep->closing) /* a closing one is on its way out (evicted) */
 		return ep->seg_gen == rq->seg_gen ? 0 : -EBADF;
 	if (load_acquire(s->state) != SEG_OPEN) /* pairs with: store_sc in segment.c */
 		return -EBADF;
