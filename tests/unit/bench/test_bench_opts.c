@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of ferry_bench's command line (bench/bench_opts.c): defaults,
+ * Unit tests of ferry_bench's command line (bench/bench_opts.c, with the
+ * checks across flags of bench_cfg.c and --help of bench_usage.c): defaults,
  * every flag, size suffixes and ranges, the two-process flags, and that
  * each refusal names the flag it is about; and of its engine-free helpers
  * (bench/bench_util.c: the --verify pattern, the --lat percentiles, the
  * preallocated latency samples).  The
- * Makefile links tests with libferry.a only, so both are included here
+ * Makefile links tests with libferry.a only, so they are included here
  * rather than linked.
  */
 #include <errno.h>
@@ -20,6 +21,8 @@
 #include <cmocka.h>
 
 #include "bench/bench_opts.c"
+#include "bench/bench_cfg.c"
+#include "bench/bench_usage.c"
 #include "bench/bench_util.c"
 
 #define MAX_ARGS 32
