@@ -15,7 +15,8 @@
 /* Options that only make sense for a process that submits requests. */
 static const int initiator_only[] = {
 	OPT_OP, 's', OPT_BATCH, OPT_PORTS, 'n', OPT_TARGET_CORES, OPT_NOCOPY, OPT_VERIFY,
-	OPT_NO_PORT_PIN, OPT_REMOTE_ADDR, OPT_LAT, OPT_SWEEP, OPT_CSV, OPT_PLOT,
+	OPT_NO_PORT_PIN, OPT_REMOTE_ADDR, OPT_LAT, OPT_SWEEP, OPT_CSV, OPT_PLOT, OPT_SYNC,
+	OPT_REFILL, OPT_STATUS_ONCE, OPT_PREP,
 };
 
 /* Checks of the two-process modes. */
@@ -32,8 +33,12 @@ static int check_modes(const struct bench_cfg *cfg, const bool *seen, char *err,
 					    "%s applies to the initiator (--connect), not to --target",
 					    opt_flag(initiator_only[i]));
 	}
-	if (seen[OPT_LISTEN] && cfg->mode != BENCH_TARGET)
-		return bad_arg(err, errlen, "--listen needs --target (the initiator uses --connect)");
+	/* --connect --pingpong: where the target connects back to this process. */
+	if (seen[OPT_LISTEN] && cfg->mode != BENCH_TARGET &&
+	    !(cfg->mode == BENCH_INITIATOR && cfg->pingpong))
+		return bad_arg(err, errlen,
+			    "--listen needs --target (the initiator uses --connect; with --pingpong "
+			    "it may say where the target reaches it)");
 	if (seen[OPT_REMOTE_ADDR] && cfg->mode != BENCH_INITIATOR)
 		return bad_arg(err, errlen, "--remote-addr needs --connect");
 	if (cfg->mode == BENCH_INITIATOR && seen[OPT_TARGET_CORES])
@@ -43,6 +48,14 @@ static int check_modes(const struct bench_cfg *cfg, const bool *seen, char *err,
 		return bad_arg(err, errlen,
 			    "--nocopy is for the loop NIC, which cannot reach another process");
 	return 0;
+}
+
+/* The flag that makes a run send one request at a time, for messages. */
+static const char *one_at_a_time(const struct bench_cfg *cfg)
+{
+	if (cfg->pingpong)
+		return "--pingpong";
+	return cfg->idle ? "--idle" : "--lat";
 }
 
 /* --lat and --sweep against the rest. */
@@ -57,14 +70,101 @@ static int check_lat_sweep(struct bench_cfg *cfg, const bool *seen, char *err, s
 		cfg->size = BENCH_SWEEP_MIN;
 		cfg->size_max = BENCH_SWEEP_MAX;
 	}
-	if (!cfg->lat)
+	if (!cfg->lat && !cfg->idle)
 		return 0;
 	if (seen[OPT_BATCH] && cfg->batch != 1)
-		return bad_arg(err, errlen, "--lat sends one request at a time: --batch must be 1");
+		return bad_arg(err, errlen, "%s sends one request at a time: --batch must be 1",
+			    one_at_a_time(cfg));
 	if (seen[OPT_PORTS] && cfg->ports != 1)
-		return bad_arg(err, errlen, "--lat sends one request at a time: --ports must be 1");
+		return bad_arg(err, errlen, "%s sends one request at a time: --ports must be 1",
+			    one_at_a_time(cfg));
 	cfg->batch = 1;
 	cfg->ports = 1;
+	return 0;
+}
+
+/*
+ * --pingpong: WRITEs both ways, the bytes must arrive (the peer polls its
+ * memory for them), one message at a time; its rows are latency rows.
+ */
+static int check_pingpong(struct bench_cfg *cfg, const bool *seen, char *err, size_t errlen)
+{
+	if (!cfg->pingpong)
+		return 0;
+	if (cfg->lat)
+		return bad_arg(err, errlen,
+			    "--lat and --pingpong exclude each other (two latency tests: one request "
+			    "timed to its completion, or half a WRITE round trip)");
+	if (seen[OPT_OP] && cfg->op != FERRY_OP_WRITE)
+		return bad_arg(err, errlen, "--pingpong WRITEs, like ib_write_lat: not with --op read");
+	if (cfg->nocopy)
+		return bad_arg(err, errlen,
+			    "--pingpong polls memory for the peer's message: not with --nocopy, which "
+			    "moves no byte");
+	if (cfg->verify)
+		return bad_arg(err, errlen, "--verify is for the throughput and --lat runs, not --pingpong");
+	cfg->lat = cfg->mode != BENCH_TARGET;
+	return 0;
+}
+
+/*
+ * --idle SECONDS: the engines idle that long, then one request at a time
+ * (--iters of them, each after an idle gap, and each again at once); a
+ * --target serves that long and reports its CPU.
+ */
+static int check_idle(struct bench_cfg *cfg, const bool *seen, char *err, size_t errlen)
+{
+	static const int not_with[] = { OPT_LAT, OPT_PINGPONG, OPT_SYNC, OPT_REFILL, OPT_VERIFY,
+					OPT_SWEEP, OPT_PREP, 'D' };
+
+	if (!cfg->idle)
+		return 0;
+	for (size_t i = 0; i < sizeof(not_with) / sizeof(not_with[0]); i++)
+		if (seen[not_with[i]])
+			return bad_arg(err, errlen,
+				    "--idle measures an idle engine and then one request at a time: "
+				    "not with %s%s",
+				    opt_flag(not_with[i]),
+				    not_with[i] == 'D' ? " (--idle SECONDS is the idle time)" : "");
+	if (cfg->size != cfg->size_max)
+		return bad_arg(err, errlen, "--idle runs one size: not --size LO:HI");
+	if (cfg->mode == BENCH_TARGET) {
+		cfg->duration = cfg->idle;
+		cfg->duration_set = true;
+		return 0;
+	}
+	if (!seen['s'])
+		cfg->size = cfg->size_max = BENCH_IDLE_SIZE;
+	if (!cfg->iters)
+		cfg->iters = BENCH_IDLE_ITERS;
+	return 0;
+}
+
+/* How a throughput port submits: in flight (--refill), --sync (--status-once), --prep. */
+static int check_run(struct bench_cfg *cfg, const bool *seen, char *err, size_t errlen)
+{
+	bool single = cfg->lat || cfg->idle;
+
+	if (cfg->sync && single)
+		return bad_arg(err, errlen, "--sync is for throughput runs: %s sends one request at a time",
+			    one_at_a_time(cfg));
+	if (seen[OPT_REFILL] && (cfg->sync || single))
+		return bad_arg(err, errlen,
+			    "--refill is for throughput runs with requests in flight, not %s",
+			    cfg->sync ? "--sync (it resubmits the whole batch)" : one_at_a_time(cfg));
+	if (seen[OPT_REFILL] && cfg->refill > cfg->batch)
+		return bad_arg(err, errlen,
+			    "--refill %u exceeds --batch %u (the requests in flight per port)",
+			    cfg->refill, cfg->batch);
+	if (cfg->status_once && !cfg->sync)
+		return bad_arg(err, errlen,
+			    "--status-once needs --sync (in flight, a request's status is read until "
+			    "it has ended)");
+	if (cfg->prep && (cfg->pingpong || cfg->idle))
+		return bad_arg(err, errlen, "--prep is for throughput and --lat runs, not %s",
+			    one_at_a_time(cfg));
+	if (!seen[OPT_REFILL])
+		cfg->refill = cfg->batch < BENCH_DEFAULT_REFILL ? cfg->batch : BENCH_DEFAULT_REFILL;
 	return 0;
 }
 
@@ -84,14 +184,20 @@ int bench_check_cfg(struct bench_cfg *cfg, const bool *seen, char *err, size_t e
 			    "--prom - and --json both write to stdout: give --prom a file name");
 	rc = check_modes(cfg, seen, err, errlen);
 	if (!rc)
+		rc = check_pingpong(cfg, seen, err, errlen);
+	if (!rc)
+		rc = check_idle(cfg, seen, err, errlen);
+	if (!rc)
 		rc = check_lat_sweep(cfg, seen, err, errlen);
+	if (!rc)
+		rc = check_run(cfg, seen, err, errlen);
 	if (rc)
 		return rc;
 	if (cfg->mode == BENCH_TARGET)
 		return 0;
 	/* size and batch are each capped, so these products cannot overflow. */
 	if (cfg->mode == BENCH_LOCAL && !cfg->sweep && !cfg->buffer) {
-		per_port = cfg->size * cfg->batch;
+		per_port = cfg->pingpong ? bench_pp_bytes(cfg->size) : cfg->size * cfg->batch;
 		if (per_port > BENCH_MAX_BUFFER || per_port * cfg->ports > BENCH_MAX_BUFFER)
 			return bad_arg(err, errlen,
 				    "buffer --ports %u x --batch %u x --size %llu exceeds the %llu MiB "
@@ -101,7 +207,7 @@ int bench_check_cfg(struct bench_cfg *cfg, const bool *seen, char *err, size_t e
 		return 0;
 	}
 	/* Every port needs room for at least one request of the largest size. */
-	need = cfg->size_max * cfg->ports;
+	need = cfg->pingpong ? bench_pp_bytes(cfg->size_max) : cfg->size_max * cfg->ports;
 	if (need > BENCH_MAX_BUFFER)
 		return bad_arg(err, errlen,
 			    "--ports %u x --size %llu exceeds the %llu MiB buffer cap", cfg->ports,
@@ -150,12 +256,46 @@ void bench_apply_opts(const struct bench_cfg *cfg, struct ferry_opts *o)
 	}
 }
 
+static uint64_t page_up(uint64_t s)
+{
+	return (s + BENCH_PP_CTL - 1) & ~(BENCH_PP_CTL - 1);
+}
+
+uint64_t bench_pp_recv(uint64_t s)
+{
+	(void)s;
+	return BENCH_PP_CTL;
+}
+
+uint64_t bench_pp_send(uint64_t s)
+{
+	return BENCH_PP_CTL + page_up(s);
+}
+
+uint64_t bench_pp_bytes(uint64_t s)
+{
+	return BENCH_PP_CTL + 2 * page_up(s);
+}
+
+const char *bench_run_name(const struct bench_cfg *cfg)
+{
+	if (cfg->idle)
+		return "idle";
+	if (cfg->pingpong)
+		return "pingpong";
+	if (cfg->lat)
+		return "lat";
+	return cfg->sync ? "bw_sync" : "bw";
+}
+
 uint64_t bench_buffer_bytes(const struct bench_cfg *cfg)
 {
-	uint64_t need = cfg->size_max * cfg->ports;
+	uint64_t need = cfg->pingpong ? bench_pp_bytes(cfg->size_max) : cfg->size_max * cfg->ports;
 
 	if (cfg->buffer)
 		return cfg->buffer;
+	if (cfg->mode == BENCH_LOCAL && !cfg->sweep && cfg->pingpong)
+		return bench_pp_bytes(cfg->size);
 	if (cfg->mode == BENCH_LOCAL && !cfg->sweep)
 		return cfg->size * cfg->batch * cfg->ports;
 	if (cfg->mode == BENCH_LOCAL && need > BENCH_DEFAULT_BUFFER)

@@ -52,6 +52,12 @@ static const struct option long_opts[] = {
 	{ "plot", required_argument, NULL, OPT_PLOT },
 	{ "prom", required_argument, NULL, OPT_PROM },
 	{ "counters", required_argument, NULL, OPT_COUNTERS },
+	{ "sync", no_argument, NULL, OPT_SYNC },
+	{ "refill", required_argument, NULL, OPT_REFILL },
+	{ "status-once", no_argument, NULL, OPT_STATUS_ONCE },
+	{ "prep", no_argument, NULL, OPT_PREP },
+	{ "pingpong", no_argument, NULL, OPT_PINGPONG },
+	{ "idle", required_argument, NULL, OPT_IDLE },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -270,20 +276,21 @@ static int take_iters(const char *v, uint64_t *out, char *err, size_t errlen)
 	return take_iters_like("--iters", v, out, err, errlen);
 }
 
-static int take_duration(const char *v, double *out, char *err, size_t errlen)
+/* Seconds, fractions allowed: --duration, --idle. */
+static int take_seconds(const char *flag, const char *v, double *out, char *err, size_t errlen)
 {
 	char *end;
 	double d;
 
 	/* strtod takes "inf", "nan", hex and blanks: want a plain number. */
 	if (!isdigit((unsigned char)*v) && *v != '.')
-		return bad_arg(err, errlen, "--duration '%s': not a number of seconds", v);
+		return bad_arg(err, errlen, "%s '%s': not a number of seconds", flag, v);
 	errno = 0;
 	d = strtod(v, &end);
 	if (*end || errno == ERANGE || !isfinite(d))
-		return bad_arg(err, errlen, "--duration '%s': not a number of seconds", v);
+		return bad_arg(err, errlen, "%s '%s': not a number of seconds", flag, v);
 	if (d <= 0 || d > BENCH_MAX_DURATION)
-		return bad_arg(err, errlen, "--duration '%s': must be in (0, %.0f] seconds", v,
+		return bad_arg(err, errlen, "%s '%s': must be in (0, %.0f] seconds", flag, v,
 			    BENCH_MAX_DURATION);
 	*out = d;
 	return 0;
@@ -352,6 +359,30 @@ static int take_on_off(const char *flag, const char *v, int *out, char *err, siz
 	return 0;
 }
 
+/* The flags that choose how a port submits and what a run measures. */
+static int apply_run_opt(int c, const char *v, struct bench_cfg *cfg, char *err, size_t errlen)
+{
+	switch (c) {
+	case OPT_SYNC:
+		cfg->sync = true;
+		return 0;
+	case OPT_REFILL:
+		return take_u32("--refill", v, 0, BENCH_MAX_BATCH, &cfg->refill, err, errlen);
+	case OPT_STATUS_ONCE:
+		cfg->status_once = true;
+		return 0;
+	case OPT_PREP:
+		cfg->prep = true;
+		return 0;
+	case OPT_PINGPONG:
+		cfg->pingpong = true;
+		return 0;
+	case OPT_IDLE:
+		return take_seconds("--idle", v, &cfg->idle, err, errlen);
+	}
+	return bad_arg(err, errlen, "internal: unhandled option %d", c);
+}
+
 /* One option c with value v (NULL for flags). */
 static int apply_opt(int c, const char *v, struct bench_cfg *cfg, char *err, size_t errlen)
 {
@@ -372,7 +403,7 @@ static int apply_opt(int c, const char *v, struct bench_cfg *cfg, char *err, siz
 		return take_str("--nics", v, &cfg->nics, err, errlen);
 	case 'D':
 		cfg->duration_set = true;
-		return take_duration(v, &cfg->duration, err, errlen);
+		return take_seconds("--duration", v, &cfg->duration, err, errlen);
 	case 'n':
 		return take_iters(v, &cfg->iters, err, errlen);
 	case OPT_SLICE:
@@ -427,8 +458,9 @@ static int apply_opt(int c, const char *v, struct bench_cfg *cfg, char *err, siz
 		return take_file("--prom", v, true, &cfg->prom, err, errlen);
 	case OPT_COUNTERS:
 		return take_on_off("--counters", v, &cfg->counters, err, errlen);
+	default:
+		return apply_run_opt(c, v, cfg, err, errlen);
 	}
-	return bad_arg(err, errlen, "internal: unhandled option %d", c);
 }
 
 /*

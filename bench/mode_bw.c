@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Throughput, the default mode: a port submits its whole batch, waits for
- * it and starts over.  While it waits it notes when each request is seen
- * ended, for the latency percentiles, looking at gaps that grow with the
- * time waited: a long batch is not polled millions of times, and the last
- * request is waited for in the library, whose wake-up is immediate.
+ * --sync, batch-synchronous throughput (the default before requests were
+ * kept in flight, mode_inflight.c): a port submits its whole batch, waits
+ * for it and starts over.  While it waits it notes when each request is
+ * seen ended, for the latency percentiles, looking at gaps that grow with
+ * the time waited: a long batch is not polled millions of times, and the
+ * last request is waited for in the library, whose wake-up is immediate.
+ * --status-once reads no status while waiting: each request's once after
+ * the wait (make callgrind counts the status reads).
  */
 #include <errno.h>
 #include <sched.h>
@@ -19,16 +22,6 @@
 #define POLL_MAX_NS 10000000ull
 /* batch_poll: a batch where no request ended for this long is checked for progress. */
 #define STALL_CHECK_NS 1000000000ull
-
-/* A spin-wait hint: yields the pipeline (and a hyper-thread sibling). */
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
 
 /*
  * The requests of bp->open[0, nopen) seen ended now: each one's latency is
@@ -64,7 +57,7 @@ static uint32_t batch_scan(struct bench_port *bp, uint64_t t0, uint32_t nopen)
  * yield, long ones sleep: on a shared host (and on Soft-RoCE, where the
  * kernel moves the bytes) a spinning port takes the CPU others need.
  */
-static void poll_pause(uint64_t waited)
+void poll_pause(uint64_t waited)
 {
 	uint64_t gap = waited >> POLL_SHIFT, until;
 	struct timespec ts;
@@ -121,18 +114,21 @@ static int batch_poll(struct bench_port *bp, uint64_t t0)
 /* Batch n (UINT64_MAX: the --verify read-back, neither counted nor timed). */
 int batch_run(struct bench_port *bp, uint64_t n)
 {
-	uint64_t t0 = now_ns(), ok = bp->ok;
+	bool once = bp->b->cfg.status_once || n == UINT64_MAX;
+	uint64_t t0 = now_ns(), ok = bp->ok, t = 0;
 	int rc;
 
-	rc = ferry_submit(bp->batch, bp->reqs, bp->b->nreq);
+	rc = port_submit(bp, bp->batch, 0, bp->b->nreq, false);
 	if (rc < 0)
-		return port_stop(bp, n, "ferry_submit", rc);
-	rc = n == UINT64_MAX ? batch_wait(bp) : batch_poll(bp, t0);
+		return port_stop(bp, n, port_submit_call(bp, false), rc);
+	rc = once ? batch_wait(bp) : batch_poll(bp, t0);
 	if (n != UINT64_MAX) {
-		bp->lat_ns += now_ns() - t0;
+		t = now_ns() - t0;
+		bp->lat_ns += t;
 		bp->batches++;
 	}
-	rc = batch_finish(bp, n, rc);
+	/* --status-once: every request is seen ended when the wait returns. */
+	rc = batch_finish(bp, n, rc, bp->b->cfg.status_once ? t : 0);
 	if (n == UINT64_MAX)
 		bp->ok = ok;
 	return rc;

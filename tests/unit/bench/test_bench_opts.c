@@ -349,7 +349,7 @@ static void test_abbrev(void **state)
 	OK(&r, "--dur", "2", "--ver");
 	assert_true(r.cfg.duration == 2.0);
 	assert_true(r.cfg.verify);
-	BAD("ambiguous option '--s' (--size, --slice, --spin, --seed, --sweep)", "--s", "1");
+	BAD("ambiguous option '--s' (--size, --slice, --spin, --seed, --sweep, --sync, --status-once)", "--s", "1");
 	/* An exact name wins over the longer names it prefixes. */
 	OK(&r, "--target");
 	assert_int_equal(r.cfg.mode, BENCH_TARGET);
@@ -784,7 +784,7 @@ static void test_bad_output_flags(void **state)
 	    "x.csv");
 	BAD("--plot applies to the initiator (--connect), not to --target", "--target", "--plot",
 	    "x.png");
-	BAD("ambiguous option '--p' (--ports, --plot, --prom)", "--p", "x");
+	BAD("ambiguous option '--p' (--ports, --plot, --prom, --prep, --pingpong)", "--p", "x");
 	BAD("ambiguous option '--co' (--cores, --connect, --counters)", "--co", "on");
 }
 
