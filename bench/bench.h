@@ -139,12 +139,6 @@ static inline const char *onoff(int v)
 	return v ? "on" : "off";
 }
 
-/* Throughput with requests in flight, the default (mode_inflight.c). */
-static inline bool bench_in_flight(const struct bench_cfg *c)
-{
-	return !c->sync && !c->lat && !c->idle;
-}
-
 /* Where request i of port p lands in the target's buffer at this size. */
 static inline uint64_t req_offset(const struct bench *b, unsigned p, uint32_t i)
 {

@@ -114,8 +114,8 @@ static int check_pingpong(struct bench_cfg *cfg, const bool *seen, char *err, si
  */
 static int check_idle(struct bench_cfg *cfg, const bool *seen, char *err, size_t errlen)
 {
-	static const int not_with[] = { OPT_LAT, OPT_PINGPONG, OPT_SYNC, OPT_REFILL, OPT_VERIFY,
-					OPT_SWEEP, OPT_PREP, 'D' };
+	static const int not_with[] = { OPT_LAT,   OPT_PINGPONG, OPT_SYNC, OPT_REFILL, OPT_VERIFY,
+					OPT_SWEEP, OPT_PREP,	 OPT_PLOT, 'D' };
 
 	if (!cfg->idle)
 		return 0;

@@ -109,6 +109,12 @@ struct bench_cfg {
 	int counters;             /* --counters: 1 on, 0 off, -1 = keep (env/default) */
 };
 
+/* Throughput with requests in flight, the default (mode_inflight.c). */
+static inline bool bench_in_flight(const struct bench_cfg *c)
+{
+	return !c->sync && !c->lat && !c->idle;
+}
+
 /* The defaults, before any flag. */
 void bench_cfg_default(struct bench_cfg *cfg);
 
