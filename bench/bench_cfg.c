@@ -164,7 +164,7 @@ static int check_run(struct bench_cfg *cfg, const bool *seen, char *err, size_t 
 		return bad_arg(err, errlen, "--prep is for throughput and --lat runs, not %s",
 			    one_at_a_time(cfg));
 	if (!seen[OPT_REFILL])
-		cfg->refill = cfg->batch < BENCH_DEFAULT_REFILL ? cfg->batch : BENCH_DEFAULT_REFILL;
+		cfg->refill = bench_default_refill(cfg->batch);
 	return 0;
 }
 

@@ -44,9 +44,11 @@
 /*
  * Throughput runs keep --batch requests in flight per port, resubmitted
  * --refill at a time (a sub-batch: ferry_batch_reset needs every request
- * of a batch ended).  The default, measured (README, "In flight").
+ * of a batch ended).  The default: the batch in this many sub-batches
+ * (README, "In flight": a core fed one request at a time costs twice as
+ * much per request).
  */
-#define BENCH_DEFAULT_REFILL 1u
+#define BENCH_DEFAULT_SUBBATCHES 4u
 /* --idle: wake-up samples (cold and warm) without --iters, and their size without --size. */
 #define BENCH_IDLE_ITERS 100u
 #define BENCH_IDLE_SIZE 8u
@@ -108,6 +110,12 @@ struct bench_cfg {
 	const char *prom;         /* --prom FILE, "-" = stdout: Prometheus text at the end */
 	int counters;             /* --counters: 1 on, 0 off, -1 = keep (env/default) */
 };
+
+/* --refill's default for batch N: N / BENCH_DEFAULT_SUBBATCHES, rounded up. */
+static inline uint32_t bench_default_refill(uint32_t batch)
+{
+	return (batch + BENCH_DEFAULT_SUBBATCHES - 1) / BENCH_DEFAULT_SUBBATCHES;
+}
 
 /* Throughput with requests in flight, the default (mode_inflight.c). */
 static inline bool bench_in_flight(const struct bench_cfg *c)

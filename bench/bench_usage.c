@@ -23,7 +23,7 @@ void bench_usage(FILE *f, const char *prog)
 		"  --batch N              requests in flight per port, each resubmitted as it\n"
 		"                         ends (default 32); with --sync, requests per batch\n"
 		"  --refill K             in flight: requests resubmitted together, as one\n"
-		"                         sub-batch of the N (default %u; 1..N)\n"
+		"                         sub-batch of the N (1..N; default N/%u, rounded up)\n"
 		"  --sync                 batch-synchronous: submit N, wait for all, repeat\n"
 		"  --status-once          --sync: read each request's status once, after the\n"
 		"                         wait (latency = the batch's; for make callgrind)\n"
@@ -95,7 +95,7 @@ void bench_usage(FILE *f, const char *prog)
 		"Buffers are at most %llu MiB.  Environment: FERRY_* variables (see ferry.h)\n"
 		"apply before the flags.  Exit status: 0 ok, 1 setup error / failed request /\n"
 		"verify mismatch, 2 usage.\n",
-		prog, prog, prog, BENCH_SWEEP_MIN, BENCH_SWEEP_MAX >> 20, BENCH_DEFAULT_REFILL,
+		prog, prog, prog, BENCH_SWEEP_MIN, BENCH_SWEEP_MAX >> 20, BENCH_DEFAULT_SUBBATCHES,
 		BENCH_IDLE_ITERS, BENCH_IDLE_SIZE, BENCH_IDLE_GAP_MS, BENCH_TARGET_ADDR,
 		BENCH_DEFAULT_LISTEN, BENCH_TARGET_ADDR, BENCH_DEFAULT_BUFFER >> 20,
 		BENCH_MAX_BUFFER >> 20);

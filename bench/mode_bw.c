@@ -15,8 +15,7 @@
 
 #include "bench.h"
 
-/* batch_poll: look again after 1/32 of the time waited; yield, sleep above these. */
-#define POLL_SHIFT 5
+/* pause_ns: yield, sleep above these. */
 #define POLL_YIELD_NS 2000ull
 #define POLL_SLEEP_NS 20000ull
 #define POLL_MAX_NS 10000000ull
@@ -50,16 +49,13 @@ static uint32_t batch_scan(struct bench_port *bp, uint64_t t0, uint32_t nopen)
 }
 
 /*
- * Wait between two looks at the requests: 1/32 of what the batch has
- * waited so far, so a latency is seen at most ~3 % late, while a long
- * request is not read (its cache line pulled away from the core that
- * updates it per slice) millions of times.  Short gaps spin, longer ones
- * yield, long ones sleep: on a shared host (and on Soft-RoCE, where the
- * kernel moves the bytes) a spinning port takes the CPU others need.
+ * Spin (short gaps), yield (longer) or sleep (long) for about gap ns: on a
+ * shared host (and on Soft-RoCE, where the kernel moves the bytes) a
+ * spinning port takes the CPU others need.
  */
-void poll_pause(uint64_t waited)
+void pause_ns(uint64_t gap)
 {
-	uint64_t gap = waited >> POLL_SHIFT, until;
+	uint64_t until;
 	struct timespec ts;
 
 	if (gap > POLL_MAX_NS)
@@ -77,6 +73,17 @@ void poll_pause(uint64_t waited)
 		else
 			cpu_relax();
 	} while (now_ns() < until);
+}
+
+/*
+ * Wait between two looks at the requests: 1/32 of what the batch has
+ * waited so far (poll_gap), so a latency is seen at most ~3 % late, while
+ * a long request is not read (its cache line pulled away from the core
+ * that updates it per slice) millions of times.
+ */
+static void poll_pause(uint64_t waited)
+{
+	pause_ns(poll_gap(waited));
 }
 
 /*

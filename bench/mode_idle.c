@@ -157,6 +157,7 @@ void idle_print(struct bench *b, const struct totals *t)
 
 	if (bench_samples_summary(&bp->warm, 1, &warm))
 		report("latency percentiles", -ENOMEM);
+	b->rows[b->nrows - 1].requests = t->lat.n; /* ok counts the warm ones too */
 	row_add_lat(b, "idle_warm", &warm, 0);
 	if (b->cfg.json) {
 		idle_json(b, &t->lat, &warm);

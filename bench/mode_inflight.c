@@ -6,11 +6,14 @@
  * (ferry_batch_reset), so the N requests are split into sub-batches of
  * --refill K, each its own ferry batch: a sub-batch whose requests have
  * all been seen ended is reset and submitted again at once (K = 1: each
- * request is resubmitted as soon as it is seen ended).  ferry_try_submit
- * never waits: when a core's ring is full the rest of a sub-batch goes in
- * on a later pass, and meanwhile the port keeps noting the requests that
- * end (a waiting submit would make their latencies late).  A request's
- * latency runs from its own submit to the pass that sees it ended.
+ * request is resubmitted as soon as it is seen ended; the default is N/4,
+ * four rotating sub-batches: a core fed one request at a time costs about
+ * twice as much per request, README "In flight").  ferry_try_submit never
+ * waits: when a core's ring is full the rest of a sub-batch goes in on a
+ * later pass, and meanwhile the port keeps noting the requests that end (a
+ * waiting submit would make their latencies late).  A request's latency
+ * runs from its own submit to the pass that sees it ended; a sub-batch is
+ * looked at again after 1/32 of its age, as --sync looks at its batch.
  *
  * A "batch" of the rows here is a sub-batch's turn: batches counts them,
  * batch_us is the mean time from a sub-batch's reset to its last request
@@ -32,6 +35,7 @@ struct flight {
 	uint32_t *sent;            /* per sub-batch: submitted since its reset */
 	uint32_t *open;            /* per sub-batch: submitted, not yet seen ended */
 	uint64_t *turn_ns;         /* per sub-batch: its reset */
+	uint64_t *look_ns;         /* per sub-batch: when to look at it again */
 	uint64_t *sub_ns;          /* per request: its submit */
 	uint8_t *live;             /* per request: submitted, not yet seen ended */
 	uint64_t submitted, ended;
@@ -54,9 +58,10 @@ int flight_setup(struct bench_port *bp)
 	f->sent = calloc(f->nsub_max, sizeof(*f->sent));
 	f->open = calloc(f->nsub_max, sizeof(*f->open));
 	f->turn_ns = calloc(f->nsub_max, sizeof(*f->turn_ns));
+	f->look_ns = calloc(f->nsub_max, sizeof(*f->look_ns));
 	f->sub_ns = calloc(c->batch, sizeof(*f->sub_ns));
 	f->live = calloc(c->batch, sizeof(*f->live));
-	if (!f->sub || !f->sent || !f->open || !f->turn_ns || !f->sub_ns || !f->live)
+	if (!f->sub || !f->sent || !f->open || !f->turn_ns || !f->look_ns || !f->sub_ns || !f->live)
 		return report("in-flight state", -ENOMEM);
 	for (uint32_t g = 0; g < f->nsub_max; g++) {
 		rc = ferry_batch_create(bp->port, c->refill, &f->sub[g]);
@@ -80,6 +85,7 @@ void flight_free(struct bench_port *bp)
 	free(f->sent);
 	free(f->open);
 	free(f->turn_ns);
+	free(f->look_ns);
 	free(f->sub_ns);
 	free(f->live);
 	free(f);
@@ -111,6 +117,7 @@ static int flight_begin(struct bench_port *bp)
 			return port_stop(bp, 0, "ferry_batch_reset", rc);
 		f->sent[g] = f->open[g] = 0;
 		f->turn_ns[g] = f->quiet_ns;
+		f->look_ns[g] = 0;
 	}
 	return 0;
 }
@@ -218,41 +225,47 @@ static bool refill_ok(const struct bench_port *bp, uint64_t now, bool drain)
 }
 
 /*
- * Look at every sub-batch, note what ended, refill what has room; until
- * `until` requests have ended, or nothing is in flight and nothing may be
- * submitted.  A pass that saw nothing end pauses (poll_pause: spin, yield,
- * sleep as the quiet time grows).
+ * Look at the sub-batches that are due, note what ended, refill what has
+ * room; until `until` requests have ended, or nothing is in flight and
+ * nothing may be submitted.  A pass that saw nothing end pauses until the
+ * next sub-batch is due (pause_ns: spin, yield or sleep).
  */
 static int pump(struct bench_port *bp, uint64_t n, uint64_t until, bool drain)
 {
 	struct flight *f = bp->flight;
 
 	for (;;) {
-		uint64_t now = now_ns();
+		uint64_t now = now_ns(), next = UINT64_MAX;
 		bool refill = refill_ok(bp, now, drain);
 		uint32_t seen = 0;
 
 		for (uint32_t g = 0; g < f->nsub; g++) {
 			uint32_t first, cnt = sub_count(f, bp->b->nreq, g, &first);
 
-			if (f->open[g])
+			if (f->open[g] && now >= f->look_ns[g]) {
 				seen += sub_scan(bp, n, g);
+				/* poll_gap of its age: the lines a core is about to
+				 * write are not read over and over. */
+				f->look_ns[g] = now + poll_gap(now - f->turn_ns[g]);
+			}
 			if (refill && (f->sent[g] < cnt || !f->open[g]) && sub_fill(bp, n, g))
 				return bp->err;
+			if (f->open[g] && f->look_ns[g] < next)
+				next = f->look_ns[g];
 		}
+		if (seen)
+			f->quiet_ns = now; /* before returning: the next turn's pauses start here */
 		if (f->ended >= until || (f->submitted == f->ended && !refill))
 			return 0;
-		if (seen) {
-			f->quiet_ns = now;
+		if (seen)
 			continue;
-		}
 		if (now - f->quiet_ns >= STALL_CHECK_NS &&
 		    bytes_stalled(bp, flight_bytes(bp), now, &f->moved, &f->quiet_ns)) {
 			bp->stuck = true; /* the sub-batches' memory must live on */
 			return port_stop(bp, n, "in flight (no byte moved: requests still pending)",
 					 -ETIMEDOUT);
 		}
-		poll_pause(now - f->quiet_ns);
+		pause_ns(next > now ? next - now : 0);
 	}
 }
 

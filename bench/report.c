@@ -7,6 +7,7 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "bench.h"
 
@@ -32,16 +33,15 @@ static double ns_per_slice(const struct ferry_core_stats *d)
 	return d->completions ? (double)d->busy_ns / (double)d->completions : 0.0;
 }
 
-/* The flag of the run in the header: none for the default (requests in flight). */
-static const char *run_flag(const struct bench_cfg *c)
+/* The run's flag in the header: --sync, --lat...; none for the default (requests in flight). */
+static void print_run_flag(const struct bench_cfg *c)
 {
-	if (c->idle)
-		return " --idle";
-	if (c->pingpong)
-		return " --pingpong";
-	if (c->lat)
-		return " --lat";
-	return c->sync ? " --sync" : "";
+	const char *n = bench_run_name(c);
+
+	if (!strcmp(n, "bw_sync"))
+		printf(" --sync");
+	else if (strcmp(n, "bw"))
+		printf(" --%s", n);
 }
 
 /* How a throughput port submits, for the header. */
@@ -65,8 +65,9 @@ void print_header(const struct bench *b)
 {
 	const struct ferry_opts *o = &b->iopts;
 
-	printf("# ferry_bench%s: %s, nics %s, cores %s ", run_flag(&b->cfg),
-	       bench_op_name(b->cfg.op), o->nics, o->cores);
+	printf("# ferry_bench");
+	print_run_flag(&b->cfg);
+	printf(": %s, nics %s, cores %s ", bench_op_name(b->cfg.op), o->nics, o->cores);
 	if (b->cfg.mode == BENCH_LOCAL)
 		printf("(target %s, ", b->topts.cores);
 	else

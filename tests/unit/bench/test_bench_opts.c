@@ -117,7 +117,7 @@ static void test_defaults(void **state)
 	/* requests in flight, resubmitted as they end */
 	assert_false(r.cfg.sync || r.cfg.status_once || r.cfg.prep || r.cfg.pingpong);
 	assert_true(r.cfg.idle == 0);
-	assert_int_equal(r.cfg.refill, BENCH_DEFAULT_REFILL);
+	assert_int_equal(r.cfg.refill, 8); /* 32 in flight, 4 sub-batches */
 	/* The one-process buffer is still ports x batch x size. */
 	assert_int_equal(bench_buffer_bytes(&r.cfg), 32 * 65536);
 	assert_int_equal(bench_batch_for(&r.cfg, 65536), 32);
@@ -552,10 +552,14 @@ static void test_run_flags(void **state)
 	struct parsed r;
 
 	(void)state;
-	/* In flight is the default; refill is its default, or the batch when smaller. */
+	/* In flight is the default, in BENCH_DEFAULT_SUBBATCHES sub-batches (rounded up). */
 	OK(&r, "--batch", "64");
 	assert_false(r.cfg.sync || r.cfg.status_once || r.cfg.prep || r.cfg.pingpong);
-	assert_int_equal(r.cfg.refill, BENCH_DEFAULT_REFILL);
+	assert_int_equal(r.cfg.refill, 16);
+	OK(&r, "--batch", "5");
+	assert_int_equal(r.cfg.refill, 2);
+	OK(&r, "--batch", "1");
+	assert_int_equal(r.cfg.refill, 1);
 	assert_string_equal(bench_run_name(&r.cfg), "bw");
 	OK(&r, "--batch", "64", "--refill", "16", "--prep");
 	assert_int_equal(r.cfg.refill, 16);
