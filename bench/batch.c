@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What every mode does with a port's batch once it is submitted: wait for
- * it with stall detection (give up only when no byte moved for stall_ns),
- * check each request, report the failed ones (the first few one by one),
- * make the batch reusable, or stop the port when it cannot be.
+ * What every mode does with a port's batches: submit (requests, or --prep's
+ * prepared set by index), wait with stall detection (give up only when no
+ * byte moved for stall_ns), check each request, report the failed ones
+ * (the first few one by one), make the batch reusable, or stop the port
+ * when it cannot be.
  */
 #include <errno.h>
 #include <inttypes.h>
