@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What every mode does with a port's batch once it is submitted: wait for
- * it with stall detection (give up only when no byte moved for stall_ns),
- * check each request, report the failed ones (the first few one by one),
- * make the batch reusable, or stop the port when it cannot be.
+ * What every mode does with a port's batches: submit (requests, or --prep's
+ * prepared set by index), wait with stall detection (give up only when no
+ * byte moved for stall_ns), check each request, report the failed ones
+ * (the first few one by one), make the batch reusable, or stop the port
+ * when it cannot be.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -44,7 +45,30 @@ static void req_failed(struct bench_port *bp, uint64_t n, uint32_t i,
 	}
 }
 
-static void batch_check(struct bench_port *bp, uint64_t n)
+/*
+ * Request i of batch n seen ended: its status st, or the status call's
+ * error rc.  Counts it; true when it ended DONE with all its bytes.
+ */
+bool req_count(struct bench_port *bp, uint64_t n, uint32_t i, int rc,
+	       const struct ferry_req_status *st)
+{
+	struct ferry_req_status bad;
+
+	if (rc) {
+		bad = (struct ferry_req_status){ .state = FERRY_FAILED, .error = rc };
+		req_failed(bp, n, i, &bad);
+		return false;
+	}
+	if (st->state != FERRY_DONE || st->bytes != bp->b->size) {
+		req_failed(bp, n, i, st);
+		return false;
+	}
+	bp->ok++;
+	return true;
+}
+
+/* Every request of the batch, once; lat_ns (0: none) is each DONE one's latency. */
+static void batch_check(struct bench_port *bp, uint64_t n, uint64_t lat_ns)
 {
 	struct ferry_req_status st;
 	uint32_t cnt = bp->b->nreq;
@@ -52,14 +76,8 @@ static void batch_check(struct bench_port *bp, uint64_t n)
 	for (uint32_t i = 0; i < cnt; i++) {
 		int rc = ferry_req_status(bp->batch, i, &st);
 
-		if (rc) {
-			st = (struct ferry_req_status){ .state = FERRY_FAILED, .error = rc };
-			req_failed(bp, n, i, &st);
-		} else if (st.state != FERRY_DONE || st.bytes != bp->b->size) {
-			req_failed(bp, n, i, &st);
-		} else {
-			bp->ok++;
-		}
+		if (req_count(bp, n, i, rc, &st) && lat_ns)
+			bench_samples_add(&bp->lat, lat_ns);
 	}
 }
 
@@ -72,15 +90,19 @@ int port_stop(struct bench_port *bp, uint64_t n, const char *call, int rc)
 	return rc;
 }
 
-/* After the wait: check, and make the batch reusable. */
-int batch_finish(struct bench_port *bp, uint64_t n, int rc)
+/*
+ * After the wait: check, and make the batch reusable.  lat_ns (0: none):
+ * the latency of each request that ended DONE, when the port saw them all
+ * end at once (--status-once).
+ */
+int batch_finish(struct bench_port *bp, uint64_t n, int rc, uint64_t lat_ns)
 {
 	char what[160];
 
 	if (rc == -ETIMEDOUT) {
 		/* Requests are still in flight: the batch's memory must live on. */
 		bp->stuck = true;
-		batch_check(bp, n);
+		batch_check(bp, n, 0);
 		snprintf(what, sizeof(what),
 			 "ferry_batch_wait (no progress for %.0f s, past the engine's timeout_ms %u: "
 			 "requests still pending)",
@@ -89,21 +111,21 @@ int batch_finish(struct bench_port *bp, uint64_t n, int rc)
 	}
 	if (rc && rc != -EIO)
 		return port_stop(bp, n, "ferry_batch_wait", rc);
-	batch_check(bp, n);
+	batch_check(bp, n, lat_ns);
 	rc = ferry_batch_reset(bp->batch);
 	if (rc)
 		return port_stop(bp, n, "ferry_batch_reset", rc);
 	return 0;
 }
 
-/* Bytes the batch's requests have moved so far. */
-static uint64_t batch_bytes(const struct bench_port *bp)
+/* Bytes the first n requests of batch b have moved so far. */
+uint64_t batch_bytes(const struct ferry_batch *b, uint32_t n)
 {
 	struct ferry_req_status st;
 	uint64_t sum = 0;
 
-	for (uint32_t i = 0; i < bp->b->nreq; i++)
-		if (!ferry_req_status(bp->batch, i, &st))
+	for (uint32_t i = 0; i < n; i++)
+		if (!ferry_req_status(b, i, &st))
 			sum += st.bytes;
 	return sum;
 }
@@ -123,7 +145,7 @@ int batch_wait(struct bench_port *bp)
 
 		if (rc != -ETIMEDOUT)
 			return rc;
-		m = batch_bytes(bp);
+		m = batch_bytes(bp->batch, bp->b->nreq);
 		if (m != moved) {
 			moved = m;
 			since = now_ns();
@@ -133,15 +155,72 @@ int batch_wait(struct bench_port *bp)
 	}
 }
 
-/* No request ended for a while: are bytes still moving?  Give up after stall_ns. */
-bool batch_stalled(struct bench_port *bp, uint64_t now, uint64_t *moved, uint64_t *since)
+/*
+ * No request ended for a while: are bytes still moving (m, against *moved
+ * at *since)?  Give up after stall_ns without a byte.
+ */
+bool bytes_stalled(const struct bench_port *bp, uint64_t m, uint64_t now, uint64_t *moved,
+		   uint64_t *since)
 {
-	uint64_t m = batch_bytes(bp);
-
 	if (m != *moved) {
 		*moved = m;
 		*since = now;
 		return false;
 	}
 	return now - *since >= bp->b->stall_ns;
+}
+
+/* The same for the port's batch. */
+bool batch_stalled(struct bench_port *bp, uint64_t now, uint64_t *moved, uint64_t *since)
+{
+	return bytes_stalled(bp, batch_bytes(bp->batch, bp->b->nreq), now, moved, since);
+}
+
+/*
+ * Submit requests [first, first + n) of the port's set into batch: by
+ * index with --prep (ferry_prep_submit waits for room on a full ring, as
+ * ferry_submit does), else the requests; try: ferry_try_submit, which
+ * takes what fits without waiting.  How many were taken, or -errno.
+ */
+int port_submit(struct bench_port *bp, struct ferry_batch *batch, uint32_t first, uint32_t n,
+		bool try)
+{
+	int rc;
+
+	if (bp->prep)
+		rc = ferry_prep_submit(batch, bp->prep, bp->prep_idx + first, n);
+	else if (try)
+		return ferry_try_submit(batch, bp->reqs + first, n);
+	else
+		rc = ferry_submit(batch, bp->reqs + first, n);
+	return rc < 0 ? rc : (int)n;
+}
+
+/* The call port_submit makes, for messages. */
+const char *port_submit_call(const struct bench_port *bp, bool try)
+{
+	if (bp->prep)
+		return "ferry_prep_submit";
+	return try ? "ferry_try_submit" : "ferry_submit";
+}
+
+/*
+ * --prep: this size's requests of every port prepared once (the main
+ * thread, while the port threads do not run: a port is used by one thread
+ * at a time), the last size's set freed.
+ */
+int ports_prep(struct bench *b)
+{
+	for (unsigned p = 0; b->cfg.prep && p < b->cfg.ports; p++) {
+		struct bench_port *bp = &b->ports[p];
+		int rc;
+
+		if (bp->prep)
+			ferry_prep_destroy(bp->prep);
+		bp->prep = NULL;
+		rc = ferry_prep_create(bp->port, b->seg, bp->reqs, b->nreq, &bp->prep);
+		if (rc)
+			return report("ferry_prep_create", rc);
+	}
+	return 0;
 }

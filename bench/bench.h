@@ -22,15 +22,28 @@
 
 #define PAGE 4096
 
+/*
+ * CPU time of the process apart from the thread that measures it (which
+ * sleeps): what the engines' threads used between two snapshots (cpu_snap).
+ */
+struct cpu_use {
+	uint64_t wall_ns, user_ns, sys_ns; /* deltas: the others' user and system time */
+};
+
 struct bench;
+struct flight;
+struct pp_peer;
 
 struct bench_port {
 	pthread_t thread;
 	unsigned idx;
 	struct bench *b;
 	struct ferry_port *port;
-	struct ferry_batch *batch;
+	struct ferry_batch *batch;   /* --sync, --lat, --idle, --verify's read-back */
 	struct ferry_req *reqs; /* cfg.batch slots; the first b->nreq in use */
+	struct ferry_prep *prep; /* --prep: reqs prepared (this size), else NULL */
+	uint32_t *prep_idx;     /* 0, 1, ... cfg.batch - 1: ferry_prep_submit's indices */
+	struct flight *flight;  /* the in-flight mode's sub-batches (mode_inflight.c) */
 	uint8_t *buf;           /* b->local_cap bytes, registered with the initiator */
 	/* results of the current size, written by the port's thread, read after join */
 	uint64_t batches;
@@ -38,7 +51,9 @@ struct bench_port {
 	uint64_t failures;
 	uint64_t lat_ns;        /* sum of submit -> wait returned */
 	uint64_t end_ns;
-	struct bench_samples lat; /* ns of each request that ended DONE */
+	struct bench_samples lat; /* ns of each request that ended DONE (--idle: cold) */
+	struct bench_samples warm; /* --idle: the same request again at once */
+	uint64_t first_ns;      /* --idle: the first request, right after the idle window */
 	uint32_t *open;         /* batch_poll: requests not yet seen ended */
 	uint64_t prog_bytes;    /* atomic, for the progress line: bytes of ended batches */
 	uint64_t prog_batches;  /* atomic: batches ended */
@@ -74,11 +89,16 @@ struct bench {
 	/* core counters: at the start of everything, before and after one size */
 	struct ferry_core_stats *first, *before, *after;
 	uint64_t stall_ns;           /* give a batch up after this long without progress */
+	struct pp_peer *pp;          /* --pingpong: the answering side in this process */
+	struct cpu_use idle_cpu;     /* --idle: CPU of the engines over the idle window */
+	uint64_t idle_loops, idle_sleeps; /* --idle: what their cores did meanwhile */
+	char listen_buf[128];         /* --connect --pingpong: where the target reaches us */
 	uint64_t mismatches;         /* --verify: bytes that differ, this size */
 	bool efault_hinted;
 	/* output */
 	struct bench_row *rows;      /* one per size run so far: the --plot points */
 	unsigned nrows, nsizes;
+	unsigned csv_rows;           /* rows written to --csv so far */
 	FILE *csv, *prom;            /* opened before the run: a bad path costs no run */
 	uint64_t run_start_ns;
 	struct {
@@ -104,9 +124,29 @@ static inline uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A spin-wait hint: yields the pipeline (and a hyper-thread sibling). */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
 static inline const char *onoff(int v)
 {
 	return v ? "on" : "off";
+}
+
+/*
+ * Requests still pending are looked at again after 1/32 of the time they
+ * waited: seen ended at most ~3 % late, without reading lines a core is
+ * about to write over and over (--sync's batches, in-flight sub-batches).
+ */
+static inline uint64_t poll_gap(uint64_t waited)
+{
+	return waited >> 5;
 }
 
 /* Where request i of port p lands in the target's buffer at this size. */
@@ -132,17 +172,49 @@ int bench_run(struct bench *b);
 void ports_place(struct bench *b);
 int ports_run(struct bench *b);
 
-/* batch.c: waiting for a port's batch, checking it, stopping the port */
+/* batch.c: submitting, waiting for a port's batch, checking it, stopping the port */
 int port_stop(struct bench_port *bp, uint64_t n, const char *call, int rc);
-int batch_finish(struct bench_port *bp, uint64_t n, int rc);
+bool req_count(struct bench_port *bp, uint64_t n, uint32_t i, int rc,
+	       const struct ferry_req_status *st);
+int batch_finish(struct bench_port *bp, uint64_t n, int rc, uint64_t lat_ns);
 int batch_wait(struct bench_port *bp);
+uint64_t batch_bytes(const struct ferry_batch *b, uint32_t n);
+bool bytes_stalled(const struct bench_port *bp, uint64_t m, uint64_t now, uint64_t *moved,
+		   uint64_t *since);
 bool batch_stalled(struct bench_port *bp, uint64_t now, uint64_t *moved, uint64_t *since);
+int port_submit(struct bench_port *bp, struct ferry_batch *batch, uint32_t first, uint32_t n,
+		bool try);
+const char *port_submit_call(const struct bench_port *bp, bool try);
+int ports_prep(struct bench *b);
 
-/* mode_bw.c: throughput, a batch at a time */
+/* mode_bw.c: --sync, a batch at a time; the pause between two looks */
 int batch_run(struct bench_port *bp, uint64_t n);
+void pause_ns(uint64_t gap);
+
+/* mode_inflight.c: throughput, --batch requests in flight per port */
+int flight_setup(struct bench_port *bp);
+void flight_free(struct bench_port *bp);
+int flight_run(struct bench_port *bp, uint64_t n);
+int flight_drain(struct bench_port *bp, uint64_t n);
 
 /* mode_lat.c: --lat, a request at a time */
 int lat_run(struct bench_port *bp, uint64_t n);
+
+/* mode_pingpong.c: --pingpong (pp_peer.c: the answering side) */
+int pingpong_size(struct bench *b);
+int pingpong_run(struct bench_port *bp, uint64_t n);
+int pingpong_listen(struct bench *b);
+int pp_peer_start(struct bench *b, struct ferry_engine *e, uint8_t *buf, uint64_t len);
+void pp_peer_stop(struct bench *b);
+
+/* mode_idle.c: --idle */
+void cpu_snap(struct cpu_use *c);
+void cpu_since(struct cpu_use *c);
+double cpu_pct(const struct cpu_use *c);
+void cpu_print(const char *what, const struct cpu_use *c);
+void idle_window(struct bench *b);
+int idle_run(struct bench_port *bp, uint64_t n);
+void idle_print(struct bench *b, const struct totals *t);
 
 /* mode_target.c: --target */
 int nics_check_remote(struct ferry_engine *e, const char *role);
@@ -165,16 +237,23 @@ void ports_join(struct bench *b);
 
 /* report.c: the table, the per-core tables and --json, on stdout */
 void print_header(const struct bench *b);
+void print_lat_header(const char *first);
+void print_lat_row(const char *label, uint64_t size, const struct bench_lat *l,
+		   uint64_t failures);
 void print_row(const struct bench *b, const struct totals *t);
 void print_cores(const struct bench *b, const struct ferry_core_stats *before,
 		 const struct ferry_core_stats *after);
 void json_str(const char *key, const char *s);
 void json_cores(const struct bench *b, const struct ferry_core_stats *before,
 		const struct ferry_core_stats *after);
+void json_lat(const char *key, const struct bench_lat *l);
+void json_run(const struct bench *b);
 void print_json(const struct bench *b, const struct totals *t);
 
 /* outputs.c: --csv, --plot and --prom */
 void row_add(struct bench *b, const struct totals *t);
+void row_add_lat(struct bench *b, const char *mode, const struct bench_lat *l,
+		 uint64_t failures);
 int csv_put(struct bench *b);
 int outputs_open(struct bench *b);
 int plot_put(struct bench *b);

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ferry_bench command line.  Every refusal names the flag and the value,
- * and nothing here touches an engine, so tests/unit/bench/test_bench_opts.c includes
- * this file directly and runs the parser on its own.
+ * ferry_bench command line: the flags and their values (the checks across
+ * flags are bench_cfg.c's, --help is bench_usage.c's).  Every refusal names
+ * the flag and the value, and nothing here touches an engine, so
+ * tests/unit/bench/test_bench_opts.c includes these files directly and runs
+ * the parser on its own.
  */
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -14,36 +16,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "bench_opts.h"
+#include "bench_opts_int.h"
 #include "runtime/engine/opts.h"
-
-/* Long-only options: values past any character getopt could return. */
-enum {
-	OPT_OP = 256,
-	OPT_BATCH,
-	OPT_PORTS,
-	OPT_CORES,
-	OPT_TARGET_CORES,
-	OPT_SLICE,
-	OPT_NOCOPY,
-	OPT_SPIN,
-	OPT_VERIFY,
-	OPT_JSON,
-	OPT_NO_PORT_PIN,
-	OPT_TARGET,
-	OPT_LISTEN,
-	OPT_CONNECT,
-	OPT_BUFFER,
-	OPT_REMOTE_ADDR,
-	OPT_SEED,
-	OPT_LAT,
-	OPT_SWEEP,
-	OPT_CSV,
-	OPT_PLOT,
-	OPT_PROM,
-	OPT_COUNTERS,
-	OPT_END, /* one past the last: size of the seen[] array */
-};
 
 /* perftest's short letters where it has one: -s size, -n iters, -D, -q, -t, -d. */
 static const char short_opts[] = "+:hs:n:D:q:t:d:";
@@ -78,12 +52,17 @@ static const struct option long_opts[] = {
 	{ "plot", required_argument, NULL, OPT_PLOT },
 	{ "prom", required_argument, NULL, OPT_PROM },
 	{ "counters", required_argument, NULL, OPT_COUNTERS },
+	{ "sync", no_argument, NULL, OPT_SYNC },
+	{ "refill", required_argument, NULL, OPT_REFILL },
+	{ "status-once", no_argument, NULL, OPT_STATUS_ONCE },
+	{ "prep", no_argument, NULL, OPT_PREP },
+	{ "pingpong", no_argument, NULL, OPT_PINGPONG },
+	{ "idle", required_argument, NULL, OPT_IDLE },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
 
-__attribute__((format(printf, 3, 4)))
-static int bad_arg(char *err, size_t errlen, const char *fmt, ...)
+int bad_arg(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -297,20 +276,21 @@ static int take_iters(const char *v, uint64_t *out, char *err, size_t errlen)
 	return take_iters_like("--iters", v, out, err, errlen);
 }
 
-static int take_duration(const char *v, double *out, char *err, size_t errlen)
+/* Seconds, fractions allowed: --duration, --idle. */
+static int take_seconds(const char *flag, const char *v, double *out, char *err, size_t errlen)
 {
 	char *end;
 	double d;
 
 	/* strtod takes "inf", "nan", hex and blanks: want a plain number. */
 	if (!isdigit((unsigned char)*v) && *v != '.')
-		return bad_arg(err, errlen, "--duration '%s': not a number of seconds", v);
+		return bad_arg(err, errlen, "%s '%s': not a number of seconds", flag, v);
 	errno = 0;
 	d = strtod(v, &end);
 	if (*end || errno == ERANGE || !isfinite(d))
-		return bad_arg(err, errlen, "--duration '%s': not a number of seconds", v);
+		return bad_arg(err, errlen, "%s '%s': not a number of seconds", flag, v);
 	if (d <= 0 || d > BENCH_MAX_DURATION)
-		return bad_arg(err, errlen, "--duration '%s': must be in (0, %.0f] seconds", v,
+		return bad_arg(err, errlen, "%s '%s': must be in (0, %.0f] seconds", flag, v,
 			    BENCH_MAX_DURATION);
 	*out = d;
 	return 0;
@@ -379,6 +359,30 @@ static int take_on_off(const char *flag, const char *v, int *out, char *err, siz
 	return 0;
 }
 
+/* The flags that choose how a port submits and what a run measures. */
+static int apply_run_opt(int c, const char *v, struct bench_cfg *cfg, char *err, size_t errlen)
+{
+	switch (c) {
+	case OPT_SYNC:
+		cfg->sync = true;
+		return 0;
+	case OPT_REFILL:
+		return take_u32("--refill", v, 0, BENCH_MAX_BATCH, &cfg->refill, err, errlen);
+	case OPT_STATUS_ONCE:
+		cfg->status_once = true;
+		return 0;
+	case OPT_PREP:
+		cfg->prep = true;
+		return 0;
+	case OPT_PINGPONG:
+		cfg->pingpong = true;
+		return 0;
+	case OPT_IDLE:
+		return take_seconds("--idle", v, &cfg->idle, err, errlen);
+	}
+	return bad_arg(err, errlen, "internal: unhandled option %d", c);
+}
+
 /* One option c with value v (NULL for flags). */
 static int apply_opt(int c, const char *v, struct bench_cfg *cfg, char *err, size_t errlen)
 {
@@ -399,7 +403,7 @@ static int apply_opt(int c, const char *v, struct bench_cfg *cfg, char *err, siz
 		return take_str("--nics", v, &cfg->nics, err, errlen);
 	case 'D':
 		cfg->duration_set = true;
-		return take_duration(v, &cfg->duration, err, errlen);
+		return take_seconds("--duration", v, &cfg->duration, err, errlen);
 	case 'n':
 		return take_iters(v, &cfg->iters, err, errlen);
 	case OPT_SLICE:
@@ -454,8 +458,9 @@ static int apply_opt(int c, const char *v, struct bench_cfg *cfg, char *err, siz
 		return take_file("--prom", v, true, &cfg->prom, err, errlen);
 	case OPT_COUNTERS:
 		return take_on_off("--counters", v, &cfg->counters, err, errlen);
+	default:
+		return apply_run_opt(c, v, cfg, err, errlen);
 	}
-	return bad_arg(err, errlen, "internal: unhandled option %d", c);
 }
 
 /*
@@ -506,7 +511,7 @@ static int getopt_error(int c, int argc, char **argv, char *err, size_t errlen)
 }
 
 /* The flag that option code c stands for, for messages. */
-static const char *opt_flag(int c)
+const char *opt_flag(int c)
 {
 	static char buf[64];
 
@@ -517,110 +522,6 @@ static const char *opt_flag(int c)
 		}
 	}
 	return "?";
-}
-
-/* Options that only make sense for a process that submits requests. */
-static const int initiator_only[] = {
-	OPT_OP, 's', OPT_BATCH, OPT_PORTS, 'n', OPT_TARGET_CORES, OPT_NOCOPY, OPT_VERIFY,
-	OPT_NO_PORT_PIN, OPT_REMOTE_ADDR, OPT_LAT, OPT_SWEEP, OPT_CSV, OPT_PLOT,
-};
-
-/* Checks of the two-process modes. */
-static int check_modes(const struct bench_cfg *cfg, const bool *seen, char *err, size_t errlen)
-{
-	if (seen[OPT_TARGET] && seen[OPT_CONNECT])
-		return bad_arg(err, errlen,
-			    "--target and --connect exclude each other (one process is the target, "
-			    "the other connects to it)");
-	if (cfg->mode == BENCH_TARGET) {
-		for (size_t i = 0; i < sizeof(initiator_only) / sizeof(initiator_only[0]); i++)
-			if (seen[initiator_only[i]])
-				return bad_arg(err, errlen,
-					    "%s applies to the initiator (--connect), not to --target",
-					    opt_flag(initiator_only[i]));
-	}
-	if (seen[OPT_LISTEN] && cfg->mode != BENCH_TARGET)
-		return bad_arg(err, errlen, "--listen needs --target (the initiator uses --connect)");
-	if (seen[OPT_REMOTE_ADDR] && cfg->mode != BENCH_INITIATOR)
-		return bad_arg(err, errlen, "--remote-addr needs --connect");
-	if (cfg->mode == BENCH_INITIATOR && seen[OPT_TARGET_CORES])
-		return bad_arg(err, errlen,
-			    "--target-cores is for the one-process mode: give the target process --cores");
-	if (cfg->mode != BENCH_LOCAL && seen[OPT_NOCOPY])
-		return bad_arg(err, errlen,
-			    "--nocopy is for the loop NIC, which cannot reach another process");
-	return 0;
-}
-
-/* --lat and --sweep against the rest. */
-static int check_lat_sweep(struct bench_cfg *cfg, const bool *seen, char *err, size_t errlen)
-{
-	if (seen[OPT_SWEEP] && seen['s'])
-		return bad_arg(err, errlen,
-			    "--sweep and --size exclude each other (--sweep is --size %llu:%lluM; "
-			    "give --size LO:HI for other sizes)",
-			    BENCH_SWEEP_MIN, BENCH_SWEEP_MAX >> 20);
-	if (seen[OPT_SWEEP]) {
-		cfg->size = BENCH_SWEEP_MIN;
-		cfg->size_max = BENCH_SWEEP_MAX;
-	}
-	if (!cfg->lat)
-		return 0;
-	if (seen[OPT_BATCH] && cfg->batch != 1)
-		return bad_arg(err, errlen, "--lat sends one request at a time: --batch must be 1");
-	if (seen[OPT_PORTS] && cfg->ports != 1)
-		return bad_arg(err, errlen, "--lat sends one request at a time: --ports must be 1");
-	cfg->batch = 1;
-	cfg->ports = 1;
-	return 0;
-}
-
-/* Checks across flags, once all are known; fills derived fields. */
-static int check_cfg(struct bench_cfg *cfg, const bool *seen, char *err, size_t errlen)
-{
-	uint64_t per_port, need;
-	int rc;
-
-	if (cfg->duration_set && cfg->iters)
-		return bad_arg(err, errlen, "--duration and --iters exclude each other");
-	/* With --nocopy no byte moves: every check would fail. */
-	if (cfg->verify && cfg->nocopy)
-		return bad_arg(err, errlen, "--verify and --nocopy exclude each other");
-	if (cfg->json && cfg->prom && !strcmp(cfg->prom, "-"))
-		return bad_arg(err, errlen,
-			    "--prom - and --json both write to stdout: give --prom a file name");
-	rc = check_modes(cfg, seen, err, errlen);
-	if (!rc)
-		rc = check_lat_sweep(cfg, seen, err, errlen);
-	if (rc)
-		return rc;
-	if (cfg->mode == BENCH_TARGET)
-		return 0;
-	/* size and batch are each capped, so these products cannot overflow. */
-	if (cfg->mode == BENCH_LOCAL && !cfg->sweep && !cfg->buffer) {
-		per_port = cfg->size * cfg->batch;
-		if (per_port > BENCH_MAX_BUFFER || per_port * cfg->ports > BENCH_MAX_BUFFER)
-			return bad_arg(err, errlen,
-				    "buffer --ports %u x --batch %u x --size %llu exceeds the %llu MiB "
-				    "cap (or give a smaller --buffer: batches shrink to fit)",
-				    cfg->ports, cfg->batch, (unsigned long long)cfg->size,
-				    BENCH_MAX_BUFFER >> 20);
-		return 0;
-	}
-	/* Every port needs room for at least one request of the largest size. */
-	need = cfg->size_max * cfg->ports;
-	if (need > BENCH_MAX_BUFFER)
-		return bad_arg(err, errlen,
-			    "--ports %u x --size %llu exceeds the %llu MiB buffer cap", cfg->ports,
-			    (unsigned long long)cfg->size_max, BENCH_MAX_BUFFER >> 20);
-	if (need > bench_buffer_bytes(cfg) && (cfg->buffer || cfg->mode == BENCH_INITIATOR))
-		return bad_arg(err, errlen,
-			    "--buffer %llu is smaller than --ports %u x --size %llu%s",
-			    (unsigned long long)bench_buffer_bytes(cfg), cfg->ports,
-			    (unsigned long long)cfg->size_max,
-			    cfg->mode == BENCH_INITIATOR ? " (and the target's --buffer must be as large)"
-							 : "");
-	return 0;
 }
 
 int bench_parse_args(int argc, char **argv, struct bench_cfg *cfg, char *err, size_t errlen)
@@ -647,147 +548,6 @@ int bench_parse_args(int argc, char **argv, struct bench_cfg *cfg, char *err, si
 		return bad_arg(err, errlen, "unexpected argument '%s' (see --help)", argv[optind]);
 	if (cfg->help)
 		return 0;
-	return check_cfg(cfg, seen, err, errlen);
+	return bench_check_cfg(cfg, seen, err, errlen);
 }
 
-void bench_apply_opts(const struct bench_cfg *cfg, struct ferry_opts *o)
-{
-	if (cfg->cores)
-		o->cores = cfg->cores;
-	else if (!o->cores || !*o->cores)
-		o->cores = "0"; /* neither flag nor FERRY_CORES */
-	if (cfg->nics)
-		o->nics = cfg->nics;
-	if (cfg->slice)
-		o->slice_size = cfg->slice;
-	if (cfg->qps)
-		o->qps_per_ep = cfg->qps;
-	if (cfg->depth)
-		o->wrs_per_qp = cfg->depth;
-	/*
-	 * The engine refuses signal_every > wrs_per_qp.  A shallow --depth is
-	 * a measurement, not a mistake: signal more often unless the user chose
-	 * FERRY_SIGNAL_EVERY explicitly (then let the engine say why).
-	 */
-	if (cfg->depth && o->signal_every > cfg->depth && !getenv("FERRY_SIGNAL_EVERY"))
-		o->signal_every = cfg->depth;
-	if (cfg->spin)
-		o->idle = FERRY_IDLE_SPIN;
-	if (cfg->counters >= 0)
-		o->counters = cfg->counters;
-	/* The target listens where the initiator expects it. */
-	if (cfg->mode == BENCH_TARGET) {
-		if (cfg->listen)
-			o->listen = cfg->listen;
-		else if (!getenv("FERRY_LISTEN"))
-			o->listen = BENCH_DEFAULT_LISTEN;
-	}
-}
-
-uint64_t bench_buffer_bytes(const struct bench_cfg *cfg)
-{
-	uint64_t need = cfg->size_max * cfg->ports;
-
-	if (cfg->buffer)
-		return cfg->buffer;
-	if (cfg->mode == BENCH_LOCAL && !cfg->sweep)
-		return cfg->size * cfg->batch * cfg->ports;
-	if (cfg->mode == BENCH_LOCAL && need > BENCH_DEFAULT_BUFFER)
-		return need;
-	return BENCH_DEFAULT_BUFFER;
-}
-
-uint64_t bench_total_bytes(const struct bench_cfg *cfg)
-{
-	return bench_buffer_bytes(cfg);
-}
-
-uint32_t bench_batch_for(const struct bench_cfg *cfg, uint64_t s)
-{
-	uint64_t fit = bench_buffer_bytes(cfg) / (s * cfg->ports);
-
-	if (fit < 1)
-		fit = 1;
-	return fit < cfg->batch ? (uint32_t)fit : cfg->batch;
-}
-
-uint64_t bench_next_size(const struct bench_cfg *cfg, uint64_t s)
-{
-	if (!cfg->sweep || s >= cfg->size_max)
-		return 0;
-	return s * 2;
-}
-
-uint64_t bench_write_seed(const struct bench_cfg *cfg, unsigned k)
-{
-	return cfg->seed + 1 + k;
-}
-
-void bench_usage(FILE *f, const char *prog)
-{
-	fprintf(f,
-		"usage: %s [options]                  one process: initiator and target engines\n"
-		"       %s --target [options]         two processes: the target (serves a buffer)\n"
-		"       %s --connect HOST:PORT [...]  two processes: the initiator\n"
-		"P threads (ports) submit batches of one-sided requests from the initiator\n"
-		"to the target's buffer, like perftest's ib_write_bw / ib_read_bw.\n"
-		"\n"
-		"  --op read|write        operation (default write)\n"
-		"  -s, --size BYTES       bytes per request, K/M/G suffixes (default 64K);\n"
-		"                         LO:HI runs the powers of two from LO to HI, one row each\n"
-		"  --sweep                --size %llu:%lluM (perftest -a)\n"
-		"  --batch N              requests per batch (default 32)\n"
-		"  --ports N              submitting threads, one port each (default 1)\n"
-		"  --lat                  latency: one port, one request at a time, busy-polled;\n"
-		"                         prints min/typical(p50)/avg/p99/p99.9/max in us\n"
-		"  --cores LIST           this process's engine cores (default FERRY_CORES or \"0\")\n"
-		"  --target-cores LIST    one-process mode: target cores (default: same as --cores)\n"
-		"  -d, --nics NAMES       NICs, comma list (default FERRY_NICS or \"auto\": RDMA devices, else loop)\n"
-		"  -D, --duration SECS    run time per size, fractions allowed (default 3;\n"
-		"                         --target: until SIGINT/SIGTERM)\n"
-		"  -n, --iters N          batches per port (--lat: requests) instead of a duration\n"
-		"  --slice SIZE           bytes per work request (default 64K)\n"
-		"  -q, --qps N            QPs per endpoint\n"
-		"  -t, --depth N          work requests per QP\n"
-		"  --nocopy               loop NIC skips the memcpy (data plane cost only)\n"
-		"  --spin                 this process's cores never yield when idle\n"
-		"  --verify               check every byte moved (READ: against the target's\n"
-		"                         pattern; WRITE: read back and compare)\n"
-		"  --json                 JSON on stdout instead of tables (one object per size)\n"
-		"  --no-port-pin          do not keep port threads off the initiator's CPUs\n"
-		"  --counters on|off      the cores' latency histogram and hardware counters\n"
-		"                         (default FERRY_COUNTERS or on; off to measure their cost)\n"
-		"\n"
-		"Output (the table on stdout, a progress line on stderr for long runs):\n"
-		"  --csv FILE             also one CSV row per size, with a header line: mode\n"
-		"                         (bw|lat), op, size, batch, ports, cores, gbps (GB/s),\n"
-		"                         reqs_per_s, p50_us, p99_us, p999_us, max_us, ...\n"
-		"  --plot FILE.png        draw GB/s and p99 latency against size with gnuplot\n"
-		"                         (apt-get install -y gnuplot-nox)\n"
-		"  --prom FILE|-          at the end, this process's engine counters in the\n"
-		"                         Prometheus text format (- = stdout)\n"
-		"  -h, --help             this text\n"
-		"\n"
-		"Two processes (the loop NIC cannot cross processes: give RDMA NICs):\n"
-		"  --target               create only the target engine, register --buffer bytes\n"
-		"                         filled with the --seed pattern at 0x%llx (if free),\n"
-		"                         print \"ferry_bench target: listening on ADDR buffer\n"
-		"                         0xADDR LEN\" and serve until SIGINT/SIGTERM or --duration\n"
-		"  --listen HOST:PORT     target's control address, dotted IPv4 (default\n"
-		"                         FERRY_LISTEN or %s)\n"
-		"  --connect HOST:PORT    create only the initiator and open the target there\n"
-		"  --remote-addr HEX      the target's buffer address (default 0x%llx)\n"
-		"  --buffer SIZE          each side's buffer (default %llu MiB in the two-process\n"
-		"                         modes and sweeps, else ports x batch x size); batches\n"
-		"                         shrink so that ports x batch x size fits; the initiator's\n"
-		"                         must not exceed the target's\n"
-		"  --seed N               pattern seed of the target's buffer (default 1; the\n"
-		"                         initiator's --verify must use the target's)\n"
-		"\n"
-		"Buffers are at most %llu MiB.  Environment: FERRY_* variables (see ferry.h)\n"
-		"apply before the flags.  Exit status: 0 ok, 1 setup error / failed request /\n"
-		"verify mismatch, 2 usage.\n",
-		prog, prog, prog, BENCH_SWEEP_MIN, BENCH_SWEEP_MAX >> 20, BENCH_TARGET_ADDR,
-		BENCH_DEFAULT_LISTEN, BENCH_TARGET_ADDR, BENCH_DEFAULT_BUFFER >> 20,
-		BENCH_MAX_BUFFER >> 20);
-}

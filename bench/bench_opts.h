@@ -41,6 +41,25 @@
  */
 #define BENCH_LAT_SAMPLES (1ull << 20)
 #define BENCH_MAX_LAT_SAMPLES (1ull << 24)
+/*
+ * Throughput runs keep --batch requests in flight per port, resubmitted
+ * --refill at a time (a sub-batch: ferry_batch_reset needs every request
+ * of a batch ended).  The default: the batch in this many sub-batches
+ * (README, "In flight": a core fed one request at a time costs twice as
+ * much per request).
+ */
+#define BENCH_DEFAULT_SUBBATCHES 4u
+/* --idle: wake-up samples (cold and warm) without --iters, and their size without --size. */
+#define BENCH_IDLE_ITERS 100u
+#define BENCH_IDLE_SIZE 8u
+/* --idle: the idle time before each cold wake-up sample (the cores sleep after a few us). */
+#define BENCH_IDLE_GAP_MS 10u
+/*
+ * --pingpong: each side's buffer holds a control page (the hand-shake,
+ * mode_pingpong.c), then the message it receives, then the one it sends,
+ * each at a page boundary.
+ */
+#define BENCH_PP_CTL 4096ull
 
 enum bench_mode {
 	BENCH_LOCAL = 0, /* initiator and target engines in this process */
@@ -53,7 +72,7 @@ struct bench_cfg {
 	enum ferry_op op;
 	uint64_t size;            /* bytes per request; the smallest of a sweep */
 	uint64_t size_max;        /* the largest of a sweep; == size without one */
-	uint32_t batch;           /* requests per batch */
+	uint32_t batch;           /* requests in flight per port (--sync: per batch) */
 	uint32_t ports;           /* submitting threads */
 	const char *cores;        /* initiator cores; NULL = FERRY_CORES or "0" */
 	const char *target_cores; /* NULL = the initiator's list */
@@ -76,14 +95,33 @@ struct bench_cfg {
 	uint64_t buffer;          /* each side's buffer; 0 = derived (bench_buffer_bytes) */
 	uint64_t remote_addr;     /* --connect: the target's buffer; 0 = BENCH_TARGET_ADDR */
 	uint64_t seed;            /* pattern seed of the target's buffer (default 1) */
-	bool lat;                 /* --lat: one request at a time, latency percentiles */
+	bool lat;                 /* latency rows: --lat (one request at a time), --pingpong */
 	bool sweep;               /* sizes size, 2 size, ... size_max (one row each) */
+	/* how a port submits and what it measures */
+	bool sync;                /* --sync: submit the batch, wait for all of it, repeat */
+	uint32_t refill;          /* in flight: requests resubmitted together (<= batch) */
+	bool status_once;         /* --sync: each request's status read once, after the wait */
+	bool prep;                /* --prep: ferry_prep_create once, ferry_prep_submit by index */
+	bool pingpong;            /* --pingpong: WRITE ping-pong, half round trips (sets lat) */
+	double idle;              /* --idle SECONDS: idle CPU and wake-up latency; 0 = off */
 	/* output */
 	const char *csv;          /* --csv FILE: one row per size; NULL = none */
 	const char *plot;         /* --plot FILE.png: GB/s and p99 against size */
 	const char *prom;         /* --prom FILE, "-" = stdout: Prometheus text at the end */
 	int counters;             /* --counters: 1 on, 0 off, -1 = keep (env/default) */
 };
+
+/* --refill's default for batch N: N / BENCH_DEFAULT_SUBBATCHES, rounded up. */
+static inline uint32_t bench_default_refill(uint32_t batch)
+{
+	return (batch + BENCH_DEFAULT_SUBBATCHES - 1) / BENCH_DEFAULT_SUBBATCHES;
+}
+
+/* Throughput with requests in flight, the default (mode_inflight.c). */
+static inline bool bench_in_flight(const struct bench_cfg *c)
+{
+	return !c->sync && !c->lat && !c->idle;
+}
 
 /* The defaults, before any flag. */
 void bench_cfg_default(struct bench_cfg *cfg);
@@ -108,8 +146,9 @@ void bench_apply_opts(const struct bench_cfg *cfg, struct ferry_opts *o);
 /*
  * Bytes of each side's buffer (checked by the parser): --buffer if given;
  * else ports * batch * size in the one-process mode without a sweep (the
- * historical layout: every request its own bytes), else
- * BENCH_DEFAULT_BUFFER (at least ports * size_max in the one-process mode).
+ * historical layout: every request its own bytes; --pingpong:
+ * bench_pp_bytes(size)), else BENCH_DEFAULT_BUFFER (at least ports *
+ * size_max in the one-process mode).
  * Request i of port p of a run of size s sits at offset
  * (p * bench_batch_for(cfg, s) + i) * s on both sides.
  */
@@ -124,6 +163,14 @@ uint64_t bench_total_bytes(const struct bench_cfg *cfg);
  * ports * size_max <= buffer).
  */
 uint32_t bench_batch_for(const struct bench_cfg *cfg, uint64_t s);
+
+/* --pingpong's buffer offsets of a size-s message: received, sent; bytes of each side's buffer. */
+uint64_t bench_pp_recv(uint64_t s);
+uint64_t bench_pp_send(uint64_t s);
+uint64_t bench_pp_bytes(uint64_t s);
+
+/* "bw" (in flight), "bw_sync", "lat", "pingpong" or "idle": the kind of rows a run makes. */
+const char *bench_run_name(const struct bench_cfg *cfg);
 
 /* The size after s in the run (doubling), or 0 after the last. */
 uint64_t bench_next_size(const struct bench_cfg *cfg, uint64_t s);

@@ -12,8 +12,10 @@
  *  - --connect HOST:PORT: only the initiator, against such a target.
  *
  * The initiator registers one buffer per port.  Each port is one thread
- * that submits a batch of requests, waits for it, checks every request and
- * starts over, until the duration ends or it ran --iters batches.  Request
+ * that keeps --batch requests in flight, resubmitting them as they end (in
+ * sub-batches of --refill), and checks every request, until the duration
+ * ends or it ran --iters rounds of --batch requests; --sync submits a batch,
+ * waits for all of it and starts over.  Request
  * i of port p always moves the same bytes between offset i * size of its
  * port's buffer and offset (p * batch + i) * size of the target's buffer,
  * so no two requests touch the same memory.  The --verify pattern is a
@@ -22,9 +24,11 @@
  *
  * --lat: one port, one request at a time, busy-polled with
  * ferry_batch_wait(b, 0); every request's submit-to-done time is kept and
- * summarised like ib_write_lat (typical = median).  Throughput runs time
- * every request too: from the submit of its batch to the moment the port
- * sees it ended (batch_poll), kept in memory allocated before the run
+ * summarised like ib_write_lat (typical = median).  --pingpong: WRITEs
+ * both ways, half round trips like ib_write_lat's.  --idle: the engines'
+ * CPU while idle, then cold and warm single requests.  Throughput runs time
+ * every request too: from its submit (--sync: its batch's) to the moment
+ * the port sees it ended, kept in memory allocated before the run
  * (bench_samples: a uniform subset when there are too many).
  *
  * --size LO:HI (or --sweep): the powers of two from LO to HI, one row each;
@@ -35,12 +39,16 @@
  * the target's cores stay idle (on loop, the initiator's cores do the copy
  * themselves).
  *
- * The files: this one reads the command line and picks the mode; setup.c
- * opens the engines, buffers and ports and closes them; run.c runs the
- * sizes of the one-process and --connect modes; port.c runs the port
- * threads, each repeating port_step(): a batch (mode_bw.c) or one request
- * (mode_lat.c), waited for and checked by batch.c; verify.c is --verify;
- * mode_target.c is --target; counters.c snapshots the cores' counters;
+ * The files: this one picks the mode (the command line is bench_opts.c's,
+ * bench_cfg.c's and bench_usage.c's); setup.c opens the engines, buffers
+ * and ports and closes them; run.c runs the sizes of the one-process and
+ * --connect modes; port.c runs the port threads, each repeating
+ * port_step(): a round of requests in flight (mode_inflight.c), a batch
+ * (mode_bw.c, --sync), one request (mode_lat.c), one ping-pong
+ * (mode_pingpong.c, answered by pp_peer.c), an idle gap and a request
+ * (mode_idle.c), submitted, waited for and checked with batch.c; verify.c
+ * is --verify; mode_target.c is --target; counters.c snapshots the cores'
+ * counters;
  * report.c prints the table, the per-core tables and --json, outputs.c
  * writes --csv, --plot and --prom, progress.c draws the progress line.
  * bench.h holds what they share.

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Throughput, the default mode: a port submits its whole batch, waits for
- * it and starts over.  While it waits it notes when each request is seen
- * ended, for the latency percentiles, looking at gaps that grow with the
- * time waited: a long batch is not polled millions of times, and the last
- * request is waited for in the library, whose wake-up is immediate.
+ * --sync, batch-synchronous throughput (the default before requests were
+ * kept in flight, mode_inflight.c): a port submits its whole batch, waits
+ * for it and starts over.  While it waits it notes when each request is
+ * seen ended, for the latency percentiles, looking at gaps that grow with
+ * the time waited: a long batch is not polled millions of times, and the
+ * last request is waited for in the library, whose wake-up is immediate.
+ * --status-once reads no status while waiting: each request's once after
+ * the wait (make callgrind counts the status reads).
  */
 #include <errno.h>
 #include <sched.h>
@@ -12,23 +15,12 @@
 
 #include "bench.h"
 
-/* batch_poll: look again after 1/32 of the time waited; yield, sleep above these. */
-#define POLL_SHIFT 5
+/* pause_ns: yield, sleep above these. */
 #define POLL_YIELD_NS 2000ull
 #define POLL_SLEEP_NS 20000ull
 #define POLL_MAX_NS 10000000ull
 /* batch_poll: a batch where no request ended for this long is checked for progress. */
 #define STALL_CHECK_NS 1000000000ull
-
-/* A spin-wait hint: yields the pipeline (and a hyper-thread sibling). */
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
 
 /*
  * The requests of bp->open[0, nopen) seen ended now: each one's latency is
@@ -57,16 +49,13 @@ static uint32_t batch_scan(struct bench_port *bp, uint64_t t0, uint32_t nopen)
 }
 
 /*
- * Wait between two looks at the requests: 1/32 of what the batch has
- * waited so far, so a latency is seen at most ~3 % late, while a long
- * request is not read (its cache line pulled away from the core that
- * updates it per slice) millions of times.  Short gaps spin, longer ones
- * yield, long ones sleep: on a shared host (and on Soft-RoCE, where the
- * kernel moves the bytes) a spinning port takes the CPU others need.
+ * Spin (short gaps), yield (longer) or sleep (long) for about gap ns: on a
+ * shared host (and on Soft-RoCE, where the kernel moves the bytes) a
+ * spinning port takes the CPU others need.
  */
-static void poll_pause(uint64_t waited)
+void pause_ns(uint64_t gap)
 {
-	uint64_t gap = waited >> POLL_SHIFT, until;
+	uint64_t until;
 	struct timespec ts;
 
 	if (gap > POLL_MAX_NS)
@@ -84,6 +73,17 @@ static void poll_pause(uint64_t waited)
 		else
 			cpu_relax();
 	} while (now_ns() < until);
+}
+
+/*
+ * Wait between two looks at the requests: 1/32 of what the batch has
+ * waited so far (poll_gap), so a latency is seen at most ~3 % late, while
+ * a long request is not read (its cache line pulled away from the core
+ * that updates it per slice) millions of times.
+ */
+static void poll_pause(uint64_t waited)
+{
+	pause_ns(poll_gap(waited));
 }
 
 /*
@@ -121,18 +121,21 @@ static int batch_poll(struct bench_port *bp, uint64_t t0)
 /* Batch n (UINT64_MAX: the --verify read-back, neither counted nor timed). */
 int batch_run(struct bench_port *bp, uint64_t n)
 {
-	uint64_t t0 = now_ns(), ok = bp->ok;
+	bool once = bp->b->cfg.status_once || n == UINT64_MAX;
+	uint64_t t0 = now_ns(), ok = bp->ok, t = 0;
 	int rc;
 
-	rc = ferry_submit(bp->batch, bp->reqs, bp->b->nreq);
+	rc = port_submit(bp, bp->batch, 0, bp->b->nreq, false);
 	if (rc < 0)
-		return port_stop(bp, n, "ferry_submit", rc);
-	rc = n == UINT64_MAX ? batch_wait(bp) : batch_poll(bp, t0);
+		return port_stop(bp, n, port_submit_call(bp, false), rc);
+	rc = once ? batch_wait(bp) : batch_poll(bp, t0);
 	if (n != UINT64_MAX) {
-		bp->lat_ns += now_ns() - t0;
+		t = now_ns() - t0;
+		bp->lat_ns += t;
 		bp->batches++;
 	}
-	rc = batch_finish(bp, n, rc);
+	/* --status-once: every request is seen ended when the wait returns. */
+	rc = batch_finish(bp, n, rc, bp->b->cfg.status_once ? t : 0);
 	if (n == UINT64_MAX)
 		bp->ok = ok;
 	return rc;

@@ -20,9 +20,9 @@ int lat_run(struct bench_port *bp, uint64_t n)
 	int rc;
 
 	t0 = now_ns();
-	rc = ferry_submit(bp->batch, bp->reqs, 1);
+	rc = port_submit(bp, bp->batch, 0, 1, false);
 	if (rc < 0)
-		return port_stop(bp, n, "ferry_submit", rc);
+		return port_stop(bp, n, port_submit_call(bp, false), rc);
 	while ((rc = ferry_batch_wait(bp->batch, 0)) == -ETIMEDOUT) {
 		if ((++spins & 4095) == 0 && now_ns() - t0 > bp->b->stall_ns)
 			break;
@@ -34,5 +34,5 @@ int lat_run(struct bench_port *bp, uint64_t n)
 	bp->batches++;
 	if (rc == -ETIMEDOUT)
 		rc = batch_wait(bp); /* a large request may still be moving */
-	return batch_finish(bp, n, rc);
+	return batch_finish(bp, n, rc, 0);
 }

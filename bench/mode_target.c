@@ -3,8 +3,10 @@
  * --target, the serving half of a two-process run: map the buffer where
  * --connect looks for it by default, fill it with the --seed pattern,
  * register it, say where it is, and serve until SIGINT/SIGTERM or the end
- * of --duration; then the per-core counters of that time.  Also the check
- * both halves make that their NICs can reach another process.
+ * of --duration (--idle); then the process's CPU over that time (apart
+ * from the main thread, which waits for the signal) and the per-core
+ * counters.  --pingpong also answers ping-pongs (pp_peer.c).  Also the
+ * check both halves make that their NICs can reach another process.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -98,7 +100,7 @@ static int target_wait(const struct bench *b, const sigset_t *set)
 	}
 }
 
-static void target_json(const struct bench *b, int sig, double secs)
+static void target_json(const struct bench *b, int sig, double secs, const struct cpu_use *cpu)
 {
 	printf("{");
 	json_str("mode", "target");
@@ -109,12 +111,15 @@ static void target_json(const struct bench *b, int sig, double secs)
 	printf("\"buffer_addr\":%" PRIu64 ",\"buffer_len\":%" PRIu64 ",\"seed\":%" PRIu64
 	       ",\"seconds\":%.3f,",
 	       (uint64_t)(uintptr_t)b->tbuf, b->buffer, b->cfg.seed, secs);
+	printf("\"cpu_pct\":%.4f,\"cpu_user_ms\":%.3f,\"cpu_sys_ms\":%.3f,", cpu_pct(cpu),
+	       (double)cpu->user_ns / 1e6, (double)cpu->sys_ns / 1e6);
 	json_cores(b, b->first, b->after);
 	printf("}\n");
 }
 
 int target_main(struct bench *b)
 {
+	struct cpu_use cpu;
 	sigset_t set;
 	uint64_t t0;
 	int rc, sig;
@@ -151,6 +156,8 @@ int target_main(struct bench *b)
 		b->ncores = ferry_engine_cores(b->target);
 		rc = stats_alloc(b);
 	}
+	if (!rc && b->cfg.pingpong)
+		rc = pp_peer_start(b, b->target, b->tbuf, b->buffer);
 	if (rc) {
 		bench_teardown(b);
 		return 1;
@@ -160,15 +167,18 @@ int target_main(struct bench *b)
 	printf("ferry_bench target: listening on %s buffer 0x%" PRIx64 " %" PRIu64 "\n",
 	       ferry_engine_address(b->target), (uint64_t)(uintptr_t)b->tbuf, b->buffer);
 	fflush(stdout);
+	cpu_snap(&cpu);
 	sig = target_wait(b, &set);
+	cpu_since(&cpu);
 	fprintf(stderr, "ferry_bench target: %s, stopping\n", sig ? strsignal(sig) : "duration over");
 	stats_snap(b, b->after);
 	stats_final(b);
 	if (b->cfg.json) {
-		target_json(b, sig, (double)(now_ns() - t0) / 1e9);
+		target_json(b, sig, (double)(now_ns() - t0) / 1e9, &cpu);
 	} else {
 		printf("# ferry_bench target: nics %s, cores %s, %.1f s\n", b->topts.nics,
 		       b->topts.cores, (double)(now_ns() - t0) / 1e9);
+		cpu_print("target served", &cpu);
 		print_cores(b, b->first, b->after);
 	}
 	fflush(stdout);

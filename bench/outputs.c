@@ -14,13 +14,13 @@
 
 #include "bench.h"
 
-/* This size's results as a row of --csv and a point of --plot. */
+/* This size's results as a row of --csv and a point of --plot (--idle: the cold ones). */
 void row_add(struct bench *b, const struct totals *t)
 {
 	struct bench_row *r = &b->rows[b->nrows++];
 
 	*r = (struct bench_row){
-		.mode = b->cfg.lat ? "lat" : "bw",
+		.mode = b->cfg.idle ? "idle_cold" : bench_run_name(&b->cfg),
 		.op = bench_op_name(b->cfg.op),
 		.size = b->size,
 		.batch = b->nreq,
@@ -34,12 +34,27 @@ void row_add(struct bench *b, const struct totals *t)
 	};
 }
 
+/* One more row of latencies only, at this size (--idle's warm ones; bench_alloc made room). */
+void row_add_lat(struct bench *b, const char *mode, const struct bench_lat *l,
+		 uint64_t failures)
+{
+	struct bench_row *r = &b->rows[b->nrows++];
+
+	*r = b->rows[b->nrows - 2];
+	r->mode = mode;
+	r->requests = l->n;
+	r->failures = failures;
+	r->lat = *l;
+}
+
 /* Write and flush each row as it comes: an interrupted sweep keeps its rows. */
 int csv_put(struct bench *b)
 {
 	if (!b->csv)
 		return 0;
-	if (bench_csv_row(b->csv, &b->rows[b->nrows - 1]) < 0 || fflush(b->csv)) {
+	for (; b->csv_rows < b->nrows; b->csv_rows++) {
+		if (bench_csv_row(b->csv, &b->rows[b->csv_rows]) >= 0 && !fflush(b->csv))
+			continue;
 		fprintf(stderr, "ferry_bench: --csv %s: %s\n", b->cfg.csv, strerror(errno));
 		return -EIO;
 	}
@@ -118,8 +133,8 @@ int plot_put(struct bench *b)
 	if (!b->cfg.plot || !b->nrows)
 		return 0;
 	snprintf(title, sizeof(title),
-		 "ferry_bench%s %s: nics %s, cores %s, %u port(s), batch %u, slice %u, %s, counters %s",
-		 b->cfg.lat ? " --lat" : "", bench_op_name(b->cfg.op), o->nics, o->cores,
+		 "ferry_bench %s %s: nics %s, cores %s, %u port(s), batch %u, slice %u, %s, counters %s",
+		 bench_run_name(&b->cfg), bench_op_name(b->cfg.op), o->nics, o->cores,
 		 b->cfg.ports, b->cfg.batch, o->slice_size, b->cfg.nocopy ? "nocopy" : "copy",
 		 onoff(o->counters));
 	if (bench_plot(b->rows, b->nrows, b->cfg.plot, title, err, sizeof(err))) {

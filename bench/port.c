@@ -3,8 +3,8 @@
  * The port threads: one per --ports, each with its own ferry port and
  * batch, kept off the CPUs of the initiator's cores when there are CPUs
  * left.  For each size they start together at a barrier and repeat
- * port_step(), the mode's turn (a batch, one request), until the duration
- * is over or they ran --iters.
+ * port_step(), the mode's turn (a round of requests in flight, a batch,
+ * one request), until the duration is over or they ran --iters.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -14,12 +14,24 @@
 
 #include "bench.h"
 
-/* One turn of a port's loop, as the flags ask: a batch, or one request (--lat). */
+/*
+ * One turn of a port's loop, as the flags ask: a round of --batch requests
+ * kept in flight, a batch (--sync), one request (--lat), one ping-pong, or
+ * an idle gap and a request (--idle).
+ */
 static int port_step(struct bench_port *bp, uint64_t n)
 {
-	if (bp->b->cfg.lat)
+	const struct bench_cfg *c = &bp->b->cfg;
+
+	if (c->idle)
+		return idle_run(bp, n);
+	if (c->pingpong)
+		return pingpong_run(bp, n);
+	if (c->lat)
 		return lat_run(bp, n);
-	return batch_run(bp, n);
+	if (c->sync)
+		return batch_run(bp, n);
+	return flight_run(bp, n);
 }
 
 static bool port_done(const struct bench *b, uint64_t n)
@@ -45,6 +57,8 @@ static void *port_main(void *arg)
 		__atomic_store_n(&bp->prog_bytes, bp->ok * b->size, __ATOMIC_RELAXED);
 		__atomic_store_n(&bp->prog_batches, n, __ATOMIC_RELAXED);
 	} while (!port_done(b, n));
+	if (bench_in_flight(&b->cfg)) /* a turn leaves requests in flight */
+		flight_drain(bp, n);
 	bp->end_ns = now_ns();
 	return NULL;
 }

@@ -7,6 +7,7 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "bench.h"
 
@@ -32,24 +33,60 @@ static double ns_per_slice(const struct ferry_core_stats *d)
 	return d->completions ? (double)d->busy_ns / (double)d->completions : 0.0;
 }
 
+/* The run's flag in the header: --sync, --lat...; none for the default (requests in flight). */
+static void print_run_flag(const struct bench_cfg *c)
+{
+	const char *n = bench_run_name(c);
+
+	if (!strcmp(n, "bw_sync"))
+		printf(" --sync");
+	else if (strcmp(n, "bw"))
+		printf(" --%s", n);
+}
+
+/* How a throughput port submits, for the header. */
+static void print_submit(const struct bench *b)
+{
+	if (bench_in_flight(&b->cfg))
+		printf(", %u in flight per port, refill %u", b->cfg.batch, b->cfg.refill);
+	if (b->cfg.prep)
+		printf(", prep");
+	if (b->cfg.status_once)
+		printf(", status once");
+}
+
+void print_lat_header(const char *first)
+{
+	printf("%-5s %10s %10s %10s %10s %10s %10s %10s %10s %8s\n", first, "size", "iters",
+	       "t_min_us", "t_typ_us", "t_avg_us", "t_p99_us", "t_p999_us", "t_max_us", "failures");
+}
+
 void print_header(const struct bench *b)
 {
 	const struct ferry_opts *o = &b->iopts;
 
-	printf("# ferry_bench%s: %s, nics %s, cores %s ", b->cfg.lat ? " --lat" : "",
-	       bench_op_name(b->cfg.op), o->nics, o->cores);
+	printf("# ferry_bench");
+	print_run_flag(&b->cfg);
+	printf(": %s, nics %s, cores %s ", bench_op_name(b->cfg.op), o->nics, o->cores);
 	if (b->cfg.mode == BENCH_LOCAL)
 		printf("(target %s, ", b->topts.cores);
 	else
 		printf("(target %s remote 0x%" PRIx64 ", ", b->cfg.connect, b->remote_base);
-	printf("ports on cpus %s), slice %u, qps %u, depth %u, idle %s, %s, counters %s%s\n",
+	printf("ports on cpus %s), slice %u, qps %u, depth %u, idle %s, %s, counters %s%s",
 	       b->port_cpus_desc, o->slice_size, o->qps_per_ep, o->wrs_per_qp,
 	       o->idle == FERRY_IDLE_SPIN ? "spin" : "adaptive", b->cfg.nocopy ? "nocopy" : "copy",
 	       onoff(o->counters), b->cfg.verify ? ", verify" : "");
-	if (b->cfg.lat)
-		printf("%-5s %10s %10s %10s %10s %10s %10s %10s %10s %8s\n", "op", "size", "iters",
-		       "t_min_us", "t_typ_us", "t_avg_us", "t_p99_us", "t_p999_us", "t_max_us",
-		       "failures");
+	print_submit(b);
+	printf("\n");
+	if (b->cfg.pingpong)
+		printf("# t_* are half round trips (WRITE there, WRITE back, answer seen), like "
+		       "ib_write_lat's\n");
+	if (b->cfg.idle)
+		printf("# --idle %.3g s, then %" PRIu64 " x (%u ms idle, a request: cold; again at "
+		       "once: warm), submit to done\n",
+		       b->cfg.idle, b->cfg.iters, BENCH_IDLE_GAP_MS);
+	if (b->cfg.lat || b->cfg.idle)
+		print_lat_header(b->cfg.idle ? "wake" : "op");
 	else
 		printf("%-5s %10s %6s %5s %9s %14s %8s %8s %10s %12s %10s %9s %9s %9s %9s %8s\n",
 		       "op", "size", "batch", "ports", "batches", "bytes", "secs", "GB/s", "MB/s",
@@ -66,6 +103,16 @@ static const char *us_str(const struct bench_lat *l, uint64_t ns, char *buf, siz
 	return buf;
 }
 
+/* One row of latencies in us: min, typical (p50), avg, p99, p99.9, max. */
+void print_lat_row(const char *label, uint64_t size, const struct bench_lat *l,
+		   uint64_t failures)
+{
+	printf("%-5s %10" PRIu64 " %10" PRIu64 " %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %8" PRIu64
+	       "\n",
+	       label, size, l->n, (double)l->min / 1e3, (double)l->p50 / 1e3, l->avg / 1e3,
+	       (double)l->p99 / 1e3, (double)l->p999 / 1e3, (double)l->max / 1e3, failures);
+}
+
 void print_row(const struct bench *b, const struct totals *t)
 {
 	uint64_t bytes = t->ok * b->size;
@@ -73,11 +120,7 @@ void print_row(const struct bench *b, const struct totals *t)
 	char p50[32], p99[32], p999[32], max[32];
 
 	if (b->cfg.lat) {
-		printf("%-5s %10" PRIu64 " %10" PRIu64 " %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %8"
-		       PRIu64 "\n",
-		       bench_op_name(b->cfg.op), b->size, l->n, (double)l->min / 1e3,
-		       (double)l->p50 / 1e3, l->avg / 1e3, (double)l->p99 / 1e3,
-		       (double)l->p999 / 1e3, (double)l->max / 1e3, t->failures);
+		print_lat_row(bench_op_name(b->cfg.op), b->size, l, t->failures);
 	} else {
 		printf("%-5s %10" PRIu64 " %6u %5u %9" PRIu64 " %14" PRIu64
 		       " %8.3f %8.3f %10.1f %12.0f %10.2f %9s %9s %9s %9s %8" PRIu64 "\n",
@@ -239,6 +282,33 @@ void json_cores(const struct bench *b, const struct ferry_core_stats *before,
 	printf("]");
 }
 
+/* "key":{"n":..,"min":..,...} in us, and a comma; nothing when no sample. */
+void json_lat(const char *key, const struct bench_lat *l)
+{
+	if (!l->n)
+		return;
+	printf("\"%s\":{\"n\":%" PRIu64 ",\"min\":%.3f,\"p50\":%.3f,\"avg\":%.3f,"
+	       "\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f},",
+	       key, l->n, (double)l->min / 1e3, (double)l->p50 / 1e3, l->avg / 1e3,
+	       (double)l->p99 / 1e3, (double)l->p999 / 1e3, (double)l->max / 1e3);
+}
+
+/*
+ * What the run measures and how its ports submit: "run" (bw: in flight,
+ * bw_sync, lat, pingpong, idle), "inflight" (requests a port has in
+ * flight at most), "refill" (in flight: resubmitted together), "prep",
+ * "status_once".
+ */
+void json_run(const struct bench *b)
+{
+	const struct bench_cfg *c = &b->cfg;
+
+	json_str("run", bench_run_name(c));
+	printf("\"inflight\":%u,\"refill\":%u,\"prep\":%s,\"status_once\":%s,", b->nreq,
+	       bench_in_flight(c) ? (c->refill < b->nreq ? c->refill : b->nreq) : 0,
+	       c->prep ? "true" : "false", c->status_once ? "true" : "false");
+}
+
 void print_json(const struct bench *b, const struct totals *t)
 {
 	const struct ferry_opts *o = &b->iopts;
@@ -247,6 +317,7 @@ void print_json(const struct bench *b, const struct totals *t)
 
 	printf("{");
 	json_str("mode", bench_mode_name(b->cfg.mode));
+	json_run(b);
 	json_str("op", bench_op_name(b->cfg.op));
 	json_str("nics", o->nics);
 	json_str("cores", o->cores);
@@ -268,12 +339,11 @@ void print_json(const struct bench *b, const struct totals *t)
 	       t->batches ? (double)t->lat_ns / (double)t->batches / 1e3 : 0.0, t->failures,
 	       b->mismatches);
 	json_str("counters", onoff(o->counters));
-	/* Per request, in both modes (throughput: from its batch's submit). */
-	if (l->n)
-		printf("\"lat_us\":{\"n\":%" PRIu64 ",\"min\":%.3f,\"p50\":%.3f,\"avg\":%.3f,"
-		       "\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f},",
-		       l->n, (double)l->min / 1e3, (double)l->p50 / 1e3, l->avg / 1e3,
-		       (double)l->p99 / 1e3, (double)l->p999 / 1e3, (double)l->max / 1e3);
+	/*
+	 * Per request, in every run: in flight from its own submit, --sync from
+	 * its batch's; --pingpong: half round trips.
+	 */
+	json_lat("lat_us", l);
 	json_cores(b, b->before, b->after);
 	printf("}\n");
 	fflush(stdout);

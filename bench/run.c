@@ -13,8 +13,11 @@
 
 #include "bench.h"
 
-/* This size's requests of every port (the same batch every time), and fresh results. */
-static void size_prepare(struct bench *b, uint64_t s, unsigned step)
+/*
+ * This size's requests of every port (the same batch every time), and
+ * fresh results; --prep's prepared sets, --pingpong's hand-shake.
+ */
+static int size_prepare(struct bench *b, uint64_t s, unsigned step)
 {
 	b->size = s;
 	b->step = step;
@@ -42,9 +45,13 @@ static void size_prepare(struct bench *b, uint64_t s, unsigned step)
 		__atomic_store_n(&bp->prog_bytes, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&bp->prog_batches, 0, __ATOMIC_RELAXED);
 		bench_samples_reset(&bp->lat);
+		bench_samples_reset(&bp->warm);
 		bp->reported = 0;
 	}
 	buffers_prepare(b);
+	if (b->cfg.pingpong)
+		return pingpong_size(b);
+	return ports_prep(b);
 }
 
 /* Every port's request latencies together (they are reset before the next size). */
@@ -93,13 +100,20 @@ int bench_run(struct bench *b)
 	if (!b->cfg.json)
 		print_header(b);
 	for (uint64_t s = b->cfg.size; s; s = bench_next_size(&b->cfg, s), step++) {
-		size_prepare(b, s, step);
+		if (size_prepare(b, s, step)) {
+			bad = true;
+			break;
+		}
+		if (b->cfg.idle)
+			idle_window(b);
 		ports_run(b);
 		if (b->cfg.verify)
 			buffers_verify(b);
 		totals_sum(b, &t);
 		row_add(b, &t);
-		if (b->cfg.json)
+		if (b->cfg.idle)
+			idle_print(b, &t);
+		else if (b->cfg.json)
 			print_json(b, &t);
 		else
 			print_row(b, &t);

@@ -62,6 +62,11 @@ int opts_build(struct bench *b)
 	b->topts.cores = b->cfg.target_cores ? b->cfg.target_cores : b->iopts.cores;
 	b->topts.idle = FERRY_IDLE_ADAPTIVE;
 	b->iopts.listen = "127.0.0.1:0";
+	/* --connect --pingpong: the target connects back to this engine. */
+	if (b->cfg.mode == BENCH_INITIATOR && b->cfg.pingpong && b->cfg.listen)
+		b->iopts.listen = b->cfg.listen;
+	else if (b->cfg.mode == BENCH_INITIATOR && b->cfg.pingpong)
+		return pingpong_listen(b);
 	return 0;
 }
 
@@ -152,7 +157,7 @@ static uint64_t lat_samples_cap(const struct bench_cfg *cfg)
 
 	if (cap < LAT_SAMPLES_MIN)
 		cap = LAT_SAMPLES_MIN;
-	if (cfg->lat && cfg->iters)
+	if ((cfg->lat || cfg->idle) && cfg->iters)
 		return cfg->iters < BENCH_MAX_LAT_SAMPLES ? cfg->iters : BENCH_MAX_LAT_SAMPLES;
 	/* Divided, not multiplied: iters may be anything up to 2^64 - 1. */
 	if (cfg->iters && cfg->iters <= cap / cfg->batch)
@@ -173,10 +178,16 @@ static int port_setup(struct bench *b, struct bench_port *bp)
 		return report("ferry_batch_create", rc);
 	bp->reqs = calloc(b->cfg.batch, sizeof(*bp->reqs));
 	bp->open = calloc(b->cfg.batch, sizeof(*bp->open));
-	if (!bp->reqs || !bp->open)
+	bp->prep_idx = calloc(b->cfg.batch, sizeof(*bp->prep_idx));
+	if (!bp->reqs || !bp->open || !bp->prep_idx)
 		return report("request array", -ENOMEM);
-	if (bench_samples_init(&bp->lat, lat_samples_cap(&b->cfg), bp->idx + 1))
+	for (uint32_t i = 0; i < b->cfg.batch; i++)
+		bp->prep_idx[i] = i;
+	if (bench_samples_init(&bp->lat, lat_samples_cap(&b->cfg), bp->idx + 1) ||
+	    (b->cfg.idle && bench_samples_init(&bp->warm, lat_samples_cap(&b->cfg), bp->idx + 2)))
 		return report("latency samples", -ENOMEM);
+	if (bench_in_flight(&b->cfg))
+		return flight_setup(bp);
 	return 0;
 }
 
@@ -184,14 +195,14 @@ static int bench_alloc(struct bench *b)
 {
 	b->buffer = bench_buffer_bytes(&b->cfg);
 	for (uint64_t s = b->cfg.size; s; s = bench_next_size(&b->cfg, s)) {
-		uint64_t need = bench_batch_for(&b->cfg, s) * s;
+		uint64_t need = b->cfg.pingpong ? bench_pp_bytes(s) : bench_batch_for(&b->cfg, s) * s;
 
 		if (need > b->local_cap)
 			b->local_cap = need;
 		b->nsizes++;
 	}
 	b->ports = calloc(b->cfg.ports, sizeof(*b->ports));
-	b->rows = calloc(b->nsizes, sizeof(*b->rows));
+	b->rows = calloc(b->nsizes + 1, sizeof(*b->rows)); /* --idle: cold and warm rows */
 	if (!b->ports || !b->rows)
 		return report("port array", -ENOMEM);
 	for (unsigned p = 0; p < b->cfg.ports; p++)
@@ -229,6 +240,9 @@ int bench_setup(struct bench *b)
 	if (rc)
 		return rc;
 	ports_place(b);
+	/* After ports_place: the answering thread runs where the port threads do. */
+	if (b->cfg.pingpong && b->cfg.mode == BENCH_LOCAL)
+		return pp_peer_start(b, b->target, b->tbuf, b->buffer);
 	return 0;
 }
 
@@ -241,9 +255,13 @@ int bench_setup(struct bench *b)
  */
 void bench_teardown(struct bench *b)
 {
+	pp_peer_stop(b);
 	for (unsigned p = 0; b->ports && p < b->cfg.ports; p++) {
 		struct bench_port *bp = &b->ports[p];
 
+		flight_free(bp);
+		if (bp->prep)
+			ferry_prep_destroy(bp->prep);
 		if (!bp->stuck) {
 			if (bp->batch)
 				ferry_batch_destroy(bp->batch);
@@ -252,7 +270,9 @@ void bench_teardown(struct bench *b)
 		}
 		free(bp->reqs);
 		free(bp->open);
+		free(bp->prep_idx);
 		bench_samples_free(&bp->lat);
+		bench_samples_free(&bp->warm);
 	}
 	ferry_engine_destroy(b->init);
 	if (b->target && b->tbuf && b->cfg.mode == BENCH_TARGET)

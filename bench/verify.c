@@ -54,13 +54,16 @@ static void readback(struct bench *b)
 {
 	for (unsigned p = 0; p < b->cfg.ports; p++) {
 		struct bench_port *bp = &b->ports[p];
+		struct ferry_prep *prep = bp->prep; /* prepared as WRITEs: not for this */
 
 		if (bp->err)
 			continue;
 		memset(bp->buf, 0, b->per_port);
 		for (uint32_t i = 0; i < b->nreq; i++)
 			bp->reqs[i].op = FERRY_OP_READ;
+		bp->prep = NULL;
 		batch_run(bp, UINT64_MAX);
+		bp->prep = prep;
 		for (uint32_t i = 0; i < b->nreq; i++)
 			bp->reqs[i].op = b->cfg.op;
 	}

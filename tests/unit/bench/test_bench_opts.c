@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of ferry_bench's command line (bench/bench_opts.c): defaults,
+ * Unit tests of ferry_bench's command line (bench/bench_opts.c, with the
+ * checks across flags of bench_cfg.c and --help of bench_usage.c): defaults,
  * every flag, size suffixes and ranges, the two-process flags, and that
  * each refusal names the flag it is about; and of its engine-free helpers
  * (bench/bench_util.c: the --verify pattern, the --lat percentiles, the
  * preallocated latency samples).  The
- * Makefile links tests with libferry.a only, so both are included here
+ * Makefile links tests with libferry.a only, so they are included here
  * rather than linked.
  */
 #include <errno.h>
@@ -20,6 +21,8 @@
 #include <cmocka.h>
 
 #include "bench/bench_opts.c"
+#include "bench/bench_cfg.c"
+#include "bench/bench_usage.c"
 #include "bench/bench_util.c"
 
 #define MAX_ARGS 32
@@ -111,6 +114,10 @@ static void test_defaults(void **state)
 	assert_null(r.cfg.plot);
 	assert_null(r.cfg.prom);
 	assert_int_equal(r.cfg.counters, -1);
+	/* requests in flight, resubmitted as they end */
+	assert_false(r.cfg.sync || r.cfg.status_once || r.cfg.prep || r.cfg.pingpong);
+	assert_true(r.cfg.idle == 0);
+	assert_int_equal(r.cfg.refill, 8); /* 32 in flight, 4 sub-batches */
 	/* The one-process buffer is still ports x batch x size. */
 	assert_int_equal(bench_buffer_bytes(&r.cfg), 32 * 65536);
 	assert_int_equal(bench_batch_for(&r.cfg, 65536), 32);
@@ -346,7 +353,7 @@ static void test_abbrev(void **state)
 	OK(&r, "--dur", "2", "--ver");
 	assert_true(r.cfg.duration == 2.0);
 	assert_true(r.cfg.verify);
-	BAD("ambiguous option '--s' (--size, --slice, --spin, --seed, --sweep)", "--s", "1");
+	BAD("ambiguous option '--s' (--size, --slice, --spin, --seed, --sweep, --sync, --status-once)", "--s", "1");
 	/* An exact name wins over the longer names it prefixes. */
 	OK(&r, "--target");
 	assert_int_equal(r.cfg.mode, BENCH_TARGET);
@@ -537,6 +544,153 @@ static void test_lat(void **state)
 	assert_int_equal(bench_batch_for(&r.cfg, 2), 1);
 	BAD("--lat sends one request at a time: --batch must be 1", "--lat", "--batch", "2");
 	BAD("--lat sends one request at a time: --ports must be 1", "--ports", "4", "--lat");
+}
+
+/* How a throughput port submits: in flight (--refill), --sync, --status-once, --prep. */
+static void test_run_flags(void **state)
+{
+	struct parsed r;
+
+	(void)state;
+	/* In flight is the default, in BENCH_DEFAULT_SUBBATCHES sub-batches (rounded up). */
+	OK(&r, "--batch", "64");
+	assert_false(r.cfg.sync || r.cfg.status_once || r.cfg.prep || r.cfg.pingpong);
+	assert_int_equal(r.cfg.refill, 16);
+	OK(&r, "--batch", "5");
+	assert_int_equal(r.cfg.refill, 2);
+	OK(&r, "--batch", "1");
+	assert_int_equal(r.cfg.refill, 1);
+	assert_string_equal(bench_run_name(&r.cfg), "bw");
+	OK(&r, "--batch", "64", "--refill", "16", "--prep");
+	assert_int_equal(r.cfg.refill, 16);
+	assert_true(r.cfg.prep);
+	OK(&r, "--batch", "8", "--refill", "8");
+	assert_int_equal(r.cfg.refill, 8);
+	OK(&r, "--sync", "--status-once", "--prep", "--batch", "64", "--size", "4K");
+	assert_true(r.cfg.sync && r.cfg.status_once && r.cfg.prep);
+	assert_string_equal(bench_run_name(&r.cfg), "bw_sync");
+	/* --sync keeps the old layout: every request its own bytes. */
+	assert_int_equal(bench_buffer_bytes(&r.cfg), 64 * 4096);
+	OK(&r, "--lat", "--prep");
+	assert_true(r.cfg.lat && r.cfg.prep);
+	assert_int_equal(r.cfg.refill, 1);
+	assert_string_equal(bench_run_name(&r.cfg), "lat");
+	OK(&r, "--connect", "10.0.0.2:18515", "--refill", "4", "--batch", "4");
+	assert_int_equal(r.cfg.refill, 4);
+}
+
+static void test_bad_run_flags(void **state)
+{
+	(void)state;
+	BAD("--refill '0': must be greater than 0", "--refill", "0");
+	BAD("--refill 'x'", "--refill", "x");
+	BAD("--refill 64 exceeds --batch 32 (the requests in flight per port)", "--refill", "64");
+	BAD("--refill 9 exceeds --batch 8", "--batch", "8", "--refill", "9");
+	BAD("--refill is for throughput runs with requests in flight, not --sync", "--sync",
+	    "--refill", "4");
+	BAD("--refill is for throughput runs with requests in flight, not --lat", "--lat",
+	    "--refill", "1");
+	BAD("--status-once needs --sync", "--status-once");
+	BAD("--sync is for throughput runs: --lat sends one request at a time", "--lat", "--sync");
+	BAD("--sync is for throughput runs: --pingpong sends", "--sync", "--pingpong");
+	BAD("--prep is for throughput and --lat runs, not --pingpong", "--pingpong", "--prep");
+	BAD("--sync applies to the initiator (--connect), not to --target", "--target", "--sync");
+	BAD("--refill applies to the initiator", "--target", "--refill", "2");
+	BAD("--status-once applies to the initiator", "--target", "--status-once");
+	BAD("--prep applies to the initiator", "--prep", "--target");
+	BAD("option '--sync' takes no value", "--sync=1");
+}
+
+/* --pingpong: WRITE both ways, one message at a time, latency rows. */
+static void test_pingpong(void **state)
+{
+	struct parsed r;
+
+	(void)state;
+	OK(&r, "--pingpong");
+	assert_true(r.cfg.pingpong && r.cfg.lat);
+	assert_int_equal(r.cfg.batch, 1);
+	assert_int_equal(r.cfg.ports, 1);
+	assert_string_equal(bench_run_name(&r.cfg), "pingpong");
+	/* A control page, then the message received, then the one sent, page-aligned. */
+	assert_int_equal(bench_pp_recv(65536), 4096);
+	assert_int_equal(bench_pp_send(65536), 4096 + 65536);
+	assert_int_equal(bench_pp_send(8), 8192);
+	assert_int_equal(bench_pp_bytes(8), 3 * 4096);
+	assert_int_equal(bench_pp_bytes(65536), 4096 + 2 * 65536);
+	assert_int_equal(bench_buffer_bytes(&r.cfg), 4096 + 2 * 65536);
+	OK(&r, "--pingpong", "--size", "8", "--iters", "1000", "--batch", "1", "--ports", "1");
+	assert_int_equal(r.cfg.size, 8);
+	assert_int_equal(bench_buffer_bytes(&r.cfg), 3 * 4096);
+	OK(&r, "--pingpong", "--size", "2:8M");
+	assert_int_equal(bench_buffer_bytes(&r.cfg), BENCH_DEFAULT_BUFFER);
+	/* The target answers, it does not measure. */
+	OK(&r, "--target", "--pingpong");
+	assert_true(r.cfg.pingpong);
+	assert_false(r.cfg.lat);
+	/* The initiator may say where the target reaches it. */
+	OK(&r, "--connect", "10.0.0.2:18515", "--pingpong", "--listen", "10.0.0.1:0");
+	assert_non_null(r.cfg.listen); /* points into the freed argv: not read */
+	OK(&r, "--connect", "10.0.0.2:18515", "--pingpong", "--buffer", "12K", "--size", "8");
+	BAD("--buffer 8192 is smaller than --ports 1 x --size 8", "--connect", "10.0.0.2:18515",
+	    "--pingpong", "--buffer", "8K", "--size", "8");
+	BAD("--listen needs --target (the initiator uses --connect; with --pingpong", "--connect",
+	    "10.0.0.2:18515", "--listen", "10.0.0.1:0");
+	BAD("--listen needs --target", "--pingpong", "--listen", "127.0.0.1:0");
+	BAD("--lat and --pingpong exclude each other", "--lat", "--pingpong");
+	BAD("--pingpong WRITEs, like ib_write_lat: not with --op read", "--pingpong", "--op", "read");
+	BAD("--pingpong polls memory for the peer's message: not with --nocopy", "--pingpong",
+	    "--nocopy");
+	BAD("--verify is for the throughput and --lat runs, not --pingpong", "--pingpong",
+	    "--verify");
+	BAD("--pingpong sends one request at a time: --batch must be 1", "--pingpong", "--batch",
+	    "2");
+	BAD("--pingpong sends one request at a time: --ports must be 1", "--ports", "2",
+	    "--pingpong");
+}
+
+/* --idle SECONDS: an idle window, then cold and warm single requests. */
+static void test_idle(void **state)
+{
+	struct parsed r;
+
+	(void)state;
+	OK(&r, "--idle", "2");
+	assert_true(r.cfg.idle == 2.0);
+	assert_int_equal(r.cfg.size, BENCH_IDLE_SIZE);
+	assert_int_equal(r.cfg.size_max, BENCH_IDLE_SIZE);
+	assert_int_equal(r.cfg.iters, BENCH_IDLE_ITERS);
+	assert_int_equal(r.cfg.batch, 1);
+	assert_int_equal(r.cfg.ports, 1);
+	assert_false(r.cfg.lat || r.cfg.sync);
+	assert_false(bench_in_flight(&r.cfg));
+	assert_string_equal(bench_run_name(&r.cfg), "idle");
+	OK(&r, "--idle", "0.5", "--size", "4K", "--iters", "20", "--op", "read");
+	assert_int_equal(r.cfg.size, 4096);
+	assert_int_equal(r.cfg.iters, 20);
+	OK(&r, "--connect", "10.0.0.2:18515", "--idle", "1");
+	/* A target serves that long and reports its CPU. */
+	OK(&r, "--target", "--idle", "3");
+	assert_true(r.cfg.duration == 3.0 && r.cfg.duration_set);
+	BAD("--idle '0': must be in (0, 86400] seconds", "--idle", "0");
+	BAD("--idle 'x': not a number of seconds", "--idle", "x");
+	BAD("--idle 'inf': not a number of seconds", "--idle", "inf");
+	BAD("option '--idle' needs a value", "--idle");
+	BAD("not with --duration (--idle SECONDS is the idle time)", "--idle", "1", "--duration",
+	    "2");
+	BAD("not with --duration", "--target", "--idle", "1", "--duration", "2");
+	BAD("--idle measures an idle engine and then one request at a time: not with --lat",
+	    "--idle", "1", "--lat");
+	BAD("not with --pingpong", "--pingpong", "--idle", "1");
+	BAD("not with --sync", "--idle", "1", "--sync");
+	BAD("not with --refill", "--idle", "1", "--refill", "1");
+	BAD("not with --verify", "--idle", "1", "--verify");
+	BAD("not with --sweep", "--idle", "1", "--sweep");
+	BAD("not with --prep", "--idle", "1", "--prep");
+	BAD("not with --plot", "--idle", "1", "--plot", "x.png");
+	BAD("--idle runs one size: not --size LO:HI", "--idle", "1", "--size", "1K:4K");
+	BAD("--idle sends one request at a time: --batch must be 1", "--idle", "1", "--batch", "4");
+	BAD("--idle sends one request at a time: --ports must be 1", "--idle", "1", "--ports", "2");
 }
 
 /* The pattern is a function of (seed, absolute position), filled fast. */
@@ -781,7 +935,7 @@ static void test_bad_output_flags(void **state)
 	    "x.csv");
 	BAD("--plot applies to the initiator (--connect), not to --target", "--target", "--plot",
 	    "x.png");
-	BAD("ambiguous option '--p' (--ports, --plot, --prom)", "--p", "x");
+	BAD("ambiguous option '--p' (--ports, --plot, --prom, --prep, --pingpong)", "--p", "x");
 	BAD("ambiguous option '--co' (--cores, --connect, --counters)", "--co", "on");
 }
 
@@ -916,6 +1070,10 @@ int main(void)
 		cmocka_unit_test(test_mode_conflicts),
 		cmocka_unit_test(test_size_ranges),
 		cmocka_unit_test(test_lat),
+		cmocka_unit_test(test_run_flags),
+		cmocka_unit_test(test_bad_run_flags),
+		cmocka_unit_test(test_pingpong),
+		cmocka_unit_test(test_idle),
 		cmocka_unit_test(test_pattern),
 		cmocka_unit_test(test_percentiles),
 		cmocka_unit_test(test_apply_listen),
