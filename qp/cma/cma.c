@@ -266,7 +266,7 @@ static int cma_open(const char *dev, struct nic **out)
 	int rc;
 
 	(void)dev; /* every cma context is alike: the name only picked the provider */
-	cma_allow_any_once();
+	cma_allow_any();
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;

@@ -349,7 +349,7 @@ static void explain_eperm(uint32_t pid, char *why, size_t len)
 		    "(AppArmor, SELinux) refused%s", cap ? "" : "; we lack CAP_SYS_PTRACE");
 }
 
-static void explain(int err, const struct cma_id *peer, char *why, size_t len)
+void cma_explain(int err, const struct cma_id *peer, char *why, size_t len)
 {
 	switch (err) {
 	case EPERM:
@@ -408,7 +408,7 @@ int cma_reachable(const struct nic *n, const struct nic_addr *peer, char *why, s
 	r.iov_len = 1;
 	if (process_vm_readv((pid_t)p.pid, &l, 1, &r, 1, 0) != 1) {
 		rc = errno ? errno : EIO;
-		explain(rc, &p, why, len);
+		cma_explain(rc, &p, why, len);
 		return -rc;
 	}
 	if (byte != CMA_PROBE_VALUE) {
@@ -421,36 +421,37 @@ int cma_reachable(const struct nic *n, const struct nic_addr *peer, char *why, s
 
 /* ------------------------------------------------------- FERRY_CMA_ALLOW_ANY */
 
-static pthread_once_t allow_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t allow_lock = PTHREAD_MUTEX_INITIALIZER;
+static pid_t allowed_pid; /* the process that did it: a fork()ed child has not */
 
 /*
  * Under Yama ptrace_scope 1 a process may read only its descendants, or a
  * process that named it with prctl(PR_SET_PTRACER).  A target serving
  * several initiators cannot name them all (the call keeps one pid), so the
- * only way is PR_SET_PTRACER_ANY: done once per process, only when asked,
- * and said loudly, since it opens this process to every process of its uid
- * (debuggers, and anything that runs as this user), not only to ferry.
+ * only way is PR_SET_PTRACER_ANY: done at open, once per process, only when
+ * asked, and said loudly, since it opens this process to every process of
+ * its uid (debuggers, and anything that runs as this user), not only to
+ * ferry.
  */
-static void allow_any(void)
+void cma_allow_any(void)
 {
 	const char *v = getenv(CMA_ENV_ALLOW_ANY);
 
 	if (!v || !*v || !strcmp(v, "0"))
 		return;
-	if (strcmp(v, "1") != 0) {
+	pthread_mutex_lock(&allow_lock);
+	if (allowed_pid == getpid())
+		goto out;
+	allowed_pid = getpid();
+	if (strcmp(v, "1") != 0)
 		log_warn("cma: %s=%s ignored (1 allows, 0 or unset does not)", CMA_ENV_ALLOW_ANY, v);
-		return;
-	}
-	if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
+	else if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
 		log_warn("cma: %s=1: any process of uid %u may now read and write this process's "
 			 "memory (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)), not only ferry peers",
 			 CMA_ENV_ALLOW_ANY, (unsigned)getuid());
 	else
-		log_info("cma: %s=1: nothing to allow (%s: no Yama here; the uid rules apply)",
-			 CMA_ENV_ALLOW_ANY, strerror(errno));
-}
-
-void cma_allow_any_once(void)
-{
-	pthread_once(&allow_once, allow_any);
+		log_info("cma: %s=1: nothing to allow (prctl(PR_SET_PTRACER): %s: no Yama here; the "
+			 "uid rules apply)", CMA_ENV_ALLOW_ANY, strerror(errno));
+out:
+	pthread_mutex_unlock(&allow_lock);
 }

@@ -246,7 +246,9 @@ void cma_addr_encode(const struct cma_id *id, struct nic_addr *out);
 int cma_addr_decode(const struct nic_addr *a, struct cma_id *out);
 int cma_same_host(const struct cma_id *self, const struct cma_id *peer, char *why, size_t len);
 int cma_reachable(const struct nic *nic, const struct nic_addr *peer, char *why, size_t len);
-void cma_allow_any_once(void);
+/* Why process_vm_readv of peer failed with errno err, into why. */
+void cma_explain(int err, const struct cma_id *peer, char *why, size_t len);
+void cma_allow_any(void);
 
 static inline struct cma_ctx *cma_ctx_of(struct nic *n)
 {
