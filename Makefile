@@ -56,7 +56,8 @@ TESTS := $(TEST_SRCS:%.c=$(B)/%)
 TSAN_TESTS := tests/unit/ring/test_ring tests/integration/test_integration \
               tests/integration/test_faults tests/unit/qp/test_loop tests/unit/ctl/test_ctl \
               tests/integration/test_stats tests/integration/test_api tests/unit/metrics/test_histo \
-              tests/unit/metrics/test_perf tests/integration/test_epcache
+              tests/unit/metrics/test_perf tests/integration/test_epcache \
+              tests/integration/test_calls
 
 .PHONY: all test test-all test-plain test-asan test-tsan test-verbs run-tests install check-install \
         clean bench bench-run fuzz callgrind deps deps-check check-layers check-exports

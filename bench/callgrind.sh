@@ -14,7 +14,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # 16 MiB requests in 64 KiB slices: 256 slices per request keep the core busy.
 valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" --collect-atstart=no \
-	--toggle-collect=core_pass "$BENCH" --nocopy --size 16M --batch 4 --iters "$ITERS" \
+	--toggle-collect=core_pass "$BENCH" --nics loop --nocopy --size 16M --batch 4 --iters "$ITERS" \
 	--json >"$out/bench.json" 2>"$out/valgrind.log" || { cat "$out/valgrind.log" >&2; exit 1; }
 ir=$(grep -h "^summary:" "$out"/cg.* | awk '{s += $2} END {print s + 0}')
 wrs=$(grep -o '"completions":[ ]*[0-9]*' "$out/bench.json" | head -1 | grep -o '[0-9]*$')

@@ -35,7 +35,9 @@ struct ferry_ep {
 	uint8_t closing;             /* teardown started: post nothing more */
 	uint8_t down;                /* the peer cannot be reached: fail fast */
 	uint8_t qps_gone;            /* the owner destroyed the QPs (teardown done) */
+	uint8_t tx;                  /* which of its core's contexts (transports) it uses */
 	struct rail rail;            /* health: errors, pauses (ep/rail.h) */
+	uint64_t all_broken_since;   /* ticks: every QP broken with slices waiting; 0: not */
 	const uint8_t *cut_off;      /* the control path's "this rail cannot reach the
 	                              * peer" flag (NULL: none): its slices move */
 	uint32_t seg_slot;

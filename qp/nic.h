@@ -49,6 +49,11 @@ struct nic_wc {
 	uint16_t op;
 };
 
+/* What a peer may do to a registered region (local use is always allowed). */
+#define NIC_ACCESS_REMOTE_READ 0x1u
+#define NIC_ACCESS_REMOTE_WRITE 0x2u
+#define NIC_ACCESS_ALL (NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE)
+
 struct nic_mr {
 	uint32_t lkey;
 	uint32_t rkey;
@@ -97,6 +102,19 @@ struct nic_caps {
 	uint32_t flags;        /* NIC_CAP_* */
 };
 
+/* An asynchronous device event (verbs: ibv_get_async_event). */
+enum nic_event_kind {
+	NIC_EV_PORT_DOWN = 1,  /* the NIC's port left ACTIVE (link down) */
+	NIC_EV_PORT_UP,        /* it is ACTIVE again */
+	NIC_EV_DEVICE_FATAL,   /* the device is gone */
+	NIC_EV_QP_FATAL,       /* QP qp_num went to the error state by itself */
+};
+
+struct nic_event {
+	uint16_t kind;         /* enum nic_event_kind */
+	uint32_t qp_num;       /* NIC_EV_QP_FATAL */
+};
+
 struct nic;
 struct nic_cq;
 struct nic_qp;
@@ -109,7 +127,11 @@ struct nic_provider {
 	void (*close)(struct nic *nic);
 	void (*caps)(const struct nic *nic, struct nic_caps *out);
 	void (*addr)(const struct nic *nic, struct nic_addr *out);
-	int (*reg_mr)(struct nic *nic, void *addr, size_t len, struct nic_mr *out);
+	/* Register [addr, addr+len) for local use and the remote accesses in
+	 * access (NIC_ACCESS_*): a peer's WR that the region does not allow
+	 * completes NIC_WC_REM_ACCESS_ERR at the peer. */
+	int (*reg_mr)(struct nic *nic, void *addr, size_t len, unsigned access,
+		      struct nic_mr *out);
 	int (*dereg_mr)(struct nic *nic, struct nic_mr *mr);
 	int (*cq_create)(struct nic *nic, uint32_t cqe, struct nic_cq **out);
 	void (*cq_destroy)(struct nic_cq *cq);
@@ -142,6 +164,12 @@ struct nic_provider {
 	 * for verbs)?  0, or -errno with the reason in why (len bytes).  NULL:
 	 * always.  Control path; may probe (a system call, not a round trip). */
 	int (*reachable)(const struct nic *nic, const struct nic_addr *peer, char *why, size_t len);
+	/* Device events: a non-blocking fd readable when one waits (-1: the
+	 * provider has none; NULL too), and the next one: 1, 0 when none is
+	 * waiting, or -errno.  Control path, one thread at a time per NIC --
+	 * never a core: an event is not data. */
+	int (*event_fd)(const struct nic *nic);
+	int (*event_next)(struct nic *nic, struct nic_event *out);
 };
 
 /* Find a provider by NIC name: "loop" (or "loop<N>") is the software NIC,

@@ -36,6 +36,7 @@ void ferry_ring_fini(struct ferry_ring *r)
 #define ring_unlock(r) ((void)0)
 #endif
 
+#ifdef FERRY_TSAN
 bool ferry_ring_put(struct ferry_ring *r, void *obj)
 {
 	bool ok;
@@ -45,6 +46,7 @@ bool ferry_ring_put(struct ferry_ring *r, void *obj)
 	ring_unlock(r);
 	return ok;
 }
+#endif
 
 void *ferry_ring_get(struct ferry_ring *r)
 {

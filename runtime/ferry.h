@@ -59,9 +59,13 @@ struct ferry_opts {
 	size_t opts_size;      /**< sizeof the struct the caller was compiled with: set by
 	                        *   ferry_opts_default(), leave it alone */
 	const char *cores;     /**< "0-3,8" or "0xf"; NULL/"" = first online core */
-	const char *nics;      /**< comma list of NIC names ("rxe0,rxe1"); "loop" = software
-	                        *   NIC; "auto" (default) = every active RDMA device,
-	                        *   matched to cores by NUMA node, else loop */
+	const char *nics;      /**< "auto" (default): every transport this host has -- the
+	                        *   RDMA device of each core's NUMA node (if any), tcp
+	                        *   and cma; segments pick per peer (see
+	                        *   ferry_segment_transport).  Or a comma list: device
+	                        *   names ("rxe0,rxe1", "loop" = software NIC) dealt to
+	                        *   the cores round robin, and the words "tcp" and "cma"
+	                        *   (every core gets that transport) */
 	const char *listen;    /**< control address "ip:port"; port 0 = any */
 	uint32_t slice_size;   /**< bytes per work request (default 65536) */
 	uint32_t qps_per_ep;   /**< QPs per endpoint (default 2) */
@@ -88,6 +92,17 @@ struct ferry_opts {
 	int counters;          /**< 1 (default): per-core latency histogram and hardware
 	                        *   counters; 0: off (software counters stay; used to
 	                        *   measure what the others cost) */
+	/* Added in 0.2 (ferry_opts_default records which fields a caller has). */
+	const char *name;      /**< this engine's name in the metadata store,
+	                        *   [A-Za-z0-9._-]+, at most 63 characters; NULL = none
+	                        *   (peers reach it by "host:port" only) */
+	const char *metadata;  /**< where names are published: "p2p" (default: no store,
+	                        *   "host:port" addresses only), "redis://host:port" or
+	                        *   "etcd://host:port" */
+	const char *secret_file; /**< the cluster key: a file of at least 32 bytes, mode
+	                        *   0600 (group/other-readable is refused); every control
+	                        *   and tcp data connection proves both sides hold it.
+	                        *   NULL = no authentication */
 };
 
 /** Operation of a request, seen from the initiator. */
@@ -161,6 +176,8 @@ struct ferry_core_stats {
 	 * bucket k counts latencies in [2^(k-1), 2^k) ticks; lat_hz ticks/s. */
 	uint64_t lat_hz;
 	uint64_t lat[FERRY_LAT_BUCKETS];
+	/* Added in 0.2. */
+	uint64_t nic_events;       /**< device events handled: port down/up, device fatal, QP fatal */
 };
 
 struct ferry_engine;
@@ -204,7 +221,8 @@ FERRY_API void ferry_opts_default(struct ferry_opts *o);
  * FERRY_CQES, FERRY_SIGNAL_EVERY, FERRY_RING_SIZE, FERRY_RETRIES,
  * FERRY_TIMEOUT_MS, FERRY_RAIL_ERRORS, FERRY_RAIL_WINDOW_MS, FERRY_RAIL_PAUSE_MS,
  * FERRY_RAIL_PAUSE_MAX_MS, FERRY_KEEPALIVE_MS, FERRY_LEASE_MS, FERRY_EP_CACHE,
- * FERRY_IDLE (adaptive|spin), FERRY_VERBOSE, FERRY_COUNTERS (0|1).
+ * FERRY_IDLE (adaptive|spin), FERRY_VERBOSE, FERRY_COUNTERS (0|1), FERRY_NAME,
+ * FERRY_METADATA, FERRY_SECRET_FILE.
  * Returns -EINVAL (and names the variable on stderr) on a malformed value;
  * o is left unchanged then.  String fields point into the environment.
  * Any thread.
@@ -243,6 +261,22 @@ FERRY_API unsigned ferry_engine_cores(const struct ferry_engine *e);
  */
 FERRY_API int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len);
 
+/** What a peer may do to a registered region (local use is always allowed). */
+#define FERRY_ACCESS_REMOTE_READ 0x1u
+#define FERRY_ACCESS_REMOTE_WRITE 0x2u
+
+/**
+ * ferry_mem_register with the remote accesses a peer gets: a bitwise or of
+ * FERRY_ACCESS_REMOTE_READ and FERRY_ACCESS_REMOTE_WRITE (0: local use
+ * only).  ferry_mem_register allows both.  A peer's WRITE into a region
+ * without REMOTE_WRITE is refused before posting (-EACCES in the request's
+ * status), and the transport refuses it too (the RDMA registration lacks
+ * remote write; tcp and cma targets check).  -EINVAL on unknown bits.  Any
+ * thread; may block.
+ */
+FERRY_API int ferry_mem_register_access(struct ferry_engine *e, void *addr, size_t len,
+					unsigned access);
+
 /**
  * Unregister the region that starts at addr.  -ENOENT if there is none,
  * -EBUSY while requests of this engine still use it.  Peers that opened this
@@ -278,6 +312,31 @@ FERRY_API int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg);
  * -ENOENT for an unknown handle.  Any thread; may block.
  */
 FERRY_API int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg);
+
+/**
+ * The transport an open segment goes over: "cma" (same host: copies
+ * between the two address spaces), "verbs" (RDMA), "tcp", or "loop"; NULL
+ * for an unknown or closed handle.  ferry_segment_open picks the first of
+ * that order that both engines offer and that reaches the peer (see
+ * opts.nics).  The string is static.  Any thread.
+ */
+FERRY_API const char *ferry_segment_transport(struct ferry_engine *e, ferry_seg_t seg);
+
+/** A region a peer registered, as ferry_segment_regions lists it. */
+struct ferry_region_info {
+	uint64_t addr;   /**< the peer's virtual address: a request's remote */
+	uint64_t len;
+	unsigned access; /**< FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE */
+};
+
+/**
+ * The regions the peer of seg registered, sorted by address, as of the
+ * last open or ferry_segment_refresh: up to max of them into out.  Returns
+ * how many the peer has (more than max: call again with more room), or
+ * -ENOENT (unknown or closed handle), -EINVAL.  Any thread.
+ */
+FERRY_API int ferry_segment_regions(struct ferry_engine *e, ferry_seg_t seg,
+				    struct ferry_region_info *out, uint32_t max);
 
 /**
  * Create a port: the submission channel of one application thread.  Only one
@@ -317,6 +376,52 @@ FERRY_API int ferry_batch_reset(struct ferry_batch *b);
  * never loss).  The port's thread.
  */
 FERRY_API int ferry_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n);
+
+/**
+ * Like ferry_submit, but never waits: requests are taken in order until one
+ * would wait for room on a core's ring (or the batch is full), and the
+ * call returns how many it took, 0..n (-EINVAL on NULL arguments).  The
+ * ones taken occupy the batch's next slots, as with ferry_submit; a bad one
+ * counts as taken and ends FAILED at once.  A serving loop calls it again
+ * with the rest later.  The port's thread.
+ */
+FERRY_API int ferry_try_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n);
+
+/**
+ * Cancel what b has not moved yet: slices not yet posted are dropped and
+ * their requests end FAILED (-ECANCELED) once their posted slices are back;
+ * posted slices finish (a request that completes meanwhile is DONE).  Once
+ * ferry_batch_wait returns 0 or -EIO afterwards, no byte of the batch
+ * moves any more.  0, or -EINVAL.  The port's thread.
+ */
+FERRY_API int ferry_batch_cancel(struct ferry_batch *b);
+
+struct ferry_prep;
+
+/**
+ * Prepare n requests to segment seg (their seg fields are ignored) once:
+ * every local and remote range is validated now, so that
+ * ferry_prep_submit can queue entries by index with no per-request
+ * checks.  The local regions it uses cannot be unregistered while it
+ * exists (-EBUSY).  -EINVAL (NULL, n == 0, a bad op or length), -EBADF
+ * (unknown or closed segment), -EFAULT (a range outside registered memory,
+ * with the index in the log), -ENOMEM.  The port's thread.
+ */
+FERRY_API int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const struct ferry_req *reqs,
+				uint32_t n, struct ferry_prep **out);
+
+/**
+ * Submit entries idx[0..n) of pr into b's next slots (like ferry_submit:
+ * waits for room on a full ring).  Returns the slot of the first, or
+ * -ENOSPC (batch too small), -EINVAL (NULL, pr of another port, an index
+ * out of range: nothing submitted).  If the segment was closed, the
+ * requests end FAILED -EBADF.  The port's thread.
+ */
+FERRY_API int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr,
+				const uint32_t *idx, uint32_t n);
+
+/** Free a prepared set (its requests in flight are not affected).  The port's thread. */
+FERRY_API int ferry_prep_destroy(struct ferry_prep *pr);
 
 /**
  * Wait for every submitted request of b to end.  0 when all are DONE, -EIO

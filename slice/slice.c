@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint64_t slice_count(uint64_t len, uint32_t slice_size)
+uint64_t slice_count_long(uint64_t len, uint32_t slice_size)
 {
 	uint64_t n = len / slice_size;
 	uint64_t tail = len % slice_size;

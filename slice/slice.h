@@ -17,7 +17,11 @@ struct ferry_rq;
 struct ferry_ep;
 
 /* Number of slices len bytes are cut into (len > 0, slice_size > 0). */
-uint64_t slice_count(uint64_t len, uint32_t slice_size);
+uint64_t slice_count_long(uint64_t len, uint32_t slice_size);
+static inline uint64_t slice_count(uint64_t len, uint32_t slice_size)
+{
+	return len <= slice_size ? 1 : slice_count_long(len, slice_size);
+}
 
 /* Offset and length of slice i of n for a request of len bytes. */
 static inline void slice_bounds(uint64_t len, uint32_t slice_size, uint64_t n, uint64_t i,
@@ -30,6 +34,11 @@ static inline void slice_bounds(uint64_t len, uint32_t slice_size, uint64_t n, u
 /* First slice index of part p of nparts over n slices (p == nparts gives n). */
 static inline uint64_t slice_part_start(uint64_t n, unsigned nparts, unsigned p)
 {
+	if (nparts == 1)
+		return p ? n : 0;
+	/* p <= 64: n * p fits 64 bits unless n is huge (a 128-bit division is a call). */
+	if (n <= UINT32_MAX)
+		return n * p / nparts;
 	return (uint64_t)(((unsigned __int128)n * p) / nparts);
 }
 

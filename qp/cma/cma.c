@@ -169,7 +169,7 @@ static void grace(void)
 	ferry_sleep_us(CMA_GRACE_MS * 1000);
 }
 
-static int cma_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out)
+static int cma_reg_mr(struct nic *n, void *addr, size_t len, unsigned access, struct nic_mr *out)
 {
 	struct cma_ctx *ctx = cma_ctx_of(n);
 	struct cma_mr_slot *s;
@@ -186,7 +186,7 @@ static int cma_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out)
 	s = &ctx->tab->mr[CMA_IDX(key)];
 	s->base = (uintptr_t)addr;
 	s->len = len;
-	s->access = CMA_ACCESS_ALL;
+	s->access = access & NIC_ACCESS_ALL;
 	WRITE_ONCE(s->shared, 0);
 	/* Release: a poll that loads the key sees base/len. */
 	store_release(s->key, key); /* pairs with: load_sc of the key in local_ok */
@@ -222,28 +222,6 @@ static int cma_dereg_mr(struct nic *n, struct nic_mr *mr)
 	pthread_mutex_lock(&ctx->lock);
 	mr_free_locked(ctx, idx);
 	pthread_mutex_unlock(&ctx->lock);
-	return 0;
-}
-
-int cma_mr_set_access(struct nic *n, const struct nic_mr *mr, unsigned access)
-{
-	struct cma_ctx *ctx = cma_ctx_of(n);
-	struct cma_mr_slot *s = &ctx->tab->mr[CMA_IDX(mr->lkey)];
-	bool narrower;
-
-	if (access & ~CMA_ACCESS_ALL)
-		return -EINVAL;
-	pthread_mutex_lock(&ctx->lock);
-	if (!mr_live_locked(ctx, mr)) {
-		pthread_mutex_unlock(&ctx->lock);
-		return -EINVAL;
-	}
-	narrower = (s->access & ~access) != 0;
-	WRITE_ONCE(s->access, access); /* peers read it at their next lease */
-	narrower = narrower && load_sc(s->shared);
-	pthread_mutex_unlock(&ctx->lock);
-	if (narrower)
-		grace();
 	return 0;
 }
 

@@ -15,18 +15,6 @@
 
 #include "qp/nic.h"
 
-/* What a peer may do to a region (reg_mr gives both). */
-#define CMA_ACCESS_REMOTE_READ 0x1u
-#define CMA_ACCESS_REMOTE_WRITE 0x2u
-#define CMA_ACCESS_ALL (CMA_ACCESS_REMOTE_READ | CMA_ACCESS_REMOTE_WRITE)
-
-/*
- * Change what peers may do to a registered region (control path).  Taking a
- * right away waits, like dereg_mr, until no peer can still use a key it
- * cached (CMA_GRACE_MS, only when some peer did cache it).  0, -EINVAL.
- */
-int cma_mr_set_access(struct nic *nic, const struct nic_mr *mr, unsigned access);
-
 /* Environment: "1" lets any process of our uid ptrace us (see cma.c). */
 #define CMA_ENV_ALLOW_ANY "FERRY_CMA_ALLOW_ANY"
 

@@ -121,7 +121,7 @@ static inline enum nic_wc_status wqe_check(struct cma_cq *cq, struct cma_qp *qp,
 	st = cma_rkey_get(cq, qp, w->rkey, now, &rk);
 	if (unlikely(st != NIC_WC_SUCCESS))
 		return st;
-	need = w->op == NIC_OP_WRITE ? CMA_ACCESS_REMOTE_WRITE : CMA_ACCESS_REMOTE_READ;
+	need = w->op == NIC_OP_WRITE ? NIC_ACCESS_REMOTE_WRITE : NIC_ACCESS_REMOTE_READ;
 	off = w->remote - rk->base;
 	if (unlikely(!(rk->access & need) || off > rk->len || w->len > rk->len - off))
 		return NIC_WC_REM_ACCESS_ERR;

@@ -54,7 +54,7 @@
 /* One registered region.  key 0: free or invalidated. */
 struct cma_mr_slot {
 	uint32_t key;    /* gen << 16 | index */
-	uint32_t access; /* CMA_ACCESS_REMOTE_* */
+	uint32_t access; /* NIC_ACCESS_REMOTE_* */
 	uint64_t base;
 	uint64_t len;
 	uint32_t shared; /* a peer cached the key: invalidation waits out its lease */

@@ -26,7 +26,7 @@
  * CMA_LEASE_MS: an 8-byte WRITE costs one system call, plus one slot read
  * per key every 2 ms.
  *
- * Invalidation (dereg_mr, narrowing access, close).  A cached key would
+ * Invalidation (dereg_mr, close).  A cached key would
  * outlive its region on the target; so the first initiator that caches a
  * key marks the slot shared (one process_vm_writev, once per key), and the
  * target, after clearing a shared slot's key, waits CMA_GRACE_MS before it

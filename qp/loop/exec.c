@@ -42,14 +42,15 @@ static inline bool loop_roll(struct loop_cq *cq, uint64_t thr)
  * increment of poll_seq: either dereg_mr sees us executing, or we see its
  * cleared key (see loop_wait_cq).
  */
-static inline bool loop_mr_covers(uint32_t key, uint32_t owner, uint64_t addr, uint32_t len)
+static inline bool loop_mr_covers(uint32_t key, uint32_t owner, uint64_t addr, uint32_t len,
+				   unsigned need)
 {
 	const struct loop_mr_slot *s = &loop_mrs[key & LOOP_MR_MASK];
 	uint64_t off;
 
 	if (unlikely(load_sc(s->key) != key || !key))
 		return false;
-	if (unlikely(s->owner != owner))
+	if (unlikely(s->owner != owner || (s->access & need) != need))
 		return false;
 	off = addr - s->base; /* wraps to huge when addr < base */
 	return off <= s->len && len <= s->len - off;
@@ -96,9 +97,12 @@ static inline enum nic_wc_status loop_exec(struct loop_cq *cq, struct loop_qp *q
 		cq->cnt[CNT_FATAL]++;
 		return NIC_WC_FLUSH_ERR;
 	}
-	if (unlikely(!loop_mr_covers(w->lkey, qp->local_id, w->local, w->len)))
+	if (unlikely(!loop_mr_covers(w->lkey, qp->local_id, w->local, w->len, 0)))
 		return NIC_WC_LOC_PROT_ERR;
-	if (unlikely(!loop_mr_covers(w->rkey, qp->peer, w->remote, w->len)))
+	/* The peer's region must allow what the WR does to it, as a responder NIC checks. */
+	if (unlikely(!loop_mr_covers(w->rkey, qp->peer, w->remote, w->len,
+				     w->op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ :
+							    NIC_ACCESS_REMOTE_WRITE)))
 		return NIC_WC_REM_ACCESS_ERR;
 	if (unlikely(loop_roll(cq, cq->thr_err))) {
 		cq->cnt[CNT_ERRS]++;

@@ -42,6 +42,8 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "ring/base/atomics.h"
 #include "ring/base/compiler.h"
@@ -139,7 +141,7 @@ static void loop_mr_release_owner_locked(struct loop_ctx *ctx)
 	ctx->nmr = 0;
 }
 
-static int loop_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out)
+static int loop_reg_mr(struct nic *n, void *addr, size_t len, unsigned access, struct nic_mr *out)
 {
 	struct loop_ctx *ctx = ctx_of(n);
 	struct loop_mr_slot *s;
@@ -163,6 +165,7 @@ static int loop_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out
 	s->owner = ctx->id;
 	s->base = (uintptr_t)addr;
 	s->len = len;
+	s->access = (uint8_t)(access & NIC_ACCESS_ALL);
 	key = (uint32_t)s->gen << LOOP_MR_BITS | idx;
 	/* Release: a poll that loads the key sees owner/base/len. */
 	store_release(s->key, key); /* pairs with: load_sc of the key in exec.c */
@@ -208,6 +211,11 @@ static int loop_open(const char *dev, struct nic **out)
 	while (!ctx->id); /* 0 means "not connected" */
 	list_init(&ctx->cqs);
 	ctx->seed = LOOP_DEFAULT_SEED; /* not yet shared */
+	ctx->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (ctx->event_fd < 0) {
+		free(ctx);
+		return -errno;
+	}
 
 	pthread_mutex_lock(&loop_lock);
 	list_add_tail(&ctx->link, &loop_ctxs);
@@ -273,6 +281,7 @@ static void loop_close(struct nic *n)
 		loop_mr_release_owner_locked(ctx);
 	list_del(&ctx->link);
 	pthread_mutex_unlock(&loop_lock);
+	close(ctx->event_fd);
 	free(ctx);
 }
 
@@ -324,6 +333,8 @@ static int loop_qp_create(struct nic *n, struct nic_cq *ncq, uint32_t max_wr, st
 
 	if (!max_wr || max_wr > LOOP_MAX_QP_WR || !cq || cq->ctx != ctx)
 		return -EINVAL;
+	if (READ_ONCE(ctx->no_new_qps))
+		return -EIO; /* fault injection: the device is gone */
 	qp = calloc(1, sizeof(*qp));
 	if (!qp)
 		return -ENOMEM;
@@ -401,6 +412,44 @@ static uint64_t loop_ppm_thr(uint32_t ppm)
 	return ((uint64_t)ppm << 32) / LOOP_PPM;
 }
 
+int loop_inject_event(struct nic *n, const struct nic_event *ev)
+{
+	struct loop_ctx *ctx = ctx_of(n);
+	int rc = -ENOSPC;
+
+	pthread_mutex_lock(&loop_lock);
+	if (ctx->nevents < LOOP_EVENTS) {
+		ctx->events[ctx->nevents++] = *ev;
+		eventfd_write(ctx->event_fd, 1);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&loop_lock);
+	return rc;
+}
+
+static int loop_event_fd(const struct nic *n)
+{
+	return ((const struct loop_ctx *)(const void *)n)->event_fd;
+}
+
+static int loop_event_next(struct nic *n, struct nic_event *out)
+{
+	struct loop_ctx *ctx = ctx_of(n);
+	eventfd_t v;
+	int got = 0;
+
+	pthread_mutex_lock(&loop_lock);
+	if (ctx->nevents) {
+		*out = ctx->events[0];
+		memmove(&ctx->events[0], &ctx->events[1], --ctx->nevents * sizeof(ctx->events[0]));
+		got = 1;
+	}
+	if (!ctx->nevents)
+		(void)eventfd_read(ctx->event_fd, &v); /* drained: not readable any more */
+	pthread_mutex_unlock(&loop_lock);
+	return got;
+}
+
 void loop_set_faults(struct nic *n, const struct loop_faults *f)
 {
 	struct loop_ctx *ctx = ctx_of(n);
@@ -414,6 +463,7 @@ void loop_set_faults(struct nic *n, const struct loop_faults *f)
 	WRITE_ONCE(ctx->thr_lost, loop_ppm_thr(f->lost_ppm));
 	WRITE_ONCE(ctx->thr_fatal, loop_ppm_thr(f->qp_fatal_ppm));
 	WRITE_ONCE(ctx->seed, f->seed ? f->seed : LOOP_DEFAULT_SEED);
+	WRITE_ONCE(ctx->no_new_qps, f->no_new_qps);
 	/* Release: a poll that sees the new epoch sees the new plan (and reseeds). */
 	fetch_add_release(ctx->fault_epoch, 1); /* pairs with: load_acquire in loop_poll */
 	pthread_mutex_unlock(&loop_lock);
@@ -458,6 +508,8 @@ const struct nic_provider nic_loop_provider = {
 	.caps = loop_caps,
 	.addr = loop_addr,
 	.reg_mr = loop_reg_mr,
+	.event_fd = loop_event_fd,
+	.event_next = loop_event_next,
 	.dereg_mr = loop_dereg_mr,
 	.cq_create = loop_cq_create,
 	.cq_destroy = loop_cq_destroy,

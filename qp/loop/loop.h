@@ -24,6 +24,7 @@ struct loop_faults {
 				* until it is moved to the error state, then that WR
 				* and all behind it flush */
 	uint32_t qp_fatal_ppm; /* WRs that move their QP to the error state, per million */
+	uint32_t no_new_qps;   /* qp_create fails (-EIO): a device that died */
 	uint64_t seed;         /* PRNG seed (0 = fixed default) */
 };
 
@@ -44,5 +45,9 @@ struct loop_counters {
 };
 
 void loop_get_counters(const struct nic *nic, struct loop_counters *out);
+
+/* Queue a device event (as the hardware would send one): its event_fd
+ * becomes readable.  -ENOSPC when 16 wait already.  Tests. */
+int loop_inject_event(struct nic *nic, const struct nic_event *ev);
 
 #endif /* FERRY_QP_LOOP_H */

@@ -71,6 +71,8 @@ enum {
 	CNT_NR,
 };
 
+#define LOOP_EVENTS 16
+
 struct loop_ctx {
 	uint32_t id;
 	struct loop_list link;	/* in loop_ctxs (loop_lock) */
@@ -86,6 +88,12 @@ struct loop_ctx {
 	uint64_t seed;
 	uint32_t fault_epoch; /* bumped after each change */
 	int nocopy;
+	uint32_t no_new_qps;         /* loop_faults.no_new_qps (READ_ONCE) */
+
+	/* Device events injected by tests (loop_lock), announced on event_fd. */
+	int event_fd;
+	struct nic_event events[LOOP_EVENTS];
+	uint32_t nevents;
 };
 
 /* A queued WR: struct nic_wr without the chain pointer. */
@@ -157,6 +165,7 @@ struct loop_mr_slot {
 	uint64_t base;
 	uint64_t len;
 	uint16_t gen;
+	uint8_t access;               /* NIC_ACCESS_* a peer has */
 };
 
 /* The MR table, indexed by key & LOOP_MR_MASK (loop.c). */

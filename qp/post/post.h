@@ -67,6 +67,7 @@ struct qpx {
 	uint8_t in_burst;
 	uint8_t timed_out;           /* set in error by the timeout check */
 	uint8_t repair_asked;        /* broken and drained: replacement requested */
+	uint64_t repair_asked_at;    /* when (ticks): asked again if nothing came of it */
 	void *owner;                /* the endpoint */
 };
 

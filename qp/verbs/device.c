@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,11 +48,23 @@ static int real_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t in
 	return ibv_query_gid_ex(ctx, port, index, entry, flags);
 }
 
+static int real_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
+{
+	return ibv_get_async_event(ctx, ev);
+}
+
+static void real_ack_async_event(struct ibv_async_event *ev)
+{
+	ibv_ack_async_event(ev);
+}
+
 static const struct fv_ops real_ops = {
 	.post_send = real_post_send,
 	.poll_cq = real_poll_cq,
 	.modify_qp = real_modify_qp,
 	.query_gid_ex = real_query_gid_ex,
+	.get_async_event = real_get_async_event,
+	.ack_async_event = real_ack_async_event,
 };
 
 /* A copy, not a pointer: the data path pays one indirect call, as ibv_* would. */
@@ -60,6 +73,8 @@ struct fv_ops fv_calls = {
 	.poll_cq = real_poll_cq,
 	.modify_qp = real_modify_qp,
 	.query_gid_ex = real_query_gid_ex,
+	.get_async_event = real_get_async_event,
+	.ack_async_event = real_ack_async_event,
 };
 
 void fv_set_ops(const struct fv_ops *o)
@@ -75,6 +90,10 @@ void fv_set_ops(const struct fv_ops *o)
 		fv_calls.modify_qp = o->modify_qp;
 	if (o->query_gid_ex)
 		fv_calls.query_gid_ex = o->query_gid_ex;
+	if (o->get_async_event)
+		fv_calls.get_async_event = o->get_async_event;
+	if (o->ack_async_event)
+		fv_calls.ack_async_event = o->ack_async_event;
 }
 
 /* ------------------------------------------------------------ messages */
@@ -398,6 +417,9 @@ int fv_open(const char *dev, struct nic **out)
 	}
 	nic->numa_node = read_numa(nic->name);
 	probe_inline(nic);
+	/* Device events are read by a control thread that must never block. */
+	(void)fcntl(nic->ctx->async_fd, F_SETFL,
+		    fcntl(nic->ctx->async_fd, F_GETFL) | O_NONBLOCK);
 	*out = (struct nic *)(void *)nic;
 	return 0;
 }
@@ -515,7 +537,7 @@ static int mr_track_locked(struct fv_nic *nic, struct ibv_mr *mr)
 	return 0;
 }
 
-int fv_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out)
+int fv_reg_mr(struct nic *n, void *addr, size_t len, unsigned access, struct nic_mr *out)
 {
 	struct fv_nic *nic = nic_of(n);
 	struct ibv_mr *mr;
@@ -524,8 +546,10 @@ int fv_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out)
 	if (!addr || !len)
 		return -EINVAL;
 	pthread_mutex_lock(&nic->lock);
-	mr = ibv_reg_mr(nic->pd, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
-				     IBV_ACCESS_REMOTE_WRITE);
+	/* Without REMOTE_WRITE the responder NIC itself refuses a peer's WRITE. */
+	mr = ibv_reg_mr(nic->pd, addr, len, IBV_ACCESS_LOCAL_WRITE |
+			(access & NIC_ACCESS_REMOTE_READ ? IBV_ACCESS_REMOTE_READ : 0) |
+			(access & NIC_ACCESS_REMOTE_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0));
 	if (!mr) {
 		err = null_errno(ENOMEM);
 		pthread_mutex_unlock(&nic->lock);

@@ -202,7 +202,13 @@ int fv_open(const char *dev, struct nic **out);
 void fv_close(struct nic *n);
 void fv_caps(const struct nic *n, struct nic_caps *out);
 void fv_addr(const struct nic *n, struct nic_addr *out);
-int fv_reg_mr(struct nic *n, void *addr, size_t len, struct nic_mr *out);
+int fv_reg_mr(struct nic *n, void *addr, size_t len, unsigned access, struct nic_mr *out);
+/* Device events (events.c). */
+int fv_event_fd(const struct nic *n);
+int fv_event_next(struct nic *n, struct nic_event *out);
+/* The event an ibv async event means for this NIC, or 0 (not ours, or of
+ * no interest): exposed for the unit tests. */
+uint16_t fv_event_kind(const struct fv_nic *nic, const struct ibv_async_event *ev);
 int fv_dereg_mr(struct nic *n, struct nic_mr *mr);
 void fv_describe(const struct nic *n, char *buf, size_t len);
 int fv_numa_node(const struct nic *n);
@@ -298,6 +304,8 @@ struct fv_ops {
 	int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
 	int (*query_gid_ex)(struct ibv_context *ctx, uint32_t port, uint32_t index,
 			    struct ibv_gid_entry *entry, uint32_t flags);
+	int (*get_async_event)(struct ibv_context *ctx, struct ibv_async_event *ev);
+	void (*ack_async_event)(struct ibv_async_event *ev);
 };
 
 /* The calls in use: the real ones, or a test's (fv_set_ops). */

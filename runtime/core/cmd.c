@@ -23,7 +23,7 @@ static void cmd_done(struct core_cmd *cmd, int rc)
  * the endpoint itself once they have. */
 static void cmd_ep_add(struct ferry_core *c, struct core_cmd *cmd)
 {
-	cmd_done(cmd, ep_attach(&c->q, cmd->ep));
+	cmd_done(cmd, ep_attach(&c->tx[cmd->ep->tx], cmd->ep));
 }
 
 /* Teardown, phase one (ep/teardown.h): -EBUSY until the QPs are drained and
@@ -37,7 +37,7 @@ static void cmd_ep_remove(struct ferry_core *c, struct core_cmd *cmd)
 		ep->closing = 1;
 		core_fail_pending(c, ep, -ECANCELED);
 	}
-	cmd_done(cmd, ep_teardown_qps(&c->q, ep));
+	cmd_done(cmd, ep_teardown_qps(&c->tx[ep->tx], ep));
 }
 
 /* Swap in a QP the repair thread connected for a broken, drained one. */
@@ -52,13 +52,14 @@ static void cmd_qp_replace(struct ferry_core *c, struct core_cmd *cmd)
 	old = ep->qps[cmd->index];
 	if (!old->broken || old->depth.depth)
 		return cmd_done(cmd, -EBUSY);
-	rc = qctx_attach(&c->q, cmd->qp);
+	rc = qctx_attach(&c->tx[ep->tx], cmd->qp);
 	if (rc)
 		return cmd_done(cmd, rc);
 	cmd->qp->owner = ep;
 	ep->qps[cmd->index] = cmd->qp;
-	qpx_destroy(&c->q, old);
+	qpx_destroy(&c->tx[ep->tx], old);
 	ep->down = 0;
+	ep->all_broken_since = 0;
 	stat_add(&c->ctr, qp_resets, 1);
 	cmd_done(cmd, 0);
 }
@@ -74,6 +75,27 @@ static void cmd_ep_down(struct ferry_core *c, struct core_cmd *cmd)
 	if (ep->down)
 		core_fail_pending(c, ep, -EHOSTDOWN);
 	cmd_done(cmd, 0);
+}
+
+/* A device event: a QP failed by itself.  Fail it here, its owner: its WRs
+ * flush and retry, and the next sweep asks for a new one. */
+static void cmd_qp_fatal(struct ferry_core *c, struct core_cmd *cmd)
+{
+	struct qctx *q;
+
+	if (cmd->index >= c->ntx)
+		return cmd_done(cmd, -EINVAL);
+	q = &c->tx[cmd->index];
+	for (uint32_t i = 0; i < q->n_qps; i++) {
+		struct qpx *qp = q->qps[i];
+
+		if (qp && q->prov->qp_num(qp->nqp) == cmd->slot) {
+			qp->broken = 1;
+			q->prov->qp_set_error(qp->nqp);
+			return cmd_done(cmd, 0);
+		}
+	}
+	cmd_done(cmd, -ENOENT); /* a responder QP, or gone already */
 }
 
 uint32_t core_drain_cmds(struct ferry_core *c)
@@ -92,6 +114,8 @@ uint32_t core_drain_cmds(struct ferry_core *c)
 			cmd_qp_replace(c, cmd);
 		else if (cmd->type == CMD_EP_DOWN)
 			cmd_ep_down(c, cmd);
+		else if (cmd->type == CMD_QP_FATAL)
+			cmd_qp_fatal(c, cmd);
 		else
 			cmd_done(cmd, -EINVAL);
 		n++;

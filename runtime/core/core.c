@@ -34,6 +34,7 @@
 #define SWEEP_MS 10             /* QP timeouts, repairs, pause ends: by time, not
                                  * by passes (a core asleep on its CQ passes rarely) */
 #define DRAIN_NS (2ull * 1000 * 1000 * 1000)
+#define REPAIR_REASK_MS 1000    /* a repair that did not happen is asked for again */
 
 /* ---- repair requests ---- */
 
@@ -104,7 +105,7 @@ static __attribute__((noinline, cold)) void core_slice_trouble(struct ferry_core
 {
 	if (err) {
 		/* A flush is the echo of an error, not another one. */
-		if (err != -ECANCELED && rail_note_error(&s->ep->rail, &c->rail, c->q.now))
+		if (err != -ECANCELED && rail_note_error(&s->ep->rail, &c->rail, c->now))
 			stat_add(&c->ctr, rail_pauses, 1);
 		if (slice_retry(c, s, err))
 			return;
@@ -207,7 +208,7 @@ static void cut_tmpl_init(struct cut_tmpl *t, const struct ferry_core *c, struct
 {
 	t->rq = rq;
 	t->ep = ep;
-	t->lkey = rq->lreg->mr[c->index].lkey;
+	t->lkey = rq->lreg->mr[c->index][ep->tx].lkey;
 	t->rkey = rq->rreg->rkey[ep->remote_nic];
 	t->slice_size = c->slice_size;
 }
@@ -259,6 +260,26 @@ void core_fail_pending(struct ferry_core *c, struct ferry_ep *ep, int err)
 		core_slice_finish(c, s, err);
 }
 
+/* A batch was cancelled: slices waiting for room whose request failed
+ * (cancelled, or failed on another core) are dropped, not posted. */
+static __attribute__((noinline, cold)) void core_drop_failed(struct ferry_core *c)
+{
+	c->cancel_seen = READ_ONCE(c->e->cancel_epoch);
+	for (struct ferry_ep *ep = c->active; ep; ep = ep->next_active) {
+		uint32_t k = ep->pending.count;
+		struct slice *s;
+
+		while (k-- && (s = slice_list_pop(&ep->pending))) {
+			int err = READ_ONCE(s->rq->error);
+
+			if (err)
+				core_slice_finish(c, s, err);
+			else
+				slice_list_push(&ep->pending, s);
+		}
+	}
+}
+
 static uint32_t core_post(struct ferry_core *c)
 {
 	struct ferry_ep **pp = &c->active;
@@ -270,7 +291,7 @@ static uint32_t core_post(struct ferry_core *c)
 		if (unlikely(ep->closing || ep->down))
 			core_fail_pending(c, ep, ep->closing ? -ECANCELED : -EHOSTDOWN);
 		else
-			posted += ep_post(&c->q, ep);
+			posted += ep_post(&c->tx[ep->tx], ep);
 		if (ep->pending.count == 0) {
 			*pp = ep->next_active;
 			ep->active = 0;
@@ -302,8 +323,37 @@ static void core_ask_repair(struct ferry_core *c, struct qpx *qp)
 	if (ep->closing || load_acquire(c->stop)) /* pairs with: store_release in core_stop */
 		return;
 	v = core_repair_encode(ep->seg_slot, ep_qp_index(ep, qp), c->index, ep->seg_gen);
-	if (ferry_ring_put(&c->repairs, (void *)v))
+	if (ferry_ring_put(&c->repairs, (void *)v)) {
 		qp->repair_asked = 1; /* a full ring: asked again next sweep */
+		qp->repair_asked_at = c->now;
+		repair_kick(c->e); /* an error path: a system call only if it sleeps */
+	}
+}
+
+/*
+ * Slices waiting on an endpoint whose QPs are all broken wait for the
+ * repair thread -- but not for ever: a rail whose QPs cannot be made again
+ * (its device is dead) would hold them.  After the slice timeout they move
+ * to another core's rail, or end -ETIMEDOUT.
+ */
+static void core_sweep_stuck(struct ferry_core *c, struct ferry_ep *ep)
+{
+	uint32_t k = ep->pending.count;
+	struct slice *s;
+
+	if (!k || !ep_all_broken(ep)) {
+		ep->all_broken_since = 0;
+		return;
+	}
+	if (!ep->all_broken_since) {
+		ep->all_broken_since = c->now;
+		return;
+	}
+	if (!c->timeout_ticks || c->now - ep->all_broken_since <= c->timeout_ticks)
+		return;
+	while (k-- && (s = slice_list_pop(&ep->pending)))
+		if (!slice_handover(c, s))
+			core_slice_finish(c, s, -ETIMEDOUT);
 }
 
 static void core_sweep_rails(struct ferry_core *c)
@@ -311,8 +361,10 @@ static void core_sweep_rails(struct ferry_core *c)
 	for (unsigned s = 0; s < EP_TABLE_SLOTS; s++) {
 		struct ferry_ep *ep = core_ep(c, s);
 
-		if (ep)
-			rail_pause_over(&ep->rail, c->q.now);
+		if (ep) {
+			rail_pause_over(&ep->rail, c->now);
+			core_sweep_stuck(c, ep);
+		}
 	}
 }
 
@@ -321,17 +373,18 @@ static void core_sweep_rails(struct ferry_core *c)
  * flush; their slices retry or end TIMEOUT), and broken, drained QPs are
  * handed to the repair thread.
  */
-static void core_sweep_qps(struct ferry_core *c)
+static void core_sweep_qps(struct ferry_core *c, struct qctx *q)
 {
-	struct qctx *q = &c->q;
-
 	for (uint32_t i = 0; i < q->n_qps; i++) {
 		struct qpx *qp = q->qps[i];
 
 		if (!qp)
 			continue;
 		if (qp->broken) {
-			if (!qp->depth.depth && !qp->repair_asked)
+			/* Asked once; again if nothing came of it (the repair
+			 * thread drops what it cannot keep: its queue is bounded). */
+			if (!qp->depth.depth &&
+			    (!qp->repair_asked || c->now - qp->repair_asked_at > c->reask_ticks))
 				core_ask_repair(c, qp);
 			continue;
 		}
@@ -354,19 +407,26 @@ __attribute__((noinline)) static uint32_t core_pass(struct ferry_core *c)
 	if (c->xfer_in)
 		work += core_drain_xfer(c);
 	work += core_cut(c);
+	if (unlikely(READ_ONCE(c->e->cancel_epoch) != c->cancel_seen))
+		core_drop_failed(c);
 	work += core_post(c);
-	if (c->q.cq_quota.depth || c->q.serves) { /* serves: peers' frames arrive there */
-		int n = qctx_poll(&c->q);
+	for (unsigned t = 0; t < c->ntx; t++) {
+		struct qctx *q = &c->tx[t];
 
-		if (n > 0)
-			work += (uint32_t)n;
+		if (q->cq_quota.depth || q->serves) { /* serves: peers' frames arrive there */
+			int n = qctx_poll(q);
+
+			if (n > 0)
+				work += (uint32_t)n;
+		}
 	}
-	if (unlikely(c->q.now >= c->next_sweep)) {
-		core_sweep_qps(c);
+	if (unlikely(c->now >= c->next_sweep)) {
+		for (unsigned t = 0; t < c->ntx; t++)
+			core_sweep_qps(c, &c->tx[t]);
 		core_sweep_rails(c);
 		if (c->n_parked)
 			core_sweep_parked(c);
-		c->next_sweep = c->q.now + c->sweep_ticks;
+		c->next_sweep = c->now + c->sweep_ticks;
 	}
 	return work;
 }
@@ -409,16 +469,17 @@ static void core_drain(struct ferry_core *c)
 		if (ep && !ep->qps_gone) {
 			ep->closing = 1;
 			core_fail_pending(c, ep, -ECANCELED);
-			ep_set_error(&c->q, ep);
+			ep_set_error(&c->tx[ep->tx], ep);
 		}
 	}
-	while (c->q.cq_quota.depth && ferry_now_ns() < deadline)
-		qctx_poll(&c->q);
+	for (unsigned t = 0; t < c->ntx; t++)
+		while (c->tx[t].cq_quota.depth && ferry_now_ns() < deadline)
+			qctx_poll(&c->tx[t]);
 	for (unsigned s = 0; s < EP_TABLE_SLOTS; s++) {
 		struct ferry_ep *ep = core_ep(c, s);
 
 		if (ep && ep_depth(ep) == 0)
-			ep_destroy_qps(&c->q, ep); /* memory: core_destroy */
+			ep_destroy_qps(&c->tx[ep->tx], ep); /* memory: core_destroy */
 	}
 	c->active = NULL;
 }
@@ -447,7 +508,9 @@ static void *core_main(void *arg)
 	while (!load_acquire(c->stop)) { /* pairs with: store_release in core_stop */
 		uint32_t work;
 
-		c->q.now = t0;
+		c->now = t0;
+		for (unsigned t = 0; t < c->ntx; t++)
+			c->tx[t].now = t0;
 		work = core_pass(c);
 		ferry_tsan_release(&c->e->tsan_gp);
 		urcu_qsbr_quiescent_state();
@@ -480,31 +543,32 @@ static const char *core_nic_dev(const struct ferry_core *c, const char *nic, cha
 	return buf;
 }
 
-static int core_open_nic(struct ferry_core *c, const char *nic)
+static int core_open_nic(struct ferry_core *c, struct qctx *q, const char *nic)
 {
 	const struct nic_provider *prov = nic_provider_for(nic);
-	char dev[96];
 	const struct ferry_opts *o = &c->e->opts;
 	struct nic_caps caps;
+	char dev[96];
 	int rc;
 
 	if (!prov) {
 		log_err("empty NIC name in the nics list");
 		return -ENODEV;
 	}
-	c->q.prov = prov;
-	snprintf(c->nic_name, sizeof(c->nic_name), "%s", nic);
-	rc = prov->open(core_nic_dev(c, nic, dev, sizeof(dev)), &c->q.nic);
+	q->prov = prov;
+	rc = prov->open(core_nic_dev(c, nic, dev, sizeof(dev)), &q->nic);
 	if (rc) {
 		log_err("cannot open NIC '%s': %s", nic, strerror(-rc));
 		return rc;
 	}
-	prov->caps(c->q.nic, &caps);
-	c->q.max_reads = caps.max_rd_atomic ? caps.max_rd_atomic : 1;
-	c->q.serves = !!(caps.flags & NIC_CAP_SERVES);
-	rc = prov->cq_create(c->q.nic, o->cqes, &c->q.cq);
+	prov->caps(q->nic, &caps);
+	q->max_reads = caps.max_rd_atomic ? caps.max_rd_atomic : 1;
+	q->serves = !!(caps.flags & NIC_CAP_SERVES);
+	rc = prov->cq_create(q->nic, o->cqes, &q->cq);
 	if (rc)
 		log_err("cannot create a CQ of %u entries on '%s': %s", o->cqes, nic, strerror(-rc));
+	if (rc == 0 && c->e->knobs.loop_nocopy && strcmp(prov->name, "loop") == 0)
+		loop_set_nocopy(q->nic, 1);
 	return rc;
 }
 
@@ -513,17 +577,48 @@ static void core_set_limits(struct ferry_core *c, const struct ferry_opts *o)
 {
 	c->slice_size = o->slice_size;
 	c->retries = o->retries;
-	c->q.signal_every = o->signal_every;
-	c->q.cq_quota.max = o->cqes;
 	c->timeout_ticks = ferry_ms_to_tsc(o->timeout_ms);
 	c->sweep_ticks = ferry_ms_to_tsc(SWEEP_MS);
+	c->reask_ticks = ferry_ms_to_tsc(REPAIR_REASK_MS);
 	c->rail.errors = o->rail_errors;
 	c->rail.window = ferry_ms_to_tsc(o->rail_window_ms);
 	c->rail.pause_min = ferry_ms_to_tsc(o->rail_pause_ms);
 	c->rail.pause_max = ferry_ms_to_tsc(o->rail_pause_max_ms);
 }
 
-static int core_init(struct ferry_core *c, const char *nic, int node)
+/* Context t of c, before it opens: its share of the core's options. */
+static void core_tx_init(struct ferry_core *c, struct qctx *q)
+{
+	const struct ferry_opts *o = &c->e->opts;
+
+	q->ev = o->counters ? &core_events : &core_events_uncounted;
+	q->owner = c;
+	q->signal_every = o->signal_every;
+	q->cq_quota.max = o->cqes;
+}
+
+static int core_open_nics(struct ferry_core *c, const char *const *nics, unsigned n)
+{
+	size_t len = 0;
+
+	for (unsigned t = 0; t < n; t++) {
+		int rc;
+
+		core_tx_init(c, &c->tx[t]);
+		rc = core_open_nic(c, &c->tx[t], nics[t]);
+		if (rc)
+			return rc;
+		c->ntx++;
+		len += (size_t)snprintf(c->nic_name + len, sizeof(c->nic_name) - len, "%s%s",
+					t ? "," : "", nics[t]);
+		if (len >= sizeof(c->nic_name))
+			len = sizeof(c->nic_name) - 1;
+	}
+	return 0;
+}
+
+/* Every context's slices come from one pool of 2 x cqes per context. */
+static int core_init(struct ferry_core *c, const char *const *nics, unsigned n, int node)
 {
 	const struct ferry_opts *o = &c->e->opts;
 	int rc;
@@ -535,9 +630,9 @@ static int core_init(struct ferry_core *c, const char *nic, int node)
 	if (rc == 0)
 		rc = ferry_ring_init(&c->repairs, REPAIR_RING);
 	if (rc == 0)
-		rc = slice_pool_init(&c->pool, 2 * o->cqes, node);
+		rc = slice_pool_init(&c->pool, 2 * o->cqes * n, node);
 	if (rc == 0)
-		rc = core_open_nic(c, nic);
+		rc = core_open_nics(c, nics, n);
 	for (uint32_t k = 0; rc == 0 && k < c->pool.size; k++)
 		c->pool.slab[k].home = (uint8_t)c->index;
 	slice_list_init(&c->xfer_wait);
@@ -545,13 +640,15 @@ static int core_init(struct ferry_core *c, const char *nic, int node)
 	return rc;
 }
 
-int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char *nic,
-		struct ferry_core **out)
+int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char *const *nics,
+		unsigned n, struct ferry_core **out)
 {
 	int node = numa_available() >= 0 ? numa_node_of_cpu((int)cpu) : -1;
 	struct ferry_core *c;
 	int rc;
 
+	if (n == 0 || n > CORE_MAX_TX)
+		return -EINVAL;
 	c = node >= 0 ? numa_alloc_onnode(sizeof(*c), node) : numa_alloc_local(sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -560,22 +657,27 @@ int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char
 	c->index = index;
 	c->cpu = cpu;
 	c->numa = node;
+	c->wake_fd = -1;
 	if (!e->opts.counters) { /* before the thread starts: readers see it whole */
 		snprintf(c->perf.why, sizeof(c->perf.why), "off (counters=0)");
 		c->perf.tried = 1;
 	}
-	c->q.ev = e->opts.counters ? &core_events : &core_events_uncounted;
-	c->q.owner = c;
 	core_set_limits(c, &e->opts);
-	rc = core_init(c, nic, node);
+	rc = core_init(c, nics, n, node);
 	if (rc) {
 		core_destroy(c);
 		return rc;
 	}
-	if (e->knobs.loop_nocopy && strncmp(c->q.prov->name, "loop", 4) == 0)
-		loop_set_nocopy(c->q.nic, 1);
 	*out = c;
 	return 0;
+}
+
+int core_tx_of(const struct ferry_core *c, const char *prov)
+{
+	for (unsigned t = 0; t < c->ntx; t++)
+		if (strcmp(c->tx[t].prov->name, prov) == 0)
+			return (int)t;
+	return -1;
 }
 
 int core_start(struct ferry_core *c)
@@ -619,13 +721,17 @@ void core_destroy(struct ferry_core *c)
 		struct ferry_ep *ep = core_ep(c, s);
 
 		if (ep)
-			ep_destroy(&c->q, ep);
+			ep_destroy(&c->tx[ep->tx], ep);
 		ep_table_set(&c->eps, s, NULL);
 	}
-	if (c->q.cq)
-		c->q.prov->cq_destroy(c->q.cq);
-	if (c->q.nic)
-		c->q.prov->close(c->q.nic);
+	for (unsigned t = 0; t < CORE_MAX_TX; t++) {
+		struct qctx *q = &c->tx[t];
+
+		if (q->cq)
+			q->prov->cq_destroy(q->cq);
+		if (q->nic)
+			q->prov->close(q->nic);
+	}
 	slice_pool_fini(&c->pool);
 	ferry_ring_fini(&c->cmds);
 	ferry_ring_fini(&c->repairs);

@@ -29,6 +29,9 @@
 
 struct ferry_engine;
 
+/* Transports one core can hold: a device (an RDMA NIC, or loop), tcp, cma. */
+#define CORE_MAX_TX 3
+
 #define CMD_RING 64
 #define REPAIR_RING 256
 #define XFER_RING 512
@@ -53,14 +56,14 @@ struct core_counters {
 };
 
 /* Commands from the control path, through the core's command ring. */
-enum core_cmd_type { CMD_EP_ADD = 1, CMD_EP_REMOVE, CMD_QP_REPLACE, CMD_EP_DOWN };
+enum core_cmd_type { CMD_EP_ADD = 1, CMD_EP_REMOVE, CMD_QP_REPLACE, CMD_EP_DOWN, CMD_QP_FATAL };
 
 struct core_cmd {
 	int type;
-	uint32_t slot;
+	uint32_t slot;                 /* CMD_QP_FATAL: the QP's number */
 	struct ferry_ep *ep;
 	struct qpx *qp;                /* CMD_QP_REPLACE: the new QP, for ep->qps[index] */
-	uint32_t index;
+	uint32_t index;                /* CMD_QP_FATAL: the context */
 	int rc;                        /* in: CMD_EP_DOWN's flag; out: the result */
 	int done;                      /* set by the core (store_release) */
 };
@@ -82,7 +85,10 @@ struct parked_part {
 };
 
 struct ferry_core {
-	struct qctx q;                 /* NIC, CQ quota, QP table, posting counters */
+	/* One posting context per transport (NIC, CQ and its quota, QP table,
+	 * posting counters); an endpoint lives on one of them (ep->tx). */
+	struct qctx tx[CORE_MAX_TX];
+	unsigned ntx;
 	struct core_counters ctr ferry_cache_aligned;
 	struct histo lat ferry_cache_aligned; /* slice latency, clock ticks */
 	struct perf_ctrs perf;         /* opened by the core's thread, read by anyone */
@@ -95,8 +101,11 @@ struct ferry_core {
 	struct parked_part parked[PARK_MAX];
 	uint32_t n_parked;
 	uint32_t idle_loops;
+	uint64_t now;                  /* ticks: the clock of this loop pass */
+	uint32_t cancel_seen;          /* the engine's cancel_epoch last acted on */
 	uint64_t next_sweep;           /* ticks: next timeout/repair/pause sweep */
 	uint64_t sweep_ticks;
+	uint64_t reask_ticks;
 	uint64_t slices_out;
 	uint64_t timeout_ticks;
 	uint32_t slice_size;
@@ -111,6 +120,7 @@ struct ferry_core {
 	struct slice_list xfer_wait;   /* foreign slices waiting for a slice of ours */
 	struct slice_list xfer_back;   /* foreign slices to return (their ring was full) */
 	uint32_t xfer_rr;
+	uint64_t nic_events;           /* device events (the repair thread: fetch_add) */
 	uint32_t sleeping ferry_cache_aligned; /* fetch_or_sc/store_sc: see core_kick */
 	int wake_fd;                   /* eventfd: submitters wake a sleeping core */
 	uint32_t stop;                 /* load_acquire/store_release */
@@ -118,7 +128,7 @@ struct ferry_core {
 	int started;
 	unsigned cpu;
 	int numa;
-	char nic_name[64];
+	char nic_name[CORE_MAX_TX * 64]; /* "rxe0", "rxe0,tcp,cma" */
 	struct ferry_engine *e;
 };
 
@@ -128,10 +138,15 @@ _Static_assert(offsetof(struct ferry_core, lat) % FERRY_CACHE_LINE == 0, "histog
 _Static_assert(offsetof(struct ferry_core, pool) % FERRY_CACHE_LINE == 0, "core-owned line");
 _Static_assert(offsetof(struct ferry_core, sleeping) % FERRY_CACHE_LINE == 0, "wake-up line");
 _Static_assert(offsetof(struct qctx, cq_quota) == 0, "the CQ quota leads its own line");
+_Static_assert(sizeof(struct qctx) % FERRY_CACHE_LINE == 0, "contexts do not share lines");
+_Static_assert(CORE_MAX_TX <= 255, "ep->tx is a byte");
 
 /* ---- lifecycle (control path): core.c ---- */
-int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char *nic,
-		struct ferry_core **out);
+/* A core on cpu with one context per NIC name in nics[0..n) (n <= CORE_MAX_TX). */
+int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char *const *nics,
+		unsigned n, struct ferry_core **out);
+/* The context of c whose provider is named prov ("verbs", "tcp", ...), or -1. */
+int core_tx_of(const struct ferry_core *c, const char *prov);
 int core_start(struct ferry_core *c);
 void core_stop(struct ferry_core *c);
 void core_destroy(struct ferry_core *c);

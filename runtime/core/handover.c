@@ -18,6 +18,9 @@
 
 int handover_init(struct ferry_engine *e)
 {
+	/* One core has no other rail to hand over to: no rings, nothing to drain. */
+	if (e->ncores < 2)
+		return 0;
 	for (unsigned i = 0; i < e->ncores; i++) {
 		struct ferry_core *c = e->cores[i];
 
@@ -87,13 +90,17 @@ static bool xfer_take(struct ferry_core *c, struct slice *f)
 	*n = *f;
 	n->home = (uint8_t)c->index;
 	n->ep = ep;
-	n->lkey = rq->lreg->mr[c->index].lkey;
 	c->slices_out++;
 	xfer_return(c, f);
 	if (!ep || ep->seg_gen != rq->seg_gen || ep->closing || ep->down) {
 		core_slice_finish(c, n, ep && ep->closing ? -ECANCELED : -EHOSTDOWN);
 		return true;
 	}
+	if (unlikely(READ_ONCE(rq->error))) { /* failed or cancelled meanwhile */
+		core_slice_finish(c, n, READ_ONCE(rq->error));
+		return true;
+	}
+	n->lkey = rq->lreg->mr[c->index][ep->tx].lkey;
 	n->rkey = rq->rreg->rkey[ep->remote_nic];
 	slice_list_push_front(&ep->pending, n);
 	core_ep_activate(c, ep);

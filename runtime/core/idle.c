@@ -16,12 +16,11 @@
 #include <sys/eventfd.h>
 #include <urcu/urcu-qsbr.h>
 
+#include "ring/base/clock.h"
 #include "ring/base/counters.h"
 #include "runtime/engine/engine.h"
 
-#define SPIN_LOOPS 256          /* idle passes before yielding the CPU */
-#define SLEEP_LOOPS 4096        /* idle passes (nothing in flight) before sleeping */
-#define SLEEP_MS 20             /* idle, nothing in flight */
+#define SPIN_LOOPS 256          /* idle checks before giving the CPU back */
 #define CQ_SLEEP_MS 10          /* work in flight on a NIC with a completion channel */
 
 static void eventfd_drain(int fd)
@@ -51,59 +50,172 @@ static bool core_has_input(struct ferry_core *c)
 }
 
 /*
- * Sleep until kicked through the wake eventfd, until the CQ's completion
- * channel fires (on_cq), or for timeout_ms: offline for RCU while asleep.
+ * Arm the completion channel of every context that should wake us (with
+ * work in flight, or serving peers), add its fd to fds and its bit to
+ * *armed.  False when a completion slipped in before an arm: poll again
+ * instead of sleeping.
+ */
+static bool core_arm_cqs(struct ferry_core *c, bool in_flight, struct pollfd *fds, nfds_t *n,
+			 unsigned *armed)
+{
+	for (unsigned t = 0; t < c->ntx; t++) {
+		struct qctx *q = &c->tx[t];
+
+		if (!q->prov->cq_arm || !(q->serves || (in_flight && q->cq_quota.depth)))
+			continue;
+		*armed |= 1u << t;
+		/* A CQE that landed before the arm raises no event: poll once more. */
+		if (q->prov->cq_arm(q->cq) || qctx_poll(q) != 0)
+			return false;
+		fds[(*n)++] = (struct pollfd){ .fd = q->prov->cq_fd(q->cq), .events = POLLIN };
+	}
+	return true;
+}
+
+static void core_ack_cqs(struct ferry_core *c, unsigned armed)
+{
+	for (unsigned t = 0; t < c->ntx; t++)
+		if (armed & (1u << t))
+			c->tx[t].prov->cq_ack(c->tx[t].cq);
+}
+
+/*
+ * Sleep until kicked through the wake eventfd, until a completion channel
+ * fires (with on_cq: contexts with work in flight, or serving peers), or
+ * for timeout_ms: offline for RCU while asleep.
  */
 static void core_sleep(struct ferry_core *c, int timeout_ms, bool on_cq)
 {
-	const struct nic_provider *prov = c->q.prov;
-	struct pollfd fds[2] = { { .fd = c->wake_fd, .events = POLLIN } };
+	struct pollfd fds[1 + CORE_MAX_TX] = { { .fd = c->wake_fd, .events = POLLIN } };
+	unsigned armed = 0;
 	nfds_t n = 1;
 
 	store_sc(c->sleeping, 1); /* Dekker pair with core_kick: see there */
-	if (on_cq) {
-		/* A CQE that landed before the arm raises no event: poll once more. */
-		if (prov->cq_arm(c->q.cq) || qctx_poll(&c->q) != 0)
-			goto out;
-		fds[n++] = (struct pollfd){ .fd = prov->cq_fd(c->q.cq), .events = POLLIN };
-	}
+	if (on_cq && !core_arm_cqs(c, c->slices_out != 0, fds, &n, &armed))
+		goto out;
 	if (core_has_input(c) || load_acquire(c->stop)) /* stop: pairs with core_stop */
 		goto out;
+	stat_add(&c->ctr, sleeps, 1); /* counted going in: an idle core may stay asleep */
 	ferry_tsan_release(&c->e->tsan_gp);
 	urcu_qsbr_thread_offline();
 	poll(fds, n, timeout_ms);
 	urcu_qsbr_thread_online();
-	stat_add(&c->ctr, sleeps, 1);
 out:
-	if (on_cq)
-		prov->cq_ack(c->q.cq);
+	core_ack_cqs(c, armed);
 	WRITE_ONCE(c->sleeping, 0);
 	eventfd_drain(c->wake_fd);
 }
 
+/* When the first broken QP is asked for again (its repair did not come). */
+static uint64_t core_first_reask(const struct ferry_core *c)
+{
+	uint64_t first = UINT64_MAX;
+
+	for (unsigned t = 0; t < c->ntx; t++) {
+		const struct qctx *q = &c->tx[t];
+
+		for (uint32_t i = 0; i < q->n_qps; i++) {
+			const struct qpx *qp = q->qps[i];
+
+			if (qp && qp->broken && qp->repair_asked_at + c->reask_ticks < first)
+				first = qp->repair_asked_at + c->reask_ticks;
+		}
+	}
+	return first;
+}
+
+/*
+ * How long the core may sleep with nothing in flight: until its first rail
+ * pause ends (the sweep publishes the rail usable again) or a broken QP is
+ * due to be asked for again, else for ever.
+ */
+static int core_pause_left_ms(struct ferry_core *c)
+{
+	uint64_t now = ferry_tsc(), first = core_first_reask(c);
+
+	for (unsigned s = 0; s < EP_TABLE_SLOTS; s++) {
+		const struct ferry_ep *ep = core_ep(c, s);
+
+		if (ep && ep->rail.paused && ep->rail.paused_until < first)
+			first = ep->rail.paused_until;
+	}
+	if (first == UINT64_MAX)
+		return -1;
+	if (first <= now)
+		return 0;
+	return (int)(ferry_tsc_to_ns(first - now) / 1000000) + 1;
+}
+
+/* A context that can wake us: a completion channel with work in flight on
+ * it, or one serving peers. */
+static bool core_can_sleep_on_cq(const struct ferry_core *c, bool in_flight)
+{
+	for (unsigned t = 0; t < c->ntx; t++) {
+		const struct qctx *q = &c->tx[t];
+
+		if (q->prov->cq_arm && (q->serves || (in_flight && q->cq_quota.depth)))
+			return true;
+	}
+	return false;
+}
+
+/* Work in flight that only polling moves (loop, cma: no completion channel). */
+static bool core_must_poll(const struct ferry_core *c)
+{
+	for (unsigned t = 0; t < c->ntx; t++)
+		if (!c->tx[t].prov->cq_arm && c->tx[t].cq_quota.depth)
+			return true;
+	return false;
+}
+
+/* Slices or parts this core still has to move or end. */
+static bool core_in_flight(const struct ferry_core *c)
+{
+	return c->slices_out || cut_fifo_count(&c->cut) || c->xfer_wait.count ||
+	       c->xfer_back.count || c->n_parked;
+}
+
+/* Work in flight: poll again soon; give the CPU back while a NIC with a
+ * completion channel (or loop's polling, with a yield) moves the bytes. */
+static void core_idle_busy(struct ferry_core *c)
+{
+	if (++c->idle_loops < SPIN_LOOPS)
+		ferry_cpu_relax();
+	else if (!core_must_poll(c) && core_can_sleep_on_cq(c, true))
+		core_sleep(c, CQ_SLEEP_MS, true);
+	else
+		sched_yield(); /* loop's and cma's work happens inside poll */
+}
+
+/*
+ * Nothing in flight: wait for input without running loop passes (each one
+ * looks at every ring and context), spinning briefly, then asleep until a
+ * submitter or the control path kicks the wake eventfd -- or, for a
+ * context that serves peers (tcp), until their frames arrive.  An idle
+ * core costs nothing then, and a request wakes it within a few
+ * microseconds.  Rails still paused wake it when the pause ends.
+ */
+static void core_idle_wait(struct ferry_core *c)
+{
+	for (unsigned i = 0; i < SPIN_LOOPS; i++) {
+		if (core_has_input(c) || load_acquire(c->stop)) /* pairs with: core_stop */
+			return;
+		ferry_cpu_relax();
+	}
+	core_sleep(c, core_pause_left_ms(c), core_can_sleep_on_cq(c, false));
+	c->idle_loops = 0;
+}
+
 void core_idle(struct ferry_core *c)
 {
-	bool in_flight = c->slices_out || cut_fifo_count(&c->cut) || c->xfer_wait.count ||
-			 c->xfer_back.count;
-
 	if (c->e->opts.idle == FERRY_IDLE_SPIN) {
 		ferry_cpu_relax();
 		return;
 	}
-	c->idle_loops++;
-	if (c->idle_loops < SPIN_LOOPS) {
-		ferry_cpu_relax();
-	} else if ((in_flight || c->q.serves) && c->q.prov->cq_arm) {
-		/* A real NIC moves the bytes (or peers' frames wake us: tcp):
-		 * give the CPU back until it reports. */
-		core_sleep(c, in_flight ? CQ_SLEEP_MS : SLEEP_MS, true);
-	} else if (in_flight || c->idle_loops < SLEEP_LOOPS) {
-		/* loop's work happens inside poll: stay awake, let others run. */
-		sched_yield();
-	} else {
-		core_sleep(c, SLEEP_MS, false);
-		c->idle_loops = 0;
-	}
+	if (core_in_flight(c))
+		core_idle_busy(c);
+	else
+		core_idle_wait(c);
 }
 
 void core_kick(struct ferry_core *c)
@@ -113,7 +225,9 @@ void core_kick(struct ferry_core *c)
 	 * sleeping; the core sets sleeping, then looks for input.  Either it
 	 * sees our entry or we see it asleep.  A seq_cst read-modify-write is
 	 * the full barrier here (TSan understands it where it rejects fences).
+	 * The exchange also clears the flag: of a burst of kicks, only the
+	 * first makes a system call.
 	 */
-	if (fetch_or_sc(c->sleeping, 0))
+	if (xchg_sc(c->sleeping, 0))
 		eventfd_write(c->wake_fd, 1);
 }

@@ -23,8 +23,9 @@ bool core_park(struct ferry_core *c, const struct cut_part *pt)
 	p = &c->parked[c->n_parked++];
 	p->pt = *pt;
 	p->round = load_acquire(s->connect_round); /* pairs with: fetch_add_release in repair_reconnects */
-	p->since = c->q.now;
+	p->since = c->now;
 	store_release(s->want_eps, 1); /* pairs with: load_acquire in repair_reconnects */
+	repair_kick(c->e);
 	return true;
 }
 
@@ -44,7 +45,7 @@ static int park_state(struct ferry_core *c, const struct parked_part *p)
 
 		return err ? err : -EBUSY; /* reconnected, but no room on this core */
 	}
-	if (c->timeout_ticks && c->q.now - p->since > c->timeout_ticks)
+	if (c->timeout_ticks && c->now - p->since > c->timeout_ticks)
 		return -ETIMEDOUT;
 	return 1;
 }

@@ -25,27 +25,34 @@ struct passive_ep {
 	uint64_t incarnation;
 	uint64_t token;
 	uint64_t seen_ns;            /* last CONNECT or KEEPALIVE of its initiator */
-	unsigned core;
+	unsigned core;               /* the context the initiator reaches: */
+	unsigned tx;                 /* descriptor entry core * ntx + tx */
 	unsigned nqps;
 	struct nic_qp *qps[WIRE_MAX_EP_QPS];
 };
 
 static void passive_free(struct ferry_engine *e, struct passive_ep *p)
 {
-	const struct nic_provider *prov = e->prov[p->core];
+	const struct nic_provider *prov = e->cores[p->core]->tx[p->tx].prov;
 
 	for (unsigned i = 0; i < p->nqps; i++)
 		prov->qp_destroy(p->qps[i]);
 	free(p);
 }
 
+/* Descriptor entry k: context k % ntx of core k / ntx (see engine/nics.c). */
+static struct qctx *passive_ctx(struct ferry_engine *e, unsigned k)
+{
+	return &e->cores[k / e->ntx]->tx[k % e->ntx];
+}
+
 static int passive_check(struct ferry_engine *e, const struct wire_connect_req *req)
 {
 	if (req->target_incarnation != e->incarnation)
 		return -ESTALE; /* the initiator's descriptor is from another life of ours */
-	if (req->target_nic >= e->ncores || req->n_qps == 0 || req->n_qps > EP_MAX_QPS)
+	if (req->target_nic >= e->ncores * e->ntx || req->n_qps == 0 || req->n_qps > EP_MAX_QPS)
 		return -EINVAL;
-	if (strcmp(req->nic.provider, e->prov[req->target_nic]->name) != 0)
+	if (strcmp(req->nic.provider, passive_ctx(e, req->target_nic)->prov->name) != 0)
 		return -EPROTONOSUPPORT;
 	return passive_count(e) >= PASSIVE_MAX ? -ENOSPC : 0;
 }
@@ -53,13 +60,13 @@ static int passive_check(struct ferry_engine *e, const struct wire_connect_req *
 static int passive_build(struct ferry_engine *e, const struct wire_connect_req *req,
 			 struct passive_ep *p, struct wire_connect_rep *rep)
 {
-	struct ferry_core *c = e->cores[p->core];
-	const struct nic_provider *prov = c->q.prov;
+	struct qctx *q = &e->cores[p->core]->tx[p->tx];
+	const struct nic_provider *prov = q->prov;
 	int rc;
 
 	for (unsigned i = 0; i < req->n_qps; i++) {
 		/* A responder QP: its own send queue stays empty. */
-		rc = prov->qp_create(c->q.nic, c->q.cq, 1, &p->qps[i]);
+		rc = prov->qp_create(q->nic, q->cq, 1, &p->qps[i]);
 		if (rc)
 			return rc;
 		p->nqps++;
@@ -87,7 +94,8 @@ int passive_connect(void *arg, const struct wire_connect_req *req, struct wire_c
 	p->incarnation = req->incarnation;
 	p->token = req->token;
 	p->seen_ns = ferry_now_ns();
-	p->core = req->target_nic;
+	p->core = req->target_nic / e->ntx;
+	p->tx = req->target_nic % e->ntx;
 	memset(rep, 0, sizeof(*rep));
 	rc = passive_build(e, req, p, rep);
 	if (rc) {

@@ -18,12 +18,15 @@
 #include <string.h>
 #include <time.h>
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <urcu/urcu-qsbr.h>
 
 #include "ring/base/clock.h"
 #include "runtime/engine/engine.h"
 
-#define REPAIR_IDLE_NS (1000 * 1000)      /* polls the cores' rings every 1 ms */
+#define REPAIR_WAIT_MAX_MS 1000         /* asleep, it still looks this often */
 #define REPAIR_BACKOFF_MIN_MS 50
 #define REPAIR_BACKOFF_MAX_MS 2000
 
@@ -34,8 +37,7 @@
  * does, the slices waiting on this rail move there (runtime/core/handover.c)
  * instead of failing with -EHOSTDOWN.
  */
-static void rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i,
-			     uint32_t slot)
+void rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i, uint32_t slot)
 {
 	WRITE_ONCE(s->rail_down[i], 1); /* a hint for submitters and hand-overs */
 	for (unsigned k = 0; k < e->ncores; k++)
@@ -61,12 +63,16 @@ static int repair_one(struct ferry_engine *e, const struct repair_job *j)
 	if ((s->state != SEG_OPEN && s->state != SEG_CLOSING) || s->gen != j->gen ||
 	    !(ep = s->eps[j->core]))
 		return 0; /* the segment went: nothing to repair */
-	rc = qpx_create(&c->q, e->opts.wrs_per_qp, ep, &q);
-	if (rc)
+	rc = qpx_create(&c->tx[ep->tx], e->opts.wrs_per_qp, ep, &q);
+	if (rc) {
+		/* No QP on this rail (its device may be dead): new work avoids
+		 * it and its waiting slices move, as for an unreachable peer. */
+		rail_unreachable(e, s, j->core, j->slot);
 		return rc;
+	}
 	rc = seg_qp_handshake(e, j->core, s, ep->remote_nic, q, &token);
 	if (rc) {
-		qpx_destroy(&c->q, q);
+		qpx_destroy(&c->tx[ep->tx], q);
 		if (rc == -ESTALE) /* the peer restarted: its keys are gone for good */
 			seg_mark_stale(e, s, j->slot);
 		rail_unreachable(e, s, j->core, j->slot);
@@ -77,7 +83,7 @@ static int repair_one(struct ferry_engine *e, const struct repair_job *j)
 	cmd.index = j->qp;
 	rc = core_command(c, &cmd);
 	if (rc) {
-		qpx_destroy(&c->q, q);
+		qpx_destroy(&c->tx[ep->tx], q);
 		seg_disconnect_token(e, s, token);
 		return rc;
 	}
@@ -92,8 +98,8 @@ static void repair_later(struct repair *r, struct repair_job *j)
 {
 	uint32_t backoff = j->backoff_ms ? j->backoff_ms * 2 : REPAIR_BACKOFF_MIN_MS;
 
-	if (r->n_later == REPAIR_LATER_MAX)
-		return; /* the core asks again if the QP is still broken */
+	if (r->n_later >= READ_ONCE(r->later_max))
+		return; /* dropped: the core asks again (REPAIR_REASK_MS) if still broken */
 	j->backoff_ms = backoff < REPAIR_BACKOFF_MAX_MS ? backoff : REPAIR_BACKOFF_MAX_MS;
 	j->due_ms = ferry_now_ms() + j->backoff_ms;
 	r->later[r->n_later++] = *j;
@@ -108,6 +114,15 @@ static void repair_run(struct ferry_engine *e, struct repair_job *j)
 	pthread_mutex_unlock(&e->ctl_lock);
 	if (rc)
 		repair_later(&e->repair, j);
+}
+
+void repair_due_now(struct ferry_engine *e, unsigned i)
+{
+	struct repair *r = &e->repair;
+
+	for (unsigned k = 0; k < r->n_later; k++)
+		if (r->later[k].core == i)
+			r->later[k].due_ms = 0;
 }
 
 /* Jobs whose back-off ran out go again. */
@@ -172,17 +187,75 @@ static unsigned repair_reconnects(struct ferry_engine *e)
 	return n;
 }
 
+/* ms until the next timed job (a back-off running out, a keepalive, an
+ * expiry), at most REPAIR_WAIT_MAX_MS. */
+static int repair_next_ms(struct ferry_engine *e)
+{
+	const struct repair *r = &e->repair;
+	uint64_t now = ferry_now_ms(), next = now + REPAIR_WAIT_MAX_MS;
+
+	for (unsigned k = 0; k < r->n_later; k++)
+		if (r->later[k].due_ms < next)
+			next = r->later[k].due_ms;
+	if (e->opts.keepalive_ms && r->next_keepalive_ms < next)
+		next = r->next_keepalive_ms;
+	if (e->opts.lease_ms && r->next_expire_ms < next)
+		next = r->next_expire_ms;
+	return next > now ? (int)(next - now) : 0;
+}
+
+/* Work queued since the last round: a core's repair ring, retired
+ * endpoints, a segment waiting for a reconnect. */
+static bool repair_has_work(struct ferry_engine *e)
+{
+	for (unsigned i = 0; i < e->ncores; i++)
+		if (ferry_ring_count(&e->cores[i]->repairs))
+			return true;
+	if (READ_ONCE(e->reaper.retired))
+		return true;
+	for (uint32_t slot = 0; slot < FERRY_MAX_SEGMENTS; slot++)
+		if (READ_ONCE(e->segs[slot].want_eps))
+			return true;
+	return false;
+}
+
+/*
+ * Nothing to do: sleep until kicked (a core's repair request, a retired
+ * endpoint, a request waiting for a reconnect) or the next timed job.  The
+ * flag and the kick are a Dekker pair, as for the cores (idle.c): either
+ * the kicker sees us asleep and writes the eventfd, or we see its work.
+ */
+static void repair_wait(struct ferry_engine *e)
+{
+	struct repair *r = &e->repair;
+	struct pollfd p[1 + FERRY_MAX_CORES * CORE_MAX_TX] = { { .fd = r->wake_fd, .events = POLLIN } };
+	unsigned n = 1 + events_fds(e, p + 1, FERRY_MAX_CORES * CORE_MAX_TX);
+	eventfd_t v;
+
+	store_sc(r->sleeping, 1);
+	if (!repair_has_work(e))
+		(void)poll(p, n, repair_next_ms(e)); /* device events wake it too */
+	WRITE_ONCE(r->sleeping, 0);
+	(void)eventfd_read(r->wake_fd, &v); /* non-blocking: EAGAIN when not kicked */
+}
+
+void repair_kick(struct ferry_engine *e)
+{
+	if (xchg_sc(e->repair.sleeping, 0)) /* Dekker pair with repair_wait; one call per burst */
+		eventfd_write(e->repair.wake_fd, 1);
+}
+
 static void *repair_main(void *arg)
 {
 	struct ferry_engine *e = arg;
-	struct timespec idle = { 0, REPAIR_IDLE_NS };
 
 	/* Registered for call_rcu (ep/teardown.c), offline but for that. */
 	urcu_qsbr_register_thread();
 	urcu_qsbr_thread_offline();
 	while (!load_acquire(e->repair.stop)) { /* pairs with: store_release in repair_stop */
-		if (repair_drain(e) + repair_due(e) + reap_run(&e->reaper) + repair_reconnects(e) == 0)
-			nanosleep(&idle, NULL);
+		if (events_run(e) + repair_drain(e) + repair_due(e) + reap_run(&e->reaper) +
+		    repair_reconnects(e) == 0)
+			repair_wait(e);
 		repair_leases(e);
 	}
 	reap_run(&e->reaper);
@@ -193,7 +266,13 @@ static void *repair_main(void *arg)
 
 int repair_start(struct ferry_engine *e)
 {
-	int rc = -pthread_create(&e->repair.thread, NULL, repair_main, e);
+	int rc;
+
+	e->repair.later_max = REPAIR_LATER_MAX;
+	e->repair.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (e->repair.wake_fd < 0)
+		return -errno;
+	rc = -pthread_create(&e->repair.thread, NULL, repair_main, e);
 
 	if (rc == 0)
 		(void)pthread_setname_np(e->repair.thread, "ferry-repair");
@@ -206,6 +285,9 @@ void repair_stop(struct ferry_engine *e)
 	if (!e->repair.started)
 		return;
 	store_release(e->repair.stop, 1); /* pairs with: load_acquire in repair_main */
+	eventfd_write(e->repair.wake_fd, 1);
 	pthread_join(e->repair.thread, NULL);
 	e->repair.started = 0;
+	close(e->repair.wake_fd);
+	e->repair.wake_fd = -1;
 }

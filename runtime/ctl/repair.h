@@ -22,14 +22,29 @@ struct repair {
 	int stop;                      /* load_acquire/store_release */
 	struct repair_job later[REPAIR_LATER_MAX]; /* failed: try again after a back-off */
 	unsigned n_later;
+	unsigned later_max;            /* REPAIR_LATER_MAX; tests lower it */
+	int wake_fd;                   /* eventfd: repair_kick wakes the thread */
+	uint32_t sleeping;             /* store_sc/fetch_or_sc: see repair_wait */
 	uint64_t next_keepalive_ms;    /* peers told we are alive */
 	uint64_t next_expire_ms;       /* silent initiators' QPs freed */
 };
 
 int repair_start(struct ferry_engine *e);
+/* Work for the repair thread was queued: wake it if it sleeps.  Any thread. */
+void repair_kick(struct ferry_engine *e);
 void repair_stop(struct ferry_engine *e);
 
 /* lease.c, on the repair thread: keepalives out, expired initiators' QPs freed. */
 void repair_leases(struct ferry_engine *e);
+
+struct ferry_seg;
+struct pollfd;
+/* Core i's rail to s cannot reach the peer: down; fail fast if no rail can (ctl_lock). */
+void rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i, uint32_t slot);
+/* Retry core i's pending repairs now (its port came back). */
+void repair_due_now(struct ferry_engine *e, unsigned i);
+/* events.c: the contexts' event fds (at most max), and their events handled. */
+unsigned events_fds(struct ferry_engine *e, struct pollfd *fds, unsigned max);
+unsigned events_run(struct ferry_engine *e);
 
 #endif /* FERRY_RUNTIME_CTL_REPAIR_H */

@@ -22,7 +22,7 @@
 /* Sizes of the fixed parts of a DESC payload. */
 #define DESC_HDR_LEN 16u /* incarnation u64, n_nics u16, reserved u16, n_regions u32 */
 #define DESC_NIC_LEN (WIRE_PROVIDER_LEN + NIC_ADDR_LEN)
-#define DESC_REGION_LEN 16u /* addr u64, len u64; then n_nics x rkey u32 */
+#define DESC_REGION_LEN 24u /* addr u64, len u64, access u32, reserved u32; then rkeys */
 /* CONNECT_REQ: incarnation, token, target_incarnation u64; target_nic u16,
  * n_qps u16, reserved u32; then one NIC entry as in a DESC. */
 #define CONN_REQ_HDR_LEN 32u
@@ -167,6 +167,8 @@ static const char *region_invalid(const struct seg_region *r, uint32_t i)
 
 	if (r->len == 0)
 		return "zero length";
+	if (r->access & ~NIC_ACCESS_ALL)
+		return "unknown access bits";
 	/* An end of exactly 2^64 is refused too: it is not representable. */
 	if (r->len > UINT64_MAX - r->addr)
 		return "wraps around the address space";
@@ -255,6 +257,8 @@ static uint8_t *desc_encode_region(const struct seg_region *r, uint16_t n_nics, 
 
 	put_le64(p, r->addr);
 	put_le64(p + 8, r->len);
+	put_le32(p + 16, r->access);
+	put_le32(p + 20, 0); /* reserved */
 	p += DESC_REGION_LEN;
 	for (k = 0; k < n_nics; k++, p += 4)
 		put_le32(p, r->rkey[k]);
@@ -305,12 +309,15 @@ static int desc_decode_nic(const uint8_t *p, uint32_t i, struct seg_nic *nic)
 	return 0;
 }
 
-static const uint8_t *desc_decode_region(const uint8_t *p, uint16_t n_nics, struct seg_region *r)
+static const uint8_t *desc_decode_region(const uint8_t *p, uint16_t n_nics, struct seg_region *r,
+					 bool *reserved_set)
 {
 	uint16_t k;
 
 	r->addr = get_le64(p);
 	r->len = get_le64(p + 8);
+	r->access = get_le32(p + 16);
+	*reserved_set |= get_le32(p + 20) != 0;
 	p += DESC_REGION_LEN;
 	for (k = 0; k < n_nics; k++, p += 4)
 		r->rkey[k] = get_le32(p);
@@ -345,6 +352,7 @@ static int desc_decode_hdr(const uint8_t *buf, size_t len, struct seg_desc *out)
 static int desc_decode_body(const uint8_t *buf, struct seg_desc *out)
 {
 	const uint8_t *p = buf + DESC_HDR_LEN;
+	bool reserved = false;
 	uint32_t i;
 	int rc;
 
@@ -360,7 +368,9 @@ static int desc_decode_body(const uint8_t *buf, struct seg_desc *out)
 			return -ENOMEM;
 	}
 	for (i = 0; i < out->n_regions; i++)
-		p = desc_decode_region(p, out->n_nics, &out->regions[i]);
+		p = desc_decode_region(p, out->n_nics, &out->regions[i], &reserved);
+	if (reserved)
+		return wire_refuse("descriptor: a region's reserved field is not zero");
 	return desc_check(out);
 }
 

@@ -14,7 +14,9 @@
  *          negative errno, -4095..-1).
  * DESC:    incarnation u64 | n_nics u16 | reserved u16 | n_regions u32 |
  *          n_nics x (provider name 16 bytes NUL-padded | nic_addr 64 bytes) |
- *          n_regions x (addr u64 | len u64 | n_nics x rkey u32)
+ *          n_regions x (addr u64 | len u64 | access u32 | reserved u32 |
+ *                       n_nics x rkey u32); access: bit 0 remote read,
+ *          bit 1 remote write, the other bits zero
  *
  * Endpoint handshake (the initiator's control path asks the target's
  * control thread to create and connect the peer QPs):
@@ -44,9 +46,9 @@
 #define WIRE_MAGIC 0x31595246u /* "FRY1" little-endian */
 #define WIRE_VERSION 2
 #define WIRE_HDR_LEN 12
-#define WIRE_MAX_NICS 64
-#define WIRE_MAX_REGIONS 65536
-#define WIRE_MAX_PAYLOAD (1u << 25) /* fits 64 NICs x 65536 regions */
+#define WIRE_MAX_NICS 256 /* 64 cores x up to 3 transports, and room */
+#define WIRE_MAX_REGIONS 16384 /* x 256 NIC keys: a decoded descriptor stays under ~17 MiB */
+#define WIRE_MAX_PAYLOAD (1u << 26) /* 64 MiB: many regions of many NICs */
 #define WIRE_PROVIDER_LEN 16
 
 enum wire_type {
@@ -73,6 +75,7 @@ struct wire_hdr {
 struct seg_region {
 	uint64_t addr;
 	uint64_t len;
+	uint32_t access;              /* NIC_ACCESS_*: what the owner lets peers do */
 	uint32_t rkey[WIRE_MAX_NICS]; /* one per NIC of the peer, n_nics valid */
 };
 

@@ -56,66 +56,6 @@ static int engine_parse(struct ferry_engine *e, const struct ferry_opts *caller,
 	return 0;
 }
 
-/* NIC i of the comma list, cycling: core k gets nics[k % n]. */
-static void nic_for_core(const char *list, unsigned k, char *out, size_t len)
-{
-	unsigned n = 1, i;
-	const char *p, *q;
-
-	for (p = list; *p; p++)
-		n += *p == ',';
-	for (i = 0, p = list; i < k % n; i++)
-		p = strchr(p, ',') + 1;
-	q = strchr(p, ',');
-	snprintf(out, len, "%.*s", (int)(q ? (size_t)(q - p) : strlen(p)), p);
-}
-
-static int cpu_node(unsigned cpu)
-{
-	return numa_available() >= 0 ? numa_node_of_cpu((int)cpu) : -1;
-}
-
-/*
- * "auto": every active verbs device, each core on a device of its own NUMA
- * node when there is one (round robin within the node), else round robin
- * over all; no device at all means the software NIC.
- */
-static void nic_auto(const unsigned *cpus, unsigned ncores, char names[][64])
-{
-	struct nic_dev_info devs[FERRY_MAX_CORES];
-	unsigned used[FERRY_MAX_CORES] = { 0 };
-	int n = nic_verbs_discover(devs, FERRY_MAX_CORES);
-
-	for (unsigned i = 0; i < ncores; i++) {
-		int node = cpu_node(cpus[i]), pick = -1, best = -1;
-
-		for (int d = 0; d < n; d++) {
-			if (devs[d].numa_node == node && (pick < 0 || used[d] < used[pick]))
-				pick = d;
-			if (best < 0 || used[d] < used[best])
-				best = d;
-		}
-		if (pick < 0)
-			pick = best;
-		if (pick < 0) {
-			snprintf(names[i], 64, "loop");
-			continue;
-		}
-		used[pick]++;
-		snprintf(names[i], 64, "%s", devs[pick].name);
-	}
-}
-
-static void nics_for_cores(const struct ferry_engine *e, const unsigned *cpus, char names[][64])
-{
-	if (strcmp(e->opts.nics, "auto") == 0) {
-		nic_auto(cpus, e->ncores, names);
-		return;
-	}
-	for (unsigned i = 0; i < e->ncores; i++)
-		nic_for_core(e->opts.nics, i, names[i], 64);
-}
-
 static void engine_print_map(const struct ferry_engine *e)
 {
 	char what[160];
@@ -123,23 +63,27 @@ static void engine_print_map(const struct ferry_engine *e)
 	for (unsigned i = 0; i < e->ncores; i++) {
 		const struct ferry_core *c = e->cores[i];
 
-		c->q.prov->describe(c->q.nic, what, sizeof(what));
-		log_info("core %u: cpu %u (NUMA %d) -> %s", i, c->cpu, c->numa, what);
+		for (unsigned t = 0; t < c->ntx; t++) {
+			c->tx[t].prov->describe(c->tx[t].nic, what, sizeof(what));
+			log_info("core %u: cpu %u (NUMA %d) -> %s", i, c->cpu, c->numa, what);
+		}
 	}
 }
 
 static int engine_start(struct ferry_engine *e, const unsigned *cpus, const char *listen)
 {
-	char names[FERRY_MAX_CORES][64];
+	char names[FERRY_MAX_CORES][CORE_MAX_TX][64];
+	const char *mine[CORE_MAX_TX];
 	int rc;
 
-	nics_for_cores(e, cpus, names);
-	for (unsigned i = 0; i < e->ncores; i++) {
-		rc = core_create(e, i, cpus[i], names[i], &e->cores[i]);
-		if (rc)
-			return rc;
-		e->prov[i] = e->cores[i]->q.prov;
+	rc = engine_pick_nics(e->opts.nics, cpus, e->ncores, names, &e->ntx);
+	for (unsigned i = 0; rc == 0 && i < e->ncores; i++) {
+		for (unsigned t = 0; t < e->ntx; t++)
+			mine[t] = names[i][t];
+		rc = core_create(e, i, cpus[i], mine, e->ntx, &e->cores[i]);
 	}
+	if (rc)
+		return rc;
 	rc = handover_init(e);
 	if (rc)
 		return rc;
@@ -242,7 +186,7 @@ const char *ferry_core_nic(const struct ferry_engine *e, unsigned core)
 
 struct nic *ferry_engine_nic(struct ferry_engine *e, unsigned core)
 {
-	return core < e->ncores ? e->cores[core]->q.nic : NULL;
+	return core < e->ncores ? e->cores[core]->tx[0].nic : NULL;
 }
 
 

@@ -20,6 +20,9 @@
 #include "runtime/engine/knobs.h"
 #include "runtime/engine/opts.h"
 #include "runtime/ferry.h"
+
+_Static_assert(FERRY_ACCESS_REMOTE_READ == NIC_ACCESS_REMOTE_READ &&
+	       FERRY_ACCESS_REMOTE_WRITE == NIC_ACCESS_REMOTE_WRITE, "one set of access bits");
 #include "runtime/segment/segment.h"
 #include "runtime/submit/submit.h"
 
@@ -27,12 +30,19 @@ _Static_assert(FERRY_MAX_SEGMENTS == EP_TABLE_SLOTS, "one endpoint table slot pe
 _Static_assert(FERRY_MAX_CORES <= 64, "rails are bits of a uint64_t");
 _Static_assert(FERRY_MAX_CORES <= (1 << RQ_PART_BITS), "a part index fits the pointer tag");
 
-/* A locally registered region: one MR per core's NIC context. */
+/*
+ * A locally registered region: one MR per core's NIC context.  The struct
+ * is type-stable: unregistered ones go to a pool for the next registration
+ * and are freed only with the engine, because a port's cache (submit.c)
+ * may still look at one it saw before (it finds out with regions_gen).
+ */
 struct mem_region {
-	uint64_t addr;
+	uint64_t addr;                 /* READ_ONCE/WRITE_ONCE: see the port cache */
 	uint64_t len;
 	uint64_t refs;                 /* requests using it: fetch_add/fetch_sub, see mem.c */
-	struct nic_mr mr[FERRY_MAX_CORES];
+	uint32_t access;               /* NIC_ACCESS_*: what peers may do */
+	struct mem_region *next_free;  /* in the pool (ctl_lock) */
+	struct nic_mr mr[FERRY_MAX_CORES][CORE_MAX_TX]; /* per core, per context */
 };
 
 struct ferry_engine {
@@ -41,14 +51,16 @@ struct ferry_engine {
 	char nics_buf[256];
 	char listen_buf[64];
 	unsigned ncores;
+	unsigned ntx;                  /* contexts (transports) per core, the same on all */
 	struct ferry_core *cores[FERRY_MAX_CORES];
-	const struct nic_provider *prov[FERRY_MAX_CORES];
 	uint64_t incarnation;
 	struct ctl ctl;
 	pthread_mutex_t ctl_lock;      /* control-path calls */
 	pthread_rwlock_t regions_lock; /* submitters read, register/unregister write */
 	struct mem_region **regions;   /* sorted by addr */
 	unsigned n_regions, cap_regions;
+	uint64_t regions_gen;          /* bumped by every unregister (store_sc): ports' caches */
+	struct mem_region *region_pool; /* unregistered, for reuse (ctl_lock) */
 	struct ferry_seg segs[FERRY_MAX_SEGMENTS];
 	struct ferry_port *ports[FERRY_MAX_PORTS]; /* RCU-published */
 	unsigned n_ports_hw;           /* high-water mark of ports[] (store_release) */
@@ -57,8 +69,13 @@ struct ferry_engine {
 	struct passive_ep *passive;    /* peer QPs we serve as a target */
 	struct repair repair;
 	struct ep_reaper reaper;       /* unpublished endpoints, freed after a grace period */
+	uint32_t cancel_epoch;         /* bumped by ferry_batch_cancel (READ_ONCE by the cores) */
 	int tsan_gp;                   /* TSan's model of the RCU grace period */
 };
+
+/* nics.c: the NIC names of each core's contexts from the nics option. */
+int engine_pick_nics(const char *list, const unsigned *cpus, unsigned ncores,
+		     char names[][CORE_MAX_TX][64], unsigned *ntx);
 
 /* mem.c: the local region containing [addr, addr+len); regions_lock held. */
 struct mem_region *ferry_region_find(struct ferry_engine *e, uint64_t addr, uint64_t len);

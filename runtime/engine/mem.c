@@ -14,21 +14,56 @@
 #include "ring/base/log.h"
 #include "runtime/engine/engine.h"
 
-static void region_free(struct ferry_engine *e, struct mem_region *r)
+/* The NICs forget r; its memory stays a mem_region (see engine.h). */
+static void region_dereg(struct ferry_engine *e, struct mem_region *r)
 {
-	for (unsigned i = 0; i < e->ncores; i++)
-		if (r->mr[i].priv || r->mr[i].lkey)
-			e->prov[i]->dereg_mr(e->cores[i]->q.nic, &r->mr[i]);
-	free(r);
+	for (unsigned i = 0; i < e->ncores; i++) {
+		for (unsigned t = 0; t < e->cores[i]->ntx; t++) {
+			struct qctx *q = &e->cores[i]->tx[t];
+
+			if (r->mr[i][t].priv || r->mr[i][t].lkey)
+				q->prov->dereg_mr(q->nic, &r->mr[i][t]);
+			r->mr[i][t] = (struct nic_mr){ 0 };
+		}
+	}
+}
+
+/* A region struct for a registration: from the pool, or new.  Its refs is
+ * left alone: a stale cache may be between its increment and its undo. */
+static struct mem_region *region_alloc(struct ferry_engine *e)
+{
+	struct mem_region *r = e->region_pool;
+
+	if (!r)
+		return calloc(1, sizeof(*r));
+	e->region_pool = r->next_free;
+	r->next_free = NULL;
+	return r;
+}
+
+/* Back to the pool (ctl_lock held). */
+static void region_retire(struct ferry_engine *e, struct mem_region *r)
+{
+	region_dereg(e, r);
+	r->next_free = e->region_pool;
+	e->region_pool = r;
 }
 
 void mem_release_all(struct ferry_engine *e)
 {
-	for (unsigned i = 0; i < e->n_regions; i++)
-		region_free(e, e->regions[i]);
+	for (unsigned i = 0; i < e->n_regions; i++) {
+		region_dereg(e, e->regions[i]);
+		free(e->regions[i]);
+	}
 	free(e->regions);
 	e->regions = NULL;
 	e->n_regions = 0;
+	while (e->region_pool) {
+		struct mem_region *r = e->region_pool;
+
+		e->region_pool = r->next_free;
+		free(r);
+	}
 }
 
 /* Index of the first region whose end is above addr. */
@@ -85,15 +120,19 @@ static int region_insert(struct ferry_engine *e, struct mem_region *r)
 	return 0;
 }
 
-static int region_register(struct ferry_engine *e, struct mem_region *r, void *addr, size_t len)
+static int region_register(struct ferry_engine *e, struct mem_region *r, void *addr, size_t len,
+			   unsigned access)
 {
 	for (unsigned i = 0; i < e->ncores; i++) {
-		int rc = e->prov[i]->reg_mr(e->cores[i]->q.nic, addr, len, &r->mr[i]);
+		for (unsigned t = 0; t < e->cores[i]->ntx; t++) {
+			struct qctx *q = &e->cores[i]->tx[t];
+			int rc = q->prov->reg_mr(q->nic, addr, len, access, &r->mr[i][t]);
 
-		if (rc) {
-			log_err("registering %zu bytes at %p on core %u's NIC: %s", len, addr, i,
-				strerror(-rc));
-			return rc;
+			if (rc) {
+				log_err("registering %zu bytes at %p on core %u's %s: %s", len, addr,
+					i, q->prov->name, strerror(-rc));
+				return rc;
+			}
 		}
 	}
 	return 0;
@@ -101,26 +140,37 @@ static int region_register(struct ferry_engine *e, struct mem_region *r, void *a
 
 int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len)
 {
+	return ferry_mem_register_access(e, addr, len,
+					 FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE);
+}
+
+int ferry_mem_register_access(struct ferry_engine *e, void *addr, size_t len, unsigned access)
+{
 	struct mem_region *r;
 	int rc;
 
 	if (!e || !addr || len == 0 || (uintptr_t)addr + len < (uintptr_t)addr)
 		return -EINVAL;
-	r = calloc(1, sizeof(*r));
-	if (!r)
-		return -ENOMEM;
-	r->addr = (uintptr_t)addr;
-	r->len = len;
+	if (access & ~(unsigned)(FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE))
+		return -EINVAL;
 	pthread_mutex_lock(&e->ctl_lock);
-	rc = region_register(e, r, addr, len);
+	r = region_alloc(e);
+	if (!r) {
+		pthread_mutex_unlock(&e->ctl_lock);
+		return -ENOMEM;
+	}
+	WRITE_ONCE(r->addr, (uintptr_t)addr); /* a stale port cache may read them */
+	WRITE_ONCE(r->len, len);
+	r->access = access;
+	rc = region_register(e, r, addr, len, access);
 	if (rc == 0) {
 		pthread_rwlock_wrlock(&e->regions_lock);
 		rc = region_insert(e, r);
 		pthread_rwlock_unlock(&e->regions_lock);
 	}
-	pthread_mutex_unlock(&e->ctl_lock);
 	if (rc)
-		region_free(e, r);
+		region_retire(e, r);
+	pthread_mutex_unlock(&e->ctl_lock);
 	return rc;
 }
 
@@ -137,7 +187,10 @@ int ferry_mem_unregister(struct ferry_engine *e, void *addr)
 	i = region_lower_bound(e, (uintptr_t)addr);
 	if (i < e->n_regions && e->regions[i]->addr == (uintptr_t)addr) {
 		r = e->regions[i];
-		if (load_acquire(r->refs)) { /* pairs with: fetch_sub_release in rq_finish */
+		/* Dekker pair with the ports' caches (rq_find_local): the
+		 * generation first, then the references. */
+		store_sc(e->regions_gen, e->regions_gen + 1);
+		if (load_sc(r->refs)) { /* pairs with: fetch_sub_release in rq_finish */
 			rc = -EBUSY;
 			r = NULL;
 		} else {
@@ -149,7 +202,7 @@ int ferry_mem_unregister(struct ferry_engine *e, void *addr)
 	}
 	pthread_rwlock_unlock(&e->regions_lock);
 	if (r)
-		region_free(e, r);
+		region_retire(e, r);
 	pthread_mutex_unlock(&e->ctl_lock);
 	return rc;
 }
@@ -162,10 +215,16 @@ int engine_describe(void *arg, struct seg_desc *d)
 
 	memset(d, 0, sizeof(*d));
 	d->incarnation = e->incarnation;
-	d->n_nics = (uint16_t)e->ncores;
+	/* Entry i * ntx + t: context t of core i (see nics.c). */
+	d->n_nics = (uint16_t)(e->ncores * e->ntx);
 	for (unsigned i = 0; i < e->ncores; i++) {
-		snprintf(d->nics[i].provider, sizeof(d->nics[i].provider), "%s", e->prov[i]->name);
-		e->prov[i]->addr(e->cores[i]->q.nic, &d->nics[i].addr);
+		for (unsigned t = 0; t < e->ntx; t++) {
+			const struct qctx *q = &e->cores[i]->tx[t];
+			struct seg_nic *n = &d->nics[i * e->ntx + t];
+
+			snprintf(n->provider, sizeof(n->provider), "%s", q->prov->name);
+			q->prov->addr(q->nic, &n->addr);
+		}
 	}
 	pthread_rwlock_rdlock(&e->regions_lock);
 	d->regions = calloc(e->n_regions ? e->n_regions : 1, sizeof(*d->regions));
@@ -176,8 +235,11 @@ int engine_describe(void *arg, struct seg_desc *d)
 		for (unsigned r = 0; r < e->n_regions; r++) {
 			d->regions[r].addr = e->regions[r]->addr;
 			d->regions[r].len = e->regions[r]->len;
+			d->regions[r].access = e->regions[r]->access;
 			for (unsigned i = 0; i < e->ncores; i++)
-				d->regions[r].rkey[i] = e->regions[r]->mr[i].rkey;
+				for (unsigned t = 0; t < e->ntx; t++)
+					d->regions[r].rkey[i * e->ntx + t] =
+						e->regions[r]->mr[i][t].rkey;
 		}
 	}
 	pthread_rwlock_unlock(&e->regions_lock);

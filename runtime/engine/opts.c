@@ -64,6 +64,9 @@ static void opts_fill_defaults(struct ferry_opts *o)
 	o->idle = FERRY_IDLE_ADAPTIVE;
 	o->verbose = 0;
 	o->counters = 1;
+	o->name = NULL;
+	o->metadata = "p2p";
+	o->secret_file = NULL;
 }
 
 /* Copy the first n bytes of src over dst: the fields a caller's version has. */
@@ -592,6 +595,12 @@ int ferry_opts_from_env(struct ferry_opts *o)
 		rc = -EINVAL;
 	if (env_flag("FERRY_COUNTERS", &t.counters))
 		rc = -EINVAL;
+	if (env_str("FERRY_NAME", &t.name))
+		rc = -EINVAL;
+	if (env_str("FERRY_METADATA", &t.metadata))
+		rc = -EINVAL;
+	if (env_str("FERRY_SECRET_FILE", &t.secret_file))
+		rc = -EINVAL;
 	if (!rc) {
 		size_t size = o->opts_size;
 
@@ -644,13 +653,49 @@ static int check_nics_idle(const struct ferry_opts *o, char *err, size_t errlen)
  * Order matters: wrs_per_qp is checked before cqes and signal_every, whose
  * bounds depend on it, so the message names the field that is really off.
  */
+bool ferry_name_valid(const char *name)
+{
+	size_t n = 0;
+
+	for (; name[n]; n++) {
+		char ch = name[n];
+
+		if (!isalnum((unsigned char)ch) && ch != '.' && ch != '_' && ch != '-')
+			return false;
+	}
+	return n > 0 && n <= FERRY_NAME_MAX;
+}
+
+/* name and metadata: their syntax (the store and the key file are checked
+ * when the engine starts). */
+static int check_cluster(const struct ferry_opts *o, char *err, size_t errlen)
+{
+	const char *m = o->metadata;
+
+	if (o->name && !ferry_name_valid(o->name)) {
+		errf(err, errlen, "name '%s': want 1..%d of [A-Za-z0-9._-]", o->name, FERRY_NAME_MAX);
+		return -EINVAL;
+	}
+	if (m && strcmp(m, "p2p") != 0 && strncmp(m, "redis://", 8) != 0 &&
+	    strncmp(m, "etcd://", 7) != 0) {
+		errf(err, errlen, "metadata '%s': want p2p, redis://host:port or etcd://host:port", m);
+		return -EINVAL;
+	}
+	if (o->name && (!m || strcmp(m, "p2p") == 0)) {
+		errf(err, errlen, "name '%s' needs a metadata store (redis://... or etcd://...)",
+		     o->name);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int ferry_opts_check(const struct ferry_opts *o, char *err, size_t errlen)
 {
 	if (!o) {
 		errf(err, errlen, "no options");
 		return -EINVAL;
 	}
-	if (check_nics_idle(o, err, errlen) ||
+	if (check_nics_idle(o, err, errlen) || check_cluster(o, err, errlen) ||
 	    check_range("slice_size", o->slice_size, 4096, 1u << 30, "", err, errlen) ||
 	    check_range("qps_per_ep", o->qps_per_ep, 1, 16, "", err, errlen) ||
 	    check_range("wrs_per_qp", o->wrs_per_qp, 1, 32768, "", err, errlen) ||

@@ -3,6 +3,7 @@
 #ifndef FERRY_RUNTIME_OPTS_H
 #define FERRY_RUNTIME_OPTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,6 +31,12 @@ int ferry_parse_cores(const char *s, unsigned *cpus, unsigned max, unsigned *n,
  * say so themselves.  Internal: the FERRY_* variables and ferry_bench's flags.
  */
 const char *ferry_parse_num(const char *v, int suffix, uint64_t max, uint64_t *out);
+
+/* Longest engine name (names are [A-Za-z0-9._-]+). */
+#define FERRY_NAME_MAX 63
+
+/* A valid engine name. */
+bool ferry_name_valid(const char *name);
 
 /* The options of v0.2, the first with opts_size: the smallest a caller has. */
 #define FERRY_OPTS_SIZE_MIN (offsetof(struct ferry_opts, counters) + sizeof(int))

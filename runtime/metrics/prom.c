@@ -72,6 +72,8 @@ static const struct prom_row ferry_rows[] = {
 	{ "ferry_slice_latency_seconds", "Time from posting a slice to its completion.",
 	  PROM_HISTOGRAM, PROM_UNIT_RAW, offsetof(struct ferry_core_stats, lat),
 	  U64_OFF(struct ferry_core_stats, lat_hz) },
+	CTR(nic_events, "ferry_nic_events_total",
+	    "Device events handled: port down or up, device fatal, QP fatal."),
 };
 
 static const struct prom_table ferry_table = {

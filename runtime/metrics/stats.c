@@ -49,13 +49,13 @@ int ferry_core_counters_note(const struct ferry_engine *e, unsigned core, char *
 
 static void stats_fill(struct ferry_core *c, struct ferry_core_stats *out)
 {
-	const struct qp_counters *q = &c->q.ctr;
 	const struct core_counters *k = &c->ctr;
 
 	memset(out, 0, sizeof(*out));
 	out->cpu = c->cpu;
 	out->numa_node = c->numa;
-#define QP(f) out->f = stat_read(q, f)
+	/* Posting counters: the sum over the core's contexts (transports). */
+#define QP(f) for (unsigned t = 0; t < c->ntx; t++) out->f += stat_read(&c->tx[t].ctr, f)
 #define CORE(f) out->f = stat_read(k, f)
 	QP(wrs_posted); QP(completions); QP(cqes); QP(doorbells); QP(polls); QP(empty_polls);
 	QP(qp_full); QP(cq_full); QP(wr_errors); QP(provider_errors);
@@ -68,6 +68,7 @@ static void stats_fill(struct ferry_core *c, struct ferry_core_stats *out)
 	out->busy_ns = ferry_tsc_to_ns(stat_read(k, busy_ticks));
 	out->idle_ns = ferry_tsc_to_ns(stat_read(k, idle_ticks));
 	out->ep_evictions = READ_ONCE(c->eps.evictions);
+	out->nic_events = READ_ONCE(c->nic_events);
 	histo_snapshot(&c->lat, out->lat);
 	out->lat_hz = ferry_tsc_hz();
 	hw_counters(c, out);

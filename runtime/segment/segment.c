@@ -26,7 +26,7 @@ static ferry_seg_t seg_handle(uint32_t gen, uint32_t slot)
 	return (uint64_t)gen << 32 | (slot + 1);
 }
 
-static struct ferry_seg *seg_lookup(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot)
+struct ferry_seg *seg_lookup(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot)
 {
 	uint32_t s = (uint32_t)h - 1;
 
@@ -82,6 +82,7 @@ static void seg_drop_ep(struct ferry_engine *e, struct ferry_seg *s, uint32_t sl
 	s->eps[i] = NULL;
 	ep_disconnect_peer(e, s, i);
 	ep_retire(&e->reaper, ep);
+	repair_kick(e); /* it queues the free for after a grace period */
 }
 
 /* Remove slot's endpoint from every core. */
@@ -138,25 +139,12 @@ static int core_make_room(struct ferry_engine *e, unsigned i)
 	return 0;
 }
 
-static int seg_check_desc(struct ferry_engine *e, const struct seg_desc *d, const char *address)
-{
-	for (unsigned i = 0; i < e->ncores; i++) {
-		const struct seg_nic *n = &d->nics[i % d->n_nics];
-
-		if (strcmp(n->provider, e->prov[i]->name) != 0) {
-			log_err("segment %s: its NIC %u is '%s', core %u has '%s'", address,
-				i % d->n_nics, n->provider, i, e->prov[i]->name);
-			return -EPROTONOSUPPORT;
-		}
-	}
-	return 0;
-}
-
-static void handshake_req(struct ferry_engine *e, unsigned i, const struct seg_desc *d,
-			  uint32_t remote_nic, struct qpx *q, uint64_t token,
+static void handshake_req(struct ferry_engine *e, unsigned i, const struct ferry_seg *s,
+			  uint32_t remote_nic, struct qpx *qp, uint64_t token,
 			  struct wire_connect_req *req)
 {
-	struct ferry_core *c = e->cores[i];
+	const struct qctx *q = &e->cores[i]->tx[s->tx];
+	const struct seg_desc *d = s->desc;
 
 	memset(req, 0, sizeof(*req));
 	req->incarnation = e->incarnation;
@@ -164,39 +152,45 @@ static void handshake_req(struct ferry_engine *e, unsigned i, const struct seg_d
 	req->target_incarnation = d->incarnation;
 	req->target_nic = (uint16_t)remote_nic;
 	req->n_qps = 1;
-	snprintf(req->nic.provider, sizeof(req->nic.provider), "%s", c->q.prov->name);
-	c->q.prov->addr(c->q.nic, &req->nic.addr);
-	c->q.prov->qp_info(q->nqp, &req->qps[0]);
+	snprintf(req->nic.provider, sizeof(req->nic.provider), "%s", q->prov->name);
+	q->prov->addr(q->nic, &req->nic.addr);
+	q->prov->qp_info(qp->nqp, &req->qps[0]);
 }
 
 /*
  * Connect one of core i's QPs to a new responder QP on the peer's NIC
  * remote_nic: ours here, the peer's on its control thread.  One handshake
  * per QP, each with its own token, so a broken QP can be replaced alone.
+ * -ENETUNREACH when our provider could not connect to the peer's address
+ * (the control plane worked: another transport may).
  */
 int seg_qp_handshake(struct ferry_engine *e, unsigned i, struct ferry_seg *s,
-		     uint32_t remote_nic, struct qpx *q, uint64_t *token)
+		     uint32_t remote_nic, struct qpx *qp, uint64_t *token)
 {
-	struct ferry_core *c = e->cores[i];
+	const struct qctx *q = &e->cores[i]->tx[s->tx];
 	struct wire_connect_req req;
 	struct wire_connect_rep rep;
 	char here[160];
 	int rc;
 
 	*token = ++e->next_token;
-	handshake_req(e, i, s->desc, remote_nic, q, *token, &req);
+	handshake_req(e, i, s, remote_nic, qp, *token, &req);
 	rc = ctl_connect(s->address, FETCH_TIMEOUT_MS, &req, &rep);
 	if (rc == 0) {
-		rc = c->q.prov->qp_connect(q->nqp, &s->desc->nics[remote_nic].addr, &rep.qps[0]);
-		if (rc)
+		rc = q->prov->qp_connect(qp->nqp, &s->desc->nics[remote_nic].addr, &rep.qps[0]);
+		if (rc) {
 			seg_disconnect_token(e, s, *token);
+			q->prov->describe(q->nic, here, sizeof(here));
+			log_err("segment %s: a QP of core %u (%s) cannot reach the peer's NIC %u: %s",
+				s->address, i, here, remote_nic, strerror(-rc));
+			rc = -ENETUNREACH;
+		}
+	} else {
+		log_err("segment %s: endpoint handshake for core %u: %s", s->address, i,
+			strerror(-rc));
 	}
-	if (rc) {
+	if (rc)
 		*token = 0;
-		c->q.prov->describe(c->q.nic, here, sizeof(here));
-		log_err("segment %s: connecting a QP of core %u (%s) to the peer's NIC %u failed: %s",
-			s->address, i, here, remote_nic, strerror(-rc));
-	}
 	return rc;
 }
 
@@ -243,12 +237,13 @@ static int seg_add_ep(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot
 	int rc = core_make_room(e, i);
 
 	if (rc == 0)
-		rc = ep_create(&c->q, e->opts.qps_per_ep, e->opts.wrs_per_qp, &ep);
+		rc = ep_create(&c->tx[s->tx], e->opts.qps_per_ep, e->opts.wrs_per_qp, &ep);
 	if (rc)
 		return rc;
+	ep->tx = s->tx;
 	ep->seg_slot = slot;
 	ep->seg_gen = s->gen;
-	ep->remote_nic = i % s->desc->n_nics;
+	ep->remote_nic = s->peer_nics[i % s->n_peer_nics];
 	ep->rail.published = &s->rail_paused[i];
 	ep->cut_off = &s->rail_down[i];
 	rc = ep_handshake(e, i, s, ep);
@@ -257,7 +252,7 @@ static int seg_add_ep(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot
 		rc = core_command(c, &cmd);
 	}
 	if (rc) {
-		ep_destroy(&c->q, ep);
+		ep_destroy(&c->tx[ep->tx], ep);
 		ep_disconnect_peer(e, s, i);
 		return rc;
 	}
@@ -289,6 +284,29 @@ static int seg_connect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slo
 		return -EBUSY;
 	}
 	return 0;
+}
+
+/*
+ * Connect over the first transport that works (route.c): when ours cannot
+ * reach the peer's address on one, the endpoints made so far go and the
+ * next is tried.  ctl_lock held.
+ */
+static int seg_connect_routed(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
+{
+	unsigned next = 0;
+	int rc;
+
+	for (;;) {
+		rc = seg_route_next(e, s, s->desc, &next);
+		if (rc)
+			return rc;
+		rc = seg_connect(e, s, slot);
+		if (rc != -ENETUNREACH)
+			return rc;
+		seg_remove_eps(e, s, slot);
+		log_warn("segment %s: %s does not reach the peer: trying the next transport",
+			 s->address, s->transport);
+	}
 }
 
 int seg_reconnect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, uint32_t gen)
@@ -400,12 +418,10 @@ static int seg_open_locked(struct ferry_engine *e, const char *address, ferry_se
 	if (!s->desc)
 		return -ENOMEM;
 	rc = fresh ? 0 : ctl_fetch_desc(address, FETCH_TIMEOUT_MS, s->desc);
-	if (rc == 0)
-		rc = seg_check_desc(e, s->desc, address);
 	if (rc == 0) {
 		store_sc(s->gen, s->gen + 1); /* read by seg_lookup/seg_acquire */
 		snprintf(s->address, sizeof(s->address), "%s", address);
-		rc = seg_connect(e, s, slot);
+		rc = seg_connect_routed(e, s, slot);
 	}
 	if (rc) {
 		seg_remove_eps(e, s, slot);

@@ -29,6 +29,10 @@ struct ferry_seg {
 	uint64_t inflight;             /* requests using the segment: Dekker pair, see segment.c */
 	uint32_t stale;                /* the peer restarted: refuse with -ESTALE */
 	char address[64];
+	char transport[16];            /* the provider the segment goes over (route.c) */
+	uint8_t tx;                    /* its context in every local core */
+	uint16_t n_peer_nics;          /* the peer's contexts of that transport: */
+	uint16_t peer_nics[WIRE_MAX_NICS]; /* their descriptor entries */
 	struct seg_desc *desc;         /* current descriptor (rcu-style: store_release) */
 	struct seg_desc *old_descs[8]; /* replaced by refresh, kept until close */
 	unsigned n_old;
@@ -41,6 +45,19 @@ struct ferry_seg {
 	uint32_t connect_round;        /* reconnects the repair thread finished */
 	int32_t connect_err;           /* the last one's result (0 or -errno) */
 };
+
+/* The segment of handle h (NULL: unknown handle or slot), its slot in *slot. */
+struct ferry_seg *seg_lookup(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot);
+
+/* route.c: the transports in ferry's order of preference. */
+#define ROUTE_N 4
+extern const char *const route_order[ROUTE_N];
+
+/* route.c: the next transport (from *next on, in ferry's order) that both
+ * engines have and that reaches the peer of descriptor d: fills transport,
+ * tx and peer_nics.  -EPROTONOSUPPORT when none is left. */
+int seg_route_next(struct ferry_engine *e, struct ferry_seg *s, const struct seg_desc *d,
+		   unsigned *next);
 
 /* A reference on an open segment for a request (NULL: closed or unknown). */
 struct ferry_seg *seg_acquire(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot);

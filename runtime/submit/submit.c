@@ -65,7 +65,7 @@ int ferry_port_create(struct ferry_engine *e, struct ferry_port **out)
 	for (slot = 0; slot < FERRY_MAX_PORTS; slot++) {
 		if (!e->ports[slot]) {
 			p->slot = slot;
-			p->rr = slot; /* spread single-part requests of different ports */
+			p->rr = slot % e->ncores; /* spread single-part requests of ports */
 			rcu_assign_pointer(e->ports[slot], p); /* pairs with: rcu_dereference in the cores */
 			if (slot >= e->n_ports_hw) /* pairs with: load_acquire in the cores */
 				store_release(e->n_ports_hw, slot + 1);
@@ -172,17 +172,77 @@ static int rq_check_args(const struct ferry_req *r)
 	return 0;
 }
 
-static int rq_find_local(struct ferry_engine *e, struct ferry_rq *rq)
+/* [addr, addr + len) inside r (read racy: see rq_find_local). */
+static bool region_covers(const struct mem_region *r, uint64_t addr, uint64_t len)
 {
-	pthread_rwlock_rdlock(&e->regions_lock);
-	rq->lreg = ferry_region_find(e, rq->local, rq->len);
-	if (rq->lreg) {
-		/* Under the read lock: unregister (write lock) sees it. */
-		fetch_add_relaxed(rq->lreg->refs, 1);
-		rq->lreg_refs = &rq->lreg->refs;
+	uint64_t base = READ_ONCE(r->addr);
+
+	return addr >= base && addr + len <= base + READ_ONCE(r->len);
+}
+
+/*
+ * The port's cached region, with a reference, if it still covers the
+ * request.  A Dekker pair with ferry_mem_unregister: we take the reference,
+ * then look at the generation; it bumps the generation, then looks at the
+ * references.  Either it sees ours (-EBUSY) or we see its bump (and undo).
+ * The struct is type-stable (engine.h), so a stale pointer is safe to
+ * touch.
+ */
+static struct mem_region *lcache_get(struct ferry_engine *e, struct ferry_port *p,
+				     const struct ferry_rq *rq)
+{
+	struct mem_region *r = p->lcache;
+
+	if (!r || load_acquire(e->regions_gen) != p->lcache_gen || /* pairs with: store_sc in unregister */
+	    !region_covers(r, rq->local, rq->len))
+		return NULL;
+	fetch_add_sc(r->refs, 1);
+	if (load_sc(e->regions_gen) == p->lcache_gen)
+		return r;
+	fetch_sub_relaxed(r->refs, 1); /* unregistered meanwhile: ours was not seen */
+	return NULL;
+}
+
+static int rq_find_local(struct ferry_engine *e, struct ferry_port *p, struct ferry_rq *rq)
+{
+	struct mem_region *r = lcache_get(e, p, rq);
+
+	if (!r) {
+		pthread_rwlock_rdlock(&e->regions_lock);
+		r = ferry_region_find(e, rq->local, rq->len);
+		if (r) {
+			/* Under the read lock: unregister (write lock) sees it. */
+			fetch_add_relaxed(r->refs, 1);
+			p->lcache = r;
+			p->lcache_gen = READ_ONCE(e->regions_gen); /* stable under the lock */
+		}
+		pthread_rwlock_unlock(&e->regions_lock);
+		if (!r)
+			return -EFAULT;
 	}
-	pthread_rwlock_unlock(&e->regions_lock);
-	return rq->lreg ? 0 : -EFAULT;
+	rq->lreg = r;
+	rq->lreg_refs = &r->refs;
+	return 0;
+}
+
+/* The peer's region holding the request: the port's last one if it still
+ * does (same handle, same descriptor), else a binary search.  Descriptors
+ * live until their segment is closed, and the caller holds the segment. */
+static const struct seg_region *rq_find_remote(struct ferry_port *p, const struct ferry_req *r,
+					       const struct seg_desc *d)
+{
+	const struct seg_region *g = p->rcache;
+
+	if (g && p->rcache_seg == r->seg && p->rcache_desc == d && r->remote >= g->addr &&
+	    r->remote + r->len <= g->addr + g->len)
+		return g;
+	g = seg_desc_find(d, r->remote, r->len);
+	if (g) {
+		p->rcache = g;
+		p->rcache_seg = r->seg;
+		p->rcache_desc = d;
+	}
+	return g;
 }
 
 /*
@@ -191,17 +251,23 @@ static int rq_find_local(struct ferry_engine *e, struct ferry_rq *rq)
  * those with an endpoint that are neither down nor paused; else every one
  * with an endpoint (their cores fail fast or serve slowly); 0 when none.
  */
-static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg *s)
+static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg *s,
+			   uint32_t *count)
 {
 	uint64_t good = 0, live = 0;
+	uint32_t ngood = 0, nlive = 0;
 
 	for (unsigned i = 0; i < e->ncores; i++) {
 		if (rail_gone(s, i))
 			continue;
 		live |= 1ull << i;
-		if (!rail_unusable(s, i))
+		nlive++;
+		if (!rail_unusable(s, i)) {
 			good |= 1ull << i;
+			ngood++;
+		}
 	}
+	*count = good ? ngood : nlive; /* counted here: popcount is a call on x86-64 v1 */
 	return good ? good : live;
 }
 
@@ -210,13 +276,15 @@ static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg 
  * segment was evicted) does not block the submitter: the repair thread is
  * asked to reconnect, and the request waits on one core until it has.
  */
-static void rq_rails(struct ferry_engine *e, struct ferry_rq *rq)
+void rq_rails(struct ferry_engine *e, struct ferry_rq *rq)
 {
-	rq->rails = rails_pick(e, rq->seg);
+	rq->rails = rails_pick(e, rq->seg, &rq->nparts);
 	if (rq->rails)
 		return;
 	store_release(rq->seg->want_eps, 1); /* pairs with: load_acquire in repair_reconnects */
+	repair_kick(e);
 	rq->rails = 1ull << (rq->seg_slot % e->ncores);
+	rq->nparts = 1;
 }
 
 static void rq_drop_seg(struct ferry_rq *rq)
@@ -225,9 +293,18 @@ static void rq_drop_seg(struct ferry_rq *rq)
 	rq->seg = NULL;
 }
 
-/* Validate r and fill rq; on error nothing is held. */
-static int rq_prepare(struct ferry_engine *e, struct ferry_rq *rq, const struct ferry_req *r)
+/* The peer's region allows what rq does to it (its owner's access rights). */
+static int rq_access_ok(const struct ferry_rq *rq)
 {
+	uint32_t need = rq->op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ : NIC_ACCESS_REMOTE_WRITE;
+
+	return (rq->rreg->access & need) == need ? 0 : -EACCES;
+}
+
+/* Validate r and fill rq; on error nothing is held. */
+static int rq_prepare(struct ferry_port *p, struct ferry_rq *rq, const struct ferry_req *r)
+{
+	struct ferry_engine *e = p->e;
 	const struct seg_desc *d;
 	int rc = rq_check_args(r);
 
@@ -246,8 +323,10 @@ static int rq_prepare(struct ferry_engine *e, struct ferry_rq *rq, const struct 
 		return -ESTALE; /* the peer restarted: open its address again */
 	}
 	d = load_acquire(rq->seg->desc); /* pairs with: store_release in seg_refresh_locked */
-	rq->rreg = seg_desc_find(d, r->remote, r->len);
-	rc = rq->rreg ? rq_find_local(e, rq) : -EFAULT;
+	rq->rreg = rq_find_remote(p, r, d);
+	rc = rq->rreg ? rq_access_ok(rq) : -EFAULT;
+	if (rc == 0)
+		rc = rq_find_local(e, p, rq);
 	if (rc) {
 		rq_drop_seg(rq);
 		return rc;
@@ -255,10 +334,45 @@ static int rq_prepare(struct ferry_engine *e, struct ferry_rq *rq, const struct 
 	rq->seg_refs = &rq->seg->inflight;
 	rq_rails(e, rq);
 	rq->nslices = slice_count(r->len, e->opts.slice_size);
-	rq->nparts = (uint32_t)__builtin_popcountll(rq->rails);
 	if (rq->nslices < rq->nparts)
 		rq->nparts = (uint32_t)rq->nslices;
 	return 0;
+}
+
+/* A slot's fields before validation fills them (no memset of two lines:
+ * each field is written once). */
+void rq_clear(struct ferry_rq *rq, struct rq_batch *b)
+{
+	rq->batch = b;
+	rq->seg = NULL;
+	rq->lreg = NULL;
+	rq->rreg = NULL;
+	rq->lreg_refs = NULL;
+	rq->seg_refs = NULL;
+	rq->nparts = 0;
+	rq->ok_bytes = 0;
+	rq->error = 0;
+	WRITE_ONCE(rq->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
+}
+
+/* Release what a validated request holds (it will not be dispatched). */
+static void rq_unprepare(struct ferry_rq *rq)
+{
+	if (rq->lreg_refs)
+		fetch_sub_relaxed(*rq->lreg_refs, 1);
+	rq_drop_seg(rq);
+}
+
+/* Room on every ring rq's parts go to (only the consumer frees more). */
+static bool rq_fits(const struct ferry_port *p, const struct ferry_rq *rq)
+{
+	const struct ferry_engine *e = p->e;
+
+	for (unsigned core = 0; core < e->ncores; core++)
+		if ((rq->rails & (1ull << core)) &&
+		    ferry_ring_count(&p->rings[core]) >= ferry_ring_capacity(&p->rings[core]))
+			return false;
+	return true;
 }
 
 /* Queue part p of rq on core c; a full ring is back-pressure: wait for room. */
@@ -276,41 +390,48 @@ static void part_enqueue(struct ferry_port *p, struct ferry_core *c, struct ferr
 	}
 }
 
-static void rq_dispatch(struct ferry_port *p, struct ferry_rq *rq)
+/* Parts go to the rails in turn, starting at a core that moves on with
+ * every request (no division: this runs per request). */
+void rq_dispatch(struct ferry_port *p, struct ferry_rq *rq)
 {
 	struct ferry_engine *e = p->e;
-	unsigned first = p->rr++ % e->ncores;
-	unsigned k = 0;
+	unsigned core = p->rr, k = 0;
 
+	if (++p->rr >= e->ncores)
+		p->rr = 0;
 	for (unsigned i = 0; k < rq->nparts && i < e->ncores; i++) {
-		unsigned core = (first + i) % e->ncores;
 		struct ferry_core *c = e->cores[core];
 
-		if (!(rq->rails & (1ull << core)))
-			continue;
-		part_enqueue(p, c, rq, k++);
-		core_kick(c);
+		if (rq->rails & (1ull << core)) {
+			part_enqueue(p, c, rq, k++);
+			core_kick(c);
+		}
+		if (++core == e->ncores)
+			core = 0;
 	}
 }
 
-int ferry_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n)
+/*
+ * Validate and queue the requests of reqs (at most n) into b's next slots.
+ * wait: ferry_submit, which waits on a full ring; else stop before the
+ * first request whose rings have no room.  Returns how many took a slot.
+ */
+static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n,
+			    bool wait)
 {
-	struct ferry_engine *e;
-	uint32_t first;
+	uint32_t i;
 
-	if (!b || (!reqs && n))
-		return -EINVAL;
-	if (b->capacity - b->n < n)
-		return -ENOSPC;
-	e = b->port->e;
-	first = b->n;
-	for (uint32_t i = 0; i < n; i++) {
-		struct ferry_rq *rq = &b->rqs[b->n++];
+	for (i = 0; i < n; i++) {
+		struct ferry_rq *rq = &b->rqs[b->n];
 		int rc;
 
-		memset(rq, 0, sizeof(*rq));
-		rq->batch = &b->acct;
-		rc = rq_prepare(e, rq, &reqs[i]);
+		rq_clear(rq, &b->acct);
+		rc = rq_prepare(b->port, rq, &reqs[i]);
+		if (rc == 0 && !wait && !rq_fits(b->port, rq)) {
+			rq_unprepare(rq);
+			break;
+		}
+		b->n++;
 		if (rc) {
 			rq_refuse(rq, rc);
 			continue;
@@ -320,5 +441,52 @@ int ferry_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n
 		/* The ring's release publishes rq's fields to the cores. */
 		rq_dispatch(b->port, rq);
 	}
+	return i;
+}
+
+int ferry_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n)
+{
+	uint32_t first;
+
+	if (!b || (!reqs && n))
+		return -EINVAL;
+	if (b->capacity - b->n < n)
+		return -ENOSPC;
+	first = b->n;
+	submit_some(b, reqs, n, true);
 	return (int)first;
+}
+
+int ferry_try_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n)
+{
+	if (!b || (!reqs && n))
+		return -EINVAL;
+	if (n > b->capacity - b->n)
+		n = b->capacity - b->n;
+	return (int)submit_some(b, reqs, n, false);
+}
+
+/*
+ * Mark every request of b that has not ended: the cores cut and post no
+ * more of it (a part not yet cut fails, a slice not yet posted is dropped)
+ * and it ends FAILED -ECANCELED once its posted slices are back.  A
+ * request that already failed keeps its own error.
+ */
+int ferry_batch_cancel(struct ferry_batch *b)
+{
+	if (!b)
+		return -EINVAL;
+	for (uint32_t i = 0; i < b->n; i++) {
+		struct ferry_rq *rq = &b->rqs[i];
+		int32_t none = 0;
+
+		if (load_acquire(rq->state) == RQ_PENDING) /* pairs with: rq_finish */
+			cas_release(rq->error, &none, -ECANCELED); /* pairs with: rq_finish's acquire */
+	}
+	/* The cores look at the epoch once a pass and then drop the slices of
+	 * failed requests that wait for room (their first look after this). */
+	fetch_add_relaxed(b->port->e->cancel_epoch, 1);
+	for (unsigned i = 0; i < b->port->e->ncores; i++)
+		core_kick(b->port->e->cores[i]);
+	return 0;
 }

@@ -22,6 +22,7 @@
 #include "runtime/ctl/passive.h"
 #include "runtime/engine/engine.h"
 #include "qp/loop/loop.h"
+#include "tests/harness/wait.h"
 
 struct pair {
 	struct ferry_engine *init;
@@ -137,26 +138,25 @@ static inline void assert_engine_quiet(struct ferry_engine *e)
 
 		assert_int_equal(ferry_core_stats(e, i, &st), 0);
 		assert_int_equal(st.provider_errors, 0);
-		assert_int_equal(__atomic_load_n(&e->cores[i]->q.cq_quota.depth, __ATOMIC_RELAXED), 0);
+		for (unsigned t = 0; t < e->cores[i]->ntx; t++)
+			assert_int_equal(READ_ONCE(e->cores[i]->tx[t].cq_quota.depth), 0);
 	}
+}
+
+static inline uint64_t slices_in_flight(struct ferry_engine *e, unsigned core)
+{
+	struct ferry_core_stats st;
+
+	assert_int_equal(ferry_core_stats(e, core, &st), 0);
+	return st.slices_in_flight;
 }
 
 /* slices_in_flight is a gauge the core refreshes every pass: allow it a moment. */
 static inline void wait_slices_zero(struct ferry_engine *e)
 {
-	for (unsigned i = 0; i < ferry_engine_cores(e); i++) {
-		struct ferry_core_stats st;
-		int tries = 0;
-
-		do {
-			ferry_core_stats(e, i, &st);
-			if (st.slices_in_flight == 0)
-				break;
-			struct timespec ts = { 0, 1000000 };
-			nanosleep(&ts, NULL);
-		} while (++tries < 2000);
-		assert_int_equal(st.slices_in_flight, 0);
-	}
+	for (unsigned i = 0; i < ferry_engine_cores(e); i++)
+		WAIT_UNTIL(slices_in_flight(e, i) == 0, WAIT_DEADLINE_MS,
+			   "core %u's slices in flight to drain", i);
 }
 
 #endif /* FERRY_TESTS_HARNESS_H */

@@ -5,6 +5,7 @@
  * registered memory on either side, full batches, busy batches/regions,
  * bad engine options.
  */
+#include <pthread.h>
 #include <unistd.h>
 
 #include "tests/harness/harness.h"
@@ -327,6 +328,167 @@ static void test_stats_size(void **state)
 	assert_int_equal(fn(P.init, 0, st), 0);
 }
 
+struct churn {
+	uint8_t *buf;
+	size_t len;
+	int stop;
+	unsigned cycles, busy;
+};
+
+/* Unregister and register the region again while the port submits from it. */
+static void *region_churn(void *arg)
+{
+	struct churn *ch = arg;
+
+	while (!load_acquire(ch->stop)) {
+		int rc = ferry_mem_unregister(P.init, ch->buf);
+
+		if (rc == -EBUSY) {
+			WRITE_ONCE(ch->busy, ch->busy + 1);
+			continue;
+		}
+		assert_int_equal(rc, 0);
+		assert_int_equal(ferry_mem_register(P.init, ch->buf, ch->len), 0);
+		WRITE_ONCE(ch->cycles, ch->cycles + 1);
+	}
+	return NULL;
+}
+
+/*
+ * The port caches the region its last request used; an unregister racing
+ * with submissions either sees their reference (-EBUSY) or they see the
+ * region gone (-EFAULT, refused before posting): never a request posted
+ * from memory that is no longer registered, never a reference lost.
+ */
+static void test_region_cache_vs_unregister(void **state)
+{
+	struct churn ch = { .len = 64 << 10 };
+	struct ferry_batch *b;
+	pthread_t t;
+	unsigned done = 0, refused = 0;
+
+	(void)state;
+	ch.buf = aligned_alloc(4096, ch.len);
+	assert_non_null(ch.buf);
+	assert_int_equal(ferry_mem_register(P.init, ch.buf, ch.len), 0);
+	assert_int_equal(ferry_batch_create(port, 8, &b), 0);
+	assert_int_equal(pthread_create(&t, NULL, region_churn, &ch), 0);
+	for (unsigned round = 0; round < 300 || READ_ONCE(ch.cycles) < 10; round++) {
+		struct ferry_req r[8];
+
+		for (unsigned i = 0; i < 8; i++)
+			r[i] = mkreq(FERRY_OP_WRITE, ch.buf + i * 4096, P.seg, P.rbuf + i * 4096, 4096);
+		assert_true(ferry_submit(b, r, 8) >= 0);
+		ferry_batch_wait(b, -1);
+		for (unsigned i = 0; i < 8; i++) {
+			struct ferry_req_status st;
+
+			assert_int_equal(ferry_req_status(b, i, &st), 0);
+			if (st.state == FERRY_DONE)
+				done++;
+			else if (st.error == -EFAULT)
+				refused++;
+			else
+				fail_msg("request %u: %s %d", i, ferry_state_name(st.state), st.error);
+		}
+		assert_int_equal(ferry_batch_reset(b), 0);
+	}
+	store_release(ch.stop, 1);
+	pthread_join(t, NULL);
+	print_message("region churn: %u done, %u refused, %u re-registrations, %u busy\n", done,
+		      refused, ch.cycles, ch.busy);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	/* No reference left behind: it unregisters now. */
+	if (ferry_mem_unregister(P.init, ch.buf) == -ENOENT)
+		fail_msg("the churn thread left the region unregistered");
+	free(ch.buf);
+}
+
+/*
+ * A region its owner registered read-only: a peer's WRITE into it is
+ * refused before posting (-EACCES), a READ of it works; unknown access
+ * bits are refused.
+ */
+static void test_read_only_region(void **state)
+{
+	const size_t len = 256 << 10;
+	uint8_t *ro = aligned_alloc(4096, len);
+	struct ferry_req_status st;
+
+	(void)state;
+	assert_non_null(ro);
+	fill_pattern(ro, len, 77);
+	assert_int_equal(ferry_mem_register_access(P.target, ro, len, 0x4), -EINVAL);
+	assert_int_equal(ferry_mem_register_access(P.target, ro, len, FERRY_ACCESS_REMOTE_READ), 0);
+	assert_int_equal(ferry_segment_refresh(P.init, P.seg), 0);
+	/* The peer's regions, as an application finds them. */
+	{
+		struct ferry_region_info ri[4];
+		int n = ferry_segment_regions(P.init, P.seg, ri, 4), found = 0;
+
+		assert_int_equal(n, 2);
+		for (int i = 0; i < n; i++) {
+			if (ri[i].addr == (uint64_t)(uintptr_t)ro) {
+				assert_int_equal(ri[i].len, len);
+				assert_int_equal(ri[i].access, FERRY_ACCESS_REMOTE_READ);
+				found++;
+			} else {
+				assert_int_equal(ri[i].addr, (uint64_t)(uintptr_t)P.rbuf);
+				assert_int_equal(ri[i].access, FERRY_ACCESS_REMOTE_READ |
+							       FERRY_ACCESS_REMOTE_WRITE);
+			}
+		}
+		assert_int_equal(found, 1);
+		assert_true(ri[0].addr < ri[1].addr);
+		assert_int_equal(ferry_segment_regions(P.init, P.seg, ri, 1), 2); /* counts all */
+		assert_int_equal(ferry_segment_regions(P.init, P.seg, NULL, 0), 2);
+		assert_int_equal(ferry_segment_regions(P.init, P.seg + 1, ri, 4), -ENOENT);
+		assert_int_equal(ferry_segment_regions(P.init, P.seg, NULL, 4), -EINVAL);
+	}
+	st = run_one(mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, ro, 4096));
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(st.error, -EACCES);
+	st = run_one(mkreq(FERRY_OP_READ, P.lbuf, P.seg, ro, len));
+	assert_int_equal(st.state, FERRY_DONE);
+	assert_memory_equal(P.lbuf, ro, len);
+	/* The WRITE above changed nothing: the pattern is intact. */
+	{
+		uint8_t *want = malloc(len);
+
+		assert_non_null(want);
+		fill_pattern(want, len, 77);
+		assert_memory_equal(ro, want, len);
+		free(want);
+	}
+	assert_int_equal(ferry_mem_unregister(P.target, ro), 0);
+	assert_int_equal(ferry_segment_refresh(P.init, P.seg), 0);
+	free(ro);
+}
+
+/* Which transport a segment took, and nics lists that cannot work. */
+static void test_transport_and_nics(void **state)
+{
+	static const char *const bad[] = { "", ",", "loop,", "auto,loop", "loop,auto" };
+	const char *t = ferry_segment_transport(P.init, P.seg);
+	struct ferry_engine *e = NULL;
+	struct ferry_opts o;
+
+	(void)state;
+	assert_non_null(t);
+	if (!getenv("FERRY_TEST_INIT_NICS")) /* the harness's default: the software NIC */
+		assert_string_equal(t, "loop");
+	assert_null(ferry_segment_transport(P.init, 0));
+	assert_null(ferry_segment_transport(P.init, P.seg + 1));
+	assert_null(ferry_segment_transport(NULL, P.seg));
+	ferry_opts_default(&o);
+	o.cores = "0";
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		o.nics = bad[i];
+		assert_true(ferry_engine_create(&o, &e) < 0);
+		assert_null(e);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -339,6 +501,9 @@ int main(void)
 		cmocka_unit_test(test_log_sink),
 		cmocka_unit_test(test_opts_not_initialised),
 		cmocka_unit_test(test_stats_size),
+		cmocka_unit_test(test_transport_and_nics),
+		cmocka_unit_test(test_region_cache_vs_unregister),
+		cmocka_unit_test(test_read_only_region),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

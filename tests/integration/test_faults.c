@@ -7,8 +7,6 @@
  * requests' status.  Nothing hangs; every DONE request's bytes are right;
  * the accounting returns to zero.
  */
-#include <time.h>
-
 #include "tests/harness/harness.h"
 
 #define BUF (32u << 20)
@@ -167,13 +165,11 @@ static void test_bad_rail_hands_over(void **state)
 	/* Healthy again: the rail comes back into use. */
 	o = (struct outcome){ 0 };
 	uint64_t before = st1.bytes;
-	struct timespec tick = { 0, 10 * 1000 * 1000 };
 	const struct ferry_seg *seg = &P.init->segs[(uint32_t)P.seg - 1];
 
 	/* The pause (it doubled while errors went on) runs out. */
-	for (int i = 0; i < 500 && __atomic_load_n(&seg->rail_paused[1], __ATOMIC_RELAXED); i++)
-		nanosleep(&tick, NULL);
-	assert_int_equal(__atomic_load_n(&seg->rail_paused[1], __ATOMIC_RELAXED), 0);
+	WAIT_UNTIL(!__atomic_load_n(&seg->rail_paused[1], __ATOMIC_RELAXED), WAIT_DEADLINE_MS,
+		   "the pause of core 1's rail to run out");
 	for (int r = 0; r < 2; r++)
 		round_run(&seed, &o);
 	ferry_core_stats(P.init, 1, &st1);
@@ -256,6 +252,100 @@ static void test_close_in_flight(void **state)
 	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &P.seg), 0);
 }
 
+static uint64_t core_stat_qp_resets(struct ferry_engine *e, unsigned core)
+{
+	struct ferry_core_stats st;
+
+	assert_int_equal(ferry_core_stats(e, core, &st), 0);
+	return st.qp_resets;
+}
+
+/*
+ * Core 1's device dies: every WR breaks its QP and no new QP can be made.
+ * Its rail must not hold work: the repair thread marks it down when it
+ * cannot make a QP, the slices waiting there move to core 0's rail (or end
+ * after the slice timeout), and every request ends DONE.  When the device
+ * comes back, the QPs are replaced -- even though the repair thread had
+ * dropped the failed jobs (its queue of retries is 0 here): the core asks
+ * again.
+ */
+static void test_dead_device(void **state)
+{
+	struct loop_faults dead = { .qp_fatal_ppm = 1000000, .no_new_qps = 1, .seed = 5 };
+	const struct ferry_seg *seg = &P.init->segs[(uint32_t)P.seg - 1];
+	struct outcome o = { 0 };
+	uint64_t seed = 123, resets;
+
+	(void)state;
+	WRITE_ONCE(P.init->repair.later_max, 0); /* every failed repair is dropped */
+	loop_set_faults(ferry_engine_nic(P.init, 1), &dead);
+	for (int r = 0; r < 3; r++)
+		round_run(&seed, &o);
+	print_message("dead device on core 1: done %u failed %u timeout %u; rail down %u\n",
+		      o.done, o.failed, o.timedout, READ_ONCE(seg->rail_down[1]));
+	assert_int_equal(o.failed + o.timedout, 0);
+	assert_true(READ_ONCE(seg->rail_down[1]));
+	/* The device is back: the core asks again and the rail is repaired. */
+	resets = core_stat_qp_resets(P.init, 1);
+	loop_set_faults(ferry_engine_nic(P.init, 1), NULL);
+	WAIT_UNTIL(core_stat_qp_resets(P.init, 1) > resets && !READ_ONCE(seg->rail_down[1]),
+		   WAIT_DEADLINE_MS, "core 1's QPs to be replaced after the device came back");
+	WRITE_ONCE(P.init->repair.later_max, REPAIR_LATER_MAX);
+	o = (struct outcome){ 0 };
+	round_run(&seed, &o);
+	assert_int_equal(o.failed + o.timedout, 0);
+}
+
+static uint64_t core_nic_events(struct ferry_engine *e, unsigned core)
+{
+	struct ferry_core_stats st;
+
+	assert_int_equal(ferry_core_stats(e, core, &st), 0);
+	return st.nic_events;
+}
+
+/*
+ * Device events: core 1's port goes down -- its rails are down at once
+ * (not after a timeout) and the work moves to core 0; the port comes back
+ * -- the rail is used again; a QP fails by itself -- it is replaced.
+ */
+static void test_nic_events(void **state)
+{
+	const struct ferry_seg *seg = &P.init->segs[(uint32_t)P.seg - 1];
+	struct nic_event down = { .kind = NIC_EV_PORT_DOWN }, up = { .kind = NIC_EV_PORT_UP };
+	struct ferry_core *c0 = P.init->cores[0];
+	struct outcome o = { 0 };
+	uint64_t seed = 321, resets;
+	struct nic_event fatal;
+
+	(void)state;
+	assert_int_equal(loop_inject_event(ferry_engine_nic(P.init, 1), &down), 0);
+	WAIT_UNTIL(READ_ONCE(seg->rail_down[1]), WAIT_DEADLINE_MS,
+		   "core 1's rail to go down on its port's event");
+	assert_true(core_nic_events(P.init, 1) >= 1);
+	round_run(&seed, &o);
+	assert_int_equal(o.failed + o.timedout, 0);
+	assert_int_equal(loop_inject_event(ferry_engine_nic(P.init, 1), &up), 0);
+	WAIT_UNTIL(!READ_ONCE(seg->rail_down[1]), WAIT_DEADLINE_MS,
+		   "core 1's rail to come back on its port's event");
+	/* A QP of core 0 fails by itself: its core fails it, the repair
+	 * thread replaces it. */
+	resets = core_stat_qp_resets(P.init, 0);
+	fatal = (struct nic_event){ .kind = NIC_EV_QP_FATAL };
+	for (uint32_t i = 0; i < c0->tx[0].n_qps; i++) {
+		if (c0->tx[0].qps[i]) { /* read racily: the core is idle now */
+			fatal.qp_num = c0->tx[0].prov->qp_num(c0->tx[0].qps[i]->nqp);
+			break;
+		}
+	}
+	assert_int_not_equal(fatal.qp_num, 0);
+	assert_int_equal(loop_inject_event(ferry_engine_nic(P.init, 0), &fatal), 0);
+	WAIT_UNTIL(core_stat_qp_resets(P.init, 0) > resets, WAIT_DEADLINE_MS,
+		   "core 0's failed QP to be replaced");
+	round_run(&seed, &o);
+	assert_int_equal(o.failed + o.timedout, 0);
+}
+
 static int setup(void **state)
 {
 	struct ferry_opts o;
@@ -285,6 +375,8 @@ int main(void)
 		cmocka_unit_test(test_no_retries),
 		cmocka_unit_test(test_lost_completions),
 		cmocka_unit_test(test_close_in_flight),
+		cmocka_unit_test(test_dead_device),
+		cmocka_unit_test(test_nic_events),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

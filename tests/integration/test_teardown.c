@@ -194,6 +194,30 @@ static void setup_pair(uint32_t timeout_ms)
 	pair_setup(&P, &o, &o, BUF);
 }
 
+/* WRs the cores of e have posted, all told. */
+static uint64_t wrs_posted(struct ferry_engine *e)
+{
+	uint64_t n = 0;
+
+	for (unsigned i = 0; i < ferry_engine_cores(e); i++) {
+		struct ferry_core_stats st;
+
+		assert_int_equal(ferry_core_stats(e, i, &st), 0);
+		n += st.wrs_posted;
+	}
+	return n;
+}
+
+/*
+ * The batch is on the wire: the cores have posted k WRs since base was
+ * read, or the batch ended before (every request takes a WR at least, but
+ * a failed one may not wait for all of its slices).
+ */
+static bool on_the_wire(struct ferry_batch *b, uint64_t base, unsigned k)
+{
+	return wrs_posted(P.init) - base >= k || ferry_batch_wait(b, 0) != -ETIMEDOUT;
+}
+
 /* Submit a batch, close the segment at once (or nearly), reopen; n times. */
 static void close_in_flight(unsigned iterations, const struct loop_faults *f, int (*allowed)(int))
 {
@@ -211,14 +235,16 @@ static void close_in_flight(unsigned iterations, const struct loop_faults *f, in
 	assert_int_equal(ferry_batch_create(port, BATCH, &b), 0);
 	for (unsigned it = 0; it < iterations; it++) {
 		ferry_seg_t closed = P.seg;
+		uint64_t posted = wrs_posted(P.init);
 
 		prepare(reqs, BATCH, P.seg, P.lbuf, P.rbuf, SLOT, &seed);
 		assert_int_equal(ferry_submit(b, reqs, BATCH), 0);
-		/* Vary the moment: at once, after a few µs, after some progress. */
+		/* Vary the moment: at once, once some WRs are out, after a pass. */
 		if (it % 3 == 1) {
-			struct timespec ts = { 0, (long)(splitmix(&seed) % 50000) };
+			unsigned k = 1 + splitmix(&seed) % BATCH;
 
-			nanosleep(&ts, NULL);
+			WAIT_UNTIL(on_the_wire(b, posted, k), WAIT_MS,
+				   "%u WRs of the batch posted, or the batch to end", k);
 		} else if (it % 3 == 2) {
 			ferry_batch_wait(b, 0);
 			sched_yield();
@@ -320,8 +346,9 @@ static void test_peer_restart(void **state)
 	t0 = now_s() - t0;
 	print_message("peer gone: in-flight requests ended in %.2f s: done %u, failed %u, "
 		      "timeout %u\n", t0, c.done, c.failed, c.timedout);
-	/* A slice timeout (200 ms) and a refused repair, not many in a row. */
-	assert_true(t0 < 5.0);
+	/* They ended (wait_checked fails the test past WAIT_MS); how fast is the
+	 * bench's business, not a pass/fail here (timing in tests flakes on a
+	 * loaded host). */
 
 	/* New requests to the dead peer end at once, badly. */
 	t0 = now_s();
@@ -331,7 +358,8 @@ static void test_peer_restart(void **state)
 	print_message("dead peer: new requests ended in %.2f s: done %u, failed %u (EHOSTDOWN "
 		      "%u), timeout %u\n", t0, c.done, c.failed, c.by_err[1], c.timedout);
 	assert_int_equal(c.done, 0);
-	assert_true(t0 < 5.0);
+	/* Fail fast: refused by the dead rail, never left to time out. */
+	assert_int_equal(c.timedout, 0);
 
 	/* A new incarnation on the same address, the same memory registered
 	 * again (new keys): opening the address again (no close) sees the new
@@ -395,12 +423,8 @@ static void test_lease(void **state)
 	live = passive_count_of(P.target, P.init->incarnation);
 	assert_true(live > 0);
 	assert_true(passive_count_of(P.target, silent->incarnation) > 0);
-	for (int i = 0; i < 300 && passive_count_of(P.target, silent->incarnation); i++) {
-		struct timespec ts = { 0, 10 * 1000 * 1000 };
-
-		nanosleep(&ts, NULL);
-	}
-	assert_int_equal(passive_count_of(P.target, silent->incarnation), 0);
+	WAIT_UNTIL(passive_count_of(P.target, silent->incarnation) == 0, WAIT_DEADLINE_MS,
+		   "the target to drop the silent initiator's QPs (lease %u ms)", to.lease_ms);
 	assert_int_equal(passive_count_of(P.target, P.init->incarnation), live);
 
 	assert_int_equal(ferry_port_create(P.init, &port), 0);
@@ -471,14 +495,15 @@ struct submitter {
 	pthread_t thread;
 	unsigned id;
 	struct counts c;
-	unsigned rounds;
+	unsigned rounds;   /* batches finished; atomic (the closer watches it) */
+	unsigned refusals; /* atomic: c.refused, published after each batch */
+	int exited;        /* atomic: the thread is done, for good or not */
 	const char *problem;
 	int problem_err;
 };
 
-static void *submitter_main(void *arg)
+static void submitter_loop(struct submitter *s)
 {
-	struct submitter *s = arg;
 	uint8_t *lbase = P.lbuf + (size_t)s->id * SUB_BATCH * SUB_SLOT;
 	uint8_t *rbase = P.rbuf + (size_t)s->id * SUB_BATCH * SUB_SLOT;
 	struct ferry_req reqs[SUB_BATCH];
@@ -489,7 +514,7 @@ static void *submitter_main(void *arg)
 
 	if (ferry_port_create(P.init, &port) || ferry_batch_create(port, SUB_BATCH, &b)) {
 		s->problem = "no port or batch";
-		return NULL;
+		return;
 	}
 	while (!__atomic_load_n(&stop_submitters, __ATOMIC_ACQUIRE)) {
 		ferry_seg_t h = __atomic_load_n(&cur_seg, __ATOMIC_ACQUIRE);
@@ -511,7 +536,7 @@ static void *submitter_main(void *arg)
 		if (rc != 0 && rc != -EIO) {
 			s->problem = "batch did not end";
 			s->problem_err = rc;
-			return NULL; /* pending requests pin the batch */
+			return; /* pending requests pin the batch */
 		}
 		for (uint32_t i = 0; i < SUB_BATCH && !s->problem; i++) {
 			s->problem = check(b, i, &reqs[i], NULL, &s->c);
@@ -522,22 +547,90 @@ static void *submitter_main(void *arg)
 				s->problem_err = st.error;
 			}
 		}
+		__atomic_store_n(&s->refusals, s->c.refused, __ATOMIC_RELEASE);
 		if (s->problem)
 			break;
 		/* A closed handle is refused at once: do not flood the closer's CPU. */
 		if (!h)
 			sched_yield();
 		ferry_batch_reset(b);
-		s->rounds++;
+		__atomic_fetch_add(&s->rounds, 1, __ATOMIC_RELEASE);
 	}
 	ferry_batch_destroy(b);
 	ferry_port_destroy(port);
+}
+
+static void *submitter_main(void *arg)
+{
+	struct submitter *s = arg;
+
+	submitter_loop(s);
+	__atomic_store_n(&s->exited, 1, __ATOMIC_RELEASE);
 	return NULL;
+}
+
+/*
+ * What the closer waits for, each also true once a submitter has stopped:
+ * it will not go on, and the join reports why.
+ */
+static bool submitter_stopped(const struct submitter *s)
+{
+	for (unsigned i = 0; i < SUBMITTERS; i++)
+		if (__atomic_load_n(&s[i].exited, __ATOMIC_ACQUIRE))
+			return true;
+	return false;
+}
+
+static unsigned rounds_of(const struct submitter *s, unsigned i)
+{
+	return __atomic_load_n(&s[i].rounds, __ATOMIC_ACQUIRE);
+}
+
+static unsigned all_rounds(const struct submitter *s)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < SUBMITTERS; i++)
+		n += rounds_of(s, i);
+	return n;
+}
+
+static unsigned all_refusals(const struct submitter *s)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < SUBMITTERS; i++)
+		n += __atomic_load_n(&s[i].refusals, __ATOMIC_ACQUIRE);
+	return n;
+}
+
+/* The submitters together finished n batches since they had finished base. */
+static bool ran(const struct submitter *s, unsigned base, unsigned n)
+{
+	return submitter_stopped(s) || all_rounds(s) - base >= n;
+}
+
+/* Each submitter finished n batches since base[its id]. */
+static bool each_ran(const struct submitter *s, const unsigned *base, unsigned n)
+{
+	if (submitter_stopped(s))
+		return true;
+	for (unsigned i = 0; i < SUBMITTERS; i++)
+		if (rounds_of(s, i) - base[i] < n)
+			return false;
+	return true;
+}
+
+/* A submitter was refused (-EBADF) since there were base refusals. */
+static bool refused_since(const struct submitter *s, unsigned base)
+{
+	return submitter_stopped(s) || all_refusals(s) > base;
 }
 
 static void test_submit_while_reopening(void **state)
 {
 	struct submitter s[SUBMITTERS];
+	unsigned last[SUBMITTERS];
 	const char *addr;
 	uint64_t seed = 5;
 	struct counts c = { 0 };
@@ -554,23 +647,30 @@ static void test_submit_while_reopening(void **state)
 		assert_int_equal(pthread_create(&s[i].thread, NULL, submitter_main, &s[i]), 0);
 	}
 	for (unsigned it = 0; it < REOPENS; it++) {
-		struct timespec ts = { 0, (long)(splitmix(&seed) % 10000000) };
+		unsigned base = all_rounds(s), n = splitmix(&seed) % 4;
 		ferry_seg_t h;
 
-		nanosleep(&ts, NULL);
+		/* The open handle in use for 0 to 3 batches, then closed. */
+		WAIT_UNTIL(ran(s, base, n), WAIT_MS, "%u batches of the submitters", n);
 		/* Submitters may still hold the old value: their requests to it
 		 * either got in before the close (and end) or see -EBADF. */
 		if (it % 4 == 1)
 			__atomic_store_n(&cur_seg, 0, __ATOMIC_RELEASE);
+		base = all_refusals(s);
 		assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
-		ts.tv_nsec = (long)(splitmix(&seed) % 500000);
-		nanosleep(&ts, NULL);
+		/* Every other time, reopen only once a submitter met the closed handle. */
+		if (splitmix(&seed) & 1)
+			WAIT_UNTIL(refused_since(s, base), WAIT_MS,
+				   "a submitter to be refused the closed handle");
 		assert_int_equal(ferry_segment_open(P.init, addr, &h), 0);
 		P.seg = h;
 		__atomic_store_n(&cur_seg, h, __ATOMIC_RELEASE);
 	}
-	/* Let them see the last handle for a while before stopping. */
-	nanosleep(&(struct timespec){ 0, 20000000 }, NULL);
+	/* Each uses the last handle before stopping: of two batches finished
+	 * from now, the second was submitted after the handle was published. */
+	for (unsigned i = 0; i < SUBMITTERS; i++)
+		last[i] = rounds_of(s, i);
+	WAIT_UNTIL(each_ran(s, last, 2), WAIT_MS, "each submitter to finish 2 more batches");
 	__atomic_store_n(&stop_submitters, 1, __ATOMIC_RELEASE);
 	for (unsigned i = 0; i < SUBMITTERS; i++) {
 		pthread_join(s[i].thread, NULL);

@@ -156,7 +156,7 @@ static void dump_hang(const struct ferry_batch *b, uint32_t n)
 			      "%u, xfer_back %u, cq depth %u, rail down %u paused %u\n", i,
 			      (unsigned long long)c->slices_out, c->pool.avail, c->pool.size,
 			      cut_fifo_count(&c->cut), c->xfer_wait.count, c->xfer_back.count,
-			      (unsigned)c->q.cq_quota.depth, P.init->segs[(uint32_t)P.seg - 1].rail_down[i],
+			      (unsigned)c->tx[0].cq_quota.depth, P.init->segs[(uint32_t)P.seg - 1].rail_down[i],
 			      P.init->segs[(uint32_t)P.seg - 1].rail_paused[i]);
 		for (unsigned slot = 0; slot < FERRY_MAX_SEGMENTS; slot++) {
 			struct ferry_ep *ep = core_ep(c, slot);

@@ -87,7 +87,7 @@ static void side_open(struct side *s, const char *name)
 	       name, desc, caps.max_qp_wr, caps.max_cqe, caps.max_inline, caps.max_rd_atomic);
 	s->buf = aligned_alloc(4096, BUF_LEN);
 	CHECK(s->buf);
-	CHECK(s->p->reg_mr(s->nic, s->buf, BUF_LEN, &s->mr) == 0);
+	CHECK(s->p->reg_mr(s->nic, s->buf, BUF_LEN, NIC_ACCESS_ALL, &s->mr) == 0);
 	CHECK(s->mr.priv != NULL);
 	CHECK(s->p->cq_create(s->nic, CQ_LEN, &s->cq) == 0);
 }
@@ -387,7 +387,7 @@ static void test_misc(struct side *a)
 	struct nic *ln, *vn;
 	struct nic_cq *cq;
 	struct nic_qp *qp;
-	struct nic_qp_info info = { 1, 0 };
+	struct nic_qp_info info = { .qpn = 1 };
 	struct nic_addr la;
 	struct nic_mr mr;
 
@@ -399,7 +399,7 @@ static void test_misc(struct side *a)
 	CHECK(a->p->cq_create(vn, 16, &cq) == 0);
 	CHECK(a->p->qp_create(vn, cq, 8, &qp) == 0);
 	CHECK(a->p->qp_connect(qp, &la, &info) == -EINVAL);
-	CHECK(a->p->reg_mr(vn, a->buf, 4096, &mr) == 0);
+	CHECK(a->p->reg_mr(vn, a->buf, 4096, NIC_ACCESS_ALL, &mr) == 0);
 	a->p->close(vn); /* QP, CQ, MR still there */
 	lp->close(ln);
 	printf("verbs_smoke: loop address refused; close() with a QP, CQ and MR left: clean\n");

@@ -36,7 +36,7 @@ static void le(uint8_t *p, uint64_t v, int bytes)
 
 static size_t raw_size(uint32_t n_nics, uint32_t n_regions)
 {
-	return 16 + (size_t)n_nics * NIC_LEN + (size_t)n_regions * (16 + 4 * (size_t)n_nics);
+	return 16 + (size_t)n_nics * NIC_LEN + (size_t)n_regions * (24 + 4 * (size_t)n_nics);
 }
 
 /* Offset of region i's addr field in a raw payload. */
@@ -47,7 +47,7 @@ static size_t raw_region_off(uint32_t n_nics, uint32_t i)
 
 /*
  * A valid payload written by hand: NIC k is "nic<k>", region i is at
- * 0x10000 * (i + 1) with length 0x1000 * (i % 15 + 1), rkey i * 1000 + k.
+ * 0x10000 * (i + 1) with length 0x1000 * (i % 15 + 1), access i & 3, rkey i * 1000 + k.
  */
 static uint8_t *raw_build(uint32_t n_nics, uint32_t n_regions, size_t *len)
 {
@@ -67,7 +67,8 @@ static uint8_t *raw_build(uint32_t n_nics, uint32_t n_regions, size_t *len)
 	for (i = 0; i < n_regions; i++) {
 		le(p, 0x10000ull * (i + 1), 8);
 		le(p + 8, 0x1000ull * (i % 15 + 1), 8);
-		p += 16;
+		le(p + 16, i & 3, 4);
+		p += 24;
 		for (k = 0; k < n_nics; k++, p += 4)
 			le(p, i * 1000 + k, 4);
 	}
@@ -91,6 +92,7 @@ static void make_desc(struct seg_desc *d, uint16_t n_nics, uint32_t n_regions)
 	for (i = 0; i < n_regions; i++) {
 		d->regions[i].addr = 0x10000ull * (i + 1);
 		d->regions[i].len = 0x1000ull * (i % 15 + 1);
+		d->regions[i].access = i & 3;
 		for (k = 0; k < n_nics && k < WIRE_MAX_NICS; k++)
 			d->regions[i].rkey[k] = i * 1000 + k;
 	}
@@ -110,6 +112,7 @@ static void assert_desc_equal(const struct seg_desc *a, const struct seg_desc *b
 	for (i = 0; i < a->n_regions; i++) {
 		assert_int_equal(a->regions[i].addr, b->regions[i].addr);
 		assert_int_equal(a->regions[i].len, b->regions[i].len);
+		assert_int_equal(a->regions[i].access, b->regions[i].access);
 		assert_memory_equal(a->regions[i].rkey, b->regions[i].rkey,
 				    a->n_nics * sizeof(uint32_t));
 	}

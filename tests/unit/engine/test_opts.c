@@ -550,6 +550,45 @@ static void test_opts_size(void **state)
 		assert_int_equal(raw[i], 0);
 }
 
+/* The cluster options: defaults, the environment, and what is refused. */
+static void test_cluster_opts(void **state)
+{
+	struct ferry_opts o;
+	char err[256];
+
+	(void)state;
+	ferry_opts_default(&o);
+	assert_null(o.name);
+	assert_string_equal(o.metadata, "p2p");
+	assert_null(o.secret_file);
+	assert_int_equal(ferry_opts_check(&o, err, sizeof(err)), 0);
+	assert_int_equal(setenv("FERRY_NAME", "prefill-0.a_b", 1), 0);
+	assert_int_equal(setenv("FERRY_METADATA", "redis://127.0.0.1:6379", 1), 0);
+	assert_int_equal(setenv("FERRY_SECRET_FILE", "/etc/ferry.key", 1), 0);
+	assert_int_equal(ferry_opts_from_env(&o), 0);
+	unsetenv("FERRY_NAME");
+	unsetenv("FERRY_METADATA");
+	unsetenv("FERRY_SECRET_FILE");
+	assert_string_equal(o.name, "prefill-0.a_b");
+	assert_string_equal(o.metadata, "redis://127.0.0.1:6379");
+	assert_string_equal(o.secret_file, "/etc/ferry.key");
+	assert_int_equal(ferry_opts_check(&o, err, sizeof(err)), 0);
+	o.name = "bad name";
+	assert_int_equal(ferry_opts_check(&o, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "bad name"));
+	o.name = "";
+	assert_int_equal(ferry_opts_check(&o, err, sizeof(err)), -EINVAL);
+	o.name = "x";
+	o.metadata = "zookeeper://h:1";
+	assert_int_equal(ferry_opts_check(&o, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "zookeeper"));
+	o.metadata = "p2p";
+	assert_int_equal(ferry_opts_check(&o, err, sizeof(err)), -EINVAL); /* a name needs a store */
+	assert_true(ferry_name_valid("a"));
+	assert_false(ferry_name_valid("a/b"));
+	assert_false(ferry_name_valid("0123456789012345678901234567890123456789012345678901234567890123"));
+}
+
 /* Options never initialised are refused, not read as garbage. */
 static void test_opts_uninitialised(void **state)
 {
@@ -569,6 +608,7 @@ int main(void)
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_opts_size),
 		cmocka_unit_test(test_opts_uninitialised),
+		cmocka_unit_test(test_cluster_opts),
 		cmocka_unit_test(test_state_names),
 		cmocka_unit_test(test_cores_good),
 		cmocka_unit_test(test_cores_full_mask),

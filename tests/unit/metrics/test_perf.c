@@ -19,10 +19,15 @@
 #include <cmocka.h>
 
 #include "runtime/metrics/perf.h"
+#include "tests/harness/wait.h"
 
 static volatile uint64_t sink;
 
-/* Some user-mode instructions, then a sleep: one voluntary context switch. */
+/*
+ * Some user-mode instructions, then a sleep: one voluntary context switch.
+ * The sleep is what is measured, not a wait; its length does not matter
+ * (any sleep blocks the thread once), and no test counts time.
+ */
 static void work_and_sleep(unsigned iters)
 {
 	struct timespec ts = { 0, 100 * 1000 };
@@ -161,54 +166,92 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+/* The main thread watching the worker's counters, and its own. */
+struct watch {
+	struct perf_ctrs self;
+	uint64_t prev[PERF_CTR_N], mine0[PERF_CTR_N];
+	uint8_t pok[PERF_CTR_N], mok0[PERF_CTR_N];
+	uint64_t first_cs;
+	unsigned samples;
+};
+
+/* Context switches of the worker, and of this thread, since the watch began. */
+static uint64_t worker_cs(const struct watch *w)
+{
+	return w->prev[PERF_CTR_CTX_SWITCHES] - w->first_cs;
+}
+
+static uint64_t own_cs(const struct watch *w)
+{
+	uint64_t v[PERF_CTR_N];
+	uint8_t ok[PERF_CTR_N];
+
+	perf_read(&w->self, v, ok);
+	if (!w->mok0[PERF_CTR_CTX_SWITCHES] || !ok[PERF_CTR_CTX_SWITCHES])
+		return 0; /* not counted here: nothing to compare with */
+	return v[PERF_CTR_CTX_SWITCHES] - w->mine0[PERF_CTR_CTX_SWITCHES];
+}
+
+/* Read the worker's counters: valid as they were opened, never backwards. */
+static void look(struct watch *w)
+{
+	uint64_t cur[PERF_CTR_N];
+	uint8_t cok[PERF_CTR_N];
+
+	perf_read(&worker_ctrs, cur, cok);
+	for (unsigned i = 0; i < PERF_CTR_N; i++)
+		assert_int_equal(cok[i], worker_ctrs.fd[i] >= 0);
+	check_monotonic(w->prev, w->pok, cur, cok);
+	memcpy(w->prev, cur, sizeof(cur));
+	memcpy(w->pok, cok, sizeof(cok));
+	w->samples++;
+}
+
+/*
+ * One look; true once the worker has switched more than 20 times and more
+ * often than this thread, which sleeps once a poll while the worker sleeps
+ * after every bit of work: each counter counts its own thread.  Without
+ * the context-switch counter there is nothing to compare: 20 looks will do.
+ */
+static bool worker_outswitched_us(struct watch *w)
+{
+	look(w);
+	if (!w->pok[PERF_CTR_CTX_SWITCHES])
+		return w->samples >= 20;
+	return worker_cs(w) > 20 && worker_cs(w) > own_cs(w);
+}
+
 static void test_other_thread(void **state)
 {
-	uint64_t prev[PERF_CTR_N] = { 0 }, cur[PERF_CTR_N], mine[PERF_CTR_N], mine1[PERF_CTR_N];
-	uint8_t pok[PERF_CTR_N] = { 0 }, cok[PERF_CTR_N], mok[PERF_CTR_N], mok1[PERF_CTR_N];
-	struct timespec ts = { 0, 2 * 1000 * 1000 };
-	struct perf_ctrs self;
-	uint64_t first_cs = 0;
-	pthread_t w;
+	struct watch w;
+	uint64_t cur[PERF_CTR_N];
+	uint8_t cok[PERF_CTR_N];
+	pthread_t th;
 
 	(void)state;
 	memset(&worker_ctrs, 0, sizeof(worker_ctrs));
-	memset(&self, 0, sizeof(self));
-	perf_open_self(&self);
-	assert_int_equal(pthread_create(&w, NULL, worker_main, NULL), 0);
+	memset(&w, 0, sizeof(w));
+	perf_open_self(&w.self);
+	assert_int_equal(pthread_create(&th, NULL, worker_main, NULL), 0);
 	/* Read from the start: before the worker has opened, nothing is valid. */
 	while (!__atomic_load_n(&worker_ready, __ATOMIC_ACQUIRE))
-		perf_read(&worker_ctrs, prev, pok);
-	perf_read(&worker_ctrs, prev, pok);
-	first_cs = prev[PERF_CTR_CTX_SWITCHES];
-	perf_read(&self, mine, mok);
-	for (unsigned r = 0; r < 20; r++) {
-		nanosleep(&ts, NULL);
-		perf_read(&worker_ctrs, cur, cok);
-		for (unsigned i = 0; i < PERF_CTR_N; i++)
-			assert_int_equal(cok[i], worker_ctrs.fd[i] >= 0);
-		check_monotonic(prev, pok, cur, cok);
-		memcpy(prev, cur, sizeof(cur));
-		memcpy(pok, cok, sizeof(cok));
-	}
-	perf_read(&self, mine1, mok1);
-	/*
-	 * The worker slept hundreds of times in 40 ms; the main thread slept 20
-	 * times: each counter counts its own thread.
-	 */
-	if (pok[PERF_CTR_CTX_SWITCHES]) {
-		assert_true(prev[PERF_CTR_CTX_SWITCHES] - first_cs > 20);
-		if (mok1[PERF_CTR_CTX_SWITCHES])
-			assert_true(mine1[PERF_CTR_CTX_SWITCHES] - mine[PERF_CTR_CTX_SWITCHES] <
-				    prev[PERF_CTR_CTX_SWITCHES] - first_cs);
-	}
+		perf_read(&worker_ctrs, w.prev, w.pok);
+	perf_read(&worker_ctrs, w.prev, w.pok);
+	w.first_cs = w.prev[PERF_CTR_CTX_SWITCHES];
+	perf_read(&w.self, w.mine0, w.mok0);
+	WAIT_UNTIL(worker_outswitched_us(&w), WAIT_DEADLINE_MS,
+		   "the worker's context switches to outnumber this thread's (%u looks)",
+		   w.samples);
+	print_message("worker: %llu context switches over %u looks\n",
+		      (unsigned long long)worker_cs(&w), w.samples);
 	__atomic_store_n(&worker_stop, 1, __ATOMIC_RELEASE);
-	pthread_join(w, NULL);
+	pthread_join(th, NULL);
 	/* The worker is gone: reading its counters still must not fail badly. */
 	perf_read(&worker_ctrs, cur, cok);
-	check_monotonic(prev, pok, cur, cok);
+	check_monotonic(w.prev, w.pok, cur, cok);
 	perf_close(&worker_ctrs);
 	perf_close(&worker_ctrs);
-	perf_close(&self);
+	perf_close(&w.self);
 }
 
 int main(void)

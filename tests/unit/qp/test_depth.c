@@ -226,8 +226,8 @@ static void harness_init(struct harness *h, uint32_t nq, uint32_t max_wr, uint32
 	h->rbuf = calloc(1, blen);
 	assert_non_null(h->lbuf);
 	assert_non_null(h->rbuf);
-	assert_int_equal(prov->reg_mr(ctx->nic, h->lbuf, blen, &h->lmr), 0);
-	assert_int_equal(prov->reg_mr(h->rnic, h->rbuf, blen, &h->rmr), 0);
+	assert_int_equal(prov->reg_mr(ctx->nic, h->lbuf, blen, NIC_ACCESS_ALL, &h->lmr), 0);
+	assert_int_equal(prov->reg_mr(h->rnic, h->rbuf, blen, NIC_ACCESS_ALL, &h->rmr), 0);
 	h->jobs = calloc(max_jobs, sizeof(*h->jobs));
 	assert_non_null(h->jobs);
 	h->max_jobs = max_jobs;

@@ -20,6 +20,7 @@
 
 #include "qp/loop/loop.h"
 #include "qp/nic.h"
+#include "tests/harness/wait.h"
 
 #define BUF_LEN 65536u
 #define CQ_LEN 256u
@@ -62,8 +63,8 @@ static int env_setup(void **state)
 	assert_non_null(e->rbuf);
 	memset(e->lbuf, 0x11, BUF_LEN);
 	memset(e->rbuf, 0x22, BUF_LEN);
-	assert_int_equal(P->reg_mr(e->a, e->lbuf, BUF_LEN, &e->lmr), 0);
-	assert_int_equal(P->reg_mr(e->b, e->rbuf, BUF_LEN, &e->rmr), 0);
+	assert_int_equal(P->reg_mr(e->a, e->lbuf, BUF_LEN, NIC_ACCESS_ALL, &e->lmr), 0);
+	assert_int_equal(P->reg_mr(e->b, e->rbuf, BUF_LEN, NIC_ACCESS_ALL, &e->rmr), 0);
 	*state = e;
 	return 0;
 }
@@ -184,10 +185,10 @@ static void test_mr_keys(void **state)
 	struct nic_wc wc[4];
 	struct nic_qp *q2;
 
-	assert_int_equal(P->reg_mr(e->a, e->lbuf, 0, &m1), -EINVAL);
-	assert_int_equal(P->reg_mr(e->a, NULL, 64, &m1), -EINVAL);
+	assert_int_equal(P->reg_mr(e->a, e->lbuf, 0, NIC_ACCESS_ALL, &m1), -EINVAL);
+	assert_int_equal(P->reg_mr(e->a, NULL, 64, NIC_ACCESS_ALL, &m1), -EINVAL);
 
-	assert_int_equal(P->reg_mr(e->a, e->lbuf, BUF_LEN, &m1), 0);
+	assert_int_equal(P->reg_mr(e->a, e->lbuf, BUF_LEN, NIC_ACCESS_ALL, &m1), 0);
 	assert_int_equal(m1.lkey, m1.rkey);
 	assert_int_not_equal(m1.lkey, 0);
 	assert_int_not_equal(m1.lkey, e->lmr.lkey);
@@ -196,7 +197,7 @@ static void test_mr_keys(void **state)
 	assert_int_equal(P->dereg_mr(e->a, &m1), 0);
 	assert_int_equal(P->dereg_mr(e->a, &m1), -EINVAL);
 	/* A new registration never revives the stale key. */
-	assert_int_equal(P->reg_mr(e->a, e->lbuf, BUF_LEN, &m2), 0);
+	assert_int_equal(P->reg_mr(e->a, e->lbuf, BUF_LEN, NIC_ACCESS_ALL, &m2), 0);
 	assert_int_not_equal(m2.lkey, m1.lkey);
 	assert_int_equal(P->dereg_mr(e->a, &m2), 0);
 
@@ -208,7 +209,7 @@ static void test_mr_keys(void **state)
 	assert_int_equal(wc[0].status, NIC_WC_LOC_PROT_ERR);
 
 	/* Stale rkey on the remote: REM_ACCESS. */
-	assert_int_equal(P->reg_mr(e->b, e->rbuf, BUF_LEN, &m1), 0);
+	assert_int_equal(P->reg_mr(e->b, e->rbuf, BUF_LEN, NIC_ACCESS_ALL, &m1), 0);
 	assert_int_equal(P->dereg_mr(e->b, &m1), 0);
 	q2 = new_qp(e, e->cq, 8);
 	wr = mkwr(e, NIC_OP_READ, 2, 0, 0, 64, 1);
@@ -218,6 +219,32 @@ static void test_mr_keys(void **state)
 	assert_int_equal(wc[0].status, NIC_WC_REM_ACCESS_ERR);
 	assert_int_equal(wc[0].qp_num, P->qp_num(q2));
 	P->qp_destroy(q2);
+}
+
+/* A region registered without remote write: the NIC refuses a peer's
+ * WRITE into it (and flushes the QP), a READ of it works. */
+static void test_access_rights(void **state)
+{
+	struct env *e = *state;
+	struct nic_mr ro;
+	struct nic_wr wr;
+	struct nic_wc wc[4];
+	struct nic_qp *q2;
+
+	assert_int_equal(P->reg_mr(e->b, e->rbuf, BUF_LEN, NIC_ACCESS_REMOTE_READ, &ro), 0);
+	q2 = new_qp(e, e->cq, 8);
+	wr = mkwr(e, NIC_OP_READ, 1, 0, 0, 64, 1);
+	wr.rkey = ro.rkey;
+	assert_int_equal(P->post(q2, &wr, NULL), 0);
+	assert_int_equal(poll_all(e->cq, wc, 4), 1);
+	assert_int_equal(wc[0].status, NIC_WC_SUCCESS);
+	wr = mkwr(e, NIC_OP_WRITE, 2, 0, 0, 64, 1);
+	wr.rkey = ro.rkey;
+	assert_int_equal(P->post(q2, &wr, NULL), 0);
+	assert_int_equal(poll_all(e->cq, wc, 4), 1);
+	assert_int_equal(wc[0].status, NIC_WC_REM_ACCESS_ERR);
+	P->qp_destroy(q2);
+	assert_int_equal(P->dereg_mr(e->b, &ro), 0);
 }
 
 static void test_write_read(void **state)
@@ -577,7 +604,7 @@ static void test_close_with_children(void **state)
 
 	assert_non_null(buf);
 	assert_int_equal(P->open("loop2", &c), 0);
-	assert_int_equal(P->reg_mr(c, buf, 4096, &mr), 0);
+	assert_int_equal(P->reg_mr(c, buf, 4096, NIC_ACCESS_ALL, &mr), 0);
 	assert_int_equal(P->cq_create(c, 16, &cq), 0);
 	assert_int_equal(P->qp_create(c, cq, 8, &qp), 0);
 	P->addr(c, &ra);
@@ -701,6 +728,7 @@ struct race {
 	_Atomic int stop;
 	_Atomic uint32_t key;
 	_Atomic uintptr_t addr;
+	_Atomic uint64_t ended; /* WRs completed, for the main thread to watch */
 	uint64_t ok, err, regs;
 };
 
@@ -724,6 +752,7 @@ static void *race_core(void *arg)
 			got = P->poll(e->cq, 4, wc);
 		while (got == 0);
 		assert_int_equal(got, 1);
+		atomic_fetch_add(&r->ended, 1);
 		if (wc[0].status == NIC_WC_SUCCESS) {
 			r->ok++;
 			continue;
@@ -750,19 +779,27 @@ static void test_dereg_while_polling(void **state)
 	free(e->lbuf);
 	e->lbuf = big;
 	memset(big, 0x33, RACE_BUF);
-	assert_int_equal(P->reg_mr(e->a, e->lbuf, RACE_BUF, &e->lmr), 0);
+	assert_int_equal(P->reg_mr(e->a, e->lbuf, RACE_BUF, NIC_ACCESS_ALL, &e->lmr), 0);
 
 	assert_int_equal(pthread_create(&th, NULL, race_core, &r), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	do {
 		uint8_t *buf = malloc(RACE_BUF);
 		struct nic_mr mr;
+		uint64_t ended;
 
 		assert_non_null(buf);
-		assert_int_equal(P->reg_mr(e->b, buf, RACE_BUF, &mr), 0);
+		assert_int_equal(P->reg_mr(e->b, buf, RACE_BUF, NIC_ACCESS_ALL, &mr), 0);
 		atomic_store_explicit(&r.addr, (uintptr_t)buf, memory_order_release);
 		atomic_store_explicit(&r.key, mr.rkey, memory_order_release);
-		usleep(200);
+		/*
+		 * The core has used buf: the WR that completes first from now
+		 * may have read the old key, the next one was posted after it
+		 * completed and so read the new one.
+		 */
+		ended = atomic_load(&r.ended);
+		WAIT_UNTIL(atomic_load(&r.ended) >= ended + 2, WAIT_DEADLINE_MS,
+			   "the core to complete a WR against the new buffer");
 		/* The core may be copying into buf right now: dereg must wait. */
 		assert_int_equal(P->dereg_mr(e->b, &mr), 0);
 		free(buf);
@@ -791,6 +828,7 @@ int main(void)
 		T(test_open_addr_caps),
 		T(test_mr_keys),
 		T(test_write_read),
+		T(test_access_rights),
 		T(test_loc_prot_flush),
 		T(test_bounds),
 		T(test_unsignalled),

@@ -230,7 +230,31 @@ static int stub_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t in
 	return ENODATA;
 }
 
+/* Device events the stub hands out, in order; then EAGAIN. */
+static struct ibv_async_event stub_events[4];
+static unsigned stub_nevents, stub_acked;
+
+static int stub_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
+{
+	(void)ctx;
+	if (!stub_nevents) {
+		errno = EAGAIN;
+		return -1;
+	}
+	*ev = stub_events[0];
+	memmove(&stub_events[0], &stub_events[1], --stub_nevents * sizeof(stub_events[0]));
+	return 0;
+}
+
+static void stub_ack_async_event(struct ibv_async_event *ev)
+{
+	(void)ev;
+	stub_acked++;
+}
+
 static const struct fv_ops stub_ops = {
+	.get_async_event = stub_get_async_event,
+	.ack_async_event = stub_ack_async_event,
 	.post_send = stub_post_send,
 	.poll_cq = stub_poll_cq,
 	.modify_qp = stub_modify_qp,
@@ -829,6 +853,41 @@ static void test_poll_chunks(void **state)
 
 /* ------------------------------------------------------------ the rest */
 
+/* Device events: this port's down/up, device fatal, QP fatal; another
+ * port's and other kinds are acked and skipped; EAGAIN is "none". */
+static void test_device_events(void **state)
+{
+	struct ibv_context ctx = { .async_fd = -1 };
+	struct nic_event ev;
+
+	(void)state;
+	nic.ctx = &ctx;
+	stub_nevents = 0;
+	stub_acked = 0;
+	stub_events[stub_nevents++] = (struct ibv_async_event){ .event_type = IBV_EVENT_PORT_ERR,
+								 .element.port_num = 2 };
+	stub_events[stub_nevents++] = (struct ibv_async_event){ .event_type = IBV_EVENT_PORT_ERR,
+								 .element.port_num = 1 };
+	stub_events[stub_nevents++] = (struct ibv_async_event){ .event_type = IBV_EVENT_QP_FATAL,
+								 .element.qp = &fake_ibqp };
+	stub_events[stub_nevents++] = (struct ibv_async_event){ .event_type = IBV_EVENT_LID_CHANGE };
+	fake_ibqp.qp_num = 0x77;
+	assert_int_equal(fv_event_next((struct nic *)(void *)&nic, &ev), 1);
+	assert_int_equal(ev.kind, NIC_EV_PORT_DOWN); /* port 2's was skipped */
+	assert_int_equal(fv_event_next((struct nic *)(void *)&nic, &ev), 1);
+	assert_int_equal(ev.kind, NIC_EV_QP_FATAL);
+	assert_int_equal(ev.qp_num, 0x77);
+	assert_int_equal(fv_event_next((struct nic *)(void *)&nic, &ev), 0); /* LID change: nothing */
+	assert_int_equal(stub_acked, 4);
+	stub_events[0] = (struct ibv_async_event){ .event_type = IBV_EVENT_PORT_ACTIVE,
+						    .element.port_num = 1 };
+	assert_int_equal(fv_event_kind(&nic, &stub_events[0]), NIC_EV_PORT_UP);
+	stub_events[0] = (struct ibv_async_event){ .event_type = IBV_EVENT_DEVICE_FATAL };
+	assert_int_equal(fv_event_kind(&nic, &stub_events[0]), NIC_EV_DEVICE_FATAL);
+	assert_int_equal(fv_event_fd((struct nic *)(void *)&nic), -1);
+	nic.ctx = NULL;
+}
+
 static void test_registry(void **state)
 {
 	(void)state;
@@ -900,6 +959,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_post_long_chain, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_poll_mapping, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_poll_chunks, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_device_events, setup, teardown),
 		cmocka_unit_test(test_registry),
 		cmocka_unit_test_setup_teardown(test_open_missing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_describe, setup, teardown),

@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The calls a serving loop needs: ferry_try_submit (never waits),
+ * ferry_batch_cancel (nothing moves once the batch has ended), prepared
+ * transfers (validated once, submitted by index).  Two engines on the
+ * software NIC; cancel races completions (also under TSan).
+ */
+#include <pthread.h>
+#include <time.h>
+
+#include "tests/harness/harness.h"
+
+#define BUF (32u << 20)
+
+static struct pair P;
+static struct ferry_port *port;
+
+static int setup(void **state)
+{
+	struct ferry_opts o;
+
+	(void)state;
+	pair_opts(&o, "0-1");
+	/* A shallow CQ: most slices of a large batch wait for room (cancel
+	 * has something to drop), and a small ring fills. */
+	o.cqes = 16;
+	o.wrs_per_qp = 8;
+	o.signal_every = 4;
+	o.ring_size = 4;
+	pair_setup(&P, &o, &o, BUF);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	assert_int_equal(ferry_port_destroy(port), 0);
+	pair_teardown(&P);
+	return 0;
+}
+
+static void wait_all(struct ferry_batch *b)
+{
+	int rc = ferry_batch_wait(b, WAIT_DEADLINE_MS);
+
+	assert_true(rc == 0 || rc == -EIO);
+}
+
+/* ferry_try_submit takes what fits and returns at once; the rest later. */
+static void test_try_submit(void **state)
+{
+	enum { N = 2000 };
+	static struct ferry_req r[N];
+	struct ferry_batch *b;
+	uint32_t taken = 0, calls = 0;
+
+	(void)state;
+	for (uint32_t i = 0; i < N; i++)
+		r[i] = mkreq(FERRY_OP_WRITE, P.lbuf + i * 4096, P.seg, P.rbuf + i * 4096, 4096);
+	fill_pattern(P.lbuf, N * 4096, 3);
+	assert_int_equal(ferry_batch_create(port, N, &b), 0);
+	assert_int_equal(ferry_try_submit(NULL, r, 1), -EINVAL);
+	while (taken < N) {
+		int k = ferry_try_submit(b, r + taken, N - taken);
+
+		assert_true(k >= 0 && (uint32_t)k <= N - taken);
+		assert_int_equal(ferry_batch_size(b), taken + (uint32_t)k);
+		taken += (uint32_t)k;
+		calls++;
+		if (k == 0)
+			ferry_cpu_relax(); /* a serving loop does its other work here */
+	}
+	print_message("try_submit: %u requests in %u calls\n", N, calls);
+	assert_int_equal(ferry_batch_wait(b, WAIT_DEADLINE_MS), 0);
+	assert_memory_equal(P.rbuf, P.lbuf, N * 4096);
+	/* A full batch takes nothing and says so with 0, not an error. */
+	assert_int_equal(ferry_try_submit(b, r, 1), 0);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+}
+
+static uint64_t bytes_done(struct ferry_batch *b, uint32_t n, uint32_t *done, uint32_t *canceled)
+{
+	uint64_t sum = 0;
+
+	*done = *canceled = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		struct ferry_req_status st;
+
+		assert_int_equal(ferry_req_status(b, i, &st), 0);
+		assert_int_not_equal(st.state, FERRY_PENDING);
+		if (st.state == FERRY_DONE) {
+			(*done)++;
+		} else {
+			assert_int_equal(st.state, FERRY_FAILED);
+			assert_int_equal(st.error, -ECANCELED);
+			(*canceled)++;
+		}
+		sum += st.bytes;
+	}
+	return sum;
+}
+
+/*
+ * Cancel a batch of large WRITEs right after submitting it: what was not
+ * posted is dropped (those requests end -ECANCELED), what was posted
+ * finishes; once the wait returns, the target's memory no longer changes.
+ */
+static void test_cancel(void **state)
+{
+	enum { N = 16, LEN = 1u << 20 };
+	struct ferry_req r[N];
+	struct ferry_batch *b;
+	uint32_t done, canceled;
+	uint8_t *snap = malloc(N * LEN);
+
+	(void)state;
+	assert_non_null(snap);
+	fill_pattern(P.lbuf, N * LEN, 5);
+	memset(P.rbuf, 0, N * LEN);
+	for (uint32_t i = 0; i < N; i++)
+		r[i] = mkreq(FERRY_OP_WRITE, P.lbuf + i * LEN, P.seg, P.rbuf + i * LEN, LEN);
+	assert_int_equal(ferry_batch_create(port, N, &b), 0);
+	assert_int_equal(ferry_batch_cancel(NULL), -EINVAL);
+	assert_int_equal(ferry_submit(b, r, N), 0);
+	assert_int_equal(ferry_batch_cancel(b), 0);
+	wait_all(b);
+	bytes_done(b, N, &done, &canceled);
+	print_message("cancel: %u done, %u canceled\n", done, canceled);
+	assert_true(canceled > 0); /* 16 MiB behind a 16-entry CQ: most was waiting */
+	/* Done requests moved all their bytes. */
+	for (uint32_t i = 0; i < N; i++) {
+		struct ferry_req_status st;
+
+		assert_int_equal(ferry_req_status(b, i, &st), 0);
+		if (st.state == FERRY_DONE)
+			assert_memory_equal(P.rbuf + i * LEN, P.lbuf + i * LEN, LEN);
+	}
+	/* Nothing moves any more: the cores are idle and the memory stays. */
+	memcpy(snap, P.rbuf, N * LEN);
+	wait_slices_zero(P.init);
+	assert_memory_equal(snap, P.rbuf, N * LEN);
+	assert_engine_quiet(P.init);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	free(snap);
+}
+
+/* Cancel at every point of a batch's life, over and over (TSan). */
+static void test_cancel_races(void **state)
+{
+	enum { N = 8, LEN = 256u << 10, ROUNDS = 60 };
+	struct ferry_req r[N];
+	struct ferry_batch *b;
+	uint64_t seed = 7;
+	uint32_t done = 0, canceled = 0;
+
+	(void)state;
+	for (uint32_t i = 0; i < N; i++)
+		r[i] = mkreq(i & 1 ? FERRY_OP_READ : FERRY_OP_WRITE, P.lbuf + i * LEN, P.seg,
+			     P.rbuf + i * LEN, LEN);
+	assert_int_equal(ferry_batch_create(port, N, &b), 0);
+	for (unsigned round = 0; round < ROUNDS; round++) {
+		uint32_t d, c;
+		unsigned spins = (unsigned)(splitmix(&seed) % 20000);
+
+		assert_int_equal(ferry_submit(b, r, N), 0);
+		for (unsigned k = 0; k < spins; k++)
+			ferry_cpu_relax();
+		assert_int_equal(ferry_batch_cancel(b), 0);
+		wait_all(b);
+		bytes_done(b, N, &d, &c);
+		done += d;
+		canceled += c;
+		assert_int_equal(ferry_batch_reset(b), 0);
+	}
+	print_message("cancel races: %u done, %u canceled over %u rounds\n", done, canceled,
+		      ROUNDS);
+	wait_slices_zero(P.init);
+	assert_engine_quiet(P.init);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+}
+
+/* Validated once, submitted by index; bad indices and unregister refused. */
+static void test_prep(void **state)
+{
+	enum { N = 16, LEN = 64u << 10 };
+	struct ferry_req r[N];
+	struct ferry_prep *pr;
+	struct ferry_batch *b;
+	const uint32_t idx[] = { 3, 3, 0, 15, 7 };
+	const uint32_t bad[] = { 1, N };
+
+	(void)state;
+	fill_pattern(P.rbuf, N * LEN, 9);
+	memset(P.lbuf, 0, N * LEN);
+	for (uint32_t i = 0; i < N; i++)
+		r[i] = mkreq(FERRY_OP_READ, P.lbuf + i * LEN, 0, P.rbuf + i * LEN, LEN);
+	assert_int_equal(ferry_prep_create(port, P.seg, r, N, &pr), 0);
+	assert_int_equal(ferry_batch_create(port, 8, &b), 0);
+	assert_int_equal(ferry_prep_submit(b, pr, bad, 2), -EINVAL);
+	assert_int_equal(ferry_batch_size(b), 0); /* nothing submitted */
+	assert_int_equal(ferry_prep_submit(b, pr, idx, 5), 0);
+	assert_int_equal(ferry_batch_wait(b, WAIT_DEADLINE_MS), 0);
+	for (unsigned k = 0; k < 5; k++)
+		assert_memory_equal(P.lbuf + idx[k] * LEN, P.rbuf + idx[k] * LEN, LEN);
+	assert_int_equal(ferry_prep_submit(b, pr, idx, 5), -ENOSPC);
+	/* The set holds its regions. */
+	assert_int_equal(ferry_mem_unregister(P.init, P.lbuf), -EBUSY);
+	assert_int_equal(ferry_prep_destroy(pr), 0);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	/* Bad sets are refused whole. */
+	r[4].len = 0;
+	assert_int_equal(ferry_prep_create(port, P.seg, r, N, &pr), -EINVAL);
+	r[4].len = LEN;
+	r[5].remote = 42;
+	assert_int_equal(ferry_prep_create(port, P.seg, r, N, &pr), -EFAULT);
+	r[5].remote = (uint64_t)(uintptr_t)(P.rbuf + 5 * LEN);
+	assert_int_equal(ferry_prep_create(port, P.seg + 1, r, N, &pr), -EBADF);
+	assert_int_equal(ferry_prep_create(port, P.seg, r, 0, &pr), -EINVAL);
+	assert_int_equal(ferry_prep_destroy(NULL), -EINVAL);
+}
+
+/* A set whose segment was closed: its requests end FAILED -EBADF. */
+static void test_prep_closed_segment(void **state)
+{
+	struct ferry_req r = mkreq(FERRY_OP_WRITE, P.lbuf, 0, P.rbuf, 4096);
+	struct ferry_req_status st;
+	struct ferry_prep *pr;
+	struct ferry_batch *b;
+	const uint32_t zero = 0;
+
+	(void)state;
+	assert_int_equal(ferry_prep_create(port, P.seg, &r, 1, &pr), 0);
+	assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
+	assert_int_equal(ferry_batch_create(port, 2, &b), 0);
+	assert_int_equal(ferry_prep_submit(b, pr, &zero, 1), 0);
+	assert_int_equal(ferry_batch_wait(b, WAIT_DEADLINE_MS), -EIO);
+	assert_int_equal(ferry_req_status(b, 0, &st), 0);
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(st.error, -EBADF);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_prep_destroy(pr), 0);
+	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &P.seg), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_try_submit),
+		cmocka_unit_test(test_cancel),
+		cmocka_unit_test(test_cancel_races),
+		cmocka_unit_test(test_prep),
+		cmocka_unit_test(test_prep_closed_segment),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
