@@ -33,9 +33,13 @@
 #define CMA_MAX_QP_WR 32768u
 #define CMA_MAX_CQE (1u << 20)
 
-/* Work one poll may do (see exec.c: measured with ferry_bench). */
+/* Work one poll may do (see exec.c; -D overrides them for measurements). */
+#ifndef CMA_POLL_BYTES
 #define CMA_POLL_BYTES (1u << 20) /* bytes copied per poll */
+#endif
+#ifndef CMA_POLL_CALLS
 #define CMA_POLL_CALLS 16u        /* copy system calls per poll */
+#endif
 #define CMA_IOV 64u               /* WRs (iovecs) per system call */
 
 /*
