@@ -11,10 +11,11 @@
  *     of them, into one process_vm_writev (WRITE) or process_vm_readv
  *     (READ) with an iovec each: an 8-byte WRITE is one system call, and a
  *     run of 64 KiB slices shares one;
- *   - a poll copies at most CMA_POLL_BYTES in at most CMA_POLL_CALLS
- *     calls, so that the core gets back to its rings within a few hundred
- *     microseconds; a WR larger than that (or cut short by the kernel)
- *     keeps its progress and goes on at the next turn;
+ *   - a poll copies at most CMA_POLL_BYTES (256 KiB) in at most
+ *     CMA_POLL_CALLS calls, so that the core gets back to its rings and its
+ *     other transports within ~100 microseconds; a WR larger than that (or
+ *     cut short by the kernel) keeps its progress and goes on at the next
+ *     turn;
  *   - completions follow RC: in order per QP, a CQE for each signalled WR;
  *     the first failed WR moves the QP to error and completes with its
  *     status, every WR behind it (and every one posted later) with
