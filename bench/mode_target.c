@@ -52,7 +52,7 @@ static int target_map(struct bench *b)
 	return 0;
 }
 
-/* The software NIC reaches engines of this process only. */
+/* The software NIC reaches engines of this process only (cma, verbs, tcp go further). */
 int nics_check_remote(struct ferry_engine *e, const char *role)
 {
 	for (unsigned k = 0; k < ferry_engine_cores(e); k++) {
@@ -61,7 +61,7 @@ int nics_check_remote(struct ferry_engine *e, const char *role)
 		if (nic && !strcmp(nic, "loop")) {
 			fprintf(stderr,
 				"ferry_bench: %s: core %u uses the loop NIC, which cannot reach another "
-				"process: give RDMA NICs (--nics rxe0)\n",
+				"process: give RDMA NICs (--nics rxe0), or cma on one host\n",
 				role, k);
 			return -EINVAL;
 		}

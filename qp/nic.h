@@ -25,6 +25,7 @@ enum nic_wc_status {
 	NIC_WC_FLUSH_ERR,      /* QP in error state: WR flushed */
 	NIC_WC_RETRY_EXC_ERR,  /* transport retries exhausted */
 	NIC_WC_GENERAL_ERR,
+	NIC_WC_REM_PERM_ERR,   /* the kernel refused access to the peer (cma: ptrace rules) */
 };
 
 /* One work request: a single-SGE RDMA READ or WRITE. */
@@ -172,7 +173,8 @@ struct nic_provider {
 };
 
 /* Find a provider by NIC name: "loop" (or "loop<N>") is the software NIC,
- * anything else a verbs device name ("rxe0", "mlx5_0"). */
+ * "cma" the same-host NIC, anything else a verbs device name ("rxe0",
+ * "mlx5_0"). */
 const struct nic_provider *nic_provider_for(const char *nic_name);
 
 /* Active verbs devices (a port in state ACTIVE), at most max; count or -errno. */
@@ -180,5 +182,6 @@ int nic_verbs_discover(struct nic_dev_info *out, int max);
 
 extern const struct nic_provider nic_loop_provider;
 extern const struct nic_provider nic_verbs_provider;
+extern const struct nic_provider nic_cma_provider;
 
 #endif /* FERRY_QP_NIC_H */

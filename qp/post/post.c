@@ -82,6 +82,8 @@ int wc_status_errno(uint16_t status)
 		return -ECANCELED;
 	case NIC_WC_RETRY_EXC_ERR:
 		return -EHOSTUNREACH;
+	case NIC_WC_REM_PERM_ERR:
+		return -EPERM;
 	default:
 		return -EIO;
 	}

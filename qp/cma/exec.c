@@ -1,0 +1,366 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cma: the execution engine, i.e. the poll path.  post only queues WRs on
+ * the QP's send queue (exact capacity, like loop); a poll of the CQ the QP
+ * reports to runs the active QPs round robin on the polling core:
+ *
+ *   - each WR's lkey is checked against this context's table, its rkey
+ *     against the peer's (rkey.c: a cached slot, one system call per key
+ *     per lease);
+ *   - one turn of a QP gathers its next WRs of one direction, up to CMA_IOV
+ *     of them, into one process_vm_writev (WRITE) or process_vm_readv
+ *     (READ) with an iovec each: an 8-byte WRITE is one system call, and a
+ *     run of 64 KiB slices shares one;
+ *   - a poll copies at most CMA_POLL_BYTES (256 KiB) in at most
+ *     CMA_POLL_CALLS calls, so that the core gets back to its rings and its
+ *     other transports within ~100 microseconds; a WR larger than that (or
+ *     cut short by the kernel) keeps its progress and goes on at the next
+ *     turn;
+ *   - completions follow RC: in order per QP, a CQE for each signalled WR;
+ *     the first failed WR moves the QP to error and completes with its
+ *     status, every WR behind it (and every one posted later) with
+ *     FLUSH_ERR.
+ *
+ * Errors of the copy: EFAULT is REM_ACCESS_ERR, or LOC_PROT_ERR when our
+ * own side of the WR is the unmapped one (probed after the fact: a failed
+ * call copied nothing, so the fault is at the WR's next byte on one of the
+ * two sides); ESRCH (the peer exited) RETRY_EXC_ERR; EPERM REM_PERM_ERR.
+ *
+ * Nothing here locks or allocates; dereg_mr waits for a poll that may be
+ * copying from a local region through the CQ's poll sequence (cma.c).
+ */
+#include "qp/cma/objects.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "ring/base/atomics.h"
+#include "ring/base/clock.h"
+#include "ring/base/compiler.h"
+
+struct budget {
+	uint64_t now;   /* TSC at the poll's start: the rkey leases' clock */
+	uint32_t bytes; /* left to copy in this poll */
+	uint32_t calls; /* copy system calls left */
+};
+
+static inline void cma_cqe(struct cma_cq *cq, const struct cma_qp *qp, const struct cma_wqe *w,
+			   enum nic_wc_status st)
+{
+	struct nic_wc *c;
+
+	if (unlikely(cq->count == cq->size)) {
+		/* A real CQ would overflow too: the caller broke its CQ quota. */
+		cq->overflow = true;
+		cq->cnt[CMA_CNT_CQ_OVF]++;
+		return;
+	}
+	c = &cq->ring[cq->tail];
+	c->wr_id = w->wr_id;
+	c->qp_num = qp->qp_num;
+	c->status = (uint16_t)st;
+	c->op = w->op;
+	if (++cq->tail == cq->size)
+		cq->tail = 0;
+	cq->count++;
+}
+
+static inline struct cma_wqe *sq_at(struct cma_qp *qp, uint32_t k)
+{
+	uint32_t i = qp->sq_head + k;
+
+	return &qp->sq[i >= qp->sq_size ? i - qp->sq_size : i];
+}
+
+/* Retire the WR at the head of the send queue with status st. */
+static inline void sq_retire(struct cma_cq *cq, struct cma_qp *qp, enum nic_wc_status st)
+{
+	struct cma_wqe *w = &qp->sq[qp->sq_head];
+
+	if (st != NIC_WC_SUCCESS || w->signaled)
+		cma_cqe(cq, qp, w, st);
+	if (++qp->sq_head == qp->sq_size)
+		qp->sq_head = 0;
+	qp->sq_count--;
+}
+
+/* An error: the head WR completes with st, the QP goes to error, the rest flushes. */
+static void qp_fail(struct cma_cq *cq, struct cma_qp *qp, enum nic_wc_status st)
+{
+	if (st != NIC_WC_FLUSH_ERR)
+		cq->cnt[CMA_CNT_ERRS]++;
+	qp->error = true;
+	sq_retire(cq, qp, st);
+	while (qp->sq_count)
+		sq_retire(cq, qp, NIC_WC_FLUSH_ERR);
+}
+
+/* Is [addr, addr + len) inside our live region lkey?  seq_cst: see cma_dereg_mr. */
+static inline bool local_ok(const struct cma_ctx *ctx, uint32_t lkey, uint64_t addr, uint32_t len)
+{
+	const struct cma_mr_slot *s = &ctx->tab->mr[CMA_IDX(lkey)];
+	uint64_t off;
+
+	if (unlikely(!lkey || load_sc(s->key) != lkey))
+		return false;
+	off = addr - s->base; /* wraps to huge when addr < base */
+	return off <= s->len && len <= s->len - off;
+}
+
+static inline enum nic_wc_status wqe_check(struct cma_cq *cq, struct cma_qp *qp,
+					   const struct cma_wqe *w, uint64_t now)
+{
+	const struct cma_rkey *rk;
+	enum nic_wc_status st;
+	uint32_t need;
+	uint64_t off;
+
+	if (unlikely(!local_ok(qp->ctx, w->lkey, w->local, w->len)))
+		return NIC_WC_LOC_PROT_ERR;
+	st = cma_rkey_get(cq, qp, w->rkey, now, &rk);
+	if (unlikely(st != NIC_WC_SUCCESS))
+		return st;
+	need = w->op == NIC_OP_WRITE ? NIC_ACCESS_REMOTE_WRITE : NIC_ACCESS_REMOTE_READ;
+	off = w->remote - rk->base;
+	if (unlikely(!(rk->access & need) || off > rk->len || w->len > rk->len - off))
+		return NIC_WC_REM_ACCESS_ERR;
+	return NIC_WC_SUCCESS;
+}
+
+/*
+ * A failed call copied nothing: the fault is at w's next byte, ours or the
+ * peer's.  Ours is probed with the same system calls on ourselves: readable
+ * (the source of a WRITE), and for a READ writable too (the byte is put
+ * back as it was; the READ was about to overwrite it anyway).
+ */
+static enum nic_wc_status efault_side(const struct cma_qp *qp, const struct cma_wqe *w)
+{
+	uint8_t b;
+	struct iovec l = { &b, 1 }, r = { (void *)(uintptr_t)(w->local + w->done), 1 };
+	pid_t self = (pid_t)qp->ctx->self.pid;
+
+	if (process_vm_readv(self, &l, 1, &r, 1, 0) != 1)
+		return NIC_WC_LOC_PROT_ERR;
+	if (w->op == NIC_OP_READ && process_vm_writev(self, &l, 1, &r, 1, 0) != 1)
+		return NIC_WC_LOC_PROT_ERR;
+	return NIC_WC_REM_ACCESS_ERR;
+}
+
+/* Zero-length WRs (drain markers) need no memory and no key. */
+static inline bool wqe_empty(const struct cma_wqe *w)
+{
+	return w->len == 0;
+}
+
+/*
+ * One turn of qp: check its next WRs of one direction, copy them with one
+ * system call, retire what was copied.  Returns false when the QP cannot go
+ * on in this poll (error, or nothing left).
+ */
+static bool qp_turn(struct cma_cq *cq, struct cma_qp *qp, struct budget *b)
+{
+	struct iovec liov[CMA_IOV], riov[CMA_IOV];
+	uint8_t op = qp->sq[qp->sq_head].op;
+	uint32_t k, n = 0;
+	uint64_t want = 0;
+	ssize_t got;
+
+	for (k = 0; k < qp->sq_count && n < CMA_IOV && want < b->bytes; k++) {
+		struct cma_wqe *w = sq_at(qp, k);
+		enum nic_wc_status st;
+		uint64_t take;
+
+		if (wqe_empty(w))
+			continue; /* retired in order below, whatever its op */
+		if (w->op != op)
+			break;
+		st = wqe_check(cq, qp, w, b->now);
+		if (unlikely(st != NIC_WC_SUCCESS)) {
+			if (k == 0) {
+				qp_fail(cq, qp, st);
+				return false;
+			}
+			break; /* copy what is before it; it fails at the head next turn */
+		}
+		take = w->len - w->done;
+		if (take > b->bytes - want)
+			take = b->bytes - want;
+		liov[n].iov_base = (void *)(uintptr_t)(w->local + w->done);
+		riov[n].iov_base = (void *)(uintptr_t)(w->remote + w->done);
+		liov[n].iov_len = take;
+		riov[n].iov_len = take;
+		n++;
+		want += take;
+		if (take < w->len - w->done) {
+			k++;
+			break; /* the budget ends inside w: it goes on next turn */
+		}
+	}
+	got = 0;
+	if (n) {
+		got = op == NIC_OP_WRITE
+			      ? process_vm_writev((pid_t)qp->peer_pid, liov, n, riov, n, 0)
+			      : process_vm_readv((pid_t)qp->peer_pid, liov, n, riov, n, 0);
+		b->calls--;
+		cq->cnt[CMA_CNT_CALLS]++;
+		if (unlikely(got <= 0)) {
+			int err = got < 0 ? errno : EIO;
+			enum nic_wc_status st = cma_errno_status(err);
+
+			/* The head WR is the one that failed (its lkey was good). */
+			while (wqe_empty(&qp->sq[qp->sq_head]))
+				sq_retire(cq, qp, NIC_WC_SUCCESS);
+			if (err == EFAULT)
+				st = efault_side(qp, &qp->sq[qp->sq_head]);
+			qp_fail(cq, qp, st);
+			return false;
+		}
+		b->bytes -= (uint32_t)got;
+		cq->cnt[CMA_CNT_BYTES] += (uint64_t)got;
+	}
+	/* Retire the first k WRs as far as the copy got (it copies in order). */
+	for (uint32_t i = 0; i < k; i++) {
+		struct cma_wqe *w = &qp->sq[qp->sq_head];
+		uint64_t left = w->len - w->done;
+
+		if ((uint64_t)got < left) {
+			w->done += (uint32_t)got;
+			return qp->sq_count != 0; /* the rest next turn; a short count is
+						   * followed by the error, or progress */
+		}
+		got -= (ssize_t)left;
+		w->done = 0;
+		cq->cnt[CMA_CNT_WRS]++;
+		sq_retire(cq, qp, NIC_WC_SUCCESS);
+	}
+	return qp->sq_count != 0;
+}
+
+static void cma_cq_publish(struct cma_cq *cq)
+{
+	for (int i = 0; i < CMA_CNT_NR; i++)
+		WRITE_ONCE(cq->pub[i], cq->cnt[i]);
+}
+
+/* Run the active QPs round robin until the budget or the work runs out. */
+static void cma_cq_run(struct cma_cq *cq)
+{
+	struct budget b = { .bytes = CMA_POLL_BYTES, .calls = CMA_POLL_CALLS };
+	uint64_t seq;
+
+	/* Enter: odd.  seq_cst pairs with dereg_mr (see local_ok). */
+	seq = fetch_add_sc(cq->poll_seq, 1);
+	b.now = ferry_tsc();
+	while (b.bytes && b.calls && !cma_list_empty(&cq->active)) {
+		struct cma_qp *qp = cma_entry(cq->active.next, struct cma_qp, act);
+
+		if (unlikely(qp->error))
+			qp_fail(cq, qp, NIC_WC_FLUSH_ERR);
+		else
+			qp_turn(cq, qp, &b);
+		/* Leave the list when drained, else go to the back: round robin. */
+		cma_list_del(&qp->act);
+		if (qp->sq_count)
+			cma_list_add_tail(&qp->act, &cq->active);
+	}
+	/* Leave: even.  Release: dereg_mr may free the memory we just copied. */
+	store_release(cq->poll_seq, seq + 2); /* pairs with: load_acquire in cma_wait_cq */
+	cma_cq_publish(cq);
+}
+
+static int cma_cq_drain(struct cma_cq *cq, uint32_t n, struct nic_wc *wc)
+{
+	uint32_t i;
+
+	if (n > cq->count)
+		n = cq->count;
+	for (i = 0; i < n; i++) {
+		wc[i] = cq->ring[cq->head];
+		if (++cq->head == cq->size)
+			cq->head = 0;
+	}
+	cq->count -= n;
+	return (int)n;
+}
+
+int cma_poll(struct nic_cq *ncq, int n, struct nic_wc *wc)
+{
+	struct cma_cq *cq = cma_cq_of(ncq);
+
+	if (unlikely(n <= 0))
+		return n < 0 ? -EINVAL : 0;
+	if (!cma_list_empty(&cq->active) && cq->count < (uint32_t)n)
+		cma_cq_run(cq);
+	if (unlikely(cq->overflow)) {
+		/* Reported once; the CQEs that did fit are returned by later polls. */
+		cq->overflow = false;
+		return -EOVERFLOW;
+	}
+	return cma_cq_drain(cq, (uint32_t)n, wc);
+}
+
+static inline void sq_push(struct cma_qp *qp, const struct nic_wr *wr)
+{
+	struct cma_wqe *w = &qp->sq[qp->sq_tail];
+
+	w->wr_id = wr->wr_id;
+	w->local = wr->local;
+	w->remote = wr->remote;
+	w->len = wr->len;
+	w->lkey = wr->lkey;
+	w->rkey = wr->rkey;
+	w->done = 0;
+	w->op = wr->op;
+	w->signaled = wr->signaled;
+	if (++qp->sq_tail == qp->sq_size)
+		qp->sq_tail = 0;
+	qp->sq_count++;
+}
+
+int cma_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
+{
+	struct cma_qp *qp = cma_qp_of(nqp);
+	struct cma_cq *cq = qp->cq;
+	int rc = 0;
+
+	/* Acquire: the peer fields qp_connect wrote (maybe on the control thread). */
+	if (unlikely(!load_acquire(qp->connected))) { /* pairs with: store_release in cma_qp_connect */
+		rc = -ENOTCONN;
+		goto out;
+	}
+	/* In the error state WRs are still queued: the next poll flushes them. */
+	for (; wr; wr = wr->next) {
+		if (unlikely(wr->op != NIC_OP_WRITE && wr->op != NIC_OP_READ)) {
+			rc = -EINVAL;
+			break;
+		}
+		if (unlikely(qp->sq_count == qp->sq_size)) {
+			/* The caller's QP depth accounting is wrong. */
+			cq->cnt[CMA_CNT_SQ_OVF]++;
+			WRITE_ONCE(cq->pub[CMA_CNT_SQ_OVF], cq->cnt[CMA_CNT_SQ_OVF]);
+			rc = -ENOMEM;
+			break;
+		}
+		sq_push(qp, wr);
+	}
+	if (qp->sq_count && cma_list_empty(&qp->act))
+		cma_list_add_tail(&qp->act, &cq->active);
+out:
+	if (rc && bad)
+		*bad = wr;
+	return rc;
+}
+
+int cma_qp_set_error(struct nic_qp *nqp)
+{
+	/* Queued WRs are on cq->active already; the next poll flushes them. */
+	cma_qp_of(nqp)->error = true;
+	return 0;
+}
+
+uint32_t cma_qp_num(const struct nic_qp *nqp)
+{
+	return ((const struct cma_qp *)(const void *)nqp)->qp_num;
+}

@@ -1,0 +1,283 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cma: the provider's objects, shared by its control path (cma.c), its
+ * execution engine (exec.c), its remote-key cache (rkey.c) and its host
+ * identity code (host.c).
+ *
+ * Two kinds of memory live here.  The *published table* (struct cma_table)
+ * is read and written by other processes through process_vm_readv/writev:
+ * its layout is a wire format (versioned by the "CMA1" magic of the
+ * address) and its fields have fixed widths.  Everything else is private to
+ * this process; the fields say who owns them: the posting/polling core, or
+ * the control path under the context's lock.
+ */
+#ifndef FERRY_QP_CMA_OBJECTS_H
+#define FERRY_QP_CMA_OBJECTS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qp/cma/cma.h"
+#include "qp/nic.h"
+#include "ring/base/atomics.h"
+#include "ring/base/compiler.h"
+
+/* Keys and QP numbers: generation (16 bits, never 0) << 16 | slot index. */
+#define CMA_MR_BITS 16
+#define CMA_MR_SLOTS (1u << CMA_MR_BITS) /* one per region a descriptor can carry */
+#define CMA_QP_SLOTS (1u << 13)           /* QPs per context, initiators and responders */
+#define CMA_IDX(k) ((k) & 0xffffu)
+
+#define CMA_MAX_QP_WR 32768u
+#define CMA_MAX_CQE (1u << 20)
+
+/*
+ * Work one poll may do (-D overrides them for measurements).  Measured with
+ * ferry_bench (two processes, 1 MiB requests on cold 256 MiB buffers):
+ * 256 KiB, 1 MiB and 4 MiB per poll moved the same GB/s within the host's
+ * noise, so the smallest: a poll of 256 KiB takes ~70 us with 4 KiB pages
+ * (~40 us with THP), the time the core's other transports wait.
+ */
+#ifndef CMA_POLL_BYTES
+#define CMA_POLL_BYTES (256u << 10) /* bytes copied per poll */
+#endif
+#ifndef CMA_POLL_CALLS
+#define CMA_POLL_CALLS 16u        /* copy system calls per poll */
+#endif
+#define CMA_IOV 64u               /* WRs (iovecs) per system call */
+
+/*
+ * Remote keys are cached per QP for CMA_LEASE_MS; a context that
+ * invalidates a key some peer cached waits CMA_GRACE_MS before it returns
+ * (rkey.c tells why the difference covers a poll).
+ */
+#define CMA_LEASE_MS 2u
+#define CMA_GRACE_MS 10u
+#define CMA_RKEY_CACHE 64u /* direct-mapped by key index, power of two */
+
+#define CMA_PROBE_VALUE 0xc3u /* the byte reachable() reads in the peer */
+
+/* ------------------------------------------------------ the published table */
+
+/* One registered region.  key 0: free or invalidated. */
+struct cma_mr_slot {
+	uint32_t key;    /* gen << 16 | index */
+	uint32_t access; /* NIC_ACCESS_REMOTE_* */
+	uint64_t base;
+	uint64_t len;
+	uint32_t shared; /* a peer cached the key: invalidation waits out its lease */
+	uint32_t pad;
+};
+
+/* One QP: a peer that connected to it presents qpn and secret (from
+ * qp_info) on every key fetch; qpn 0: free. */
+struct cma_qp_slot {
+	uint32_t qpn;
+	uint32_t pad;
+	uint8_t secret[NIC_QP_SECRET_LEN];
+	uint64_t pad2;
+};
+
+_Static_assert(sizeof(struct cma_mr_slot) == 32, "the published layout is fixed");
+_Static_assert(sizeof(struct cma_qp_slot) == 32, "the published layout is fixed");
+
+struct cma_table {
+	struct cma_mr_slot mr[CMA_MR_SLOTS];
+	struct cma_qp_slot qp[CMA_QP_SLOTS];
+};
+
+/* ------------------------------------------------------------ host identity */
+
+/* Who a context is; what its address carries (host.c encodes it). */
+struct cma_id {
+	uint32_t pid;
+	uint32_t uid;       /* real uid */
+	uint64_t ns_ino;    /* /proc/self/ns/pid */
+	uint32_t ns_dev;
+	uint8_t boot[16];   /* /proc/sys/kernel/random/boot_id */
+	uint64_t probe;     /* address of the probe byte */
+	uint64_t table;     /* address of the published table */
+	uint64_t start;     /* start time, clock ticks since boot (/proc/<pid>/stat) */
+};
+
+/* ------------------------------------------------------------ private state */
+
+struct cma_list {
+	struct cma_list *next;
+	struct cma_list *prev;
+};
+
+static inline void cma_list_init(struct cma_list *h)
+{
+	h->next = h;
+	h->prev = h;
+}
+
+static inline bool cma_list_empty(const struct cma_list *h)
+{
+	return h->next == h;
+}
+
+static inline void cma_list_add_tail(struct cma_list *n, struct cma_list *h)
+{
+	n->prev = h->prev;
+	n->next = h;
+	h->prev->next = n;
+	h->prev = n;
+}
+
+static inline void cma_list_del(struct cma_list *n)
+{
+	n->prev->next = n->next;
+	n->next->prev = n->prev;
+	cma_list_init(n);
+}
+
+#define cma_entry(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+/* Slots handed out first in, first out: a freed key stays stale as long as possible. */
+struct cma_slots {
+	uint16_t *fifo;
+	uint16_t *gen;
+	uint32_t size;
+	uint32_t head;
+	uint32_t count;
+};
+
+/* Counter indices; the polling core is the only writer of a CQ's counters. */
+enum {
+	CMA_CNT_WRS,
+	CMA_CNT_BYTES,
+	CMA_CNT_CALLS,
+	CMA_CNT_FETCHES,
+	CMA_CNT_ERRS,
+	CMA_CNT_SQ_OVF,
+	CMA_CNT_CQ_OVF,
+	CMA_CNT_NR,
+};
+
+struct cma_ctx {
+	pthread_mutex_t lock;
+	struct cma_table *tab;   /* mmap'd; peers read and write it */
+	struct cma_id self;
+	struct cma_slots mrs;    /* lock */
+	struct cma_slots qps;    /* lock */
+	struct cma_list cqs;     /* struct cma_cq.link (lock) */
+	uint32_t nmr;            /* lock */
+	uint64_t lease_ticks;    /* CMA_LEASE_MS in TSC ticks */
+	uint64_t retired[CMA_CNT_NR]; /* counters of destroyed CQs (lock) */
+};
+
+/* A queued WR: struct nic_wr without the chain pointer, plus its progress. */
+struct cma_wqe {
+	uint64_t wr_id;
+	uint64_t local;
+	uint64_t remote;
+	uint32_t len;
+	uint32_t lkey;
+	uint32_t rkey;
+	uint32_t done; /* bytes already copied (a WR may take several polls) */
+	uint8_t op;
+	uint8_t signaled;
+};
+
+struct cma_cq {
+	/* Owned by the polling core. */
+	struct cma_ctx *ctx;
+	struct nic_wc *ring;
+	uint32_t size;
+	uint32_t head;
+	uint32_t tail;
+	uint32_t count;
+	bool overflow;           /* a CQE was lost: the next poll says -EOVERFLOW */
+	struct cma_list active;  /* QPs with a non-empty send queue */
+	uint64_t cnt[CMA_CNT_NR];
+
+	/* Control path, under ctx->lock. */
+	struct cma_list link;    /* in ctx->cqs */
+	struct cma_list qps;     /* struct cma_qp.link */
+
+	/* Written by the core, read by dereg_mr and cma_get_counters. */
+	uint64_t poll_seq ferry_cache_aligned; /* odd while executing */
+	uint64_t pub[CMA_CNT_NR];
+};
+
+/* A cached remote key: valid until expiry (TSC) unless the key differs. */
+struct cma_rkey {
+	uint32_t key;
+	uint32_t access;
+	uint64_t base;
+	uint64_t len;
+	uint64_t expiry;
+};
+
+struct cma_qp {
+	/* Owned by the posting/polling core. */
+	struct cma_list act;     /* in cq->active while the send queue is not empty */
+	struct cma_wqe *sq;
+	uint32_t sq_size;
+	uint32_t sq_head;
+	uint32_t sq_tail;
+	uint32_t sq_count;
+	bool error;
+	struct cma_cq *cq;
+	struct cma_ctx *ctx;
+	uint32_t qp_num;
+	struct cma_rkey rkeys[CMA_RKEY_CACHE];
+
+	/* The peer: written once by qp_connect before it publishes connected. */
+	uint32_t peer_pid;
+	uint32_t peer_qpn;
+	uint64_t peer_table;
+	uint8_t peer_secret[NIC_QP_SECRET_LEN];
+	uint32_t connected;
+
+	struct cma_list link;    /* in cq->qps (ctx->lock) */
+};
+
+/* The poll path (exec.c): members of nic_cma_provider (see qp/nic.h). */
+int cma_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad);
+int cma_poll(struct nic_cq *ncq, int n, struct nic_wc *wc);
+int cma_qp_set_error(struct nic_qp *nqp);
+uint32_t cma_qp_num(const struct nic_qp *nqp);
+
+/* Remote keys (rkey.c): the status a WR on qp with rkey gets, the cache
+ * entry filled on success.  now: the poll's TSC. */
+enum nic_wc_status cma_rkey_get(struct cma_cq *cq, struct cma_qp *qp, uint32_t rkey, uint64_t now,
+				const struct cma_rkey **out);
+/* The status for a failed system call on the peer pid (errno err). */
+enum nic_wc_status cma_errno_status(int err);
+
+/* Host identity and reachability (host.c). */
+int cma_id_self(struct cma_id *out, uint64_t table);
+void cma_addr_encode(const struct cma_id *id, struct nic_addr *out);
+int cma_addr_decode(const struct nic_addr *a, struct cma_id *out);
+int cma_same_host(const struct cma_id *self, const struct cma_id *peer, char *why, size_t len);
+int cma_reachable(const struct nic *nic, const struct nic_addr *peer, char *why, size_t len);
+/* Why process_vm_readv of peer failed with errno err, into why. */
+void cma_explain(int err, const struct cma_id *peer, char *why, size_t len);
+void cma_allow_any(void);
+
+static inline struct cma_ctx *cma_ctx_of(struct nic *n)
+{
+	return (struct cma_ctx *)(void *)n;
+}
+
+static inline const struct cma_ctx *cma_cctx_of(const struct nic *n)
+{
+	return (const struct cma_ctx *)(const void *)n;
+}
+
+static inline struct cma_cq *cma_cq_of(struct nic_cq *c)
+{
+	return (struct cma_cq *)(void *)c;
+}
+
+static inline struct cma_qp *cma_qp_of(struct nic_qp *q)
+{
+	return (struct cma_qp *)(void *)q;
+}
+
+#endif /* FERRY_QP_CMA_OBJECTS_H */

@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cma: remote keys, checked by the initiator against the table the target
+ * published.
+ *
+ * Why check at all.  process_vm_writev reaches every byte of the peer, so
+ * key checks cannot stop a hostile initiator: the kernel's ptrace rules
+ * (same uid, Yama, seccomp) and the authenticated control plane are the
+ * security boundary, and an initiator that passed them could write
+ * anywhere with its own system call.  The checks are there for everything
+ * else: a stale or wrong key, a range past its region, a WRITE to a
+ * read-only region, a region the target deregistered and freed.  Those are
+ * bugs and races, and a NIC refuses them (REM_ACCESS_ERR); so does cma.
+ *
+ * How the initiator knows the mapping.  The target's regions sit in a
+ * table in the target's memory (struct cma_table, objects.h), at an address
+ * its NIC address carries.  A WR's rkey names a slot (gen << 16 | index);
+ * the initiator reads that slot with process_vm_readv (together with the
+ * slot of the responder QP it connected to, whose qpn and 16-byte secret
+ * it got in the handshake: a QP the target destroyed, a context it closed,
+ * a pid now used by another process, all fail there as RETRY_EXC_ERR) and
+ * checks the WR's range and access against it.
+ *
+ * Cost.  Reading the slot for every WR would double the system calls of a
+ * small WRITE.  The slot is cached per QP instead, for a lease of
+ * CMA_LEASE_MS: an 8-byte WRITE costs one system call, plus one slot read
+ * per key every 2 ms.
+ *
+ * Invalidation (dereg_mr, close).  A cached key would
+ * outlive its region on the target; so the first initiator that caches a
+ * key marks the slot shared (one process_vm_writev, once per key), and the
+ * target, after clearing a shared slot's key, waits CMA_GRACE_MS before it
+ * returns and lets the application free the memory.  Accesses under the
+ * old key come from polls that started before the lease ran out, i.e. less
+ * than CMA_LEASE_MS after the clear (a fetch after the clear sees key 0),
+ * and a poll copies at most CMA_POLL_BYTES in CMA_POLL_CALLS calls (well
+ * under a millisecond here): the 8 ms left over are for a polling thread
+ * that is descheduled inside its poll.  One preempted longer than that,
+ * between its key check and its copy, could still write to memory the
+ * target has freed: the window this scheme leaves.  Closing it would need
+ * the target to wait for its initiators' polls, i.e. to read their memory,
+ * a permission the kernel often grants one way only (Yama scope 1).
+ *
+ * Marking and clearing race as a Dekker pair: the initiator stores shared,
+ * then loads the key again; the target stores key 0, then loads shared
+ * (load_sc/store_sc in cma.c).  The initiator's store and load are two
+ * system calls; between them the kernel does value-returning atomic RMWs on
+ * the calling CPU (mmget in mm_access, page pinning), which the kernel's
+ * memory model orders fully, so one of the two sides sees the other.
+ */
+#include "qp/cma/objects.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/uio.h>
+
+enum nic_wc_status cma_errno_status(int err)
+{
+	switch (err) {
+	case ESRCH:  /* the peer process is gone */
+		return NIC_WC_RETRY_EXC_ERR;
+	case EPERM:  /* the kernel's ptrace rules (reachable() says which) */
+	case EACCES:
+		return NIC_WC_REM_PERM_ERR;
+	case EFAULT:
+		return NIC_WC_REM_ACCESS_ERR;
+	default:     /* ENOMEM, EINVAL: not the peer's doing */
+		return NIC_WC_GENERAL_ERR;
+	}
+}
+
+static uint64_t mr_slot_addr(const struct cma_qp *qp, uint32_t rkey)
+{
+	return qp->peer_table + offsetof(struct cma_table, mr) +
+	       (uint64_t)CMA_IDX(rkey) * sizeof(struct cma_mr_slot);
+}
+
+/* The peer's table is where its address said, or the peer is gone. */
+static enum nic_wc_status table_errno_status(int err)
+{
+	return err == EFAULT ? NIC_WC_RETRY_EXC_ERR : cma_errno_status(err);
+}
+
+/* Read our responder's slot and the key's slot in one system call. */
+static enum nic_wc_status rkey_fetch(struct cma_cq *cq, const struct cma_qp *qp, uint32_t rkey,
+				     struct cma_mr_slot *ms)
+{
+	struct cma_qp_slot qs;
+	struct iovec l[2] = { { &qs, sizeof(qs) }, { ms, sizeof(*ms) } };
+	struct iovec r[2] = {
+		{ (void *)(uintptr_t)(qp->peer_table + offsetof(struct cma_table, qp) +
+				      (uint64_t)CMA_IDX(qp->peer_qpn) * sizeof(qs)), sizeof(qs) },
+		{ (void *)(uintptr_t)mr_slot_addr(qp, rkey), sizeof(*ms) },
+	};
+	ssize_t n;
+
+	cq->cnt[CMA_CNT_FETCHES]++;
+	n = process_vm_readv((pid_t)qp->peer_pid, l, 2, r, 2, 0);
+	if (unlikely(n != (ssize_t)(sizeof(qs) + sizeof(*ms))))
+		return table_errno_status(n < 0 ? errno : EFAULT);
+	/* Our responder QP was destroyed (disconnect, lease, close): like a
+	 * peer that stopped answering. */
+	if (unlikely(qs.qpn != qp->peer_qpn ||
+		     memcmp(qs.secret, qp->peer_secret, sizeof(qs.secret)) != 0))
+		return NIC_WC_RETRY_EXC_ERR;
+	return NIC_WC_SUCCESS;
+}
+
+/* Mark the key's slot shared, then read the slot again (the Dekker pair). */
+static enum nic_wc_status rkey_mark(struct cma_cq *cq, const struct cma_qp *qp, uint32_t rkey,
+				    struct cma_mr_slot *ms)
+{
+	uint32_t one = 1;
+	uint64_t at = mr_slot_addr(qp, rkey);
+	struct iovec l = { &one, sizeof(one) };
+	struct iovec r = { (void *)(uintptr_t)(at + offsetof(struct cma_mr_slot, shared)),
+			   sizeof(one) };
+	struct iovec l2 = { ms, sizeof(*ms) }, r2 = { (void *)(uintptr_t)at, sizeof(*ms) };
+
+	cq->cnt[CMA_CNT_FETCHES] += 2;
+	if (process_vm_writev((pid_t)qp->peer_pid, &l, 1, &r, 1, 0) != sizeof(one))
+		return table_errno_status(errno);
+	if (process_vm_readv((pid_t)qp->peer_pid, &l2, 1, &r2, 1, 0) != sizeof(*ms))
+		return table_errno_status(errno);
+	return ms->key == rkey ? NIC_WC_SUCCESS : NIC_WC_REM_ACCESS_ERR;
+}
+
+enum nic_wc_status cma_rkey_get(struct cma_cq *cq, struct cma_qp *qp, uint32_t rkey, uint64_t now,
+				const struct cma_rkey **out)
+{
+	struct cma_rkey *e = &qp->rkeys[CMA_IDX(rkey) & (CMA_RKEY_CACHE - 1)];
+	struct cma_mr_slot ms;
+	enum nic_wc_status st;
+
+	if (likely(e->key == rkey && now < e->expiry)) {
+		*out = e;
+		return NIC_WC_SUCCESS;
+	}
+	e->key = 0;
+	if (unlikely(!rkey))
+		return NIC_WC_REM_ACCESS_ERR;
+	st = rkey_fetch(cq, qp, rkey, &ms);
+	if (unlikely(st != NIC_WC_SUCCESS))
+		return st;
+	if (unlikely(ms.key != rkey))
+		return NIC_WC_REM_ACCESS_ERR;
+	if (!ms.shared) {
+		st = rkey_mark(cq, qp, rkey, &ms);
+		if (unlikely(st != NIC_WC_SUCCESS))
+			return st;
+	}
+	e->key = rkey;
+	e->access = ms.access;
+	e->base = ms.base;
+	e->len = ms.len;
+	e->expiry = now + qp->ctx->lease_ticks; /* now: the poll's start, before the fetch */
+	*out = e;
+	return NIC_WC_SUCCESS;
+}
