@@ -144,7 +144,8 @@ struct nic_provider {
 };
 
 /* Find a provider by NIC name: "loop" (or "loop<N>") is the software NIC,
- * anything else a verbs device name ("rxe0", "mlx5_0"). */
+ * "tcp" (or "tcp@a.b.c.d[:port]") one-sided operations over TCP, anything
+ * else a verbs device name ("rxe0", "mlx5_0"). */
 const struct nic_provider *nic_provider_for(const char *nic_name);
 
 /* Active verbs devices (a port in state ACTIVE), at most max; count or -errno. */
@@ -152,5 +153,6 @@ int nic_verbs_discover(struct nic_dev_info *out, int max);
 
 extern const struct nic_provider nic_loop_provider;
 extern const struct nic_provider nic_verbs_provider;
+extern const struct nic_provider nic_tcp_provider;
 
 #endif /* FERRY_QP_NIC_H */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * NIC name -> provider.  "loop" and "loop<digits>" are the software NIC;
- * any other name is a verbs device ("rxe0", "mlx5_0", "mlx5_0:1"): the
+ * "tcp" and "tcp@<address>" one-sided operations over TCP; any other name is a verbs device ("rxe0", "mlx5_0", "mlx5_0:1"): the
  * verbs provider's open() says so when no such device exists.
  */
 #include "qp/nic.h"
@@ -28,5 +28,7 @@ const struct nic_provider *nic_provider_for(const char *nic_name)
 		return NULL;
 	if (is_loop_name(nic_name))
 		return &nic_loop_provider;
+	if (strcmp(nic_name, "tcp") == 0 || strncmp(nic_name, "tcp@", 4) == 0)
+		return &nic_tcp_provider;
 	return &nic_verbs_provider;
 }
