@@ -75,13 +75,13 @@ void tcp_conn_close(struct tcp_qp *qp)
 	qp->left = 0;
 }
 
-/* recv's result as 1 (bytes), 0 (nothing now) or -errno (EOF: -ECONNRESET). */
+/* recv's result as 1 (bytes), 0 (nothing now) or -errno (EOF: -ESHUTDOWN). */
 static int rx_result(ssize_t r)
 {
 	if (r > 0)
 		return 1;
 	if (r == 0)
-		return -ECONNRESET;
+		return -ESHUTDOWN;
 	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
 		return 0;
 	return -errno;

@@ -287,6 +287,11 @@ static void init_rx_fail(struct tcp_qp *qp, int rc)
 		qp->cq->cnt[TC_VIOLATIONS]++;
 		init_fail(qp, NIC_WC_RETRY_EXC_ERR, "malformed or unexpected response", 0);
 		break;
+	case -ESHUTDOWN:
+		qp->cq->cnt[TC_BROKEN]++;
+		init_fail(qp, NIC_WC_RETRY_EXC_ERR,
+			  qp->tail != qp->head ? "the peer closed the connection" : NULL, 0);
+		break;
 	default:
 		/* An idle QP whose peer went away fails nothing: no message. */
 		qp->cq->cnt[TC_BROKEN]++;

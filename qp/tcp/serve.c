@@ -286,7 +286,7 @@ static int serve_drain(struct tcp_qp *qp, unsigned *calls)
 
 		(*calls)++;
 		if (r == 0)
-			return -ECONNRESET;
+			return -ESHUTDOWN;
 		if (r < 0)
 			return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
 	}
@@ -336,8 +336,9 @@ static void serve_rx(struct tcp_qp *qp)
 		serve_close(qp, TC_BROKEN, "a WRITE's region was deregistered while it came in", 0);
 	else if (rc == -EPROTO || rc == -EPROTONOSUPPORT || rc == -EMSGSIZE)
 		serve_close(qp, TC_VIOLATIONS, "malformed or unexpected request", 0);
-	else if (rc == -ECONNRESET && qp->rx_phase == RX_HDR && qp->hdr_got == 0)
-		serve_close(qp, TC_BROKEN, NULL, 0); /* the initiator closed between frames */
+	else if (rc == -ESHUTDOWN && qp->rx_phase == RX_HDR && qp->hdr_got == 0 &&
+		 qp->st_off == qp->st_len)
+		qp->draining = true; /* done, between frames: answer, then close */
 	else if (rc < 0 && qp->rx_phase != RX_DRAIN)
 		serve_close(qp, TC_BROKEN, "connection lost", rc);
 	else if (rc < 0)

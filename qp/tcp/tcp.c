@@ -472,12 +472,14 @@ static void tcp_cq_free_locked(struct tcp_cq *cq)
 static void tcp_cq_destroy(struct nic_cq *ncq)
 {
 	struct tcp_cq *cq = tcp_cq_of(ncq);
+	struct tcp_ctx *ctx;
 
 	if (!cq)
 		return;
-	pthread_mutex_lock(&cq->ctx->lock);
+	ctx = cq->ctx;
+	pthread_mutex_lock(&ctx->lock);
 	tcp_cq_free_locked(cq);
-	pthread_mutex_unlock(&cq->ctx->lock);
+	pthread_mutex_unlock(&ctx->lock);
 }
 
 /* The CQ's epoll set: readable whenever a socket of it has something to
