@@ -203,7 +203,7 @@ bench-run: $(B)/ferry_bench
 callgrind: $(B)/ferry_bench
 	bench/callgrind.sh $(B)/ferry_bench $(or $(CALLGRIND_ITERS),200)
 
-# libFuzzer on the wire decoders: `make fuzz [FUZZ_SECONDS=30]`.  Needs clang
+# libFuzzer on the wire decoders: `make fuzz [FUZZ_SECONDS=30]` (both targets together).  Needs clang
 # and its libFuzzer runtime (Debian 12: clang, libclang-rt-dev), which
 # `make test` installs (.ci/install-deps test).  The target writes its own
 # seeds; build-fuzz/corpus keeps what the fuzzer found between runs,
@@ -213,15 +213,25 @@ FUZZ_SECONDS ?= 30
 FUZZ_CFLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1 \
                -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -DURCU_INLINE_SMALL_FUNCTIONS -I.
 
-fuzz: build-fuzz/fuzz_wire
-	@mkdir -p build-fuzz/corpus
+# Two targets share FUZZ_SECONDS: the control-plane wire format, then the
+# tcp provider's frames (its codec and a live target fed over loopback).
+fuzz: build-fuzz/fuzz_wire build-fuzz/fuzz_tcp
+	@mkdir -p build-fuzz/corpus build-fuzz/corpus-tcp
 	FERRY_FUZZ_SEEDS=build-fuzz/corpus build-fuzz/fuzz_wire
-	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -close_fd_mask=2 \
+	build-fuzz/fuzz_wire -max_total_time=$$(( $(FUZZ_SECONDS) / 2 )) -close_fd_mask=2 \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus
+	FERRY_FUZZ_SEEDS=build-fuzz/corpus-tcp build-fuzz/fuzz_tcp
+	build-fuzz/fuzz_tcp -max_total_time=$$(( $(FUZZ_SECONDS) - $(FUZZ_SECONDS) / 2 )) \
+	  -close_fd_mask=2 -artifact_prefix=build-fuzz/tcp- build-fuzz/corpus-tcp
 
 build-fuzz/fuzz_wire: tests/fuzz/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire.h qp/nic.h ring/base/log.c
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_wire.c runtime/ctl/wire.c ring/base/log.c -o $@
+
+TCP_FUZZ_SRCS := $(sort $(wildcard qp/tcp/*.c)) ring/base/log.c ring/base/clock.c
+build-fuzz/fuzz_tcp: tests/fuzz/fuzz_tcp.c $(TCP_FUZZ_SRCS) $(wildcard qp/tcp/*.h) qp/nic.h
+	@mkdir -p build-fuzz
+	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_tcp.c $(TCP_FUZZ_SRCS) -pthread -o $@
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz
