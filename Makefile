@@ -54,7 +54,7 @@ TEST_SRCS := $(sort $(shell find tests/unit tests/integration tests/stress -name
 TESTS := $(TEST_SRCS:%.c=$(B)/%)
 # The concurrent tests: these also run under ThreadSanitizer.
 TSAN_TESTS := tests/unit/ring/test_ring tests/integration/test_integration \
-              tests/integration/test_faults tests/unit/qp/test_loop tests/unit/ctl/test_ctl \
+              tests/integration/test_faults tests/unit/qp/test_loop tests/unit/qp/test_tcp tests/unit/ctl/test_ctl \
               tests/integration/test_stats tests/integration/test_api tests/unit/metrics/test_histo \
               tests/unit/metrics/test_perf tests/integration/test_epcache
 

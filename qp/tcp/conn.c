@@ -28,6 +28,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+char tcp_tsan_wire;
+
 /* Queue a completion; the core's CQ quota leaves room for each WR's. */
 void tcp_cqe(struct tcp_cq *cq, const struct tcp_qp *qp, uint64_t wr_id, uint8_t op,
 	     enum nic_wc_status st)
@@ -78,8 +80,10 @@ void tcp_conn_close(struct tcp_qp *qp)
 /* recv's result as 1 (bytes), 0 (nothing now) or -errno (EOF: -ESHUTDOWN). */
 static int rx_result(ssize_t r)
 {
-	if (r > 0)
+	if (r > 0) {
+		tcp_tsan_received();
 		return 1;
+	}
 	if (r == 0)
 		return -ESHUTDOWN;
 	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)

@@ -162,7 +162,9 @@ static void init_tx(struct tcp_qp *qp)
 		if (n == 0)
 			break;
 		m.msg_iovlen = (size_t)n;
+		tcp_tsan_send_begin();
 		r = sendmsg(qp->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+		tcp_tsan_send_end();
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;

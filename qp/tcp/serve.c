@@ -285,6 +285,8 @@ static int serve_drain(struct tcp_qp *qp, unsigned *calls)
 		ssize_t r = recv(qp->fd, qp->stage, TCP_STAGE, MSG_DONTWAIT);
 
 		(*calls)++;
+		if (r > 0)
+			tcp_tsan_received();
 		if (r == 0)
 			return -ESHUTDOWN;
 		if (r < 0)
@@ -429,7 +431,9 @@ static void serve_tx(struct tcp_qp *qp)
 			return;
 		}
 		m.msg_iovlen = (size_t)n;
+		tcp_tsan_send_begin();
 		r = sendmsg(qp->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+		tcp_tsan_send_end();
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
