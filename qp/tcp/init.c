@@ -145,11 +145,17 @@ static void tx_advance(struct tcp_qp *qp, size_t r)
 	}
 }
 
-/* Send what the socket takes, at most TCP_IO_CALLS calls. */
+/*
+ * Send what the socket takes, at most TCP_IO_CALLS calls.  Not before the
+ * target's HELLO is verified: a WRITE's bytes go only to the peer that
+ * proved it holds our QP's secret (one round trip, once per connection).
+ */
 static void init_tx(struct tcp_qp *qp)
 {
 	struct iovec iov[TCP_IOV];
 
+	if (!qp->hello_ok)
+		return;
 	for (unsigned calls = 0; qp->sent != qp->tail && calls < TCP_IO_CALLS; calls++) {
 		struct msghdr m = { .msg_iov = iov };
 		int n = tx_gather(qp, iov);
@@ -183,7 +189,7 @@ static void init_want(struct tcp_qp *qp)
 {
 	uint32_t ev = EPOLLIN;
 
-	if (qp->sent != qp->tail && !sq_at(qp, qp->sent)->bad)
+	if (qp->hello_ok && qp->sent != qp->tail && !sq_at(qp, qp->sent)->bad)
 		ev |= EPOLLOUT;
 	tcp_want(qp, ev);
 }
@@ -266,8 +272,13 @@ static int init_frame(struct tcp_qp *qp)
 /* A payload is in place: the HELLO's, or the READ at head's. */
 static int init_payload_done(struct tcp_qp *qp)
 {
-	if (!qp->hello_ok)
-		return init_hello(qp);
+	if (!qp->hello_ok) {
+		int rc = init_hello(qp);
+
+		if (rc == 0)
+			init_tx(qp); /* what was posted meanwhile */
+		return rc;
+	}
 	sq_complete(qp, qp->head + 1);
 	return 0;
 }
@@ -330,7 +341,7 @@ void tcp_init_io(struct tcp_qp *qp, uint32_t events)
 		return;
 	if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
 		init_rx(qp);
-	if (!qp->error && qp->sent != qp->tail)
+	if (!qp->error && (events & EPOLLOUT))
 		init_tx(qp);
 	if (!qp->error)
 		init_check_bad(qp);

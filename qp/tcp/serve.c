@@ -14,6 +14,7 @@
  */
 #include "qp/tcp/objects.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -81,11 +82,21 @@ void tcp_accept(struct tcp_cq *cq)
 
 static void pending_refuse(struct tcp_cq *cq, uint32_t slot, uint32_t qpn, const char *why)
 {
+	struct sockaddr_in sa;
+	socklen_t sl = sizeof(sa);
+	char from[INET_ADDRSTRLEN] = "?";
+
 	cq->cnt[TC_REFUSED]++;
-	if (qpn)
-		tcp_log(cq->ctx, LOG_WARN, "a connection to QP %u refused: %s", qpn, why);
+	if (getpeername(cq->pend[slot].fd, (struct sockaddr *)&sa, &sl) == 0)
+		inet_ntop(AF_INET, &sa.sin_addr, from, sizeof(from));
 	else
-		tcp_log(cq->ctx, LOG_WARN, "a connection refused: %s", why);
+		sa.sin_port = 0;
+	if (qpn)
+		tcp_log(cq->ctx, LOG_WARN, "a connection from %s:%u to QP %u refused: %s", from,
+			ntohs(sa.sin_port), qpn, why);
+	else
+		tcp_log(cq->ctx, LOG_WARN, "a connection from %s:%u refused: %s", from,
+			ntohs(sa.sin_port), why);
 	tcp_pending_close(cq, slot);
 }
 
