@@ -14,7 +14,8 @@
  * big frames.
  *
  * Work per call is bounded: epoll_wait takes TCP_EVENTS events, each
- * connection makes at most TCP_IO_CALLS recv and send calls per turn; the
+ * connection makes at most TCP_IO_CALLS recv and send calls per turn, each
+ * of at most TCP_IO_BYTES; the
  * epoll set is level-triggered, so whatever is left is reported again by
  * the next poll.  Interest follows need (tcp_want): EPOLLOUT only while
  * something waits to be sent, EPOLLIN off while the target cannot take
@@ -185,12 +186,13 @@ int tcp_rx_payload(struct tcp_qp *qp, unsigned *calls)
 		qp->cq->cnt[TC_PAYLOAD_RX] += n;
 	}
 	while (qp->left) {
-		/* The payload, and the next frame's header with it. */
+		/* The payload, and with its last piece the next frame's header. */
+		bool last = qp->left <= TCP_IO_BYTES;
 		struct iovec iov[2] = {
-			{ .iov_base = qp->dst, .iov_len = qp->left },
+			{ .iov_base = qp->dst, .iov_len = last ? qp->left : TCP_IO_BYTES },
 			{ .iov_base = qp->hdr, .iov_len = TCP_HDR_LEN },
 		};
-		struct msghdr m = { .msg_iov = iov, .msg_iovlen = 2 };
+		struct msghdr m = { .msg_iov = iov, .msg_iovlen = last ? 2 : 1 };
 		ssize_t r;
 		int rc;
 

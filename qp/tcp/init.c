@@ -95,7 +95,7 @@ static int tx_gather(struct tcp_qp *qp, struct iovec *iov)
 	uint32_t off = qp->tx_off, bytes = 0;
 	int n = 0;
 
-	for (uint32_t i = qp->sent; i != qp->tail && n + 2 <= TCP_IOV && bytes < TCP_TX_BYTES;
+	for (uint32_t i = qp->sent; i != qp->tail && n + 2 <= TCP_IOV && bytes < TCP_IO_BYTES;
 	     i++, off = 0) {
 		struct tcp_wqe *w = sq_at(qp, i);
 
@@ -115,11 +115,13 @@ static int tx_gather(struct tcp_qp *qp, struct iovec *iov)
 			bytes += TCP_HDR_LEN - off;
 			off = TCP_HDR_LEN;
 		}
-		if (w->op == NIC_OP_WRITE && off < wqe_bytes(w)) {
-			uint32_t done = off - TCP_HDR_LEN;
+		if (w->op == NIC_OP_WRITE && off < wqe_bytes(w) && bytes < TCP_IO_BYTES) {
+			uint32_t done = off - TCP_HDR_LEN, take = w->len - done;
 
-			iov[n++] = (struct iovec){ (void *)(uintptr_t)(w->local + done), w->len - done };
-			bytes += w->len - done;
+			if (take > TCP_IO_BYTES - bytes)
+				take = TCP_IO_BYTES - bytes; /* the rest goes with the next call */
+			iov[n++] = (struct iovec){ (void *)(uintptr_t)(w->local + done), take };
+			bytes += take;
 		}
 	}
 	return n;

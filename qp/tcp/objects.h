@@ -57,8 +57,8 @@
 #define TCP_RSP_SLOTS 32     /* target: responses queued per connection */
 #define TCP_STAGE 512        /* bytes of small frames read in one recv */
 #define TCP_IOV 64           /* iovecs per sendmsg */
-#define TCP_IO_CALLS 8       /* recv or send calls per connection per turn */
-#define TCP_TX_BYTES (8u << 20) /* bytes one sendmsg is given at most */
+#define TCP_IO_CALLS 4       /* recv or send calls per connection per turn */
+#define TCP_IO_BYTES (2u << 20) /* bytes one recvmsg or sendmsg is given at most */
 
 /* epoll data: tag << 32 | id */
 enum { TCP_TAG_LISTEN = 1, TCP_TAG_PEND = 2, TCP_TAG_QP = 3 };

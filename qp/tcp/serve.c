@@ -384,7 +384,7 @@ static int rsp_gather(struct tcp_qp *qp, struct iovec *iov)
 	uint32_t off = qp->rsp_off, bytes = 0;
 	int n = 0;
 
-	for (uint32_t i = qp->rsp_head; i != qp->rsp_tail && n + 2 <= TCP_IOV && bytes < TCP_TX_BYTES;
+	for (uint32_t i = qp->rsp_head; i != qp->rsp_tail && n + 2 <= TCP_IOV && bytes < TCP_IO_BYTES;
 	     i++, off = 0) {
 		struct tcp_rsp *r = &qp->rsp[i % TCP_RSP_SLOTS];
 
@@ -396,11 +396,13 @@ static int rsp_gather(struct tcp_qp *qp, struct iovec *iov)
 			bytes += TCP_HDR_LEN - off;
 			off = TCP_HDR_LEN;
 		}
-		if (off < TCP_HDR_LEN + r->len) {
-			uint32_t done = off - TCP_HDR_LEN;
+		if (off < TCP_HDR_LEN + r->len && bytes < TCP_IO_BYTES) {
+			uint32_t done = off - TCP_HDR_LEN, take = r->len - done;
 
-			iov[n++] = (struct iovec){ (void *)(uintptr_t)(r->data + done), r->len - done };
-			bytes += r->len - done;
+			if (take > TCP_IO_BYTES - bytes)
+				take = TCP_IO_BYTES - bytes; /* the rest goes with the next call */
+			iov[n++] = (struct iovec){ (void *)(uintptr_t)(r->data + done), take };
+			bytes += take;
 		}
 	}
 	return n;
