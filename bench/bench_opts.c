@@ -768,7 +768,7 @@ void bench_usage(FILE *f, const char *prog)
 		"                         Prometheus text format (- = stdout)\n"
 		"  -h, --help             this text\n"
 		"\n"
-		"Two processes (the loop NIC cannot cross processes: give RDMA NICs):\n"
+		"Two processes (the loop NIC cannot cross processes: give RDMA NICs or tcp):\n"
 		"  --target               create only the target engine, register --buffer bytes\n"
 		"                         filled with the --seed pattern at 0x%llx (if free),\n"
 		"                         print \"ferry_bench target: listening on ADDR buffer\n"
