@@ -204,20 +204,19 @@ static enum nic_wc_status status_wc(uint8_t st)
 }
 
 /*
- * Which WR does a response with seq answer?  It must have been sent
+ * Which WR does a response with seq answer (*i)?  It must have been sent
  * whole and not completed, and every WR before it must be a WRITE (a READ
- * before it would have had its own response first).  UINT32_MAX if none.
+ * before it would have had its own response first).  The counters wrap.
  */
-static uint32_t resp_index(struct tcp_qp *qp, uint32_t seq)
+static bool resp_index(struct tcp_qp *qp, uint32_t seq, uint32_t *i)
 {
-	uint32_t i = seq - qp->psn;
-
-	if (i - qp->head >= qp->sent - qp->head)
-		return UINT32_MAX;
-	for (uint32_t k = qp->head; k != i; k++)
+	*i = seq - qp->psn;
+	if (*i - qp->head >= qp->sent - qp->head)
+		return false;
+	for (uint32_t k = qp->head; k != *i; k++)
 		if (sq_at(qp, k)->op != NIC_OP_WRITE)
-			return UINT32_MAX;
-	return i;
+			return false;
+	return true;
 }
 
 /* The target's HELLO: our own qpn and secret, as we gave them. */
@@ -248,8 +247,7 @@ static int init_frame(struct tcp_qp *qp)
 	}
 	if (f->type != TCP_F_ACK && f->type != TCP_F_READ_RESP)
 		return -EPROTO;
-	i = resp_index(qp, f->seq);
-	if (i == UINT32_MAX)
+	if (!resp_index(qp, f->seq, &i))
 		return -EPROTO;
 	w = sq_at(qp, i);
 	if (f->type == TCP_F_ACK ? w->op != NIC_OP_WRITE : w->op != NIC_OP_READ)

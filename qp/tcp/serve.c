@@ -244,7 +244,8 @@ static void serve_refuse(struct tcp_qp *qp, const struct tcp_frame *req, uint8_t
 
 static uint8_t serve_check(struct tcp_qp *qp, const struct tcp_frame *f, uint32_t access)
 {
-	/* The decoder bounded len by TCP_MAX_FRAME, all we accept.  As verbs: a zero-length request names no memory. */
+	/* The decoder bounded len by TCP_MAX_FRAME, all we accept.  As
+	 * verbs: a zero-length request names no memory. */
 	if (f->len && !tcp_mr_ok(qp->ctx, f->rkey, f->addr, f->len, access))
 		return TCP_ST_ACCESS;
 	return TCP_ST_OK;

@@ -292,8 +292,9 @@ static struct tcp_mr_slot *tcp_mr_alloc_locked(struct tcp_ctx *ctx, uint32_t *id
 			chunk = calloc(TCP_MR_CHUNK, sizeof(*chunk));
 			if (!chunk)
 				return NULL;
-			/* Release: the core sees a zeroed chunk. */
-			store_release(ctx->mr[i >> TCP_MR_CHUNK_BITS], chunk); /* pairs with: load_acquire in tcp_mr_ok */
+			/* Release: the core sees a zeroed chunk.
+			 * pairs with: load_acquire in tcp_mr_ok */
+			store_release(ctx->mr[i >> TCP_MR_CHUNK_BITS], chunk);
 		}
 		if (!chunk[i & (TCP_MR_CHUNK - 1)].key) {
 			/* Reuse as late as possible: stale keys stay stale longer. */
