@@ -101,6 +101,10 @@ static int tx_gather(struct tcp_qp *qp, struct iovec *iov)
 
 		if (w->bad)
 			break;
+		if (w->op == NIC_OP_WRITE && w->len > qp->peer_max && off == 0) {
+			w->bad = NIC_WC_GENERAL_ERR; /* more than the target takes */
+			break;
+		}
 		/* dereg_mr may have taken the buffer since post: look again. */
 		if (w->op == NIC_OP_WRITE && w->len &&
 		    !tcp_mr_ok(qp->ctx, w->lkey, w->local, w->len, 0)) {
@@ -228,6 +232,7 @@ static int init_hello(struct tcp_qp *qp)
 		return -EPROTO;
 	if (h.qpn != qp->qpn || !tcp_secret_equal(h.secret, qp->secret))
 		return -EACCES;
+	qp->peer_max = h.max_frame;
 	qp->hello_ok = true;
 	return 0;
 }

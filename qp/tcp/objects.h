@@ -192,6 +192,7 @@ struct tcp_qp {
 	int fd;
 	uint32_t events;           /* epoll interest now */
 	bool hello_ok;             /* the peer's HELLO is verified */
+	uint32_t peer_max;         /* the largest frame the peer takes (its HELLO) */
 	bool error;                /* initiator: the error state (all flushed) */
 	bool draining;             /* target: an error response queued; then drain */
 	bool bulk;                 /* last frame had no payload: read headers in bulk */

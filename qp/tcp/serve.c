@@ -138,7 +138,6 @@ static void tcp_bind(struct tcp_cq *cq, uint32_t slot, struct tcp_qp *qp, const 
 				  .data.u64 = tcp_tag(TCP_TAG_QP, qp->qpn) };
 	struct tcp_pending *p = &cq->pend[slot];
 
-	(void)h;
 	if (epoll_ctl(cq->epfd, EPOLL_CTL_MOD, p->fd, &ev)) {
 		pending_refuse(cq, slot, qp->qpn, strerror(errno));
 		return;
@@ -146,6 +145,7 @@ static void tcp_bind(struct tcp_cq *cq, uint32_t slot, struct tcp_qp *qp, const 
 	qp->fd = p->fd;
 	qp->events = ev.events;
 	qp->hello_ok = true;
+	qp->peer_max = h->max_frame;
 	qp->rx_phase = RX_HDR;
 	p->fd = -1;
 	cq->npend--;
@@ -244,8 +244,11 @@ static void serve_refuse(struct tcp_qp *qp, const struct tcp_frame *req, uint8_t
 
 static uint8_t serve_check(struct tcp_qp *qp, const struct tcp_frame *f, uint32_t access)
 {
-	/* The decoder bounded len by TCP_MAX_FRAME, all we accept.  As
-	 * verbs: a zero-length request names no memory. */
+	/* The decoder bounded len by TCP_MAX_FRAME, all we take; a READ's
+	 * answer must fit what the initiator takes. */
+	if (f->type == TCP_F_READ_REQ && f->len > qp->peer_max)
+		return TCP_ST_TOO_BIG;
+	/* As verbs: a zero-length request names no memory. */
 	if (f->len && !tcp_mr_ok(qp->ctx, f->rkey, f->addr, f->len, access))
 		return TCP_ST_ACCESS;
 	return TCP_ST_OK;

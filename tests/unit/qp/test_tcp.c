@@ -10,8 +10,8 @@
  * local key) with the flush of what follows, qp_set_error, a peer gone
  * mid-stream, HELLOs that must be refused (wrong secret, a frame before
  * HELLO, a QP that waits for nobody), a malformed frame after a good
- * HELLO, a target that stops reading (post and poll never block), queue
- * overflows, and a target core in its own thread while the control path
+ * HELLO, a READ larger than the initiator takes, a target that stops
+ * reading (post and poll never block), queue overflows, and a target core in its own thread while the control path
  * destroys QPs and deregisters memory under it.
  */
 #include <stdarg.h>
@@ -540,15 +540,20 @@ static int dial(struct nic *n)
 	return fd;
 }
 
-static size_t put_hello(uint8_t *buf, uint32_t qpn, const uint8_t *secret)
+static size_t put_hello_max(uint8_t *buf, uint32_t qpn, const uint8_t *secret, uint32_t max)
 {
 	struct tcp_frame f = { .type = TCP_F_HELLO, .len = TCP_HELLO_LEN };
-	struct tcp_hello h = { .qpn = qpn, .max_frame = TCP_MAX_FRAME };
+	struct tcp_hello h = { .qpn = qpn, .max_frame = max };
 
 	memcpy(h.secret, secret, TCP_SECRET_LEN);
 	tcp_frame_encode(&f, buf);
 	tcp_hello_encode(&h, buf + TCP_HDR_LEN);
 	return TCP_HDR_LEN + TCP_HELLO_LEN;
+}
+
+static size_t put_hello(uint8_t *buf, uint32_t qpn, const uint8_t *secret)
+{
+	return put_hello_max(buf, qpn, secret, TCP_MAX_FRAME);
 }
 
 static size_t put_write(uint8_t *buf, uint32_t seq, uint32_t rkey, uint64_t addr, uint32_t len)
@@ -754,6 +759,36 @@ static void test_violation_after_hello(void **state)
 		assert_int_equal(c1.violations, c0.violations + 1);
 		P->qp_destroy(q);
 	}
+}
+
+/* An initiator that takes frames of 4 KiB at most asks to READ 8 KiB: the
+ * target answers with an error status (no payload), then only drains. */
+static void test_read_too_big(void **state)
+{
+	struct env *e = *state;
+	struct nic_qp_info info;
+	struct nic_qp *q = waiting_qp(e, &info);
+	struct tcp_frame f = { .type = TCP_F_READ_REQ, .len = 8192, .seq = 7,
+			       .rkey = e->rmr.rkey, .addr = (uintptr_t)e->rbuf };
+	uint8_t buf[256];
+	size_t n;
+	int fd;
+
+	fd = dial(e->b);
+	n = put_hello_max(buf, info.qpn, info.secret, 4096);
+	tcp_frame_encode(&f, buf + n);
+	n += TCP_HDR_LEN;
+	assert_int_equal(send(fd, buf, n, 0), (ssize_t)n);
+	shutdown(fd, SHUT_WR);
+	n = until_closed(e, fd, buf, sizeof(buf));
+	assert_int_equal(n, 2 * TCP_HDR_LEN + TCP_HELLO_LEN); /* HELLO, the refusal */
+	assert_int_equal(tcp_frame_decode(buf + TCP_HDR_LEN + TCP_HELLO_LEN, TCP_HDR_LEN, &f), 0);
+	assert_int_equal(f.type, TCP_F_READ_RESP);
+	assert_int_equal(f.status, TCP_ST_TOO_BIG);
+	assert_int_equal(f.seq, 7);
+	assert_int_equal(f.len, 0);
+	close(fd);
+	P->qp_destroy(q);
 }
 
 /* A target that stops reading: post and poll stay quick; nothing is lost. */
@@ -1014,6 +1049,7 @@ int main(void)
 		T(test_hello_wrong_secret),
 		T(test_no_hello),
 		T(test_violation_after_hello),
+		T(test_read_too_big),
 		T(test_backpressure),
 		T(test_not_connected_and_limits),
 #undef T
