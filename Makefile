@@ -61,7 +61,8 @@ TEST_SRCS := $(sort $(shell find tests/unit tests/integration tests/stress -name
 TESTS := $(TEST_SRCS:%.c=$(B)/%)
 # The concurrent tests: these also run under ThreadSanitizer.
 TSAN_TESTS := tests/unit/ring/test_ring tests/integration/test_integration \
-              tests/integration/test_faults tests/unit/qp/test_loop tests/unit/ctl/test_ctl \
+              tests/integration/test_faults tests/unit/qp/test_loop tests/unit/qp/test_tcp \
+              tests/unit/qp/test_cma tests/unit/ctl/test_ctl \
               tests/integration/test_stats tests/integration/test_api tests/unit/metrics/test_histo \
               tests/unit/metrics/test_perf tests/integration/test_epcache \
               tests/integration/test_calls tests/integration/test_cluster \
@@ -213,30 +214,32 @@ callgrind: $(B)/ferry_bench
 	bench/callgrind.sh $(B)/ferry_bench $(or $(CALLGRIND_ITERS),200)
 
 # libFuzzer on what ferry reads from the network: the wire decoders
-# (fuzz_wire) and what a metadata store returns (fuzz_meta: the published
-# record, base64, etcd's JSON replies).  `make fuzz [FUZZ_SECONDS=30]` is
-# the total: two thirds for fuzz_wire, a third (at least 1 s) for
-# fuzz_meta.  Needs clang and its libFuzzer runtime (Debian 12: clang,
-# libclang-rt-dev), which `make test` installs (.ci/install-deps test).
-# The targets write their own seeds; build-fuzz/corpus and
-# build-fuzz/corpus-meta keep what the fuzzers found between runs, crashes
-# land in build-fuzz/.
+# (fuzz_wire), the tcp provider's frames (fuzz_tcp: its codec and a live
+# target fed over loopback) and what a metadata store returns (fuzz_meta:
+# the published record, base64, etcd's JSON replies).  `make fuzz
+# [FUZZ_SECONDS=30]` is the total, a third each (at least 1 s).  Needs
+# clang and its libFuzzer runtime (Debian 12: clang, libclang-rt-dev),
+# which `make test` installs (.ci/install-deps test).  The targets write
+# their own seeds; build-fuzz/corpus* keep what the fuzzers found between
+# runs, crashes land in build-fuzz/.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 30
-FUZZ_META_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 3 )); [ $$s -ge 1 ] || s=1; echo $$s)
-FUZZ_WIRE_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) - $(FUZZ_META_SECONDS) )); [ $$s -ge 1 ] || s=1; echo $$s)
+FUZZ_PART_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 3 )); [ $$s -ge 1 ] || s=1; echo $$s)
 FUZZ_CFLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1 \
                -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -DURCU_INLINE_SMALL_FUNCTIONS -I.
 FUZZ_META_SRCS := tests/fuzz/fuzz_meta.c runtime/ctl/meta/record.c runtime/ctl/meta/base64.c \
                   runtime/ctl/meta/etcd_json.c
 
-fuzz: build-fuzz/fuzz_wire build-fuzz/fuzz_meta
-	@mkdir -p build-fuzz/corpus build-fuzz/corpus-meta
+fuzz: build-fuzz/fuzz_wire build-fuzz/fuzz_tcp build-fuzz/fuzz_meta
+	@mkdir -p build-fuzz/corpus build-fuzz/corpus-tcp build-fuzz/corpus-meta
 	FERRY_FUZZ_SEEDS=build-fuzz/corpus build-fuzz/fuzz_wire
-	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_WIRE_SECONDS) -close_fd_mask=2 \
+	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_PART_SECONDS) -close_fd_mask=2 \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus
+	FERRY_FUZZ_SEEDS=build-fuzz/corpus-tcp build-fuzz/fuzz_tcp
+	build-fuzz/fuzz_tcp -max_total_time=$(FUZZ_PART_SECONDS) -close_fd_mask=2 \
+	  -artifact_prefix=build-fuzz/tcp- build-fuzz/corpus-tcp
 	FERRY_FUZZ_SEEDS=build-fuzz/corpus-meta build-fuzz/fuzz_meta
-	build-fuzz/fuzz_meta -max_total_time=$(FUZZ_META_SECONDS) -close_fd_mask=2 \
+	build-fuzz/fuzz_meta -max_total_time=$(FUZZ_PART_SECONDS) -close_fd_mask=2 \
 	  -artifact_prefix=build-fuzz/meta- build-fuzz/corpus-meta
 
 build-fuzz/fuzz_wire: tests/fuzz/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire.h qp/nic.h ring/base/log.c
@@ -246,6 +249,11 @@ build-fuzz/fuzz_wire: tests/fuzz/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire
 build-fuzz/fuzz_meta: $(FUZZ_META_SRCS) $(wildcard runtime/ctl/meta/*.h)
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_META_SRCS) -lcjson -o $@
+
+TCP_FUZZ_SRCS := $(sort $(wildcard qp/tcp/*.c)) ring/base/log.c ring/base/clock.c
+build-fuzz/fuzz_tcp: tests/fuzz/fuzz_tcp.c $(TCP_FUZZ_SRCS) $(wildcard qp/tcp/*.h) qp/nic.h
+	@mkdir -p build-fuzz
+	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_tcp.c $(TCP_FUZZ_SRCS) -pthread -o $@
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

@@ -61,7 +61,7 @@ int nics_check_remote(struct ferry_engine *e, const char *role)
 		if (nic && !strcmp(nic, "loop")) {
 			fprintf(stderr,
 				"ferry_bench: %s: core %u uses the loop NIC, which cannot reach another "
-				"process: give RDMA NICs (--nics rxe0), or cma on one host\n",
+				"process: give RDMA NICs (--nics rxe0), tcp, or cma on one host\n",
 				role, k);
 			return -EINVAL;
 		}

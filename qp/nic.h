@@ -173,7 +173,8 @@ struct nic_provider {
 };
 
 /* Find a provider by NIC name: "loop" (or "loop<N>") is the software NIC,
- * "cma" the same-host NIC, anything else a verbs device name ("rxe0",
+ * "cma" the same-host NIC, "tcp" (or "tcp@a.b.c.d[:port]") one-sided
+ * operations over TCP, anything else a verbs device name ("rxe0",
  * "mlx5_0"). */
 const struct nic_provider *nic_provider_for(const char *nic_name);
 
@@ -183,5 +184,6 @@ int nic_verbs_discover(struct nic_dev_info *out, int max);
 extern const struct nic_provider nic_loop_provider;
 extern const struct nic_provider nic_verbs_provider;
 extern const struct nic_provider nic_cma_provider;
+extern const struct nic_provider nic_tcp_provider;
 
 #endif /* FERRY_QP_NIC_H */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * NIC name -> provider.  "loop" and "loop<digits>" are the software NIC;
- * "cma" the same-host NIC (process_vm_readv/writev); any other name is a
+ * "cma" the same-host NIC (process_vm_readv/writev); "tcp" and
+ * "tcp@<address>" one-sided operations over TCP; any other name is a
  * verbs device ("rxe0", "mlx5_0", "mlx5_0:1"): the verbs provider's open()
  * says so when no such device exists.
  */
@@ -31,5 +32,7 @@ const struct nic_provider *nic_provider_for(const char *nic_name)
 		return &nic_loop_provider;
 	if (strcmp(nic_name, "cma") == 0)
 		return &nic_cma_provider;
+	if (strcmp(nic_name, "tcp") == 0 || strncmp(nic_name, "tcp@", 4) == 0)
+		return &nic_tcp_provider;
 	return &nic_verbs_provider;
 }

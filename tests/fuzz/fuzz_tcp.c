@@ -1,0 +1,311 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libFuzzer target for the tcp provider's wire format (`make fuzz`).
+ *
+ * Every input is used twice:
+ *
+ *   1. The codec.  The input read as a stream of frames: tcp_frame_decode
+ *      at each frame boundary (and tcp_hello_decode on every HELLO body and
+ *      on the input's first bytes).  What decodes must hold the format's
+ *      invariants and re-encode to the very same bytes (the encoding is
+ *      canonical); what is refused must leave its output zeroed.
+ *
+ *   2. A live target.  A fresh QP of a real tcp context waits for its
+ *      initiator; the harness dials it over loopback, sends a valid HELLO,
+ *      then the input as the initiator's frames, and polls the target until
+ *      it closes the connection.  So that the fuzzer reaches past the
+ *      checks, the harness aims requests at a registered buffer: a request
+ *      whose rkey has bit 0 set gets the buffer's real key and an address
+ *      inside it or just past its end (addr modulo buffer + 64), and its
+ *      seq the next expected one unless seq has bit 31 set.  The bytes
+ *      around the buffer must never change, nothing may crash, and the
+ *      target must let go of the connection in bounded time.
+ *
+ * With FERRY_FUZZ_SEEDS=<dir> the target writes a few valid streams into
+ * <dir> and exits: the seeds follow the encoders.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "qp/nic.h"
+#include "qp/tcp/frame.h"
+#include "qp/tcp/tcp.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+/* stderr is closed under -close_fd_mask=2: the abort's stack says which. */
+#define CHECK(cond)                 \
+	do {                        \
+		if (!(cond))        \
+			abort();    \
+	} while (0)
+
+#define BUF 65536u
+#define GUARD 4096u
+#define MAX_POLLS 200000
+
+static int all_zero(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		if (b[i])
+			return 0;
+	return 1;
+}
+
+/* ---- 1. the codec ------------------------------------------------------ */
+
+static void check_frame(const struct tcp_frame *f, const uint8_t *in)
+{
+	uint8_t again[TCP_HDR_LEN];
+
+	CHECK(f->type >= TCP_F_HELLO && f->type <= TCP_F_ACK);
+	CHECK(f->len <= TCP_MAX_FRAME && f->status <= TCP_ST_MAX);
+	if (f->type == TCP_F_WRITE || f->type == TCP_F_READ_REQ)
+		CHECK(f->status == TCP_ST_OK && f->addr <= UINT64_MAX - f->len);
+	else
+		CHECK(f->rkey == 0 && f->addr == 0);
+	if (f->type == TCP_F_HELLO)
+		CHECK(f->len == TCP_HELLO_LEN && f->seq == 0);
+	if (f->type == TCP_F_ACK || f->status)
+		CHECK(f->len == 0);
+	tcp_frame_encode(f, again);
+	CHECK(memcmp(again, in, TCP_HDR_LEN) == 0);
+}
+
+static void fuzz_hello(const uint8_t *in, size_t len)
+{
+	struct tcp_hello h;
+	uint8_t again[TCP_HELLO_LEN];
+
+	if (tcp_hello_decode(in, len, &h)) {
+		CHECK(all_zero(&h, sizeof(h)));
+		return;
+	}
+	CHECK(len == TCP_HELLO_LEN && h.qpn);
+	CHECK(h.max_frame >= TCP_MIN_FRAME && h.max_frame <= TCP_MAX_FRAME);
+	tcp_hello_encode(&h, again);
+	CHECK(memcmp(again, in, TCP_HELLO_LEN) == 0);
+}
+
+static void fuzz_codec(const uint8_t *in, size_t len)
+{
+	size_t off = 0;
+
+	fuzz_hello(in, len < TCP_HELLO_LEN ? len : TCP_HELLO_LEN);
+	while (off < len) {
+		struct tcp_frame f;
+		uint32_t pay;
+
+		if (tcp_frame_decode(in + off, len - off, &f)) {
+			CHECK(all_zero(&f, sizeof(f)));
+			return;
+		}
+		check_frame(&f, in + off);
+		off += TCP_HDR_LEN;
+		pay = tcp_frame_payload(&f);
+		if (f.type == TCP_F_HELLO && len - off >= TCP_HELLO_LEN)
+			fuzz_hello(in + off, TCP_HELLO_LEN);
+		if (pay > len - off)
+			return;
+		off += pay;
+	}
+}
+
+/* ---- 2. a live target -------------------------------------------------- */
+
+static const struct nic_provider *P = &nic_tcp_provider;
+static struct nic *ctx;
+static struct nic_cq *cq;
+static struct nic_mr mr;
+static uint8_t *mem;     /* GUARD, BUF registered, GUARD */
+static uint8_t *out;     /* the stream we send: HELLO, then the input, aimed */
+
+static void target_init(void)
+{
+	if (ctx)
+		return;
+	CHECK(P->open("tcp@127.0.0.1", &ctx) == 0);
+	CHECK(P->cq_create(ctx, 64, &cq) == 0);
+	mem = malloc(BUF + 2 * GUARD);
+	out = malloc(TCP_HDR_LEN + TCP_HELLO_LEN + (1u << 20));
+	CHECK(mem && out);
+	memset(mem, 0x5c, BUF + 2 * GUARD);
+	CHECK(P->reg_mr(ctx, mem + GUARD, BUF, NIC_ACCESS_ALL, &mr) == 0);
+}
+
+/* Point the input's requests at the buffer (see the top); returns its length. */
+static size_t aim(const uint8_t *in, size_t len, uint8_t *dst, uint32_t psn)
+{
+	uint32_t n = 0;
+	size_t off = 0;
+
+	memcpy(dst, in, len);
+	while (off + TCP_HDR_LEN <= len) {
+		struct tcp_frame f;
+
+		if (tcp_frame_decode(dst + off, len - off, &f))
+			break;
+		if (f.type == TCP_F_WRITE || f.type == TCP_F_READ_REQ) {
+			if (f.rkey & 1) {
+				f.rkey = mr.rkey;
+				f.addr = (uintptr_t)(mem + GUARD) + f.addr % (BUF + 64);
+			}
+			if (!(f.seq & 0x80000000u))
+				f.seq = psn + n;
+			n++;
+			tcp_frame_encode(&f, dst + off);
+		}
+		off += TCP_HDR_LEN + tcp_frame_payload(&f);
+	}
+	return len;
+}
+
+static int dial(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(tcp_port(ctx)) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), one = 1;
+
+	CHECK(fd >= 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EINPROGRESS);
+	return fd;
+}
+
+/* Send the stream, poll the target, drop its answers, until it hangs up. */
+static void converse(int fd, const uint8_t *buf, size_t len)
+{
+	struct nic_wc wc[8];
+	size_t sent = 0;
+	int shut = 0;
+
+	for (int i = 0; i < MAX_POLLS; i++) {
+		uint8_t sink[4096];
+		ssize_t r;
+
+		if (sent < len) {
+			r = send(fd, buf + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+			if (r > 0)
+				sent += (size_t)r;
+			else if (r < 0 && errno != EAGAIN && errno != ENOTCONN)
+				sent = len; /* the target hung up already */
+		} else if (!shut) {
+			shutdown(fd, SHUT_WR);
+			shut = 1;
+		}
+		CHECK(P->poll(cq, 8, wc) == 0);
+		r = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+		if (r == 0 || (r < 0 && errno != EAGAIN))
+			return;
+	}
+	abort(); /* the target held on to a finished conversation */
+}
+
+static void fuzz_target(const uint8_t *in, size_t len)
+{
+	struct nic_qp_info me = { .qpn = 4242, .psn = 100 }, it;
+	struct tcp_frame hf = { .type = TCP_F_HELLO, .len = TCP_HELLO_LEN };
+	struct tcp_hello h = { .max_frame = TCP_MAX_FRAME };
+	struct nic_addr peer;
+	struct nic_qp *qp;
+	size_t n;
+	int fd;
+
+	if (len > (1u << 20))
+		return;
+	target_init();
+	memset(me.secret, 0x33, sizeof(me.secret));
+	P->addr(ctx, &peer); /* where the initiator would be: any tcp address */
+	CHECK(P->qp_create(ctx, cq, 1, &qp) == 0);
+	CHECK(P->qp_connect(qp, &peer, &me) == 0);
+	P->qp_info(qp, &it);
+	h.qpn = it.qpn;
+	memcpy(h.secret, it.secret, sizeof(h.secret));
+	tcp_frame_encode(&hf, out);
+	tcp_hello_encode(&h, out + TCP_HDR_LEN);
+	n = TCP_HDR_LEN + TCP_HELLO_LEN + aim(in, len, out + TCP_HDR_LEN + TCP_HELLO_LEN, me.psn);
+	fd = dial();
+	converse(fd, out, n);
+	close(fd);
+	P->qp_destroy(qp);
+	for (unsigned i = 0; i < GUARD; i++)
+		CHECK(mem[i] == 0x5c && mem[GUARD + BUF + i] == 0x5c);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	fuzz_codec(data, size);
+	fuzz_target(data, size);
+	return 0;
+}
+
+/* ---- seeds ------------------------------------------------------------- */
+
+static size_t put(uint8_t *buf, uint8_t type, uint32_t len, uint32_t seq, uint32_t rkey,
+		  uint64_t addr)
+{
+	struct tcp_frame f = { .type = type, .len = len, .seq = seq, .rkey = rkey, .addr = addr };
+
+	tcp_frame_encode(&f, buf);
+	if (type == TCP_F_WRITE)
+		memset(buf + TCP_HDR_LEN, 0xa5, len);
+	return TCP_HDR_LEN + (type == TCP_F_WRITE ? len : 0);
+}
+
+static void seed(const char *dir, const char *name, const uint8_t *buf, size_t len)
+{
+	char path[4096];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/seed-tcp-%s", dir, name);
+	f = fopen(path, "wb");
+	if (!f || fwrite(buf, 1, len, f) != len || fclose(f)) {
+		perror(path);
+		exit(1);
+	}
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	const char *dir = getenv("FERRY_FUZZ_SEEDS");
+	static uint8_t b[8192];
+	size_t n;
+
+	(void)argc;
+	(void)argv;
+	if (!dir)
+		return 0;
+	n = put(b, TCP_F_WRITE, 100, 0, 1, 64);
+	seed(dir, "write", b, n);
+	n = put(b, TCP_F_READ_REQ, 4096, 0, 1, 0);
+	seed(dir, "read", b, n);
+	n = put(b, TCP_F_WRITE, 0, 0, 0, 0);
+	n += put(b + n, TCP_F_READ_REQ, 200, 0, 1, 1000);
+	n += put(b + n, TCP_F_WRITE, 300, 0, 1, 1100);
+	n += put(b + n, TCP_F_READ_REQ, 64, 0, 1, BUF - 32);
+	seed(dir, "mixed", b, n);
+	n = put(b, TCP_F_WRITE, 64, 0, 2, 0); /* a key that is not the buffer's */
+	seed(dir, "badkey", b, n);
+	n = put(b, TCP_F_READ_RESP, 0, 0, 0, 0); /* a response where requests go */
+	seed(dir, "response", b, n);
+	{
+		struct tcp_frame f = { .type = TCP_F_HELLO, .len = TCP_HELLO_LEN };
+		struct tcp_hello h = { .qpn = 1, .max_frame = TCP_MAX_FRAME };
+
+		tcp_frame_encode(&f, b);
+		tcp_hello_encode(&h, b + TCP_HDR_LEN);
+		seed(dir, "hello", b, TCP_HDR_LEN + TCP_HELLO_LEN);
+	}
+	exit(0);
+}

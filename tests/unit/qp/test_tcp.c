@@ -1,0 +1,1062 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit tests of the tcp provider (qp/tcp/) through the provider interface:
+ * two contexts in one process on 127.0.0.1, the initiator's QP connected
+ * to a target QP the way runtime/ctl/passive.c does it (target first).
+ * This test is both cores: it polls the initiator's CQ and the target's.
+ *
+ * Connect and addresses, WRITE/READ of random sizes with every byte
+ * checked, selective signalling, RC errors (bad rkey, access refused,
+ * local key) with the flush of what follows, qp_set_error, a peer gone
+ * mid-stream, HELLOs that must be refused (wrong secret, a frame before
+ * HELLO, a QP that waits for nobody), a malformed frame after a good
+ * HELLO, a READ larger than the initiator takes, a target that stops
+ * reading (post and poll never block), queue overflows, and a target core in its own thread while the control path
+ * destroys QPs and deregisters memory under it.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "qp/nic.h"
+#include "qp/tcp/frame.h"
+#include "qp/tcp/tcp.h"
+
+#define BUF_LEN (8u << 20)
+#define CQ_LEN 1024u
+#define QP_LEN 64u
+
+static const struct nic_provider *P = &nic_tcp_provider;
+
+/* Context a posts (the initiator), b is the target; lbuf on a, rbuf on b. */
+struct env {
+	struct nic *a, *b;
+	struct nic_cq *cqa, *cqb;
+	struct nic_qp *qa, *qb;
+	uint8_t *lbuf, *rbuf;
+	struct nic_mr lmr, rmr;
+	struct nic_wc wc[CQ_LEN];
+	int nwc;
+};
+
+static uint64_t rng = 0x7463702d74657374ull;
+
+static uint64_t rnd(void)
+{
+	uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static void fill(uint8_t *p, size_t len, uint64_t seed)
+{
+	uint64_t s = rng;
+
+	rng = seed;
+	for (size_t i = 0; i < len; i++)
+		p[i] = (uint8_t)rnd();
+	rng = s;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The handshake of runtime/ctl/passive.c: the target's QP first. */
+static void handshake(struct nic *ia, struct nic_qp *qa, struct nic *ib, struct nic_qp *qb)
+{
+	struct nic_addr aa, ab;
+	struct nic_qp_info ia_info, ib_info;
+
+	P->addr(ia, &aa);
+	P->addr(ib, &ab);
+	P->qp_info(qa, &ia_info);
+	assert_int_equal(P->qp_connect(qb, &aa, &ia_info), 0);
+	P->qp_info(qb, &ib_info);
+	assert_int_equal(P->qp_connect(qa, &ab, &ib_info), 0);
+}
+
+/* Poll both sides once; the initiator's CQEs are appended to e->wc. */
+static int pump_once(struct env *e)
+{
+	struct nic_wc tmp[64];
+	int n = P->poll(e->cqb, 64, tmp), m;
+
+	assert_int_equal(n, 0); /* the target's passive QPs post nothing */
+	m = P->poll(e->cqa, 64, e->wc + e->nwc);
+	assert_true(m >= 0);
+	assert_true(e->nwc + m <= (int)CQ_LEN);
+	e->nwc += m;
+	return m;
+}
+
+/* Poll until want CQEs arrived (or 5 s passed: the test fails, never hangs). */
+static void pump_until(struct env *e, int want)
+{
+	uint64_t end = now_ms() + 5000;
+
+	while (e->nwc < want && now_ms() < end)
+		pump_once(e);
+	assert_int_equal(e->nwc, want);
+}
+
+/* Poll for ms more, checking that nothing else completes. */
+static void pump_for(struct env *e, unsigned ms)
+{
+	uint64_t end = now_ms() + ms;
+
+	while (now_ms() < end)
+		pump_once(e);
+}
+
+static int env_setup(void **state)
+{
+	struct env *e = calloc(1, sizeof(*e));
+
+	assert_non_null(e);
+	assert_int_equal(P->open("tcp@127.0.0.1", &e->a), 0);
+	assert_int_equal(P->open("tcp@127.0.0.1", &e->b), 0);
+	assert_int_equal(P->cq_create(e->a, CQ_LEN, &e->cqa), 0);
+	assert_int_equal(P->cq_create(e->b, CQ_LEN, &e->cqb), 0);
+	assert_int_equal(P->qp_create(e->a, e->cqa, QP_LEN, &e->qa), 0);
+	assert_int_equal(P->qp_create(e->b, e->cqb, 1, &e->qb), 0);
+	handshake(e->a, e->qa, e->b, e->qb);
+	e->lbuf = aligned_alloc(4096, BUF_LEN);
+	e->rbuf = aligned_alloc(4096, BUF_LEN);
+	assert_non_null(e->lbuf);
+	assert_non_null(e->rbuf);
+	fill(e->lbuf, BUF_LEN, 1);
+	fill(e->rbuf, BUF_LEN, 2);
+	assert_int_equal(P->reg_mr(e->a, e->lbuf, BUF_LEN, NIC_ACCESS_ALL, &e->lmr), 0);
+	assert_int_equal(P->reg_mr(e->b, e->rbuf, BUF_LEN, NIC_ACCESS_ALL, &e->rmr), 0);
+	*state = e;
+	return 0;
+}
+
+static int env_teardown(void **state)
+{
+	struct env *e = *state;
+	struct tcp_counters c;
+
+	tcp_get_counters(e->a, &c);
+	assert_int_equal(c.cq_overflows, 0);
+	assert_int_equal(P->dereg_mr(e->a, &e->lmr), 0);
+	assert_int_equal(P->dereg_mr(e->b, &e->rmr), 0);
+	if (e->qa)
+		P->qp_destroy(e->qa);
+	if (e->qb)
+		P->qp_destroy(e->qb);
+	P->cq_destroy(e->cqa);
+	P->cq_destroy(e->cqb);
+	P->close(e->a);
+	P->close(e->b);
+	free(e->lbuf);
+	free(e->rbuf);
+	free(e);
+	return 0;
+}
+
+static struct nic_wr mkwr(const struct env *e, enum nic_op op, uint64_t id, size_t loff,
+			  size_t roff, uint32_t len, int signaled)
+{
+	struct nic_wr wr = {
+		.wr_id = id,
+		.local = (uintptr_t)e->lbuf + loff,
+		.remote = (uintptr_t)e->rbuf + roff,
+		.len = len,
+		.lkey = e->lmr.lkey,
+		.rkey = e->rmr.rkey,
+		.op = (uint8_t)op,
+		.signaled = (uint8_t)signaled,
+	};
+	return wr;
+}
+
+static void chain(struct nic_wr *wrs, int n)
+{
+	for (int i = 0; i < n; i++)
+		wrs[i].next = i + 1 < n ? &wrs[i + 1] : NULL;
+}
+
+static void post_ok(struct env *e, struct nic_wr *wr)
+{
+	struct nic_wr *bad = NULL;
+
+	assert_int_equal(P->post(e->qa, wr, &bad), 0);
+	assert_null(bad);
+}
+
+static void assert_wc(const struct nic_wc *wc, uint64_t id, enum nic_wc_status st)
+{
+	if (wc->wr_id != id || wc->status != st)
+		fail_msg("CQE wr_id %llu status %u, expected wr_id %llu status %u",
+			 (unsigned long long)wc->wr_id, wc->status, (unsigned long long)id, st);
+}
+
+/* ------------------------------------------------------------------ tests */
+
+static void test_registry(void **state)
+{
+	(void)state;
+	assert_ptr_equal(nic_provider_for("tcp"), &nic_tcp_provider);
+	assert_ptr_equal(nic_provider_for("tcp@10.0.0.1"), &nic_tcp_provider);
+	assert_ptr_equal(nic_provider_for("tcp@10.0.0.1:7000"), &nic_tcp_provider);
+	assert_ptr_equal(nic_provider_for("tcpx"), &nic_verbs_provider);
+	assert_ptr_equal(nic_provider_for("loop"), &nic_loop_provider);
+	assert_string_equal(nic_tcp_provider.name, "tcp");
+}
+
+static void test_open_addr_caps(void **state)
+{
+	static const char *bad[] = { "tcp@", "tcp@localhost", "tcp@1.2.3.4:", "tcp@1.2.3.4:70000",
+				     "tcp@1.2.3.4:x", "tcpfoo" };
+	struct nic_addr addr;
+	struct nic_caps caps;
+	struct nic *n;
+	char desc[64], want[64];
+
+	(void)state;
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(P->open(bad[i], &n), -EINVAL);
+	assert_int_equal(P->open("tcp", &n), 0);
+	P->addr(n, &addr);
+	assert_memory_equal(addr.bytes, "TCP1", 4);
+	assert_memory_equal(addr.bytes + 4, "\x7f\x00\x00\x01", 4);
+	assert_int_equal(addr.bytes[8] << 8 | addr.bytes[9], tcp_port(n));
+	assert_int_not_equal(tcp_port(n), 0);
+	for (unsigned i = 10; i < NIC_ADDR_LEN; i++)
+		assert_int_equal(addr.bytes[i], 0);
+	P->describe(n, desc, sizeof(desc));
+	snprintf(want, sizeof(want), "tcp 127.0.0.1:%u", tcp_port(n));
+	assert_string_equal(desc, want);
+	P->caps(n, &caps);
+	assert_true(caps.flags & NIC_CAP_SERVES);
+	assert_true(caps.max_qp_wr >= 256);
+	assert_int_equal(caps.max_rd_atomic, caps.max_qp_wr);
+	assert_int_equal(P->numa_node(n), -1);
+	assert_non_null(P->cq_arm);
+	P->close(n);
+}
+
+static void test_qp_info_roles(void **state)
+{
+	struct env *e = *state;
+	struct nic_qp_info a, b;
+	struct nic_addr ab;
+
+	P->qp_info(e->qa, &a);
+	P->qp_info(e->qb, &b);
+	/* The target's QP waits for a dial; both have a secret (16 random bytes). */
+	assert_false(a.psn & 0x80000000u);
+	assert_true(b.psn & 0x80000000u);
+	assert_int_equal(a.qpn, P->qp_num(e->qa));
+	assert_memory_not_equal(a.secret, b.secret, NIC_QP_SECRET_LEN);
+	/* A QP connects once. */
+	P->addr(e->b, &ab);
+	assert_int_equal(P->qp_connect(e->qa, &ab, &b), -EISCONN);
+	/* Not a tcp address. */
+	memcpy(ab.bytes, "LOOP", 4);
+	assert_int_equal(P->qp_connect(e->qb, &ab, &a), -EINVAL);
+}
+
+static void test_write_read_random(void **state)
+{
+	struct env *e = *state;
+	uint8_t *expect = malloc(BUF_LEN);
+
+	assert_non_null(expect);
+	memcpy(expect, e->rbuf, BUF_LEN);
+	for (int round = 0; round < 200; round++) {
+		uint32_t len = (uint32_t)(rnd() % (round % 10 == 0 ? (2u << 20) : 70000)) + 1;
+		size_t loff = rnd() % (BUF_LEN - len), roff = rnd() % (BUF_LEN - len);
+		enum nic_op op = rnd() & 1 ? NIC_OP_READ : NIC_OP_WRITE;
+		struct nic_wr wr = mkwr(e, op, (uint64_t)round, loff, roff, len, 1);
+
+		if (op == NIC_OP_READ)
+			memset(e->lbuf + loff, 0, len);
+		else
+			fill(e->lbuf + loff, len, (uint64_t)round + 100);
+		e->nwc = 0;
+		post_ok(e, &wr);
+		pump_until(e, 1);
+		assert_wc(&e->wc[0], (uint64_t)round, NIC_WC_SUCCESS);
+		assert_int_equal(e->wc[0].op, op);
+		assert_int_equal(e->wc[0].qp_num, P->qp_num(e->qa));
+		if (op == NIC_OP_WRITE)
+			memcpy(expect + roff, e->lbuf + loff, len);
+		else
+			assert_memory_equal(e->lbuf + loff, expect + roff, len);
+		/* Every byte of the target: what we wrote, and nothing else. */
+		if (round % 20 == 0 || op == NIC_OP_WRITE)
+			assert_memory_equal(e->rbuf, expect, BUF_LEN);
+	}
+	free(expect);
+}
+
+/* Chains of mixed WRs, one signalled CQE each; in-order RC completion. */
+static void test_selective_signalling(void **state)
+{
+	struct env *e = *state;
+	struct nic_wr wrs[QP_LEN];
+	struct tcp_counters c;
+	uint32_t seg = 32768;
+
+	for (int round = 0; round < 20; round++) {
+		int n = 1 + (int)(rnd() % QP_LEN);
+
+		/* WRITE lbuf[i] -> rbuf[i], then READ rbuf[i] -> lbuf[half + i]. */
+		for (int i = 0; i < n; i++) {
+			bool w = i < n / 2 || n == 1;
+			size_t off = (size_t)(w ? i : i - n / 2) * seg;
+
+			fill(e->lbuf + off, seg, (uint64_t)(round * 1000 + i));
+			wrs[i] = w ? mkwr(e, NIC_OP_WRITE, (uint64_t)i, off, off, seg, 0)
+				   : mkwr(e, NIC_OP_READ, (uint64_t)i, BUF_LEN / 2 + off, off, seg, 0);
+		}
+		wrs[n - 1].signaled = 1;
+		if (n > 4)
+			wrs[n / 4].signaled = 1;
+		chain(wrs, n);
+		e->nwc = 0;
+		post_ok(e, wrs);
+		pump_until(e, n > 4 ? 2 : 1);
+		pump_for(e, 2);
+		assert_int_equal(e->nwc, n > 4 ? 2 : 1);
+		if (n > 4)
+			assert_wc(&e->wc[0], (uint64_t)(n / 4), NIC_WC_SUCCESS);
+		assert_wc(&e->wc[e->nwc - 1], (uint64_t)(n - 1), NIC_WC_SUCCESS);
+		for (int i = 0; i < n / 2; i++) {
+			assert_memory_equal(e->rbuf + (size_t)i * seg, e->lbuf + (size_t)i * seg, seg);
+			if (n / 2 + i < n)
+				assert_memory_equal(e->lbuf + BUF_LEN / 2 + (size_t)i * seg,
+						    e->lbuf + (size_t)i * seg, seg);
+		}
+	}
+	tcp_get_counters(e->b, &c);
+	assert_int_equal(c.violations + c.refused + c.broken, 0);
+}
+
+/* A READ before a WRITE to the same bytes sees the old bytes (a fence). */
+static void test_read_then_write(void **state)
+{
+	struct env *e = *state;
+	struct nic_wr wrs[2] = {
+		mkwr(e, NIC_OP_READ, 1, 0, 4096, 1 << 20, 0),
+		mkwr(e, NIC_OP_WRITE, 2, 2 << 20, 4096, 1 << 20, 1),
+	};
+	uint8_t *old = malloc(1 << 20);
+
+	assert_non_null(old);
+	memcpy(old, e->rbuf + 4096, 1 << 20);
+	chain(wrs, 2);
+	post_ok(e, wrs);
+	pump_until(e, 1);
+	assert_memory_equal(e->lbuf, old, 1 << 20);
+	assert_memory_equal(e->rbuf + 4096, e->lbuf + (2 << 20), 1 << 20);
+	free(old);
+}
+
+static void test_zero_length(void **state)
+{
+	struct env *e = *state;
+	struct nic_wr wrs[2] = {
+		mkwr(e, NIC_OP_WRITE, 1, 0, 0, 0, 1),
+		mkwr(e, NIC_OP_READ, 2, 0, 0, 0, 1),
+	};
+
+	wrs[0].rkey = 0; /* no memory named: no key checked (as verbs) */
+	chain(wrs, 2);
+	post_ok(e, wrs);
+	pump_until(e, 2);
+	assert_wc(&e->wc[0], 1, NIC_WC_SUCCESS);
+	assert_wc(&e->wc[1], 2, NIC_WC_SUCCESS);
+}
+
+/* RC: the bad WR fails, the ones before succeed, every one after flushes. */
+static void check_error_chain(struct env *e, struct nic_wr *bad_wr, enum nic_wc_status st)
+{
+	struct nic_wr wrs[6];
+	uint8_t *snap = malloc(BUF_LEN);
+
+	assert_non_null(snap);
+	for (int i = 0; i < 6; i++)
+		wrs[i] = mkwr(e, NIC_OP_WRITE, (uint64_t)i, (size_t)i * 4096, (size_t)i * 4096, 4096,
+			      i == 0 || i == 4);
+	wrs[2] = *bad_wr;
+	wrs[2].wr_id = 2;
+	fill(e->lbuf, 6 * 4096, 77);
+	memcpy(snap, e->rbuf, BUF_LEN);
+	chain(wrs, 6);
+	post_ok(e, wrs);
+	pump_until(e, 5);
+	pump_for(e, 5);
+	assert_int_equal(e->nwc, 5);
+	assert_wc(&e->wc[0], 0, NIC_WC_SUCCESS);
+	assert_wc(&e->wc[1], 2, st);
+	for (int i = 3; i < 6; i++)
+		assert_wc(&e->wc[i - 1], (uint64_t)i, NIC_WC_FLUSH_ERR);
+	/* WRs 0 and 1 landed; 3..5 did not. */
+	assert_memory_equal(e->rbuf, e->lbuf, 2 * 4096);
+	assert_memory_equal(e->rbuf + 3 * 4096, snap + 3 * 4096, BUF_LEN - 3 * 4096);
+	/* The QP is in error: what is posted now flushes at once. */
+	e->nwc = 0;
+	wrs[0].next = NULL;
+	wrs[0].signaled = 0;
+	post_ok(e, &wrs[0]);
+	pump_until(e, 1);
+	assert_wc(&e->wc[0], 0, NIC_WC_FLUSH_ERR);
+	free(snap);
+}
+
+static void test_bad_rkey(void **state)
+{
+	struct env *e = *state;
+	struct nic_wr w = mkwr(e, NIC_OP_WRITE, 0, 0, 2 * 4096, 4096, 0);
+
+	w.rkey ^= 0x10000; /* another generation of the same slot */
+	check_error_chain(e, &w, NIC_WC_REM_ACCESS_ERR);
+}
+
+static void test_bad_range(void **state)
+{
+	struct env *e = *state;
+	struct nic_wr w = mkwr(e, NIC_OP_READ, 0, 0, BUF_LEN - 100, 4096, 0);
+
+	check_error_chain(e, &w, NIC_WC_REM_ACCESS_ERR);
+}
+
+/* A region the peer may read but not write (a second MR over rbuf's top half). */
+static void test_write_refused(void **state)
+{
+	struct env *e = *state;
+	struct nic_wr w = mkwr(e, NIC_OP_WRITE, 0, 0, BUF_LEN / 2, 4096, 0);
+	struct nic_wr r = mkwr(e, NIC_OP_READ, 1, 0, BUF_LEN / 2, 4096, 1);
+	struct nic_mr ro;
+
+	assert_int_equal(P->reg_mr(e->b, e->rbuf + BUF_LEN / 2, BUF_LEN / 2, NIC_ACCESS_ALL, &ro), 0);
+	assert_int_equal(tcp_set_mr_access(e->b, &ro, TCP_ACCESS_REMOTE_READ), 0);
+	assert_int_equal(tcp_set_mr_access(e->b, &ro, 8), -EINVAL);
+	r.rkey = ro.rkey;
+	post_ok(e, &r); /* reading it is fine */
+	pump_until(e, 1);
+	assert_wc(&e->wc[0], 1, NIC_WC_SUCCESS);
+	e->nwc = 0;
+	w.rkey = ro.rkey;
+	check_error_chain(e, &w, NIC_WC_REM_ACCESS_ERR);
+	assert_int_equal(P->dereg_mr(e->b, &ro), 0);
+}
+
+static void test_bad_lkey(void **state)
+{
+	struct env *e = *state;
+	struct nic_wr w = mkwr(e, NIC_OP_WRITE, 0, BUF_LEN - 10, 2 * 4096, 4096, 0);
+
+	check_error_chain(e, &w, NIC_WC_LOC_PROT_ERR);
+}
+
+static void test_set_error(void **state)
+{
+	struct env *e = *state;
+	struct nic_wr wrs[8];
+
+	/* The target is not polled: nothing completes until we say so. */
+	for (int i = 0; i < 8; i++)
+		wrs[i] = mkwr(e, i & 1 ? NIC_OP_READ : NIC_OP_WRITE, (uint64_t)i, 0, 0, 1 << 20,
+			      i == 7);
+	chain(wrs, 8);
+	post_ok(e, wrs);
+	for (int i = 0; i < 50; i++)
+		assert_int_equal(P->poll(e->cqa, 64, e->wc), 0);
+	assert_int_equal(P->qp_set_error(e->qa), 0);
+	e->nwc = 0;
+	pump_until(e, 8);
+	for (int i = 0; i < 8; i++)
+		assert_wc(&e->wc[i], (uint64_t)i, NIC_WC_FLUSH_ERR);
+	pump_for(e, 5);
+	assert_int_equal(e->nwc, 8);
+}
+
+/* The target goes away mid-stream: every WR ends in an error, none hangs. */
+static void test_peer_closes(void **state)
+{
+	struct env *e = *state;
+	struct nic_wr wrs[QP_LEN];
+	int ok = 0;
+
+	for (int i = 0; i < (int)QP_LEN; i++)
+		wrs[i] = mkwr(e, NIC_OP_WRITE, (uint64_t)i, 0, (size_t)(i % 8) << 20, 1 << 20, 1);
+	chain(wrs, QP_LEN);
+	post_ok(e, wrs);
+	for (int i = 0; i < 3; i++)
+		pump_once(e);
+	P->qp_destroy(e->qb); /* the control path, while the stream is on */
+	e->qb = NULL;
+	pump_until(e, QP_LEN);
+	for (int i = 0; i < (int)QP_LEN; i++) {
+		assert_int_equal(e->wc[i].wr_id, (uint64_t)i);
+		if (e->wc[i].status == NIC_WC_SUCCESS) {
+			assert_int_equal(ok, i); /* successes first, in order */
+			ok++;
+		} else if (i == ok) {
+			assert_int_equal(e->wc[i].status, NIC_WC_RETRY_EXC_ERR);
+		} else {
+			assert_int_equal(e->wc[i].status, NIC_WC_FLUSH_ERR);
+		}
+	}
+	assert_true(ok < (int)QP_LEN);
+}
+
+/* ---- raw peers: what a hostile or broken initiator sends --------------- */
+
+static int dial(struct nic *n)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(tcp_port(n)) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+static size_t put_hello_max(uint8_t *buf, uint32_t qpn, const uint8_t *secret, uint32_t max)
+{
+	struct tcp_frame f = { .type = TCP_F_HELLO, .len = TCP_HELLO_LEN };
+	struct tcp_hello h = { .qpn = qpn, .max_frame = max };
+
+	memcpy(h.secret, secret, TCP_SECRET_LEN);
+	tcp_frame_encode(&f, buf);
+	tcp_hello_encode(&h, buf + TCP_HDR_LEN);
+	return TCP_HDR_LEN + TCP_HELLO_LEN;
+}
+
+static size_t put_hello(uint8_t *buf, uint32_t qpn, const uint8_t *secret)
+{
+	return put_hello_max(buf, qpn, secret, TCP_MAX_FRAME);
+}
+
+static size_t put_write(uint8_t *buf, uint32_t seq, uint32_t rkey, uint64_t addr, uint32_t len)
+{
+	struct tcp_frame f = { .type = TCP_F_WRITE, .len = len, .seq = seq, .rkey = rkey, .addr = addr };
+
+	tcp_frame_encode(&f, buf);
+	memset(buf + TCP_HDR_LEN, 0xab, len);
+	return TCP_HDR_LEN + len;
+}
+
+/* Poll the target until the raw peer sees its connection closed; what came
+ * before the close is returned in got (at most cap bytes). */
+static size_t until_closed(struct env *e, int fd, uint8_t *got, size_t cap)
+{
+	uint64_t end = now_ms() + 5000;
+	size_t n = 0;
+
+	while (now_ms() < end) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		uint8_t tmp[4096];
+		ssize_t r;
+
+		pump_once(e);
+		if (poll(&p, 1, 1) <= 0)
+			continue;
+		r = recv(fd, tmp, sizeof(tmp), MSG_DONTWAIT);
+		if (r <= 0)
+			return n;
+		if (got && n + (size_t)r <= cap)
+			memcpy(got + n, tmp, (size_t)r);
+		n += (size_t)r;
+	}
+	fail_msg("the target did not close the connection");
+	return n;
+}
+
+/* A fresh target QP that waits for an initiator whose QP we play. */
+static struct nic_qp *waiting_qp(struct env *e, struct nic_qp_info *info)
+{
+	struct nic_qp_info fake = { .qpn = 12345, .psn = 7 };
+	struct nic_addr aa;
+	struct nic_qp *q;
+
+	memset(fake.secret, 0x5a, sizeof(fake.secret));
+	assert_int_equal(P->qp_create(e->b, e->cqb, 1, &q), 0);
+	P->addr(e->a, &aa);
+	assert_int_equal(P->qp_connect(q, &aa, &fake), 0);
+	P->qp_info(q, info);
+	return q;
+}
+
+static void test_hello_wrong_secret(void **state)
+{
+	struct env *e = *state;
+	struct nic_qp_info info;
+	struct nic_qp *q = waiting_qp(e, &info);
+	uint8_t buf[256], *snap = malloc(BUF_LEN);
+	struct tcp_counters c;
+	size_t n;
+	int fd;
+
+	assert_non_null(snap);
+	memcpy(snap, e->rbuf, BUF_LEN);
+	info.secret[7] ^= 1;
+	fd = dial(e->b);
+	n = put_hello(buf, info.qpn, info.secret);
+	n += put_write(buf + n, 7, e->rmr.rkey, (uintptr_t)e->rbuf, 64);
+	assert_int_equal(send(fd, buf, n, 0), (ssize_t)n);
+	assert_int_equal(until_closed(e, fd, NULL, 0), 0); /* not even a HELLO back */
+	close(fd);
+	assert_memory_equal(e->rbuf, snap, BUF_LEN);
+	tcp_get_counters(e->b, &c);
+	assert_int_equal(c.refused, 1);
+
+	/* The right secret now: the QP takes it and answers HELLO with the
+	 * initiator's qpn and secret, then takes the WRITE. */
+	info.secret[7] ^= 1;
+	fd = dial(e->b);
+	n = put_hello(buf, info.qpn, info.secret);
+	n += put_write(buf + n, 7, e->rmr.rkey, (uintptr_t)e->rbuf, 64);
+	assert_int_equal(send(fd, buf, n, 0), (ssize_t)n);
+	shutdown(fd, SHUT_WR);
+	n = until_closed(e, fd, buf, sizeof(buf));
+	assert_int_equal(n, 2 * TCP_HDR_LEN + TCP_HELLO_LEN); /* HELLO, ACK */
+	{
+		struct tcp_frame f;
+		struct tcp_hello h;
+
+		assert_int_equal(tcp_frame_decode(buf, n, &f), 0);
+		assert_int_equal(f.type, TCP_F_HELLO);
+		assert_int_equal(tcp_hello_decode(buf + TCP_HDR_LEN, TCP_HELLO_LEN, &h), 0);
+		assert_int_equal(h.qpn, 12345);
+		assert_int_equal(h.secret[0], 0x5a);
+		assert_int_equal(tcp_frame_decode(buf + TCP_HDR_LEN + TCP_HELLO_LEN, TCP_HDR_LEN, &f), 0);
+		assert_int_equal(f.type, TCP_F_ACK);
+		assert_int_equal(f.seq, 7);
+	}
+	close(fd);
+	for (int i = 0; i < 64; i++)
+		assert_int_equal(e->rbuf[i], 0xab);
+	/* One connection per QP: a second HELLO for it is refused. */
+	fd = dial(e->b);
+	n = put_hello(buf, info.qpn, info.secret);
+	assert_int_equal(send(fd, buf, n, 0), (ssize_t)n);
+	assert_int_equal(until_closed(e, fd, NULL, 0), 0);
+	close(fd);
+	tcp_get_counters(e->b, &c);
+	assert_int_equal(c.refused, 2);
+	P->qp_destroy(q);
+	free(snap);
+}
+
+static void test_no_hello(void **state)
+{
+	struct env *e = *state;
+	struct nic_qp_info info, ia;
+	uint8_t buf[256], *snap = malloc(BUF_LEN);
+	struct tcp_counters c;
+	size_t n;
+	int fd;
+
+	assert_non_null(snap);
+	memcpy(snap, e->rbuf, BUF_LEN);
+	/* A WRITE as the first frame. */
+	fd = dial(e->b);
+	n = put_write(buf, 0, e->rmr.rkey, (uintptr_t)e->rbuf, 64);
+	assert_int_equal(send(fd, buf, n, 0), (ssize_t)n);
+	assert_int_equal(until_closed(e, fd, NULL, 0), 0);
+	close(fd);
+	/* A HELLO for a QP that waits for nobody (the initiator's own). */
+	P->qp_info(e->qa, &ia);
+	fd = dial(e->a);
+	n = put_hello(buf, ia.qpn, ia.secret);
+	assert_int_equal(send(fd, buf, n, 0), (ssize_t)n);
+	{
+		uint64_t end = now_ms() + 5000;
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		while (now_ms() < end && poll(&p, 1, 0) == 0)
+			pump_once(e);
+		assert_int_equal(recv(fd, buf, sizeof(buf), 0), 0);
+	}
+	close(fd);
+	/* Garbage, and a HELLO for no QP at all. */
+	P->qp_info(e->qb, &info);
+	fd = dial(e->b);
+	memset(buf, 0xee, 64);
+	assert_int_equal(send(fd, buf, 64, 0), 64);
+	assert_int_equal(until_closed(e, fd, NULL, 0), 0);
+	close(fd);
+	fd = dial(e->b);
+	n = put_hello(buf, info.qpn + (1u << 13), info.secret);
+	assert_int_equal(send(fd, buf, n, 0), (ssize_t)n);
+	assert_int_equal(until_closed(e, fd, NULL, 0), 0);
+	close(fd);
+	assert_memory_equal(e->rbuf, snap, BUF_LEN);
+	tcp_get_counters(e->b, &c);
+	assert_int_equal(c.refused, 3);
+	tcp_get_counters(e->a, &c);
+	assert_int_equal(c.refused, 1);
+	/* The real QPs are untouched. */
+	{
+		struct nic_wr w = mkwr(e, NIC_OP_WRITE, 9, 0, 0, 4096, 1);
+
+		post_ok(e, &w);
+		pump_until(e, 1);
+		assert_wc(&e->wc[0], 9, NIC_WC_SUCCESS);
+	}
+	free(snap);
+}
+
+/* After a good HELLO, a malformed frame or a wrong sequence closes the connection. */
+static void test_violation_after_hello(void **state)
+{
+	struct env *e = *state;
+	static const struct {
+		uint8_t byte;  /* which header byte to spoil */
+		uint8_t value;
+	} spoil[] = { { 0, 9 }, { 2, 1 }, { 1, 1 }, { 8, 8 } /* seq 7 -> 8 */ };
+
+	for (unsigned k = 0; k < sizeof(spoil) / sizeof(spoil[0]); k++) {
+		struct nic_qp_info info;
+		struct nic_qp *q = waiting_qp(e, &info);
+		uint8_t buf[256];
+		struct tcp_counters c0, c1;
+		size_t n, hello;
+		int fd;
+
+		tcp_get_counters(e->b, &c0);
+		memset(e->rbuf, 0, 256);
+		fd = dial(e->b);
+		hello = put_hello(buf, info.qpn, info.secret);
+		n = hello + put_write(buf + hello, 7, e->rmr.rkey, (uintptr_t)e->rbuf, 64);
+		buf[hello + spoil[k].byte] = spoil[k].value;
+		assert_int_equal(send(fd, buf, n, 0), (ssize_t)n);
+		/* Only the HELLO comes back; nothing is written. */
+		assert_int_equal(until_closed(e, fd, buf, sizeof(buf)), TCP_HDR_LEN + TCP_HELLO_LEN);
+		close(fd);
+		for (int i = 0; i < 256; i++)
+			assert_int_equal(e->rbuf[i], 0);
+		tcp_get_counters(e->b, &c1);
+		assert_int_equal(c1.violations, c0.violations + 1);
+		P->qp_destroy(q);
+	}
+}
+
+/* An initiator that takes frames of 4 KiB at most asks to READ 8 KiB: the
+ * target answers with an error status (no payload), then only drains. */
+static void test_read_too_big(void **state)
+{
+	struct env *e = *state;
+	struct nic_qp_info info;
+	struct nic_qp *q = waiting_qp(e, &info);
+	struct tcp_frame f = { .type = TCP_F_READ_REQ, .len = 8192, .seq = 7,
+			       .rkey = e->rmr.rkey, .addr = (uintptr_t)e->rbuf };
+	uint8_t buf[256];
+	size_t n;
+	int fd;
+
+	fd = dial(e->b);
+	n = put_hello_max(buf, info.qpn, info.secret, 4096);
+	tcp_frame_encode(&f, buf + n);
+	n += TCP_HDR_LEN;
+	assert_int_equal(send(fd, buf, n, 0), (ssize_t)n);
+	shutdown(fd, SHUT_WR);
+	n = until_closed(e, fd, buf, sizeof(buf));
+	assert_int_equal(n, 2 * TCP_HDR_LEN + TCP_HELLO_LEN); /* HELLO, the refusal */
+	assert_int_equal(tcp_frame_decode(buf + TCP_HDR_LEN + TCP_HELLO_LEN, TCP_HDR_LEN, &f), 0);
+	assert_int_equal(f.type, TCP_F_READ_RESP);
+	assert_int_equal(f.status, TCP_ST_TOO_BIG);
+	assert_int_equal(f.seq, 7);
+	assert_int_equal(f.len, 0);
+	close(fd);
+	P->qp_destroy(q);
+}
+
+/* A target that stops reading: post and poll stay quick; nothing is lost. */
+static void test_backpressure(void **state)
+{
+	struct env *e = *state;
+	struct nic_wr wrs[QP_LEN];
+	uint64_t t0, worst = 0;
+	struct nic_wr *bad = NULL;
+
+	/* One round trip first: the initiator sends only once the target's
+	 * HELLO is in, so the socket is what pushes back below. */
+	wrs[0] = mkwr(e, NIC_OP_WRITE, 99, 0, 0, 64, 1);
+	post_ok(e, &wrs[0]);
+	pump_until(e, 1);
+	for (int i = 0; i < (int)QP_LEN; i++) {
+		wrs[i] = mkwr(e, NIC_OP_WRITE, (uint64_t)i, (size_t)(i % 8) << 20,
+			      (size_t)(i % 8) << 20, 1 << 20, (i % 16) == 15);
+	}
+	chain(wrs, QP_LEN);
+	t0 = now_ms();
+	assert_int_equal(P->post(e->qa, wrs, &bad), 0); /* 64 MiB: far more than the socket takes */
+	worst = now_ms() - t0;
+	for (int i = 0; i < 200; i++) {
+		t0 = now_ms();
+		assert_int_equal(P->poll(e->cqa, 64, e->wc), 0);
+		if (now_ms() - t0 > worst)
+			worst = now_ms() - t0;
+	}
+	assert_true(worst < 200);
+	{
+		struct tcp_counters c;
+
+		/* Some went out and then the socket was full. */
+		tcp_get_counters(e->a, &c);
+		assert_true(c.payload_tx >= (1u << 20) && c.payload_tx < (64u << 20));
+	}
+	/* A full send queue is the caller's bug: refused, not blocking. */
+	wrs[0].next = NULL;
+	assert_int_equal(P->post(e->qa, &wrs[0], &bad), -ENOMEM);
+	assert_ptr_equal(bad, &wrs[0]);
+	/* The target reads again: all of it arrives. */
+	e->nwc = 0;
+	pump_until(e, QP_LEN / 16);
+	for (int i = 0; i < (int)(QP_LEN / 16); i++)
+		assert_wc(&e->wc[i], (uint64_t)(16 * i + 15), NIC_WC_SUCCESS);
+	assert_memory_equal(e->rbuf, e->lbuf, 8 << 20);
+	{
+		struct tcp_counters c;
+
+		tcp_get_counters(e->a, &c);
+		assert_int_equal(c.sq_overflows, 1);
+	}
+}
+
+static void test_not_connected_and_limits(void **state)
+{
+	struct env *e = *state;
+	struct nic_qp *q;
+	struct nic_cq *cq2;
+	struct nic_wr w = mkwr(e, NIC_OP_WRITE, 1, 0, 0, 64, 1);
+	struct nic_wr *bad = NULL;
+	struct nic_qp_info info = { .qpn = 5 };
+	struct nic_addr aa;
+
+	assert_int_equal(P->qp_create(e->a, e->cqa, 4, &q), 0);
+	assert_int_equal(P->post(q, &w, &bad), -ENOTCONN);
+	assert_ptr_equal(bad, &w);
+	P->qp_destroy(q);
+	assert_int_equal(P->qp_create(e->a, e->cqa, 0, &q), -EINVAL);
+	assert_int_equal(P->qp_create(e->a, e->cqa, 16385, &q), -EINVAL);
+	assert_int_equal(P->qp_create(e->b, e->cqa, 4, &q), -EINVAL);
+	assert_int_equal(P->cq_create(e->a, 0, &cq2), -EINVAL);
+	/* A QP on a second CQ cannot wait for a dial: the first CQ serves. */
+	assert_int_equal(P->cq_create(e->b, 16, &cq2), 0);
+	assert_int_equal(P->qp_create(e->b, cq2, 1, &q), 0);
+	P->addr(e->a, &aa);
+	assert_int_equal(P->qp_connect(q, &aa, &info), -EINVAL);
+	P->qp_destroy(q);
+	P->cq_destroy(cq2);
+	/* An unknown op. */
+	w.op = 7;
+	assert_int_equal(P->post(e->qa, &w, &bad), -EINVAL);
+}
+
+/* More signalled CQEs than the CQ holds: counted and said once, never silent. */
+static void test_cq_overflow(void **state)
+{
+	struct nic *a, *b;
+	struct nic_cq *small, *cqb;
+	struct nic_qp *qa, *qb;
+	struct nic_mr lmr, rmr;
+	struct nic_wr wrs[8];
+	struct nic_wc wc[8];
+	struct tcp_counters c;
+	uint8_t *lbuf = calloc(1, 4096), *rbuf = calloc(1, 4096);
+	int got = 0, ovf = 0;
+	uint64_t end = now_ms() + 5000;
+
+	(void)state;
+	assert_int_equal(P->open("tcp", &a), 0);
+	assert_int_equal(P->open("tcp", &b), 0);
+	assert_int_equal(P->cq_create(a, 4, &small), 0);
+	assert_int_equal(P->cq_create(b, 16, &cqb), 0);
+	assert_int_equal(P->qp_create(a, small, 8, &qa), 0);
+	assert_int_equal(P->qp_create(b, cqb, 1, &qb), 0);
+	assert_int_equal(P->reg_mr(a, lbuf, 4096, NIC_ACCESS_ALL, &lmr), 0);
+	assert_int_equal(P->reg_mr(b, rbuf, 4096, NIC_ACCESS_ALL, &rmr), 0);
+	handshake(a, qa, b, qb);
+	for (int i = 0; i < 8; i++)
+		wrs[i] = (struct nic_wr){ .wr_id = (uint64_t)i, .local = (uintptr_t)lbuf,
+					  .remote = (uintptr_t)rbuf, .len = 64, .lkey = lmr.lkey,
+					  .rkey = rmr.rkey, .op = NIC_OP_WRITE, .signaled = 1 };
+	chain(wrs, 8);
+	assert_int_equal(P->post(qa, wrs, NULL), 0);
+	while (now_ms() < end) {
+		int n;
+
+		P->poll(cqb, 8, wc);
+		n = P->poll(small, 1, wc);
+		if (n == -EOVERFLOW)
+			ovf++;
+		else if (n > 0)
+			got += n;
+		tcp_get_counters(a, &c);
+		if (got + (int)c.cq_overflows == 8 && ovf)
+			break;
+	}
+	/* Said at least once, and every CQE either delivered or counted. */
+	assert_true(ovf >= 1);
+	tcp_get_counters(a, &c);
+	assert_int_equal(got + (int)c.cq_overflows, 8);
+	P->close(a); /* frees its CQs and QPs */
+	P->close(b);
+	free(lbuf);
+	free(rbuf);
+}
+
+/* ---- a target core in its own thread ------------------------------------ */
+
+struct poller {
+	struct nic_cq *cq;
+	int stop;
+	uint64_t polls;
+};
+
+static void *poller_main(void *arg)
+{
+	struct poller *p = arg;
+	struct nic_wc wc[16];
+
+	while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+		assert_true(P->poll(p->cq, 16, wc) == 0);
+		p->polls++;
+	}
+	return NULL;
+}
+
+/* The control path destroys QPs and deregisters memory while the target's
+ * core serves them (TSan checks the orderings). */
+static void test_threads(void **state)
+{
+	(void)state;
+	struct nic *a, *b;
+	struct nic_cq *cqa, *cqb;
+	struct poller pl = { 0 };
+	pthread_t t;
+	size_t len = 1 << 20;
+	uint8_t *lbuf = calloc(1, len), *rbuf = calloc(1, len);
+
+	assert_int_equal(P->open("tcp@127.0.0.1", &a), 0);
+	assert_int_equal(P->open("tcp@127.0.0.1", &b), 0);
+	assert_int_equal(P->cq_create(a, 256, &cqa), 0);
+	assert_int_equal(P->cq_create(b, 256, &cqb), 0);
+	pl.cq = cqb;
+	assert_int_equal(pthread_create(&t, NULL, poller_main, &pl), 0);
+	for (int round = 0; round < 20; round++) {
+		struct nic_mr lmr, rmr;
+		struct nic_qp *qa, *qb;
+		struct nic_wr wrs[16];
+		struct nic_wc wc[16];
+		int got = 0;
+		uint64_t end = now_ms() + 5000;
+
+		memset(lbuf, round + 1, len);
+		assert_int_equal(P->reg_mr(a, lbuf, len, NIC_ACCESS_ALL, &lmr), 0);
+		assert_int_equal(P->reg_mr(b, rbuf, len, NIC_ACCESS_ALL, &rmr), 0);
+		assert_int_equal(P->qp_create(a, cqa, 16, &qa), 0);
+		assert_int_equal(P->qp_create(b, cqb, 1, &qb), 0);
+		handshake(a, qa, b, qb);
+		for (int i = 0; i < 16; i++)
+			wrs[i] = (struct nic_wr){ .wr_id = (uint64_t)i,
+						  .local = (uintptr_t)lbuf + (size_t)i * 65536,
+						  .remote = (uintptr_t)rbuf + (size_t)i * 65536,
+						  .len = 65536, .lkey = lmr.lkey, .rkey = rmr.rkey,
+						  .op = (uint8_t)(i & 1), .signaled = 1 };
+		chain(wrs, 16);
+		assert_int_equal(P->post(qa, wrs, NULL), 0);
+		if (round % 2 == 0) {
+			/* All of it, then tear down. */
+			while (got < 16 && now_ms() < end) {
+				int n = P->poll(cqa, 16, wc);
+
+				assert_true(n >= 0);
+				for (int i = 0; i < n; i++)
+					assert_int_equal(wc[i].status, NIC_WC_SUCCESS);
+				got += n;
+			}
+			assert_int_equal(got, 16);
+		} else {
+			/* Pull the target's memory and QP from under its core. */
+			assert_int_equal(P->dereg_mr(b, &rmr), 0);
+			P->qp_destroy(qb);
+			qb = NULL;
+			while (got < 16 && now_ms() < end) {
+				int n = P->poll(cqa, 16, wc);
+
+				assert_true(n >= 0);
+				got += n;
+			}
+			assert_int_equal(got, 16);
+		}
+		P->qp_destroy(qa);
+		if (qb) {
+			P->qp_destroy(qb);
+			assert_int_equal(P->dereg_mr(b, &rmr), 0);
+		}
+		assert_int_equal(P->dereg_mr(a, &lmr), 0);
+	}
+	__atomic_store_n(&pl.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(t, NULL);
+	assert_true(pl.polls > 0);
+	P->cq_destroy(cqa);
+	P->cq_destroy(cqb);
+	P->close(a);
+	P->close(b);
+	free(lbuf);
+	free(rbuf);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_registry),
+		cmocka_unit_test(test_open_addr_caps),
+#define T(f) cmocka_unit_test_setup_teardown(f, env_setup, env_teardown)
+		T(test_qp_info_roles),
+		T(test_write_read_random),
+		T(test_selective_signalling),
+		T(test_read_then_write),
+		T(test_zero_length),
+		T(test_bad_rkey),
+		T(test_bad_range),
+		T(test_write_refused),
+		T(test_bad_lkey),
+		T(test_set_error),
+		T(test_peer_closes),
+		T(test_hello_wrong_secret),
+		T(test_no_hello),
+		T(test_violation_after_hello),
+		T(test_read_too_big),
+		T(test_backpressure),
+		T(test_not_connected_and_limits),
+#undef T
+		cmocka_unit_test(test_cq_overflow),
+		cmocka_unit_test(test_threads),
+	};
+
+	/* The provider's messages go to stderr; cmocka's summary to stdout. */
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
