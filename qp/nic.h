@@ -126,6 +126,11 @@ struct nic_provider {
 	int (*open)(const char *dev, struct nic **out);
 	void (*close)(struct nic *nic);
 	void (*caps)(const struct nic *nic, struct nic_caps *out);
+	/* The cluster key (len bytes) that the provider's own connections
+	 * prove (tcp: each data connection's HELLO); NULL for providers whose
+	 * peers meet only through the control plane.  Control path, before
+	 * any QP. */
+	int (*set_key)(struct nic *nic, const uint8_t *key, size_t len);
 	void (*addr)(const struct nic *nic, struct nic_addr *out);
 	/* Register [addr, addr+len) for local use and the remote accesses in
 	 * access (NIC_ACCESS_*): a peer's WR that the region does not allow

@@ -126,7 +126,7 @@ int tcp_frame_decode(const uint8_t *buf, size_t len, struct tcp_frame *out)
 
 /*
  * HELLO body: 0 u32 magic, 4 u16 version, 6 u16 flags (0), 8 u32 qpn,
- * 12 u32 max_frame, 16 secret[16].
+ * 12 u32 max_frame, 16 secret[16], 32 mac[32].
  */
 void tcp_hello_encode(const struct tcp_hello *h, uint8_t *buf)
 {
@@ -136,6 +136,7 @@ void tcp_hello_encode(const struct tcp_hello *h, uint8_t *buf)
 	put32(buf + 8, h->qpn);
 	put32(buf + 12, h->max_frame);
 	memcpy(buf + 16, h->secret, TCP_SECRET_LEN);
+	memcpy(buf + 32, h->mac, TCP_MAC_LEN);
 }
 
 int tcp_hello_decode(const uint8_t *buf, size_t len, struct tcp_hello *out)
@@ -158,16 +159,27 @@ int tcp_hello_decode(const uint8_t *buf, size_t len, struct tcp_hello *out)
 		return rc;
 	}
 	memcpy(out->secret, buf + 16, TCP_SECRET_LEN);
+	memcpy(out->mac, buf + 32, TCP_MAC_LEN);
 	return 0;
+}
+
+static int bytes_equal(const uint8_t *a, const uint8_t *b, unsigned n)
+{
+	volatile uint8_t d = 0; /* volatile: the compiler may not stop early */
+
+	for (unsigned i = 0; i < n; i++)
+		d = (uint8_t)(d | (a[i] ^ b[i]));
+	return d == 0;
 }
 
 int tcp_secret_equal(const uint8_t *a, const uint8_t *b)
 {
-	volatile uint8_t d = 0; /* volatile: the compiler may not stop early */
+	return bytes_equal(a, b, TCP_SECRET_LEN);
+}
 
-	for (unsigned i = 0; i < TCP_SECRET_LEN; i++)
-		d = (uint8_t)(d | (a[i] ^ b[i]));
-	return d == 0;
+int tcp_mac_equal(const uint8_t *a, const uint8_t *b)
+{
+	return bytes_equal(a, b, TCP_MAC_LEN);
 }
 
 const char *tcp_frame_strerror(int err)

@@ -14,10 +14,13 @@
  *  12  u32 rkey     the target region's key (WRITE, READ_REQ)
  *  16  u64 addr     the target address (WRITE, READ_REQ)
  *
- * HELLO (both ways, the first frame on a connection) carries a 32-byte
+ * HELLO (both ways, the first frame on a connection) carries a 64-byte
  * body: magic "FTCP", version, the qpn and secret of the QP the sender
  * wants to reach (the peer's, as the control-plane handshake gave them),
- * the largest frame the sender accepts.  The initiator's WRITE carries its
+ * the largest frame the sender accepts, and a MAC: with a cluster key,
+ * the sender's proof that it holds the key (qp/auth: HMAC over its role
+ * and both QPs' secrets, so a proof is good for one connection, one way);
+ * without one, 32 zero bytes.  The initiator's WRITE carries its
  * payload; READ_REQ none; the target answers each READ_REQ with a
  * READ_RESP (the bytes) and acknowledges WRITEs with ACK, cumulatively:
  * ACK seq n or READ_RESP seq n says every request up to n is done.  A
@@ -34,10 +37,11 @@
 #include <stdint.h>
 
 #define TCP_HDR_LEN 24u
-#define TCP_HELLO_LEN 32u                /* HELLO's body */
+#define TCP_HELLO_LEN 64u                /* HELLO's body */
 #define TCP_HELLO_MAGIC 0x50435446u      /* "FTCP" little endian */
-#define TCP_VERSION 1u
+#define TCP_VERSION 2u                   /* 2: the HELLO's MAC */
 #define TCP_SECRET_LEN 16u
+#define TCP_MAC_LEN 32u
 #define TCP_MAX_FRAME (1u << 30)         /* 1 GiB: the cap of any frame's len */
 #define TCP_MIN_FRAME 4096u              /* a peer must accept frames this big */
 
@@ -69,6 +73,7 @@ struct tcp_hello {
 	uint32_t qpn;        /* the QP the sender wants: the receiver's own */
 	uint32_t max_frame;  /* the largest len the sender accepts */
 	uint8_t secret[TCP_SECRET_LEN];
+	uint8_t mac[TCP_MAC_LEN];   /* the key's proof (zero: no key) */
 };
 
 /* Encode f into buf (TCP_HDR_LEN bytes); f must be valid (asserted in debug). */
@@ -95,6 +100,7 @@ static inline uint32_t tcp_frame_payload(const struct tcp_frame *f)
 
 /* Constant time: compares every byte whatever the first difference. */
 int tcp_secret_equal(const uint8_t *a, const uint8_t *b);
+int tcp_mac_equal(const uint8_t *a, const uint8_t *b);
 
 /* Why a frame or HELLO was refused, for the logs. */
 const char *tcp_frame_strerror(int err);

@@ -223,14 +223,16 @@ static bool resp_index(struct tcp_qp *qp, uint32_t seq, uint32_t *i)
 	return true;
 }
 
-/* The target's HELLO: our own qpn and secret, as we gave them. */
+/* The target's HELLO: our own qpn and secret, as we gave them, and its
+ * proof of the cluster key. */
 static int init_hello(struct tcp_qp *qp)
 {
 	struct tcp_hello h;
 
 	if (tcp_hello_decode(qp->hello_rx, TCP_HELLO_LEN, &h))
 		return -EPROTO;
-	if (h.qpn != qp->qpn || !tcp_secret_equal(h.secret, qp->secret))
+	if (h.qpn != qp->qpn || !tcp_secret_equal(h.secret, qp->secret) ||
+	    !tcp_mac_equal(h.mac, qp->mac_expect))
 		return -EACCES;
 	qp->peer_max = h.max_frame;
 	qp->hello_ok = true;
@@ -297,7 +299,8 @@ static void init_rx_fail(struct tcp_qp *qp, int rc)
 		break;
 	case -EACCES:
 		qp->cq->cnt[TC_VIOLATIONS]++;
-		init_fail(qp, NIC_WC_RETRY_EXC_ERR, "the peer's HELLO names another QP or secret", 0);
+		init_fail(qp, NIC_WC_RETRY_EXC_ERR, "the peer's HELLO names another QP or secret, or lacks the "
+			  "cluster key's proof", 0);
 		break;
 	case -EPROTO:
 	case -EPROTONOSUPPORT:

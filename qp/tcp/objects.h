@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <sys/epoll.h>
 
+#include "qp/auth/auth.h"
 #include "qp/nic.h"
 #include "qp/tcp/frame.h"
 #include "qp/tcp/tcp.h"
@@ -187,6 +188,7 @@ struct tcp_qp {
 	uint32_t peer_qpn;
 	uint32_t peer_psn;         /* target: the first seq expected */
 	uint8_t hello_tx[TCP_HELLO_LEN]; /* target: the HELLO body we answer with */
+	uint8_t mac_expect[TCP_MAC_LEN]; /* what the peer's HELLO must prove (zero: no key) */
 
 	/* The connection: the owning core's once state is published. */
 	int fd;
@@ -272,6 +274,8 @@ struct tcp_ctx {
 	uint32_t nmr;              /* live MRs (ctx->lock) */
 	uint32_t mr_cursor;        /* where reg_mr looks for a free slot (ctx->lock) */
 	uint32_t qp_cursor;        /* where qp_create looks (ctx->lock) */
+	bool has_key;              /* set_key: before any QP, then read-only */
+	struct auth_key key;       /* the cluster key every HELLO proves */
 
 	/* Rate limit of the connection-level messages (any thread, relaxed). */
 	uint64_t log_window_ms;

@@ -168,6 +168,41 @@ uint32_t tcp_qp_num(const struct nic_qp *nqp)
 	return ((const struct tcp_qp *)(const void *)nqp)->qpn;
 }
 
+_Static_assert(TCP_MAC_LEN == AUTH_MAC_LEN, "a HELLO carries one qp/auth proof");
+
+/* A side of a connection as the proofs name it: its QP's secret and number. */
+static void hello_nonce(uint8_t out[AUTH_NONCE_LEN], const uint8_t *secret, uint32_t qpn)
+{
+	memset(out, 0, AUTH_NONCE_LEN);
+	memcpy(out, secret, TCP_SECRET_LEN);
+	for (unsigned i = 0; i < 4; i++)
+		out[TCP_SECRET_LEN + i] = (uint8_t)(qpn >> (8 * i));
+}
+
+/*
+ * The two proofs of the connection from initiator QP (sec_i, qpn_i) to
+ * target QP (sec_t, qpn_t): the initiator's HELLO carries client, the
+ * target's server.  Both secrets are fresh random bytes per QP, handed out
+ * only over the (authenticated) control plane, so a proof is good for this
+ * connection alone.  Zero without a key.  Control path: the cores only
+ * compare.
+ */
+static void hello_macs(const struct tcp_ctx *ctx, const uint8_t *sec_i, uint32_t qpn_i,
+		       const uint8_t *sec_t, uint32_t qpn_t, uint8_t client[TCP_MAC_LEN],
+		       uint8_t server[TCP_MAC_LEN])
+{
+	uint8_t nc[AUTH_NONCE_LEN], ns[AUTH_NONCE_LEN];
+
+	memset(client, 0, TCP_MAC_LEN);
+	memset(server, 0, TCP_MAC_LEN);
+	if (!ctx->has_key)
+		return;
+	hello_nonce(nc, sec_i, qpn_i);
+	hello_nonce(ns, sec_t, qpn_t);
+	auth_proof(&ctx->key, AUTH_CLIENT, nc, ns, client);
+	auth_proof(&ctx->key, AUTH_SERVER, nc, ns, server);
+}
+
 /* Target: remember the initiator's QP (for the HELLO back) and wait for its dial. */
 static int tcp_expect(struct tcp_qp *qp, const struct nic_qp_info *rqp)
 {
@@ -178,6 +213,7 @@ static int tcp_expect(struct tcp_qp *qp, const struct nic_qp_info *rqp)
 	if (!rqp->qpn)
 		return -EINVAL;
 	memcpy(h.secret, rqp->secret, sizeof(h.secret));
+	hello_macs(ctx, rqp->secret, rqp->qpn, qp->secret, qp->qpn, qp->mac_expect, h.mac);
 	tcp_hello_encode(&h, qp->hello_tx);
 	qp->peer_qpn = rqp->qpn;
 	qp->peer_psn = rqp->psn & TCP_PSN_MASK;
@@ -235,8 +271,10 @@ static int tcp_dial_fd(const struct sockaddr_in *to, uint64_t deadline_ms)
 	return fd;
 }
 
-/* HELLO: the target QP's qpn and secret, as its qp_info gave them. */
-static int tcp_send_hello(int fd, const struct nic_qp_info *rqp, uint64_t deadline_ms)
+/* HELLO: the target QP's qpn and secret, as its qp_info gave them, and
+ * our proof of the key; qp->mac_expect is then the target's. */
+static int tcp_send_hello(struct tcp_qp *qp, int fd, const struct nic_qp_info *rqp,
+			  uint64_t deadline_ms)
 {
 	uint8_t buf[TCP_HDR_LEN + TCP_HELLO_LEN];
 	struct tcp_frame f = { .type = TCP_F_HELLO, .len = TCP_HELLO_LEN };
@@ -244,6 +282,7 @@ static int tcp_send_hello(int fd, const struct nic_qp_info *rqp, uint64_t deadli
 	size_t off = 0;
 
 	memcpy(h.secret, rqp->secret, sizeof(h.secret));
+	hello_macs(qp->ctx, qp->secret, qp->qpn, rqp->secret, rqp->qpn, h.mac, qp->mac_expect);
 	tcp_frame_encode(&f, buf);
 	tcp_hello_encode(&h, buf + TCP_HDR_LEN);
 	while (off < sizeof(buf)) {
@@ -275,7 +314,7 @@ static int tcp_dial(struct tcp_qp *qp, const struct sockaddr_in *to, const struc
 	fd = tcp_dial_fd(to, deadline);
 	if (fd < 0)
 		return fd;
-	rc = tcp_send_hello(fd, rqp, deadline);
+	rc = tcp_send_hello(qp, fd, rqp, deadline);
 	if (rc == 0) {
 		qp->fd = fd;
 		qp->peer_qpn = rqp->qpn;

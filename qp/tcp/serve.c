@@ -127,6 +127,8 @@ static const char *bind_refusal(struct tcp_cq *cq, struct tcp_qp *qp, const stru
 		return "the QP is connected already";
 	if (!tcp_secret_equal(h->secret, qp->secret))
 		return "wrong secret";
+	if (!tcp_mac_equal(h->mac, qp->mac_expect))
+		return "no proof of our cluster key (a wrong key, or a key on one side only)";
 	return NULL;
 }
 

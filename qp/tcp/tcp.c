@@ -236,6 +236,7 @@ static void tcp_close(struct nic *n)
 	for (unsigned i = 0; i < TCP_MR_CHUNKS; i++)
 		free(ctx->mr[i]);
 	pthread_mutex_destroy(&ctx->lock);
+	auth_wipe(&ctx->key, sizeof(ctx->key));
 	free(ctx);
 }
 
@@ -278,6 +279,20 @@ int tcp_addr_decode(const struct nic_addr *a, struct sockaddr_in *out)
 uint16_t tcp_port(const struct nic *n)
 {
 	return ntohs(((const struct tcp_ctx *)(const void *)n)->sa.sin_port);
+}
+
+/* Control path, before any QP (the engine, right after open). */
+static int tcp_set_key(struct nic *n, const uint8_t *key, size_t len)
+{
+	struct tcp_ctx *ctx = tcp_ctx_of(n);
+
+	if (!key || len != sizeof(ctx->key.k))
+		return -EINVAL;
+	pthread_mutex_lock(&ctx->lock);
+	memcpy(ctx->key.k, key, len);
+	ctx->has_key = true;
+	pthread_mutex_unlock(&ctx->lock);
+	return 0;
 }
 
 static void tcp_describe(const struct nic *n, char *buf, size_t len)
@@ -546,6 +561,7 @@ const struct nic_provider nic_tcp_provider = {
 	.open = tcp_open,
 	.close = tcp_close,
 	.caps = tcp_caps,
+	.set_key = tcp_set_key,
 	.addr = tcp_addr,
 	.reg_mr = tcp_reg_mr,
 	.dereg_mr = tcp_dereg_mr,

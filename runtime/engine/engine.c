@@ -104,6 +104,14 @@ static int engine_auth(struct ferry_engine *e)
 	}
 	ctl_set_auth(&e->ctl, &key);
 	rc = ctl_client_init(&e->client, &key);
+	/* The data connections a provider makes itself (tcp) prove it too. */
+	for (unsigned i = 0; rc == 0 && i < e->ncores; i++)
+		for (unsigned t = 0; rc == 0 && t < e->ntx; t++) {
+			struct qctx *q = &e->cores[i]->tx[t];
+
+			if (q->prov->set_key)
+				rc = q->prov->set_key(q->nic, key.k, sizeof(key.k));
+		}
 	auth_wipe(&key, sizeof(key));
 	if (!rc && e->opts.verbose)
 		log_info("control plane: peers must prove they hold the key of %s", path);

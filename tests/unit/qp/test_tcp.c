@@ -177,6 +177,82 @@ static int env_teardown(void **state)
 	return 0;
 }
 
+/*
+ * Cluster keys on the data connections: a WRITE gets through only when
+ * both contexts hold the same key, or neither has one; otherwise the
+ * target refuses the HELLO (nothing written) and the WR fails as a lost
+ * connection would.  ka/kb: the contexts' keys, NULL for none.
+ */
+static int keyed_write(const uint8_t *ka, const uint8_t *kb, bool *untouched)
+{
+	struct env e = { 0 };
+	struct nic_wr wr;
+	struct nic_wr *bad;
+	uint8_t snap[4096];
+	int status;
+
+	assert_int_equal(P->open("tcp@127.0.0.1", &e.a), 0);
+	assert_int_equal(P->open("tcp@127.0.0.1", &e.b), 0);
+	assert_int_equal(P->set_key(e.a, (const uint8_t *)"short", 5), -EINVAL);
+	if (ka)
+		assert_int_equal(P->set_key(e.a, ka, 32), 0);
+	if (kb)
+		assert_int_equal(P->set_key(e.b, kb, 32), 0);
+	assert_int_equal(P->cq_create(e.a, CQ_LEN, &e.cqa), 0);
+	assert_int_equal(P->cq_create(e.b, CQ_LEN, &e.cqb), 0);
+	assert_int_equal(P->qp_create(e.a, e.cqa, QP_LEN, &e.qa), 0);
+	assert_int_equal(P->qp_create(e.b, e.cqb, 1, &e.qb), 0);
+	handshake(e.a, e.qa, e.b, e.qb);
+	e.lbuf = aligned_alloc(4096, 4096);
+	e.rbuf = aligned_alloc(4096, 4096);
+	assert_non_null(e.lbuf);
+	assert_non_null(e.rbuf);
+	fill(e.lbuf, 4096, 11);
+	fill(e.rbuf, 4096, 12);
+	memcpy(snap, e.rbuf, sizeof(snap));
+	assert_int_equal(P->reg_mr(e.a, e.lbuf, 4096, NIC_ACCESS_ALL, &e.lmr), 0);
+	assert_int_equal(P->reg_mr(e.b, e.rbuf, 4096, NIC_ACCESS_ALL, &e.rmr), 0);
+	wr = (struct nic_wr){ .wr_id = 1, .local = (uintptr_t)e.lbuf, .remote = (uintptr_t)e.rbuf,
+			      .len = 4096, .lkey = e.lmr.lkey, .rkey = e.rmr.rkey,
+			      .op = NIC_OP_WRITE, .signaled = 1 };
+	assert_int_equal(P->post(e.qa, &wr, &bad), 0);
+	pump_until(&e, 1);
+	status = e.wc[0].status;
+	if (status == NIC_WC_SUCCESS)
+		assert_memory_equal(e.rbuf, e.lbuf, 4096);
+	*untouched = memcmp(e.rbuf, snap, sizeof(snap)) == 0;
+	assert_int_equal(P->dereg_mr(e.a, &e.lmr), 0);
+	assert_int_equal(P->dereg_mr(e.b, &e.rmr), 0);
+	P->qp_destroy(e.qa);
+	P->qp_destroy(e.qb);
+	P->cq_destroy(e.cqa);
+	P->cq_destroy(e.cqb);
+	P->close(e.a);
+	P->close(e.b);
+	free(e.lbuf);
+	free(e.rbuf);
+	return status;
+}
+
+static void test_cluster_key(void **state)
+{
+	uint8_t k1[32], k2[32];
+	bool untouched;
+
+	(void)state;
+	memset(k1, 0x11, sizeof(k1));
+	memset(k2, 0x11, sizeof(k2));
+	k2[31] ^= 1;
+	assert_int_equal(keyed_write(k1, k1, &untouched), NIC_WC_SUCCESS);
+	assert_int_equal(keyed_write(NULL, NULL, &untouched), NIC_WC_SUCCESS);
+	assert_int_equal(keyed_write(k1, k2, &untouched), NIC_WC_RETRY_EXC_ERR);
+	assert_true(untouched);
+	assert_int_equal(keyed_write(NULL, k1, &untouched), NIC_WC_RETRY_EXC_ERR);
+	assert_true(untouched);
+	assert_int_equal(keyed_write(k1, NULL, &untouched), NIC_WC_RETRY_EXC_ERR);
+	assert_true(untouched);
+}
+
 static struct nic_wr mkwr(const struct env *e, enum nic_op op, uint64_t id, size_t loff,
 			  size_t roff, uint32_t len, int signaled)
 {
@@ -1034,6 +1110,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_registry),
 		cmocka_unit_test(test_open_addr_caps),
+		cmocka_unit_test(test_cluster_key),
 #define T(f) cmocka_unit_test_setup_teardown(f, env_setup, env_teardown)
 		T(test_qp_info_roles),
 		T(test_write_read_random),
