@@ -8,8 +8,10 @@
 # ib_read_bw, server on the first device, client on the second) and ferry_bench
 # in two processes (--target on the first device, --connect from the second),
 # same size, same number of outstanding messages (perftest -t N, ferry --batch
-# N), same duration.  Then latency: ib_write_lat -s 8 against ferry_bench --lat
-# --size 8 (and the READ pair).  Prints one table; the raw outputs stay in
+# N, kept in flight), same duration.  Then latency at 8 bytes: ib_write_lat
+# (a half round trip) against ferry_bench --pingpong (a half round trip, served
+# by a --target --pingpong on its own port), ferry's --lat (submit to
+# completion) shown beside it; ib_read_lat against ferry --lat.  Prints one table; the raw outputs stay in
 # $COMPARE_LOGDIR.  ~2.5 minutes in the emulated VM with the defaults (per round).
 #
 # Environment (all optional):
@@ -38,7 +40,7 @@ CMP_NAME=compare-perftest
 B=${B:-build}
 BENCH=${FERRY_BENCH:-$B/ferry_bench}
 SIZES=${COMPARE_SIZES:-64K 1M}
-OPS=${COMPARE_OPS:-write read}
+OPS=${COMPARE_OPS-write read}
 DUR=${COMPARE_DURATION:-5}
 DEPTH=${COMPARE_DEPTH:-128}
 LAT_ITERS=${COMPARE_LAT_ITERS:-2000}
@@ -115,10 +117,14 @@ BUFFER=$((maxsize * DEPTH))
 [ "$BUFFER" -lt $((1 << 20)) ] && BUFFER=$((1 << 20))
 [ "${COMPARE_VERIFY:-0}" = 1 ] && verify=(--verify)
 start_ferry_targets || exit 1
+if [[ " $LAT_OPS " == *" write "* ]]; then
+	FERRY_TARGET_ARGS="${FERRY_TARGET_ARGS:-} --pingpong" \
+		start_ferry_target $((FERRY_PORT + 2)) ferry-target-pingpong || exit 1
+fi
 
 # Each round runs every pair once, perftest then ferry, so that load from
 # elsewhere on a shared host hits both alike; the table shows medians.
-declare -A pt_bw fe_bw fe_err pt_typ pt_p99 fe_typ fe_p99
+declare -A pt_bw fe_bw fe_err pt_typ pt_p99 fe_typ fe_p99 fe_lat
 for ((round = 1; round <= ROUNDS; round++)); do
 	for s in $SIZES; do
 		b=$(bytes "$s")
@@ -144,8 +150,17 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		ferry_run "$name.ferry" "$op" --lat --size 8 -n "$LAT_ITERS" || failed=1
 		a=$(json_num "$LOGDIR/$name.ferry.json" p50)
 		c=$(json_num "$LOGDIR/$name.ferry.json" p99)
-		fe_typ[$op]+=" $a" fe_p99[$op]+=" $c"
 		[ "$a" = - ] && failed=1
+		if [ "$op" = write ]; then
+			# ib_write_lat reports half round trips: so does --pingpong.
+			fe_lat[$op]+=" $a"
+			FERRY_PORT=$((FERRY_PORT + 2)) ferry_run "$name.ferry-pp" write --pingpong \
+				--size 8 -n "$LAT_ITERS" || failed=1
+			a=$(json_num "$LOGDIR/$name.ferry-pp.json" p50)
+			c=$(json_num "$LOGDIR/$name.ferry-pp.json" p99)
+			[ "$a" = - ] && failed=1
+		fi
+		fe_typ[$op]+=" $a" fe_p99[$op]+=" $c"
 	done
 done
 
@@ -164,14 +179,17 @@ for s in $SIZES; do
 	done
 done
 echo
-printf "%-6s %-6s %10s %10s %10s %10s %8s\n" size op "pt_typ_us" "pt_p99_us" "fe_typ_us" \
-	"fe_p99_us" "ferry/pt"
+printf "%-6s %-6s %10s %10s %10s %10s %8s  %s\n" size op "pt_typ_us" "pt_p99_us" "fe_typ_us" \
+	"fe_p99_us" "ferry/pt" "what"
 for op in $LAT_OPS; do
 	# shellcheck disable=SC2086
 	a=$(median ${pt_typ[$op]}) c=$(median ${fe_typ[$op]})
+	what="ib_read_lat vs ferry --lat"
 	# shellcheck disable=SC2086
-	printf "%-6s %-6s %10s %10s %10s %10s %8s\n" 8 "$op" "$a" "$(median ${pt_p99[$op]})" "$c" \
-		"$(median ${fe_p99[$op]})" "$(ratio "$a" "$c")"
+	[ "$op" = write ] && what="ib_write_lat vs ferry --pingpong (half RTT; --lat p50 $(median ${fe_lat[$op]}))"
+	# shellcheck disable=SC2086
+	printf "%-6s %-6s %10s %10s %10s %10s %8s  %s\n" 8 "$op" "$a" "$(median ${pt_p99[$op]})" "$c" \
+		"$(median ${fe_p99[$op]})" "$(ratio "$a" "$c")" "$what"
 done
 echo
 echo "(MB/s = 10^6 bytes/s, medians of $ROUNDS round(s); perftest: -x $GID -F -t $DEPTH -D $DUR${PERFTEST_ARGS:+ $PERFTEST_ARGS}," \

@@ -103,6 +103,12 @@ struct ferry_opts {
 	                        *   0600 (group/other-readable is refused); every control
 	                        *   and tcp data connection proves both sides hold it.
 	                        *   NULL = no authentication */
+	/* Added in 0.3. */
+	uint32_t idle_linger_us; /**< adaptive idle: after its last work a core keeps polling
+	                        *   (spinning, yielding now and then) this long before it
+	                        *   sleeps, so that the next request of a ping-pong or of
+	                        *   a serving loop's next step finds it awake; 0 = sleep at
+	                        *   once; at most 1000000 (default 50) */
 };
 
 /** Operation of a request, seen from the initiator. */

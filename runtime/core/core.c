@@ -516,9 +516,10 @@ static void *core_main(void *arg)
 		work = core_pass(c);
 		ferry_tsan_release(&c->e->tsan_gp);
 		urcu_qsbr_quiescent_state();
-		if (work)
+		if (work) {
 			c->idle_loops = 0;
-		else
+			c->last_work = t0;
+		} else
 			core_idle(c);
 		t1 = ferry_tsc();
 		core_account_time(c, t0, t1, work);
@@ -582,6 +583,7 @@ static void core_set_limits(struct ferry_core *c, const struct ferry_opts *o)
 	c->timeout_ticks = ferry_ms_to_tsc(o->timeout_ms);
 	c->sweep_ticks = ferry_ms_to_tsc(SWEEP_MS);
 	c->reask_ticks = ferry_ms_to_tsc(REPAIR_REASK_MS);
+	c->linger_ticks = ferry_ms_to_tsc(o->idle_linger_us) / 1000;
 	c->rail.errors = o->rail_errors;
 	c->rail.window = ferry_ms_to_tsc(o->rail_window_ms);
 	c->rail.pause_min = ferry_ms_to_tsc(o->rail_pause_ms);

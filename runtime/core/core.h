@@ -101,6 +101,8 @@ struct ferry_core {
 	struct parked_part parked[PARK_MAX];
 	uint32_t n_parked;
 	uint32_t idle_loops;
+	uint64_t last_work;            /* ticks: the last pass that did something */
+	uint64_t linger_ticks;         /* opts.idle_linger_us: poll this long before sleeping */
 	uint64_t now;                  /* ticks: the clock of this loop pass */
 	uint32_t cancel_seen;          /* the engine's cancel_epoch last acted on */
 	uint64_t next_sweep;           /* ticks: next timeout/repair/pause sweep */

@@ -206,12 +206,32 @@ static void core_idle_wait(struct ferry_core *c)
 	c->idle_loops = 0;
 }
 
+/*
+ * Shortly after work: keep polling.  A ping-pong's answer or a serving
+ * loop's next request usually follows within microseconds, and a core
+ * asleep costs a wake-up through the scheduler (tens of microseconds on a
+ * host, close to a millisecond in an emulated VM) on every message.  The
+ * yield every 64 checks leaves the CPU to a thread it shares it with.
+ */
+static bool core_linger(struct ferry_core *c)
+{
+	if (c->now - c->last_work >= c->linger_ticks)
+		return false;
+	if ((++c->idle_loops & 63) == 0)
+		sched_yield();
+	else
+		ferry_cpu_relax();
+	return true;
+}
+
 void core_idle(struct ferry_core *c)
 {
 	if (c->e->opts.idle == FERRY_IDLE_SPIN) {
 		ferry_cpu_relax();
 		return;
 	}
+	if (core_linger(c))
+		return;
 	if (core_in_flight(c))
 		core_idle_busy(c);
 	else

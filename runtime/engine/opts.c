@@ -67,6 +67,7 @@ static void opts_fill_defaults(struct ferry_opts *o)
 	o->name = NULL;
 	o->metadata = "p2p";
 	o->secret_file = NULL;
+	o->idle_linger_us = 50;
 }
 
 /* Copy the first n bytes of src over dst: the fields a caller's version has. */
@@ -424,6 +425,7 @@ static const struct env_num env_nums[] = {
 	{ "FERRY_KEEPALIVE_MS", offsetof(struct ferry_opts, keepalive_ms), 0 },
 	{ "FERRY_LEASE_MS", offsetof(struct ferry_opts, lease_ms), 0 },
 	{ "FERRY_EP_CACHE", offsetof(struct ferry_opts, ep_cache), 0 },
+	{ "FERRY_IDLE_LINGER_US", offsetof(struct ferry_opts, idle_linger_us), 0 },
 };
 
 static unsigned suffix_shift(char c)
@@ -636,6 +638,8 @@ static int check_ring_size(uint32_t v, char *err, size_t errlen)
 	return 0;
 }
 
+#define IDLE_LINGER_MAX_US 1000000u
+
 static int check_nics_idle(const struct ferry_opts *o, char *err, size_t errlen)
 {
 	if (!o->nics || !*o->nics) {
@@ -644,6 +648,11 @@ static int check_nics_idle(const struct ferry_opts *o, char *err, size_t errlen)
 	}
 	if (o->idle != FERRY_IDLE_ADAPTIVE && o->idle != FERRY_IDLE_SPIN) {
 		errf(err, errlen, "idle %d is not a policy (0 adaptive, 1 spin)", (int)o->idle);
+		return -EINVAL;
+	}
+	if (o->idle_linger_us > IDLE_LINGER_MAX_US) {
+		errf(err, errlen, "idle_linger_us %u is above %u (1 s)", o->idle_linger_us,
+		     IDLE_LINGER_MAX_US);
 		return -EINVAL;
 	}
 	return 0;

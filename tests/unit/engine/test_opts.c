@@ -86,6 +86,7 @@ static void test_defaults(void **state)
 	assert_int_equal(o.verbose, 0);
 	assert_int_equal(o.counters, 1);
 	assert_int_equal(o.ep_cache, 128);
+	assert_int_equal(o.idle_linger_us, 50);
 	assert_int_equal(o.keepalive_ms, 5000);
 	assert_int_equal(o.rail_errors, 3);
 	assert_int_equal(o.rail_window_ms, 100);
@@ -225,7 +226,7 @@ static const char *const env_vars[] = {
 	"FERRY_CORES", "FERRY_NICS", "FERRY_LISTEN", "FERRY_SLICE_SIZE",
 	"FERRY_QPS_PER_EP", "FERRY_WRS_PER_QP", "FERRY_CQES", "FERRY_SIGNAL_EVERY",
 	"FERRY_RING_SIZE", "FERRY_RETRIES", "FERRY_TIMEOUT_MS", "FERRY_IDLE",
-	"FERRY_VERBOSE", "FERRY_COUNTERS", "FERRY_EP_CACHE", "FERRY_KEEPALIVE_MS",
+	"FERRY_VERBOSE", "FERRY_COUNTERS", "FERRY_EP_CACHE", "FERRY_IDLE_LINGER_US", "FERRY_KEEPALIVE_MS",
 	"FERRY_LEASE_MS", "FERRY_RAIL_ERRORS", "FERRY_RAIL_WINDOW_MS", "FERRY_RAIL_PAUSE_MS",
 	"FERRY_RAIL_PAUSE_MAX_MS",
 };
@@ -316,6 +317,7 @@ static void test_env_good(void **state)
 	setenv("FERRY_VERBOSE", "1", 1);
 	setenv("FERRY_COUNTERS", "0", 1);
 	setenv("FERRY_EP_CACHE", "16", 1);
+	setenv("FERRY_IDLE_LINGER_US", "0", 1);
 	setenv("FERRY_LEASE_MS", "0", 1);
 	setenv("FERRY_RAIL_PAUSE_MAX_MS", "500", 1);
 	ferry_opts_default(&o);
@@ -335,6 +337,7 @@ static void test_env_good(void **state)
 	assert_int_equal(o.verbose, 1);
 	assert_int_equal(o.counters, 0);
 	assert_int_equal(o.ep_cache, 16);
+	assert_int_equal(o.idle_linger_us, 0);
 	assert_int_equal(o.lease_ms, 0);
 	assert_int_equal(o.rail_pause_max_ms, 500);
 	/* Untouched fields keep what the caller had. */
@@ -483,6 +486,9 @@ static void test_check_bounds(void **state)
 	check_field(F(rail_window_ms), 0, 0, "rail_window_ms 0");
 	check_field(F(rail_pause_ms), 2001, 0, "at most rail_pause_max_ms");
 	check_field(F(rail_pause_ms), 2000, 1, NULL);
+	check_field(F(idle_linger_us), 0, 1, NULL);
+	check_field(F(idle_linger_us), 1000000, 1, NULL);
+	check_field(F(idle_linger_us), 1000001, 0, "idle_linger_us 1000001 is above");
 }
 
 static void test_check_strings(void **state)
