@@ -69,6 +69,7 @@ struct notify {
 	pthread_t thread;
 	uint64_t sent;                 /* delivered */
 	uint64_t busy_retries;         /* sends refused -EAGAIN and tried again */
+	uint64_t with_deps;            /* notifications queued behind pending WRITEs */
 };
 
 struct ferry_engine;

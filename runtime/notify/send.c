@@ -156,6 +156,8 @@ int ferry_notify(struct ferry_batch *b, ferry_seg_t seg, const void *msg, uint32
 		rq_refuse(rq, rc);
 		return (int)slot;
 	}
+	if (j->n_deps)
+		fetch_add_relaxed(b->port->e->notify.with_deps, 1); /* statistics */
 	fetch_add_relaxed(b->acct.pending, 1); /* published by the inbox's release */
 	inbox_push(&b->port->e->notify, j);
 	return (int)slot;
@@ -221,6 +223,13 @@ static int job_busy(struct ferry_engine *e, struct notify_job *j, int64_t now)
 	return 1;
 }
 
+/* The next look at the jobs in us at the latest (*wait_us < 0: none asked yet). */
+static void wait_at_most(int64_t *wait_us, int64_t us)
+{
+	if (*wait_us < 0 || *wait_us > us)
+		*wait_us = us;
+}
+
 /*
  * One look at a job: 1 it goes on waiting (*wait_us lowered to when it
  * wants the next look), 0 it ended.
@@ -237,14 +246,12 @@ static int job_step(struct ferry_engine *e, struct notify_job *j, int stop, int6
 	}
 	rc = job_deps_state(j);
 	if (rc == 0) {
-		if (*wait_us > NOTIFY_DEP_POLL_US)
-			*wait_us = NOTIFY_DEP_POLL_US;
+		wait_at_most(wait_us, NOTIFY_DEP_POLL_US);
 		return 1;
 	}
 	now = sock_now_ms();
 	if (rc > 0 && now < j->next_ms) {
-		if (*wait_us > (j->next_ms - now) * 1000)
-			*wait_us = (j->next_ms - now) * 1000;
+		wait_at_most(wait_us, (j->next_ms - now) * 1000);
 		return 1;
 	}
 	if (rc > 0)
@@ -252,8 +259,7 @@ static int job_step(struct ferry_engine *e, struct notify_job *j, int stop, int6
 	if (rc == -EAGAIN) {
 		rc = job_busy(e, j, sock_now_ms());
 		if (rc > 0) {
-			if (*wait_us > j->backoff_ms * 1000)
-				*wait_us = j->backoff_ms * 1000;
+			wait_at_most(wait_us, (int64_t)j->backoff_ms * 1000);
 			return 1;
 		}
 	}
