@@ -75,7 +75,7 @@ struct notify {
 struct ferry_engine;
 
 /* Before ctl_start: the queue bound (0: NOTIF_QUEUE_DEFAULT, rounded up to
- * a power of 2) and the server's handler. */
+ * a power of 2, at least 2) and the server's handler. */
 void notify_init(struct ferry_engine *e, uint32_t queue);
 /* Start the notifier thread.  0 or -errno. */
 int notify_start(struct ferry_engine *e);

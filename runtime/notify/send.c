@@ -311,7 +311,7 @@ static void *notify_main(void *arg)
 
 void notify_init(struct ferry_engine *e, uint32_t queue)
 {
-	uint32_t size = 1;
+	uint32_t size = 2; /* a turn counter tells full from empty only with 2 cells or more */
 
 	if (!queue)
 		queue = NOTIF_QUEUE_DEFAULT;

@@ -11,17 +11,22 @@
  *  - back-pressure: a receiver with a queue of 4 takes 4, answers the rest
  *    "full"; they stay pending at the sender and all arrive, once each,
  *    after the receiver polls;
- *  - many senders: threads with their own ports notify one receiver with a
- *    small queue at once; every notification arrives exactly once;
+ *  - many senders: threads of two engines, each with its own port, notify
+ *    one receiver with a queue of 16 at once while two threads poll it;
+ *    every notification arrives exactly once;
  *  - the cluster key: engines with the same key notify; a sender without
- *    the key, or with another, is refused and queues nothing.
+ *    the key, or with another, is refused and queues nothing;
+ *  - from: a sender with a name (a redis-server the test starts) is named
+ *    by it; ferry_batch_cancel ends a notification that waits for room.
  */
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/harness/harness.h"
+#include "tests/harness/servers.h"
 
 #define BUF (1u << 20)
 #define CHUNK (64u << 10)
@@ -286,47 +291,74 @@ static void *sender_main(void *arg)
 	return NULL;
 }
 
+struct poller {
+	struct ferry_engine *rcv, **snd;
+	uint32_t (*seen)[MS_EACH];     /* atomic counts */
+	uint32_t *got;                 /* atomic: polled by both */
+	int bad;
+};
+
+/* Poll until every notification of every sender came (two pollers at once). */
+static void *poller_main(void *arg)
+{
+	struct poller *pl = arg;
+	struct ferry_notif n[8];
+
+	while (READ_ONCE(*pl->got) < MS_THREADS * MS_EACH) {
+		int k = ferry_notif_poll(pl->rcv, n, 8);
+
+		if (k < 0)
+			pl->bad = 1;
+		for (int i = 0; i < k; i++) {
+			uint32_t v[2];
+
+			memcpy(v, n[i].msg, sizeof(v));
+			if (n[i].len != sizeof(v) || v[0] >= MS_THREADS || v[1] >= MS_EACH ||
+			    strcmp(n[i].from, ferry_engine_address(pl->snd[v[0] % 2])) ||
+			    fetch_add_relaxed(pl->seen[v[0]][v[1]], 1) != 0)
+				pl->bad = 1;
+		}
+		if (k > 0)
+			fetch_add_relaxed(*pl->got, (uint32_t)k);
+		else
+			sched_yield();
+	}
+	return NULL;
+}
+
 static void test_many_senders(void **state)
 {
-	static uint8_t seen[MS_THREADS][MS_EACH];
+	static uint32_t seen[MS_THREADS][MS_EACH];
 	struct ferry_engine *rcv = mk_engine("1", "loop", NULL, 16), *snd[2];
 	struct sender s[MS_THREADS];
-	pthread_t t[MS_THREADS];
-	struct ferry_notif n[32];
-	unsigned got = 0;
+	pthread_t t[MS_THREADS], pt;
+	struct ferry_notif n;
+	uint32_t got = 0;
+	struct poller pl = { .rcv = rcv, .snd = snd, .seen = seen, .got = &got };
+	struct poller pl2;
 
 	(void)state;
 	memset(seen, 0, sizeof(seen));
 	for (int i = 0; i < 2; i++)
 		snd[i] = mk_engine("0", "loop", NULL, 0);
+	pl2 = pl;
 	for (uint32_t i = 0; i < MS_THREADS; i++) {
 		s[i] = (struct sender){ .e = snd[i % 2], .id = i };
 		assert_int_equal(ferry_segment_open(s[i].e, ferry_engine_address(rcv), &s[i].seg), 0);
 		assert_int_equal(pthread_create(&t[i], NULL, sender_main, &s[i]), 0);
 	}
-	while (got < MS_THREADS * MS_EACH) {
-		int k = ferry_notif_poll(rcv, n, 32);
-
-		assert_true(k >= 0);
-		for (int i = 0; i < k; i++) {
-			uint32_t v[2];
-
-			assert_int_equal(n[i].len, sizeof(v));
-			memcpy(v, n[i].msg, sizeof(v));
-			assert_true(v[0] < MS_THREADS && v[1] < MS_EACH);
-			assert_string_equal(n[i].from, ferry_engine_address(snd[v[0] % 2]));
-			assert_int_equal(seen[v[0]][v[1]]++, 0);
-		}
-		got += (unsigned)k;
-		if (!k)
-			WAIT_UNTIL(READ_ONCE(rcv->notify.received) > got ||
-				   got == MS_THREADS * MS_EACH, 60000, "more notifications");
-	}
+	assert_int_equal(pthread_create(&pt, NULL, poller_main, &pl2), 0);
+	poller_main(&pl);
+	assert_int_equal(pthread_join(pt, NULL), 0);
+	assert_false(pl.bad || pl2.bad);
 	for (int i = 0; i < MS_THREADS; i++) {
 		assert_int_equal(pthread_join(t[i], NULL), 0);
 		assert_int_equal(s[i].rc, 0);
+		for (int j = 0; j < MS_EACH; j++)
+			assert_int_equal(seen[i][j], 1);
 	}
-	assert_int_equal(ferry_notif_poll(rcv, n, 32), 0);
+	assert_int_equal(ferry_notif_poll(rcv, &n, 1), 0);
+	assert_true(READ_ONCE(rcv->notify.refused_full) > 0); /* the queue of 16 was full at times */
 	for (int i = 0; i < 2; i++)
 		ferry_engine_destroy(snd[i]);
 	ferry_engine_destroy(rcv);
@@ -384,6 +416,67 @@ static void test_cluster_key(void **state)
 	rmdir(keydir);
 }
 
+/* A sender with a name signs with it. */
+static void test_from_name(void **state)
+{
+	struct test_server srv = { .kind = SERVER_REDIS };
+	struct ferry_engine *rcv = mk_engine("1", "loop", NULL, 0), *snd;
+	int start_rc = server_start(&srv, SERVER_REDIS);
+	struct ferry_port *p;
+	struct ferry_batch *b;
+	struct ferry_notif n;
+	struct ferry_opts o;
+	ferry_seg_t seg;
+
+	(void)state;
+	srv.kind = SERVER_REDIS;
+	if (start_rc) {
+		ferry_engine_destroy(rcv);
+		SERVERS_REQUIRE(&srv, start_rc);
+	}
+	pair_opts(&o, "0");
+	o.name = "prefill-7";
+	o.metadata = srv.url;
+	assert_int_equal(ferry_engine_create(&o, &snd), 0);
+	assert_int_equal(ferry_segment_open(snd, ferry_engine_address(rcv), &seg), 0);
+	assert_int_equal(ferry_port_create(snd, &p), 0);
+	assert_int_equal(ferry_batch_create(p, 1, &b), 0);
+	assert_int_equal(ferry_notify(b, seg, "hi", 2), 0);
+	assert_int_equal(ferry_batch_wait(b, 10000), 0);
+	poll_one(rcv, &n);
+	assert_string_equal(n.from, "prefill-7");
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(p), 0);
+	ferry_engine_destroy(snd);
+	ferry_engine_destroy(rcv);
+	server_stop(&srv);
+}
+
+/* A notification that waits for room ends -ECANCELED on ferry_batch_cancel. */
+static void test_cancel(void **state)
+{
+	struct ferry_notif n;
+	struct duo d;
+	int s;
+
+	(void)state;
+	duo_up(&d, "loop", NULL, 2, 4);
+	assert_int_equal(ferry_notify(d.b, d.seg, "a", 1), 0);
+	assert_int_equal(ferry_notify(d.b, d.seg, "a", 1), 1);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), 0); /* the queue is full now */
+	s = ferry_notify(d.b, d.seg, "b", 1);
+	WAIT_UNTIL(READ_ONCE(d.snd->notify.busy_retries) > 0, WAIT_DEADLINE_MS, "a busy answer");
+	assert_int_equal(ferry_batch_cancel(d.b), 0);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), -EIO);
+	expect_state(d.b, s, FERRY_FAILED, -ECANCELED);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(ferry_notif_poll(d.rcv, &n, 1), 1);
+		assert_memory_equal(n.msg, "a", 1);
+	}
+	assert_int_equal(ferry_notif_poll(d.rcv, &n, 1), 0);
+	duo_down(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -394,6 +487,8 @@ int main(void)
 		cmocka_unit_test(test_backpressure),
 		cmocka_unit_test(test_many_senders),
 		cmocka_unit_test(test_cluster_key),
+		cmocka_unit_test(test_from_name),
+		cmocka_unit_test(test_cancel),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
