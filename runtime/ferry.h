@@ -500,13 +500,15 @@ struct ferry_notif {
  * Queue a notification of len bytes (0..FERRY_NOTIF_MAX) to the peer of seg,
  * delivered only after every WRITE submitted to seg earlier in b has landed
  * in the peer's memory.  It takes b's next slot (polled like a request:
- * ferry_req_status, ferry_batch_wait), which ends DONE once the peer queued
- * it, or FAILED: -EMSGSIZE (len too big), -EINVAL (NULL msg with len > 0),
- * -EBADF (unknown or closed seg), -EIO (an earlier WRITE to seg failed: the
- * peer is not told), -ETIMEDOUT (the peer's queue stayed full for
- * opts.timeout_ms), -ECONNREFUSED/-ECONNRESET (peer gone), -EACCES
- * (authentication), -ECANCELED (engine destroy).  Returns the slot, or
- * -ENOSPC (batch full), -EINVAL (NULL b).  The port's thread.
+ * ferry_req_status, ferry_batch_wait, ferry_batch_cancel), which ends DONE
+ * once the peer queued it (bytes = len), TIMEOUT (-ETIMEDOUT: the peer's
+ * queue stayed full for opts.timeout_ms, or the peer did not answer), or
+ * FAILED: -EMSGSIZE (len too big), -EINVAL (NULL msg with len > 0), -EBADF
+ * (unknown or closed seg), -ESTALE (the peer restarted), -EIO (an earlier
+ * WRITE to seg did not succeed: the peer is not told), -ECONNREFUSED or
+ * -ECONNRESET (peer gone), -EACCES (authentication), -ECANCELED (batch
+ * cancel, engine destroy).  Returns the slot, or -ENOSPC (batch full),
+ * -EINVAL (NULL b).  The port's thread.
  */
 FERRY_API int ferry_notify(struct ferry_batch *b, ferry_seg_t seg, const void *msg, uint32_t len);
 

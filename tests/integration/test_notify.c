@@ -7,7 +7,8 @@
  *    several WRITEs each, checked before the sender waits for anything);
  *  - refusals: a message over FERRY_NOTIF_MAX (-EMSGSIZE), a bad segment
  *    (-EBADF), NULL message (-EINVAL), an earlier WRITE that failed (-EIO:
- *    the peer is not told), a full batch (-ENOSPC); an empty message goes;
+ *    the peer is not told), a full batch (-ENOSPC), a peer gone
+ *    (-ECONNREFUSED); an empty message goes;
  *  - back-pressure: a receiver with a queue of 4 takes 4, answers the rest
  *    "full"; they stay pending at the sender and all arrive, once each,
  *    after the receiver polls;
@@ -17,7 +18,8 @@
  *  - the cluster key: engines with the same key notify; a sender without
  *    the key, or with another, is refused and queues nothing;
  *  - from: a sender with a name (a redis-server the test starts) is named
- *    by it; ferry_batch_cancel ends a notification that waits for room.
+ *    by it; ferry_batch_cancel ends a notification that waits for room; one
+ *    that never gets room ends TIMEOUT after timeout_ms.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -154,6 +156,8 @@ static void test_order_cma(void **state)
 static void test_refusals(void **state)
 {
 	uint8_t big[FERRY_NOTIF_MAX + 1], *ro = aligned_alloc(4096, 4 * CHUNK);
+	struct ferry_req_status st;
+	struct ferry_engine *gone;
 	struct ferry_notif n;
 	struct ferry_req r;
 	struct duo d;
@@ -202,6 +206,17 @@ static void test_refusals(void **state)
 		assert_true(ferry_notify(d.b, seg2, "y", 1) >= 0);
 	assert_int_equal(ferry_notify(d.b, seg2, "z", 1), -ENOSPC);
 	assert_int_equal(ferry_batch_wait(d.b, 10000), -EIO);
+	assert_int_equal(ferry_segment_close(d.snd, seg2), 0);
+	assert_int_equal(ferry_batch_reset(d.b), 0);
+	/* The peer is gone. */
+	gone = mk_engine("1", "loop", NULL, 0);
+	assert_int_equal(ferry_segment_open(d.snd, ferry_engine_address(gone), &seg2), 0);
+	ferry_engine_destroy(gone);
+	s = ferry_notify(d.b, seg2, "late", 4);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), -EIO);
+	assert_int_equal(ferry_req_status(d.b, (uint32_t)s, &st), 0);
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_true(st.error == -ECONNREFUSED || st.error == -ECONNRESET);
 	assert_int_equal(ferry_segment_close(d.snd, seg2), 0);
 	assert_int_equal(ferry_mem_unregister(d.rcv, ro), 0);
 	duo_down(&d);
@@ -477,6 +492,23 @@ static void test_cancel(void **state)
 	duo_down(&d);
 }
 
+/* A receiver that never polls: the notification ends TIMEOUT after timeout_ms of refusals. */
+static void test_full_timeout(void **state)
+{
+	struct duo d;
+
+	(void)state;
+	duo_up(&d, "loop", NULL, 2, 4); /* pair_opts: timeout_ms 2000 */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(ferry_notify(d.b, d.seg, "t", 1), i);
+	assert_int_equal(ferry_batch_wait(d.b, 30000), -EIO);
+	expect_state(d.b, 0, FERRY_DONE, 0);
+	expect_state(d.b, 1, FERRY_DONE, 0);
+	expect_state(d.b, 2, FERRY_TIMEOUT, -ETIMEDOUT);
+	assert_int_equal(READ_ONCE(d.rcv->notify.received), 2);
+	duo_down(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -489,6 +521,7 @@ int main(void)
 		cmocka_unit_test(test_cluster_key),
 		cmocka_unit_test(test_from_name),
 		cmocka_unit_test(test_cancel),
+		cmocka_unit_test(test_full_timeout),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
