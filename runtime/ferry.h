@@ -492,6 +492,38 @@ FERRY_API int ferry_core_counters_note(const struct ferry_engine *e, unsigned co
  */
 FERRY_API int ferry_stats_format_prometheus(const struct ferry_engine *e, char *buf, size_t len);
 
+/** Largest notification message, bytes. */
+#define FERRY_NOTIF_MAX 256
+
+/** A notification a peer sent with ferry_notify, as ferry_notif_poll hands it out. */
+struct ferry_notif {
+	char from[64];   /**< the sender's opts.name, or its control address "host:port" */
+	uint32_t len;    /**< bytes of msg used, 0..FERRY_NOTIF_MAX */
+	unsigned char msg[FERRY_NOTIF_MAX];
+};
+
+/**
+ * Queue a notification of len bytes (0..FERRY_NOTIF_MAX) to the peer of seg,
+ * delivered only after every WRITE submitted to seg earlier in b has landed
+ * in the peer's memory.  It takes b's next slot (polled like a request:
+ * ferry_req_status, ferry_batch_wait, ferry_batch_cancel), which ends DONE
+ * once the peer queued it (bytes = len), TIMEOUT (-ETIMEDOUT: the peer's
+ * queue stayed full for opts.timeout_ms, or the peer did not answer), or
+ * FAILED: -EMSGSIZE (len too big), -EINVAL (NULL msg with len > 0), -EBADF
+ * (unknown or closed seg), -ESTALE (the peer restarted), -EIO (an earlier
+ * WRITE to seg did not succeed: the peer is not told), -ECONNREFUSED or
+ * -ECONNRESET (peer gone), -EACCES (authentication), -ECANCELED (batch
+ * cancel, engine destroy).  Returns the slot, or -ENOSPC (batch full),
+ * -EINVAL (NULL b).  The port's thread.
+ */
+FERRY_API int ferry_notify(struct ferry_batch *b, ferry_seg_t seg, const void *msg, uint32_t len);
+
+/**
+ * Take up to max notifications that peers sent to this engine, oldest first,
+ * into out: returns how many (0 if none), -EINVAL.  Never blocks.  Any thread.
+ */
+FERRY_API int ferry_notif_poll(struct ferry_engine *e, struct ferry_notif *out, uint32_t max);
+
 /** Human name of a state ("pending", "done", "failed", "timeout"). */
 FERRY_API const char *ferry_state_name(enum ferry_state s);
 

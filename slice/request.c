@@ -52,6 +52,15 @@ static int rq_finish(struct ferry_rq *rq)
 	return batch_request_ended(b, err);
 }
 
+int rq_end(struct ferry_rq *rq, int err)
+{
+	int32_t none = 0;
+
+	if (err)
+		cas_release(rq->error, &none, err); /* a cancel's error stays; pairs with: rq_finish */
+	return rq_finish(rq);
+}
+
 void rq_refuse(struct ferry_rq *rq, int err)
 {
 	WRITE_ONCE(rq->error, err);

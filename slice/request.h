@@ -74,6 +74,11 @@ _Static_assert(_Alignof(struct ferry_rq) >= (1 << RQ_PART_BITS),
  */
 int rq_account(struct ferry_rq *rq, uint64_t len, int err);
 
+/* End a request that no core serves and that holds nothing (a
+ * notification: the notifier thread ends it); err 0 = done.  Returns 1
+ * when it woke the batch's sleeping owner.  Any thread. */
+int rq_end(struct ferry_rq *rq, int err);
+
 /* End a request refused before anything was queued (nothing held). */
 void rq_refuse(struct ferry_rq *rq, int err);
 

@@ -223,7 +223,7 @@ static int ctl_call(struct ctl_client *cl, const char *address, int timeout_ms,
 			"secret_file) and this side has none", call->what, address);
 	else if (rc == -EBUSY)
 		ctl_log("%s: server %s is at its connection cap (EBUSY)", call->what, address);
-	else if (rc && rc != -EPROTO && rc != -EACCES && !call->quiet)
+	else if (rc && rc != -EPROTO && rc != -EACCES && rc != -EAGAIN && !call->quiet)
 		ctl_log("%s: %s: %s", call->what, address, strerror(-rc));
 	return rc;
 }
@@ -324,5 +324,25 @@ int ctl_keepalive(struct ctl_client *cl, const char *address, int timeout_ms,
 	};
 
 	(void)wire_disconnect_encode(&d, frame + WIRE_HDR_LEN, WIRE_KEEPALIVE_LEN);
+	return ctl_call(cl, address, timeout_ms, &call);
+}
+
+int ctl_notify(struct ctl_client *cl, const char *address, int timeout_ms,
+	       const struct wire_notify *n)
+{
+	uint8_t frame[WIRE_HDR_LEN + WIRE_NOTIFY_MAX_LEN];
+	struct ctl_call call = {
+		.what = "notify", .frame = frame, .req_type = WIRE_NOTIFY,
+		.rep_type = WIRE_NOTIFY_REP, .rep_max = 0,
+	};
+	int rc;
+
+	if (!n)
+		return -EINVAL;
+	/* Refuses (-EINVAL) what the receiver would refuse, before any connection. */
+	rc = wire_notify_encode(n, frame + WIRE_HDR_LEN, WIRE_NOTIFY_MAX_LEN);
+	if (rc)
+		return rc;
+	call.req_len = wire_notify_size(n);
 	return ctl_call(cl, address, timeout_ms, &call);
 }

@@ -41,6 +41,9 @@ typedef int (*ctl_connect_fn)(void *arg, const struct wire_connect_req *req,
 typedef int (*ctl_disconnect_fn)(void *arg, const struct wire_disconnect *d);
 /* An initiator says it is alive: renew its lease; 0 or -ENOENT (nothing of it here). */
 typedef int (*ctl_keepalive_fn)(void *arg, uint64_t incarnation);
+/* A peer's notification: queue it; 0, or -EAGAIN when the queue is full
+ * (the sender tries again later).  Runs on the server thread, never blocks. */
+typedef int (*ctl_notify_fn)(void *arg, const struct wire_notify *n);
 
 struct ctl_conn;
 
@@ -49,6 +52,7 @@ struct ctl_cfg {
 	ctl_connect_fn connect;       /* NULL: CONNECT_REQ answered -EOPNOTSUPP */
 	ctl_disconnect_fn disconnect; /* NULL: DISCONNECT answered -EOPNOTSUPP */
 	ctl_keepalive_fn keepalive;   /* NULL: KEEPALIVE answered -EOPNOTSUPP */
+	ctl_notify_fn notify;         /* NULL: NOTIFY answered -EOPNOTSUPP */
 	unsigned max_conns;           /* 0: CTL_MAX_CONNS */
 	int idle_ms;                  /* 0: CTL_IDLE_TIMEOUT_MS */
 	int has_key;                  /* peers must prove they hold key */
@@ -82,6 +86,8 @@ int ctl_start(struct ctl *c, const char *listen, ctl_describe_fn describe, void 
 void ctl_set_ep_ops(struct ctl *c, ctl_connect_fn connect, ctl_disconnect_fn disconnect);
 /* Set the keepalive handler; call before ctl_start. */
 void ctl_set_keepalive(struct ctl *c, ctl_keepalive_fn keepalive);
+/* Set the notification handler; call before ctl_start. */
+void ctl_set_notify(struct ctl *c, ctl_notify_fn notify);
 /* Require every peer to prove it holds key (NULL: no authentication);
  * call before ctl_start. */
 void ctl_set_auth(struct ctl *c, const struct auth_key *key);
@@ -149,6 +155,11 @@ int ctl_disconnect(struct ctl_client *cl, const char *address, int timeout_ms,
 /* Tell the engine at address that the initiator incarnation is alive. */
 int ctl_keepalive(struct ctl_client *cl, const char *address, int timeout_ms,
 		  uint64_t incarnation);
+
+/* Hand a notification to the engine at address: 0 once it is queued there;
+ * -EAGAIN when its queue is full (nothing queued: try again later). */
+int ctl_notify(struct ctl_client *cl, const char *address, int timeout_ms,
+	       const struct wire_notify *n);
 
 /* ---- authentication on a connected socket (auth.c) -------------------- */
 

@@ -4,7 +4,7 @@
  * message may be, when it may come (authentication first when this engine
  * has a cluster key), and what it gets back.  GET_DESC -> DESC, CONNECT_REQ
  * -> CONNECT_REP, DISCONNECT -> DISCONNECT_REP, KEEPALIVE -> KEEPALIVE_REP,
- * or a WIRE_ERROR with the engine's negative errno.
+ * NOTIFY -> NOTIFY_REP (or -EAGAIN: the engine's queue is full), or a WIRE_ERROR with the engine's negative errno.
  *
  * Authentication, the server's side (the client's is in auth.c):
  *   peer: AUTH_HELLO (its nonce)
@@ -34,6 +34,8 @@ static const char *type_name(uint16_t type)
 		return "DISCONNECT";
 	case WIRE_KEEPALIVE:
 		return "KEEPALIVE";
+	case WIRE_NOTIFY:
+		return "NOTIFY";
 	case WIRE_AUTH_HELLO:
 		return "AUTH_HELLO";
 	case WIRE_AUTH_PROOF:
@@ -61,6 +63,8 @@ long ctl_req_max(uint16_t type)
 		return WIRE_DISCONNECT_LEN;
 	case WIRE_KEEPALIVE:
 		return WIRE_KEEPALIVE_LEN;
+	case WIRE_NOTIFY:
+		return WIRE_NOTIFY_MAX_LEN;
 	case WIRE_AUTH_HELLO:
 		return WIRE_AUTH_HELLO_LEN;
 	case WIRE_AUTH_PROOF:
@@ -212,6 +216,21 @@ static void serve_small(struct ctl *c, struct ctl_conn *cn)
 		       rc ? NULL : malloc(WIRE_HDR_LEN), 0);
 }
 
+/* A notification: into the engine's queue, or -EAGAIN when it is full
+ * (back-pressure: the sender keeps it and tries again; nothing is dropped). */
+static void serve_notify(struct ctl *c, struct ctl_conn *cn)
+{
+	struct wire_notify n;
+	int rc;
+
+	if (wire_notify_decode(cn->payload, cn->h.payload_len, &n)) {
+		(void)ctl_conn_refuse(c, cn, "malformed NOTIFY");
+		return;
+	}
+	rc = c->cfg.notify ? c->cfg.notify(c->arg, &n) : -EOPNOTSUPP;
+	ctl_conn_reply(cn, rc, WIRE_NOTIFY_REP, rc ? NULL : malloc(WIRE_HDR_LEN), 0);
+}
+
 void ctl_handle(struct ctl *c, struct ctl_conn *cn)
 {
 	switch (cn->h.type) {
@@ -226,6 +245,9 @@ void ctl_handle(struct ctl *c, struct ctl_conn *cn)
 		break;
 	case WIRE_CONNECT_REQ:
 		serve_connect(c, cn);
+		break;
+	case WIRE_NOTIFY:
+		serve_notify(c, cn);
 		break;
 	default:
 		serve_small(c, cn);

@@ -600,6 +600,11 @@ void ctl_set_keepalive(struct ctl *c, ctl_keepalive_fn keepalive)
 	c->cfg.keepalive = keepalive;
 }
 
+void ctl_set_notify(struct ctl *c, ctl_notify_fn notify)
+{
+	c->cfg.notify = notify;
+}
+
 void ctl_set_auth(struct ctl *c, const struct auth_key *key)
 {
 	c->cfg.has_key = key != NULL;

@@ -88,7 +88,7 @@ void wire_hdr_encode(uint8_t *buf, uint16_t type, uint32_t payload_len)
 static bool wire_type_known(uint16_t type)
 {
 	/* The types are dense; a new one must extend this range. */
-	return type >= WIRE_GET_DESC && type <= WIRE_AUTH_PROOF;
+	return type >= WIRE_GET_DESC && type <= WIRE_NOTIFY_REP;
 }
 
 int wire_hdr_decode(const uint8_t *buf, size_t len, struct wire_hdr *out)
@@ -591,6 +591,76 @@ int wire_disconnect_decode(const uint8_t *buf, size_t len, struct wire_disconnec
 		return wire_refuse("disconnect: %zu bytes, want %d", len, WIRE_DISCONNECT_LEN);
 	out->incarnation = get_le64(buf);
 	out->token = get_le64(buf + 8);
+	return 0;
+}
+
+/* ---- notifications --------------------------------------------------- */
+
+static bool notify_from_char(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+	       ch == '.' || ch == '_' || ch == '-' || ch == ':';
+}
+
+/* from's length if it is a valid sender, else 0. */
+static size_t notify_from_len(const char *from, size_t max)
+{
+	size_t n = 0;
+
+	while (n < max && from[n]) {
+		if (!notify_from_char(from[n]))
+			return 0;
+		n++;
+	}
+	return n <= WIRE_NOTIFY_FROM_MAX ? n : 0;
+}
+
+size_t wire_notify_size(const struct wire_notify *n)
+{
+	return WIRE_NOTIFY_FIXED_LEN + strnlen(n->from, sizeof(n->from)) + n->len;
+}
+
+int wire_notify_encode(const struct wire_notify *n, uint8_t *buf, size_t cap)
+{
+	size_t flen = notify_from_len(n->from, sizeof(n->from));
+
+	if (flen == 0 || n->len > WIRE_NOTIFY_MAX)
+		return -EINVAL;
+	if (cap < WIRE_NOTIFY_FIXED_LEN + flen + n->len)
+		return -ENOSPC;
+	buf[0] = (uint8_t)flen;
+	buf[1] = 0; /* reserved */
+	put_le16(buf + 2, n->len);
+	put_le32(buf + 4, 0); /* reserved */
+	memcpy(buf + WIRE_NOTIFY_FIXED_LEN, n->from, flen);
+	if (n->len)
+		memcpy(buf + WIRE_NOTIFY_FIXED_LEN + flen, n->msg, n->len);
+	return 0;
+}
+
+int wire_notify_decode(const uint8_t *buf, size_t len, struct wire_notify *out)
+{
+	size_t flen, mlen;
+
+	memset(out, 0, sizeof(*out));
+	if (len < WIRE_NOTIFY_FIXED_LEN)
+		return wire_refuse("notify: %zu bytes, at least %u", len, WIRE_NOTIFY_FIXED_LEN);
+	flen = buf[0];
+	mlen = get_le16(buf + 2);
+	if (buf[1] || get_le32(buf + 4))
+		return wire_refuse("notify: reserved bytes set");
+	if (flen == 0 || flen > WIRE_NOTIFY_FROM_MAX || mlen > WIRE_NOTIFY_MAX)
+		return wire_refuse("notify: from of %zu or message of %zu bytes", flen, mlen);
+	if (len != WIRE_NOTIFY_FIXED_LEN + flen + mlen)
+		return wire_refuse("notify: %zu bytes, want %zu", len, WIRE_NOTIFY_FIXED_LEN + flen + mlen);
+	memcpy(out->from, buf + WIRE_NOTIFY_FIXED_LEN, flen);
+	if (notify_from_len(out->from, flen) != flen) {
+		memset(out, 0, sizeof(*out));
+		return wire_refuse("notify: the sender's name has a bad character");
+	}
+	out->len = (uint16_t)mlen;
+	if (mlen)
+		memcpy(out->msg, buf + WIRE_NOTIFY_FIXED_LEN + flen, mlen);
 	return 0;
 }
 

@@ -44,6 +44,15 @@
  * The client sends AUTH_HELLO first; the server answers AUTH_HELLO and its
  * AUTH_PROOF; the client sends its AUTH_PROOF, then its requests.  A side
  * that refuses sends at most a WIRE_ERROR (-EACCES) and closes.
+ *
+ * Notifications (ferry_notify, sent once the WRITEs before it landed):
+ * NOTIFY:       from_len u8 | reserved u8 | msg_len u16 | reserved u32 |
+ *               from (from_len bytes) | msg (msg_len bytes)
+ *               -> NOTIFY_REP (empty), or WIRE_ERROR: -EAGAIN when the
+ *               receiver's queue is full (nothing queued: send it again later)
+ * from is 1..WIRE_NOTIFY_FROM_MAX characters of [A-Za-z0-9._:-] (the
+ * sender's name or "host:port"), msg_len at most WIRE_NOTIFY_MAX, and the
+ * payload exactly 8 + from_len + msg_len bytes.
  */
 #ifndef FERRY_RUNTIME_WIRE_H
 #define FERRY_RUNTIME_WIRE_H
@@ -73,6 +82,8 @@ enum wire_type {
 	WIRE_KEEPALIVE_REP = 9,
 	WIRE_AUTH_HELLO = 10,
 	WIRE_AUTH_PROOF = 11,
+	WIRE_NOTIFY = 12,
+	WIRE_NOTIFY_REP = 13,
 };
 
 #define WIRE_MAX_EP_QPS 16
@@ -171,6 +182,21 @@ int wire_auth_hello_encode(const struct wire_auth_hello *h, uint8_t *buf, size_t
 int wire_auth_hello_decode(const uint8_t *buf, size_t len, struct wire_auth_hello *out);
 int wire_auth_proof_encode(const struct wire_auth_proof *p, uint8_t *buf, size_t cap);
 int wire_auth_proof_decode(const uint8_t *buf, size_t len, struct wire_auth_proof *out);
+
+#define WIRE_NOTIFY_MAX 256      /* = FERRY_NOTIF_MAX */
+#define WIRE_NOTIFY_FROM_MAX 63  /* characters of from */
+#define WIRE_NOTIFY_FIXED_LEN 8u
+#define WIRE_NOTIFY_MAX_LEN (WIRE_NOTIFY_FIXED_LEN + WIRE_NOTIFY_FROM_MAX + WIRE_NOTIFY_MAX)
+
+struct wire_notify {
+	char from[WIRE_NOTIFY_FROM_MAX + 1]; /* NUL-terminated */
+	uint16_t len;
+	uint8_t msg[WIRE_NOTIFY_MAX];
+};
+
+size_t wire_notify_size(const struct wire_notify *n);
+int wire_notify_encode(const struct wire_notify *n, uint8_t *buf, size_t cap);
+int wire_notify_decode(const uint8_t *buf, size_t len, struct wire_notify *out);
 
 /* Region of d that contains [addr, addr+len), or NULL.  Binary search. */
 const struct seg_region *seg_desc_find(const struct seg_desc *d, uint64_t addr, uint64_t len);

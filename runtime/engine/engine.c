@@ -139,6 +139,7 @@ static int engine_start(struct ferry_engine *e, const unsigned *cpus, const char
 		engine_print_map(e);
 	ctl_set_ep_ops(&e->ctl, passive_connect, passive_disconnect);
 	ctl_set_keepalive(&e->ctl, passive_keepalive);
+	notify_init(e, e->knobs.notif_queue);
 	rc = engine_auth(e);
 	if (rc)
 		return rc;
@@ -152,6 +153,9 @@ static int engine_start(struct ferry_engine *e, const unsigned *cpus, const char
 		if (rc)
 			return rc;
 	}
+	rc = notify_start(e);
+	if (rc)
+		return rc;
 	/* Ready to serve: now peers may find us by name. */
 	rc = named_start(e, e->knobs.meta_ttl_ms);
 	if (rc)
@@ -179,6 +183,7 @@ int ferry_engine_create_knobs(const struct ferry_opts *o, const struct ferry_kno
 	pthread_mutex_init(&e->disc_lock, NULL);
 	pthread_mutex_init(&e->passive_lock, NULL);
 	e->client.stop_fd = -1; /* ctl_client_fini is a no-op until engine_auth */
+	e->notify.wake_fd = -1; /* notify_stop_end is a no-op until notify_start */
 	pthread_rwlock_init(&e->regions_lock, NULL);
 	/* A new incarnation per engine: peers can tell a restarted process. */
 	if (getrandom(&e->incarnation, sizeof(e->incarnation), 0) != sizeof(e->incarnation))
@@ -222,10 +227,13 @@ void ferry_engine_destroy(struct ferry_engine *e)
 {
 	if (!e)
 		return;
-	engine_stop_opens(e); /* stops the repair thread too */
+	notify_stop_begin(e); /* notifications not yet sent end -ECANCELED */
+	engine_stop_opens(e); /* stops the repair thread too (and cancels a notification's send) */
+	notify_stop_end(e);
 	named_stop(e); /* peers stop finding us by name first */
 	seg_disconnect_all(e);
 	ctl_stop(&e->ctl);
+	notify_free_queue(e);
 	/* Cores fail what is queued, flush what is posted, free their eps. */
 	for (unsigned i = 0; i < e->ncores; i++)
 		if (e->cores[i])

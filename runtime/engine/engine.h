@@ -21,6 +21,7 @@
 #include "runtime/engine/knobs.h"
 #include "runtime/engine/opts.h"
 #include "runtime/ferry.h"
+#include "runtime/notify/notify.h"
 
 _Static_assert(FERRY_ACCESS_REMOTE_READ == NIC_ACCESS_REMOTE_READ &&
 	       FERRY_ACCESS_REMOTE_WRITE == NIC_ACCESS_REMOTE_WRITE, "one set of access bits");
@@ -79,6 +80,7 @@ struct ferry_engine {
 	struct repair repair;
 	struct named named;            /* our name in the metadata store */
 	struct ep_reaper reaper;       /* unpublished endpoints, freed after a grace period */
+	struct notify notify;          /* notifications sent and received (runtime/notify) */
 	uint32_t cancel_epoch;         /* bumped by ferry_batch_cancel (READ_ONCE by the cores) */
 	int tsan_gp;                   /* TSan's model of the RCU grace period */
 };

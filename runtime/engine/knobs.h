@@ -15,6 +15,7 @@ struct ferry_opts;
 struct ferry_knobs {
 	uint32_t loop_nocopy;  /* loop NIC: check keys and bounds, skip the memcpy */
 	uint32_t meta_ttl_ms;  /* the name's lease in the metadata store (tests: short); 0 = 10 s */
+	uint32_t notif_queue;  /* notifications a receiver holds; 0 = NOTIF_QUEUE_DEFAULT */
 };
 
 /* ferry_engine_create with knobs (NULL: none). */

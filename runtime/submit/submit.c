@@ -350,6 +350,7 @@ void rq_clear(struct ferry_rq *rq, struct rq_batch *b)
 	rq->lreg_refs = NULL;
 	rq->seg_refs = NULL;
 	rq->nparts = 0;
+	rq->seg_slot = UINT32_MAX; /* no segment until validation finds one (ferry_notify looks) */
 	rq->ok_bytes = 0;
 	rq->error = 0;
 	WRITE_ONCE(rq->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */

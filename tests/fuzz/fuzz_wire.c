@@ -3,7 +3,7 @@
  * libFuzzer target for the control-plane wire format (`make fuzz`).
  *
  * Every input goes to wire_hdr_decode and to every payload decoder (the
- * descriptor, the handshake, the authentication messages), twice:
+ * descriptor, the handshake, the authentication messages, NOTIFY), twice:
  * as a whole, and (when it starts with a valid header) as the payload after
  * that header, so seed frames steer mutations towards each decoder.  What a
  * decoder accepts must hold the format's invariants and re-encode to the
@@ -207,8 +207,31 @@ static void fuzz_auth(const uint8_t *in, size_t len)
 	}
 }
 
+static int enc_notify(const void *m, uint8_t *b, size_t cap)
+{
+	return wire_notify_encode(m, b, cap);
+}
+
+static void fuzz_notify(const uint8_t *in, size_t len)
+{
+	struct wire_notify n;
+	size_t flen;
+
+	if (wire_notify_decode(in, len, &n)) {
+		CHECK(all_zero(&n, sizeof(n)));
+		return;
+	}
+	flen = strnlen(n.from, sizeof(n.from));
+	CHECK(flen >= 1 && flen <= WIRE_NOTIFY_FROM_MAX && n.len <= WIRE_NOTIFY_MAX);
+	for (size_t i = 0; i < flen; i++)
+		CHECK(n.from[i] > ' ' && n.from[i] < 0x7f);
+	CHECK(wire_notify_size(&n) == len && len <= WIRE_NOTIFY_MAX_LEN);
+	check_reencode(enc_notify, &n, in, len);
+}
+
 static void fuzz_payload(const uint8_t *in, size_t len)
 {
+	fuzz_notify(in, len);
 	fuzz_auth(in, len);
 	fuzz_desc(in, len);
 	fuzz_connect_req(in, len);
@@ -296,6 +319,23 @@ static void seed_auth(const char *dir)
 	seed_write(dir, "auth-proof", WIRE_AUTH_PROOF, buf, WIRE_AUTH_PROOF_LEN);
 }
 
+static void seed_notify(const char *dir)
+{
+	struct wire_notify n = { .from = "127.0.0.1:7000", .len = 5, .msg = "ready" };
+	uint8_t buf[WIRE_NOTIFY_MAX_LEN];
+
+	if (wire_notify_encode(&n, buf, sizeof(buf)))
+		exit(1);
+	seed_write(dir, "notify", WIRE_NOTIFY, buf, wire_notify_size(&n));
+	snprintf(n.from, sizeof(n.from), "prefill-0");
+	n.len = WIRE_NOTIFY_MAX;
+	memset(n.msg, 0x7e, sizeof(n.msg));
+	if (wire_notify_encode(&n, buf, sizeof(buf)))
+		exit(1);
+	seed_write(dir, "notify-max", WIRE_NOTIFY, buf, wire_notify_size(&n));
+	seed_write(dir, "notify-rep", WIRE_NOTIFY_REP, NULL, 0);
+}
+
 static void seed_ep(const char *dir)
 {
 	struct wire_connect_req req;
@@ -337,6 +377,7 @@ static void seed_ep(const char *dir)
 	seed_write(dir, "get-desc", WIRE_GET_DESC, NULL, 0);
 	seed_write(dir, "disconnect-rep", WIRE_DISCONNECT_REP, NULL, 0);
 	seed_auth(dir);
+	seed_notify(dir);
 	buf[0] = (uint8_t)-ESTALE;
 	buf[1] = buf[2] = buf[3] = 0xff;
 	seed_write(dir, "error", WIRE_ERROR, buf, 4);

@@ -311,7 +311,7 @@ static void test_hdr_refused(void **state)
 	memcpy(m, b, sizeof(m));
 	le(m + 6, 0, 2); /* type */
 	assert_int_equal(hdr_decode_quiet(m, sizeof(m)), -EPROTO);
-	le(m + 6, WIRE_AUTH_PROOF + 1, 2);
+	le(m + 6, WIRE_NOTIFY_REP + 1, 2); /* past the last type */
 	assert_int_equal(hdr_decode_quiet(m, sizeof(m)), -EPROTO);
 	le(m + 6, 0xffff, 2);
 	assert_int_equal(hdr_decode_quiet(m, sizeof(m)), -EPROTO);
@@ -1314,6 +1314,64 @@ static void test_ep_mutations(void **state)
 	close(fd);
 }
 
+/* NOTIFY: round trip, and every malformed shape refused with a zeroed output. */
+static void test_notify_msgs(void **state)
+{
+	struct wire_notify n = { .from = "10.0.0.1:7000", .len = 3, .msg = "abc" }, out;
+	uint8_t buf[WIRE_NOTIFY_MAX_LEN + 8], bad[WIRE_NOTIFY_MAX_LEN + 8];
+	size_t len = wire_notify_size(&n);
+
+	(void)state;
+	assert_int_equal(len, 8 + 13 + 3);
+	assert_int_equal(wire_notify_encode(&n, buf, len - 1), -ENOSPC);
+	assert_int_equal(wire_notify_encode(&n, buf, len), 0);
+	assert_int_equal(wire_notify_decode(buf, len, &out), 0);
+	assert_string_equal(out.from, "10.0.0.1:7000");
+	assert_int_equal(out.len, 3);
+	assert_memory_equal(out.msg, "abc", 3);
+	/* Truncated, padded, reserved bytes, lengths, characters. */
+	assert_int_equal(wire_notify_decode(buf, len - 1, &out), -EPROTO);
+	assert_int_equal(out.len, 0);
+	assert_int_equal(wire_notify_decode(buf, len + 1, &out), -EPROTO);
+	assert_int_equal(wire_notify_decode(buf, 7, &out), -EPROTO);
+	memcpy(bad, buf, len);
+	bad[1] = 1;
+	assert_int_equal(wire_notify_decode(bad, len, &out), -EPROTO);
+	memcpy(bad, buf, len);
+	bad[7] = 1;
+	assert_int_equal(wire_notify_decode(bad, len, &out), -EPROTO);
+	memcpy(bad, buf, len);
+	bad[0] = 0;
+	assert_int_equal(wire_notify_decode(bad, len - 13, &out), -EPROTO);
+	memcpy(bad, buf, len);
+	bad[8] = ' ';
+	assert_int_equal(wire_notify_decode(bad, len, &out), -EPROTO);
+	bad[8] = 0;
+	assert_int_equal(wire_notify_decode(bad, len, &out), -EPROTO);
+	assert_int_equal(out.from[0], 0);
+	memcpy(bad, buf, len);
+	bad[2] = (uint8_t)(WIRE_NOTIFY_MAX + 1);
+	bad[3] = (uint8_t)((WIRE_NOTIFY_MAX + 1) >> 8);
+	assert_int_equal(wire_notify_decode(bad, 8 + 13 + WIRE_NOTIFY_MAX + 1, &out), -EPROTO);
+	/* The encoder refuses what the decoder would. */
+	n.len = WIRE_NOTIFY_MAX + 1;
+	assert_int_equal(wire_notify_encode(&n, buf, sizeof(buf)), -EINVAL);
+	n.len = 0;
+	n.from[0] = 0;
+	assert_int_equal(wire_notify_encode(&n, buf, sizeof(buf)), -EINVAL);
+	strcpy(n.from, "a b");
+	assert_int_equal(wire_notify_encode(&n, buf, sizeof(buf)), -EINVAL);
+	/* Largest: a 63-character sender and WIRE_NOTIFY_MAX bytes. */
+	memset(n.from, 'x', WIRE_NOTIFY_FROM_MAX);
+	n.from[WIRE_NOTIFY_FROM_MAX] = 0;
+	n.len = WIRE_NOTIFY_MAX;
+	memset(n.msg, 0xee, sizeof(n.msg));
+	assert_int_equal(wire_notify_size(&n), WIRE_NOTIFY_MAX_LEN);
+	assert_int_equal(wire_notify_encode(&n, buf, WIRE_NOTIFY_MAX_LEN), 0);
+	assert_int_equal(wire_notify_decode(buf, WIRE_NOTIFY_MAX_LEN, &out), 0);
+	assert_memory_equal(&out, &n, sizeof(n));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1338,6 +1396,7 @@ int main(void)
 		cmocka_unit_test(test_rep_refused),
 		cmocka_unit_test(test_disconnect_refused),
 		cmocka_unit_test(test_auth_msgs),
+		cmocka_unit_test(test_notify_msgs),
 		cmocka_unit_test(test_ep_encode_errors),
 		cmocka_unit_test(test_ep_mutations),
 	};

@@ -1,0 +1,363 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The sender's side of notifications: ferry_notify (the port's thread)
+ * and the engine's notifier thread (control path; see notify.h).
+ *
+ * A job knows the slots of the WRITEs to its segment that were pending
+ * when it was queued (those already ended were checked then).  Slots
+ * cannot be reused while the job lives: the job's own slot keeps the
+ * batch's pending count above zero, so ferry_batch_reset and
+ * ferry_batch_destroy refuse (-EBUSY) until the notifier ends it.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ring/base/atomics.h"
+#include "ring/base/log.h"
+#include "runtime/ctl/sock.h"
+#include "runtime/engine/engine.h"
+
+struct notify_job {
+	struct notify_job *next;
+	struct ferry_rq *rq;           /* its slot */
+	struct ferry_rq *rqs;          /* the batch's slots */
+	uint32_t *deps;                /* earlier WRITEs to the segment, pending when queued */
+	uint32_t n_deps, done_deps;
+	int64_t next_ms;               /* a full receiver: not before then */
+	int64_t deadline_ms;           /* of the refusals (0: none yet, or no timeout) */
+	uint32_t backoff_ms;
+	char address[64];
+	struct wire_notify msg;
+};
+
+/* ---- ferry_notify ------------------------------------------------------ */
+
+/* The earlier WRITEs of b (slots [0, slot)) to segment (sslot, gen): those
+ * pending into j->deps; -EIO if one already ended badly. */
+static int job_deps(struct notify_job *j, const struct ferry_batch *b, uint32_t slot,
+		    uint32_t sslot, uint32_t gen)
+{
+	uint32_t n = 0;
+
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint32_t i = 0; i < slot; i++) {
+			const struct ferry_rq *r = &b->rqs[i];
+			int32_t st;
+
+			if (r->op != NIC_OP_WRITE || r->seg_slot != sslot || r->seg_gen != gen)
+				continue;
+			st = load_acquire(r->state); /* pairs with: store_release in rq_finish */
+			if (st != RQ_PENDING && st != RQ_DONE)
+				return -EIO;
+			if (st == RQ_DONE)
+				continue;
+			if (pass == 0)
+				n++;
+			else if (j->n_deps < n) /* one that ended meanwhile is not counted */
+				j->deps[j->n_deps++] = i;
+		}
+		if (pass == 0 && n) {
+			j->deps = malloc(n * sizeof(*j->deps));
+			if (!j->deps)
+				return -ENOMEM;
+		}
+		if (n == 0)
+			break;
+	}
+	return 0;
+}
+
+static void job_free(struct notify_job *j)
+{
+	free(j->deps);
+	free(j);
+}
+
+/* A job for slot's notification, or -errno (the slot's reason). */
+static int job_make(struct ferry_batch *b, uint32_t slot, ferry_seg_t seg, const void *msg,
+		    uint32_t len, struct notify_job **out)
+{
+	struct ferry_engine *e = b->port->e;
+	struct notify_job *j;
+	struct ferry_seg *s;
+	uint32_t sslot;
+	int rc;
+
+	if (len > FERRY_NOTIF_MAX)
+		return -EMSGSIZE;
+	if (!msg && len)
+		return -EINVAL;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	s = seg_acquire(e, seg, &sslot);
+	if (!s) {
+		free(j);
+		return -EBADF;
+	}
+	rc = READ_ONCE(s->stale) ? -ESTALE : 0;
+	memcpy(j->address, s->address, sizeof(j->address)); /* fixed while we hold the reference */
+	seg_release_ref(s);
+	if (!rc)
+		rc = job_deps(j, b, slot, sslot, (uint32_t)(seg >> 32));
+	if (rc) {
+		job_free(j);
+		return rc;
+	}
+	j->rq = &b->rqs[slot];
+	j->rqs = b->rqs;
+	snprintf(j->msg.from, sizeof(j->msg.from), "%s", e->opts.name ? e->opts.name : e->ctl.address);
+	j->msg.len = (uint16_t)len;
+	if (len)
+		memcpy(j->msg.msg, msg, len);
+	*out = j;
+	return 0;
+}
+
+/* Lock-free push on the inbox (a Treiber stack: the thread takes it whole). */
+static void inbox_push(struct notify *nt, struct notify_job *j)
+{
+	struct notify_job *head = READ_ONCE(nt->inbox);
+	uint64_t one = 1;
+
+	do
+		j->next = head;
+	while (!cas_weak_release(nt->inbox, &head, j)); /* pairs with: xchg_acquire in inbox_take */
+	if (write(nt->wake_fd, &one, sizeof(one)) < 0) {
+		/* The counter cannot overflow in practice; the thread's tick finds it anyway. */
+	}
+}
+
+int ferry_notify(struct ferry_batch *b, ferry_seg_t seg, const void *msg, uint32_t len)
+{
+	struct notify_job *j = NULL;
+	struct ferry_rq *rq;
+	uint32_t slot;
+	int rc;
+
+	if (!b)
+		return -EINVAL;
+	if (b->n >= b->capacity)
+		return -ENOSPC;
+	slot = b->n;
+	rq = &b->rqs[slot];
+	rq_clear(rq, &b->acct);
+	rq->op = RQ_OP_NOTIFY;
+	rq->len = len;
+	rc = job_make(b, slot, seg, msg, len, &j);
+	b->n++;
+	if (rc) {
+		rq_refuse(rq, rc);
+		return (int)slot;
+	}
+	if (j->n_deps)
+		fetch_add_relaxed(b->port->e->notify.with_deps, 1); /* statistics */
+	fetch_add_relaxed(b->acct.pending, 1); /* published by the inbox's release */
+	inbox_push(&b->port->e->notify, j);
+	return (int)slot;
+}
+
+/* ---- the notifier thread ------------------------------------------------ */
+
+/* Everything pushed since the last take, oldest first. */
+static struct notify_job *inbox_take(struct notify *nt)
+{
+	struct notify_job *j = xchg_acquire(nt->inbox, NULL); /* pairs with: cas_weak_release in inbox_push */
+	struct notify_job *fifo = NULL;
+
+	while (j) {
+		struct notify_job *next = j->next;
+
+		j->next = fifo;
+		fifo = j;
+		j = next;
+	}
+	return fifo;
+}
+
+/* End the job's slot (err 0: delivered) and free the job. */
+static void job_end(struct notify *nt, struct notify_job *j, int err)
+{
+	if (!err) {
+		WRITE_ONCE(j->rq->ok_bytes, j->msg.len); /* published by rq_end's release */
+		fetch_add_relaxed(nt->sent, 1);
+	}
+	rq_end(j->rq, err);
+	job_free(j);
+}
+
+/* The job's WRITEs: 1 all done, 0 some pending, -EIO one failed. */
+static int job_deps_state(struct notify_job *j)
+{
+	while (j->done_deps < j->n_deps) {
+		/* pairs with: store_release in rq_finish */
+		int32_t st = load_acquire(j->rqs[j->deps[j->done_deps]].state);
+
+		if (st == RQ_PENDING)
+			return 0;
+		if (st != RQ_DONE)
+			return -EIO;
+		j->done_deps++;
+	}
+	return 1;
+}
+
+/* A receiver whose queue is full: try again after a pause that doubles. */
+static int job_busy(struct ferry_engine *e, struct notify_job *j, int64_t now)
+{
+	if (!j->deadline_ms && e->opts.timeout_ms)
+		j->deadline_ms = now + e->opts.timeout_ms;
+	if (j->deadline_ms && now >= j->deadline_ms)
+		return -ETIMEDOUT;
+	j->backoff_ms = j->backoff_ms ? j->backoff_ms * 2 : 1;
+	if (j->backoff_ms > NOTIFY_BACKOFF_MAX_MS)
+		j->backoff_ms = NOTIFY_BACKOFF_MAX_MS;
+	j->next_ms = now + j->backoff_ms;
+	fetch_add_relaxed(e->notify.busy_retries, 1);
+	return 1;
+}
+
+/* The next look at the jobs in us at the latest (*wait_us < 0: none asked yet). */
+static void wait_at_most(int64_t *wait_us, int64_t us)
+{
+	if (*wait_us < 0 || *wait_us > us)
+		*wait_us = us;
+}
+
+/*
+ * One look at a job: 1 it goes on waiting (*wait_us lowered to when it
+ * wants the next look), 0 it ended.
+ */
+static int job_step(struct ferry_engine *e, struct notify_job *j, int stop, int64_t *wait_us)
+{
+	int32_t cancelled = load_acquire(j->rq->error); /* pairs with: cas_release in ferry_batch_cancel */
+	int64_t now;
+	int rc;
+
+	if (stop || cancelled) {
+		job_end(&e->notify, j, stop ? -ECANCELED : cancelled);
+		return 0;
+	}
+	rc = job_deps_state(j);
+	if (rc == 0) {
+		wait_at_most(wait_us, NOTIFY_DEP_POLL_US);
+		return 1;
+	}
+	now = sock_now_ms();
+	if (rc > 0 && now < j->next_ms) {
+		wait_at_most(wait_us, (j->next_ms - now) * 1000);
+		return 1;
+	}
+	if (rc > 0)
+		rc = ctl_notify(&e->client, j->address, NOTIFY_IO_TIMEOUT_MS, &j->msg);
+	if (rc == -EAGAIN) {
+		rc = job_busy(e, j, sock_now_ms());
+		if (rc > 0) {
+			wait_at_most(wait_us, (int64_t)j->backoff_ms * 1000);
+			return 1;
+		}
+	}
+	job_end(&e->notify, j, rc);
+	return 0;
+}
+
+/* Sleep until a job comes or wait_us passes (< 0: no timeout). */
+static void notify_sleep(struct notify *nt, int64_t wait_us)
+{
+	struct pollfd p = { .fd = nt->wake_fd, .events = POLLIN };
+	struct timespec ts = { wait_us / 1000000, (wait_us % 1000000) * 1000 };
+	uint64_t v;
+
+	if (ppoll(&p, 1, wait_us < 0 ? NULL : &ts, NULL) > 0 && read(nt->wake_fd, &v, sizeof(v)) < 0) {
+		/* EAGAIN: somebody else's wake was read already; nothing to do */
+	}
+}
+
+static void *notify_main(void *arg)
+{
+	struct ferry_engine *e = arg;
+	struct notify *nt = &e->notify;
+	struct notify_job *jobs = NULL, **tail = &jobs;
+
+	for (;;) {
+		int stop = load_acquire(nt->stop); /* pairs with: store_release in notify_stop_begin */
+		struct notify_job *fresh = inbox_take(nt), **pp = &jobs;
+		int64_t wait_us = -1;
+
+		*tail = fresh;
+		while (*pp) {
+			struct notify_job *j = *pp, *next = j->next;
+
+			if (job_step(e, j, stop, &wait_us)) {
+				pp = &j->next;
+			} else {
+				*pp = next;
+			}
+		}
+		tail = pp;
+		if (stop && !jobs && !READ_ONCE(nt->inbox))
+			break;
+		if (!stop)
+			notify_sleep(nt, wait_us);
+	}
+	return NULL;
+}
+
+void notify_init(struct ferry_engine *e, uint32_t queue)
+{
+	uint32_t size = 2; /* a turn counter tells full from empty only with 2 cells or more */
+
+	if (!queue)
+		queue = NOTIF_QUEUE_DEFAULT;
+	while (size < queue && size < (1u << 20))
+		size <<= 1;
+	e->notify.q_size = size;
+	e->notify.wake_fd = -1;
+	ctl_set_notify(&e->ctl, notify_receive);
+}
+
+int notify_start(struct ferry_engine *e)
+{
+	struct notify *nt = &e->notify;
+	int rc;
+
+	nt->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (nt->wake_fd < 0)
+		return -errno;
+	rc = pthread_create(&nt->thread, NULL, notify_main, e);
+	if (rc) {
+		log_err("cannot start the notifier thread: %s", strerror(rc));
+		return -rc;
+	}
+	nt->running = 1;
+	return 0;
+}
+
+void notify_stop_begin(struct ferry_engine *e)
+{
+	uint64_t one = 1;
+
+	if (!e->notify.running)
+		return;
+	store_release(e->notify.stop, 1); /* pairs with: load_acquire in notify_main */
+	if (write(e->notify.wake_fd, &one, sizeof(one)) < 0) {
+		/* never full: the thread reads it */
+	}
+}
+
+void notify_stop_end(struct ferry_engine *e)
+{
+	if (e->notify.running) {
+		pthread_join(e->notify.thread, NULL);
+		e->notify.running = 0;
+	}
+	if (e->notify.wake_fd >= 0)
+		close(e->notify.wake_fd);
+	e->notify.wake_fd = -1;
+}

@@ -1,0 +1,528 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Notifications (ferry_notify, ferry_notif_poll) between two engines in one
+ * process, on the software NIC, tcp and cma:
+ *  - ordering: the bytes of the WRITEs submitted before a notification are
+ *    in the receiver's memory when it polls the notification (many rounds,
+ *    several WRITEs each, checked before the sender waits for anything);
+ *  - refusals: a message over FERRY_NOTIF_MAX (-EMSGSIZE), a bad segment
+ *    (-EBADF), NULL message (-EINVAL), an earlier WRITE that failed (-EIO:
+ *    the peer is not told), a full batch (-ENOSPC), a peer gone
+ *    (-ECONNREFUSED); an empty message goes;
+ *  - back-pressure: a receiver with a queue of 4 takes 4, answers the rest
+ *    "full"; they stay pending at the sender and all arrive, once each,
+ *    after the receiver polls;
+ *  - many senders: threads of two engines, each with its own port, notify
+ *    one receiver with a queue of 16 at once while two threads poll it;
+ *    every notification arrives exactly once;
+ *  - the cluster key: engines with the same key notify; a sender without
+ *    the key, or with another, is refused and queues nothing;
+ *  - from: a sender with a name (a redis-server the test starts) is named
+ *    by it; ferry_batch_cancel ends a notification that waits for room; one
+ *    that never gets room ends TIMEOUT after timeout_ms.
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/harness/harness.h"
+#include "tests/harness/servers.h"
+
+#define BUF (1u << 20)
+#define CHUNK (64u << 10)
+#define WRITES 4
+
+static struct ferry_engine *mk_engine(const char *cores, const char *nics, const char *secret,
+				      uint32_t queue)
+{
+	struct ferry_knobs k = { .notif_queue = queue };
+	struct ferry_engine *e;
+	struct ferry_opts o;
+
+	pair_opts(&o, cores);
+	o.nics = nics;
+	o.secret_file = secret;
+	assert_int_equal(ferry_engine_create_knobs(&o, &k, &e), 0);
+	return e;
+}
+
+struct duo {
+	struct ferry_engine *snd, *rcv;
+	uint8_t *lbuf, *rbuf;
+	ferry_seg_t seg;
+	struct ferry_port *port;
+	struct ferry_batch *b;
+};
+
+static void duo_up(struct duo *d, const char *nics, const char *secret, uint32_t queue,
+		   uint32_t capacity)
+{
+	memset(d, 0, sizeof(*d));
+	d->rcv = mk_engine("1", nics, secret, queue);
+	d->snd = mk_engine("0", nics, secret, 0);
+	d->lbuf = aligned_alloc(4096, BUF);
+	d->rbuf = aligned_alloc(4096, BUF);
+	memset(d->rbuf, 0, BUF);
+	assert_int_equal(ferry_mem_register(d->snd, d->lbuf, BUF), 0);
+	assert_int_equal(ferry_mem_register(d->rcv, d->rbuf, BUF), 0);
+	assert_int_equal(ferry_segment_open(d->snd, ferry_engine_address(d->rcv), &d->seg), 0);
+	assert_string_equal(ferry_segment_transport(d->snd, d->seg), nics);
+	assert_int_equal(ferry_port_create(d->snd, &d->port), 0);
+	assert_int_equal(ferry_batch_create(d->port, capacity, &d->b), 0);
+}
+
+static void duo_down(struct duo *d)
+{
+	assert_int_equal(ferry_batch_destroy(d->b), 0);
+	assert_int_equal(ferry_port_destroy(d->port), 0);
+	ferry_engine_destroy(d->snd);
+	ferry_engine_destroy(d->rcv);
+	free(d->lbuf);
+	free(d->rbuf);
+}
+
+static void expect_state(struct ferry_batch *b, int slot, enum ferry_state state, int err)
+{
+	struct ferry_req_status st;
+
+	assert_true(slot >= 0);
+	assert_int_equal(ferry_req_status(b, (uint32_t)slot, &st), 0);
+	assert_int_equal(st.state, state);
+	assert_int_equal(st.error, err);
+}
+
+/* One notification, waited for (the receiver's queue has room). */
+static void poll_one(struct ferry_engine *e, struct ferry_notif *n)
+{
+	WAIT_UNTIL(ferry_notif_poll(e, n, 1) == 1, WAIT_DEADLINE_MS, "a notification");
+}
+
+/* WRITEs, then a notification: when it is polled, the bytes are there. */
+static void ordering(const char *nics, unsigned rounds)
+{
+	struct ferry_notif n;
+	struct duo d;
+
+	duo_up(&d, nics, NULL, 0, WRITES + 1);
+	for (unsigned r = 0; r < rounds; r++) {
+		struct ferry_req reqs[WRITES];
+		size_t off = (size_t)(r % (BUF / (WRITES * CHUNK))) * WRITES * CHUNK;
+		uint32_t tag = r;
+
+		fill_pattern(d.lbuf + off, WRITES * CHUNK, r + 1);
+		for (unsigned i = 0; i < WRITES; i++)
+			reqs[i] = mkreq(FERRY_OP_WRITE, d.lbuf + off + i * CHUNK, d.seg,
+					d.rbuf + off + i * CHUNK, CHUNK);
+		assert_int_equal(ferry_submit(d.b, reqs, WRITES), 0);
+		assert_int_equal(ferry_notify(d.b, d.seg, &tag, sizeof(tag)), WRITES);
+		poll_one(d.rcv, &n); /* nothing waited for on the sender's side */
+		assert_memory_equal(d.rbuf + off, d.lbuf + off, WRITES * CHUNK);
+		assert_int_equal(n.len, sizeof(tag));
+		assert_memory_equal(n.msg, &tag, sizeof(tag));
+		assert_string_equal(n.from, ferry_engine_address(d.snd));
+		assert_int_equal(ferry_batch_wait(d.b, 10000), 0);
+		expect_state(d.b, WRITES, FERRY_DONE, 0);
+		assert_int_equal(ferry_batch_reset(d.b), 0);
+	}
+	assert_int_equal(ferry_notif_poll(d.rcv, &n, 1), 0);
+	assert_int_equal(READ_ONCE(d.snd->notify.sent), rounds);
+	/* Most rounds queued the notification while WRITEs were in flight. */
+	print_message("%s: %llu of %u notifications waited for WRITEs\n", nics,
+		      (unsigned long long)READ_ONCE(d.snd->notify.with_deps), rounds);
+	assert_true(READ_ONCE(d.snd->notify.with_deps) > 0);
+	duo_down(&d);
+}
+
+static void test_order_loop(void **state)
+{
+	(void)state;
+	ordering("loop", 300);
+}
+
+static void test_order_tcp(void **state)
+{
+	(void)state;
+	ordering("tcp", 200);
+}
+
+static void test_order_cma(void **state)
+{
+	(void)state;
+	ordering("cma", 200);
+}
+
+static void test_refusals(void **state)
+{
+	uint8_t big[FERRY_NOTIF_MAX + 1], *ro = aligned_alloc(4096, 4 * CHUNK);
+	struct ferry_req_status st;
+	struct ferry_engine *gone;
+	struct ferry_notif n;
+	struct ferry_req r;
+	struct duo d;
+	ferry_seg_t seg2;
+	int s;
+
+	(void)state;
+	memset(big, 0x42, sizeof(big));
+	duo_up(&d, "loop", NULL, 0, 8);
+	assert_int_equal(ferry_notify(NULL, d.seg, "x", 1), -EINVAL);
+	assert_int_equal(ferry_notif_poll(NULL, &n, 1), -EINVAL);
+	assert_int_equal(ferry_notif_poll(d.rcv, NULL, 1), -EINVAL);
+	assert_int_equal(ferry_notif_poll(d.rcv, NULL, 0), 0);
+	expect_state(d.b, ferry_notify(d.b, d.seg, big, sizeof(big)), FERRY_FAILED, -EMSGSIZE);
+	expect_state(d.b, ferry_notify(d.b, 12345, "x", 1), FERRY_FAILED, -EBADF);
+	expect_state(d.b, ferry_notify(d.b, d.seg, NULL, 3), FERRY_FAILED, -EINVAL);
+	/* The largest message and an empty one go. */
+	s = ferry_notify(d.b, d.seg, big, FERRY_NOTIF_MAX);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), -EIO); /* the three refused */
+	expect_state(d.b, s, FERRY_DONE, 0);
+	poll_one(d.rcv, &n);
+	assert_int_equal(n.len, FERRY_NOTIF_MAX);
+	assert_memory_equal(n.msg, big, FERRY_NOTIF_MAX);
+	s = ferry_notify(d.b, d.seg, NULL, 0);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), -EIO);
+	expect_state(d.b, s, FERRY_DONE, 0);
+	poll_one(d.rcv, &n);
+	assert_int_equal(n.len, 0);
+	assert_int_equal(ferry_batch_reset(d.b), 0);
+	/* An earlier WRITE to the segment failed: the peer is not told. */
+	assert_int_equal(ferry_mem_register_access(d.rcv, ro, 4 * CHUNK, FERRY_ACCESS_REMOTE_READ), 0);
+	assert_int_equal(ferry_segment_refresh(d.snd, d.seg), 0);
+	r = mkreq(FERRY_OP_WRITE, d.lbuf, d.seg, ro, CHUNK);
+	assert_int_equal(ferry_submit(d.b, &r, 1), 0);
+	expect_state(d.b, ferry_notify(d.b, d.seg, "x", 1), FERRY_FAILED, -EIO);
+	/* A WRITE that failed to another segment does not matter. */
+	assert_int_equal(ferry_segment_open(d.snd, ferry_engine_address(d.snd), &seg2), 0);
+	s = ferry_notify(d.b, seg2, "self", 4);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), -EIO);
+	expect_state(d.b, s, FERRY_DONE, 0);
+	poll_one(d.snd, &n);
+	assert_memory_equal(n.msg, "self", 4);
+	assert_int_equal(ferry_notif_poll(d.rcv, &n, 1), 0);
+	/* A full batch. */
+	while (ferry_batch_size(d.b) < 8)
+		assert_true(ferry_notify(d.b, seg2, "y", 1) >= 0);
+	assert_int_equal(ferry_notify(d.b, seg2, "z", 1), -ENOSPC);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), -EIO);
+	assert_int_equal(ferry_segment_close(d.snd, seg2), 0);
+	assert_int_equal(ferry_batch_reset(d.b), 0);
+	/* The peer is gone. */
+	gone = mk_engine("1", "loop", NULL, 0);
+	assert_int_equal(ferry_segment_open(d.snd, ferry_engine_address(gone), &seg2), 0);
+	ferry_engine_destroy(gone);
+	s = ferry_notify(d.b, seg2, "late", 4);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), -EIO);
+	assert_int_equal(ferry_req_status(d.b, (uint32_t)s, &st), 0);
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_true(st.error == -ECONNREFUSED || st.error == -ECONNRESET);
+	assert_int_equal(ferry_segment_close(d.snd, seg2), 0);
+	assert_int_equal(ferry_mem_unregister(d.rcv, ro), 0);
+	duo_down(&d);
+	free(ro);
+}
+
+#define BP_QUEUE 4
+#define BP_SENT 12
+
+static void test_backpressure(void **state)
+{
+	struct ferry_notif n[BP_SENT + 1];
+	unsigned seen[BP_SENT] = { 0 }, pending = 0;
+	struct duo d;
+	int got = 0;
+
+	(void)state;
+	duo_up(&d, "loop", NULL, BP_QUEUE, BP_SENT);
+	for (uint32_t i = 0; i < BP_SENT; i++)
+		assert_int_equal(ferry_notify(d.b, d.seg, &i, sizeof(i)), (int)i);
+	WAIT_UNTIL(READ_ONCE(d.rcv->notify.received) == BP_QUEUE &&
+		   READ_ONCE(d.rcv->notify.refused_full) > 0, WAIT_DEADLINE_MS, "a full queue");
+	/* The rest wait at the sender, none dropped. */
+	for (uint32_t i = 0; i < BP_SENT; i++) {
+		struct ferry_req_status st;
+
+		assert_int_equal(ferry_req_status(d.b, i, &st), 0);
+		assert_int_not_equal(st.state, FERRY_FAILED);
+		pending += st.state == FERRY_PENDING;
+	}
+	assert_true(pending >= BP_SENT - BP_QUEUE);
+	assert_int_equal(ferry_batch_wait(d.b, 0), -ETIMEDOUT);
+	/* The receiver polls: they all come, once each. */
+	while (got < BP_SENT) {
+		int k = ferry_notif_poll(d.rcv, n, BP_SENT + 1);
+
+		assert_true(k >= 0 && k <= BP_QUEUE);
+		for (int i = 0; i < k; i++) {
+			uint32_t v;
+
+			assert_int_equal(n[i].len, sizeof(v));
+			memcpy(&v, n[i].msg, sizeof(v));
+			assert_true(v < BP_SENT);
+			assert_int_equal(seen[v]++, 0);
+		}
+		got += k;
+		if (!k)
+			WAIT_UNTIL(READ_ONCE(d.rcv->notify.received) > (uint64_t)got ||
+				   got == BP_SENT, WAIT_DEADLINE_MS, "more notifications");
+	}
+	assert_int_equal(ferry_batch_wait(d.b, 10000), 0);
+	assert_true(READ_ONCE(d.snd->notify.busy_retries) > 0);
+	duo_down(&d);
+}
+
+#define MS_THREADS 4
+#define MS_EACH 150
+
+struct sender {
+	struct ferry_engine *e;
+	ferry_seg_t seg;
+	uint32_t id;
+	int rc;
+};
+
+static void *sender_main(void *arg)
+{
+	struct sender *s = arg;
+	struct ferry_port *p;
+	struct ferry_batch *b;
+
+	s->rc = ferry_port_create(s->e, &p);
+	if (s->rc)
+		return NULL;
+	s->rc = ferry_batch_create(p, MS_EACH, &b);
+	for (uint32_t i = 0; s->rc == 0 && i < MS_EACH; i++) {
+		uint32_t v[2] = { s->id, i };
+
+		if (ferry_notify(b, s->seg, v, sizeof(v)) != (int)i)
+			s->rc = -EPROTO;
+	}
+	if (s->rc == 0)
+		s->rc = ferry_batch_wait(b, 60000);
+	if (ferry_batch_destroy(b) && !s->rc)
+		s->rc = -EBUSY;
+	ferry_port_destroy(p);
+	return NULL;
+}
+
+struct poller {
+	struct ferry_engine *rcv, **snd;
+	uint32_t (*seen)[MS_EACH];     /* atomic counts */
+	uint32_t *got;                 /* atomic: polled by both */
+	int bad;
+};
+
+/* Poll until every notification of every sender came (two pollers at once). */
+static void *poller_main(void *arg)
+{
+	struct poller *pl = arg;
+	struct ferry_notif n[8];
+
+	while (READ_ONCE(*pl->got) < MS_THREADS * MS_EACH) {
+		int k = ferry_notif_poll(pl->rcv, n, 8);
+
+		if (k < 0)
+			pl->bad = 1;
+		for (int i = 0; i < k; i++) {
+			uint32_t v[2];
+
+			memcpy(v, n[i].msg, sizeof(v));
+			if (n[i].len != sizeof(v) || v[0] >= MS_THREADS || v[1] >= MS_EACH ||
+			    strcmp(n[i].from, ferry_engine_address(pl->snd[v[0] % 2])) ||
+			    fetch_add_relaxed(pl->seen[v[0]][v[1]], 1) != 0)
+				pl->bad = 1;
+		}
+		if (k > 0)
+			fetch_add_relaxed(*pl->got, (uint32_t)k);
+		else
+			sched_yield();
+	}
+	return NULL;
+}
+
+static void test_many_senders(void **state)
+{
+	static uint32_t seen[MS_THREADS][MS_EACH];
+	struct ferry_engine *rcv = mk_engine("1", "loop", NULL, 16), *snd[2];
+	struct sender s[MS_THREADS];
+	pthread_t t[MS_THREADS], pt;
+	struct ferry_notif n;
+	uint32_t got = 0;
+	struct poller pl = { .rcv = rcv, .snd = snd, .seen = seen, .got = &got };
+	struct poller pl2;
+
+	(void)state;
+	memset(seen, 0, sizeof(seen));
+	for (int i = 0; i < 2; i++)
+		snd[i] = mk_engine("0", "loop", NULL, 0);
+	pl2 = pl;
+	for (uint32_t i = 0; i < MS_THREADS; i++) {
+		s[i] = (struct sender){ .e = snd[i % 2], .id = i };
+		assert_int_equal(ferry_segment_open(s[i].e, ferry_engine_address(rcv), &s[i].seg), 0);
+		assert_int_equal(pthread_create(&t[i], NULL, sender_main, &s[i]), 0);
+	}
+	assert_int_equal(pthread_create(&pt, NULL, poller_main, &pl2), 0);
+	poller_main(&pl);
+	assert_int_equal(pthread_join(pt, NULL), 0);
+	assert_false(pl.bad || pl2.bad);
+	for (int i = 0; i < MS_THREADS; i++) {
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+		assert_int_equal(s[i].rc, 0);
+		for (int j = 0; j < MS_EACH; j++)
+			assert_int_equal(seen[i][j], 1);
+	}
+	assert_int_equal(ferry_notif_poll(rcv, &n, 1), 0);
+	assert_true(READ_ONCE(rcv->notify.refused_full) > 0); /* the queue of 16 was full at times */
+	for (int i = 0; i < 2; i++)
+		ferry_engine_destroy(snd[i]);
+	ferry_engine_destroy(rcv);
+}
+
+/* ---- the cluster key ---- */
+
+static char keydir[] = "/tmp/ferry-notify-XXXXXX";
+static char key_a[64], key_b[64];
+
+static void write_key(char *path, const char *name, const char *content)
+{
+	int fd;
+
+	snprintf(path, 64, "%s/%s", keydir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, content, strlen(content)), (ssize_t)strlen(content));
+	close(fd);
+}
+
+static void test_cluster_key(void **state)
+{
+	struct wire_notify w = { .from = "127.0.0.1:1", .len = 3, .msg = "bad" };
+	struct ctl_client cl;
+	struct auth_key kb;
+	struct ferry_notif n;
+	char err[320];
+	struct duo d;
+	uint64_t denied;
+
+	(void)state;
+	assert_non_null(mkdtemp(keydir));
+	write_key(key_a, "a", "c2VjcmV0IGNsdXN0ZXIga2V5IG9mIGZlcnJ5LCBjbHVzdGVyIEE=\n");
+	write_key(key_b, "b", "c2VjcmV0IGNsdXN0ZXIga2V5IG9mIGZlcnJ5LCBjbHVzdGVyIEI=\n");
+	duo_up(&d, "loop", key_a, 0, 4);
+	/* Same key: delivered. */
+	assert_int_equal(ferry_notify(d.b, d.seg, "ok", 2), 0);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), 0);
+	poll_one(d.rcv, &n);
+	assert_memory_equal(n.msg, "ok", 2);
+	/* No key, another key: refused, nothing queued. */
+	denied = READ_ONCE(d.rcv->ctl.denied);
+	assert_int_equal(ctl_notify(NULL, ferry_engine_address(d.rcv), 2000, &w), -EACCES);
+	assert_int_equal(ctl_auth_load_key(key_b, &kb, err, sizeof(err)), 0);
+	assert_int_equal(ctl_client_init(&cl, &kb), 0);
+	assert_int_equal(ctl_notify(&cl, ferry_engine_address(d.rcv), 2000, &w), -EACCES);
+	ctl_client_fini(&cl);
+	WAIT_UNTIL(READ_ONCE(d.rcv->ctl.denied) == denied + 2, WAIT_DEADLINE_MS, "two refusals");
+	assert_int_equal(READ_ONCE(d.rcv->notify.received), 1);
+	assert_int_equal(ferry_notif_poll(d.rcv, &n, 1), 0);
+	duo_down(&d);
+	unlink(key_a);
+	unlink(key_b);
+	rmdir(keydir);
+}
+
+/* A sender with a name signs with it. */
+static void test_from_name(void **state)
+{
+	struct test_server srv = { .kind = SERVER_REDIS };
+	struct ferry_engine *rcv = mk_engine("1", "loop", NULL, 0), *snd;
+	int start_rc = server_start(&srv, SERVER_REDIS);
+	struct ferry_port *p;
+	struct ferry_batch *b;
+	struct ferry_notif n;
+	struct ferry_opts o;
+	ferry_seg_t seg;
+
+	(void)state;
+	srv.kind = SERVER_REDIS;
+	if (start_rc) {
+		ferry_engine_destroy(rcv);
+		SERVERS_REQUIRE(&srv, start_rc);
+	}
+	pair_opts(&o, "0");
+	o.name = "prefill-7";
+	o.metadata = srv.url;
+	assert_int_equal(ferry_engine_create(&o, &snd), 0);
+	assert_int_equal(ferry_segment_open(snd, ferry_engine_address(rcv), &seg), 0);
+	assert_int_equal(ferry_port_create(snd, &p), 0);
+	assert_int_equal(ferry_batch_create(p, 1, &b), 0);
+	assert_int_equal(ferry_notify(b, seg, "hi", 2), 0);
+	assert_int_equal(ferry_batch_wait(b, 10000), 0);
+	poll_one(rcv, &n);
+	assert_string_equal(n.from, "prefill-7");
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(p), 0);
+	ferry_engine_destroy(snd);
+	ferry_engine_destroy(rcv);
+	server_stop(&srv);
+}
+
+/* A notification that waits for room ends -ECANCELED on ferry_batch_cancel. */
+static void test_cancel(void **state)
+{
+	struct ferry_notif n;
+	struct duo d;
+	int s;
+
+	(void)state;
+	duo_up(&d, "loop", NULL, 2, 4);
+	assert_int_equal(ferry_notify(d.b, d.seg, "a", 1), 0);
+	assert_int_equal(ferry_notify(d.b, d.seg, "a", 1), 1);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), 0); /* the queue is full now */
+	s = ferry_notify(d.b, d.seg, "b", 1);
+	WAIT_UNTIL(READ_ONCE(d.snd->notify.busy_retries) > 0, WAIT_DEADLINE_MS, "a busy answer");
+	assert_int_equal(ferry_batch_cancel(d.b), 0);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), -EIO);
+	expect_state(d.b, s, FERRY_FAILED, -ECANCELED);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(ferry_notif_poll(d.rcv, &n, 1), 1);
+		assert_memory_equal(n.msg, "a", 1);
+	}
+	assert_int_equal(ferry_notif_poll(d.rcv, &n, 1), 0);
+	duo_down(&d);
+}
+
+/* A receiver that never polls: the notification ends TIMEOUT after timeout_ms of refusals. */
+static void test_full_timeout(void **state)
+{
+	struct duo d;
+
+	(void)state;
+	duo_up(&d, "loop", NULL, 2, 4); /* pair_opts: timeout_ms 2000 */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(ferry_notify(d.b, d.seg, "t", 1), i);
+	assert_int_equal(ferry_batch_wait(d.b, 30000), -EIO);
+	expect_state(d.b, 0, FERRY_DONE, 0);
+	expect_state(d.b, 1, FERRY_DONE, 0);
+	expect_state(d.b, 2, FERRY_TIMEOUT, -ETIMEDOUT);
+	assert_int_equal(READ_ONCE(d.rcv->notify.received), 2);
+	duo_down(&d);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_order_loop),
+		cmocka_unit_test(test_order_tcp),
+		cmocka_unit_test(test_order_cma),
+		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_backpressure),
+		cmocka_unit_test(test_many_senders),
+		cmocka_unit_test(test_cluster_key),
+		cmocka_unit_test(test_from_name),
+		cmocka_unit_test(test_cancel),
+		cmocka_unit_test(test_full_timeout),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
