@@ -231,8 +231,8 @@ void ferry_engine_destroy(struct ferry_engine *e)
 		if (e->cores[i])
 			core_stop(e->cores[i]);
 	passive_destroy_all(e);
-	for (unsigned s = 0; s < FERRY_MAX_SEGMENTS; s++)
-		seg_release(&e->segs[s]);
+	for (uint32_t s = 0; s < seg_slots(&e->segs); s++)
+		seg_release(seg_at(&e->segs, s));
 	mem_release_all(e);
 	for (unsigned i = 0; i < e->ncores; i++)
 		core_destroy(e->cores[i]);
@@ -248,6 +248,7 @@ void ferry_engine_destroy(struct ferry_engine *e)
 	pthread_mutex_destroy(&e->disc_lock);
 	pthread_cond_destroy(&e->seg_cond);
 	pthread_mutex_destroy(&e->ctl_lock);
+	seg_table_free(&e->segs);
 	free(e);
 }
 

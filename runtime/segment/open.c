@@ -101,13 +101,12 @@ static int ep_publish(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot
 		return rc;
 	}
 	for (unsigned k = 0; k < ep->nqps; k++)
-		s->qp_tokens[i][k] = p->token + k;
-	s->eps[i] = ep;
+		ep->peer_tokens[k] = p->token + k;
 	p->ep = NULL;
 	WRITE_ONCE(s->rail_down[i], 0);
 	WRITE_ONCE(s->rail_paused[i], 0);
-	ep_table_set(&c->eps, slot, ep); /* the core sees it whole (RCU publication) */
-	sieve_insert(&c->eps.cache, slot);
+	ep_table_add(&c->eps, ep); /* room made above; the core sees it whole (RCU) */
+	seg_ep_set(s, i, ep);
 	store_sc(s->rail_gone[i], 0); /* submitters may pick the rail again */
 	return 0;
 }
@@ -205,8 +204,8 @@ static int open_connect(struct ferry_engine *e, struct ferry_seg *s, uint32_t sl
 static struct ferry_seg *seg_find(struct ferry_engine *e, const char *address, uint32_t state,
 				  uint32_t *slot)
 {
-	for (uint32_t i = 0; i < FERRY_MAX_SEGMENTS; i++) {
-		struct ferry_seg *s = &e->segs[i];
+	for (uint32_t i = 0; i < seg_slots(&e->segs); i++) {
+		struct ferry_seg *s = seg_at(&e->segs, i);
 
 		if (s->state == state && !READ_ONCE(s->stale) && strcmp(s->address, address) == 0) {
 			*slot = i;
@@ -268,12 +267,13 @@ static int slot_reserve(struct ferry_engine *e, const char *address, uint32_t *s
 {
 	struct ferry_seg *s;
 	uint32_t i;
+	int rc;
 
-	for (i = 0; i < FERRY_MAX_SEGMENTS && e->segs[i].state != SEG_FREE; i++)
+	for (i = 0; i < seg_slots(&e->segs) && seg_at(&e->segs, i)->state != SEG_FREE; i++)
 		;
-	if (i == FERRY_MAX_SEGMENTS)
-		return -ENOSPC;
-	s = &e->segs[i];
+	if (i == seg_slots(&e->segs) && (rc = seg_table_grow(&e->segs)))
+		return rc;
+	s = seg_at(&e->segs, i);
 	s->stale = 0;
 	s->name[0] = '\0';
 	memset(s->rail_down, 0, sizeof(s->rail_down));
@@ -346,7 +346,7 @@ static void open_abort(struct ferry_engine *e, struct ferry_seg *s, uint32_t slo
 static int open_slot(struct ferry_engine *e, uint32_t slot, const struct seg_want *want,
 		     struct seg_desc *fresh, struct ep_prep *pp, ferry_seg_t *out)
 {
-	struct ferry_seg *s = &e->segs[slot];
+	struct ferry_seg *s = seg_at(&e->segs, slot);
 	int rc = fresh ? 0 : fetch_desc(e, s->address, &fresh);
 
 	if (!rc)
@@ -413,7 +413,7 @@ int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t 
 {
 	if (!e || !address || !out)
 		return -EINVAL;
-	if (strlen(address) >= sizeof(e->segs[0].address))
+	if (strlen(address) >= sizeof(((struct ferry_seg *)0)->address))
 		return -EINVAL;
 	/* "host:port" is an address; anything else a name (names have no colon). */
 	if (!strchr(address, ':'))
@@ -480,7 +480,7 @@ static int refresh_install(struct ferry_engine *e, struct ferry_seg *s, uint32_t
 
 int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg)
 {
-	char address[sizeof(e->segs[0].address)];
+	char address[sizeof(((struct ferry_seg *)0)->address)];
 	struct seg_desc *d = NULL;
 	struct ferry_seg *s;
 	uint32_t slot, gen = 0;
