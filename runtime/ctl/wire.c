@@ -393,7 +393,10 @@ void seg_desc_free(struct seg_desc *d)
 	if (!d)
 		return;
 	free(d->regions);
-	memset(d, 0, sizeof(*d));
+	/* Not the NICs: a kept copy may end after its n_nics (segment/open.c). */
+	d->regions = NULL;
+	d->n_regions = 0;
+	d->n_nics = 0;
 }
 
 /* ---- endpoint handshake ---------------------------------------------- */

@@ -22,6 +22,7 @@
  * decided under the lock (evictions, failures) go out after it is released.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,12 +219,17 @@ static struct ferry_seg *seg_find(struct ferry_engine *e, const char *address, u
 /* A descriptor fetched into a new allocation; 0 or -errno (*out NULL). */
 static int fetch_desc(struct ferry_engine *e, const char *address, struct seg_desc **out)
 {
-	struct seg_desc *d = calloc(1, sizeof(*d));
+	struct seg_desc *d = calloc(1, sizeof(*d)), *small;
 	int rc = d ? ctl_fetch_desc(&e->client, address, SEG_CTL_TIMEOUT_MS, d) : -ENOMEM;
 
 	if (rc) {
 		free(d);
 		d = NULL;
+	} else {
+		/* Kept per open segment (thousands): only the NICs the peer has,
+		 * not WIRE_MAX_NICS of them (20 KiB).  Nobody reads past n_nics. */
+		small = realloc(d, offsetof(struct seg_desc, nics) + d->n_nics * sizeof(d->nics[0]));
+		d = small ? small : d;
 	}
 	*out = d;
 	return rc;
