@@ -227,7 +227,7 @@ static uint32_t core_cut(struct ferry_core *c)
 	while (cut_fifo_count(&c->cut) && cut < CUT_BUDGET && !dry) {
 		struct cut_part *pt = cut_fifo_head(&c->cut);
 		struct ferry_rq *rq = pt->rq;
-		struct ferry_ep *ep = core_ep(c, rq->seg_slot);
+		struct ferry_ep *ep = core_rq_ep(c, rq);
 		int err;
 
 		/* An endpoint being evicted is a miss too: when every rail was
@@ -663,6 +663,7 @@ int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char
 	c->e = e;
 	c->segs = &e->segs;
 	c->index = index;
+	c->seg_ep_off = offsetof(struct ferry_seg, eps) + index * sizeof(struct ferry_ep *);
 	c->cpu = cpu;
 	c->numa = node;
 	c->wake_fd = -1;

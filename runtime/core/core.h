@@ -116,6 +116,7 @@ struct ferry_core {
 	/* shared */
 	struct ep_table eps;           /* by cache index: RCU-published by the control path */
 	const struct seg_table *segs;  /* the engine's segment slots (core_ep) */
+	size_t seg_ep_off;             /* offsetof(struct ferry_seg, eps[index]) (core_rq_ep) */
 	struct ferry_ring cmds;        /* control path -> core */
 	struct ferry_ring repairs;     /* core -> repair thread: QPs to replace */
 	struct ferry_ring *xfer_in;    /* [src]: slices handed over by core src (SPSC) */
@@ -198,6 +199,15 @@ static inline struct ferry_ep *core_ep(const struct ferry_core *c, uint32_t slot
 
 	return likely(s) ? rcu_dereference(s->eps[c->index]) /* pairs with: rcu_assign_pointer in seg_ep_set */
 			 : NULL;
+}
+/* The core's endpoint for request rq's segment (NULL if none): the core's
+ * thread.  The request holds its segment (a reference), one load away. */
+static inline struct ferry_ep *core_rq_ep(const struct ferry_core *c, const struct ferry_rq *rq)
+{
+	/* &seg->eps[c->index], the offset computed once (core_create) */
+	struct ferry_ep *const *p = (struct ferry_ep *const *)((const char *)rq->seg + c->seg_ep_off);
+
+	return rcu_dereference(*p); /* pairs with: rcu_assign_pointer in seg_ep_set */
 }
 /* Every endpoint of the core, by cache index: for (i = 0; i < c->eps.cap; i++). */
 static inline struct ferry_ep *core_ep_at(const struct ferry_core *c, uint32_t i)

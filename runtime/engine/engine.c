@@ -184,7 +184,9 @@ int ferry_engine_create_knobs(const struct ferry_opts *o, const struct ferry_kno
 	if (getrandom(&e->incarnation, sizeof(e->incarnation), 0) != sizeof(e->incarnation))
 		e->incarnation = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)e;
 	ferry_tsc_hz();
-	rc = engine_parse(e, o, cpus);
+	rc = seg_table_init(&e->segs);
+	if (rc == 0)
+		rc = engine_parse(e, o, cpus);
 	if (rc == 0)
 		rc = engine_start(e, cpus, o->listen);
 	if (rc) {

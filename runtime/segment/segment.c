@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "ring/base/clock.h"
 #include "ring/base/log.h"
@@ -21,37 +22,44 @@
 
 struct ferry_seg *seg_lookup(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot)
 {
-	uint32_t n = (uint32_t)h - 1;
-	struct ferry_seg *s = (uint32_t)h ? seg_at(&e->segs, n) : NULL;
+	uint32_t n = (uint32_t)h - 1; /* handle 0 wraps: out of range */
+	struct ferry_seg *s;
 
-	if (!s || load_sc(s->gen) != (uint32_t)(h >> 32))
+	if (n >= FERRY_MAX_SEGMENTS)
+		return NULL;
+	s = &e->segs.slots[n]; /* mapped for the engine's life; never taken: generation 0 */
+	if (load_sc(s->gen) != (uint32_t)(h >> 32))
 		return NULL;
 	*slot = n;
 	return s;
 }
 
+int seg_table_init(struct seg_table *t)
+{
+	void *p = mmap(NULL, FERRY_MAX_SEGMENTS * sizeof(struct ferry_seg), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	t->slots = p;
+	t->n_slots = 0;
+	return 0;
+}
+
 int seg_table_grow(struct seg_table *t)
 {
-	uint32_t n = t->n_slots;
-	struct ferry_seg *ch;
-
-	if (n >= FERRY_MAX_SEGMENTS)
+	if (t->n_slots >= FERRY_MAX_SEGMENTS)
 		return -ENOSPC;
-	ch = calloc(SEG_CHUNK, sizeof(*ch));
-	if (!ch)
-		return -ENOMEM;
-	/* The chunk whole before its slots count: readers check the pointer. */
-	store_release(t->chunk[n / SEG_CHUNK], ch); /* pairs with: load_acquire in seg_at */
-	store_release(t->n_slots, n + SEG_CHUNK);  /* pairs with: load_acquire in seg_slots */
+	/* The new slots are zeros (the mapping's): SEG_FREE, generation 0. */
+	store_release(t->n_slots, t->n_slots + SEG_CHUNK); /* pairs with: load_acquire in seg_slots */
 	return 0;
 }
 
 void seg_table_free(struct seg_table *t)
 {
-	for (uint32_t k = 0; k < SEG_CHUNKS; k++) {
-		free(t->chunk[k]);
-		t->chunk[k] = NULL;
-	}
+	if (t->slots)
+		munmap(t->slots, FERRY_MAX_SEGMENTS * sizeof(struct ferry_seg));
+	t->slots = NULL;
 	t->n_slots = 0;
 }
 

@@ -17,6 +17,7 @@
 
 #include "ep/ep.h"
 #include "ring/base/atomics.h"
+#include "ring/base/compiler.h"
 #include "runtime/engine/opts.h"
 #include "runtime/ctl/wire.h"
 #include "runtime/ferry.h"
@@ -59,42 +60,41 @@ struct ferry_seg {
 };
 
 /*
- * The engine's segment slots, allocated SEG_CHUNK at a time when the ones
- * there are all taken (under ctl_lock) and never freed while the engine
- * lives: type-stable, so a lock-free reader (seg_lookup, seg_acquire, the
- * cores) may look at any slot it has a number for.  Memory grows with the
- * most segments ever open at once, not with FERRY_MAX_SEGMENTS.
+ * The engine's segment slots: FERRY_MAX_SEGMENTS of them reserved at
+ * engine create as one anonymous mapping (address space only: the kernel
+ * gives a page memory when it is first written), taken SEG_CHUNK at a time
+ * as opens need them (n_slots, under ctl_lock), never unmapped while the
+ * engine lives: type-stable, so a lock-free reader (seg_lookup,
+ * seg_acquire, the cores) may look at any slot it has a number for, and a
+ * slot never taken reads as zeros (generation 0: no handle names it).
+ * Memory grows with the most segments ever open at once, not with
+ * FERRY_MAX_SEGMENTS, and a lookup is one index as with a plain array.
  */
 #define SEG_CHUNK 64
-#define SEG_CHUNKS (FERRY_MAX_SEGMENTS / SEG_CHUNK)
 _Static_assert(FERRY_MAX_SEGMENTS % SEG_CHUNK == 0, "whole chunks");
 
 struct seg_table {
-	struct ferry_seg *chunk[SEG_CHUNKS]; /* store_release once, then read-only */
-	uint32_t n_slots;                    /* slots allocated: store_release */
+	struct ferry_seg *slots;       /* [FERRY_MAX_SEGMENTS], mapped at engine create */
+	uint32_t n_slots;              /* slots taken so far: store_release */
 };
 
-/* Slots allocated so far (any thread). */
+/* Slots taken so far (any thread). */
 static inline uint32_t seg_slots(const struct seg_table *t)
 {
 	return load_acquire(t->n_slots); /* pairs with: store_release in seg_table_grow */
 }
 
-/* The segment of slot (NULL: beyond what is allocated): any thread. */
+/* The segment of slot (NULL: out of range): any thread. */
 static inline struct ferry_seg *seg_at(const struct seg_table *t, uint32_t slot)
 {
-	struct ferry_seg *ch;
-
-	if (slot >= FERRY_MAX_SEGMENTS)
-		return NULL;
-	ch = load_acquire(t->chunk[slot / SEG_CHUNK]); /* pairs with: store_release in seg_table_grow */
-	return ch ? &ch[slot % SEG_CHUNK] : NULL;
+	return likely(slot < FERRY_MAX_SEGMENTS) ? &t->slots[slot] : NULL;
 }
 
-/* segment.c: one more chunk of free slots (ctl_lock held); -ENOSPC at
- * FERRY_MAX_SEGMENTS, -ENOMEM. */
+/* segment.c: reserve the slots (engine create); -ENOMEM. */
+int seg_table_init(struct seg_table *t);
+/* segment.c: SEG_CHUNK more slots (ctl_lock held); -ENOSPC at FERRY_MAX_SEGMENTS. */
 int seg_table_grow(struct seg_table *t);
-/* segment.c: free the chunks (engine destroy, after seg_release of each). */
+/* segment.c: unmap the slots (engine destroy, after seg_release of each). */
 void seg_table_free(struct seg_table *t);
 
 /* Publish ep (NULL: unpublish) as core i's endpoint to s; ctl_lock held. */
