@@ -106,7 +106,9 @@ static int ep_publish(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot
 	p->ep = NULL;
 	WRITE_ONCE(s->rail_down[i], 0);
 	WRITE_ONCE(s->rail_paused[i], 0);
-	ep_table_add(&c->eps, ep); /* room made above; the core sees it whole (RCU) */
+	/* Cannot fail: room was made above, under this same hold of ctl_lock.
+	 * The core sees the endpoint whole (RCU publication). */
+	(void)ep_table_add(&c->eps, ep);
 	seg_ep_set(s, i, ep);
 	store_sc(s->rail_gone[i], 0); /* submitters may pick the rail again */
 	return 0;
