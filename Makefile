@@ -64,7 +64,7 @@ TSAN_TESTS := tests/unit/ring/test_ring tests/integration/test_integration \
               tests/integration/test_faults tests/unit/qp/test_loop tests/unit/qp/test_tcp \
               tests/unit/qp/test_cma tests/unit/ctl/test_ctl \
               tests/integration/test_stats tests/integration/test_api tests/unit/metrics/test_histo \
-              tests/unit/metrics/test_perf tests/integration/test_epcache \
+              tests/unit/metrics/test_perf tests/integration/test_epcache tests/integration/test_many_segments \
               tests/integration/test_calls tests/integration/test_cluster \
               tests/integration/test_named tests/integration/test_notify
 

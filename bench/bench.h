@@ -219,6 +219,8 @@ void idle_print(struct bench *b, const struct totals *t);
 /* mode_target.c: --target */
 int nics_check_remote(struct ferry_engine *e, const char *role);
 int target_main(struct bench *b);
+/* mode_opens.c: --opens N (its own engines). */
+int opens_main(const struct bench_cfg *cfg);
 
 /* verify.c: --verify */
 void buffers_fill_once(struct bench *b);

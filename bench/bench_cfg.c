@@ -182,6 +182,11 @@ int bench_check_cfg(struct bench_cfg *cfg, const bool *seen, char *err, size_t e
 	if (cfg->json && cfg->prom && !strcmp(cfg->prom, "-"))
 		return bad_arg(err, errlen,
 			    "--prom - and --json both write to stdout: give --prom a file name");
+	if (cfg->secret && !cfg->opens)
+		return bad_arg(err, errlen, "--secret goes with --opens");
+	if (cfg->opens && cfg->mode != BENCH_LOCAL)
+		return bad_arg(err, errlen, "--opens runs both engines in this process: not with "
+				    "--target or --connect");
 	rc = check_modes(cfg, seen, err, errlen);
 	if (!rc)
 		rc = check_pingpong(cfg, seen, err, errlen);

@@ -58,6 +58,8 @@ static const struct option long_opts[] = {
 	{ "prep", no_argument, NULL, OPT_PREP },
 	{ "pingpong", no_argument, NULL, OPT_PINGPONG },
 	{ "idle", required_argument, NULL, OPT_IDLE },
+	{ "opens", required_argument, NULL, OPT_OPENS },
+	{ "secret", required_argument, NULL, OPT_SECRET },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -379,6 +381,10 @@ static int apply_run_opt(int c, const char *v, struct bench_cfg *cfg, char *err,
 		return 0;
 	case OPT_IDLE:
 		return take_seconds("--idle", v, &cfg->idle, err, errlen);
+	case OPT_OPENS:
+		return take_u32("--opens", v, 0, FERRY_MAX_SEGMENTS, &cfg->opens, err, errlen);
+	case OPT_SECRET:
+		return take_str("--secret", v, &cfg->secret, err, errlen);
 	}
 	return bad_arg(err, errlen, "internal: unhandled option %d", c);
 }

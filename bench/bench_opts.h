@@ -104,6 +104,8 @@ struct bench_cfg {
 	bool prep;                /* --prep: ferry_prep_create once, ferry_prep_submit by index */
 	bool pingpong;            /* --pingpong: WRITE ping-pong, half round trips (sets lat) */
 	double idle;              /* --idle SECONDS: idle CPU and wake-up latency; 0 = off */
+	uint32_t opens;           /* --opens N: time N segment opens (mode_opens.c); 0 = off */
+	const char *secret;       /* --secret FILE: --opens also with this cluster key */
 	/* output */
 	const char *csv;          /* --csv FILE: one row per size; NULL = none */
 	const char *plot;         /* --plot FILE.png: GB/s and p99 against size */

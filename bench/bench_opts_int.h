@@ -43,6 +43,8 @@ enum {
 	OPT_PREP,
 	OPT_PINGPONG,
 	OPT_IDLE,
+	OPT_OPENS,
+	OPT_SECRET,
 	OPT_END, /* one past the last: size of the seen[] array */
 };
 

@@ -90,6 +90,8 @@ int main(int argc, char **argv)
 		return rc;
 	if (b.cfg.mode == BENCH_TARGET)
 		return target_main(&b);
+	if (b.cfg.opens)
+		return opens_main(&b.cfg);
 	if (bench_setup(&b)) {
 		bench_teardown(&b);
 		return 1;

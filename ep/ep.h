@@ -42,10 +42,12 @@ struct ferry_ep {
 	                              * peer" flag (NULL: none): its slices move */
 	uint32_t seg_slot;
 	uint32_t seg_gen;
+	uint32_t cache_idx;          /* its entry in the core's table (ep/table.h) */
 	uint32_t remote_nic;         /* index of the peer's NIC these QPs reach */
 	uint32_t nqps;
 	uint32_t rr;                 /* next QP to try first */
 	struct qpx *qps[EP_MAX_QPS];
+	uint64_t peer_tokens[EP_MAX_QPS]; /* the peer's half of each QP (control path) */
 	/* SIEVE: used since the hand passed (the core sets it, the control
 	 * path reads and clears it).  A word of its own, away from the bytes
 	 * only the core touches: a compiler may read neighbouring bytes as one. */

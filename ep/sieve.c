@@ -2,16 +2,30 @@
 #include "ep/sieve.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
-int sieve_init(struct sieve *sv, uint32_t cap)
+int sieve_init(struct sieve *sv, uint32_t cap, uint32_t nkeys)
 {
-	if (cap == 0 || cap > SIEVE_MAX_KEYS)
-		return -EINVAL;
 	memset(sv, 0, sizeof(*sv));
+	if (cap == 0 || cap > nkeys || nkeys > SIEVE_MAX_KEYS)
+		return -EINVAL;
+	/* One allocation: prev and next, then the membership bytes. */
+	sv->prev = calloc(nkeys, 2 * sizeof(uint16_t) + 1);
+	if (!sv->prev)
+		return -ENOMEM;
+	sv->next = sv->prev + nkeys;
+	sv->in = (uint8_t *)(sv->next + nkeys);
 	sv->cap = cap;
+	sv->nkeys = nkeys;
 	sv->head = sv->tail = sv->hand = SIEVE_NONE;
 	return 0;
+}
+
+void sieve_fini(struct sieve *sv)
+{
+	free(sv->prev);
+	memset(sv, 0, sizeof(*sv));
 }
 
 bool sieve_full(const struct sieve *sv)
@@ -21,12 +35,12 @@ bool sieve_full(const struct sieve *sv)
 
 bool sieve_has(const struct sieve *sv, uint32_t key)
 {
-	return key < SIEVE_MAX_KEYS && sv->in[key];
+	return key < sv->nkeys && sv->in[key];
 }
 
 int sieve_insert(struct sieve *sv, uint32_t key)
 {
-	if (key >= SIEVE_MAX_KEYS)
+	if (key >= sv->nkeys)
 		return -EINVAL;
 	if (sv->in[key])
 		return -EEXIST;

@@ -15,19 +15,24 @@
 #include <stdint.h>
 
 #define SIEVE_NONE 0xffffu
-#define SIEVE_MAX_KEYS 1024
+#define SIEVE_MAX_KEYS 0xfff0u   /* keys are uint16_t, SIEVE_NONE is not one */
 
+/* The arrays are sized by the key space the caller asks for (an endpoint
+ * table's: its cache index, 0..ep_cache-1), not by a global maximum. */
 struct sieve {
 	uint32_t cap;                 /* most keys held */
 	uint32_t n;                   /* keys held */
+	uint32_t nkeys;               /* keys are 0..nkeys-1 */
 	uint16_t head, tail, hand;    /* SIEVE_NONE when empty / at rest */
-	uint16_t prev[SIEVE_MAX_KEYS];  /* toward the tail (older) */
-	uint16_t next[SIEVE_MAX_KEYS];  /* toward the head (newer) */
-	uint8_t in[SIEVE_MAX_KEYS];
+	uint16_t *prev;               /* [nkeys] toward the tail (older) */
+	uint16_t *next;               /* [nkeys] toward the head (newer) */
+	uint8_t *in;                  /* [nkeys] */
 };
 
-/* Empty cache holding at most cap keys (1..SIEVE_MAX_KEYS). */
-int sieve_init(struct sieve *sv, uint32_t cap);
+/* Empty cache holding at most cap keys (1..nkeys) out of keys 0..nkeys-1
+ * (nkeys <= SIEVE_MAX_KEYS); -EINVAL, -ENOMEM.  Free with sieve_fini. */
+int sieve_init(struct sieve *sv, uint32_t cap, uint32_t nkeys);
+void sieve_fini(struct sieve *sv);
 
 /* True when no key can be added without an eviction. */
 bool sieve_full(const struct sieve *sv);

@@ -1,9 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A core's endpoint table: its endpoints by segment slot, published by the
- * control path with rcu_assign_pointer and read by the core, lock-free, with
- * rcu_dereference; and the SIEVE cache that bounds how many there are (the
- * control path's alone, under its lock).  An unpublished endpoint is freed
+ * A core's endpoint table: the endpoints it holds, at most cap (the
+ * ep_cache option), by cache index -- not by segment slot, so its size is
+ * the cache's and not the number of segments an engine may open.  The
+ * control path publishes an entry with rcu_assign_pointer (under its lock)
+ * and the core reads them, lock-free, with rcu_dereference when it sweeps
+ * its endpoints: O(ep_cache) per sweep.  The core finds the endpoint of a
+ * request through its segment instead (runtime/segment: one RCU-published
+ * pointer per core).  The SIEVE cache over the indices bounds how many
+ * there are (the control path's alone).  An unpublished endpoint is freed
  * only after a grace period (ep/teardown.c): the core may still hold the
  * pointer it loaded in its last pass.
  */
@@ -16,27 +21,29 @@
 #include "ep/sieve.h"
 #include "ring/base/atomics.h"
 
-/* Segment slots a table covers: the engine's FERRY_MAX_SEGMENTS. */
-#define EP_TABLE_SLOTS 256
-_Static_assert(EP_TABLE_SLOTS <= SIEVE_MAX_KEYS, "a segment slot is a SIEVE key");
-
 struct ep_table {
-	struct ferry_ep *eps[EP_TABLE_SLOTS]; /* RCU-published */
-	struct sieve cache;           /* which slots hold an endpoint (control path) */
+	uint32_t cap;                 /* entries: the ep_cache option */
+	struct ferry_ep **eps;        /* [cap] RCU-published, by ep->cache_idx */
+	struct sieve cache;           /* which indices hold an endpoint (control path) */
 	uint64_t evictions;           /* control path writes, anyone reads (READ_ONCE) */
 };
 
-/* The endpoint for slot, or NULL: the owning core (or the control path). */
-static inline struct ferry_ep *ep_table_get(const struct ep_table *t, uint32_t slot)
-{
-	return rcu_dereference(t->eps[slot]); /* pairs with: rcu_assign_pointer in ep_table_set */
-}
+/* An empty table of cap entries (1..SIEVE_MAX_KEYS); -EINVAL, -ENOMEM. */
+int ep_table_init(struct ep_table *t, uint32_t cap);
+/* Free the arrays (the entries must be gone: the core stopped). */
+void ep_table_fini(struct ep_table *t);
 
-/* Publish ep (NULL: unpublish) at slot: the control path, under its lock.
- * ep's QPs must be attached by its core first. */
-static inline void ep_table_set(struct ep_table *t, uint32_t slot, struct ferry_ep *ep)
+/* Publish ep at a free index (ep->cache_idx) and enter it in the cache:
+ * the control path, under its lock; -ENOSPC when the cache is full (make
+ * room first).  ep's QPs must be attached by its core first. */
+int ep_table_add(struct ep_table *t, struct ferry_ep *ep);
+/* Unpublish ep and drop it from the cache: the control path, under its lock. */
+void ep_table_del(struct ep_table *t, struct ferry_ep *ep);
+
+/* The endpoint at index i (i < cap), or NULL: the owning core (or the control path). */
+static inline struct ferry_ep *ep_table_at(const struct ep_table *t, uint32_t i)
 {
-	rcu_assign_pointer(t->eps[slot], ep); /* pairs with: rcu_dereference in ep_table_get */
+	return rcu_dereference(t->eps[i]); /* pairs with: rcu_assign_pointer in ep_table_add/del */
 }
 
 #endif /* FERRY_EP_TABLE_H */

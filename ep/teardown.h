@@ -7,8 +7,8 @@
  * depth counter is zero, then destroy the QPs -- their owner destroys them,
  * never another thread.
  *
- * Phase two, on the control path: unpublish the endpoint (ep_table_set
- * NULL), hand it to a reaper (ep_retire), which frees its memory after an
+ * Phase two, on the control path: unpublish the endpoint (ep_table_del
+ * and its segment's pointer), hand it to a reaper (ep_retire), which frees its memory after an
  * RCU grace period: a core may still hold the pointer it loaded in its last
  * pass.  call_rcu needs an online QSBR thread and the control path runs on
  * application threads, so a registered helper thread (the engine's repair

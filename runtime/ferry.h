@@ -42,8 +42,9 @@ extern "C" {
 #define FERRY_API
 #endif
 
-/** Segments an engine can have open at once. */
-#define FERRY_MAX_SEGMENTS 256
+/** Segments an engine can have open at once (their slots are allocated as
+ *  needed; the endpoints, which hold QPs, are bounded per core by ep_cache). */
+#define FERRY_MAX_SEGMENTS 4096
 
 /** Handle of an opened remote segment (a peer engine's registered memory). */
 typedef uint64_t ferry_seg_t;

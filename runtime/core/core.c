@@ -38,24 +38,29 @@
 
 /* ---- repair requests ---- */
 
-/* slot (9 bits) | qp (4 bits) | core (6 bits) | gen (32 bits), shifted so it is never 0. */
-_Static_assert(EP_TABLE_SLOTS <= (1 << 9), "a segment slot fits the repair encoding");
+/* slot (16 bits) | qp (4 bits) | core (6 bits) | gen (32 bits), shifted so it is never 0. */
+#define RJ_SLOT_BITS 16
+#define RJ_QP_SHIFT RJ_SLOT_BITS
+#define RJ_CORE_SHIFT (RJ_QP_SHIFT + 4)
+#define RJ_GEN_SHIFT (RJ_CORE_SHIFT + 6)
+_Static_assert(FERRY_MAX_SEGMENTS <= (1 << RJ_SLOT_BITS), "a segment slot fits the repair encoding");
 _Static_assert(EP_MAX_QPS <= (1 << 4), "a QP index fits the repair encoding");
 _Static_assert(FERRY_MAX_CORES <= (1 << 6), "a core index fits the repair encoding");
-_Static_assert(sizeof(uintptr_t) * 8 >= 1 + 19 + 32, "the repair encoding fits a pointer");
+_Static_assert(sizeof(uintptr_t) * 8 >= 1 + RJ_GEN_SHIFT + 32, "the repair encoding fits a pointer");
 
 uintptr_t core_repair_encode(uint32_t slot, uint32_t qp, uint32_t core, uint32_t gen)
 {
-	return ((uintptr_t)gen << 19 | (uintptr_t)core << 13 | (uintptr_t)qp << 9 | slot) << 1 | 1;
+	return ((uintptr_t)gen << RJ_GEN_SHIFT | (uintptr_t)core << RJ_CORE_SHIFT |
+		(uintptr_t)qp << RJ_QP_SHIFT | slot) << 1 | 1;
 }
 
 void core_repair_decode(uintptr_t v, struct repair_job *j)
 {
 	v >>= 1;
-	j->slot = v & 0x1ff;
-	j->qp = (v >> 9) & 0xf;
-	j->core = (v >> 13) & 0x3f;
-	j->gen = (uint32_t)(v >> 19);
+	j->slot = v & ((1u << RJ_SLOT_BITS) - 1);
+	j->qp = (v >> RJ_QP_SHIFT) & 0xf;
+	j->core = (v >> RJ_CORE_SHIFT) & 0x3f;
+	j->gen = (uint32_t)(v >> RJ_GEN_SHIFT);
 }
 
 /* ---- slice outcomes ---- */
@@ -222,7 +227,7 @@ static uint32_t core_cut(struct ferry_core *c)
 	while (cut_fifo_count(&c->cut) && cut < CUT_BUDGET && !dry) {
 		struct cut_part *pt = cut_fifo_head(&c->cut);
 		struct ferry_rq *rq = pt->rq;
-		struct ferry_ep *ep = core_ep(c, rq->seg_slot);
+		struct ferry_ep *ep = core_rq_ep(c, rq);
 		int err;
 
 		/* An endpoint being evicted is a miss too: when every rail was
@@ -360,8 +365,8 @@ static void core_sweep_stuck(struct ferry_core *c, struct ferry_ep *ep)
 
 static void core_sweep_rails(struct ferry_core *c)
 {
-	for (unsigned s = 0; s < EP_TABLE_SLOTS; s++) {
-		struct ferry_ep *ep = core_ep(c, s);
+	for (uint32_t k = 0; k < c->eps.cap; k++) {
+		struct ferry_ep *ep = core_ep_at(c, k);
 
 		if (ep) {
 			rail_pause_over(&ep->rail, c->now);
@@ -465,8 +470,8 @@ static void core_drain(struct ferry_core *c)
 
 		core_part_fail(c, pt->rq, pt->next, pt->end, -ECANCELED);
 	}
-	for (unsigned s = 0; s < EP_TABLE_SLOTS; s++) {
-		struct ferry_ep *ep = core_ep(c, s);
+	for (uint32_t k = 0; k < c->eps.cap; k++) {
+		struct ferry_ep *ep = core_ep_at(c, k);
 
 		if (ep && !ep->qps_gone) {
 			ep->closing = 1;
@@ -477,8 +482,8 @@ static void core_drain(struct ferry_core *c)
 	for (unsigned t = 0; t < c->ntx; t++)
 		while (c->tx[t].cq_quota.depth && ferry_now_ns() < deadline)
 			qctx_poll(&c->tx[t]);
-	for (unsigned s = 0; s < EP_TABLE_SLOTS; s++) {
-		struct ferry_ep *ep = core_ep(c, s);
+	for (uint32_t k = 0; k < c->eps.cap; k++) {
+		struct ferry_ep *ep = core_ep_at(c, k);
 
 		if (ep && ep_depth(ep) == 0)
 			ep_destroy_qps(&c->tx[ep->tx], ep); /* memory: core_destroy */
@@ -628,7 +633,7 @@ static int core_init(struct ferry_core *c, const char *const *nics, unsigned n, 
 	int rc;
 
 	c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	rc = c->wake_fd < 0 ? -errno : sieve_init(&c->eps.cache, o->ep_cache);
+	rc = c->wake_fd < 0 ? -errno : ep_table_init(&c->eps, o->ep_cache);
 	if (rc == 0)
 		rc = ferry_ring_init(&c->cmds, CMD_RING);
 	if (rc == 0)
@@ -658,7 +663,9 @@ int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char
 		return -ENOMEM;
 	memset(c, 0, sizeof(*c));
 	c->e = e;
+	c->segs = &e->segs;
 	c->index = index;
+	c->seg_ep_off = offsetof(struct ferry_seg, eps) + index * sizeof(struct ferry_ep *);
 	c->cpu = cpu;
 	c->numa = node;
 	c->wake_fd = -1;
@@ -721,13 +728,15 @@ void core_destroy(struct ferry_core *c)
 		return;
 	core_stop(c);
 	/* Stopped: no reader is left, no grace period needed. */
-	for (unsigned s = 0; s < EP_TABLE_SLOTS; s++) {
-		struct ferry_ep *ep = core_ep(c, s);
+	for (uint32_t k = 0; k < c->eps.cap; k++) {
+		struct ferry_ep *ep = core_ep_at(c, k);
 
-		if (ep)
+		if (ep) {
+			ep_table_del(&c->eps, ep);
 			ep_destroy(&c->tx[ep->tx], ep);
-		ep_table_set(&c->eps, s, NULL);
+		}
 	}
+	ep_table_fini(&c->eps);
 	for (unsigned t = 0; t < CORE_MAX_TX; t++) {
 		struct qctx *q = &c->tx[t];
 

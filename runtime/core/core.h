@@ -25,6 +25,7 @@
 #include "ring/ring.h"
 #include "runtime/metrics/histo.h"
 #include "runtime/metrics/perf.h"
+#include "runtime/segment/segment.h"
 #include "slice/cut.h"
 
 struct ferry_engine;
@@ -115,7 +116,9 @@ struct ferry_core {
 	struct rail_cfg rail;
 	unsigned index;
 	/* shared */
-	struct ep_table eps;           /* by segment slot: RCU-published by the control path */
+	struct ep_table eps;           /* by cache index: RCU-published by the control path */
+	const struct seg_table *segs;  /* the engine's segment slots (core_ep) */
+	size_t seg_ep_off;             /* offsetof(struct ferry_seg, eps[index]) (core_rq_ep) */
 	struct ferry_ring cmds;        /* control path -> core */
 	struct ferry_ring repairs;     /* core -> repair thread: QPs to replace */
 	struct ferry_ring *xfer_in;    /* [src]: slices handed over by core src (SPSC) */
@@ -188,10 +191,30 @@ void core_part_fail(struct ferry_core *c, struct ferry_rq *rq, uint64_t a, uint6
 void core_fail_pending(struct ferry_core *c, struct ferry_ep *ep, int err);
 /* Put ep on the core's list of endpoints with pending slices. */
 void core_ep_activate(struct ferry_core *c, struct ferry_ep *ep);
-/* The core's endpoint for segment slot (NULL if none); the core's thread. */
+/* The core's endpoint for segment slot (NULL if none); the core's thread.
+ * Through the segment (its slot is allocated: a request or command names
+ * it), so the core's own table is sized by ep_cache, not by the number of
+ * segments. */
 static inline struct ferry_ep *core_ep(const struct ferry_core *c, uint32_t slot)
 {
-	return ep_table_get(&c->eps, slot);
+	const struct ferry_seg *s = seg_at(c->segs, slot);
+
+	return likely(s) ? rcu_dereference(s->eps[c->index]) /* pairs with: rcu_assign_pointer in seg_ep_set */
+			 : NULL;
+}
+/* The core's endpoint for request rq's segment (NULL if none): the core's
+ * thread.  The request holds its segment (a reference), one load away. */
+static inline struct ferry_ep *core_rq_ep(const struct ferry_core *c, const struct ferry_rq *rq)
+{
+	/* &seg->eps[c->index], the offset computed once (core_create) */
+	struct ferry_ep *const *p = (struct ferry_ep *const *)((const char *)rq->seg + c->seg_ep_off);
+
+	return rcu_dereference(*p); /* pairs with: rcu_assign_pointer in seg_ep_set */
+}
+/* Every endpoint of the core, by cache index: for (i = 0; i < c->eps.cap; i++). */
+static inline struct ferry_ep *core_ep_at(const struct ferry_core *c, uint32_t i)
+{
+	return ep_table_at(&c->eps, i);
 }
 
 /* ---- parked parts (cache misses): park.c ---- */

@@ -82,7 +82,7 @@ static void xfer_return(struct ferry_core *c, struct slice *f)
 static bool xfer_take(struct ferry_core *c, struct slice *f)
 {
 	struct ferry_rq *rq = f->rq;
-	struct ferry_ep *ep = core_ep(c, rq->seg_slot);
+	struct ferry_ep *ep = core_rq_ep(c, rq);
 	struct slice *n = slice_get(&c->pool);
 
 	if (!n)

@@ -133,8 +133,8 @@ static int core_pause_left_ms(struct ferry_core *c)
 {
 	uint64_t now = ferry_tsc(), first = core_first_reask(c);
 
-	for (unsigned s = 0; s < EP_TABLE_SLOTS; s++) {
-		const struct ferry_ep *ep = core_ep(c, s);
+	for (uint32_t k = 0; k < c->eps.cap; k++) { /* O(ep_cache), not O(segments) */
+		const struct ferry_ep *ep = core_ep_at(c, k);
 
 		if (ep && ep->rail.paused && ep->rail.paused_until < first)
 			first = ep->rail.paused_until;

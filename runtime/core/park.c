@@ -35,7 +35,7 @@ static int park_state(struct ferry_core *c, const struct parked_part *p)
 {
 	struct ferry_rq *rq = p->pt.rq;
 	struct ferry_seg *s = rq->seg;
-	struct ferry_ep *ep = core_ep(c, rq->seg_slot);
+	struct ferry_ep *ep = core_rq_ep(c, rq);
 
 	if (ep && !ep->closing) /* a closing one is on its way out (evicted) */
 		return ep->seg_gen == rq->seg_gen ? 0 : -EBADF;

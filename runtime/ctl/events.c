@@ -34,8 +34,8 @@ unsigned events_fds(struct ferry_engine *e, struct pollfd *fds, unsigned max)
  * usable again (port up: the repair thread replaces what broke). */
 static void events_rails(struct ferry_engine *e, unsigned i, unsigned t, bool down)
 {
-	for (uint32_t slot = 0; slot < FERRY_MAX_SEGMENTS; slot++) {
-		struct ferry_seg *s = &e->segs[slot];
+	for (uint32_t slot = 0; slot < seg_slots(&e->segs); slot++) {
+		struct ferry_seg *s = seg_at(&e->segs, slot);
 
 		if (s->state != SEG_OPEN || s->tx != t || !s->eps[i])
 			continue;

@@ -7,6 +7,7 @@
  * longer than lease_ms.  Both run on the repair thread, and so does the
  * renewal of the engine's name in the metadata store (meta/named.c).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ring/base/clock.h"
@@ -20,14 +21,17 @@
  * calls go without ctl_lock: a dead peer costs a connect timeout. */
 static void peers_keepalive(struct ferry_engine *e)
 {
-	char addr[FERRY_MAX_SEGMENTS][sizeof(e->segs[0].address)];
+	typedef char addr_t[sizeof(((struct ferry_seg *)0)->address)];
 	int timeout = e->opts.keepalive_ms < KEEPALIVE_TIMEOUT_MS ? (int)e->opts.keepalive_ms
 								   : KEEPALIVE_TIMEOUT_MS;
+	addr_t *addr;
 	unsigned n = 0;
 
+	/* On the heap: up to FERRY_MAX_SEGMENTS addresses (256 KiB). */
 	pthread_mutex_lock(&e->ctl_lock);
-	for (unsigned i = 0; i < FERRY_MAX_SEGMENTS; i++) {
-		const struct ferry_seg *s = &e->segs[i];
+	addr = malloc(seg_slots(&e->segs) * sizeof(*addr) + 1);
+	for (uint32_t i = 0; addr && i < seg_slots(&e->segs); i++) {
+		const struct ferry_seg *s = seg_at(&e->segs, i);
 
 		if (s->state == SEG_OPEN && !READ_ONCE(s->stale))
 			memcpy(addr[n++], s->address, sizeof(addr[0]));
@@ -35,6 +39,7 @@ static void peers_keepalive(struct ferry_engine *e)
 	pthread_mutex_unlock(&e->ctl_lock);
 	for (unsigned i = 0; i < n; i++)
 		(void)ctl_keepalive(&e->client, addr[i], timeout, e->incarnation);
+	free(addr); /* no memory: no keepalives this round, the next one tries again */
 }
 
 /* Keepalives out, the QPs of initiators that went silent freed, our name's lease renewed. */

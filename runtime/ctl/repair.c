@@ -52,7 +52,7 @@ void rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i, u
  * in flight that may need the QP.  ctl_lock held. */
 static struct ferry_ep *repair_target(struct ferry_engine *e, const struct repair_job *j)
 {
-	struct ferry_seg *s = &e->segs[j->slot];
+	struct ferry_seg *s = seg_at(&e->segs, j->slot);
 
 	if ((s->state != SEG_OPEN && s->state != SEG_CLOSING) || s->gen != j->gen)
 		return NULL;
@@ -64,7 +64,7 @@ static struct ferry_ep *repair_target(struct ferry_engine *e, const struct repai
 static int repair_install(struct ferry_engine *e, const struct repair_job *j,
 			  struct ferry_ep *ep, struct qpx *q, uint64_t token)
 {
-	struct ferry_seg *s = &e->segs[j->slot];
+	struct ferry_seg *s = seg_at(&e->segs, j->slot);
 	struct core_cmd cmd = { .type = CMD_QP_REPLACE, .slot = j->slot, .ep = ep, .qp = q,
 				.index = j->qp };
 	int rc = 0;
@@ -78,8 +78,8 @@ static int repair_install(struct ferry_engine *e, const struct repair_job *j,
 		seg_disconnect_later(e, s->address, token, 1);
 		return rc == -ENOENT ? 0 : rc;
 	}
-	seg_disconnect_later(e, s->address, s->qp_tokens[j->core][j->qp], 1);
-	s->qp_tokens[j->core][j->qp] = token;
+	seg_disconnect_later(e, s->address, ep->peer_tokens[j->qp], 1);
+	ep->peer_tokens[j->qp] = token;
 	if (READ_ONCE(s->rail_down[j->core]))
 		WRITE_ONCE(s->rail_down[j->core], 0);
 	return 0;
@@ -94,7 +94,7 @@ static int repair_install(struct ferry_engine *e, const struct repair_job *j,
  */
 static int repair_one(struct ferry_engine *e, const struct repair_job *j)
 {
-	struct ferry_seg *s = &e->segs[j->slot];
+	struct ferry_seg *s = seg_at(&e->segs, j->slot);
 	struct ferry_core *c = e->cores[j->core];
 	struct seg_peer peer;
 	struct ferry_ep *ep;
@@ -205,8 +205,8 @@ static unsigned repair_reconnects(struct ferry_engine *e)
 {
 	unsigned n = 0;
 
-	for (uint32_t slot = 0; slot < FERRY_MAX_SEGMENTS; slot++) {
-		struct ferry_seg *s = &e->segs[slot];
+	for (uint32_t slot = 0; slot < seg_slots(&e->segs); slot++) {
+		struct ferry_seg *s = seg_at(&e->segs, slot);
 		int rc;
 
 		/* pairs with: store_release in core_park / rq_rails */
@@ -249,8 +249,8 @@ static bool repair_has_work(struct ferry_engine *e)
 			return true;
 	if (READ_ONCE(e->reaper.retired))
 		return true;
-	for (uint32_t slot = 0; slot < FERRY_MAX_SEGMENTS; slot++)
-		if (READ_ONCE(e->segs[slot].want_eps))
+	for (uint32_t slot = 0; slot < seg_slots(&e->segs); slot++)
+		if (READ_ONCE(seg_at(&e->segs, slot)->want_eps))
 			return true;
 	return false;
 }

@@ -13,6 +13,7 @@
 #include "ring/base/log.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -393,7 +394,11 @@ void seg_desc_free(struct seg_desc *d)
 	if (!d)
 		return;
 	free(d->regions);
-	memset(d, 0, sizeof(*d));
+	/* The NICs it has, not the whole array: a kept copy ends after its
+	 * n_nics (segment/open.c).  A refused decode may hold any count. */
+	memset(d->nics, 0,
+	       (d->n_nics < WIRE_MAX_NICS ? d->n_nics : WIRE_MAX_NICS) * sizeof(d->nics[0]));
+	memset(d, 0, offsetof(struct seg_desc, nics));
 }
 
 /* ---- endpoint handshake ---------------------------------------------- */

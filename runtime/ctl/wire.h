@@ -112,8 +112,8 @@ struct seg_desc {
 	uint64_t incarnation;
 	uint16_t n_nics;
 	uint32_t n_regions;
-	struct seg_nic nics[WIRE_MAX_NICS];
 	struct seg_region *regions; /* n_regions entries, heap */
+	struct seg_nic nics[WIRE_MAX_NICS]; /* last: a kept copy may end after n_nics */
 };
 
 /* Encode/decode a frame header (buffer of WIRE_HDR_LEN bytes). */

@@ -189,7 +189,9 @@ int ferry_engine_create_knobs(const struct ferry_opts *o, const struct ferry_kno
 	if (getrandom(&e->incarnation, sizeof(e->incarnation), 0) != sizeof(e->incarnation))
 		e->incarnation = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)e;
 	ferry_tsc_hz();
-	rc = engine_parse(e, o, cpus);
+	rc = seg_table_init(&e->segs);
+	if (rc == 0)
+		rc = engine_parse(e, o, cpus);
 	if (rc == 0)
 		rc = engine_start(e, cpus, o->listen);
 	if (rc) {
@@ -239,8 +241,8 @@ void ferry_engine_destroy(struct ferry_engine *e)
 		if (e->cores[i])
 			core_stop(e->cores[i]);
 	passive_destroy_all(e);
-	for (unsigned s = 0; s < FERRY_MAX_SEGMENTS; s++)
-		seg_release(&e->segs[s]);
+	for (uint32_t s = 0; s < seg_slots(&e->segs); s++)
+		seg_release(seg_at(&e->segs, s));
 	mem_release_all(e);
 	for (unsigned i = 0; i < e->ncores; i++)
 		core_destroy(e->cores[i]);
@@ -256,6 +258,7 @@ void ferry_engine_destroy(struct ferry_engine *e)
 	pthread_mutex_destroy(&e->disc_lock);
 	pthread_cond_destroy(&e->seg_cond);
 	pthread_mutex_destroy(&e->ctl_lock);
+	seg_table_free(&e->segs);
 	free(e);
 }
 

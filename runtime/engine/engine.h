@@ -28,7 +28,6 @@ _Static_assert(FERRY_ACCESS_REMOTE_READ == NIC_ACCESS_REMOTE_READ &&
 #include "runtime/segment/segment.h"
 #include "runtime/submit/submit.h"
 
-_Static_assert(FERRY_MAX_SEGMENTS == EP_TABLE_SLOTS, "one endpoint table slot per segment");
 _Static_assert(FERRY_MAX_CORES <= 64, "rails are bits of a uint64_t");
 _Static_assert(FERRY_MAX_CORES <= (1 << RQ_PART_BITS), "a part index fits the pointer tag");
 
@@ -71,7 +70,7 @@ struct ferry_engine {
 	unsigned n_regions, cap_regions;
 	uint64_t regions_gen;          /* bumped by every unregister (store_sc): ports' caches */
 	struct mem_region *region_pool; /* unregistered, for reuse (ctl_lock) */
-	struct ferry_seg segs[FERRY_MAX_SEGMENTS];
+	struct seg_table segs;         /* slots, allocated in chunks (segment.h) */
 	struct ferry_port *ports[FERRY_MAX_PORTS]; /* RCU-published */
 	unsigned n_ports_hw;           /* high-water mark of ports[] (store_release) */
 	uint64_t next_token;           /* endpoint ids for handshakes (ctl_lock) */

@@ -24,8 +24,8 @@
  */
 static void seg_stale_others(struct ferry_engine *e, const char *name, uint64_t inc)
 {
-	for (uint32_t slot = 0; slot < FERRY_MAX_SEGMENTS; slot++) {
-		struct ferry_seg *s = &e->segs[slot];
+	for (uint32_t slot = 0; slot < seg_slots(&e->segs); slot++) {
+		struct ferry_seg *s = seg_at(&e->segs, slot);
 
 		if (s->state != SEG_OPEN || READ_ONCE(s->stale) || strcmp(s->name, name) != 0 ||
 		    s->desc->incarnation == inc)

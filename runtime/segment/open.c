@@ -22,6 +22,7 @@
  * decided under the lock (evictions, failures) go out after it is released.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,13 +102,14 @@ static int ep_publish(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot
 		return rc;
 	}
 	for (unsigned k = 0; k < ep->nqps; k++)
-		s->qp_tokens[i][k] = p->token + k;
-	s->eps[i] = ep;
+		ep->peer_tokens[k] = p->token + k;
 	p->ep = NULL;
 	WRITE_ONCE(s->rail_down[i], 0);
 	WRITE_ONCE(s->rail_paused[i], 0);
-	ep_table_set(&c->eps, slot, ep); /* the core sees it whole (RCU publication) */
-	sieve_insert(&c->eps.cache, slot);
+	/* Cannot fail: room was made above, under this same hold of ctl_lock.
+	 * The core sees the endpoint whole (RCU publication). */
+	(void)ep_table_add(&c->eps, ep);
+	seg_ep_set(s, i, ep);
 	store_sc(s->rail_gone[i], 0); /* submitters may pick the rail again */
 	return 0;
 }
@@ -205,8 +207,8 @@ static int open_connect(struct ferry_engine *e, struct ferry_seg *s, uint32_t sl
 static struct ferry_seg *seg_find(struct ferry_engine *e, const char *address, uint32_t state,
 				  uint32_t *slot)
 {
-	for (uint32_t i = 0; i < FERRY_MAX_SEGMENTS; i++) {
-		struct ferry_seg *s = &e->segs[i];
+	for (uint32_t i = 0; i < seg_slots(&e->segs); i++) {
+		struct ferry_seg *s = seg_at(&e->segs, i);
 
 		if (s->state == state && !READ_ONCE(s->stale) && strcmp(s->address, address) == 0) {
 			*slot = i;
@@ -219,12 +221,17 @@ static struct ferry_seg *seg_find(struct ferry_engine *e, const char *address, u
 /* A descriptor fetched into a new allocation; 0 or -errno (*out NULL). */
 static int fetch_desc(struct ferry_engine *e, const char *address, struct seg_desc **out)
 {
-	struct seg_desc *d = calloc(1, sizeof(*d));
+	struct seg_desc *d = calloc(1, sizeof(*d)), *small;
 	int rc = d ? ctl_fetch_desc(&e->client, address, SEG_CTL_TIMEOUT_MS, d) : -ENOMEM;
 
 	if (rc) {
 		free(d);
 		d = NULL;
+	} else {
+		/* Kept per open segment (thousands): only the NICs the peer has,
+		 * not WIRE_MAX_NICS of them (20 KiB).  Nobody reads past n_nics. */
+		small = realloc(d, offsetof(struct seg_desc, nics) + d->n_nics * sizeof(d->nics[0]));
+		d = small ? small : d;
 	}
 	*out = d;
 	return rc;
@@ -268,12 +275,13 @@ static int slot_reserve(struct ferry_engine *e, const char *address, uint32_t *s
 {
 	struct ferry_seg *s;
 	uint32_t i;
+	int rc;
 
-	for (i = 0; i < FERRY_MAX_SEGMENTS && e->segs[i].state != SEG_FREE; i++)
+	for (i = 0; i < seg_slots(&e->segs) && seg_at(&e->segs, i)->state != SEG_FREE; i++)
 		;
-	if (i == FERRY_MAX_SEGMENTS)
-		return -ENOSPC;
-	s = &e->segs[i];
+	if (i == seg_slots(&e->segs) && (rc = seg_table_grow(&e->segs)))
+		return rc;
+	s = seg_at(&e->segs, i);
 	s->stale = 0;
 	s->name[0] = '\0';
 	memset(s->rail_down, 0, sizeof(s->rail_down));
@@ -346,7 +354,7 @@ static void open_abort(struct ferry_engine *e, struct ferry_seg *s, uint32_t slo
 static int open_slot(struct ferry_engine *e, uint32_t slot, const struct seg_want *want,
 		     struct seg_desc *fresh, struct ep_prep *pp, ferry_seg_t *out)
 {
-	struct ferry_seg *s = &e->segs[slot];
+	struct ferry_seg *s = seg_at(&e->segs, slot);
 	int rc = fresh ? 0 : fetch_desc(e, s->address, &fresh);
 
 	if (!rc)
@@ -413,7 +421,7 @@ int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t 
 {
 	if (!e || !address || !out)
 		return -EINVAL;
-	if (strlen(address) >= sizeof(e->segs[0].address))
+	if (strlen(address) >= sizeof(((struct ferry_seg *)0)->address))
 		return -EINVAL;
 	/* "host:port" is an address; anything else a name (names have no colon). */
 	if (!strchr(address, ':'))
@@ -480,7 +488,7 @@ static int refresh_install(struct ferry_engine *e, struct ferry_seg *s, uint32_t
 
 int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg)
 {
-	char address[sizeof(e->segs[0].address)];
+	char address[sizeof(((struct ferry_seg *)0)->address)];
 	struct seg_desc *d = NULL;
 	struct ferry_seg *s;
 	uint32_t slot, gen = 0;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "ring/base/clock.h"
 #include "ring/base/log.h"
@@ -21,14 +22,45 @@
 
 struct ferry_seg *seg_lookup(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot)
 {
-	uint32_t s = (uint32_t)h - 1;
+	uint32_t n = (uint32_t)h - 1; /* handle 0 wraps: out of range */
+	struct ferry_seg *s;
 
-	if ((uint32_t)h == 0 || s >= FERRY_MAX_SEGMENTS)
+	if (n >= FERRY_MAX_SEGMENTS)
 		return NULL;
-	if (load_sc(e->segs[s].gen) != (uint32_t)(h >> 32))
+	s = &e->segs.slots[n]; /* mapped for the engine's life; never taken: generation 0 */
+	if (load_sc(s->gen) != (uint32_t)(h >> 32))
 		return NULL;
-	*slot = s;
-	return &e->segs[s];
+	*slot = n;
+	return s;
+}
+
+int seg_table_init(struct seg_table *t)
+{
+	void *p = mmap(NULL, FERRY_MAX_SEGMENTS * sizeof(struct ferry_seg), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	t->slots = p;
+	t->n_slots = 0;
+	return 0;
+}
+
+int seg_table_grow(struct seg_table *t)
+{
+	if (t->n_slots >= FERRY_MAX_SEGMENTS)
+		return -ENOSPC;
+	/* The new slots are zeros (the mapping's): SEG_FREE, generation 0. */
+	store_release(t->n_slots, t->n_slots + SEG_CHUNK); /* pairs with: load_acquire in seg_slots */
+	return 0;
+}
+
+void seg_table_free(struct seg_table *t)
+{
+	if (t->slots)
+		munmap(t->slots, FERRY_MAX_SEGMENTS * sizeof(struct ferry_seg));
+	t->slots = NULL;
+	t->n_slots = 0;
 }
 
 struct ferry_seg *seg_acquire(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot)
@@ -52,7 +84,7 @@ void seg_release_ref(struct ferry_seg *s)
 	fetch_sub_sc(s->inflight, 1);
 }
 
-static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, unsigned core);
+static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, struct ferry_ep *ep);
 
 /*
  * Tear down core i's endpoint to s (ctl_lock held).  Phase one on the
@@ -70,10 +102,9 @@ static void seg_drop_ep(struct ferry_engine *e, struct ferry_seg *s, uint32_t sl
 		return;
 	while (core_command(c, &cmd) == -EBUSY)
 		ferry_sleep_us(100);
-	ep_table_set(&c->eps, slot, NULL);
-	sieve_remove(&c->eps.cache, slot);
-	s->eps[i] = NULL;
-	ep_disconnect_peer(e, s, i);
+	ep_table_del(&c->eps, ep);
+	seg_ep_set(s, i, NULL);
+	ep_disconnect_peer(e, s, ep);
 	ep_retire(&e->reaper, ep);
 	repair_kick(e); /* it queues the free for after a grace period */
 }
@@ -98,13 +129,13 @@ struct evict_arg {
  * Either we see its reference (and put the rail back) or it sees the rail
  * gone (and stripes over the others): never a part sent to a rail we free.
  */
-static bool ep_keep(void *arg, uint32_t slot)
+static bool ep_keep(void *arg, uint32_t idx)
 {
 	struct evict_arg *x = arg;
-	struct ferry_seg *s = &x->e->segs[slot];
-	struct ferry_ep *ep = s->eps[x->core];
+	struct ferry_ep *ep = x->e->cores[x->core]->eps.eps[idx]; /* ours: ctl_lock */
+	struct ferry_seg *s = seg_at(&x->e->segs, ep->seg_slot);
 
-	if (ep && xchg_relaxed(ep->visited, 0))
+	if (xchg_relaxed(ep->visited, 0))
 		return true;
 	store_sc(s->rail_gone[x->core], 1); /* Dekker pair with seg_acquire + rails_pick */
 	if (load_sc(s->inflight) == 0)
@@ -119,26 +150,28 @@ int seg_make_room(struct ferry_engine *e, unsigned i)
 {
 	struct ferry_core *c = e->cores[i];
 	struct evict_arg x = { e, i };
-	uint32_t slot;
+	uint32_t idx, slot;
 	int rc;
 
 	if (!sieve_full(&c->eps.cache))
 		return 0;
-	rc = sieve_evict(&c->eps.cache, ep_keep, &x, &slot);
+	rc = sieve_evict(&c->eps.cache, ep_keep, &x, &idx);
 	if (rc)
 		return rc;
-	seg_drop_ep(e, &e->segs[slot], slot, i);
+	/* Out of SIEVE's list already; seg_drop_ep unpublishes the index. */
+	slot = c->eps.eps[idx]->seg_slot;
+	seg_drop_ep(e, seg_at(&e->segs, slot), slot, i);
 	WRITE_ONCE(c->eps.evictions, c->eps.evictions + 1); /* one writer: ctl_lock */
 	return 0;
 }
 
-/* The peer's halves of core's endpoint to s are to be freed: queued, sent
+/* The peer's halves of endpoint ep to s are to be freed: queued, sent
  * by seg_disconnect_flush once ctl_lock is released. */
-static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, unsigned core)
+static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, struct ferry_ep *ep)
 {
 	for (unsigned k = 0; k < EP_MAX_QPS; k++) {
-		seg_disconnect_later(e, s->address, s->qp_tokens[core][k], 1);
-		s->qp_tokens[core][k] = 0;
+		seg_disconnect_later(e, s->address, ep->peer_tokens[k], 1);
+		ep->peer_tokens[k] = 0;
 	}
 }
 
@@ -203,13 +236,14 @@ int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg)
 
 void seg_disconnect_all(struct ferry_engine *e)
 {
-	for (uint32_t slot = 0; slot < FERRY_MAX_SEGMENTS; slot++) {
-		struct ferry_seg *s = &e->segs[slot];
+	for (uint32_t slot = 0; slot < seg_slots(&e->segs); slot++) {
+		struct ferry_seg *s = seg_at(&e->segs, slot);
 
 		if (s->state != SEG_OPEN)
 			continue;
 		for (unsigned i = 0; i < e->ncores; i++)
-			ep_disconnect_peer(e, s, i);
+			if (s->eps[i])
+				ep_disconnect_peer(e, s, s->eps[i]);
 	}
 	seg_disconnect_flush(e);
 }

@@ -17,6 +17,7 @@
 
 #include "ep/ep.h"
 #include "ring/base/atomics.h"
+#include "ring/base/compiler.h"
 #include "runtime/engine/opts.h"
 #include "runtime/ctl/wire.h"
 #include "runtime/ferry.h"
@@ -46,8 +47,10 @@ struct ferry_seg {
 	struct seg_desc *desc;         /* current descriptor (rcu-style: store_release) */
 	struct seg_desc *old_descs[8]; /* replaced by refresh, kept until close */
 	unsigned n_old;
-	struct ferry_ep *eps[FERRY_MAX_CORES]; /* the control path's view (ctl_lock) */
-	uint64_t qp_tokens[FERRY_MAX_CORES][EP_MAX_QPS]; /* the peer's half of each QP */
+	/* Core i's endpoint: written under ctl_lock with rcu_assign_pointer
+	 * (seg_ep_set), read by core i with rcu_dereference (core_ep) and
+	 * plainly by the control path, its only writer. */
+	struct ferry_ep *eps[FERRY_MAX_CORES];
 	uint8_t rail_down[FERRY_MAX_CORES]; /* the core's rail cannot reach the peer */
 	uint8_t rail_paused[FERRY_MAX_CORES]; /* written by the core: rail health */
 	uint8_t rail_gone[FERRY_MAX_CORES]; /* no endpoint (evicted, no room): load_sc/store_sc */
@@ -55,6 +58,50 @@ struct ferry_seg {
 	uint32_t connect_round;        /* reconnects the repair thread finished */
 	int32_t connect_err;           /* the last one's result (0 or -errno) */
 };
+
+/*
+ * The engine's segment slots: FERRY_MAX_SEGMENTS of them reserved at
+ * engine create as one anonymous mapping (address space only: the kernel
+ * gives a page memory when it is first written), taken SEG_CHUNK at a time
+ * as opens need them (n_slots, under ctl_lock), never unmapped while the
+ * engine lives: type-stable, so a lock-free reader (seg_lookup,
+ * seg_acquire, the cores) may look at any slot it has a number for, and a
+ * slot never taken reads as zeros (generation 0: no handle names it).
+ * Memory grows with the most segments ever open at once, not with
+ * FERRY_MAX_SEGMENTS, and a lookup is one index as with a plain array.
+ */
+#define SEG_CHUNK 64
+_Static_assert(FERRY_MAX_SEGMENTS % SEG_CHUNK == 0, "whole chunks");
+
+struct seg_table {
+	struct ferry_seg *slots;       /* [FERRY_MAX_SEGMENTS], mapped at engine create */
+	uint32_t n_slots;              /* slots taken so far: store_release */
+};
+
+/* Slots taken so far (any thread). */
+static inline uint32_t seg_slots(const struct seg_table *t)
+{
+	return load_acquire(t->n_slots); /* pairs with: store_release in seg_table_grow */
+}
+
+/* The segment of slot (NULL: out of range): any thread. */
+static inline struct ferry_seg *seg_at(const struct seg_table *t, uint32_t slot)
+{
+	return likely(slot < FERRY_MAX_SEGMENTS) ? &t->slots[slot] : NULL;
+}
+
+/* segment.c: reserve the slots (engine create); -ENOMEM. */
+int seg_table_init(struct seg_table *t);
+/* segment.c: SEG_CHUNK more slots (ctl_lock held); -ENOSPC at FERRY_MAX_SEGMENTS. */
+int seg_table_grow(struct seg_table *t);
+/* segment.c: unmap the slots (engine destroy, after seg_release of each). */
+void seg_table_free(struct seg_table *t);
+
+/* Publish ep (NULL: unpublish) as core i's endpoint to s; ctl_lock held. */
+static inline void seg_ep_set(struct ferry_seg *s, unsigned i, struct ferry_ep *ep)
+{
+	rcu_assign_pointer(s->eps[i], ep); /* pairs with: rcu_dereference in core_ep */
+}
 
 /* What a handshake needs of its segment, copied under ctl_lock so the
  * round trip can go without it. */

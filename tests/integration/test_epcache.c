@@ -100,7 +100,7 @@ static unsigned rails_of(int i)
 	unsigned n = 0;
 
 	for (unsigned c = 0; c < ferry_engine_cores(P.init); c++)
-		n += P.init->segs[slot].eps[c] != NULL;
+		n += seg_at(&P.init->segs, slot)->eps[c] != NULL;
 	return n;
 }
 

@@ -165,7 +165,7 @@ static void test_bad_rail_hands_over(void **state)
 	/* Healthy again: the rail comes back into use. */
 	o = (struct outcome){ 0 };
 	uint64_t before = st1.bytes;
-	const struct ferry_seg *seg = &P.init->segs[(uint32_t)P.seg - 1];
+	const struct ferry_seg *seg = seg_at(&P.init->segs, (uint32_t)P.seg - 1);
 
 	/* The pause (it doubled while errors went on) runs out. */
 	WAIT_UNTIL(!__atomic_load_n(&seg->rail_paused[1], __ATOMIC_RELAXED), WAIT_DEADLINE_MS,
@@ -272,7 +272,7 @@ static uint64_t core_stat_qp_resets(struct ferry_engine *e, unsigned core)
 static void test_dead_device(void **state)
 {
 	struct loop_faults dead = { .qp_fatal_ppm = 1000000, .no_new_qps = 1, .seed = 5 };
-	const struct ferry_seg *seg = &P.init->segs[(uint32_t)P.seg - 1];
+	const struct ferry_seg *seg = seg_at(&P.init->segs, (uint32_t)P.seg - 1);
 	struct outcome o = { 0 };
 	uint64_t seed = 123, resets;
 
@@ -311,7 +311,7 @@ static uint64_t core_nic_events(struct ferry_engine *e, unsigned core)
  */
 static void test_nic_events(void **state)
 {
-	const struct ferry_seg *seg = &P.init->segs[(uint32_t)P.seg - 1];
+	const struct ferry_seg *seg = seg_at(&P.init->segs, (uint32_t)P.seg - 1);
 	struct nic_event down = { .kind = NIC_EV_PORT_DOWN }, up = { .kind = NIC_EV_PORT_UP };
 	struct ferry_core *c0 = P.init->cores[0];
 	struct outcome o = { 0 };

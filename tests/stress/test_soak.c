@@ -156,10 +156,11 @@ static void dump_hang(const struct ferry_batch *b, uint32_t n)
 			      "%u, xfer_back %u, cq depth %u, rail down %u paused %u\n", i,
 			      (unsigned long long)c->slices_out, c->pool.avail, c->pool.size,
 			      cut_fifo_count(&c->cut), c->xfer_wait.count, c->xfer_back.count,
-			      (unsigned)c->tx[0].cq_quota.depth, P.init->segs[(uint32_t)P.seg - 1].rail_down[i],
-			      P.init->segs[(uint32_t)P.seg - 1].rail_paused[i]);
-		for (unsigned slot = 0; slot < FERRY_MAX_SEGMENTS; slot++) {
-			struct ferry_ep *ep = core_ep(c, slot);
+			      (unsigned)c->tx[0].cq_quota.depth, seg_at(&P.init->segs, (uint32_t)P.seg - 1)->rail_down[i],
+			      seg_at(&P.init->segs, (uint32_t)P.seg - 1)->rail_paused[i]);
+		for (unsigned x = 0; x < c->eps.cap; x++) {
+			struct ferry_ep *ep = core_ep_at(c, x);
+			unsigned slot = ep ? ep->seg_slot : 0;
 
 			if (!ep)
 				continue;

@@ -353,7 +353,7 @@ static void test_abbrev(void **state)
 	OK(&r, "--dur", "2", "--ver");
 	assert_true(r.cfg.duration == 2.0);
 	assert_true(r.cfg.verify);
-	BAD("ambiguous option '--s' (--size, --slice, --spin, --seed, --sweep, --sync, --status-once)", "--s", "1");
+	BAD("ambiguous option '--s' (--size, --slice, --spin, --seed, --sweep, --sync, --status-once, --secret)", "--s", "1");
 	/* An exact name wins over the longer names it prefixes. */
 	OK(&r, "--target");
 	assert_int_equal(r.cfg.mode, BENCH_TARGET);

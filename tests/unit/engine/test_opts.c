@@ -478,10 +478,10 @@ static void test_check_bounds(void **state)
 	check_field(F(retries), 101, 0, "retries 101");
 	check_field(F(timeout_ms), 0, 1, NULL);
 	check_field(F(timeout_ms), UINT32_MAX, 1, NULL);
-	check_field(F(ep_cache), 0, 0, "ep_cache 0 out of range [1, 256]");
+	check_field(F(ep_cache), 0, 0, "ep_cache 0 out of range [1, 4096]");
 	check_field(F(ep_cache), 1, 1, NULL);
 	check_field(F(ep_cache), FERRY_MAX_SEGMENTS, 1, NULL);
-	check_field(F(ep_cache), FERRY_MAX_SEGMENTS + 1, 0, "ep_cache 257");
+	check_field(F(ep_cache), FERRY_MAX_SEGMENTS + 1, 0, "ep_cache 4097");
 	check_field(F(rail_errors), 0, 0, "rail_errors 0");
 	check_field(F(rail_window_ms), 0, 0, "rail_window_ms 0");
 	check_field(F(rail_pause_ms), 2001, 0, "at most rail_pause_max_ms");

@@ -16,7 +16,9 @@
 
 #include "ep/sieve.h"
 
-static uint8_t visited[SIEVE_MAX_KEYS], busy[SIEVE_MAX_KEYS];
+#define KEYS 1024 /* the key space every test cache is made with */
+
+static uint8_t visited[KEYS], busy[KEYS];
 
 static bool keep(void *arg, uint32_t key)
 {
@@ -53,17 +55,19 @@ static void test_bad_args(void **state)
 	uint32_t k;
 
 	(void)state;
-	assert_int_equal(sieve_init(&sv, 0), -EINVAL);
-	assert_int_equal(sieve_init(&sv, SIEVE_MAX_KEYS + 1), -EINVAL);
-	assert_int_equal(sieve_init(&sv, 2), 0);
+	assert_int_equal(sieve_init(&sv, 0, KEYS), -EINVAL);
+	assert_int_equal(sieve_init(&sv, KEYS + 1, KEYS), -EINVAL);
+	assert_int_equal(sieve_init(&sv, 2, SIEVE_MAX_KEYS + 1), -EINVAL);
+	assert_int_equal(sieve_init(&sv, 2, KEYS), 0);
 	assert_int_equal(sieve_evict(&sv, keep, NULL, &k), -ENOENT);
-	assert_int_equal(sieve_insert(&sv, SIEVE_MAX_KEYS), -EINVAL);
+	assert_int_equal(sieve_insert(&sv, KEYS), -EINVAL);
 	assert_int_equal(sieve_insert(&sv, 5), 0);
 	assert_int_equal(sieve_insert(&sv, 5), -EEXIST);
 	assert_int_equal(sieve_insert(&sv, 6), 0);
 	assert_true(sieve_full(&sv));
 	assert_int_equal(sieve_insert(&sv, 7), -ENOSPC);
 	assert_int_equal(sieve_remove(&sv, 7), -ENOENT);
+	sieve_fini(&sv);
 }
 
 /* Nothing visited: oldest first, like FIFO. */
@@ -72,7 +76,7 @@ static void test_fifo(void **state)
 	struct sieve sv;
 
 	(void)state;
-	sieve_init(&sv, 4);
+	sieve_init(&sv, 4, KEYS);
 	for (uint32_t k = 10; k < 14; k++)
 		assert_int_equal(sieve_insert(&sv, k), 0);
 	assert_int_equal(evict(&sv), 10);
@@ -82,6 +86,7 @@ static void test_fifo(void **state)
 	assert_int_equal(evict(&sv), 13);
 	assert_int_equal(evict(&sv), 20);
 	assert_int_equal(sv.n, 0);
+	sieve_fini(&sv);
 }
 
 /* The paper's walk: visited keys stay put and lose their bit; the hand
@@ -91,7 +96,7 @@ static void test_second_chance(void **state)
 	struct sieve sv;
 
 	(void)state;
-	sieve_init(&sv, 5);
+	sieve_init(&sv, 5, KEYS);
 	for (uint32_t k = 1; k <= 5; k++)
 		sieve_insert(&sv, k);
 	visited[1] = visited[2] = visited[4] = 1;
@@ -105,6 +110,7 @@ static void test_second_chance(void **state)
 	visited[6] = 1;
 	/* 6 cleared, wrap to the tail: 1 (cleared before) goes. */
 	assert_int_equal(evict(&sv), 1);
+	sieve_fini(&sv);
 }
 
 static void test_busy(void **state)
@@ -113,7 +119,7 @@ static void test_busy(void **state)
 	uint32_t k;
 
 	(void)state;
-	sieve_init(&sv, 3);
+	sieve_init(&sv, 3, KEYS);
 	for (k = 0; k < 3; k++)
 		sieve_insert(&sv, k);
 	busy[0] = busy[1] = busy[2] = 1;
@@ -122,6 +128,7 @@ static void test_busy(void **state)
 	assert_int_equal(sv.n, 3);
 	busy[1] = 0;
 	assert_int_equal(evict(&sv), 1);
+	sieve_fini(&sv);
 }
 
 /* Removing the key under the hand moves the hand on, toward the head. */
@@ -130,7 +137,7 @@ static void test_remove_under_hand(void **state)
 	struct sieve sv;
 
 	(void)state;
-	sieve_init(&sv, 4);
+	sieve_init(&sv, 4, KEYS);
 	for (uint32_t k = 0; k < 4; k++)
 		sieve_insert(&sv, k);
 	visited[0] = 1;
@@ -145,6 +152,7 @@ static void test_remove_under_hand(void **state)
 	assert_int_equal(sv.tail, SIEVE_NONE);
 	assert_int_equal(sieve_insert(&sv, 9), 0);
 	assert_int_equal(evict(&sv), 9);
+	sieve_fini(&sv);
 }
 
 /* A scan of one-hit keys does not flush keys that keep being used. */
@@ -153,7 +161,7 @@ static void test_scan_resistance(void **state)
 	struct sieve sv;
 
 	(void)state;
-	sieve_init(&sv, 8);
+	sieve_init(&sv, 8, KEYS);
 	for (uint32_t k = 0; k < 4; k++)
 		sieve_insert(&sv, k);
 	for (uint32_t scan = 100; scan < 200; scan++) {
@@ -168,6 +176,7 @@ static void test_scan_resistance(void **state)
 	}
 	for (uint32_t k = 0; k < 4; k++)
 		assert_true(sieve_has(&sv, k));
+	sieve_fini(&sv);
 }
 
 /* Walk the list and check it against the membership bytes. */
@@ -194,7 +203,7 @@ static void test_random(void **state)
 
 	(void)state;
 	srand(7);
-	sieve_init(&sv, 32);
+	sieve_init(&sv, 32, KEYS);
 	for (int i = 0; i < 100000; i++) {
 		uint32_t k = (uint32_t)rand() % 64, v;
 		int r = rand() % 8;
@@ -209,6 +218,7 @@ static void test_random(void **state)
 			assert_false(sieve_has(&sv, v));
 		check_list(&sv);
 	}
+	sieve_fini(&sv);
 }
 
 int main(void)
