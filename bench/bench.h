@@ -221,6 +221,11 @@ int nics_check_remote(struct ferry_engine *e, const char *role);
 int target_main(struct bench *b);
 /* mode_opens.c: --opens N (its own engines). */
 int opens_main(const struct bench_cfg *cfg);
+const char *opens_cores(const struct bench_cfg *cfg, bool target);
+int opens_engine(const struct bench_cfg *cfg, const char *cores, const char *listen,
+		 const char *secret, struct ferry_engine **out);
+/* mode_openers.c: min(--opens, 256) engines open one target at once. */
+int openers_run(const struct bench_cfg *cfg, const char *secret);
 
 /* verify.c: --verify */
 void buffers_fill_once(struct bench *b);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * --opens N: how fast one engine opens many segments, and what they cost
- * in memory.  One target engine in this process listens on 0.0.0.0, so
+ * --opens N: first min(N, 256) engines open one target at once
+ * (mode_openers.c); then how fast one engine opens many segments, and what
+ * they cost in memory.  One target engine in this process listens on 0.0.0.0, so
  * every 127.0.x.y reaches it: the initiator opens it under N distinct
  * loopback addresses, each a segment of its own (its slot, descriptor and
  * endpoints, one handshake per core; ep_cache bounds the endpoints kept,
@@ -57,8 +58,18 @@ static long rss_kib(void)
 	return kib;
 }
 
-static int opens_engine(const struct bench_cfg *cfg, const char *cores, const char *listen,
-			const char *secret, struct ferry_engine **out)
+/* The CPUs of the initiator's (or the target's) engine. */
+const char *opens_cores(const struct bench_cfg *cfg, bool target)
+{
+	const char *env = getenv("FERRY_CORES");
+
+	if (target && cfg->target_cores)
+		return cfg->target_cores;
+	return cfg->cores ? cfg->cores : env ? env : "0";
+}
+
+int opens_engine(const struct bench_cfg *cfg, const char *cores, const char *listen,
+		 const char *secret, struct ferry_engine **out)
 {
 	struct ferry_opts o;
 	int rc;
@@ -80,14 +91,12 @@ static int opens_engine(const struct bench_cfg *cfg, const char *cores, const ch
 
 static int opens_setup(const struct bench_cfg *cfg, const char *secret, struct opens_run *r)
 {
-	const char *cores = cfg->cores ? cfg->cores : getenv("FERRY_CORES") ? getenv("FERRY_CORES") : "0";
 	size_t len = (size_t)r->n * OPENS_SLOT;
 	int rc;
 
-	rc = opens_engine(cfg, cfg->target_cores ? cfg->target_cores : cores, "0.0.0.0:0", secret,
-			  &r->t);
+	rc = opens_engine(cfg, opens_cores(cfg, true), "0.0.0.0:0", secret, &r->t);
 	if (!rc)
-		rc = opens_engine(cfg, cores, "127.0.0.1:0", secret, &r->in);
+		rc = opens_engine(cfg, opens_cores(cfg, false), "127.0.0.1:0", secret, &r->in);
 	if (rc)
 		return rc;
 	r->lbuf = aligned_alloc(PAGE, (len + PAGE - 1) / PAGE * PAGE);
@@ -220,9 +229,13 @@ static int opens_one(const struct bench_cfg *cfg, const char *secret)
 
 int opens_main(const struct bench_cfg *cfg)
 {
-	int rc = opens_one(cfg, NULL);
+	int rc = openers_run(cfg, NULL);
 
 	if (!rc && cfg->secret)
+		rc = openers_run(cfg, cfg->secret);
+	if (!rc)
+		rc = opens_one(cfg, NULL);
+	if (!rc && cfg->secret)
 		rc = opens_one(cfg, cfg->secret);
-	return rc;
+	return rc ? 1 : 0;
 }
