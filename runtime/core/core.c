@@ -498,7 +498,6 @@ static void core_account_time(struct ferry_core *c, uint64_t t0, uint64_t t1, ui
 	else
 		stat_add(&c->ctr, idle_ticks, t1 - t0);
 	stat_add(&c->ctr, loops, 1);
-	stat_set(&c->ctr, slices_in_flight, c->slices_out);
 }
 
 static void *core_main(void *arg)
@@ -519,6 +518,11 @@ static void *core_main(void *arg)
 		for (unsigned t = 0; t < c->ntx; t++)
 			c->tx[t].now = t0;
 		work = core_pass(c);
+		/* Before the idle back-off, not after it: a pass can end slices
+		 * and count no work (dropping a cancelled batch's waiting slices,
+		 * failing a closing endpoint's), and the core may then sleep
+		 * until the next kick -- with the gauge still counting them. */
+		stat_set(&c->ctr, slices_in_flight, c->slices_out);
 		ferry_tsan_release(&c->e->tsan_gp);
 		urcu_qsbr_quiescent_state();
 		if (work) {
