@@ -67,7 +67,7 @@ TSAN_TESTS := tests/unit/ring/test_ring tests/integration/test_integration \
               tests/unit/metrics/test_perf tests/integration/test_epcache tests/integration/test_many_segments \
               tests/integration/test_calls tests/integration/test_cluster \
               tests/integration/test_named tests/integration/test_notify \
-              tests/integration/test_mixed
+              tests/integration/test_mixed tests/integration/test_peer_faults
 
 .PHONY: all test test-all test-plain test-transports test-asan test-tsan test-verbs run-tests install check-install \
         clean bench bench-run fuzz callgrind deps deps-check check-layers check-exports

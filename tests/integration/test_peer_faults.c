@@ -8,9 +8,9 @@
  *        target restarted on the same address is reached again after a
  *        reopen (a new handle; the old one stays dead);
  *   tcp  connections cut mid-stream (shutdown() of the initiator's data
- *        sockets, found in /proc/self/fd): one of an endpoint's two, then
- *        all; every request ends DONE, every byte checked, the broken QPs
- *        are replaced;
+ *        sockets, duplicated from /proc/self/fd with pidfd_getfd): one of
+ *        an endpoint's two, then all; every request ends DONE, every byte
+ *        checked, the broken QPs are replaced;
  *   tcp  a target that stops reading (SIGSTOP): requests end TIMEOUT or
  *        FAILED, nothing hangs; after SIGCONT the peer is used again;
  *   cma  the target exits (SIGKILL) mid-transfer: requests end FAILED with
@@ -22,7 +22,7 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 
 #include "tests/harness/target.h"
@@ -236,66 +236,90 @@ static void test_tcp_peer_restarted(void **state)
 
 /* ------------------------------------------------ connections cut */
 
+/*
+ * The harness reaches the initiator's sockets without racing the library,
+ * which closes and opens them on its own threads: it takes its own
+ * duplicate of each descriptor (pidfd_getfd: a new descriptor of the same
+ * socket, whatever the library does to its number meanwhile) and works on
+ * the duplicate only, with raw system calls (shutdown() acts on the socket,
+ * so the library's descriptor sees the cut).  Raw calls also keep
+ * ThreadSanitizer's descriptor bookkeeping out of it: nothing of the
+ * library's memory is touched.
+ */
 static int sock_port(int fd, bool peer)
 {
 	struct sockaddr_in a;
 	socklen_t l = sizeof(a);
 
-	if ((peer ? getpeername : getsockname)(fd, (struct sockaddr *)&a, &l) || a.sin_family != AF_INET)
+	if (syscall(peer ? SYS_getpeername : SYS_getsockname, fd, &a, &l) || a.sin_family != AF_INET)
 		return -1;
 	return ntohs(a.sin_port);
 }
 
 static bool is_tcp(int fd, int *listening)
 {
-	struct stat sb;
 	int v = 0;
 	socklen_t l = sizeof(v);
 
-	if (fstat(fd, &sb) || !S_ISSOCK(sb.st_mode))
-		return false;
-	if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &v, &l) || v != IPPROTO_TCP)
+	if (syscall(SYS_getsockopt, fd, SOL_SOCKET, SO_PROTOCOL, &v, &l) || v != IPPROTO_TCP)
 		return false;
 	l = sizeof(*listening);
-	return getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, listening, &l) == 0;
+	return syscall(SYS_getsockopt, fd, SOL_SOCKET, SO_ACCEPTCONN, listening, &l) == 0;
 }
 
 /*
  * The initiator's data connections: TCP sockets of this process that it
  * dialled (local port not one of its listeners) to a port that is not the
- * target's control port.  Up to max of them into fds; how many.
+ * target's control port.  Up to max duplicates of them into dups (close
+ * them with dups_close); how many.
  */
-static unsigned data_sockets(int *fds, unsigned max)
+static unsigned data_sockets(int *dups, unsigned max)
 {
 	int listeners[64], nl = 0, ctl = atoi(strrchr(T.addr, ':') + 1);
+	int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
 	unsigned n = 0;
 	struct dirent *d;
 	DIR *dir;
 
+	assert_true(pidfd >= 0);
 	for (int pass = 0; pass < 2; pass++) {
 		dir = opendir("/proc/self/fd");
 		assert_non_null(dir);
 		while ((d = readdir(dir))) {
-			int fd = atoi(d->d_name), lis = 0, lp, pp;
-			bool mine = false;
+			int dup, lis = 0, lp, pp;
+			bool keep = false;
 
-			if (d->d_name[0] == '.' || fd == dirfd(dir) || !is_tcp(fd, &lis))
+			if (d->d_name[0] == '.' || atoi(d->d_name) == dirfd(dir))
 				continue;
-			lp = sock_port(fd, false);
-			if (pass == 0) {
-				if (lis && nl < 64)
+			dup = (int)syscall(SYS_pidfd_getfd, pidfd, atoi(d->d_name), 0);
+			if (dup < 0)
+				continue; /* closed meanwhile */
+			if (is_tcp(dup, &lis)) {
+				lp = sock_port(dup, false);
+				pp = sock_port(dup, true);
+				if (pass == 0 && lis && nl < 64)
 					listeners[nl++] = lp;
-				continue;
+				if (pass == 1 && !lis && pp > 0 && pp != ctl && n < max) {
+					keep = true;
+					for (int i = 0; i < nl; i++)
+						keep &= listeners[i] != lp;
+				}
 			}
-			pp = sock_port(fd, true);
-			for (int i = 0; i < nl; i++)
-				mine |= listeners[i] == lp;
-			if (!lis && pp > 0 && pp != ctl && !mine && n < max)
-				fds[n++] = fd;
+			if (keep)
+				dups[n++] = dup;
+			else
+				syscall(SYS_close, dup);
 		}
 		closedir(dir);
 	}
+	syscall(SYS_close, pidfd);
 	return n;
+}
+
+static void dups_close(const int *dups, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		syscall(SYS_close, dups[i]);
 }
 
 /* A round of NREQ requests of BUF/NREQ bytes, each to its own range; cut
@@ -318,7 +342,8 @@ static void cut_round(struct ferry_batch *b, uint8_t *shadow, int op, bool cut_a
 	n = data_sockets(fds, 16);
 	assert_true(n >= 2); /* qps_per_ep = 2 */
 	for (unsigned i = 0; i < (cut_all ? n : 1); i++)
-		assert_int_equal(shutdown(fds[i], SHUT_RDWR), 0);
+		assert_int_equal(syscall(SYS_shutdown, fds[i], SHUT_RDWR), 0);
+	dups_close(fds, n);
 	print_message("cut %u of %u data connections\n", cut_all ? n : 1, n);
 	assert_int_equal(wait_end(b, cut_all ? "all cut" : "one cut"), 0);
 	assert_int_equal(check_final(b, r, NREQ, "cut"), 0);
