@@ -213,7 +213,7 @@ static inline void target_stop(struct target *t)
 	t->pid = 0;
 }
 
-/* Kill it with sig and reap it. */
+/* Kill it (SIGKILL: no chance to clean up) and reap it. */
 static inline void target_kill(struct target *t)
 {
 	assert_int_equal(kill(t->pid, SIGKILL), 0);
