@@ -66,9 +66,10 @@ TSAN_TESTS := tests/unit/ring/test_ring tests/integration/test_integration \
               tests/integration/test_stats tests/integration/test_api tests/unit/metrics/test_histo \
               tests/unit/metrics/test_perf tests/integration/test_epcache tests/integration/test_many_segments \
               tests/integration/test_calls tests/integration/test_cluster \
-              tests/integration/test_named tests/integration/test_notify
+              tests/integration/test_named tests/integration/test_notify \
+              tests/integration/test_mixed tests/integration/test_peer_faults
 
-.PHONY: all test test-all test-plain test-asan test-tsan test-verbs run-tests install check-install \
+.PHONY: all test test-all test-plain test-transports test-asan test-tsan test-verbs run-tests install check-install \
         clean bench bench-run fuzz callgrind deps deps-check check-layers check-exports
 all: $(B)/libferry.a $(B)/libferry.so $(B)/ferry_bench $(B)/ferry.pc
 
@@ -131,6 +132,18 @@ run-tests: $(TESTS)
 
 test-plain:
 	$(MAKE) run-tests
+	$(MAKE) test-transports
+
+# The engine suites again over tcp and over cma (one process: both engines
+# force the transport through FERRY_TEST_*_NICS; test_twoproc: a forked
+# target).  test_xproc (two processes, both transports) runs in run-tests.
+TRANSPORT_SUITES := tests/integration/test_integration tests/integration/test_api \
+                    tests/integration/test_twoproc
+test-transports: $(TRANSPORT_SUITES:%=$(B)/%)
+	@fail=0; for n in tcp cma; do for t in $(TRANSPORT_SUITES:%=$(B)/%); do \
+	  echo "== $$t over $$n"; \
+	  FERRY_TEST_INIT_NICS=$$n FERRY_TEST_TARGET_NICS=$$n $$t || { echo "FAILED: $$t over $$n"; fail=1; }; \
+	done; done; exit $$fail
 test-asan:
 	$(MAKE) SAN=address run-tests
 test-tsan:
