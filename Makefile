@@ -1,6 +1,6 @@
 # ferry - GNU make build.  `make` builds build/libferry.{a,so} and
 # build/ferry_bench; `make bench` installs what is missing and runs the main
-# job; `make test` installs what is missing and runs the whole suite
+# job (two processes, best transport and tcp); `make test` installs what is missing and runs the whole suite
 # (layering and export checks, install check, plain, ASan+UBSan, TSan on the
 # concurrent tests, the verbs suite on real RDMA, fuzzing);
 # `make install PREFIX=...`.
@@ -201,13 +201,16 @@ install: all
 	install -m 755 $(B)/ferry_bench $(DESTDIR)$(PREFIX)/bin/ferry_bench
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(B)/ferry.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ferry.pc
 
-# The main job: ferry_bench on the best NIC found (see README).
+# The main job: two ferry_bench processes on loopback, over the best
+# transport between them (cma on one host when the kernel allows it) and
+# over tcp (and verbs when this host has an RDMA device), GB/s for each
+# (bench/main-job.sh; BENCH_ARGS go to the initiators).
 bench:
 	.ci/install-deps build
 	$(MAKE) bench-run
 
 bench-run: $(B)/ferry_bench
-	$(B)/ferry_bench $(BENCH_ARGS)
+	B=$(B) bench/main-job.sh $(BENCH_ARGS)
 
 # Instructions per slice of the data plane (valgrind; stable on a noisy host).
 callgrind: $(B)/ferry_bench
