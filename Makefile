@@ -1,8 +1,9 @@
 # ferry - GNU make build.  `make` builds build/libferry.{a,so} and
 # build/ferry_bench; `make bench` installs what is missing and runs the main
-# job (two processes, best transport and tcp); `make test` installs what is missing and runs the whole suite
-# (layering and export checks, install check, plain, ASan+UBSan, TSan on the
-# concurrent tests, the verbs suite on real RDMA, fuzzing);
+# job (two processes: the best transport, and tcp); `make test` installs
+# what is missing and runs the whole suite (layering and export checks,
+# install check, plain, ASan+UBSan, TSan on the concurrent tests, the verbs
+# suite on real RDMA, fuzzing);
 # `make install PREFIX=...`.
 #
 # SAN=address|thread builds into build-asan/ or build-tsan/.
@@ -69,7 +70,7 @@ TSAN_TESTS := tests/unit/ring/test_ring tests/integration/test_integration \
               tests/integration/test_named
 
 .PHONY: all test test-all test-plain test-asan test-tsan test-verbs run-tests install check-install \
-        clean bench bench-run fuzz callgrind deps deps-check check-layers check-exports
+        clean bench bench-run bench-tools fuzz callgrind deps deps-check check-layers check-exports
 all: $(B)/libferry.a $(B)/libferry.so $(B)/ferry_bench $(B)/ferry.pc
 
 # Say what is missing (installing is .ci/install-deps' job, run by bench/test).
@@ -98,6 +99,14 @@ $(B)/ferry_bench: $(BENCH_SRCS:%.c=$(B)/obj/%.o) $(B)/libferry.a
 $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libferry.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CMOCKA_LIBS) $(LDLIBS) -lm
+
+# bench/compare-tcp.sh's baselines: an 8-byte TCP ping-pong and one
+# thread's memcpy over cold pools (bench/tools/; not linked to ferry).
+BENCH_TOOLS := $(B)/tcp_pingpong $(B)/memcpy_bw
+bench-tools: $(BENCH_TOOLS)
+$(B)/tcp_pingpong $(B)/memcpy_bw: $(B)/%: bench/tools/%.c
+	@mkdir -p $(B)
+	$(CC) -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -D_GNU_SOURCE $(ALL_LDFLAGS) -o $@ $<
 
 # Standalone check of the verbs provider alone (needs RDMA devices).
 $(B)/verbs_smoke: $(B)/obj/tests/tools/verbs_smoke.o $(B)/libferry.a

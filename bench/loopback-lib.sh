@@ -73,12 +73,16 @@ ferry_connect() {
 }
 
 # One two-process ferry run: $1 = log name, $2 = target nics, $3 = initiator
-# nics, rest = initiator flags.  The sides on the two CPUs of cpu_pair.
+# nics, rest = initiator flags; the array PAIR_TARGET_FLAGS (and
+# $FERRY_TARGET_ARGS) go to the target.  The sides on the two CPUs of cpu_pair.
+PAIR_TARGET_FLAGS=()
 ferry_pair() {
 	local name=$1 tn=$2 in=$3 rc ci ct
 	shift 3
 	read -r ci ct <<<"$(cpu_pair)"
-	ferry_target_up "$name-target" "$tn" "$ct" ${FERRY_TARGET_ARGS:-} || return 1
+	# shellcheck disable=SC2086 # FERRY_TARGET_ARGS: one word per flag
+	ferry_target_up "$name-target" "$tn" "$ct" "${PAIR_TARGET_FLAGS[@]}" \
+		${FERRY_TARGET_ARGS:-} || return 1
 	# shellcheck disable=SC2086
 	ferry_connect "$name" "$in" "$ci" ${FERRY_BENCH_ARGS:-} "$@"
 	rc=$?

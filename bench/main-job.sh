@@ -49,7 +49,7 @@ lat_p50() {
 }
 
 runs=("best auto" "tcp tcp")
-dev=$(ls /sys/class/infiniband 2>/dev/null | head -n 1)
+dev=$(find /sys/class/infiniband -mindepth 1 -maxdepth 1 -printf "%f\n" 2>/dev/null | sort | head -n 1)
 [ -n "$dev" ] && runs+=("verbs $dev")
 
 echo "# ferry main job: two processes on loopback, initiator CPU $(cpu_pair | cut -d' ' -f1)," \
