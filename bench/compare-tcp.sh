@@ -129,22 +129,33 @@ run_pingpong() {
 	sed -n 's/.* p50_us \([0-9.]*\) .*/\1/p' "$LOGDIR/$name.out"
 }
 
-# Mooncake's transfer_engine_bench over its TCP transport: GB/s.
+# Mooncake's transfer_engine_bench over its TCP transport: GB/s.  With
+# P2PHANDSHAKE the target's segment is named by the RPC address it logs
+# ("listening on HOST:PORT", a port of its own choosing), not by
+# --local_server_name.
 run_mooncake() {
-	local s=$1 name=$2 tport iport
-	tport=$(free_port) || return 1
+	local s=$1 name=$2 seg i
 	bg_pinned "$CPU_T" "$name.target" "$MC" --mode=target --protocol=tcp \
-		--metadata_server=P2PHANDSHAKE --local_server_name="127.0.0.1:$tport" \
-		--buffer_size="$POOL" --use_vram=false
-	# The target's RPC port may not be the one named: wait for anything it listens on.
-	sleep 3
-	kill -0 "$BG_PID" 2>/dev/null || return 1
-	iport=$(free_port) || return 1
+		--metadata_server=P2PHANDSHAKE --local_server_name="127.0.0.1:$(free_port)" \
+		--buffer_size="$POOL"
+	for ((i = 0; i < 300; i++)); do
+		seg=$(sed -n 's/.*P2P handshake, listening on \([0-9.]*:[0-9]*\).*/\1/p' \
+			"$LOGDIR/$name.target" | head -n 1)
+		# Up once it has registered its buffer (the line after the transport's).
+		[ -n "$seg" ] && grep -q "DRAM is used\|VRAM is used" "$LOGDIR/$name.target" && break
+		kill -0 "$BG_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	if [ -z "$seg" ]; then
+		echo "$CMP_NAME: Mooncake's target did not come up (see $LOGDIR/$name.target)" >&2
+		stop_pid "$BG_PID"
+		return 1
+	fi
 	timeout "$TMO" taskset -c "$CPU_I" "$MC" --mode=initiator --protocol=tcp \
-		--metadata_server=P2PHANDSHAKE --local_server_name="127.0.0.1:$iport" \
-		--segment_id="127.0.0.1:$tport" --operation=write --threads=1 \
+		--metadata_server=P2PHANDSHAKE --local_server_name="127.0.0.1:$(free_port)" \
+		--segment_id="$seg" --operation=write --threads=1 \
 		--batch_size="$MC_BATCH" --block_size="$(bytes "$s")" --buffer_size="$POOL" \
-		--duration="${DUR%.*}" --use_vram=false >"$LOGDIR/$name.out" 2>&1
+		--duration="${DUR%.*}" >"$LOGDIR/$name.out" 2>&1
 	kill -INT "$BG_PID" 2>/dev/null
 	wait "$BG_PID" 2>/dev/null
 	sed -n 's/.*Test completed:.*throughput \([0-9.]*\) GB\/s.*/\1/p' "$LOGDIR/$name.out" | tail -n 1
