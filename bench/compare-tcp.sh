@@ -117,7 +117,7 @@ run_pingpong() {
 	# shellcheck disable=SC2086
 	bg_pinned "$CPU_T" "$name.server" "$PINGPONG" --server $busy
 	for ((i = 0; i < 50; i++)); do
-		port=$(sed -n 's/^tcp_pingpong: port //p' "$LOGDIR/$name.server")
+		port=$(sed -n 's/^tcp_pingpong: port //p' "$LOGDIR/$name.server" 2>/dev/null)
 		[ -n "$port" ] && break
 		sleep 0.1
 	done
@@ -140,9 +140,9 @@ run_mooncake() {
 		--buffer_size="$POOL"
 	for ((i = 0; i < 300; i++)); do
 		seg=$(sed -n 's/.*P2P handshake, listening on \([0-9.]*:[0-9]*\).*/\1/p' \
-			"$LOGDIR/$name.target" | head -n 1)
+			"$LOGDIR/$name.target" 2>/dev/null | head -n 1)
 		# Up once it has registered its buffer (the line after the transport's).
-		[ -n "$seg" ] && grep -q "DRAM is used\|VRAM is used" "$LOGDIR/$name.target" && break
+		[ -n "$seg" ] && grep -qs "DRAM is used\|VRAM is used" "$LOGDIR/$name.target" && break
 		kill -0 "$BG_PID" 2>/dev/null || break
 		sleep 0.1
 	done

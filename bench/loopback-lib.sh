@@ -46,7 +46,7 @@ ferry_target_up() {
 	pids+=("$TARGET_PID")
 	# Its line comes after the buffer is registered: listening alone is too early.
 	for ((i = 0; i < 600; i++)); do
-		TARGET_ADDR=$(sed -n 's/^ferry_bench target: listening on \([^ ]*\) .*/\1/p' "$log")
+		TARGET_ADDR=$(sed -n 's/^ferry_bench target: listening on \([^ ]*\) .*/\1/p' "$log" 2>/dev/null)
 		[ -n "$TARGET_ADDR" ] && return 0
 		kill -0 "$TARGET_PID" 2>/dev/null || break
 		sleep 0.1
