@@ -1,8 +1,9 @@
 # ferry - GNU make build.  `make` builds build/libferry.{a,so} and
 # build/ferry_bench; `make bench` installs what is missing and runs the main
-# job; `make test` installs what is missing and runs the whole suite
-# (layering and export checks, install check, plain, ASan+UBSan, TSan on the
-# concurrent tests, the verbs suite on real RDMA, fuzzing);
+# job (two processes: the best transport, and tcp); `make test` installs
+# what is missing and runs the whole suite (layering and export checks,
+# install check, plain, ASan+UBSan, TSan on the concurrent tests, the verbs
+# suite on real RDMA, fuzzing);
 # `make install PREFIX=...`.
 #
 # SAN=address|thread builds into build-asan/ or build-tsan/.
@@ -70,7 +71,7 @@ TSAN_TESTS := tests/unit/ring/test_ring tests/integration/test_integration \
               tests/integration/test_mixed tests/integration/test_peer_faults
 
 .PHONY: all test test-all test-plain test-transports test-asan test-tsan test-verbs run-tests install check-install \
-        clean bench bench-run fuzz callgrind deps deps-check check-layers check-exports
+        clean bench bench-run bench-tools fuzz callgrind deps deps-check check-layers check-exports
 all: $(B)/libferry.a $(B)/libferry.so $(B)/ferry_bench $(B)/ferry.pc
 
 # Say what is missing (installing is .ci/install-deps' job, run by bench/test).
@@ -99,6 +100,14 @@ $(B)/ferry_bench: $(BENCH_SRCS:%.c=$(B)/obj/%.o) $(B)/libferry.a
 $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libferry.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CMOCKA_LIBS) $(LDLIBS) -lm
+
+# bench/compare-tcp.sh's baselines: an 8-byte TCP ping-pong and one
+# thread's memcpy over cold pools (bench/tools/; not linked to ferry).
+BENCH_TOOLS := $(B)/tcp_pingpong $(B)/memcpy_bw
+bench-tools: $(BENCH_TOOLS)
+$(B)/tcp_pingpong $(B)/memcpy_bw: $(B)/%: bench/tools/%.c
+	@mkdir -p $(B)
+	$(CC) -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -D_GNU_SOURCE $(ALL_LDFLAGS) -o $@ $<
 
 # Standalone check of the verbs provider alone (needs RDMA devices).
 $(B)/verbs_smoke: $(B)/obj/tests/tools/verbs_smoke.o $(B)/libferry.a
@@ -214,13 +223,16 @@ install: all
 	install -m 755 $(B)/ferry_bench $(DESTDIR)$(PREFIX)/bin/ferry_bench
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(B)/ferry.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ferry.pc
 
-# The main job: ferry_bench on the best NIC found (see README).
+# The main job: two ferry_bench processes on loopback, over the best
+# transport between them (cma on one host when the kernel allows it) and
+# over tcp (and verbs when this host has an RDMA device), GB/s for each
+# (bench/main-job.sh; BENCH_ARGS go to the initiators).
 bench:
 	.ci/install-deps build
 	$(MAKE) bench-run
 
 bench-run: $(B)/ferry_bench
-	$(B)/ferry_bench $(BENCH_ARGS)
+	B=$(B) bench/main-job.sh $(BENCH_ARGS)
 
 # Instructions per slice of the data plane (valgrind; stable on a noisy host).
 callgrind: $(B)/ferry_bench

@@ -244,6 +244,7 @@ void ports_join(struct bench *b);
 
 /* report.c: the table, the per-core tables and --json, on stdout */
 void print_header(const struct bench *b);
+const char *bench_transport(const struct bench *b);
 void print_lat_header(const char *first);
 void print_lat_row(const char *label, uint64_t size, const struct bench_lat *l,
 		   uint64_t failures);

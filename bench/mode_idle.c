@@ -135,6 +135,7 @@ static void idle_json(const struct bench *b, const struct bench_lat *cold,
 	json_run(b);
 	json_str("op", bench_op_name(b->cfg.op));
 	json_str("nics", b->iopts.nics);
+	json_str("transport", bench_transport(b));
 	json_str("cores", b->iopts.cores);
 	printf("\"size\":%" PRIu64 ",\"idle_s\":%.3f,\"cpu_pct\":%.4f,\"cpu_user_ms\":%.3f,"
 	       "\"cpu_sys_ms\":%.3f,\"idle_loops\":%" PRIu64 ",\"idle_sleeps\":%" PRIu64

@@ -61,13 +61,22 @@ void print_lat_header(const char *first)
 	       "t_min_us", "t_typ_us", "t_avg_us", "t_p99_us", "t_p999_us", "t_max_us", "failures");
 }
 
+/* What the segment goes over (ferry_segment_transport): cma, verbs, tcp or loop. */
+const char *bench_transport(const struct bench *b)
+{
+	const char *t = b->init ? ferry_segment_transport(b->init, b->seg) : NULL;
+
+	return t ? t : "-";
+}
+
 void print_header(const struct bench *b)
 {
 	const struct ferry_opts *o = &b->iopts;
 
 	printf("# ferry_bench");
 	print_run_flag(&b->cfg);
-	printf(": %s, nics %s, cores %s ", bench_op_name(b->cfg.op), o->nics, o->cores);
+	printf(": %s, nics %s, transport %s, cores %s ", bench_op_name(b->cfg.op), o->nics,
+	       bench_transport(b), o->cores);
 	if (b->cfg.mode == BENCH_LOCAL)
 		printf("(target %s, ", b->topts.cores);
 	else
@@ -320,6 +329,7 @@ void print_json(const struct bench *b, const struct totals *t)
 	json_run(b);
 	json_str("op", bench_op_name(b->cfg.op));
 	json_str("nics", o->nics);
+	json_str("transport", bench_transport(b));
 	json_str("cores", o->cores);
 	if (b->cfg.mode == BENCH_LOCAL)
 		json_str("target_cores", b->topts.cores);
