@@ -42,6 +42,14 @@ void cpu_snap(struct cpu_use *c)
 	c->sys_ns = tv_ns(all.ru_stime) - tv_ns(me.ru_stime);
 }
 
+/* The process's and the thread's times are sampled apart (and the kernel
+ * accounts them at tick granularity): over a short window the difference
+ * can shrink, which must read as 0, not wrap. */
+static uint64_t ns_delta(uint64_t now, uint64_t then)
+{
+	return now > then ? now - then : 0;
+}
+
 /* c (a cpu_snap) becomes what the others used since. */
 void cpu_since(struct cpu_use *c)
 {
@@ -49,8 +57,8 @@ void cpu_since(struct cpu_use *c)
 
 	cpu_snap(&now);
 	c->wall_ns = now.wall_ns - c->wall_ns;
-	c->user_ns = now.user_ns - c->user_ns;
-	c->sys_ns = now.sys_ns - c->sys_ns;
+	c->user_ns = ns_delta(now.user_ns, c->user_ns);
+	c->sys_ns = ns_delta(now.sys_ns, c->sys_ns);
 }
 
 double cpu_pct(const struct cpu_use *c)
