@@ -319,6 +319,18 @@ static int peer_gone_error(int err)
 	return err == -EFAULT || transport_error(err);
 }
 
+/* Every rail of seg has been found cut off from its dead peer (the repair
+ * thread's verdict): from then on new requests fail fast. */
+static bool rails_all_down(struct ferry_engine *e, ferry_seg_t seg)
+{
+	const struct ferry_seg *s = seg_at(&e->segs, (uint32_t)(seg & 0xffffffffu) - 1);
+
+	for (unsigned i = 0; i < e->ncores; i++)
+		if (!rail_unusable(s, i))
+			return false;
+	return true;
+}
+
 /*
  * The peer engine goes away mid-transfer and a new one starts on the same
  * address (the software NIC's version of a restarted peer process): the
@@ -366,7 +378,10 @@ static void test_peer_restart(void **state)
 	 * bench's business, not a pass/fail here (timing in tests flakes on a
 	 * loaded host). */
 
-	/* New requests to the dead peer end at once, badly. */
+	/* New requests to the dead peer end at once, badly -- once the repair
+	 * thread has marked the rails down (before that, a rail still being
+	 * repaired holds its slices until the repair fails or they time out). */
+	WAIT_UNTIL(rails_all_down(P.init, P.seg), WAIT_MS, "rails to the dead peer marked down");
 	t0 = now_s();
 	prepare(reqs, BATCH, P.seg, P.lbuf, P.rbuf, SLOT, &seed);
 	c = run_checked(b, reqs, BATCH, peer_gone_error);
