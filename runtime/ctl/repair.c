@@ -104,6 +104,11 @@ static int repair_one(struct ferry_engine *e, const struct repair_job *j)
 
 	pthread_mutex_lock(&e->ctl_lock);
 	ep = repair_target(e, j);
+	/* A stale segment's peer restarted: every handshake would be refused
+	 * -ESTALE (and logged) until the application closes it; its rails are
+	 * down and its requests fail fast, so there is nothing to repair. */
+	if (ep && READ_ONCE(s->stale))
+		ep = NULL;
 	rc = ep ? qpx_create(&c->tx[ep->tx], e->opts.wrs_per_qp, ep, &q) : 0;
 	if (ep && !rc) {
 		token = ++e->next_token;
