@@ -15,6 +15,7 @@
  */
 #include <pthread.h>
 
+#include "tests/harness/plan.h"
 #include "tests/harness/target.h"
 
 #define MAX_REQ (16ull << 20)
@@ -37,20 +38,6 @@ struct peer {
 static struct ferry_engine *E;
 static struct peer peers[NPEERS] = { { .transport = "tcp" }, { .transport = "cma" },
 				     { .transport = "loop" } };
-
-static int scale(void)
-{
-	const char *s = getenv("FERRY_TEST_SCALE");
-
-	return s && atoi(s) > 0 ? atoi(s) : 1;
-}
-
-static uint64_t random_len(uint64_t *seed)
-{
-	unsigned bits = (unsigned)(splitmix(seed) % 25);
-
-	return (splitmix(seed) & ((1ull << bits) - 1)) | (1ull << bits);
-}
 
 static void peer_up(struct peer *p, uint64_t seed)
 {
@@ -103,43 +90,6 @@ static uint64_t peer_hash(struct peer *p)
 	return p->loop ? fnv1a(p->loop_buf, AREA) : target_hash(&p->t);
 }
 
-struct planned {
-	enum ferry_op op;
-	uint64_t off, len, seed;
-};
-
-static unsigned plan(uint64_t *seed, struct planned *pl)
-{
-	uint64_t used = 0;
-	unsigned n = 0;
-
-	while (n < PER_BATCH) {
-		uint64_t len = random_len(seed), gap = splitmix(seed) % 4096;
-
-		if (used + gap + len > AREA)
-			break;
-		pl[n] = (struct planned){ splitmix(seed) & 1 ? FERRY_OP_WRITE : FERRY_OP_READ,
-					  used + gap, len, splitmix(seed) };
-		used += gap + len;
-		n++;
-	}
-	return n;
-}
-
-static void run_all_done(struct ferry_batch *b, const struct ferry_req *r, unsigned n)
-{
-	assert_int_equal(ferry_submit(b, r, n), 0);
-	assert_int_equal(ferry_batch_wait(b, 120000), 0);
-	for (unsigned i = 0; i < n; i++) {
-		struct ferry_req_status st;
-
-		assert_int_equal(ferry_req_status(b, i, &st), 0);
-		assert_int_equal(st.state, FERRY_DONE);
-		assert_int_equal(st.bytes, r[i].len);
-	}
-	assert_int_equal(ferry_batch_reset(b), 0);
-}
-
 static void *worker(void *arg)
 {
 	struct peer *p = arg;
@@ -151,8 +101,8 @@ static void *worker(void *arg)
 
 	assert_int_equal(ferry_port_create(E, &port), 0);
 	assert_int_equal(ferry_batch_create(port, PER_BATCH, &b), 0);
-	for (int round = 0; round < 10 * scale(); round++) {
-		unsigned n = plan(&seed, pl);
+	for (int round = 0; round < 10 * test_scale(); round++) {
+		unsigned n = plan_batch(&seed, pl, PER_BATCH, AREA, 25);
 
 		for (unsigned i = 0; i < n; i++) {
 			uint8_t *l = p->lbuf + pl[i].off;

@@ -16,6 +16,7 @@
  */
 #include <sys/uio.h>
 
+#include "tests/harness/plan.h"
 #include "tests/harness/target.h"
 
 #define MAX_REQ (64ull << 20)
@@ -28,21 +29,6 @@ static uint8_t *lbuf, *shadow;
 static struct ferry_engine *E;
 static struct ferry_port *port;
 static ferry_seg_t seg;
-
-static int scale(void)
-{
-	const char *s = getenv("FERRY_TEST_SCALE");
-
-	return s && atoi(s) > 0 ? atoi(s) : 1;
-}
-
-/* Log-uniform sizes, 1 B .. 64 MiB. */
-static uint64_t random_len(uint64_t *seed)
-{
-	unsigned bits = (unsigned)(splitmix(seed) % 27);
-
-	return (splitmix(seed) & ((1ull << bits) - 1)) | (1ull << bits);
-}
 
 static void *remote(uint64_t off)
 {
@@ -97,44 +83,6 @@ static void down(void)
 	free(shadow);
 }
 
-struct planned {
-	enum ferry_op op;
-	uint64_t off, len, seed;
-};
-
-static unsigned plan(uint64_t *seed, struct planned *pl)
-{
-	uint64_t used = 0;
-	unsigned n = 0;
-
-	while (n < PER_BATCH) {
-		uint64_t len = random_len(seed), gap = splitmix(seed) % 4096;
-
-		if (used + gap + len > AREA)
-			break;
-		pl[n] = (struct planned){ splitmix(seed) & 1 ? FERRY_OP_WRITE : FERRY_OP_READ,
-					  used + gap, len, splitmix(seed) };
-		used += gap + len;
-		n++;
-	}
-	return n;
-}
-
-/* Submit n requests, wait, every one DONE with all its bytes. */
-static void run_all_done(struct ferry_batch *b, const struct ferry_req *r, unsigned n)
-{
-	assert_int_equal(ferry_submit(b, r, n), 0);
-	assert_int_equal(ferry_batch_wait(b, 120000), 0);
-	for (unsigned i = 0; i < n; i++) {
-		struct ferry_req_status st;
-
-		assert_int_equal(ferry_req_status(b, i, &st), 0);
-		assert_int_equal(st.state, FERRY_DONE);
-		assert_int_equal(st.bytes, r[i].len);
-	}
-	assert_int_equal(ferry_batch_reset(b), 0);
-}
-
 static void random_transfers(const char *nics)
 {
 	struct ferry_batch *b;
@@ -144,8 +92,8 @@ static void random_transfers(const char *nics)
 
 	up(nics);
 	assert_int_equal(ferry_batch_create(port, PER_BATCH, &b), 0);
-	for (int round = 0; round < 8 * scale(); round++) {
-		unsigned n = plan(&seed, pl);
+	for (int round = 0; round < 8 * test_scale(); round++) {
+		unsigned n = plan_batch(&seed, pl, PER_BATCH, AREA, 27);
 
 		for (unsigned i = 0; i < n; i++) {
 			uint8_t *l = lbuf + pl[i].off;
