@@ -130,6 +130,30 @@ static inline struct ferry_req mkreq(enum ferry_op op, void *local, ferry_seg_t 
 	return r;
 }
 
+/* One request on port p in a batch of its own, which must end within
+ * wait_ms; its status. */
+static inline struct ferry_req_status run_one_on(struct ferry_port *p, struct ferry_req r,
+						 int wait_ms)
+{
+	struct ferry_req_status st;
+	struct ferry_batch *b;
+
+	assert_int_equal(ferry_batch_create(p, 1, &b), 0);
+	assert_int_equal(ferry_submit(b, &r, 1), 0);
+	assert_true(ferry_batch_wait(b, wait_ms) != -ETIMEDOUT);
+	assert_int_equal(ferry_req_status(b, 0, &st), 0);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	return st;
+}
+
+/* A request refused: FAILED with err, no byte moved. */
+static inline void assert_refused(struct ferry_req_status st, int err)
+{
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(st.error, err);
+	assert_int_equal(st.bytes, 0);
+}
+
 /* After all requests ended, every core's accounting must be back to zero. */
 static inline void assert_engine_quiet(struct ferry_engine *e)
 {

@@ -37,24 +37,12 @@ static int teardown(void **state)
 /* Submit one request, wait, return its status. */
 static struct ferry_req_status run_one(struct ferry_req r)
 {
-	struct ferry_req_status st;
-	struct ferry_batch *b;
-
-	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
-	assert_int_equal(ferry_submit(b, &r, 1), 0);
-	ferry_batch_wait(b, 10000);
-	assert_int_equal(ferry_req_status(b, 0, &st), 0);
-	assert_int_equal(ferry_batch_destroy(b), 0);
-	return st;
+	return run_one_on(port, r, 10000);
 }
 
 static void expect_refused(struct ferry_req r, int err)
 {
-	struct ferry_req_status st = run_one(r);
-
-	assert_int_equal(st.state, FERRY_FAILED);
-	assert_int_equal(st.error, err);
-	assert_int_equal(st.bytes, 0);
+	assert_refused(run_one(r), err);
 }
 
 static void test_bad_requests(void **state)

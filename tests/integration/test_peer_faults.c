@@ -128,15 +128,7 @@ static int wait_end(struct ferry_batch *b, const char *what)
 /* One request, waited for; its status. */
 static struct ferry_req_status run_one(struct ferry_req r)
 {
-	struct ferry_req_status st;
-	struct ferry_batch *b;
-
-	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
-	assert_int_equal(ferry_submit(b, &r, 1), 0);
-	assert_true(ferry_batch_wait(b, 120000) != -ETIMEDOUT);
-	assert_int_equal(ferry_req_status(b, 0, &st), 0);
-	assert_int_equal(ferry_batch_destroy(b), 0);
-	return st;
+	return run_one_on(port, r, 120000);
 }
 
 /* WRITE pattern seed over the whole target, check by its hash, READ it back. */
