@@ -39,36 +39,28 @@ struct notify_job {
 /* ---- ferry_notify ------------------------------------------------------ */
 
 /* The earlier WRITEs of b (slots [0, slot)) to segment (sslot, gen): those
- * pending into j->deps; -EIO if one already ended badly. */
+ * pending into j->deps (room for every earlier slot: one pass, and no
+ * count that a WRITE ending meanwhile could make wrong); -EIO if one
+ * already ended badly. */
 static int job_deps(struct notify_job *j, const struct ferry_batch *b, uint32_t slot,
 		    uint32_t sslot, uint32_t gen)
 {
-	uint32_t n = 0;
+	if (slot == 0)
+		return 0;
+	j->deps = malloc(slot * sizeof(*j->deps));
+	if (!j->deps)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < slot; i++) {
+		const struct ferry_rq *r = &b->rqs[i];
+		int32_t st;
 
-	for (int pass = 0; pass < 2; pass++) {
-		for (uint32_t i = 0; i < slot; i++) {
-			const struct ferry_rq *r = &b->rqs[i];
-			int32_t st;
-
-			if (r->op != NIC_OP_WRITE || r->seg_slot != sslot || r->seg_gen != gen)
-				continue;
-			st = load_acquire(r->state); /* pairs with: store_release in rq_finish */
-			if (st != RQ_PENDING && st != RQ_DONE)
-				return -EIO;
-			if (st == RQ_DONE)
-				continue;
-			if (pass == 0)
-				n++;
-			else if (j->n_deps < n) /* one that ended meanwhile is not counted */
-				j->deps[j->n_deps++] = i;
-		}
-		if (pass == 0 && n) {
-			j->deps = malloc(n * sizeof(*j->deps));
-			if (!j->deps)
-				return -ENOMEM;
-		}
-		if (n == 0)
-			break;
+		if (r->op != NIC_OP_WRITE || r->seg_slot != sslot || r->seg_gen != gen)
+			continue;
+		st = load_acquire(r->state); /* pairs with: store_release in rq_finish */
+		if (st != RQ_PENDING && st != RQ_DONE)
+			return -EIO;
+		if (st == RQ_PENDING)
+			j->deps[j->n_deps++] = i;
 	}
 	return 0;
 }
@@ -124,14 +116,11 @@ static int job_make(struct ferry_batch *b, uint32_t slot, ferry_seg_t seg, const
 static void inbox_push(struct notify *nt, struct notify_job *j)
 {
 	struct notify_job *head = READ_ONCE(nt->inbox);
-	uint64_t one = 1;
 
 	do
 		j->next = head;
 	while (!cas_weak_release(nt->inbox, &head, j)); /* pairs with: xchg_acquire in inbox_take */
-	if (write(nt->wake_fd, &one, sizeof(one)) < 0) {
-		/* The counter cannot overflow in practice; the thread's tick finds it anyway. */
-	}
+	eventfd_write(nt->wake_fd, 1); /* cannot overflow in practice */
 }
 
 int ferry_notify(struct ferry_batch *b, ferry_seg_t seg, const void *msg, uint32_t len)
@@ -272,11 +261,10 @@ static void notify_sleep(struct notify *nt, int64_t wait_us)
 {
 	struct pollfd p = { .fd = nt->wake_fd, .events = POLLIN };
 	struct timespec ts = { wait_us / 1000000, (wait_us % 1000000) * 1000 };
-	uint64_t v;
+	eventfd_t v;
 
-	if (ppoll(&p, 1, wait_us < 0 ? NULL : &ts, NULL) > 0 && read(nt->wake_fd, &v, sizeof(v)) < 0) {
-		/* EAGAIN: somebody else's wake was read already; nothing to do */
-	}
+	if (ppoll(&p, 1, wait_us < 0 ? NULL : &ts, NULL) > 0)
+		eventfd_read(nt->wake_fd, &v); /* non-blocking: EAGAIN is nothing to read */
 }
 
 static void *notify_main(void *arg)
@@ -318,7 +306,6 @@ void notify_init(struct ferry_engine *e, uint32_t queue)
 	while (size < queue && size < (1u << 20))
 		size <<= 1;
 	e->notify.q_size = size;
-	e->notify.wake_fd = -1;
 	ctl_set_notify(&e->ctl, notify_receive);
 }
 
@@ -341,14 +328,10 @@ int notify_start(struct ferry_engine *e)
 
 void notify_stop_begin(struct ferry_engine *e)
 {
-	uint64_t one = 1;
-
 	if (!e->notify.running)
 		return;
 	store_release(e->notify.stop, 1); /* pairs with: load_acquire in notify_main */
-	if (write(e->notify.wake_fd, &one, sizeof(one)) < 0) {
-		/* never full: the thread reads it */
-	}
+	eventfd_write(e->notify.wake_fd, 1);
 }
 
 void notify_stop_end(struct ferry_engine *e)
