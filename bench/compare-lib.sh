@@ -101,24 +101,33 @@ private_bench() {
 	BENCH=$LOGDIR/ferry_bench.run
 }
 
-# ferry_bench --target on TCP port $1, log $2.log; waits for its line.
-start_ferry_target() {
-	local port=$1 log=$LOGDIR/$2.log pid i
-	# shellcheck disable=SC2086
-	timeout $((TMO * 20)) "$BENCH" --target --nics "$SRV_DEV" --listen "127.0.0.1:$port" \
-		--buffer "$BUFFER" ${FERRY_TARGET_ARGS:-} >"$log" 2>&1 &
-	pid=$!
-	pids+=("$pid")
-	target_pids+=("$pid")
-	# Its line comes after the buffer is registered: listening alone is too early.
+# Wait (60 s at most) for the line of the ferry_bench --target logging to
+# $1 while pid $2 lives, and print the address it listens on; on failure
+# say so with its log on stderr.  The line comes after the buffer is
+# registered: listening alone is too early.
+target_address() {
+	local log=$1 pid=$2 addr i
 	for ((i = 0; i < 600; i++)); do
-		grep -q "^ferry_bench target: listening on" "$log" && return 0
+		addr=$(sed -n 's/^ferry_bench target: listening on \([^ ]*\) .*/\1/p' "$log" 2>/dev/null)
+		[ -n "$addr" ] && echo "$addr" && return 0
 		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.1
 	done
 	echo "$CMP_NAME: ferry_bench --target did not come up:" >&2
 	cat "$log" >&2
 	return 1
+}
+
+# ferry_bench --target on TCP port $1, log $2.log; waits for its line.
+start_ferry_target() {
+	local port=$1 log=$LOGDIR/$2.log pid
+	# shellcheck disable=SC2086
+	timeout $((TMO * 20)) "$BENCH" --target --nics "$SRV_DEV" --listen "127.0.0.1:$port" \
+		--buffer "$BUFFER" ${FERRY_TARGET_ARGS:-} >"$log" 2>&1 &
+	pid=$!
+	pids+=("$pid")
+	target_pids+=("$pid")
+	target_address "$log" "$pid" >/dev/null
 }
 
 # The ferry target(s): one, plus one for READs under --verify (WRITEs

@@ -37,23 +37,14 @@ cpu_pair() {
 # ferry_bench --target on 127.0.0.1:0: $1 = log name, $2 = nics, $3 = cores,
 # rest = more flags.  Sets TARGET_PID and TARGET_ADDR (host:port it got).
 ferry_target_up() {
-	local name=$1 nics=$2 cores=$3 log i
+	local name=$1 nics=$2 cores=$3 log
 	shift 3
 	log=$LOGDIR/$name.log
 	timeout $((TMO * 4)) "$BENCH" --target --nics "$nics" --cores "$cores" \
 		--listen 127.0.0.1:0 "$@" >"$log" 2>&1 &
 	TARGET_PID=$!
 	pids+=("$TARGET_PID")
-	# Its line comes after the buffer is registered: listening alone is too early.
-	for ((i = 0; i < 600; i++)); do
-		TARGET_ADDR=$(sed -n 's/^ferry_bench target: listening on \([^ ]*\) .*/\1/p' "$log" 2>/dev/null)
-		[ -n "$TARGET_ADDR" ] && return 0
-		kill -0 "$TARGET_PID" 2>/dev/null || break
-		sleep 0.1
-	done
-	echo "$CMP_NAME: ferry_bench --target --nics $nics did not come up:" >&2
-	cat "$log" >&2
-	return 1
+	TARGET_ADDR=$(target_address "$log" "$TARGET_PID")
 }
 
 # Stop the target started last (SIGINT: it prints its CPU and counters).
