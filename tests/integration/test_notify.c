@@ -373,7 +373,11 @@ static void test_many_senders(void **state)
 			assert_int_equal(seen[i][j], 1);
 	}
 	assert_int_equal(ferry_notif_poll(rcv, &n, 1), 0);
-	assert_true(READ_ONCE(rcv->notify.refused_full) > 0); /* the queue of 16 was full at times */
+	/* Whether the queue of 16 filled up depends on how fast the pollers
+	 * ran (a timing, not a result): said, not asserted.  test_backpressure
+	 * fills a queue for certain. */
+	print_message("many senders: the receiver's queue was full %llu times\n",
+		      (unsigned long long)READ_ONCE(rcv->notify.refused_full));
 	for (int i = 0; i < 2; i++)
 		ferry_engine_destroy(snd[i]);
 	ferry_engine_destroy(rcv);
