@@ -545,10 +545,10 @@ static void *core_main(void *arg)
 		urcu_qsbr_quiescent_state();
 		if (!work)
 			core_idle(c);
-		if (c->caller_mode)
-			core_thread_lets_go(c);
 		t1 = ferry_tsc();
 		core_account_time(c, t0, t1, work);
+		if (c->caller_mode) /* last: the counters are the driver's too */
+			core_thread_lets_go(c);
 		t0 = t1;
 	}
 	if (c->caller_mode)
