@@ -174,6 +174,10 @@ test-asan:
 test-tsan:
 	$(MAKE) SAN=thread run-tests RUN="$(TSAN_TESTS:%=build-tsan/%)" \
 	  TESTS="$(TSAN_TESTS:%=build-tsan/%)"
+	@echo "== idle caller: the hand-over of the cores between threads, under TSan"
+	FERRY_TEST_IDLE=caller $(MAKE) SAN=thread run-tests \
+	  RUN="build-tsan/tests/integration/test_integration build-tsan/tests/integration/test_calls" \
+	  TESTS="$(TSAN_TESTS:%=build-tsan/%)"
 
 # Dependencies point one way (ring <- slice <- qp <- ep <- runtime), no
 # library file over ~800 lines, every acquire/release names its pair.
