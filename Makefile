@@ -68,9 +68,10 @@ TSAN_TESTS := tests/unit/ring/test_ring tests/integration/test_integration \
               tests/unit/metrics/test_perf tests/integration/test_epcache tests/integration/test_many_segments \
               tests/integration/test_calls tests/integration/test_cluster \
               tests/integration/test_named tests/integration/test_notify \
-              tests/integration/test_mixed tests/integration/test_peer_faults
+              tests/integration/test_mixed tests/integration/test_peer_faults \
+              tests/integration/test_caller
 
-.PHONY: all test test-all test-plain test-transports test-asan test-tsan test-verbs run-tests install check-install \
+.PHONY: all test test-all test-plain test-transports test-caller test-asan test-tsan test-verbs run-tests install check-install \
         clean bench bench-run bench-tools fuzz callgrind deps deps-check check-layers check-exports
 all: $(B)/libferry.a $(B)/libferry.so $(B)/ferry_bench $(B)/ferry.pc
 
@@ -142,6 +143,7 @@ run-tests: $(TESTS)
 test-plain:
 	$(MAKE) run-tests
 	$(MAKE) test-transports
+	$(MAKE) test-caller
 
 # The engine suites again over tcp and over cma (one process: both engines
 # force the transport through FERRY_TEST_*_NICS; test_twoproc: a forked
@@ -153,10 +155,28 @@ test-transports: $(TRANSPORT_SUITES:%=$(B)/%)
 	  echo "== $$t over $$n"; \
 	  FERRY_TEST_INIT_NICS=$$n FERRY_TEST_TARGET_NICS=$$n $$t || { echo "FAILED: $$t over $$n"; fail=1; }; \
 	done; done; exit $$fail
+# The engine suites again with idle policy caller (the application's
+# threads run the passes, the cores' threads fall back): with the suites'
+# own NICs (loop; test_twoproc: its own), then over tcp and over cma.
+CALLER_SUITES := tests/integration/test_integration tests/integration/test_api \
+                 tests/integration/test_calls tests/integration/test_notify \
+                 tests/integration/test_faults tests/integration/test_twoproc
+test-caller: $(CALLER_SUITES:%=$(B)/%)
+	@fail=0; for n in loop tcp cma; do for t in $(CALLER_SUITES:%=$(B)/%); do \
+	  case "$$n:$$t" in tcp:*test_faults|cma:*test_faults) continue;; esac; \
+	  echo "== $$t, idle caller, over $$n"; \
+	  nics="FERRY_TEST_INIT_NICS=$$n FERRY_TEST_TARGET_NICS=$$n"; [ $$n = loop ] && nics=; \
+	  env FERRY_TEST_IDLE=caller $$nics $$t || \
+	    { echo "FAILED: $$t (idle caller, $$n)"; fail=1; }; \
+	done; done; exit $$fail
 test-asan:
 	$(MAKE) SAN=address run-tests
 test-tsan:
 	$(MAKE) SAN=thread run-tests RUN="$(TSAN_TESTS:%=build-tsan/%)" \
+	  TESTS="$(TSAN_TESTS:%=build-tsan/%)"
+	@echo "== idle caller: the hand-over of the cores between threads, under TSan"
+	FERRY_TEST_IDLE=caller $(MAKE) SAN=thread run-tests \
+	  RUN="build-tsan/tests/integration/test_integration build-tsan/tests/integration/test_calls" \
 	  TESTS="$(TSAN_TESTS:%=build-tsan/%)"
 
 # Dependencies point one way (ring <- slice <- qp <- ep <- runtime), no

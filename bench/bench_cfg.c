@@ -250,6 +250,8 @@ void bench_apply_opts(const struct bench_cfg *cfg, struct ferry_opts *o)
 		o->signal_every = cfg->depth;
 	if (cfg->spin)
 		o->idle = FERRY_IDLE_SPIN;
+	if (cfg->caller)
+		o->idle = FERRY_IDLE_CALLER;
 	if (cfg->counters >= 0)
 		o->counters = cfg->counters;
 	/* The target listens where the initiator expects it. */

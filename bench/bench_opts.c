@@ -37,6 +37,7 @@ static const struct option long_opts[] = {
 	{ "depth", required_argument, NULL, 't' },
 	{ "nocopy", no_argument, NULL, OPT_NOCOPY },
 	{ "spin", no_argument, NULL, OPT_SPIN },
+	{ "caller", no_argument, NULL, OPT_CALLER },
 	{ "verify", no_argument, NULL, OPT_VERIFY },
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "no-port-pin", no_argument, NULL, OPT_NO_PORT_PIN },
@@ -423,6 +424,9 @@ static int apply_opt(int c, const char *v, struct bench_cfg *cfg, char *err, siz
 		return 0;
 	case OPT_SPIN:
 		cfg->spin = true;
+		return 0;
+	case OPT_CALLER:
+		cfg->caller = true;
 		return 0;
 	case OPT_VERIFY:
 		cfg->verify = true;

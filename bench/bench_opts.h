@@ -85,6 +85,7 @@ struct bench_cfg {
 	uint32_t depth;           /* 0 = keep */
 	bool nocopy;
 	bool spin;
+	bool caller;              /* FERRY_IDLE_CALLER: our threads run the passes */
 	bool verify;
 	bool json;
 	bool no_port_pin;         /* leave port threads to the scheduler */

@@ -75,7 +75,7 @@ awk -v ir="$ir" -v w="$wrs" 'BEGIN {
 	printf "callgrind: %d instructions in core_pass for %d work requests: %.1f instructions per slice\n", ir, w, ir / w }'
 
 # 2. Per one-slice request, submitted as requests and as a prepared set.
-req_args=(--nics loop --nocopy --size 4K --batch 64 --sync --status-once --iters "$ITERS")
+req_args=(--nics loop --nocopy --size 4K --batch 64 --sync --status-once --iters "$ITERS" ${CALLGRIND_ARGS:-})
 run req ferry_submit core_pass ferry_req_status -- "${req_args[@]}"
 run prep ferry_prep_submit core_pass ferry_req_status -- "${req_args[@]}" --prep
 n=$(field req requests)

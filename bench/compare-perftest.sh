@@ -18,6 +18,10 @@
 #   COMPARE_SIZES="64K 1M"   COMPARE_OPS="write read"   COMPARE_DURATION=5 (s)
 #   COMPARE_DEPTH=128        outstanding messages: perftest -t, ferry --batch
 #   COMPARE_LAT_ITERS=2000   COMPARE_LAT_OPS="write read"
+#   COMPARE_LAT_ARGS=--caller  ferry's latency runs (initiator and ping-pong
+#                            target): idle policy caller, the waiting thread
+#                            runs the passes, one thread per process like
+#                            perftest's; "" for the cores' own threads
 #   COMPARE_ROUNDS=1         repeat everything; the table shows medians
 #   COMPARE_VERIFY=1         ferry_bench --verify (WRITE then reads everything back)
 #   FERRY_BENCH_ARGS="..."   extra flags for the ferry initiator (e.g. --spin)
@@ -45,6 +49,7 @@ DUR=${COMPARE_DURATION:-5}
 DEPTH=${COMPARE_DEPTH:-128}
 LAT_ITERS=${COMPARE_LAT_ITERS:-2000}
 LAT_OPS=${COMPARE_LAT_OPS:-write read}
+LAT_ARGS=${COMPARE_LAT_ARGS---caller}
 ROUNDS=${COMPARE_ROUNDS:-1}
 LOGDIR=${COMPARE_LOGDIR:-$B/compare-perftest}
 read -r -a DEVS <<<"${SOFTROCE_DEVICES:-rxe0 rxe1}"
@@ -118,7 +123,7 @@ BUFFER=$((maxsize * DEPTH))
 [ "${COMPARE_VERIFY:-0}" = 1 ] && verify=(--verify)
 start_ferry_targets || exit 1
 if [[ " $LAT_OPS " == *" write "* ]]; then
-	FERRY_TARGET_ARGS="${FERRY_TARGET_ARGS:-} --pingpong" \
+	FERRY_TARGET_ARGS="${FERRY_TARGET_ARGS:-} --pingpong $LAT_ARGS" \
 		start_ferry_target $((FERRY_PORT + 2)) ferry-target-pingpong || exit 1
 fi
 
@@ -147,15 +152,17 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		perftest_pair "ib_${op}_lat" "$name.perftest" -s 8 -n "$LAT_ITERS" || failed=1
 		read -r a c <<<"$(perftest_lat "$LOGDIR/$name.perftest.client")"
 		pt_typ[$op]+=" $a" pt_p99[$op]+=" $c"
-		ferry_run "$name.ferry" "$op" --lat --size 8 -n "$LAT_ITERS" || failed=1
+		# shellcheck disable=SC2086 # LAT_ARGS: one word per flag
+		ferry_run "$name.ferry" "$op" --lat --size 8 -n "$LAT_ITERS" $LAT_ARGS || failed=1
 		a=$(json_num "$LOGDIR/$name.ferry.json" p50)
 		c=$(json_num "$LOGDIR/$name.ferry.json" p99)
 		[ "$a" = - ] && failed=1
 		if [ "$op" = write ]; then
 			# ib_write_lat reports half round trips: so does --pingpong.
 			fe_lat[$op]+=" $a"
+			# shellcheck disable=SC2086
 			FERRY_PORT=$((FERRY_PORT + 2)) ferry_run "$name.ferry-pp" write --pingpong \
-				--size 8 -n "$LAT_ITERS" || failed=1
+				--size 8 -n "$LAT_ITERS" $LAT_ARGS || failed=1
 			a=$(json_num "$LOGDIR/$name.ferry-pp.json" p50)
 			c=$(json_num "$LOGDIR/$name.ferry-pp.json" p99)
 			[ "$a" = - ] && failed=1
@@ -194,7 +201,7 @@ done
 echo
 echo "(MB/s = 10^6 bytes/s, medians of $ROUNDS round(s); perftest: -x $GID -F -t $DEPTH -D $DUR${PERFTEST_ARGS:+ $PERFTEST_ARGS}," \
 	"lat -n $LAT_ITERS; ferry: --batch $DEPTH -D $DUR --buffer $BUFFER${FERRY_BENCH_ARGS:+ $FERRY_BENCH_ARGS}${FERRY_IB_TIMEOUT:+ FERRY_IB_TIMEOUT=$FERRY_IB_TIMEOUT}," \
-	"lat -n $LAT_ITERS; ferry_wr_err = failed work requests, retried)"
+	"lat -n $LAT_ITERS${LAT_ARGS:+ $LAT_ARGS}; ferry_wr_err = failed work requests, retried)"
 if [ "$failed" != 0 ]; then
 	echo "$CMP_NAME: some runs failed, see $LOGDIR" >&2
 	ferry_complaints

@@ -30,6 +30,10 @@
 # Environment (all optional):
 #   COMPARE_SIZES="64K 1M"  COMPARE_DURATION=3 (s)  COMPARE_ROUNDS=1
 #   COMPARE_PP_ITERS=20000 (8-byte round trips per run)
+#   COMPARE_LAT_ARGS=--caller  ferry's 8-byte rows (both processes): idle
+#                           policy caller, the waiting thread runs the passes
+#                           (one thread per process, like the plain
+#                           ping-pong's); "" for the cores' own threads
 #   MOONCAKE_BENCH=path     MOONCAKE_BATCH=32
 #   FERRY_BENCH=path  B=build  COMPARE_LOGDIR=$B/compare-tcp
 #   FERRY_BENCH_ARGS="..."  FERRY_TARGET_ARGS="..."
@@ -51,6 +55,7 @@ read -r -a SIZES <<<"${COMPARE_SIZES:-64K 1M}"
 DUR=${COMPARE_DURATION:-3}
 ROUNDS=${COMPARE_ROUNDS:-1}
 PP_ITERS=${COMPARE_PP_ITERS:-20000}
+read -r -a LAT_ARGS <<<"${COMPARE_LAT_ARGS---caller}"
 MC=${MOONCAKE_BENCH:-}
 MC_BATCH=${MOONCAKE_BATCH:-32}
 LOGDIR=${COMPARE_LOGDIR:-$B/compare-tcp}
@@ -204,12 +209,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	done
 	note "pingpong 8" "$(or_dash "$(run_pingpong "r$r-pingpong" "")")"
 	note "pingpong-busy 8" "$(or_dash "$(run_pingpong "r$r-pingpong-busy" --busy)")"
-	PAIR_TARGET_FLAGS=(--pingpong)
+	PAIR_TARGET_FLAGS=(--pingpong "${LAT_ARGS[@]}")
 	note "ferry-tcp-pp 8" "$(or_dash "$(run_ferry tcp "r$r-ferry-tcp-pp" p50 --pingpong \
-		--size 8 --iters "$PP_ITERS")")"
+		--size 8 --iters "$PP_ITERS" "${LAT_ARGS[@]}")")"
 	PAIR_TARGET_FLAGS=()
 	note "ferry-cma-lat 8" "$(or_dash "$(run_ferry cma "r$r-ferry-cma-lat" p50 --lat \
-		--size 8 --iters "$PP_ITERS")")"
+		--size 8 --iters "$PP_ITERS" "${LAT_ARGS[@]}")")"
 done
 echo "# load average at end: $(loadavg)"
 
@@ -250,8 +255,8 @@ for s in "${SIZES[@]}"; do
 done
 echo "| plain TCP ping-pong, blocking, half round trip p50 | 8 B | $(show "pingpong 8" us) |"
 echo "| plain TCP ping-pong, busy-polled, half round trip p50 | 8 B | $(show "pingpong-busy 8" us) |"
-echo "| ferry tcp --pingpong, half round trip p50 | 8 B | $(show "ferry-tcp-pp 8" us) |"
-echo "| ferry cma --lat, request p50 | 8 B | $(show "ferry-cma-lat 8" us) |"
+echo "| ferry tcp --pingpong ${LAT_ARGS[*]}, half round trip p50 | 8 B | $(show "ferry-tcp-pp 8" us) |"
+echo "| ferry cma --lat ${LAT_ARGS[*]}, request p50 | 8 B | $(show "ferry-cma-lat 8" us) |"
 
 echo
 echo "| goal | ratio (medians) | |"

@@ -110,6 +110,8 @@ static int batch_poll(struct bench_port *bp, uint64_t t0)
 		}
 		if (now - since >= STALL_CHECK_NS && batch_stalled(bp, now, &moved, &since))
 			return -ETIMEDOUT;
+		if (bp->b->cfg.caller && ferry_progress(bp->b->init) > 0)
+			continue; /* --caller: our passes moved something, look again */
 		poll_pause(now - t0);
 	}
 	rc = batch_wait(bp);

@@ -104,7 +104,7 @@ static int answer_wait(struct bench_port *bp, uint64_t t0, uint8_t want)
 	unsigned spins = 0;
 
 	while (pp_load8(last) != want) {
-		pp_pause(&spins);
+		pp_pause_on(bp->b->init, &spins);
 		if (spins & 1023)
 			continue;
 		/* Now and then: did our message fail, or is nobody answering? */

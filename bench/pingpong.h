@@ -79,4 +79,15 @@ static inline void pp_pause(unsigned *spins)
 		sched_yield();
 }
 
+/*
+ * The same, for a thread that also runs e's passes (--caller: it posts our
+ * message and serves the peer's frames; otherwise ferry_progress returns
+ * 0 at once).  A pass that did work is the pause.
+ */
+static inline void pp_pause_on(struct ferry_engine *e, unsigned *spins)
+{
+	if (ferry_progress(e) <= 0)
+		pp_pause(spins);
+}
+
 #endif /* FERRY_BENCH_PINGPONG_H */

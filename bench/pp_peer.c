@@ -181,7 +181,7 @@ static void *peer_main(void *arg)
 		}
 		/* Quiet: spin and yield for a second after the last message, then nap. */
 		if (spins < PP_SPINS || (spins & 1023) || now_ns() - p->last_ns < PP_QUIET_NS) {
-			pp_pause(&spins);
+			pp_pause_on(p->e, &spins);
 			continue;
 		}
 		nanosleep(&nap, NULL);

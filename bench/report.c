@@ -83,7 +83,7 @@ void print_header(const struct bench *b)
 		printf("(target %s remote 0x%" PRIx64 ", ", b->cfg.connect, b->remote_base);
 	printf("ports on cpus %s), slice %u, qps %u, depth %u, idle %s, %s, counters %s%s",
 	       b->port_cpus_desc, o->slice_size, o->qps_per_ep, o->wrs_per_qp,
-	       o->idle == FERRY_IDLE_SPIN ? "spin" : "adaptive", b->cfg.nocopy ? "nocopy" : "copy",
+	       o->idle == FERRY_IDLE_SPIN ? "spin" : o->idle == FERRY_IDLE_CALLER ? "caller" : "adaptive", b->cfg.nocopy ? "nocopy" : "copy",
 	       onoff(o->counters), b->cfg.verify ? ", verify" : "");
 	print_submit(b);
 	printf("\n");

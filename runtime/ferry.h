@@ -53,6 +53,10 @@ typedef uint64_t ferry_seg_t;
 enum ferry_idle {
 	FERRY_IDLE_ADAPTIVE = 0, /**< spin while busy, then yield, then sleep */
 	FERRY_IDLE_SPIN = 1,     /**< never yield: for dedicated cores */
+	FERRY_IDLE_CALLER = 2,   /**< the application's threads run the cores' passes
+	                          *   (ferry_batch_wait, ferry_progress) while they
+	                          *   call in; a core's own thread stays asleep then
+	                          *   and takes over 1 ms after the last such pass */
 };
 
 /** Engine options: call ferry_opts_default() first, then change fields. */
@@ -185,6 +189,9 @@ struct ferry_core_stats {
 	uint64_t lat[FERRY_LAT_BUCKETS];
 	/* Added in 0.2. */
 	uint64_t nic_events;       /**< device events handled: port down/up, device fatal, QP fatal */
+	/* Added in 0.4. */
+	uint64_t caller_passes;    /**< loop passes run by application threads
+	                            *   (FERRY_IDLE_CALLER), counted in loops too */
 };
 
 struct ferry_engine;
@@ -455,6 +462,16 @@ FERRY_API int ferry_prep_destroy(struct ferry_prep *pr);
  * forever, 0 only checks.  The port's thread.
  */
 FERRY_API int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms);
+
+/**
+ * FERRY_IDLE_CALLER: run one loop pass of every core of e that no other
+ * thread is running (post, poll, serve peers' frames); returns how much
+ * work it did (0: nothing to do, or another thread had the cores).  With
+ * other idle policies the cores' threads do this and it returns 0.  A
+ * thread that calls it must not be registered with liburcu-qsbr by the
+ * application.  Any thread.
+ */
+FERRY_API int ferry_progress(struct ferry_engine *e);
 
 /** Number of requests submitted to b since creation or the last reset. */
 FERRY_API uint32_t ferry_batch_size(const struct ferry_batch *b);

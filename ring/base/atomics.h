@@ -49,11 +49,16 @@
 
 #define xchg_relaxed(x, v) __atomic_exchange_n(&(x), (v), __ATOMIC_RELAXED)
 #define xchg_acquire(x, v) __atomic_exchange_n(&(x), (v), __ATOMIC_ACQUIRE)
+#define xchg_release(x, v) __atomic_exchange_n(&(x), (v), __ATOMIC_RELEASE)
 #define xchg_acq_rel(x, v) __atomic_exchange_n(&(x), (v), __ATOMIC_ACQ_REL)
 #define xchg_sc(x, v) __atomic_exchange_n(&(x), (v), __ATOMIC_SEQ_CST)
 
 /* Compare-and-swap: true when x held *expected and now holds v; else
  * *expected takes x's value.  The order applies on success. */
+#define cas_acquire(x, expected, v) \
+	__atomic_compare_exchange_n(&(x), (expected), (v), false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)
+#define cas_relaxed(x, expected, v) \
+	__atomic_compare_exchange_n(&(x), (expected), (v), false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)
 #define cas_release(x, expected, v) \
 	__atomic_compare_exchange_n(&(x), (expected), (v), false, __ATOMIC_RELEASE, __ATOMIC_RELAXED)
 #define cas_weak_release(x, expected, v) \

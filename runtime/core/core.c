@@ -491,7 +491,28 @@ static void core_drain(struct ferry_core *c)
 	c->active = NULL;
 }
 
-static void core_account_time(struct ferry_core *c, uint64_t t0, uint64_t t1, uint32_t work)
+uint32_t core_run_pass(struct ferry_core *c, uint64_t t0)
+{
+	uint32_t work;
+
+	c->now = t0;
+	for (unsigned t = 0; t < c->ntx; t++)
+		c->tx[t].now = t0;
+	work = core_pass(c);
+	/* Before the idle back-off, not after it: a pass can end slices
+	 * and count no work (dropping a cancelled batch's waiting slices,
+	 * failing a closing endpoint's), and the core may then sleep
+	 * until the next kick -- with the gauge still counting them. */
+	stat_set(&c->ctr, slices_in_flight, c->slices_out);
+	ferry_tsan_release(&c->e->tsan_gp);
+	if (work) {
+		c->idle_loops = 0;
+		c->last_work = t0;
+	}
+	return work;
+}
+
+void core_account_time(struct ferry_core *c, uint64_t t0, uint64_t t1, uint32_t work)
 {
 	if (work)
 		stat_add(&c->ctr, busy_ticks, t1 - t0);
@@ -514,26 +535,24 @@ static void *core_main(void *arg)
 	while (!load_acquire(c->stop)) { /* pairs with: store_release in core_stop */
 		uint32_t work;
 
-		c->now = t0;
-		for (unsigned t = 0; t < c->ntx; t++)
-			c->tx[t].now = t0;
-		work = core_pass(c);
-		/* Before the idle back-off, not after it: a pass can end slices
-		 * and count no work (dropping a cancelled batch's waiting slices,
-		 * failing a closing endpoint's), and the core may then sleep
-		 * until the next kick -- with the gauge still counting them. */
-		stat_set(&c->ctr, slices_in_flight, c->slices_out);
-		ferry_tsan_release(&c->e->tsan_gp);
+		/* FERRY_IDLE_CALLER: application threads run the passes while
+		 * they call in; the thread naps and takes over when they stop. */
+		if (c->caller_mode && !core_thread_drives(c)) {
+			t0 = ferry_tsc();
+			continue;
+		}
+		work = core_run_pass(c, t0);
 		urcu_qsbr_quiescent_state();
-		if (work) {
-			c->idle_loops = 0;
-			c->last_work = t0;
-		} else
+		if (!work)
 			core_idle(c);
 		t1 = ferry_tsc();
 		core_account_time(c, t0, t1, work);
+		if (c->caller_mode) /* last: the counters are the driver's too */
+			core_thread_lets_go(c);
 		t0 = t1;
 	}
+	if (c->caller_mode)
+		core_thread_takes_back(c);
 	core_drain(c);
 	stat_set(&c->ctr, slices_in_flight, c->slices_out);
 	urcu_qsbr_unregister_thread();
@@ -593,6 +612,8 @@ static void core_set_limits(struct ferry_core *c, const struct ferry_opts *o)
 	c->sweep_ticks = ferry_ms_to_tsc(SWEEP_MS);
 	c->reask_ticks = ferry_ms_to_tsc(REPAIR_REASK_MS);
 	c->linger_ticks = ferry_ms_to_tsc(o->idle_linger_us) / 1000;
+	c->caller_mode = o->idle == FERRY_IDLE_CALLER;
+	c->caller_fallback_ticks = ferry_ms_to_tsc(CALLER_FALLBACK_MS);
 	c->rail.errors = o->rail_errors;
 	c->rail.window = ferry_ms_to_tsc(o->rail_window_ms);
 	c->rail.pause_min = ferry_ms_to_tsc(o->rail_pause_ms);

@@ -54,6 +54,7 @@ struct core_counters {
 	uint64_t busy_ticks;
 	uint64_t idle_ticks;
 	uint64_t loops;
+	uint64_t caller_passes;    /* passes run by application threads */
 };
 
 /* Commands from the control path, through the core's command ring. */
@@ -126,6 +127,14 @@ struct ferry_core {
 	struct slice_list xfer_back;   /* foreign slices to return (their ring was full) */
 	uint32_t xfer_rr;
 	uint64_t nic_events;           /* device events (the repair thread: fetch_add) */
+	/* FERRY_IDLE_CALLER (drive.c): who runs the loop passes -- the core's
+	 * thread or an application thread -- and when an application thread
+	 * last did; what the passes touch is handed over with driver. */
+	uint32_t driver ferry_cache_aligned; /* DRIVER_*: cas_acquire/xchg_release */
+	uint64_t driven_at;            /* ticks: the last application pass (relaxed) */
+	bool caller_mode;              /* opts.idle == FERRY_IDLE_CALLER (constant) */
+	bool handed_over;              /* the core's thread: a caller asked, nap */
+	uint64_t caller_fallback_ticks; /* CALLER_FALLBACK_MS (constant) */
 	uint32_t sleeping ferry_cache_aligned; /* fetch_or_sc/store_sc: see core_kick */
 	int wake_fd;                   /* eventfd: submitters wake a sleeping core */
 	uint32_t stop;                 /* load_acquire/store_release */
@@ -167,6 +176,24 @@ uint32_t core_drain_cmds(struct ferry_core *c);
 void core_kick(struct ferry_core *c);
 /* Nothing done this pass: spin, yield or sleep by the idle policy. */
 void core_idle(struct ferry_core *c);
+
+/* ---- the loop: core.c ---- */
+/* One loop pass at clock t0 by whoever drives c; the work it did. */
+uint32_t core_run_pass(struct ferry_core *c, uint64_t t0);
+void core_account_time(struct ferry_core *c, uint64_t t0, uint64_t t1, uint32_t work);
+
+/* ---- passes run by application threads (FERRY_IDLE_CALLER): drive.c ---- */
+/* An application thread takes the core after its thread naps this long. */
+#define CALLER_FALLBACK_MS 1
+/* The core's thread: true when it holds c for a pass; false after a nap
+ * (an application thread drove c within CALLER_FALLBACK_MS, or holds it). */
+bool core_thread_drives(struct ferry_core *c);
+/* The core's thread, after its pass and idle back-off: let go of c. */
+void core_thread_lets_go(struct ferry_core *c);
+/* The core's thread, stopping: wait for an application pass to end, keep c. */
+void core_thread_takes_back(struct ferry_core *c);
+/* An application thread: run one pass of c if nobody else is; its work. */
+uint32_t core_drive(struct ferry_core *c);
 
 /* ---- repair requests: core.c ---- */
 /* The repair ring's entry for QP qp of the endpoint at slot (generation gen)

@@ -549,8 +549,10 @@ static int env_idle(struct ferry_opts *o)
 		o->idle = FERRY_IDLE_ADAPTIVE;
 	else if (!strcmp(v, "spin"))
 		o->idle = FERRY_IDLE_SPIN;
+	else if (!strcmp(v, "caller"))
+		o->idle = FERRY_IDLE_CALLER;
 	else
-		return env_bad("FERRY_IDLE", v, "expected 'adaptive' or 'spin'");
+		return env_bad("FERRY_IDLE", v, "expected 'adaptive', 'spin' or 'caller'");
 	return 0;
 }
 
@@ -646,8 +648,9 @@ static int check_nics_idle(const struct ferry_opts *o, char *err, size_t errlen)
 		errf(err, errlen, "nics is empty (use \"loop\" for the software NIC)");
 		return -EINVAL;
 	}
-	if (o->idle != FERRY_IDLE_ADAPTIVE && o->idle != FERRY_IDLE_SPIN) {
-		errf(err, errlen, "idle %d is not a policy (0 adaptive, 1 spin)", (int)o->idle);
+	if (o->idle != FERRY_IDLE_ADAPTIVE && o->idle != FERRY_IDLE_SPIN &&
+	    o->idle != FERRY_IDLE_CALLER) {
+		errf(err, errlen, "idle %d is not a policy (0 adaptive, 1 spin, 2 caller)", (int)o->idle);
 		return -EINVAL;
 	}
 	if (o->idle_linger_us > IDLE_LINGER_MAX_US) {

@@ -74,6 +74,8 @@ static const struct prom_row ferry_rows[] = {
 	  U64_OFF(struct ferry_core_stats, lat_hz) },
 	CTR(nic_events, "ferry_nic_events_total",
 	    "Device events handled: port down or up, device fatal, QP fatal."),
+	CTR(caller_passes, "ferry_caller_passes_total",
+	    "Loop passes run by application threads (idle policy caller)."),
 };
 
 static const struct prom_table ferry_table = {

@@ -383,6 +383,8 @@ static void part_enqueue(struct ferry_port *p, struct ferry_core *c, struct ferr
 	unsigned spins = 0;
 
 	while (!ferry_ring_put(&p->rings[c->index], tagged)) {
+		if (c->caller_mode && core_drive(c))
+			continue; /* FERRY_IDLE_CALLER: we are the core's progress */
 		core_kick(c);
 		if (++spins < 64)
 			ferry_cpu_relax();

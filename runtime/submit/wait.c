@@ -3,7 +3,9 @@
  * Waiting for a batch and reading request status.  The owner spins a
  * little, then sleeps on the batch's pending word (a futex); the core that
  * ends the last request wakes it only if it said it sleeps (RQ_BATCH_WAITER),
- * so a busy-polling owner costs the cores no system call.
+ * so a busy-polling owner costs the cores no system call.  Under
+ * FERRY_IDLE_CALLER the owner runs the cores' passes itself while it spins
+ * (runtime/core/drive.c), and spins as long as they do work.
  */
 #include <errno.h>
 
@@ -41,18 +43,47 @@ static void batch_sleep(struct ferry_batch *b, int64_t timeout_ns)
 	ferry_futex_wait(&b->acct.pending, v, timeout_ns);
 }
 
+/* FERRY_IDLE_CALLER: one pass of every core; whether any did work. */
+static bool batch_drive(const struct ferry_batch *b)
+{
+	struct ferry_engine *e = b->port->e;
+	uint32_t work = 0;
+
+	for (unsigned i = 0; i < e->ncores; i++)
+		work += core_drive(e->cores[i]);
+	return work != 0;
+}
+
+/* Whether the deadline (0: none) has passed; *left shrinks to what is left. */
+static bool batch_deadline_passed(uint64_t deadline, int64_t *left)
+{
+	uint64_t now;
+
+	if (!deadline)
+		return false;
+	now = ferry_now_ns();
+	if (now >= deadline)
+		return true;
+	if ((int64_t)(deadline - now) < *left)
+		*left = (int64_t)(deadline - now);
+	return false;
+}
+
 int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms)
 {
 	uint64_t deadline = 0;
-	unsigned spins = 0;
+	unsigned spins = 0, passes = 0;
+	bool caller;
 	int rc;
 
 	if (!b)
 		return -EINVAL;
+	caller = b->port->e->opts.idle == FERRY_IDLE_CALLER;
 	if (timeout_ms > 0)
 		deadline = ferry_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	for (;;) {
 		int64_t left = WAIT_SLICE_NS;
+		bool worked = caller && batch_drive(b);
 
 		/* pairs with: fetch_sub_acq_rel in batch_request_ended */
 		if (RQ_BATCH_COUNT(load_acquire(b->acct.pending)) == 0) {
@@ -63,20 +94,24 @@ int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms)
 			rc = -ETIMEDOUT;
 			break;
 		}
+		if (worked) { /* our passes move the batch: keep running them */
+			spins = 0;
+			if ((++passes & 255) == 0 && batch_deadline_passed(deadline, &left)) {
+				rc = -ETIMEDOUT;
+				break;
+			}
+			continue;
+		}
 		if (++spins < WAIT_SPINS) {
 			ferry_cpu_relax();
 			continue;
 		}
-		if (deadline) {
-			uint64_t now = ferry_now_ns();
-
-			if (now >= deadline) {
-				rc = -ETIMEDOUT;
-				break;
-			}
-			if ((int64_t)(deadline - now) < left)
-				left = (int64_t)(deadline - now);
+		if (batch_deadline_passed(deadline, &left)) {
+			rc = -ETIMEDOUT;
+			break;
 		}
+		/* Caller passes that found nothing to do for a while: the core's
+		 * own thread takes over CALLER_FALLBACK_MS after the last one. */
 		batch_sleep(b, left);
 	}
 	/* Cores stop calling futex_wake once nobody sleeps. */

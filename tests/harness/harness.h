@@ -95,6 +95,10 @@ static inline void pair_setup(struct pair *p, const struct ferry_opts *io,
 		i.nics = getenv("FERRY_TEST_INIT_NICS");
 	if (getenv("FERRY_TEST_TARGET_NICS"))
 		t.nics = getenv("FERRY_TEST_TARGET_NICS");
+	/* make test-caller: the suites again with the application's threads
+	 * running the passes (the target's cores fall back on their threads). */
+	if (getenv("FERRY_TEST_IDLE") && !strcmp(getenv("FERRY_TEST_IDLE"), "caller"))
+		i.idle = t.idle = FERRY_IDLE_CALLER;
 	memset(p, 0, sizeof(*p));
 	assert_int_equal(ferry_engine_create(&i, &p->init), 0);
 	assert_int_equal(ferry_engine_create(&t, &p->target), 0);

@@ -363,6 +363,10 @@ static void test_env_numbers(void **state)
 	assert_int_equal(o.idle, FERRY_IDLE_ADAPTIVE);
 	assert_int_equal(o.verbose, 0);
 	assert_string_equal(o.cores, "");
+	setenv("FERRY_IDLE", "caller", 1);
+	assert_int_equal(ferry_opts_from_env(&o), 0);
+	assert_int_equal(o.idle, FERRY_IDLE_CALLER);
+	assert_int_equal(ferry_opts_check(&o, NULL, 0), 0);
 	setenv("FERRY_SLICE_SIZE", "3G", 1); /* largest G that fits */
 	assert_int_equal(ferry_opts_from_env(&o), 0);
 	assert_int_equal(o.slice_size, 3u << 30);
@@ -390,8 +394,8 @@ static void test_env_bad(void **state)
 	expect_env_bad("FERRY_TIMEOUT_MS", "10K", "no K/M/G suffix here");
 	expect_env_bad("FERRY_RETRIES", "1.5", "not a decimal number");
 	expect_env_bad("FERRY_QPS_PER_EP", "-0", "negative");
-	expect_env_bad("FERRY_IDLE", "busy", "expected 'adaptive' or 'spin'");
-	expect_env_bad("FERRY_IDLE", "Spin", "expected 'adaptive' or 'spin'");
+	expect_env_bad("FERRY_IDLE", "busy", "expected 'adaptive', 'spin' or 'caller'");
+	expect_env_bad("FERRY_IDLE", "Spin", "expected 'adaptive', 'spin' or 'caller'");
 	expect_env_bad("FERRY_IDLE", "", "expected");
 	expect_env_bad("FERRY_VERBOSE", "2", "expected 0 or 1");
 	expect_env_bad("FERRY_VERBOSE", "yes", "expected 0 or 1");
@@ -505,9 +509,9 @@ static void test_check_strings(void **state)
 	assert_int_equal(ferry_opts_check(&o, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "nics"));
 	ferry_opts_default(&o);
-	o.idle = (enum ferry_idle)2;
+	o.idle = (enum ferry_idle)3;
 	assert_int_equal(ferry_opts_check(&o, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "idle 2"));
+	assert_non_null(strstr(err, "idle 3"));
 	o.idle = FERRY_IDLE_SPIN;
 	assert_int_equal(ferry_opts_check(&o, err, sizeof(err)), 0);
 	assert_int_equal(ferry_opts_check(NULL, err, sizeof(err)), -EINVAL);

@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * FERRY_IDLE_CALLER: the application's threads run the cores' loop passes
+ * while they wait (ferry_batch_wait, ferry_progress), as UCX's
+ * ucp_worker_progress does.  A latency-bound caller then needs no second
+ * runnable thread per process: on a small machine (or a VM with two
+ * vCPUs, where rxe also needs the CPU) the core's thread waking and
+ * spinning beside the application costs more than the transfer.
+ *
+ * Who runs a core's pass is one word, driver: FREE, THREAD (the core's
+ * own thread) or CALLER, taken with an acquire CAS and given back with a
+ * release, so everything a pass touches moves from one driver to the next
+ * as it would between two passes of one thread.  A caller that finds the
+ * thread holding the core (asleep, say) marks it WANTED and kicks it; the
+ * thread lets go after that pass and naps.  The thread naps while callers
+ * drive (it is woken by nothing but its nap's end or a stop) and takes the
+ * core back CALLER_FALLBACK_MS after the last caller pass, so a request
+ * nobody waits for, a control command or a peer's frame still moves.
+ */
+/* Inline urcu fast paths, except under TSan (see core.c). */
+#ifndef __SANITIZE_THREAD__
+#define _LGPL_SOURCE
+#endif
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <urcu/urcu-qsbr.h>
+
+#include "ring/base/clock.h"
+#include "ring/base/counters.h"
+#include "runtime/engine/engine.h"
+
+enum { DRIVER_FREE = 0, DRIVER_THREAD = 1, DRIVER_CALLER = 2, DRIVER_WANTED = 4 };
+
+/* ---- the core's thread ---- */
+
+/* Asleep for up to CALLER_FALLBACK_MS, offline for RCU; a stop wakes it. */
+static void core_nap(struct ferry_core *c)
+{
+	struct pollfd pfd = { .fd = c->wake_fd, .events = POLLIN };
+	eventfd_t v;
+
+	urcu_qsbr_thread_offline();
+	poll(&pfd, 1, CALLER_FALLBACK_MS);
+	urcu_qsbr_thread_online();
+	eventfd_read(c->wake_fd, &v); /* non-blocking: EAGAIN when nobody wrote */
+}
+
+bool core_thread_drives(struct ferry_core *c)
+{
+	uint32_t v = DRIVER_FREE;
+
+	if (c->handed_over ||
+	    ferry_tsc() - READ_ONCE(c->driven_at) < c->caller_fallback_ticks) {
+		c->handed_over = false;
+		core_nap(c);
+		return false;
+	}
+	/* pairs with: store_release in core_drive (a caller's pass ended) */
+	if (cas_acquire(c->driver, &v, DRIVER_THREAD))
+		return true;
+	core_nap(c); /* a caller is running a pass */
+	return false;
+}
+
+void core_thread_lets_go(struct ferry_core *c)
+{
+	/* pairs with: cas_acquire in core_drive (the next caller pass) */
+	if (xchg_release(c->driver, DRIVER_FREE) & DRIVER_WANTED)
+		c->handed_over = true;
+}
+
+void core_thread_takes_back(struct ferry_core *c)
+{
+	uint32_t v = DRIVER_FREE;
+
+	/* pairs with: store_release in core_drive */
+	while (!cas_acquire(c->driver, &v, DRIVER_THREAD)) {
+		v = DRIVER_FREE;
+		sched_yield(); /* a caller's pass is short */
+	}
+}
+
+/* ---- application threads ---- */
+
+/*
+ * A thread that runs passes reads endpoints under RCU: it registers with
+ * liburcu-qsbr on its first pass (a lock, once per thread) and is online
+ * only during a pass, so it never holds up a grace period while it does
+ * something else; it unregisters when it exits.
+ */
+static pthread_key_t caller_key;
+static pthread_once_t caller_once = PTHREAD_ONCE_INIT;
+static __thread bool caller_registered;
+
+static void caller_exit(void *arg)
+{
+	(void)arg;
+	urcu_qsbr_unregister_thread();
+}
+
+static void caller_key_create(void)
+{
+	(void)pthread_key_create(&caller_key, caller_exit);
+}
+
+static void caller_online(void)
+{
+	if (likely(caller_registered)) {
+		urcu_qsbr_thread_online();
+		return;
+	}
+	pthread_once(&caller_once, caller_key_create);
+	urcu_qsbr_register_thread(); /* leaves the thread online */
+	(void)pthread_setspecific(caller_key, (void *)1);
+	caller_registered = true;
+}
+
+uint32_t core_drive(struct ferry_core *c)
+{
+	uint32_t v = DRIVER_FREE, work;
+	uint64_t t0;
+
+	/* pairs with: xchg_release in core_thread_lets_go, store_release below */
+	if (!cas_acquire(c->driver, &v, DRIVER_CALLER)) {
+		if (v == DRIVER_THREAD)
+			cas_relaxed(c->driver, &v, DRIVER_THREAD | DRIVER_WANTED);
+		core_kick(c); /* it may sleep holding the core */
+		return 0;
+	}
+	caller_online();
+	t0 = ferry_tsc();
+	work = core_run_pass(c, t0);
+	stat_add(&c->ctr, caller_passes, 1);
+	WRITE_ONCE(c->driven_at, t0);
+	core_account_time(c, t0, ferry_tsc(), work);
+	/* pairs with: cas_acquire in core_drive, core_thread_drives, core_thread_takes_back */
+	store_release(c->driver, DRIVER_FREE);
+	urcu_qsbr_thread_offline();
+	return work;
+}
+
+int ferry_progress(struct ferry_engine *e)
+{
+	uint64_t work = 0;
+
+	if (!e)
+		return -EINVAL;
+	if (e->opts.idle != FERRY_IDLE_CALLER)
+		return 0;
+	for (unsigned i = 0; i < e->ncores; i++)
+		work += core_drive(e->cores[i]);
+	return work > INT_MAX ? INT_MAX : (int)work;
+}
