@@ -336,7 +336,7 @@ void print_json(const struct bench *b, const struct totals *t)
 	else
 		json_str("connect", b->cfg.connect);
 	json_str("port_cpus", b->port_cpus_desc);
-	json_str("idle", o->idle == FERRY_IDLE_SPIN ? "spin" : "adaptive");
+	json_str("idle", o->idle == FERRY_IDLE_SPIN ? "spin" : o->idle == FERRY_IDLE_CALLER ? "caller" : "adaptive");
 	printf("\"size\":%" PRIu64 ",\"batch\":%u,\"ports\":%u,\"slice\":%u,\"qps\":%u,"
 	       "\"depth\":%u,\"nocopy\":%s,\"verify\":%s,",
 	       b->size, b->nreq, b->cfg.ports, o->slice_size, o->qps_per_ep, o->wrs_per_qp,
