@@ -190,6 +190,12 @@ void core_account_time(struct ferry_core *c, uint64_t t0, uint64_t t1, uint32_t 
 bool core_thread_drives(struct ferry_core *c);
 /* The core's thread, after its pass and idle back-off: let go of c. */
 void core_thread_lets_go(struct ferry_core *c);
+/* The core's thread, about to sleep in poll(2): let go of c meanwhile, so
+ * that an application thread need not wake it to run a pass; false (and c
+ * kept) when one asked for c already: do not sleep.  Then core_thread_wakes
+ * takes c back.  True at once unless idle caller. */
+bool core_thread_sleeps(struct ferry_core *c);
+void core_thread_wakes(struct ferry_core *c);
 /* The core's thread, stopping: wait for an application pass to end, keep c. */
 void core_thread_takes_back(struct ferry_core *c);
 /* An application thread: run one pass of c if nobody else is; its work. */

@@ -12,7 +12,8 @@
  * release, so everything a pass touches moves from one driver to the next
  * as it would between two passes of one thread.  A caller that finds the
  * thread holding the core (asleep, say) marks it WANTED and kicks it; the
- * thread lets go after that pass and naps.  The thread naps while callers
+ * thread lets go after that pass and naps; asleep in poll(2) it holds
+ * nothing, so a cold request is run by its caller at once.  The thread naps while callers
  * drive (it is woken by nothing but its nap's end or a stop) and takes the
  * core back CALLER_FALLBACK_MS after the last caller pass, so a request
  * nobody waits for, a control command or a peer's frame still moves.
@@ -82,6 +83,25 @@ void core_thread_takes_back(struct ferry_core *c)
 		v = DRIVER_FREE;
 		sched_yield(); /* a caller's pass is short */
 	}
+}
+
+bool core_thread_sleeps(struct ferry_core *c)
+{
+	if (!c->caller_mode)
+		return true;
+	/* pairs with: cas_acquire in core_drive (a caller's pass while we sleep) */
+	if (xchg_release(c->driver, DRIVER_FREE) & DRIVER_WANTED) {
+		core_thread_takes_back(c);
+		c->handed_over = true;
+		return false;
+	}
+	return true;
+}
+
+void core_thread_wakes(struct ferry_core *c)
+{
+	if (c->caller_mode)
+		core_thread_takes_back(c);
 }
 
 /* ---- application threads ---- */

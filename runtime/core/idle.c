@@ -97,9 +97,12 @@ static void core_sleep(struct ferry_core *c, int timeout_ms, bool on_cq)
 		goto out;
 	stat_add(&c->ctr, sleeps, 1); /* counted going in: an idle core may stay asleep */
 	ferry_tsan_release(&c->e->tsan_gp);
+	if (!core_thread_sleeps(c))
+		goto out; /* idle caller: an application thread asked for the core */
 	urcu_qsbr_thread_offline();
 	poll(fds, n, timeout_ms);
 	urcu_qsbr_thread_online();
+	core_thread_wakes(c);
 out:
 	core_ack_cqs(c, armed);
 	WRITE_ONCE(c->sleeping, 0);
