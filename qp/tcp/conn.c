@@ -78,7 +78,22 @@ void tcp_conn_close(struct tcp_qp *qp)
 	qp->left = 0;
 }
 
-/* recv's result as 1 (bytes), 0 (nothing now) or -errno (EOF: -ESHUTDOWN). */
+/*
+ * recv's result as 1 (bytes), 0 (nothing now) or -errno (EOF: -ESHUTDOWN).
+ * Fewer bytes than asked mean the socket had no more just then: the next
+ * recv of this turn would only say EAGAIN (a system call per frame, about
+ * a microsecond here), so the turn stops reading; the level-triggered
+ * epoll set reports what arrives meanwhile at the next poll.
+ */
+static int rx_result(ssize_t r);
+
+static int rx_result_of(struct tcp_qp *qp, ssize_t r, size_t asked)
+{
+	if (r > 0 && (size_t)r < asked)
+		qp->rx_dry = true;
+	return rx_result(r);
+}
+
 static int rx_result(ssize_t r)
 {
 	if (r > 0) {
@@ -109,19 +124,19 @@ static int rx_fill_hdr(struct tcp_qp *qp, unsigned *calls)
 			qp->hdr_got += n;
 			continue;
 		}
-		if (*calls >= TCP_IO_CALLS)
+		if (*calls >= TCP_IO_CALLS || qp->rx_dry)
 			return 0;
 		(*calls)++;
 		if (qp->bulk) {
 			qp->st_off = qp->st_len = 0;
 			r = recv(qp->fd, qp->stage, TCP_STAGE, MSG_DONTWAIT);
-			rc = rx_result(r);
+			rc = rx_result_of(qp, r, TCP_STAGE);
 			if (rc <= 0)
 				return rc;
 			qp->st_len = (uint32_t)r;
 		} else {
 			r = recv(qp->fd, qp->hdr + qp->hdr_got, need, MSG_DONTWAIT);
-			rc = rx_result(r);
+			rc = rx_result_of(qp, r, need);
 			if (rc <= 0)
 				return rc;
 			qp->hdr_got += (uint32_t)r;
@@ -196,11 +211,11 @@ int tcp_rx_payload(struct tcp_qp *qp, unsigned *calls)
 		ssize_t r;
 		int rc;
 
-		if (*calls >= TCP_IO_CALLS)
+		if (*calls >= TCP_IO_CALLS || qp->rx_dry)
 			return 0;
 		(*calls)++;
 		r = recvmsg(qp->fd, &m, MSG_DONTWAIT);
-		rc = rx_result(r);
+		rc = rx_result_of(qp, r, iov[0].iov_len + (last ? TCP_HDR_LEN : 0));
 		if (rc <= 0)
 			return rc;
 		if ((size_t)r > qp->left) {
@@ -224,6 +239,7 @@ static void tcp_qp_event(struct tcp_cq *cq, uint32_t qpn, uint32_t events)
 
 	if (!qp || qp->cq != cq)
 		return; /* destroyed meanwhile: its socket leaves the set with it */
+	qp->rx_dry = false; /* epoll says there is something to read (or to send) */
 	/* pairs with: store_release in tcp_dial (DIALED), tcp_expect (EXPECT) */
 	state = load_acquire(qp->state);
 	if (state == TCP_QS_DIALED)

@@ -198,6 +198,8 @@ struct tcp_qp {
 	bool error;                /* initiator: the error state (all flushed) */
 	bool draining;             /* target: an error response queued; then drain */
 	bool bulk;                 /* last frame had no payload: read headers in bulk */
+	bool rx_dry;               /* a read this turn came back short: the socket had
+	                            * no more, do not ask again until epoll says so */
 	uint8_t rx_phase;          /* enum tcp_rx_phase */
 
 	/* Receiving: a header, then a payload straight into place. */
