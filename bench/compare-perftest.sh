@@ -17,7 +17,7 @@
 # Environment (all optional):
 #   COMPARE_SIZES="64K 1M"   COMPARE_OPS="write read"   COMPARE_DURATION=5 (s)
 #   COMPARE_DEPTH=128        outstanding messages: perftest -t, ferry --batch
-#   COMPARE_LAT_ITERS=2000   COMPARE_LAT_OPS="write read"
+#   COMPARE_LAT_ITERS=2000   COMPARE_LAT_OPS="write read" ("" for none)
 #   COMPARE_LAT_ARGS=--caller  ferry's latency runs (initiator and ping-pong
 #                            target): idle policy caller, the waiting thread
 #                            runs the passes, one thread per process like
@@ -48,7 +48,7 @@ OPS=${COMPARE_OPS-write read}
 DUR=${COMPARE_DURATION:-5}
 DEPTH=${COMPARE_DEPTH:-128}
 LAT_ITERS=${COMPARE_LAT_ITERS:-2000}
-LAT_OPS=${COMPARE_LAT_OPS:-write read}
+LAT_OPS=${COMPARE_LAT_OPS-write read}
 LAT_ARGS=${COMPARE_LAT_ARGS---caller}
 ROUNDS=${COMPARE_ROUNDS:-1}
 LOGDIR=${COMPARE_LOGDIR:-$B/compare-perftest}
