@@ -32,6 +32,11 @@ run "$B/verbs_smoke" "${devs[0]}" "${devs[1]}"
 FERRY_TEST_INIT_NICS=$init FERRY_TEST_TARGET_NICS=$target run "$B/tests/integration/test_integration"
 FERRY_TEST_INIT_NICS=${devs[0]} FERRY_TEST_TARGET_NICS=${devs[1]} run "$B/tests/integration/test_twoproc"
 FERRY_TEST_INIT_NICS=${devs[0]} FERRY_TEST_TARGET_NICS=${devs[1]} run "$B/tests/integration/test_api"
+# Idle policy caller over verbs: the waiting thread posts and polls (~6 s).
+FERRY_TEST_IDLE=caller FERRY_TEST_INIT_NICS=$init FERRY_TEST_TARGET_NICS=$target \
+	run "$B/tests/integration/test_integration"
+FERRY_TEST_IDLE=caller FERRY_TEST_INIT_NICS=${devs[0]} FERRY_TEST_TARGET_NICS=${devs[1]} \
+	run "$B/tests/integration/test_api"
 # Faults on real RDMA, two processes (tests/tools/fault-vm.sh; needs 4 devices): a
 # rail's link down and back, a peer killed and restarted (~40-70 s in the VM
 # together).  FERRY_FAULT_TESTS picks some of them, FERRY_FAULT_VM=0 none.
