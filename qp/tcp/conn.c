@@ -6,10 +6,10 @@
  * Receiving.  A frame is a header, then maybe a payload that goes
  * straight to its place (the target's region for a WRITE, the initiator's
  * buffer for a READ_RESP).  Headers are read exactly (24 bytes) after a
- * frame with a payload -- better: the payload's last recvmsg carries a
- * second iovec for the next header -- and in bulk (up to TCP_STAGE bytes)
- * after a frame without one, where small frames come in runs (ACKs, READ
- * requests).  Bytes of a payload that a bulk read took along are copied
+ * frame with a payload over TCP_SMALL -- better: the payload's last recvmsg
+ * carries a second iovec for the next header -- and in bulk (up to
+ * TCP_STAGE bytes) after a frame without one or with a small one, where
+ * small frames come in runs (ACKs, READ requests, small WRITEs).  Bytes of a payload that a bulk read took along are copied
  * from the stage, at most TCP_STAGE - TCP_HDR_LEN per switch from small to
  * big frames.
  *
@@ -171,6 +171,7 @@ void tcp_rx_expect(struct tcp_qp *qp, uint8_t *dst, uint32_t len, uint32_t key, 
 	qp->left = len;
 	qp->dst_key = key;
 	qp->dst_access = access;
+	qp->rx_small = len <= TCP_SMALL;
 	qp->rx_phase = RX_PAYLOAD;
 }
 
@@ -226,7 +227,10 @@ int tcp_rx_payload(struct tcp_qp *qp, unsigned *calls)
 		qp->left -= (uint32_t)r;
 		qp->cq->cnt[TC_PAYLOAD_RX] += (uint64_t)r;
 	}
-	qp->bulk = false;
+	/* After a small payload the next frame is likely small too (an 8-byte
+	 * ping-pong, KV metadata): one bulk recv takes its header and payload
+	 * together, instead of an exact header read and a payload recvmsg. */
+	qp->bulk = qp->rx_small;
 	qp->rx_phase = RX_HDR;
 	return 1;
 }

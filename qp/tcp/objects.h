@@ -57,6 +57,8 @@
 #define TCP_CONNECT_MS 5000  /* qp_connect's dial (control path) */
 #define TCP_RSP_SLOTS 32     /* target: responses queued per connection */
 #define TCP_STAGE 512        /* bytes of small frames read in one recv */
+#define TCP_SMALL 256        /* a payload this small: the next header is read in
+                              * bulk, so a run of small WRITEs costs one recv each */
 #define TCP_IOV 64           /* iovecs per sendmsg */
 #define TCP_IO_CALLS 4       /* recv or send calls per connection per turn */
 #define TCP_IO_BYTES (2u << 20) /* bytes one recvmsg or sendmsg is given at most */
@@ -197,7 +199,9 @@ struct tcp_qp {
 	uint32_t peer_max;         /* the largest frame the peer takes (its HELLO) */
 	bool error;                /* initiator: the error state (all flushed) */
 	bool draining;             /* target: an error response queued; then drain */
-	bool bulk;                 /* last frame had no payload: read headers in bulk */
+	bool bulk;                 /* last frame had no payload, or a small one: read
+	                            * headers in bulk */
+	bool rx_small;             /* the payload being received is <= TCP_SMALL */
 	bool rx_dry;               /* a read this turn came back short: the socket had
 	                            * no more, do not ask again until epoll says so */
 	uint8_t rx_phase;          /* enum tcp_rx_phase */
