@@ -44,8 +44,8 @@
  * allows.  Measured (ferry_bench, two processes, 1 MiB WRITEs, THP, GB/s
  * per second of the core's CPU): 11.7 at 256 KiB per poll, 12.9 at 1 MiB,
  * 13.6 at 4 MiB; the system call alone 14.4 at 256 KiB per call and 17 at
- * 1 MiB (bench/tools/pvm_bw.c).  With THP a poll of 100 us is ~1.5 MiB,
- * with 4 KiB pages ~0.8 MiB.
+ * 1 MiB (bench/tools/pvm_bw.c).  With THP a poll of 100 us is ~1.4 MiB,
+ * with 4 KiB pages ~1 MiB.
  */
 #ifndef CMA_POLL_US
 #define CMA_POLL_US 100u
