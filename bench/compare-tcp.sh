@@ -205,7 +205,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 			--op write --size "$s" --duration "$DUR")")"
 		note "memcpy $s" "$(or_dash "$(taskset -c "$CPU_I" "$MEMCPY" --size "$s" \
 			--pool "$POOL" --duration "$DUR" "${HP[@]}" 2>&1 | tee "$LOGDIR/r$r-memcpy-$s.out" |
-			sed -n 's/.* gbps \([0-9.]*\)$/\1/p')")"
+			sed -n 's/.* gbps \([0-9.]*\).*/\1/p')")"
 		PAIR_TARGET_FLAGS=(--buffer "$POOL" "${HP[@]}")
 		note "ferry-cma $s" "$(or_dash "$(run_ferry cma "r$r-ferry-cma-$s" gbps \
 			--op write --size "$s" --batch $((POOL / $(bytes "$s"))) --buffer "$POOL" \
