@@ -102,11 +102,12 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libferry.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CMOCKA_LIBS) $(LDLIBS) -lm
 
-# bench/compare-tcp.sh's baselines: an 8-byte TCP ping-pong and one
-# thread's memcpy over cold pools (bench/tools/; not linked to ferry).
-BENCH_TOOLS := $(B)/tcp_pingpong $(B)/memcpy_bw
+# bench/compare-tcp.sh's baselines: an 8-byte TCP ping-pong, one thread's
+# memcpy over cold pools and a plain process_vm_writev/readv loop between
+# two processes (bench/tools/; not linked to ferry).
+BENCH_TOOLS := $(B)/tcp_pingpong $(B)/memcpy_bw $(B)/pvm_bw
 bench-tools: $(BENCH_TOOLS)
-$(B)/tcp_pingpong $(B)/memcpy_bw: $(B)/%: bench/tools/%.c
+$(BENCH_TOOLS): $(B)/%: bench/tools/%.c
 	@mkdir -p $(B)
 	$(CC) -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -D_GNU_SOURCE $(ALL_LDFLAGS) -o $@ $<
 

@@ -21,6 +21,7 @@
 #include "runtime/ferry.h"
 
 #define PAGE 4096
+#define HUGE_PAGE (2ull << 20) /* x86-64's transparent huge page */
 
 /*
  * CPU time of the process apart from the thread that measures it (which
@@ -82,6 +83,7 @@ struct bench {
 	struct bench_port *ports;
 	pthread_barrier_t start;
 	uint64_t start_ns, deadline_ns, end_ns;
+	uint64_t cores_cpu_ns;        /* CPU time of this process's engine cores over the size */
 	unsigned ncores;
 	bool pin;                    /* port threads run on port_cpus */
 	cpu_set_t port_cpus;
@@ -163,6 +165,10 @@ int opts_build(struct bench *b);
 int engine_open(const struct bench *b, const char *role, const struct ferry_opts *o,
 		struct ferry_engine **e);
 int bench_setup(struct bench *b);
+/* --hugepages: len rounded up to what the buffers are aligned and sized to. */
+uint64_t buf_round(const struct bench_cfg *cfg, uint64_t len);
+/* --hugepages: ask for transparent huge pages on [p, p + len) before its first touch. */
+void buf_advise(const struct bench_cfg *cfg, void *p, uint64_t len);
 void bench_teardown(struct bench *b);
 
 /* run.c: a run of the one-process and --connect modes */
@@ -237,6 +243,8 @@ void stats_snap(const struct bench *b, struct ferry_core_stats *s);
 void stats_settle(const struct bench *b, struct ferry_core_stats *s);
 void stats_final(struct bench *b);
 int stats_alloc(struct bench *b);
+/* CPU time so far of this process's engine core threads ("ferry-core*"), in ns. */
+uint64_t cores_cpu_ns(void);
 
 /* progress.c: the progress line */
 void progress_start(struct bench *b);

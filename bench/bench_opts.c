@@ -38,6 +38,7 @@ static const struct option long_opts[] = {
 	{ "nocopy", no_argument, NULL, OPT_NOCOPY },
 	{ "spin", no_argument, NULL, OPT_SPIN },
 	{ "caller", no_argument, NULL, OPT_CALLER },
+	{ "hugepages", no_argument, NULL, OPT_HUGEPAGES },
 	{ "verify", no_argument, NULL, OPT_VERIFY },
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "no-port-pin", no_argument, NULL, OPT_NO_PORT_PIN },
@@ -427,6 +428,9 @@ static int apply_opt(int c, const char *v, struct bench_cfg *cfg, char *err, siz
 		return 0;
 	case OPT_CALLER:
 		cfg->caller = true;
+		return 0;
+	case OPT_HUGEPAGES:
+		cfg->hugepages = true;
 		return 0;
 	case OPT_VERIFY:
 		cfg->verify = true;

@@ -86,6 +86,7 @@ struct bench_cfg {
 	bool nocopy;
 	bool spin;
 	bool caller;              /* FERRY_IDLE_CALLER: our threads run the passes */
+	bool hugepages;          /* buffers madvise(MADV_HUGEPAGE)d before first touch */
 	bool verify;
 	bool json;
 	bool no_port_pin;         /* leave port threads to the scheduler */

@@ -37,6 +37,9 @@
 #   MOONCAKE_BENCH=path     MOONCAKE_BATCH=32
 #   FERRY_BENCH=path  B=build  COMPARE_LOGDIR=$B/compare-tcp
 #   FERRY_BENCH_ARGS="..."  FERRY_TARGET_ARGS="..."
+#   COMPARE_HUGEPAGES=1     memcpy and ferry cma (both sides) on transparent
+#                           huge pages (--hugepages), like for like; 4 KiB
+#                           pages by default (bench/compare-cma.sh: both)
 # Exit status: 0 when every run produced a number, 1 otherwise.  Goals not
 # met are reported, not failed: this is a benchmark, not a test.
 set -u
@@ -61,6 +64,8 @@ MC_BATCH=${MOONCAKE_BATCH:-32}
 LOGDIR=${COMPARE_LOGDIR:-$B/compare-tcp}
 TMO=$((${DUR%.*} + 90))
 POOL=$((256 << 20))
+HP=()
+[ "${COMPARE_HUGEPAGES:-0}" = 1 ] && HP=(--hugepages)
 read -r CPU_I CPU_T <<<"$(cpu_pair)"
 failed=0
 declare -A val # key -> the rounds' numbers, space-separated
@@ -199,12 +204,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		note "ferry-tcp $s" "$(or_dash "$(run_ferry tcp "r$r-ferry-tcp-$s" gbps \
 			--op write --size "$s" --duration "$DUR")")"
 		note "memcpy $s" "$(or_dash "$(taskset -c "$CPU_I" "$MEMCPY" --size "$s" \
-			--pool "$POOL" --duration "$DUR" 2>&1 | tee "$LOGDIR/r$r-memcpy-$s.out" |
-			sed -n 's/.* gbps \([0-9.]*\)$/\1/p')")"
-		PAIR_TARGET_FLAGS=(--buffer "$POOL")
+			--pool "$POOL" --duration "$DUR" "${HP[@]}" 2>&1 | tee "$LOGDIR/r$r-memcpy-$s.out" |
+			sed -n 's/.* gbps \([0-9.]*\).*/\1/p')")"
+		PAIR_TARGET_FLAGS=(--buffer "$POOL" "${HP[@]}")
 		note "ferry-cma $s" "$(or_dash "$(run_ferry cma "r$r-ferry-cma-$s" gbps \
 			--op write --size "$s" --batch $((POOL / $(bytes "$s"))) --buffer "$POOL" \
-			--duration "$DUR")")"
+			--duration "$DUR" "${HP[@]}")")"
 		PAIR_TARGET_FLAGS=()
 	done
 	note "pingpong 8" "$(or_dash "$(run_pingpong "r$r-pingpong" "")")"
@@ -250,8 +255,8 @@ for s in "${SIZES[@]}"; do
 	echo "| iperf3, one stream, -l $s | $s | $(show "iperf3 $s" GB/s) |"
 	echo "| Mooncake transfer_engine_bench --protocol=tcp, batch $MC_BATCH | $s | $(show "mooncake $s" GB/s) |"
 	echo "| ferry tcp, WRITE, 32 in flight | $s | $(show "ferry-tcp $s" GB/s) |"
-	echo "| memcpy, one thread, 256 MiB pools | $s | $(show "memcpy $s" GB/s) |"
-	echo "| ferry cma, WRITE, 256 MiB in flight | $s | $(show "ferry-cma $s" GB/s) |"
+	echo "| memcpy, one thread, 256 MiB pools${HP[*]:+, THP} | $s | $(show "memcpy $s" GB/s) |"
+	echo "| ferry cma, WRITE, 256 MiB in flight${HP[*]:+, THP} | $s | $(show "ferry-cma $s" GB/s) |"
 done
 echo "| plain TCP ping-pong, blocking, half round trip p50 | 8 B | $(show "pingpong 8" us) |"
 echo "| plain TCP ping-pong, busy-polled, half round trip p50 | 8 B | $(show "pingpong-busy 8" us) |"

@@ -5,7 +5,9 @@
  * printed are whole: a core adds a poll's completions after it has ended
  * the poll's requests, and serves hardware counters from a cache.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -55,6 +57,47 @@ void stats_final(struct bench *b)
 		return;
 	nanosleep(&ts, NULL);
 	stats_snap(b, b->after);
+}
+
+/*
+ * The cores' CPU time, from /proc: what a core costs per byte whatever
+ * else shares its CPU (the GB/s per core-second of the report).  Summed
+ * over the threads named by runtime/core (ferry-core<k>); their schedstat's
+ * first field is the time they ran, steal time excluded.
+ */
+uint64_t cores_cpu_ns(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	uint64_t sum = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d))) {
+		char path[64], comm[32] = "";
+		unsigned long long ran = 0;
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%.16s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (!fgets(comm, sizeof(comm), f))
+			comm[0] = 0;
+		fclose(f);
+		if (strncmp(comm, "ferry-core", 10))
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%.16s/schedstat", e->d_name);
+		f = fopen(path, "r");
+		if (f && fscanf(f, "%llu", &ran) == 1)
+			sum += ran;
+		if (f)
+			fclose(f);
+	}
+	closedir(d);
+	return sum;
 }
 
 int stats_alloc(struct bench *b)

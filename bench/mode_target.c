@@ -27,7 +27,7 @@
  */
 static int target_map(struct bench *b)
 {
-	uint64_t alen = (b->buffer + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+	uint64_t alen = buf_round(&b->cfg, b->buffer);
 	void *want = (void *)(uintptr_t)BENCH_TARGET_ADDR, *p;
 
 	p = mmap(want, alen, PROT_READ | PROT_WRITE,
@@ -46,6 +46,9 @@ static int target_map(struct bench *b)
 		if (p == MAP_FAILED)
 			return report("target buffer mmap", -errno);
 	}
+	/* Before bench_pattern_fill's first touch; the fallback address may be
+	 * only 4 KiB-aligned: huge pages then back the 2 MiB-aligned part. */
+	buf_advise(&b->cfg, p, alen);
 	b->tbuf = p;
 	b->tbuf_len = alen;
 	b->tbuf_mapped = true;

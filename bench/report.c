@@ -140,6 +140,13 @@ void print_row(const struct bench *b, const struct totals *t)
 		       us_str(l, l->p50, p50, sizeof(p50)), us_str(l, l->p99, p99, sizeof(p99)),
 		       us_str(l, l->p999, p999, sizeof(p999)), us_str(l, l->max, max, sizeof(max)),
 		       t->failures);
+		/* Per core-second: what the cores cost whatever shared their CPUs. */
+		if (b->cores_cpu_ns)
+			printf("# the cores ran %.3f s (%.0f %% of %.3f s per core): %.3f GB/s per "
+			       "core-second\n",
+			       (double)b->cores_cpu_ns / 1e9,
+			       100.0 * (double)b->cores_cpu_ns / 1e9 / t->secs / b->ncores, t->secs,
+			       (double)bytes / (double)b->cores_cpu_ns);
 	}
 	fflush(stdout);
 }
@@ -354,6 +361,8 @@ void print_json(const struct bench *b, const struct totals *t)
 	 * its batch's; --pingpong: half round trips.
 	 */
 	json_lat("lat_us", l);
+	printf("\"cores_cpu_s\":%.6f,\"gbps_per_core_cpu\":%.6f,", (double)b->cores_cpu_ns / 1e9,
+	       b->cores_cpu_ns ? (double)bytes / (double)b->cores_cpu_ns : 0.0);
 	json_cores(b, b->before, b->after);
 	printf("}\n");
 	fflush(stdout);

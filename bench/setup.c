@@ -26,14 +26,40 @@
 /* Each port keeps at least this many latency samples, however many ports. */
 #define LAT_SAMPLES_MIN 4096u
 
-/* Page-aligned and touched, so that page faults stay out of the run. */
-static uint8_t *buf_alloc(uint64_t len)
+uint64_t buf_round(const struct bench_cfg *cfg, uint64_t len)
 {
-	uint64_t alen = (len + PAGE - 1) & ~(uint64_t)(PAGE - 1);
-	uint8_t *p = aligned_alloc(PAGE, alen);
+	uint64_t a = cfg->hugepages ? HUGE_PAGE : PAGE;
 
-	if (p)
+	return (len + a - 1) & ~(a - 1);
+}
+
+/*
+ * The library never advises the application's memory: whether registered
+ * buffers get huge pages is the application's choice (README "cma").  A
+ * refusal (no THP in this kernel) is said once and the run goes on.
+ */
+void buf_advise(const struct bench_cfg *cfg, void *p, uint64_t len)
+{
+	static bool said;
+
+	if (cfg->hugepages && madvise(p, len, MADV_HUGEPAGE) && !said) {
+		said = true;
+		fprintf(stderr, "ferry_bench: --hugepages: madvise(MADV_HUGEPAGE): %s (4 KiB pages)\n",
+			strerror(errno));
+	}
+}
+
+/* Page-aligned (--hugepages: huge-page-aligned) and touched, so that page
+ * faults stay out of the run. */
+static uint8_t *buf_alloc(const struct bench_cfg *cfg, uint64_t len)
+{
+	uint64_t alen = buf_round(cfg, len);
+	uint8_t *p = aligned_alloc(cfg->hugepages ? HUGE_PAGE : PAGE, alen);
+
+	if (p) {
+		buf_advise(cfg, p, alen);
 		memset(p, 0, alen);
+	}
 	return p;
 }
 
@@ -208,13 +234,13 @@ static int bench_alloc(struct bench *b)
 	for (unsigned p = 0; p < b->cfg.ports; p++)
 		b->ports[p].idx = p;
 	if (b->cfg.mode == BENCH_LOCAL) {
-		b->tbuf = buf_alloc(b->buffer);
+		b->tbuf = buf_alloc(&b->cfg, b->buffer);
 		if (!b->tbuf)
 			return report("target buffer", -ENOMEM);
 		b->tbuf_len = b->buffer;
 	}
 	for (unsigned p = 0; p < b->cfg.ports; p++) {
-		b->ports[p].buf = buf_alloc(b->local_cap);
+		b->ports[p].buf = buf_alloc(&b->cfg, b->local_cap);
 		if (!b->ports[p].buf)
 			return report("initiator buffer", -ENOMEM);
 	}

@@ -269,6 +269,7 @@ static int cma_open(const char *dev, struct nic **out)
 		return rc;
 	}
 	ctx->lease_ticks = ferry_ms_to_tsc(CMA_LEASE_MS);
+	ctx->poll_ticks = ferry_tsc_hz() * CMA_POLL_US / 1000000u;
 	*out = (struct nic *)(void *)ctx;
 	return 0;
 }
@@ -356,6 +357,7 @@ static int cma_cq_create(struct nic *n, uint32_t cqe, struct nic_cq **out)
 	}
 	cq->ctx = ctx;
 	cq->size = cqe;
+	cq->poll_bytes = CMA_POLL_BYTES_MIN;
 	cma_list_init(&cq->active);
 	cma_list_init(&cq->qps);
 	pthread_mutex_lock(&ctx->lock);

@@ -9,13 +9,17 @@
  *     per lease);
  *   - one turn of a QP gathers its next WRs of one direction, up to CMA_IOV
  *     of them, into one process_vm_writev (WRITE) or process_vm_readv
- *     (READ) with an iovec each: an 8-byte WRITE is one system call, and a
- *     run of 64 KiB slices shares one;
- *   - a poll copies at most CMA_POLL_BYTES (256 KiB) in at most
- *     CMA_POLL_CALLS calls, so that the core gets back to its rings and its
- *     other transports within ~100 microseconds; a WR larger than that (or
- *     cut short by the kernel) keeps its progress and goes on at the next
- *     turn;
+ *     (READ): an 8-byte WRITE is one system call, and a run of 64 KiB
+ *     slices shares one.  Slices contiguous on one side share an iovec on
+ *     that side (the two sides' iovec arrays need not match: the kernel
+ *     copies one byte stream into the other), because the kernel pins and
+ *     walks each remote iovec on its own;
+ *   - a poll copies for about CMA_POLL_US (100 us), so that the core gets
+ *     back to its rings and its other transports: its byte budget is what
+ *     the last polls copied in that time, in [CMA_POLL_BYTES_MIN,
+ *     CMA_POLL_BYTES_MAX] (objects.h tells why large calls matter), in at
+ *     most CMA_POLL_CALLS calls; a WR larger than that (or cut short by the
+ *     kernel) keeps its progress and goes on at the next turn;
  *   - completions follow RC: in order per QP, a CQE for each signalled WR;
  *     the first failed WR moves the QP to error and completes with its
  *     status, every WR behind it (and every one posted later) with
@@ -154,6 +158,18 @@ static inline bool wqe_empty(const struct cma_wqe *w)
 	return w->len == 0;
 }
 
+/* Append [base, base + len) to v[0, *n), in v's last entry when it ends at base. */
+static inline void iov_add(struct iovec *v, uint32_t *n, uint64_t base, uint64_t len)
+{
+	if (*n && (uint64_t)(uintptr_t)v[*n - 1].iov_base + v[*n - 1].iov_len == base) {
+		v[*n - 1].iov_len += len;
+		return;
+	}
+	v[*n].iov_base = (void *)(uintptr_t)base;
+	v[*n].iov_len = len;
+	(*n)++;
+}
+
 /*
  * One turn of qp: check its next WRs of one direction, copy them with one
  * system call, retire what was copied.  Returns false when the QP cannot go
@@ -163,7 +179,7 @@ static bool qp_turn(struct cma_cq *cq, struct cma_qp *qp, struct budget *b)
 {
 	struct iovec liov[CMA_IOV], riov[CMA_IOV];
 	uint8_t op = qp->sq[qp->sq_head].op;
-	uint32_t k, n = 0;
+	uint32_t k, n = 0, nl = 0, nr = 0;
 	uint64_t want = 0;
 	ssize_t got;
 
@@ -187,10 +203,8 @@ static bool qp_turn(struct cma_cq *cq, struct cma_qp *qp, struct budget *b)
 		take = w->len - w->done;
 		if (take > b->bytes - want)
 			take = b->bytes - want;
-		liov[n].iov_base = (void *)(uintptr_t)(w->local + w->done);
-		riov[n].iov_base = (void *)(uintptr_t)(w->remote + w->done);
-		liov[n].iov_len = take;
-		riov[n].iov_len = take;
+		iov_add(liov, &nl, w->local + w->done, take);
+		iov_add(riov, &nr, w->remote + w->done, take);
 		n++;
 		want += take;
 		if (take < w->len - w->done) {
@@ -201,8 +215,8 @@ static bool qp_turn(struct cma_cq *cq, struct cma_qp *qp, struct budget *b)
 	got = 0;
 	if (n) {
 		got = op == NIC_OP_WRITE
-			      ? process_vm_writev((pid_t)qp->peer_pid, liov, n, riov, n, 0)
-			      : process_vm_readv((pid_t)qp->peer_pid, liov, n, riov, n, 0);
+			      ? process_vm_writev((pid_t)qp->peer_pid, liov, nl, riov, nr, 0)
+			      : process_vm_readv((pid_t)qp->peer_pid, liov, nl, riov, nr, 0);
 		b->calls--;
 		cq->cnt[CMA_CNT_CALLS]++;
 		if (unlikely(got <= 0)) {
@@ -244,10 +258,30 @@ static void cma_cq_publish(struct cma_cq *cq)
 		WRITE_ONCE(cq->pub[i], cq->cnt[i]);
 }
 
+/*
+ * The next poll's budget: what this one copied, scaled to CMA_POLL_US,
+ * averaged with the last (so that one slow poll, preempted or faulting
+ * pages in, at most halves it).  copied bytes took ticks.
+ */
+static void cma_budget_learn(struct cma_cq *cq, uint64_t copied, uint64_t ticks)
+{
+	uint64_t want;
+
+	if (copied < CMA_POLL_LEARN || !ticks)
+		return;
+	want = copied * cq->ctx->poll_ticks / ticks;
+	want = (want + cq->poll_bytes) / 2;
+	if (want < CMA_POLL_BYTES_MIN)
+		want = CMA_POLL_BYTES_MIN;
+	if (want > CMA_POLL_BYTES_MAX)
+		want = CMA_POLL_BYTES_MAX;
+	cq->poll_bytes = (uint32_t)want;
+}
+
 /* Run the active QPs round robin until the budget or the work runs out. */
 static void cma_cq_run(struct cma_cq *cq)
 {
-	struct budget b = { .bytes = CMA_POLL_BYTES, .calls = CMA_POLL_CALLS };
+	struct budget b = { .bytes = cq->poll_bytes, .calls = CMA_POLL_CALLS };
 	uint64_t seq;
 
 	/* Enter: odd.  seq_cst pairs with dereg_mr (see local_ok). */
@@ -267,6 +301,7 @@ static void cma_cq_run(struct cma_cq *cq)
 	}
 	/* Leave: even.  Release: dereg_mr may free the memory we just copied. */
 	store_release(cq->poll_seq, seq + 2); /* pairs with: load_acquire in cma_wait_cq */
+	cma_budget_learn(cq, cq->poll_bytes - b.bytes, ferry_tsc() - b.now);
 	cma_cq_publish(cq);
 }
 

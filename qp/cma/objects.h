@@ -34,19 +34,37 @@
 #define CMA_MAX_CQE (1u << 20)
 
 /*
- * Work one poll may do (-D overrides them for measurements).  Measured with
- * ferry_bench (two processes, 1 MiB requests on cold 256 MiB buffers):
- * 256 KiB, 1 MiB and 4 MiB per poll moved the same GB/s within the host's
- * noise, so the smallest: a poll of 256 KiB takes ~70 us with 4 KiB pages
- * (~40 us with THP), the time the core's other transports wait.
+ * Work one poll may do (-D overrides them for measurements).  A poll copies
+ * for about CMA_POLL_US, the time the core's other transports wait: its
+ * byte budget is what the CQ's last polls copied in that time (exec.c),
+ * within [CMA_POLL_BYTES_MIN, CMA_POLL_BYTES_MAX].  Bytes per system call
+ * are what cost: each call pays ~3 us here (entry, the peer's mm, the
+ * pinning set-up; far more in a VM than on bare metal) on top of the copy,
+ * so a run of 64 KiB slices goes out as one call, as large as the budget
+ * allows.  Measured (ferry_bench, two processes, 1 MiB WRITEs, THP, GB/s
+ * per second of the core's CPU): 11.7 at 256 KiB per poll, 12.9 at 1 MiB,
+ * 13.6 at 4 MiB; the system call alone 14.4 at 256 KiB per call and 17 at
+ * 1 MiB (bench/tools/pvm_bw.c).  With THP a poll of 100 us is ~1.4 MiB,
+ * with 4 KiB pages ~1 MiB.
  */
-#ifndef CMA_POLL_BYTES
-#define CMA_POLL_BYTES (256u << 10) /* bytes copied per poll */
+#ifndef CMA_POLL_US
+#define CMA_POLL_US 100u
 #endif
+#ifndef CMA_POLL_BYTES_MIN
+#define CMA_POLL_BYTES_MIN (256u << 10)
+#endif
+#ifndef CMA_POLL_BYTES_MAX
+#define CMA_POLL_BYTES_MAX (2u << 20)
+#endif
+/* Polls copying less than this teach the budget nothing (the fixed cost
+ * of a call would dominate them). */
+#define CMA_POLL_LEARN (64u << 10)
 #ifndef CMA_POLL_CALLS
-#define CMA_POLL_CALLS 16u        /* copy system calls per poll */
+#define CMA_POLL_CALLS 16u /* copy system calls per poll */
 #endif
-#define CMA_IOV 64u               /* WRs (iovecs) per system call */
+#ifndef CMA_IOV
+#define CMA_IOV 64u /* WRs per system call (contiguous ones share an iovec) */
+#endif
 
 /*
  * Remote keys are cached per QP for CMA_LEASE_MS; a context that
@@ -167,6 +185,7 @@ struct cma_ctx {
 	struct cma_list cqs;     /* struct cma_cq.link (lock) */
 	uint32_t nmr;            /* lock */
 	uint64_t lease_ticks;    /* CMA_LEASE_MS in TSC ticks */
+	uint64_t poll_ticks;     /* CMA_POLL_US in TSC ticks */
 	uint64_t retired[CMA_CNT_NR]; /* counters of destroyed CQs (lock) */
 };
 
@@ -193,6 +212,7 @@ struct cma_cq {
 	uint32_t count;
 	bool overflow;           /* a CQE was lost: the next poll says -EOVERFLOW */
 	struct cma_list active;  /* QPs with a non-empty send queue */
+	uint32_t poll_bytes;     /* a poll's byte budget, learned (exec.c) */
 	uint64_t cnt[CMA_CNT_NR];
 
 	/* Control path, under ctx->lock. */

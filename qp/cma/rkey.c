@@ -33,13 +33,17 @@
  * returns and lets the application free the memory.  Accesses under the
  * old key come from polls that started before the lease ran out, i.e. less
  * than CMA_LEASE_MS after the clear (a fetch after the clear sees key 0),
- * and a poll copies at most CMA_POLL_BYTES in CMA_POLL_CALLS calls (well
- * under a millisecond here): the 8 ms left over are for a polling thread
- * that is descheduled inside its poll.  One preempted longer than that,
- * between its key check and its copy, could still write to memory the
- * target has freed: the window this scheme leaves.  Closing it would need
- * the target to wait for its initiators' polls, i.e. to read their memory,
- * a permission the kernel often grants one way only (Yama scope 1).
+ * and a poll copies for ~CMA_POLL_US, at most CMA_POLL_BYTES_MAX (2 MiB) in
+ * CMA_POLL_CALLS calls (~0.3 ms on 4 KiB pages here): the 8 ms left over
+ * are for a polling thread that is descheduled inside its poll.  (Pages
+ * the target never touched are slower: a VM's first touch of guest memory
+ * ran at ~0.1 GB/s here, 2 MiB in ~20 ms; the budget shrinks after such a
+ * poll, but that one poll is in the window below.)  One preempted longer
+ * than that, between its key check and its copy, could still write to
+ * memory the target has freed: the window this scheme leaves.  Closing it
+ * would need the target to wait for its initiators' polls, i.e. to read
+ * their memory, a permission the kernel often grants one way only (Yama
+ * scope 1).
  *
  * Marking and clearing race as a Dekker pair: the initiator stores shared,
  * then loads the key again; the target stores key 0, then loads shared

@@ -98,7 +98,7 @@ static void test_defaults(void **state)
 	assert_int_equal(r.cfg.qps, 0);
 	assert_int_equal(r.cfg.depth, 0);
 	assert_false(r.cfg.nocopy || r.cfg.spin || r.cfg.verify || r.cfg.json);
-	assert_false(r.cfg.no_port_pin || r.cfg.help);
+	assert_false(r.cfg.no_port_pin || r.cfg.help || r.cfg.hugepages);
 	assert_string_equal(r.err, "");
 	/* the flags added for the two-process, latency and sweep modes */
 	assert_int_equal(r.cfg.mode, BENCH_LOCAL);
@@ -146,6 +146,11 @@ static void test_all_long_flags(void **state)
 	OK(&r, "--iters", "100", "--nocopy");
 	assert_int_equal(r.cfg.iters, 100);
 	assert_true(r.cfg.nocopy);
+
+	OK(&r, "--hugepages"); /* both halves of a cma run take it */
+	assert_true(r.cfg.hugepages);
+	OK(&r, "--target", "--hugepages");
+	assert_true(r.cfg.hugepages);
 
 	OK(&r, "--verify", "--op=write");
 	assert_true(r.cfg.verify);

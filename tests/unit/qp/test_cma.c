@@ -364,7 +364,58 @@ static void test_iovec_batch(void **state)
 				    PAGE);
 }
 
-/* A poll copies at most CMA_POLL_BYTES; a larger WR goes on across polls. */
+/*
+ * Runs of WRs contiguous on one side share an iovec there, whatever the
+ * other side does: 16 WRITEs from scattered local pages into one remote
+ * run, then 16 READs from one remote run with a gap in the middle into
+ * scattered local pages, then 8 READs contiguous on both sides.  One call
+ * per direction, every byte where its WR says.
+ */
+static void test_iovec_merge(void **state)
+{
+	struct env *e = *state;
+	struct nic_wr wrs[40];
+	struct nic_wc wc[3];
+	struct cma_counters c0, c1;
+	int n = 0;
+
+	assert_int_equal(run1(e, mkwr(e, NIC_OP_WRITE, 0, 0, 0, 1, 1)), NIC_WC_SUCCESS);
+	fill(e->lbuf, 16 * PAGE, 11);
+	fill(e->rbuf + 32 * PAGE, 17 * PAGE, 12);
+	fill(e->rbuf + 64 * PAGE, 8 * PAGE, 13);
+	for (int i = 0; i < 16; i++, n++) /* local pages 15, 14, ... 0 -> remote 0..15 */
+		wrs[n] = mkwr(e, NIC_OP_WRITE, 200 + i, (size_t)(15 - i) * PAGE, (size_t)i * PAGE,
+			      PAGE, i == 15);
+	for (int i = 0; i < 16; i++, n++) /* remote 32..39, 41..48 -> local 16, 18, ... */
+		wrs[n] = mkwr(e, NIC_OP_READ, 300 + i, (size_t)(16 + 2 * i) * PAGE,
+			      (size_t)(32 + i + (i >= 8)) * PAGE, PAGE, i == 15);
+	for (int i = 0; i < 8; i++, n++) /* remote 64..71 -> local 56..63 */
+		wrs[n] = mkwr(e, NIC_OP_READ, 400 + i, (size_t)(56 + i) * PAGE,
+			      (size_t)(64 + i) * PAGE, PAGE, i == 7);
+	chain(wrs, n);
+	counters(e->a, &c0);
+	post_ok(e->qp, wrs);
+	poll_n(e->cq, wc, 3);
+	counters(e->a, &c1);
+	assert_int_equal(wc[0].wr_id, 215);
+	assert_int_equal(wc[1].wr_id, 315);
+	assert_int_equal(wc[2].wr_id, 407);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(wc[i].status, NIC_WC_SUCCESS);
+	assert_int_equal(c1.copy_calls - c0.copy_calls, 2);
+	for (int i = 0; i < 16; i++) {
+		assert_memory_equal(e->rbuf + (size_t)i * PAGE, e->lbuf + (size_t)(15 - i) * PAGE,
+				    PAGE);
+		assert_memory_equal(e->lbuf + (size_t)(16 + 2 * i) * PAGE,
+				    e->rbuf + (size_t)(32 + i + (i >= 8)) * PAGE, PAGE);
+	}
+	assert_memory_equal(e->lbuf + 56 * PAGE, e->rbuf + 64 * PAGE, 8 * PAGE);
+}
+
+/*
+ * A poll copies at most CMA_POLL_BYTES_MAX (its budget is learned within
+ * [CMA_POLL_BYTES_MIN, CMA_POLL_BYTES_MAX]); a larger WR goes on across polls.
+ */
 static void test_poll_budget(void **state)
 {
 	struct env *e = *state;
@@ -378,11 +429,11 @@ static void test_poll_budget(void **state)
 	post_ok(e->qp, &wr);
 	assert_int_equal(P->poll(e->cq, 1, &wc), 0);
 	counters(e->a, &c1);
-	assert_true(c1.bytes_copied - c0.bytes_copied <= CMA_POLL_BYTES);
+	assert_true(c1.bytes_copied - c0.bytes_copied <= CMA_POLL_BYTES_MAX);
 	for (polls = 1; P->poll(e->cq, 1, &wc) == 0; polls++)
 		assert_true(polls < 100);
 	assert_int_equal(wc.status, NIC_WC_SUCCESS);
-	assert_true(polls >= (int)((6u << 20) / CMA_POLL_BYTES) - 1);
+	assert_true(polls >= (int)((6u << 20) / CMA_POLL_BYTES_MAX) - 1);
 	assert_int_equal(mismatch(e->rbuf, 6u << 20, 99), 6u << 20);
 }
 
@@ -1225,6 +1276,7 @@ int main(void)
 		T(test_self_random),
 		T(test_small_write_one_call),
 		T(test_iovec_batch),
+		T(test_iovec_merge),
 		T(test_poll_budget),
 		T(test_selective_signalling),
 		T(test_bad_lkey),
