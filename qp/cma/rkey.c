@@ -33,12 +33,13 @@
  * returns and lets the application free the memory.  Accesses under the
  * old key come from polls that started before the lease ran out, i.e. less
  * than CMA_LEASE_MS after the clear (a fetch after the clear sees key 0),
- * and a poll copies for ~CMA_POLL_US, at most CMA_POLL_BYTES_MAX (2 MiB) in
- * CMA_POLL_CALLS calls (~0.3 ms on 4 KiB pages here): the 8 ms left over
- * are for a polling thread that is descheduled inside its poll.  (Pages
- * the target never touched are slower: a VM's first touch of guest memory
- * ran at ~0.1 GB/s here, 2 MiB in ~20 ms; the budget shrinks after such a
- * poll, but that one poll is in the window below.)  One preempted longer
+ * and a poll copies for ~CMA_POLL_US, at most CMA_POLL_BYTES_MAX (768 KiB)
+ * in CMA_POLL_CALLS calls (~0.1 ms on 4 KiB pages here): the 8 ms left
+ * over are for a polling thread that is descheduled inside its poll.  The
+ * cap is what keeps the slowest poll inside them: pages the target never
+ * touched are slower (a VM's first touch of guest memory ran at ~0.1 GB/s
+ * here: 768 KiB in ~7.5 ms; 2 MiB, tried as the cap, would take ~20 ms,
+ * past the grace).  One preempted longer
  * than that, between its key check and its copy, could still write to
  * memory the target has freed: the window this scheme leaves.  Closing it
  * would need the target to wait for its initiators' polls, i.e. to read
