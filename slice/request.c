@@ -70,6 +70,17 @@ void rq_refuse(struct ferry_rq *rq, int err)
 
 int rq_account(struct ferry_rq *rq, uint64_t len, int err)
 {
+	if (rq->nslices == 1) {
+		/* Its one slice (or its one part failing) is accounted once, by
+		 * one core: no other core folds into it, nothing to count down. */
+		int32_t none = 0;
+
+		if (unlikely(err))
+			cas_release(rq->error, &none, err); /* a cancel's error stays; pairs with: rq_finish */
+		else
+			WRITE_ONCE(rq->ok_bytes, len); /* published by rq_finish's release of state */
+		return rq_finish(rq);
+	}
 	if (unlikely(err)) {
 		int32_t none = 0;
 
