@@ -56,6 +56,52 @@ static inline bool loop_mr_covers(uint32_t key, uint32_t owner, uint64_t addr, u
 	return off <= s->len && len <= s->len - off;
 }
 
+/*
+ * An MR one run of a CQ found live (loop_cq_run): dereg_mr waits for the
+ * run to end before the slot can change (it clears the key, then waits for
+ * every executing CQ), so within the run a WR naming the same key and owner
+ * needs only the bounds and access checks.  owner 0 (no context has it):
+ * nothing remembered.
+ */
+struct loop_mr_memo {
+	uint32_t key;
+	uint32_t owner;
+	uint64_t base;
+	uint64_t len;
+	unsigned access;
+};
+
+static inline bool loop_mr_covers_memo(struct loop_mr_memo *m, uint32_t key, uint32_t owner,
+					uint64_t addr, uint32_t len, unsigned need)
+{
+	const struct loop_mr_slot *s;
+	uint64_t off;
+
+	if (unlikely(key != m->key || owner != m->owner)) {
+		if (!loop_mr_covers(key, owner, addr, len, need))
+			return false;
+		s = &loop_mrs[key & LOOP_MR_MASK];
+		m->key = key;
+		m->owner = owner;
+		m->base = s->base;
+		m->len = s->len;
+		m->access = s->access;
+		return true;
+	}
+	if (unlikely((m->access & need) != need))
+		return false;
+	off = addr - m->base; /* wraps to huge when addr < base */
+	return off <= m->len && len <= m->len - off;
+}
+
+/* The keys one run of a CQ found live: its WRs' local and remote MRs. */
+struct loop_run {
+	struct loop_mr_memo lmr, rmr;
+	uint64_t wrs, bytes;           /* executed: added to the counters at the end */
+	bool faults;                   /* a fault plan is set: roll for each WR */
+	bool nocopy;
+};
+
 static inline void loop_cqe(struct loop_cq *cq, const struct loop_qp *qp,
 			    const struct loop_wqe *w, enum nic_wc_status st)
 {
@@ -89,29 +135,37 @@ static inline void loop_copy(const struct loop_wqe *w)
 		memmove(local, remote, w->len);
 }
 
-/* Execute one WR of a QP that is not in error; returns its completion status. */
-static inline enum nic_wc_status loop_exec(struct loop_cq *cq, struct loop_qp *qp,
-					   const struct loop_wqe *w, bool nocopy)
+/* The planned faults before a WR executes (a fault plan is set). */
+static __attribute__((noinline)) enum nic_wc_status loop_fault_before(struct loop_cq *cq)
 {
-	if (unlikely(loop_roll(cq, cq->thr_fatal))) {
+	if (loop_roll(cq, cq->thr_fatal)) {
 		cq->cnt[CNT_FATAL]++;
 		return NIC_WC_FLUSH_ERR;
 	}
-	if (unlikely(!loop_mr_covers(w->lkey, qp->local_id, w->local, w->len, 0)))
+	return NIC_WC_SUCCESS;
+}
+
+/* Execute one WR of a QP that is not in error; returns its completion status. */
+static inline enum nic_wc_status loop_exec(struct loop_cq *cq, struct loop_run *run,
+					   struct loop_qp *qp, const struct loop_wqe *w)
+{
+	if (unlikely(run->faults) && loop_fault_before(cq) != NIC_WC_SUCCESS)
+		return NIC_WC_FLUSH_ERR;
+	if (unlikely(!loop_mr_covers_memo(&run->lmr, w->lkey, qp->local_id, w->local, w->len, 0)))
 		return NIC_WC_LOC_PROT_ERR;
 	/* The peer's region must allow what the WR does to it, as a responder NIC checks. */
-	if (unlikely(!loop_mr_covers(w->rkey, qp->peer, w->remote, w->len,
-				     w->op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ :
-							    NIC_ACCESS_REMOTE_WRITE)))
+	if (unlikely(!loop_mr_covers_memo(&run->rmr, w->rkey, qp->peer, w->remote, w->len,
+					  w->op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ :
+								 NIC_ACCESS_REMOTE_WRITE)))
 		return NIC_WC_REM_ACCESS_ERR;
-	if (unlikely(loop_roll(cq, cq->thr_err))) {
+	if (unlikely(run->faults) && loop_roll(cq, cq->thr_err)) {
 		cq->cnt[CNT_ERRS]++;
 		return NIC_WC_RETRY_EXC_ERR;
 	}
-	if (likely(!nocopy))
+	if (likely(!run->nocopy))
 		loop_copy(w);
-	cq->cnt[CNT_WRS]++;
-	cq->cnt[CNT_BYTES] += w->len;
+	run->wrs++;
+	run->bytes += w->len;
 	return NIC_WC_SUCCESS;
 }
 
@@ -120,7 +174,8 @@ static inline enum nic_wc_status loop_exec(struct loop_cq *cq, struct loop_qp *q
  * first failed WR moves the QP to the error state and every WR behind it,
  * signalled or not, completes with FLUSH_ERR.
  */
-static void loop_qp_run(struct loop_cq *cq, struct loop_qp *qp, uint32_t burst, bool nocopy)
+static void loop_qp_run(struct loop_cq *cq, struct loop_run *run, struct loop_qp *qp,
+			uint32_t burst)
 {
 	uint32_t i;
 
@@ -130,10 +185,10 @@ static void loop_qp_run(struct loop_cq *cq, struct loop_qp *qp, uint32_t burst, 
 
 		if (unlikely(qp->stalled && !qp->error))
 			break;
-		st = qp->error ? NIC_WC_FLUSH_ERR : loop_exec(cq, qp, w, nocopy);
+		st = qp->error ? NIC_WC_FLUSH_ERR : loop_exec(cq, run, qp, w);
 		if (likely(st == NIC_WC_SUCCESS)) {
 			if (w->signaled) {
-				if (unlikely(loop_roll(cq, cq->thr_lost))) {
+				if (unlikely(run->faults) && unlikely(loop_roll(cq, cq->thr_lost))) {
 					/* Like a peer that stopped acknowledging: the
 					 * WR stays outstanding and flushes on error. */
 					cq->cnt[CNT_LOST]++;
@@ -177,9 +232,9 @@ static void loop_cq_publish(struct loop_cq *cq)
 static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
 {
 	struct loop_ctx *ctx = cq->ctx;
+	struct loop_run run = { .wrs = 0 };
 	uint64_t seq;
 	uint32_t epoch;
-	bool nocopy;
 
 	/* Enter: odd.  seq_cst pairs with dereg_mr (see loop_mr_covers). */
 	seq = fetch_add_sc(cq->poll_seq, 1);
@@ -187,7 +242,8 @@ static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
 	epoch = load_acquire(ctx->fault_epoch); /* pairs with: fetch_add_release in loop_set_faults */
 	if (unlikely(epoch != cq->fault_epoch))
 		loop_cq_load_faults(cq, epoch);
-	nocopy = READ_ONCE(ctx->nocopy);
+	run.faults = (cq->thr_err | cq->thr_lost | cq->thr_fatal) != 0;
+	run.nocopy = READ_ONCE(ctx->nocopy);
 
 	while (budget && !list_empty(&cq->active)) {
 		struct loop_qp *qp = container_of(cq->active.next, struct loop_qp, act);
@@ -197,7 +253,7 @@ static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
 			burst = LOOP_QP_BURST;
 		if (burst > budget)
 			burst = budget;
-		loop_qp_run(cq, qp, burst, nocopy);
+		loop_qp_run(cq, &run, qp, burst);
 		budget -= burst;
 		/* Leave the list when drained, else go to the back: round robin. */
 		list_del(&qp->act);
@@ -207,6 +263,8 @@ static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
 
 	/* Leave: even.  Release: dereg_mr may free the memory we just copied. */
 	store_release(cq->poll_seq, seq + 2); /* pairs with: load_acquire in the MR dereg wait */
+	cq->cnt[CNT_WRS] += run.wrs;
+	cq->cnt[CNT_BYTES] += run.bytes;
 	loop_cq_publish(cq);
 }
 
@@ -241,18 +299,21 @@ int loop_poll(struct nic_cq *ncq, int n, struct nic_wc *wc)
 	return loop_cq_drain(cq, (uint32_t)n, wc);
 }
 
+/* A queued WR is a struct nic_wr from wr_id on: copied whole. */
+_Static_assert(offsetof(struct nic_wr, signaled) - offsetof(struct nic_wr, wr_id) ==
+		       offsetof(struct loop_wqe, signaled) &&
+	       offsetof(struct nic_wr, lkey) - offsetof(struct nic_wr, wr_id) ==
+		       offsetof(struct loop_wqe, lkey) &&
+	       offsetof(struct nic_wr, op) - offsetof(struct nic_wr, wr_id) ==
+		       offsetof(struct loop_wqe, op) &&
+	       sizeof(struct nic_wr) - offsetof(struct nic_wr, wr_id) == sizeof(struct loop_wqe),
+	       "struct loop_wqe is the tail of struct nic_wr");
+
 static inline void loop_sq_push(struct loop_qp *qp, const struct nic_wr *wr)
 {
 	struct loop_wqe *w = &qp->sq[qp->sq_tail];
 
-	w->wr_id = wr->wr_id;
-	w->local = wr->local;
-	w->remote = wr->remote;
-	w->len = wr->len;
-	w->lkey = wr->lkey;
-	w->rkey = wr->rkey;
-	w->op = wr->op;
-	w->signaled = wr->signaled;
+	memcpy(w, &wr->wr_id, sizeof(*w));
 	if (++qp->sq_tail == qp->sq_size)
 		qp->sq_tail = 0;
 	qp->sq_count++;
