@@ -30,7 +30,11 @@ static int batch_request_ended(struct rq_batch *b, int err)
 	/* Last access to b: its owner may free it as soon as this lands.
 	 * pairs with: load_acquire of pending in ferry_batch_wait */
 	old = fetch_sub_acq_rel(b->pending, 1);
-	if (old & RQ_BATCH_WAITER) {
+	/* Only the last request wakes the owner: it sleeps until the count
+	 * is 0 (its futex_wait compares the whole word, so a decrement
+	 * before it sleeps makes it look again, and one after leaves it
+	 * asleep until the last). */
+	if (old == (RQ_BATCH_WAITER | 1)) {
 		/* The futex call only names the address; a spurious or late
 		 * wake is harmless to whatever lives there. */
 		ferry_futex_wake(&b->pending);
