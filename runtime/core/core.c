@@ -128,7 +128,7 @@ static void core_on_slice_done(void *owner, struct slice *s, int err)
 	if (unlikely(err | rail_troubled(&s->ep->rail)))
 		core_slice_trouble(c, s, err);
 	else
-		core_slice_finish(c, s, 0);
+		core_slice_ok(c, s);
 }
 
 /* qp_events.latency: n slices took ticks from post to completion. */
@@ -427,6 +427,7 @@ __attribute__((noinline)) static uint32_t core_pass(struct ferry_core *c)
 				work += (uint32_t)n;
 		}
 	}
+	core_acct_flush(c);
 	if (unlikely(c->now >= c->next_sweep)) {
 		for (unsigned t = 0; t < c->ntx; t++)
 			core_sweep_qps(c, &c->tx[t]);
@@ -482,6 +483,7 @@ static void core_drain(struct ferry_core *c)
 	for (unsigned t = 0; t < c->ntx; t++)
 		while (c->tx[t].cq_quota.depth && ferry_now_ns() < deadline)
 			qctx_poll(&c->tx[t]);
+	core_acct_flush(c);
 	for (uint32_t k = 0; k < c->eps.cap; k++) {
 		struct ferry_ep *ep = core_ep_at(c, k);
 

@@ -110,6 +110,8 @@ struct ferry_core {
 	uint64_t sweep_ticks;
 	uint64_t reask_ticks;
 	uint64_t slices_out;
+	struct ferry_rq *acct_rq;      /* bytes of its slices done, not yet accounted: */
+	uint64_t acct_len;             /* core_slice_ok, core_acct_flush */
 	uint64_t timeout_ticks;
 	uint32_t slice_size;
 	uint32_t retries;
@@ -182,6 +184,41 @@ static inline void core_slice_finish(struct ferry_core *c, struct slice *s, int 
 		stat_add(&c->ctr, bytes, s->len);
 	if (rq_account(s->rq, s->len, err))
 		stat_add(&c->ctr, wakeups, 1);
+	slice_put(&c->pool, s);
+	c->slices_out--;
+}
+/* Account the bytes core_slice_ok set aside (once per pass of the poll
+ * loop, before the core may sleep: a request ends no later). */
+static inline void core_acct_flush(struct ferry_core *c)
+{
+	if (c->acct_rq) {
+		if (rq_account(c->acct_rq, c->acct_len, 0))
+			stat_add(&c->ctr, wakeups, 1);
+		c->acct_rq = NULL;
+		c->acct_len = 0;
+	}
+}
+/*
+ * A slice done without trouble.  A burst of completions retires runs of
+ * one request's slices: their bytes are summed and accounted once per run
+ * (two atomics per run instead of per slice).  A one-slice request is
+ * accounted at once (nothing to sum).
+ */
+static inline void core_slice_ok(struct ferry_core *c, struct slice *s)
+{
+	struct ferry_rq *rq = s->rq;
+
+	stat_add(&c->ctr, bytes, s->len);
+	if (rq->nslices == 1) {
+		if (rq_account(rq, s->len, 0))
+			stat_add(&c->ctr, wakeups, 1);
+	} else {
+		if (rq != c->acct_rq) {
+			core_acct_flush(c);
+			c->acct_rq = rq;
+		}
+		c->acct_len += s->len;
+	}
 	slice_put(&c->pool, s);
 	c->slices_out--;
 }
