@@ -216,10 +216,15 @@ static bool region_covers(const struct mem_region *r, uint64_t addr, uint64_t le
 static uint32_t lreg_run(const struct mem_region *r, const struct ferry_req *reqs, uint32_t i,
 			 uint32_t n)
 {
+	uint64_t base = READ_ONCE(r->addr), end = base + READ_ONCE(r->len);
 	uint32_t k = 1;
 
-	while (i + k < n && region_covers(r, (uintptr_t)reqs[i + k].local, reqs[i + k].len))
-		k++;
+	for (; i + k < n; k++) {
+		uint64_t addr = (uintptr_t)reqs[i + k].local;
+
+		if (addr < base || addr + reqs[i + k].len > end)
+			break;
+	}
 	return k;
 }
 
@@ -460,6 +465,30 @@ void rq_clear(struct ferry_rq *rq, struct rq_batch *b)
 	WRITE_ONCE(rq->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
 }
 
+/* What every slot of ferry_submit needs before validation; the rest
+ * rq_prepare writes once when the request is valid, rq_refuse_clear when
+ * it is not. */
+static inline void rq_begin(struct ferry_rq *rq, struct rq_batch *b)
+{
+	rq->batch = b;
+	rq->seg_slot = UINT32_MAX; /* no segment until validation finds one (ferry_notify looks) */
+	rq->ok_bytes = 0;
+	rq->error = 0;
+	WRITE_ONCE(rq->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
+}
+
+/* A refused slot: rq_clear's fields, then FAILED with err. */
+static void rq_refuse_clear(struct ferry_rq *rq, int err)
+{
+	rq->seg = NULL;
+	rq->lreg = NULL;
+	rq->rreg = NULL;
+	rq->lreg_refs = NULL;
+	rq->seg_refs = NULL;
+	rq->nparts = 0;
+	rq_refuse(rq, err);
+}
+
 /* A validated request that will not be dispatched: its references go
  * back to the hold (they came from it). */
 static void rq_unprepare(struct ferry_rq *rq, struct submit_hold *h)
@@ -579,7 +608,7 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 		struct ferry_rq *rq = &b->rqs[b->n];
 		int rc;
 
-		rq_clear(rq, &b->acct);
+		rq_begin(rq, &b->acct);
 		rc = rq_prepare(b->port, &h, rq, reqs, i, n);
 		if (rc == 0 && !wait && !rq_fits(b->port, rq)) {
 			rq_unprepare(rq, &h);
@@ -587,7 +616,7 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 		}
 		b->n++;
 		if (rc) {
-			rq_refuse(rq, rc);
+			rq_refuse_clear(rq, rc);
 			continue;
 		}
 		rq->remaining = rq->len;
