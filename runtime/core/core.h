@@ -112,6 +112,7 @@ struct ferry_core {
 	uint64_t slices_out;
 	struct ferry_rq *acct_rq;      /* bytes of its slices done, not yet accounted: */
 	uint64_t acct_len;             /* core_slice_ok, core_acct_flush */
+	struct rq_ends ends;           /* requests ended, not yet released (core_acct_flush) */
 	uint64_t timeout_ticks;
 	uint32_t slice_size;
 	uint32_t retries;
@@ -187,22 +188,20 @@ static inline void core_slice_finish(struct ferry_core *c, struct slice *s, int 
 	slice_put(&c->pool, s);
 	c->slices_out--;
 }
-/* Account the bytes core_slice_ok set aside (once per pass of the poll
- * loop, before the core may sleep: a request ends no later). */
-static inline void core_acct_flush(struct ferry_core *c)
-{
-	if (c->acct_rq) {
-		if (rq_account(c->acct_rq, c->acct_len, 0))
-			stat_add(&c->ctr, wakeups, 1);
-		c->acct_rq = NULL;
-		c->acct_len = 0;
-	}
-}
+/* core.c: what core_slice_ok set aside, accounted and released: after the
+ * poll loop of every pass, before the core may sleep (a request ends no
+ * later). */
+void core_acct_flush(struct ferry_core *c);
+/* core.c: core_slice_ok's rare turns: the ended list is full; a slice of
+ * another multi-slice request than the one being summed. */
+void core_ends_full(struct ferry_core *c);
+void core_acct_switch(struct ferry_core *c, struct ferry_rq *rq, uint64_t len);
 /*
  * A slice done without trouble.  A burst of completions retires runs of
  * one request's slices: their bytes are summed and accounted once per run
- * (two atomics per run instead of per slice).  A one-slice request is
- * accounted at once (nothing to sum).
+ * (two atomics per run instead of per slice; a one-slice request has
+ * nothing to sum), and the requests that end are released together at the
+ * end of the burst (core_acct_flush).
  */
 static inline void core_slice_ok(struct ferry_core *c, struct slice *s)
 {
@@ -210,14 +209,15 @@ static inline void core_slice_ok(struct ferry_core *c, struct slice *s)
 
 	stat_add(&c->ctr, bytes, s->len);
 	if (rq->nslices == 1) {
-		if (rq_account(rq, s->len, 0))
-			stat_add(&c->ctr, wakeups, 1);
-	} else {
-		if (rq != c->acct_rq) {
-			core_acct_flush(c);
-			c->acct_rq = rq;
-		}
+		/* its one slice: nothing to fold with (see rq_account) */
+		WRITE_ONCE(rq->ok_bytes, s->len); /* published by rq_ends_flush's release of state */
+		if (unlikely(c->ends.n == RQ_ENDS))
+			core_ends_full(c);
+		c->ends.rq[c->ends.n++] = rq;
+	} else if (rq == c->acct_rq) {
 		c->acct_len += s->len;
+	} else {
+		core_acct_switch(c, rq, s->len);
 	}
 	slice_put(&c->pool, s);
 	c->slices_out--;
