@@ -134,24 +134,6 @@ static void post_failed(struct qctx *ctx, struct qpx *q, uint32_t posted, uint32
 	ctx->prov->qp_set_error(q->nqp);
 }
 
-/* How many of the first n pending slices fit: a QP may have at most
- * max_reads RDMA READs outstanding (the NIC's initiator depth, e.g. 128 on
- * rxe).  Where the peer grants fewer responder resources, the QP's
- * max_rd_atomic is lower and the NIC holds the excess READs in its send
- * queue: slower, never an error. */
-static uint32_t read_budget(const struct qctx *ctx, const struct qpx *q,
-			    const struct slice_list *list, uint32_t n)
-{
-	uint32_t reads = q->reads, i = 0;
-	const struct slice *s = list->head;
-
-	for (; i < n; i++, s = s->next) {
-		if (s->op == NIC_OP_READ && reads++ >= ctx->max_reads)
-			break;
-	}
-	return i;
-}
-
 uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint32_t max,
 		  uint64_t now)
 {
@@ -163,21 +145,30 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 	n = post_budget(&q->depth, &ctx->cq_quota, list->count < max ? list->count : max);
 	if (n > POST_MAX_CHAIN)
 		n = POST_MAX_CHAIN;
-	n = read_budget(ctx, q, list, n);
 	if (n == 0)
 		return 0;
 	/* The QP's counters in locals: the stores through s and wrs below
 	 * would make the compiler reload them for every slice. */
 	uint64_t id = (uint64_t)q->index << 32;
 	uint32_t seq = q->tail, mask = q->fifo_mask, every = ctx->signal_every;
-	uint32_t unsignaled = q->unsignaled, reads = q->reads;
+	uint32_t unsignaled = q->unsignaled, reads = q->reads, max_reads = ctx->max_reads;
 	struct slice **fifo = q->fifo;
 	struct slice *s = list->head;
+	uint32_t i;
 
-	for (uint32_t i = 0; i < n; i++, seq++) {
+	for (i = 0; i < n; i++, seq++) {
 		struct slice *next = s->next;
 
-		reads += s->op == NIC_OP_READ;
+		/* A QP may have at most max_reads RDMA READs outstanding (the
+		 * NIC's initiator depth, e.g. 128 on rxe): the chain stops at
+		 * the first one over.  Where the peer grants fewer responder
+		 * resources, the QP's max_rd_atomic is lower and the NIC holds
+		 * the excess READs in its send queue: slower, never an error. */
+		if (s->op == NIC_OP_READ) {
+			if (reads >= max_reads)
+				break;
+			reads++;
+		}
 		fifo[seq & mask] = s;
 		s->post_tsc = now;
 		fill_wr(&wrs[i], s, id | seq);
@@ -189,6 +180,9 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 		wrs[i].next = &wrs[i + 1];
 		s = next;
 	}
+	n = i;
+	if (n == 0)
+		return 0;
 	slice_list_cut(list, s, n);
 	if (!wrs[n - 1].signaled) {
 		wrs[n - 1].signaled = 1;
