@@ -281,9 +281,24 @@ static uint32_t core_cut(struct ferry_core *c)
 			c->cut.head++;
 			continue;
 		}
-		cut_tmpl_init(&t, c, rq, ep);
 		ep_touch(ep);
 		core_ep_activate(c, ep);
+		if (rq->nslices == 1) { /* one part, one slice: no template, no loop */
+			struct slice *s = slice_get(&c->pool);
+
+			if (unlikely(!s)) {
+				dry = true;
+				break;
+			}
+			slice_fill_whole(s, rq, ep, rq->lreg->mr[c->index][ep->tx].lkey,
+					 rq->rreg->rkey[ep->remote_nic]);
+			slice_list_push(&ep->pending, s);
+			cut++;
+			stat_add(&c->ctr, reqs_done, 1);
+			c->cut.head++;
+			continue;
+		}
+		cut_tmpl_init(&t, c, rq, ep);
 		cut += cut_part_slices(&c->pool, &t, pt, CUT_BUDGET - cut, &ep->pending, &dry);
 		if (pt->next == pt->end) {
 			stat_add(&c->ctr, reqs_done, 1);
