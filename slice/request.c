@@ -116,7 +116,7 @@ int rq_account_defer(struct rq_ends *x, struct ferry_rq *rq, uint64_t len, int e
  * the slots, once that lands; a later run's requests keep their own batch
  * alive until their own decrement).  Returns where the run ended.
  */
-static struct ferry_rq **ends_release(struct ferry_rq **r, struct ferry_rq **end, int *woke)
+static struct ferry_rq **ends_finish(struct ferry_rq **r, struct ferry_rq **end, int *woke)
 {
 	struct rq_batch *b = (*r)->batch;
 	uint64_t *lrefs = (*r)->lreg_refs, *srefs = (*r)->seg_refs;
@@ -157,7 +157,7 @@ int rq_ends_flush(struct rq_ends *x)
 	int woke = 0;
 
 	while (r < end)
-		r = ends_release(r, end, &woke);
+		r = ends_finish(r, end, &woke);
 	x->n = 0;
 	return woke;
 }

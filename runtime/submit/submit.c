@@ -178,7 +178,7 @@ static int rq_check_args(const struct ferry_req *r)
  * local region instead of one per request (and one per completion on the
  * cores' side stays), handed to the requests as they pass validation and
  * given back at the end for those that did not use them.  The segment's
- * rails are picked once per HOLD_RAILS requests of a run, and again after
+ * rails are picked once per RAILS_REUSE requests of a run, and again after
  * a wait for ring room.  The port's thread only, on its stack.
  */
 struct submit_hold {
