@@ -356,7 +356,7 @@ int loop_poll(struct nic_cq *ncq, int n, struct nic_wc *wc)
 	return loop_cq_drain(cq, (uint32_t)n, wc);
 }
 
-/* A queued WR is a struct nic_wr from wr_id on: copied whole. */
+/* A queued WR is a struct nic_wr from wr_id on: copied whole (loop_post). */
 _Static_assert(offsetof(struct nic_wr, signaled) - offsetof(struct nic_wr, wr_id) ==
 		       offsetof(struct loop_wqe, signaled) &&
 	       offsetof(struct nic_wr, lkey) - offsetof(struct nic_wr, wr_id) ==
@@ -366,21 +366,11 @@ _Static_assert(offsetof(struct nic_wr, signaled) - offsetof(struct nic_wr, wr_id
 	       sizeof(struct nic_wr) - offsetof(struct nic_wr, wr_id) == sizeof(struct loop_wqe),
 	       "struct loop_wqe is the tail of struct nic_wr");
 
-static inline void loop_sq_push(struct loop_qp *qp, const struct nic_wr *wr)
-{
-	struct loop_wqe *w = &qp->sq[qp->sq_tail];
-
-	memcpy(w, &wr->wr_id, sizeof(*w));
-	if (++qp->sq_tail == qp->sq_size)
-		qp->sq_tail = 0;
-	qp->sq_count++;
-}
-
 int loop_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
 {
 	struct loop_qp *qp = qp_of(nqp);
 	struct loop_cq *cq = qp->cq;
-	uint32_t peer;
+	uint32_t peer, tail, count, size;
 	int rc = 0;
 
 	/* Acquire: pairs with qp_connect, which may run on the control thread. */
@@ -390,22 +380,32 @@ int loop_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
 		goto out;
 	}
 	qp->peer = peer;
+	/* The send queue's tail and count in locals: the copies into the
+	 * queue would make the compiler reload them for every WR. */
+	tail = qp->sq_tail;
+	count = qp->sq_count;
+	size = qp->sq_size;
 	/* In the error state WRs are still queued: the next poll flushes them. */
 	for (; wr; wr = wr->next) {
 		if (unlikely(wr->op != NIC_OP_WRITE && wr->op != NIC_OP_READ)) {
 			rc = -EINVAL;
 			break;
 		}
-		if (unlikely(qp->sq_count == qp->sq_size)) {
+		if (unlikely(count == size)) {
 			/* The caller's QP depth accounting is wrong. */
 			cq->cnt[CNT_SQ_OVF]++;
 			WRITE_ONCE(cq->pub[CNT_SQ_OVF], cq->cnt[CNT_SQ_OVF]);
 			rc = -ENOMEM;
 			break;
 		}
-		loop_sq_push(qp, wr);
+		memcpy(&qp->sq[tail], &wr->wr_id, sizeof(struct loop_wqe));
+		if (++tail == size)
+			tail = 0;
+		count++;
 	}
-	if (qp->sq_count && list_empty(&qp->act))
+	qp->sq_tail = tail;
+	qp->sq_count = count;
+	if (count && list_empty(&qp->act))
 		list_add_tail(&qp->act, &cq->active);
 out:
 	if (rc && bad)
