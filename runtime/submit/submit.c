@@ -599,22 +599,23 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 			    bool wait)
 {
 	struct submit_hold h = { .seg = NULL };
+	struct ferry_port *p = b->port;
+	struct ferry_rq *rq = &b->rqs[b->n];
 	uint32_t i, queued = 0;
 
 	if (n == 0)
 		return 0;
 	fetch_add_relaxed(b->acct.pending, n); /* published by the ring's release */
-	for (i = 0; i < n; i++) {
-		struct ferry_rq *rq = &b->rqs[b->n];
+	/* b->n is stored once at the end: only this thread reads it. */
+	for (i = 0; i < n; i++, rq++) {
 		int rc;
 
 		rq_begin(rq, &b->acct);
-		rc = rq_prepare(b->port, &h, rq, reqs, i, n);
-		if (rc == 0 && !wait && !rq_fits(b->port, rq)) {
+		rc = rq_prepare(p, &h, rq, reqs, i, n);
+		if (rc == 0 && !wait && !rq_fits(p, rq)) {
 			rq_unprepare(rq, &h);
 			break;
 		}
-		b->n++;
 		if (rc) {
 			rq_refuse_clear(rq, rc);
 			continue;
@@ -622,9 +623,10 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 		rq->remaining = rq->len;
 		queued++;
 		/* The ring's release publishes rq's fields to the cores. */
-		if (rq_dispatch_inline(b->port, rq))
+		if (rq_dispatch_inline(p, rq))
 			h.rails.left = 0;
 	}
+	b->n += i;
 	hold_drop(&h);
 	if (queued < n)
 		fetch_sub_relaxed(b->acct.pending, n - queued); /* none of these reach a core */
