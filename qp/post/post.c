@@ -303,5 +303,7 @@ int qctx_poll(struct qctx *ctx)
 	cq_quota_sub(&ctx->cq_quota, retired);
 	stat_add(&ctx->ctr, completions, retired);
 	stat_add(&ctx->ctr, cqes, n);
+	if (ctx->ev->burst_done)
+		ctx->ev->burst_done(ctx->owner);
 	return n;
 }

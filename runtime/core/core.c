@@ -139,8 +139,18 @@ static void core_on_latency(void *owner, uint64_t ticks, uint32_t n)
 	histo_add_n(&c->lat, ticks, n);
 }
 
-static const struct qp_events core_events = { core_on_slice_done, core_on_latency };
-static const struct qp_events core_events_uncounted = { core_on_slice_done, NULL };
+/* qp_events.burst_done: the accounting core_slice_ok set aside, done
+ * before qctx_poll returns, whoever polled (the loop pass, the idle path's
+ * last look before sleeping, core_drain). */
+static void core_on_burst_done(void *owner)
+{
+	core_acct_flush(owner);
+}
+
+static const struct qp_events core_events = { core_on_slice_done, core_on_latency,
+					       core_on_burst_done };
+static const struct qp_events core_events_uncounted = { core_on_slice_done, NULL,
+							core_on_burst_done };
 
 void core_part_fail(struct ferry_core *c, struct ferry_rq *rq, uint64_t a, uint64_t b, int err)
 {

@@ -188,11 +188,11 @@ static inline void core_slice_finish(struct ferry_core *c, struct slice *s, int 
 	slice_put(&c->pool, s);
 	c->slices_out--;
 }
-/* core.c: what core_slice_ok set aside, accounted and released: after the
- * poll loop of every pass, before the core may sleep (a request ends no
- * later). */
+/* acct.c: what core_slice_ok set aside, accounted and released: at the
+ * end of every qctx_poll burst (qp_events.burst_done), so before the core
+ * may sleep whoever polled (a request ends no later). */
 void core_acct_flush(struct ferry_core *c);
-/* core.c: core_slice_ok's rare turns: the ended list is full; a slice of
+/* acct.c: core_slice_ok's rare turns: the ended list is full; a slice of
  * another multi-slice request than the one being summed. */
 void core_ends_full(struct ferry_core *c);
 void core_acct_switch(struct ferry_core *c, struct ferry_rq *rq, uint64_t len);
