@@ -59,13 +59,28 @@ void *ferry_ring_get(struct ferry_ring *r)
 	return obj;
 }
 
+/*
+ * ck_ring_dequeue_spsc for up to max entries at once: one load of the
+ * producer's tail and one store of our head for the whole burst, with the
+ * fences ck places around a single entry (_ck_ring_dequeue_sc).
+ */
 unsigned ferry_ring_get_burst(struct ferry_ring *r, void **objs, unsigned max)
 {
-	unsigned n = 0;
+	struct ck_ring *ring = &r->ring;
+	unsigned int mask = ring->mask, consumer, n;
 
 	ring_lock(r);
-	while (n < max && ck_ring_dequeue_spsc(&r->ring, r->slots, &objs[n]))
-		n++;
+	consumer = ring->c_head; /* ours alone */
+	n = ck_pr_load_uint(&ring->p_tail) - consumer; /* the producer's; fenced below */
+	if (n > max)
+		n = max;
+	if (n) {
+		ck_pr_fence_load(); /* the entries after the tail that covers them */
+		for (unsigned i = 0; i < n; i++)
+			objs[i] = r->slots[(consumer + i) & mask].value;
+		ck_pr_fence_store(); /* copied before the producer may reuse them */
+		ck_pr_store_uint(&ring->c_head, consumer + n);
+	}
 	ring_unlock(r);
 	return n;
 }

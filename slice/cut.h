@@ -81,6 +81,21 @@ static inline void slice_fill(struct slice *s, const struct cut_tmpl *t, uint64_
 	s->op = rq->op;
 }
 
+/* The one slice of a request of one slice (slice_fill without the bounds). */
+static inline void slice_fill_whole(struct slice *s, struct ferry_rq *rq, struct ferry_ep *ep,
+				    uint32_t lkey, uint32_t rkey)
+{
+	s->rq = rq;
+	s->ep = ep;
+	s->tries = 0;
+	s->local = rq->local;
+	s->remote = rq->remote;
+	s->len = (uint32_t)rq->len;
+	s->lkey = lkey;
+	s->rkey = rkey;
+	s->op = rq->op;
+}
+
 /*
  * Cut up to budget slices of pt onto out (pt->next advances).  Stops early
  * when the pool runs dry (*dry set: back-pressure, nothing lost).  Returns

@@ -30,7 +30,11 @@ static int batch_request_ended(struct rq_batch *b, int err)
 	/* Last access to b: its owner may free it as soon as this lands.
 	 * pairs with: load_acquire of pending in ferry_batch_wait */
 	old = fetch_sub_acq_rel(b->pending, 1);
-	if (old & RQ_BATCH_WAITER) {
+	/* Only the last request wakes the owner: it sleeps until the count
+	 * is 0 (its futex_wait compares the whole word, so a decrement
+	 * before it sleeps makes it look again, and one after leaves it
+	 * asleep until the last). */
+	if (old == (RQ_BATCH_WAITER | 1)) {
 		/* The futex call only names the address; a spurious or late
 		 * wake is harmless to whatever lives there. */
 		ferry_futex_wake(&b->pending);
@@ -68,8 +72,20 @@ void rq_refuse(struct ferry_rq *rq, int err)
 	fetch_add_relaxed(rq->batch->failed, 1);
 }
 
-int rq_account(struct ferry_rq *rq, uint64_t len, int err)
+/* Fold len bytes (err) into rq; true when they were its last. */
+static inline bool rq_fold(struct ferry_rq *rq, uint64_t len, int err)
 {
+	if (rq->nslices == 1) {
+		/* Its one slice (or its one part failing) is accounted once, by
+		 * one core: no other core folds into it, nothing to count down. */
+		int32_t none = 0;
+
+		if (unlikely(err))
+			cas_release(rq->error, &none, err); /* a cancel's error stays; pairs with: rq_finish */
+		else
+			WRITE_ONCE(rq->ok_bytes, len); /* published by rq_finish's release of state */
+		return true;
+	}
 	if (unlikely(err)) {
 		int32_t none = 0;
 
@@ -78,7 +94,75 @@ int rq_account(struct ferry_rq *rq, uint64_t len, int err)
 		fetch_add_relaxed(rq->ok_bytes, len);
 	}
 	/* pairs with itself: the last decrement sees every earlier core's folds */
-	if (sub_fetch_acq_rel(rq->remaining, len) == 0)
-		return rq_finish(rq);
-	return 0;
+	return sub_fetch_acq_rel(rq->remaining, len) == 0;
+}
+
+int rq_account_defer(struct rq_ends *x, struct ferry_rq *rq, uint64_t len, int err)
+{
+	int woke = 0;
+
+	if (!rq_fold(rq, len, err))
+		return 0;
+	if (x->n == RQ_ENDS)
+		woke = rq_ends_flush(x);
+	x->rq[x->n++] = rq;
+	return woke;
+}
+
+/*
+ * rq_finish for the run of requests from r on (to end) that share the
+ * first one's references and batch: the references first, then each
+ * state, then the batch's count last (its owner may free the batch, and
+ * the slots, once that lands; a later run's requests keep their own batch
+ * alive until their own decrement).  Returns where the run ended.
+ */
+static struct ferry_rq **ends_finish(struct ferry_rq **r, struct ferry_rq **end, int *woke)
+{
+	struct rq_batch *b = (*r)->batch;
+	uint64_t *lrefs = (*r)->lreg_refs, *srefs = (*r)->seg_refs;
+	struct ferry_rq **q = r + 1;
+	uint32_t k, failed = 0, old;
+
+	while (q < end && (*q)->batch == b && (*q)->lreg_refs == lrefs && (*q)->seg_refs == srefs)
+		q++;
+	k = (uint32_t)(q - r);
+	if (lrefs)
+		fetch_sub_release(*lrefs, k); /* pairs with: load_acquire in ferry_mem_unregister */
+	if (srefs)
+		fetch_sub_sc(*srefs, k); /* Dekker pair with the segment's closer and evictor */
+	for (; r < q; r++) {
+		int err = load_acquire((*r)->error); /* pairs with: cas_release in rq_account */
+
+		if (likely(!err)) {
+			store_release((*r)->state, RQ_DONE); /* pairs with: load_acquire in ferry_req_status */
+		} else {
+			failed++;
+			store_release((*r)->state, final_state(err)); /* pairs with: ferry_req_status */
+		}
+	}
+	if (failed)
+		fetch_add_relaxed(b->failed, failed); /* read after pending reaches 0 (acq_rel below) */
+	/* pairs with: load_acquire of pending in ferry_batch_wait */
+	old = fetch_sub_acq_rel(b->pending, k);
+	if (old == (RQ_BATCH_WAITER | k)) { /* the last ones: see batch_request_ended */
+		ferry_futex_wake(&b->pending);
+		(*woke)++;
+	}
+	return q;
+}
+
+int rq_ends_flush(struct rq_ends *x)
+{
+	struct ferry_rq **r = x->rq, **end = x->rq + x->n;
+	int woke = 0;
+
+	while (r < end)
+		r = ends_finish(r, end, &woke);
+	x->n = 0;
+	return woke;
+}
+
+int rq_account(struct ferry_rq *rq, uint64_t len, int err)
+{
+	return rq_fold(rq, len, err) ? rq_finish(rq) : 0;
 }

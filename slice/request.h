@@ -74,6 +74,25 @@ _Static_assert(_Alignof(struct ferry_rq) >= (1 << RQ_PART_BITS),
  */
 int rq_account(struct ferry_rq *rq, uint64_t len, int err);
 
+/*
+ * Requests one core ended during a burst of completions, released together
+ * (rq_ends_flush): one decrement of a region's and a segment's reference
+ * count and of a batch's pending count per run of requests that share them,
+ * instead of three atomics per request.  The core's alone.
+ */
+#define RQ_ENDS 64
+struct rq_ends {
+	uint32_t n;
+	struct ferry_rq *rq[RQ_ENDS];
+};
+
+/* rq_account, but a request it ends goes on x (flushed when full) instead
+ * of being released now.  Returns the owners woken (a flush). */
+int rq_account_defer(struct rq_ends *x, struct ferry_rq *rq, uint64_t len, int err);
+/* Release the requests on x, each as rq_account would have; returns the
+ * sleeping owners it woke. */
+int rq_ends_flush(struct rq_ends *x);
+
 /* End a request that no core serves and that holds nothing (a
  * notification: the notifier thread ends it); err 0 = done.  Returns 1
  * when it woke the batch's sleeping owner.  Any thread. */

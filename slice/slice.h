@@ -123,6 +123,16 @@ static inline void slice_list_push_front(struct slice_list *l, struct slice *s)
 	l->count++;
 }
 
+/* Drop the first n slices of l (walked by the caller), first the one
+ * after them (NULL: none). */
+static inline void slice_list_cut(struct slice_list *l, struct slice *first, uint32_t n)
+{
+	l->head = first;
+	if (!first)
+		l->tailp = &l->head;
+	l->count -= n;
+}
+
 static inline struct slice *slice_list_pop(struct slice_list *l)
 {
 	struct slice *s = l->head;

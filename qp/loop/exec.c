@@ -56,6 +56,52 @@ static inline bool loop_mr_covers(uint32_t key, uint32_t owner, uint64_t addr, u
 	return off <= s->len && len <= s->len - off;
 }
 
+/*
+ * An MR one run of a CQ found live (loop_cq_run): dereg_mr waits for the
+ * run to end before the slot can change (it clears the key, then waits for
+ * every executing CQ), so within the run a WR naming the same key and owner
+ * needs only the bounds and access checks.  owner 0 (no context has it):
+ * nothing remembered.
+ */
+struct loop_mr_memo {
+	uint32_t key;
+	uint32_t owner;
+	uint64_t base;
+	uint64_t len;
+	unsigned access;
+};
+
+static inline bool loop_mr_covers_memo(struct loop_mr_memo *m, uint32_t key, uint32_t owner,
+					uint64_t addr, uint32_t len, unsigned need)
+{
+	const struct loop_mr_slot *s;
+	uint64_t off;
+
+	if (unlikely(key != m->key || owner != m->owner)) {
+		if (!loop_mr_covers(key, owner, addr, len, need))
+			return false;
+		s = &loop_mrs[key & LOOP_MR_MASK];
+		m->key = key;
+		m->owner = owner;
+		m->base = s->base;
+		m->len = s->len;
+		m->access = s->access;
+		return true;
+	}
+	if (unlikely((m->access & need) != need))
+		return false;
+	off = addr - m->base; /* wraps to huge when addr < base */
+	return off <= m->len && len <= m->len - off;
+}
+
+/* The keys one run of a CQ found live: its WRs' local and remote MRs. */
+struct loop_run {
+	struct loop_mr_memo lmr, rmr;
+	uint64_t wrs, bytes;           /* executed: added to the counters at the end */
+	bool faults;                   /* a fault plan is set: roll for each WR */
+	bool nocopy;
+};
+
 static inline void loop_cqe(struct loop_cq *cq, const struct loop_qp *qp,
 			    const struct loop_wqe *w, enum nic_wc_status st)
 {
@@ -89,38 +135,48 @@ static inline void loop_copy(const struct loop_wqe *w)
 		memmove(local, remote, w->len);
 }
 
-/* Execute one WR of a QP that is not in error; returns its completion status. */
-static inline enum nic_wc_status loop_exec(struct loop_cq *cq, struct loop_qp *qp,
-					   const struct loop_wqe *w, bool nocopy)
+/* The planned faults before a WR executes (a fault plan is set). */
+static __attribute__((noinline)) enum nic_wc_status loop_fault_before(struct loop_cq *cq)
 {
-	if (unlikely(loop_roll(cq, cq->thr_fatal))) {
+	if (loop_roll(cq, cq->thr_fatal)) {
 		cq->cnt[CNT_FATAL]++;
 		return NIC_WC_FLUSH_ERR;
 	}
-	if (unlikely(!loop_mr_covers(w->lkey, qp->local_id, w->local, w->len, 0)))
+	return NIC_WC_SUCCESS;
+}
+
+/* Execute one WR of a QP that is not in error; returns its completion status. */
+static inline enum nic_wc_status loop_exec(struct loop_cq *cq, struct loop_run *run,
+					   struct loop_qp *qp, const struct loop_wqe *w)
+{
+	if (unlikely(run->faults) && loop_fault_before(cq) != NIC_WC_SUCCESS)
+		return NIC_WC_FLUSH_ERR;
+	if (unlikely(!loop_mr_covers_memo(&run->lmr, w->lkey, qp->local_id, w->local, w->len, 0)))
 		return NIC_WC_LOC_PROT_ERR;
 	/* The peer's region must allow what the WR does to it, as a responder NIC checks. */
-	if (unlikely(!loop_mr_covers(w->rkey, qp->peer, w->remote, w->len,
-				     w->op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ :
-							    NIC_ACCESS_REMOTE_WRITE)))
+	if (unlikely(!loop_mr_covers_memo(&run->rmr, w->rkey, qp->peer, w->remote, w->len,
+					  w->op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ :
+								 NIC_ACCESS_REMOTE_WRITE)))
 		return NIC_WC_REM_ACCESS_ERR;
-	if (unlikely(loop_roll(cq, cq->thr_err))) {
+	if (unlikely(run->faults) && loop_roll(cq, cq->thr_err)) {
 		cq->cnt[CNT_ERRS]++;
 		return NIC_WC_RETRY_EXC_ERR;
 	}
-	if (likely(!nocopy))
+	if (likely(!run->nocopy))
 		loop_copy(w);
-	cq->cnt[CNT_WRS]++;
-	cq->cnt[CNT_BYTES] += w->len;
+	run->wrs++;
+	run->bytes += w->len;
 	return NIC_WC_SUCCESS;
 }
 
 /*
  * Run the first burst WRs of qp's send queue, in order.  As in verbs, the
  * first failed WR moves the QP to the error state and every WR behind it,
- * signalled or not, completes with FLUSH_ERR.
+ * signalled or not, completes with FLUSH_ERR.  Returns how many ran (fewer
+ * when the QP stalls).
  */
-static void loop_qp_run(struct loop_cq *cq, struct loop_qp *qp, uint32_t burst, bool nocopy)
+static uint32_t loop_qp_slow(struct loop_cq *cq, struct loop_run *run, struct loop_qp *qp,
+			     uint32_t burst)
 {
 	uint32_t i;
 
@@ -130,10 +186,10 @@ static void loop_qp_run(struct loop_cq *cq, struct loop_qp *qp, uint32_t burst, 
 
 		if (unlikely(qp->stalled && !qp->error))
 			break;
-		st = qp->error ? NIC_WC_FLUSH_ERR : loop_exec(cq, qp, w, nocopy);
+		st = qp->error ? NIC_WC_FLUSH_ERR : loop_exec(cq, run, qp, w);
 		if (likely(st == NIC_WC_SUCCESS)) {
 			if (w->signaled) {
-				if (unlikely(loop_roll(cq, cq->thr_lost))) {
+				if (unlikely(run->faults) && unlikely(loop_roll(cq, cq->thr_lost))) {
 					/* Like a peer that stopped acknowledging: the
 					 * WR stays outstanding and flushes on error. */
 					cq->cnt[CNT_LOST]++;
@@ -150,6 +206,62 @@ static void loop_qp_run(struct loop_cq *cq, struct loop_qp *qp, uint32_t burst, 
 			qp->sq_head = 0;
 	}
 	qp->sq_count -= i;
+	return i;
+}
+
+/*
+ * loop_qp_slow's common case, what it would do in fewer steps: a QP
+ * neither in error nor stalled, no fault plan, and WRs naming the MRs the
+ * run found live last (loop_mr_memo) within their bounds and rights: they
+ * succeed.  Runs WRs from the head while that holds; returns how many (the
+ * slow loop takes the first that needs more).
+ */
+static uint32_t loop_qp_fast(struct loop_cq *cq, struct loop_run *run, struct loop_qp *qp,
+			     uint32_t burst)
+{
+	const struct loop_mr_memo lm = run->lmr, rm = run->rmr;
+	uint32_t head = qp->sq_head, size = qp->sq_size, i;
+	uint64_t wrs = 0, bytes = 0;
+
+	/* owner 0: the memo is empty (a context id is never 0) */
+	if (qp->error || qp->stalled || run->faults || lm.owner != qp->local_id ||
+	    rm.owner != qp->peer)
+		return 0;
+	for (i = 0; i < burst; i++) {
+		const struct loop_wqe *w = &qp->sq[head];
+		uint64_t loff = w->local - lm.base, roff = w->remote - rm.base; /* wrap: huge */
+		unsigned need = w->op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ : NIC_ACCESS_REMOTE_WRITE;
+
+		if (w->lkey != lm.key || w->rkey != rm.key || loff > lm.len || w->len > lm.len - loff ||
+		    roff > rm.len || w->len > rm.len - roff || (rm.access & need) != need)
+			break;
+		if (likely(!run->nocopy))
+			loop_copy(w);
+		wrs++;
+		bytes += w->len;
+		if (w->signaled)
+			loop_cqe(cq, qp, w, NIC_WC_SUCCESS);
+		if (++head == size)
+			head = 0;
+	}
+	qp->sq_head = head;
+	qp->sq_count -= i;
+	run->wrs += wrs;
+	run->bytes += bytes;
+	return i;
+}
+
+/* Run the first burst WRs of qp's send queue, in order: the fast loop
+ * while it can, the slow one for each WR it cannot take. */
+static void loop_qp_run(struct loop_cq *cq, struct loop_run *run, struct loop_qp *qp,
+			uint32_t burst)
+{
+	for (;;) {
+		burst -= loop_qp_fast(cq, run, qp, burst);
+		if (burst == 0 || loop_qp_slow(cq, run, qp, 1) == 0)
+			return;
+		burst--;
+	}
 }
 
 static void loop_cq_load_faults(struct loop_cq *cq, uint32_t epoch)
@@ -177,9 +289,9 @@ static void loop_cq_publish(struct loop_cq *cq)
 static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
 {
 	struct loop_ctx *ctx = cq->ctx;
+	struct loop_run run = { .wrs = 0 };
 	uint64_t seq;
 	uint32_t epoch;
-	bool nocopy;
 
 	/* Enter: odd.  seq_cst pairs with dereg_mr (see loop_mr_covers). */
 	seq = fetch_add_sc(cq->poll_seq, 1);
@@ -187,7 +299,8 @@ static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
 	epoch = load_acquire(ctx->fault_epoch); /* pairs with: fetch_add_release in loop_set_faults */
 	if (unlikely(epoch != cq->fault_epoch))
 		loop_cq_load_faults(cq, epoch);
-	nocopy = READ_ONCE(ctx->nocopy);
+	run.faults = (cq->thr_err | cq->thr_lost | cq->thr_fatal) != 0;
+	run.nocopy = READ_ONCE(ctx->nocopy);
 
 	while (budget && !list_empty(&cq->active)) {
 		struct loop_qp *qp = container_of(cq->active.next, struct loop_qp, act);
@@ -197,7 +310,7 @@ static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
 			burst = LOOP_QP_BURST;
 		if (burst > budget)
 			burst = budget;
-		loop_qp_run(cq, qp, burst, nocopy);
+		loop_qp_run(cq, &run, qp, burst);
 		budget -= burst;
 		/* Leave the list when drained, else go to the back: round robin. */
 		list_del(&qp->act);
@@ -207,6 +320,8 @@ static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
 
 	/* Leave: even.  Release: dereg_mr may free the memory we just copied. */
 	store_release(cq->poll_seq, seq + 2); /* pairs with: load_acquire in the MR dereg wait */
+	cq->cnt[CNT_WRS] += run.wrs;
+	cq->cnt[CNT_BYTES] += run.bytes;
 	loop_cq_publish(cq);
 }
 
@@ -241,28 +356,21 @@ int loop_poll(struct nic_cq *ncq, int n, struct nic_wc *wc)
 	return loop_cq_drain(cq, (uint32_t)n, wc);
 }
 
-static inline void loop_sq_push(struct loop_qp *qp, const struct nic_wr *wr)
-{
-	struct loop_wqe *w = &qp->sq[qp->sq_tail];
-
-	w->wr_id = wr->wr_id;
-	w->local = wr->local;
-	w->remote = wr->remote;
-	w->len = wr->len;
-	w->lkey = wr->lkey;
-	w->rkey = wr->rkey;
-	w->op = wr->op;
-	w->signaled = wr->signaled;
-	if (++qp->sq_tail == qp->sq_size)
-		qp->sq_tail = 0;
-	qp->sq_count++;
-}
+/* A queued WR is a struct nic_wr from wr_id on: copied whole (loop_post). */
+_Static_assert(offsetof(struct nic_wr, signaled) - offsetof(struct nic_wr, wr_id) ==
+		       offsetof(struct loop_wqe, signaled) &&
+	       offsetof(struct nic_wr, lkey) - offsetof(struct nic_wr, wr_id) ==
+		       offsetof(struct loop_wqe, lkey) &&
+	       offsetof(struct nic_wr, op) - offsetof(struct nic_wr, wr_id) ==
+		       offsetof(struct loop_wqe, op) &&
+	       sizeof(struct nic_wr) - offsetof(struct nic_wr, wr_id) == sizeof(struct loop_wqe),
+	       "struct loop_wqe is the tail of struct nic_wr");
 
 int loop_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
 {
 	struct loop_qp *qp = qp_of(nqp);
 	struct loop_cq *cq = qp->cq;
-	uint32_t peer;
+	uint32_t peer, tail, count, size;
 	int rc = 0;
 
 	/* Acquire: pairs with qp_connect, which may run on the control thread. */
@@ -272,22 +380,32 @@ int loop_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
 		goto out;
 	}
 	qp->peer = peer;
+	/* The send queue's tail and count in locals: the copies into the
+	 * queue would make the compiler reload them for every WR. */
+	tail = qp->sq_tail;
+	count = qp->sq_count;
+	size = qp->sq_size;
 	/* In the error state WRs are still queued: the next poll flushes them. */
 	for (; wr; wr = wr->next) {
 		if (unlikely(wr->op != NIC_OP_WRITE && wr->op != NIC_OP_READ)) {
 			rc = -EINVAL;
 			break;
 		}
-		if (unlikely(qp->sq_count == qp->sq_size)) {
+		if (unlikely(count == size)) {
 			/* The caller's QP depth accounting is wrong. */
 			cq->cnt[CNT_SQ_OVF]++;
 			WRITE_ONCE(cq->pub[CNT_SQ_OVF], cq->cnt[CNT_SQ_OVF]);
 			rc = -ENOMEM;
 			break;
 		}
-		loop_sq_push(qp, wr);
+		memcpy(&qp->sq[tail], &wr->wr_id, sizeof(struct loop_wqe));
+		if (++tail == size)
+			tail = 0;
+		count++;
 	}
-	if (qp->sq_count && list_empty(&qp->act))
+	qp->sq_tail = tail;
+	qp->sq_count = count;
+	if (count && list_empty(&qp->act))
 		list_add_tail(&qp->act, &cq->active);
 out:
 	if (rc && bad)

@@ -134,24 +134,6 @@ static void post_failed(struct qctx *ctx, struct qpx *q, uint32_t posted, uint32
 	ctx->prov->qp_set_error(q->nqp);
 }
 
-/* How many of the first n pending slices fit: a QP may have at most
- * max_reads RDMA READs outstanding (the NIC's initiator depth, e.g. 128 on
- * rxe).  Where the peer grants fewer responder resources, the QP's
- * max_rd_atomic is lower and the NIC holds the excess READs in its send
- * queue: slower, never an error. */
-static uint32_t read_budget(const struct qctx *ctx, const struct qpx *q,
-			    const struct slice_list *list, uint32_t n)
-{
-	uint32_t reads = q->reads, i = 0;
-	const struct slice *s = list->head;
-
-	for (; i < n; i++, s = s->next) {
-		if (s->op == NIC_OP_READ && reads++ >= ctx->max_reads)
-			break;
-	}
-	return i;
-}
-
 uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint32_t max,
 		  uint64_t now)
 {
@@ -163,24 +145,51 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 	n = post_budget(&q->depth, &ctx->cq_quota, list->count < max ? list->count : max);
 	if (n > POST_MAX_CHAIN)
 		n = POST_MAX_CHAIN;
-	n = read_budget(ctx, q, list, n);
 	if (n == 0)
 		return 0;
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t seq = q->tail + i;
-		struct slice *s = slice_list_pop(list);
+	/* The QP's counters in locals: the stores through s and wrs below
+	 * would make the compiler reload them for every slice. */
+	uint64_t id = (uint64_t)q->index << 32;
+	uint32_t seq = q->tail, mask = q->fifo_mask, every = ctx->signal_every;
+	uint32_t unsignaled = q->unsignaled, reads = q->reads, max_reads = ctx->max_reads;
+	struct slice **fifo = q->fifo;
+	struct slice *s = list->head;
+	uint32_t i;
 
-		q->reads += s->op == NIC_OP_READ;
-		q->fifo[seq & q->fifo_mask] = s;
+	for (i = 0; i < n; i++, seq++) {
+		struct slice *next = s->next;
+
+		/* A QP may have at most max_reads RDMA READs outstanding (the
+		 * NIC's initiator depth, e.g. 128 on rxe): the chain stops at
+		 * the first one over.  Where the peer grants fewer responder
+		 * resources, the QP's max_rd_atomic is lower and the NIC holds
+		 * the excess READs in its send queue: slower, never an error. */
+		if (s->op == NIC_OP_READ) {
+			if (reads >= max_reads)
+				break;
+			reads++;
+		}
+		fifo[seq & mask] = s;
 		s->post_tsc = now;
-		fill_wr(&wrs[i], s, (uint64_t)q->index << 32 | seq);
+		fill_wr(&wrs[i], s, id | seq);
 		/* Selective signalling; the chain's last WR always reports, so
 		 * nothing posted can wait forever for a later signalled WR. */
-		wrs[i].signaled = ++q->unsignaled >= ctx->signal_every || i == n - 1;
+		wrs[i].signaled = ++unsignaled >= every;
 		if (wrs[i].signaled)
-			q->unsignaled = 0;
+			unsignaled = 0;
 		wrs[i].next = &wrs[i + 1];
+		s = next;
 	}
+	n = i;
+	if (n == 0)
+		return 0;
+	slice_list_cut(list, s, n);
+	if (!wrs[n - 1].signaled) {
+		wrs[n - 1].signaled = 1;
+		unsignaled = 0;
+	}
+	q->unsignaled = unsignaled;
+	q->reads = reads;
 	wrs[n - 1].next = NULL;
 	if (q->head == q->tail)
 		q->oldest_tsc = now;
@@ -207,24 +216,26 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 static void retire_upto(struct qctx *ctx, struct qpx *q, uint32_t seq, int err)
 {
 	void (*done)(void *, struct slice *, int) = ctx->ev->slice_done;
-	uint32_t n = seq - q->head + 1;
-	struct slice *last = q->fifo[seq & q->fifo_mask], *s;
+	void *owner = ctx->owner;
+	uint32_t n = seq - q->head + 1, mask = q->fifo_mask;
+	struct slice **fifo = q->fifo;
+	struct slice *last = fifo[seq & mask], *s;
 
 	if (ctx->ev->latency && likely(last && !err))
-		ctx->ev->latency(ctx->owner, ctx->now - last->post_tsc, n);
-	while (q->head != seq) {
-		s = q->fifo[q->head & q->fifo_mask];
+		ctx->ev->latency(owner, ctx->now - last->post_tsc, n);
+	/* head moves only here and the callbacks do not post (a retry goes
+	 * to a pending list): it advances in a local, stored once. */
+	for (uint32_t h = q->head; h != seq; h++) {
+		s = fifo[h & mask];
 		q->reads -= s->op == NIC_OP_READ;
-		done(ctx->owner, s, 0);
-		q->head++;
-		q->burst_retired++;
+		done(owner, s, 0);
 	}
 	if (likely(last != NULL)) { /* NULL: a drain marker */
 		q->reads -= last->op == NIC_OP_READ;
-		done(ctx->owner, last, err);
+		done(owner, last, err);
 	}
 	q->head = seq + 1;
-	q->burst_retired++;
+	q->burst_retired += n;
 }
 
 static struct qpx *wc_qp(struct qctx *ctx, const struct nic_wc *wc, uint32_t *seq)
@@ -292,5 +303,7 @@ int qctx_poll(struct qctx *ctx)
 	cq_quota_sub(&ctx->cq_quota, retired);
 	stat_add(&ctx->ctr, completions, retired);
 	stat_add(&ctx->ctr, cqes, n);
+	if (ctx->ev->burst_done)
+		ctx->ev->burst_done(ctx->owner);
 	return n;
 }

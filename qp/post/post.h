@@ -34,6 +34,9 @@ struct qp_events {
 	/* n WRs retired by one completion took ticks from post to poll (the
 	 * latency histogram); NULL when the owner does not count. */
 	void (*latency)(void *owner, uint64_t ticks, uint32_t n);
+	/* A poll retired WRs and called slice_done for each: whatever the
+	 * owner set aside in those calls is due now (NULL: nothing). */
+	void (*burst_done)(void *owner);
 };
 
 /* Posting and polling counters: single writer (the owning core), read anywhere. */

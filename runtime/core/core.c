@@ -128,7 +128,7 @@ static void core_on_slice_done(void *owner, struct slice *s, int err)
 	if (unlikely(err | rail_troubled(&s->ep->rail)))
 		core_slice_trouble(c, s, err);
 	else
-		core_slice_finish(c, s, 0);
+		core_slice_ok(c, s);
 }
 
 /* qp_events.latency: n slices took ticks from post to completion. */
@@ -139,8 +139,18 @@ static void core_on_latency(void *owner, uint64_t ticks, uint32_t n)
 	histo_add_n(&c->lat, ticks, n);
 }
 
-static const struct qp_events core_events = { core_on_slice_done, core_on_latency };
-static const struct qp_events core_events_uncounted = { core_on_slice_done, NULL };
+/* qp_events.burst_done: the accounting core_slice_ok set aside, done
+ * before qctx_poll returns, whoever polled (the loop pass, the idle path's
+ * last look before sleeping, core_drain). */
+static void core_on_burst_done(void *owner)
+{
+	core_acct_flush(owner);
+}
+
+static const struct qp_events core_events = { core_on_slice_done, core_on_latency,
+					       core_on_burst_done };
+static const struct qp_events core_events_uncounted = { core_on_slice_done, NULL,
+							core_on_burst_done };
 
 void core_part_fail(struct ferry_core *c, struct ferry_rq *rq, uint64_t a, uint64_t b, int err)
 {
@@ -242,9 +252,24 @@ static uint32_t core_cut(struct ferry_core *c)
 			c->cut.head++;
 			continue;
 		}
-		cut_tmpl_init(&t, c, rq, ep);
 		ep_touch(ep);
 		core_ep_activate(c, ep);
+		if (rq->nslices == 1) { /* one part, one slice: no template, no loop */
+			struct slice *s = slice_get(&c->pool);
+
+			if (unlikely(!s)) {
+				dry = true;
+				break;
+			}
+			slice_fill_whole(s, rq, ep, rq->lreg->mr[c->index][ep->tx].lkey,
+					 rq->rreg->rkey[ep->remote_nic]);
+			slice_list_push(&ep->pending, s);
+			cut++;
+			stat_add(&c->ctr, reqs_done, 1);
+			c->cut.head++;
+			continue;
+		}
+		cut_tmpl_init(&t, c, rq, ep);
 		cut += cut_part_slices(&c->pool, &t, pt, CUT_BUDGET - cut, &ep->pending, &dry);
 		if (pt->next == pt->end) {
 			stat_add(&c->ctr, reqs_done, 1);
@@ -427,6 +452,7 @@ __attribute__((noinline)) static uint32_t core_pass(struct ferry_core *c)
 				work += (uint32_t)n;
 		}
 	}
+	core_acct_flush(c);
 	if (unlikely(c->now >= c->next_sweep)) {
 		for (unsigned t = 0; t < c->ntx; t++)
 			core_sweep_qps(c, &c->tx[t]);
@@ -482,6 +508,7 @@ static void core_drain(struct ferry_core *c)
 	for (unsigned t = 0; t < c->ntx; t++)
 		while (c->tx[t].cq_quota.depth && ferry_now_ns() < deadline)
 			qctx_poll(&c->tx[t]);
+	core_acct_flush(c);
 	for (uint32_t k = 0; k < c->eps.cap; k++) {
 		struct ferry_ep *ep = core_ep_at(c, k);
 

@@ -63,25 +63,33 @@ void seg_table_free(struct seg_table *t)
 	t->n_slots = 0;
 }
 
+bool seg_refs_take(struct ferry_seg *s, ferry_seg_t h, uint32_t n)
+{
+	/* Dekker pair with ferry_segment_close (state, then inflight) and
+	 * ep_keep (rail_gone, then inflight): our references, then their flag. */
+	fetch_add_sc(s->inflight, n);
+	if (load_sc(s->state) != SEG_OPEN || load_sc(s->gen) != (uint32_t)(h >> 32)) {
+		seg_release_refs(s, n);
+		return false;
+	}
+	return true;
+}
+
 struct ferry_seg *seg_acquire(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot)
 {
 	struct ferry_seg *s = seg_lookup(e, h, slot);
 
-	if (!s)
-		return NULL;
-	/* Dekker pair with ferry_segment_close (state, then inflight) and
-	 * ep_keep (rail_gone, then inflight): our reference, then their flag. */
-	fetch_add_sc(s->inflight, 1);
-	if (load_sc(s->state) != SEG_OPEN || load_sc(s->gen) != (uint32_t)(h >> 32)) {
-		seg_release_ref(s);
-		return NULL;
-	}
-	return s;
+	return s && seg_refs_take(s, h, 1) ? s : NULL;
 }
 
 void seg_release_ref(struct ferry_seg *s)
 {
 	fetch_sub_sc(s->inflight, 1);
+}
+
+void seg_release_refs(struct ferry_seg *s, uint32_t n)
+{
+	fetch_sub_sc(s->inflight, n);
 }
 
 static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, struct ferry_ep *ep);

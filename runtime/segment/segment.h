@@ -146,7 +146,11 @@ int seg_route_next(struct ferry_engine *e, struct ferry_seg *s, const struct seg
 
 /* A reference on an open segment for a request (NULL: closed or unknown). */
 struct ferry_seg *seg_acquire(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot);
+/* n references at once on s, the segment of handle h (seg_lookup): false,
+ * holding none, when it is no longer open in h's generation. */
+bool seg_refs_take(struct ferry_seg *s, ferry_seg_t h, uint32_t n);
 void seg_release_ref(struct ferry_seg *s);
+void seg_release_refs(struct ferry_seg *s, uint32_t n);
 
 /* Mark core i's rail to s down (or up) and tell its core (fail fast); ctl_lock held. */
 void seg_rail_set_down(struct ferry_engine *e, struct ferry_seg *s, unsigned i, uint32_t slot,

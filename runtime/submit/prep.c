@@ -118,10 +118,10 @@ static struct ferry_seg *prep_seg_refs(struct ferry_engine *e, ferry_seg_t h, ui
 
 	if (!s)
 		return NULL;
-	fetch_add_sc(s->inflight, n);
-	if (load_sc(s->state) != SEG_OPEN || load_sc(s->gen) != (uint32_t)(h >> 32) ||
-	    READ_ONCE(s->stale)) {
-		fetch_sub_sc(s->inflight, n);
+	if (!seg_refs_take(s, h, n))
+		return NULL;
+	if (READ_ONCE(s->stale)) {
+		seg_release_refs(s, n);
 		return NULL;
 	}
 	return s;
@@ -148,6 +148,7 @@ static void prep_fill(struct ferry_rq *rq, const struct prep_entry *pe, struct f
 int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const uint32_t *idx,
 		      uint32_t n)
 {
+	struct rails_snap rails = { .left = 0 };
 	struct ferry_engine *e;
 	struct ferry_seg *s;
 	uint32_t first, slot;
@@ -162,6 +163,8 @@ int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const 
 	e = b->port->e;
 	first = b->n;
 	s = n ? prep_seg_refs(e, pr->seg, n, &slot) : NULL;
+	if (s) /* every request is queued: counted at once (see submit_some) */
+		fetch_add_relaxed(b->acct.pending, n); /* published by the ring's release */
 	for (uint32_t i = 0; i < n; i++) {
 		struct ferry_rq *rq = &b->rqs[b->n++];
 
@@ -171,12 +174,12 @@ int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const 
 			continue;
 		}
 		prep_fill(rq, &pr->entry[idx[i]], s, slot, pr->seg);
-		rq_rails(e, rq);
+		rq_rails(e, rq, &rails);
 		if (rq->nslices < rq->nparts)
 			rq->nparts = (uint32_t)rq->nslices;
 		rq->remaining = rq->len;
-		fetch_add_relaxed(b->acct.pending, 1); /* published by the ring's release */
-		rq_dispatch(b->port, rq);
+		if (rq_dispatch(b->port, rq))
+			rails.left = 0;
 	}
 	return (int)first;
 }

@@ -172,6 +172,37 @@ static int rq_check_args(const struct ferry_req *r)
 	return 0;
 }
 
+/*
+ * What one submit call holds across its requests: references taken in
+ * bulk, one atomic per run of consecutive requests to one segment or one
+ * local region instead of one per request (and one per completion on the
+ * cores' side stays), handed to the requests as they pass validation and
+ * given back at the end for those that did not use them.  The segment's
+ * rails are picked once per RAILS_REUSE requests of a run, and again after
+ * a wait for ring room.  The port's thread only, on its stack.
+ */
+struct submit_hold {
+	struct ferry_seg *seg;         /* referenced seg_left times, */
+	uint32_t seg_end;              /* for requests [.., seg_end) of the call */
+	uint32_t slot;
+	uint32_t seg_left;
+	struct rails_snap rails;       /* seg's */
+	struct mem_region *lreg;       /* referenced lreg_left times, */
+	uint32_t lreg_end;             /* for requests [.., lreg_end) */
+	uint32_t lreg_left;
+};
+
+/* Give back the references no request used. */
+static void hold_drop(struct submit_hold *h)
+{
+	if (h->seg_left)
+		seg_release_refs(h->seg, h->seg_left);
+	if (h->lreg_left)
+		fetch_sub_release(h->lreg->refs, h->lreg_left); /* pairs with: load_sc in unregister */
+	h->seg_left = 0;
+	h->lreg_left = 0;
+}
+
 /* [addr, addr + len) inside r (read racy: see rq_find_local). */
 static bool region_covers(const struct mem_region *r, uint64_t addr, uint64_t len)
 {
@@ -180,39 +211,73 @@ static bool region_covers(const struct mem_region *r, uint64_t addr, uint64_t le
 	return addr >= base && addr + len <= base + READ_ONCE(r->len);
 }
 
+/* Requests reqs[i..n) in a row whose local range r covers (at least 1):
+ * the references to take at once.  A bad request only miscounts. */
+static uint32_t lreg_run(const struct mem_region *r, const struct ferry_req *reqs, uint32_t i,
+			 uint32_t n)
+{
+	uint64_t base = READ_ONCE(r->addr), end = base + READ_ONCE(r->len);
+	uint32_t k = 1;
+
+	for (; i + k < n; k++) {
+		uint64_t addr = (uintptr_t)reqs[i + k].local;
+
+		if (addr < base || addr + reqs[i + k].len > end)
+			break;
+	}
+	return k;
+}
+
 /*
- * The port's cached region, with a reference, if it still covers the
- * request.  A Dekker pair with ferry_mem_unregister: we take the reference,
+ * The port's cached region, with k references, if it still covers the
+ * request.  A Dekker pair with ferry_mem_unregister: we take the references,
  * then look at the generation; it bumps the generation, then looks at the
  * references.  Either it sees ours (-EBUSY) or we see its bump (and undo).
  * The struct is type-stable (engine.h), so a stale pointer is safe to
  * touch.
  */
 static struct mem_region *lcache_get(struct ferry_engine *e, struct ferry_port *p,
-				     const struct ferry_rq *rq)
+				     const struct ferry_rq *rq, const struct ferry_req *reqs,
+				     uint32_t i, uint32_t n, uint32_t *k)
 {
 	struct mem_region *r = p->lcache;
 
 	if (!r || load_acquire(e->regions_gen) != p->lcache_gen || /* pairs with: store_sc in unregister */
 	    !region_covers(r, rq->local, rq->len))
 		return NULL;
-	fetch_add_sc(r->refs, 1);
+	*k = lreg_run(r, reqs, i, n);
+	fetch_add_sc(r->refs, *k);
 	if (load_sc(e->regions_gen) == p->lcache_gen)
 		return r;
-	fetch_sub_relaxed(r->refs, 1); /* unregistered meanwhile: ours was not seen */
+	fetch_sub_relaxed(r->refs, *k); /* unregistered meanwhile: ours were not seen */
 	return NULL;
 }
 
-static int rq_find_local(struct ferry_engine *e, struct ferry_port *p, struct ferry_rq *rq)
+/* The local region of reqs[i] (rq), referenced by the hold: the hold's
+ * if reqs[i] is in its run (covered: counted when it was taken), else the
+ * port's cache, else a lookup. */
+static int rq_find_local(struct ferry_engine *e, struct ferry_port *p, struct submit_hold *h,
+			 struct ferry_rq *rq, const struct ferry_req *reqs, uint32_t i, uint32_t n)
 {
-	struct mem_region *r = lcache_get(e, p, rq);
+	struct mem_region *r;
+	uint32_t k;
 
+	if (likely(i < h->lreg_end)) {
+		rq->lreg = h->lreg;
+		return 0;
+	}
+	if (h->lreg_left) {
+		fetch_sub_release(h->lreg->refs, h->lreg_left); /* pairs with: load_sc in unregister */
+		h->lreg_left = 0;
+	}
+	r = lcache_get(e, p, rq, reqs, i, n, &k);
 	if (!r) {
 		pthread_rwlock_rdlock(&e->regions_lock);
 		r = ferry_region_find(e, rq->local, rq->len);
 		if (r) {
-			/* Under the read lock: unregister (write lock) sees it. */
-			fetch_add_relaxed(r->refs, 1);
+			/* Under the read lock: unregister (write lock) sees them. */
+			k = lreg_run(r, reqs, i, n);
+			fetch_add_relaxed(r->refs, k);
 			p->lcache = r;
 			p->lcache_gen = READ_ONCE(e->regions_gen); /* stable under the lock */
 		}
@@ -220,8 +285,10 @@ static int rq_find_local(struct ferry_engine *e, struct ferry_port *p, struct fe
 		if (!r)
 			return -EFAULT;
 	}
+	h->lreg = r;
+	h->lreg_end = i + k;
+	h->lreg_left = k;
 	rq->lreg = r;
-	rq->lreg_refs = &r->refs;
 	return 0;
 }
 
@@ -246,10 +313,10 @@ static const struct seg_region *rq_find_remote(struct ferry_port *p, const struc
 }
 
 /*
- * The rails (cores) to stripe over, read once after seg_acquire took the
- * reference (an eviction then sees the reference, or we see the rail gone):
- * those with an endpoint that are neither down nor paused; else every one
- * with an endpoint (their cores fail fast or serve slowly); 0 when none.
+ * The rails (cores) to stripe over, read after the references were taken
+ * (an eviction then sees them, or we see the rail gone): those with an
+ * endpoint that are neither down nor paused; else every one with an
+ * endpoint (their cores fail fast or serve slowly); 0 when none.
  */
 static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg *s,
 			   uint32_t *count)
@@ -272,13 +339,17 @@ static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg 
 }
 
 /*
- * The rails to stripe rq over.  A cache miss (every endpoint to the
- * segment was evicted) does not block the submitter: the repair thread is
- * asked to reconnect, and the request waits on one core until it has.
+ * Pick rq's rails into snap, for RAILS_REUSE requests.  A cache miss
+ * (every endpoint to the segment was evicted) does not block the
+ * submitter: the repair thread is asked to reconnect, and the request
+ * waits on one core until it has (the next request looks again).
  */
-void rq_rails(struct ferry_engine *e, struct ferry_rq *rq)
+void rq_rails_pick(struct ferry_engine *e, struct ferry_rq *rq, struct rails_snap *snap)
 {
-	rq->rails = rails_pick(e, rq->seg, &rq->nparts);
+	snap->rails = rails_pick(e, rq->seg, &snap->n);
+	snap->left = RAILS_REUSE - 1;
+	rq->rails = snap->rails;
+	rq->nparts = snap->n;
 	if (rq->rails)
 		return;
 	store_release(rq->seg->want_eps, 1); /* pairs with: load_acquire in repair_reconnects */
@@ -287,10 +358,43 @@ void rq_rails(struct ferry_engine *e, struct ferry_rq *rq)
 	rq->nparts = 1;
 }
 
-static void rq_drop_seg(struct ferry_rq *rq)
+/*
+ * The segment of reqs[i], referenced by the hold: the hold's if reqs[i]
+ * is in its run, else references for the requests in a row to this
+ * handle, taken at once.  NULL: unknown, closed or closing (*slot set
+ * when the handle names a slot).
+ */
+static struct ferry_seg *hold_seg(struct ferry_engine *e, struct submit_hold *h,
+				  const struct ferry_req *reqs, uint32_t i, uint32_t n,
+				  uint32_t *slot)
 {
-	seg_release_ref(rq->seg);
-	rq->seg = NULL;
+	ferry_seg_t handle = reqs[i].seg;
+	struct ferry_seg *s;
+	uint32_t k = 1;
+
+	if (likely(i < h->seg_end)) {
+		*slot = h->slot;
+		return h->seg;
+	}
+	if (h->seg_left) {
+		seg_release_refs(h->seg, h->seg_left);
+		h->seg_left = 0;
+	}
+	s = seg_lookup(e, handle, slot);
+	/* Not the Dekker check (seg_refs_take is): a closed segment's
+	 * requests are refused without counting the run. */
+	if (!s || load_sc(s->state) != SEG_OPEN)
+		return NULL;
+	while (i + k < n && reqs[i + k].seg == handle)
+		k++;
+	if (!seg_refs_take(s, handle, k))
+		return NULL;
+	h->seg = s;
+	h->seg_end = i + k;
+	h->slot = *slot;
+	h->seg_left = k;
+	h->rails.left = 0; /* picked after these references */
+	return s;
 }
 
 /* The peer's region allows what rq does to it (its owner's access rights). */
@@ -301,11 +405,15 @@ static int rq_access_ok(const struct ferry_rq *rq)
 	return (rq->rreg->access & need) == need ? 0 : -EACCES;
 }
 
-/* Validate r and fill rq; on error nothing is held. */
-static int rq_prepare(struct ferry_port *p, struct ferry_rq *rq, const struct ferry_req *r)
+/* Validate reqs[i] (of n) and fill rq with references from the hold; on
+ * error rq holds nothing. */
+static int rq_prepare(struct ferry_port *p, struct submit_hold *h, struct ferry_rq *rq,
+		      const struct ferry_req *reqs, uint32_t i, uint32_t n)
 {
+	const struct ferry_req *r = &reqs[i];
 	struct ferry_engine *e = p->e;
 	const struct seg_desc *d;
+	struct ferry_seg *s;
 	int rc = rq_check_args(r);
 
 	if (rc)
@@ -314,25 +422,26 @@ static int rq_prepare(struct ferry_port *p, struct ferry_rq *rq, const struct fe
 	rq->remote = r->remote;
 	rq->len = r->len;
 	rq->op = r->op == FERRY_OP_READ ? NIC_OP_READ : NIC_OP_WRITE;
-	rq->seg = seg_acquire(e, r->seg, &rq->seg_slot);
-	if (!rq->seg)
+	s = hold_seg(e, h, reqs, i, n, &rq->seg_slot);
+	if (!s)
 		return -EBADF;
 	rq->seg_gen = (uint32_t)(r->seg >> 32);
-	if (READ_ONCE(rq->seg->stale)) {
-		rq_drop_seg(rq);
+	if (READ_ONCE(s->stale))
 		return -ESTALE; /* the peer restarted: open its address again */
-	}
-	d = load_acquire(rq->seg->desc); /* pairs with: store_release in seg_refresh_locked */
+	d = load_acquire(s->desc); /* pairs with: store_release in seg_refresh_locked */
 	rq->rreg = rq_find_remote(p, r, d);
 	rc = rq->rreg ? rq_access_ok(rq) : -EFAULT;
 	if (rc == 0)
-		rc = rq_find_local(e, p, rq);
-	if (rc) {
-		rq_drop_seg(rq);
+		rc = rq_find_local(e, p, h, rq, reqs, i, n);
+	if (rc)
 		return rc;
-	}
-	rq->seg_refs = &rq->seg->inflight;
-	rq_rails(e, rq);
+	/* Valid: one reference of each kind is the request's now. */
+	h->seg_left--;
+	h->lreg_left--;
+	rq->seg = s;
+	rq->seg_refs = &s->inflight;
+	rq->lreg_refs = &rq->lreg->refs;
+	rq_rails(e, rq, &h->rails);
 	rq->nslices = slice_count(r->len, e->opts.slice_size);
 	if (rq->nslices < rq->nparts)
 		rq->nparts = (uint32_t)rq->nslices;
@@ -356,12 +465,39 @@ void rq_clear(struct ferry_rq *rq, struct rq_batch *b)
 	WRITE_ONCE(rq->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
 }
 
-/* Release what a validated request holds (it will not be dispatched). */
-static void rq_unprepare(struct ferry_rq *rq)
+/* What every slot of ferry_submit needs before validation; the rest
+ * rq_prepare writes once when the request is valid, rq_refuse_clear when
+ * it is not. */
+static inline void rq_begin(struct ferry_rq *rq, struct rq_batch *b)
 {
-	if (rq->lreg_refs)
-		fetch_sub_relaxed(*rq->lreg_refs, 1);
-	rq_drop_seg(rq);
+	rq->batch = b;
+	rq->seg_slot = UINT32_MAX; /* no segment until validation finds one (ferry_notify looks) */
+	rq->ok_bytes = 0;
+	rq->error = 0;
+	WRITE_ONCE(rq->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
+}
+
+/* A refused slot: rq_clear's fields, then FAILED with err. */
+static void rq_refuse_clear(struct ferry_rq *rq, int err)
+{
+	rq->seg = NULL;
+	rq->lreg = NULL;
+	rq->rreg = NULL;
+	rq->lreg_refs = NULL;
+	rq->seg_refs = NULL;
+	rq->nparts = 0;
+	rq_refuse(rq, err);
+}
+
+/* A validated request that will not be dispatched: its references go
+ * back to the hold (they came from it). */
+static void rq_unprepare(struct ferry_rq *rq, struct submit_hold *h)
+{
+	h->seg_left++;
+	h->lreg_left++;
+	rq->seg = NULL;
+	rq->lreg_refs = NULL;
+	rq->seg_refs = NULL;
 }
 
 /* Room on every ring rq's parts go to (only the consumer frees more). */
@@ -376,10 +512,10 @@ static bool rq_fits(const struct ferry_port *p, const struct ferry_rq *rq)
 	return true;
 }
 
-/* Queue part p of rq on core c; a full ring is back-pressure: wait for room. */
-static void part_enqueue(struct ferry_port *p, struct ferry_core *c, struct ferry_rq *rq, unsigned part)
+/* A full ring is back-pressure: wait for room (true: it waited). */
+static __attribute__((noinline)) bool part_wait(struct ferry_port *p, struct ferry_core *c,
+						void *tagged)
 {
-	void *tagged = rq_part_tag(rq, part);
 	unsigned spins = 0;
 
 	while (!ferry_ring_put(&p->rings[c->index], tagged)) {
@@ -391,59 +527,111 @@ static void part_enqueue(struct ferry_port *p, struct ferry_core *c, struct ferr
 		else
 			sched_yield();
 	}
+	return spins != 0;
 }
 
-/* Parts go to the rails in turn, starting at a core that moves on with
- * every request (no division: this runs per request). */
-void rq_dispatch(struct ferry_port *p, struct ferry_rq *rq)
+/* Queue part p of rq on core c.  True when it had to wait for room. */
+static inline bool part_enqueue(struct ferry_port *p, struct ferry_core *c, struct ferry_rq *rq,
+				unsigned part)
+{
+	void *tagged = rq_part_tag(rq, part);
+
+	if (likely(ferry_ring_put(&p->rings[c->index], tagged)))
+		return false;
+	return part_wait(p, c, tagged);
+}
+
+/* Several parts, in turn over the rails from core on. */
+static bool rq_dispatch_parts(struct ferry_port *p, struct ferry_rq *rq, unsigned core)
 {
 	struct ferry_engine *e = p->e;
-	unsigned core = p->rr, k = 0;
+	bool waited = false;
+	unsigned k = 0;
 
-	if (++p->rr >= e->ncores)
-		p->rr = 0;
 	for (unsigned i = 0; k < rq->nparts && i < e->ncores; i++) {
 		struct ferry_core *c = e->cores[core];
 
 		if (rq->rails & (1ull << core)) {
-			part_enqueue(p, c, rq, k++);
+			waited |= part_enqueue(p, c, rq, k++);
 			core_kick(c);
 		}
 		if (++core == e->ncores)
 			core = 0;
 	}
+	return waited;
+}
+
+/* Parts go to the rails in turn, starting at a core that moves on with
+ * every request (no division: this runs per request).  Inline: the
+ * submit loops' per-request path. */
+static inline bool rq_dispatch_inline(struct ferry_port *p, struct ferry_rq *rq)
+{
+	struct ferry_engine *e = p->e;
+	unsigned core = p->rr;
+	struct ferry_core *c;
+	bool waited;
+
+	if (++p->rr >= e->ncores)
+		p->rr = 0;
+	if (rq->nparts != 1)
+		return rq_dispatch_parts(p, rq, core);
+	while (!(rq->rails & (1ull << core))) /* one part: the first rail from core on */
+		if (++core == e->ncores)
+			core = 0;
+	c = e->cores[core];
+	waited = part_enqueue(p, c, rq, 0);
+	core_kick(c);
+	return waited;
+}
+
+bool rq_dispatch(struct ferry_port *p, struct ferry_rq *rq)
+{
+	return rq_dispatch_inline(p, rq);
 }
 
 /*
  * Validate and queue the requests of reqs (at most n) into b's next slots.
  * wait: ferry_submit, which waits on a full ring; else stop before the
  * first request whose rings have no room.  Returns how many took a slot.
+ * The batch counts all n pending at once (its owner, this thread, is the
+ * only one that looks for 0 before the cores have ended them) and the
+ * refused and untaken ones come off at the end.
  */
 static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n,
 			    bool wait)
 {
-	uint32_t i;
+	struct submit_hold h = { .seg = NULL };
+	struct ferry_port *p = b->port;
+	struct ferry_rq *rq = &b->rqs[b->n];
+	uint32_t i, queued = 0;
 
-	for (i = 0; i < n; i++) {
-		struct ferry_rq *rq = &b->rqs[b->n];
+	if (n == 0)
+		return 0;
+	fetch_add_relaxed(b->acct.pending, n); /* published by the ring's release */
+	/* b->n is stored once at the end: only this thread reads it. */
+	for (i = 0; i < n; i++, rq++) {
 		int rc;
 
-		rq_clear(rq, &b->acct);
-		rc = rq_prepare(b->port, rq, &reqs[i]);
-		if (rc == 0 && !wait && !rq_fits(b->port, rq)) {
-			rq_unprepare(rq);
+		rq_begin(rq, &b->acct);
+		rc = rq_prepare(p, &h, rq, reqs, i, n);
+		if (rc == 0 && !wait && !rq_fits(p, rq)) {
+			rq_unprepare(rq, &h);
 			break;
 		}
-		b->n++;
 		if (rc) {
-			rq_refuse(rq, rc);
+			rq_refuse_clear(rq, rc);
 			continue;
 		}
 		rq->remaining = rq->len;
-		fetch_add_relaxed(b->acct.pending, 1); /* published by the ring's release */
+		queued++;
 		/* The ring's release publishes rq's fields to the cores. */
-		rq_dispatch(b->port, rq);
+		if (rq_dispatch_inline(p, rq))
+			h.rails.left = 0;
 	}
+	b->n += i;
+	hold_drop(&h);
+	if (queued < n)
+		fetch_sub_relaxed(b->acct.pending, n - queued); /* none of these reach a core */
 	return i;
 }
 

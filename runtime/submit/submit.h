@@ -7,8 +7,10 @@
 #ifndef FERRY_RUNTIME_SUBMIT_H
 #define FERRY_RUNTIME_SUBMIT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
+#include "ring/base/compiler.h"
 #include "ring/ring.h"
 #include "slice/request.h"
 
@@ -50,8 +52,32 @@ void port_free(struct ferry_port *p);
 /* submit.c, for prep.c: a slot made ready for a request of batch b, and
  * the parts of a validated request queued on its rails' cores. */
 void rq_clear(struct ferry_rq *rq, struct rq_batch *b);
-void rq_dispatch(struct ferry_port *p, struct ferry_rq *rq);
-/* The rails (and parts) of rq, whose seg is referenced. */
-void rq_rails(struct ferry_engine *e, struct ferry_rq *rq);
+/* True when it waited for room on a ring (the rails may have changed). */
+bool rq_dispatch(struct ferry_port *p, struct ferry_rq *rq);
+
+/* A segment's rails as one submit call picked them, for its next `left`
+ * requests to it: the flags are hints (a rail that goes down meanwhile
+ * fails its parts fast, or moves them), read again after RAILS_REUSE
+ * requests or a wait for ring room. */
+#define RAILS_REUSE 64
+struct rails_snap {
+	uint64_t rails;
+	uint32_t n;
+	uint32_t left;
+};
+/* rq_rails's slow path: pick (or, with no rail, ask for a reconnect). */
+void rq_rails_pick(struct ferry_engine *e, struct ferry_rq *rq, struct rails_snap *snap);
+/* The rails (and parts) of rq, whose seg is referenced since before snap
+ * was last picked (left = 0: pick now). */
+static inline void rq_rails(struct ferry_engine *e, struct ferry_rq *rq, struct rails_snap *snap)
+{
+	if (likely(snap->left && snap->rails)) {
+		snap->left--;
+		rq->rails = snap->rails;
+		rq->nparts = snap->n;
+	} else {
+		rq_rails_pick(e, rq, snap);
+	}
+}
 
 #endif /* FERRY_RUNTIME_SUBMIT_H */

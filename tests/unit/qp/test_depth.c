@@ -166,7 +166,7 @@ static void test_slice_done(void *owner, struct slice *s, int err)
 	slice_put(&h->pool, s);
 }
 
-static const struct qp_events test_events = { test_slice_done, NULL };
+static const struct qp_events test_events = { test_slice_done, NULL, NULL };
 
 static uint8_t pat(uint32_t id, uint32_t k)
 {

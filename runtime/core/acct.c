@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Accounting of completed slices (core.h: core_slice_ok): the bytes of a
+ * run of one request's slices summed and folded once, and the requests
+ * that end in a burst released together (slice/request.h: struct rq_ends).
+ * The core's thread only.
+ */
+#include "runtime/core/core.h"
+
+static void core_count_wakes(struct ferry_core *c, int woke)
+{
+	if (woke)
+		stat_add(&c->ctr, wakeups, (uint64_t)woke);
+}
+
+/* The bytes summed for c->acct_rq, accounted (its end, if they were the
+ * last, goes on the ended list). */
+static void core_acct_fold(struct ferry_core *c)
+{
+	if (c->acct_rq) {
+		core_count_wakes(c, rq_account_defer(&c->ends, c->acct_rq, c->acct_len, 0));
+		c->acct_rq = NULL;
+		c->acct_len = 0;
+	}
+}
+
+void core_acct_flush(struct ferry_core *c)
+{
+	core_acct_fold(c);
+	if (c->ends.n)
+		core_count_wakes(c, rq_ends_flush(&c->ends));
+}
+
+__attribute__((noinline)) void core_ends_full(struct ferry_core *c)
+{
+	core_count_wakes(c, rq_ends_flush(&c->ends));
+}
+
+__attribute__((noinline)) void core_acct_switch(struct ferry_core *c, struct ferry_rq *rq,
+						uint64_t len)
+{
+	core_acct_fold(c);
+	c->acct_rq = rq;
+	c->acct_len = len;
+}
