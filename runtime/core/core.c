@@ -539,15 +539,6 @@ uint32_t core_run_pass(struct ferry_core *c, uint64_t t0)
 	return work;
 }
 
-void core_account_time(struct ferry_core *c, uint64_t t0, uint64_t t1, uint32_t work)
-{
-	if (work)
-		stat_add(&c->ctr, busy_ticks, t1 - t0);
-	else
-		stat_add(&c->ctr, idle_ticks, t1 - t0);
-	stat_add(&c->ctr, loops, 1);
-}
-
 static void *core_main(void *arg)
 {
 	struct ferry_core *c = arg;

@@ -36,6 +36,16 @@
 
 enum { DRIVER_FREE = 0, DRIVER_THREAD = 1, DRIVER_CALLER = 2, DRIVER_WANTED = 4 };
 
+/* A pass's time, by whoever drove it (the core's thread or a caller). */
+void core_account_time(struct ferry_core *c, uint64_t t0, uint64_t t1, uint32_t work)
+{
+	if (work)
+		stat_add(&c->ctr, busy_ticks, t1 - t0);
+	else
+		stat_add(&c->ctr, idle_ticks, t1 - t0);
+	stat_add(&c->ctr, loops, 1);
+}
+
 /* ---- the core's thread ---- */
 
 /* Asleep for up to CALLER_FALLBACK_MS, offline for RCU; a stop wakes it. */
