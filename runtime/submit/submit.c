@@ -448,23 +448,6 @@ static int rq_prepare(struct ferry_port *p, struct submit_hold *h, struct ferry_
 	return 0;
 }
 
-/* A slot's fields before validation fills them (no memset of two lines:
- * each field is written once). */
-void rq_clear(struct ferry_rq *rq, struct rq_batch *b)
-{
-	rq->batch = b;
-	rq->seg = NULL;
-	rq->lreg = NULL;
-	rq->rreg = NULL;
-	rq->lreg_refs = NULL;
-	rq->seg_refs = NULL;
-	rq->nparts = 0;
-	rq->seg_slot = UINT32_MAX; /* no segment until validation finds one (ferry_notify looks) */
-	rq->ok_bytes = 0;
-	rq->error = 0;
-	WRITE_ONCE(rq->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
-}
-
 /* What every slot of ferry_submit needs before validation; the rest
  * rq_prepare writes once when the request is valid, rq_refuse_clear when
  * it is not. */
@@ -477,8 +460,8 @@ static inline void rq_begin(struct ferry_rq *rq, struct rq_batch *b)
 	WRITE_ONCE(rq->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
 }
 
-/* A refused slot: rq_clear's fields, then FAILED with err. */
-static void rq_refuse_clear(struct ferry_rq *rq, int err)
+/* The references and parts a valid request would hold: none. */
+static inline void rq_clear_refs(struct ferry_rq *rq)
 {
 	rq->seg = NULL;
 	rq->lreg = NULL;
@@ -486,6 +469,19 @@ static void rq_refuse_clear(struct ferry_rq *rq, int err)
 	rq->lreg_refs = NULL;
 	rq->seg_refs = NULL;
 	rq->nparts = 0;
+}
+
+/* A slot's fields before validation fills them. */
+void rq_clear(struct ferry_rq *rq, struct rq_batch *b)
+{
+	rq_begin(rq, b);
+	rq_clear_refs(rq);
+}
+
+/* A refused slot: rq_clear's fields, then FAILED with err. */
+static void rq_refuse_clear(struct ferry_rq *rq, int err)
+{
+	rq_clear_refs(rq);
 	rq_refuse(rq, err);
 }
 
