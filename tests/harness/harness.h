@@ -171,6 +171,22 @@ static inline void assert_engine_quiet(struct ferry_engine *e)
 	}
 }
 
+/* One counter of ferry_core_stats (at offset off), summed over e's cores:
+ * ENGINE_STAT_SUM(e, wrs_posted). */
+static inline uint64_t engine_stat_sum(struct ferry_engine *e, size_t off)
+{
+	uint64_t n = 0;
+
+	for (unsigned i = 0; i < ferry_engine_cores(e); i++) {
+		struct ferry_core_stats st;
+
+		assert_int_equal(ferry_core_stats(e, i, &st), 0);
+		n += *(const uint64_t *)((const char *)&st + off);
+	}
+	return n;
+}
+#define ENGINE_STAT_SUM(e, field) engine_stat_sum((e), offsetof(struct ferry_core_stats, field))
+
 static inline uint64_t slices_in_flight(struct ferry_engine *e, unsigned core)
 {
 	struct ferry_core_stats st;

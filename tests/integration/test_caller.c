@@ -20,15 +20,7 @@ static void caller_opts(struct ferry_opts *o, const char *cores)
 
 static uint64_t caller_passes(struct ferry_engine *e)
 {
-	uint64_t n = 0;
-
-	for (unsigned i = 0; i < ferry_engine_cores(e); i++) {
-		struct ferry_core_stats st;
-
-		assert_int_equal(ferry_core_stats(e, i, &st), 0);
-		n += st.caller_passes;
-	}
-	return n;
+	return ENGINE_STAT_SUM(e, caller_passes);
 }
 
 /* rounds of REQS random WRITEs then READs back within [off, off + span). */

@@ -211,15 +211,7 @@ static void setup_pair(uint32_t timeout_ms)
 /* WRs the cores of e have posted, all told. */
 static uint64_t wrs_posted(struct ferry_engine *e)
 {
-	uint64_t n = 0;
-
-	for (unsigned i = 0; i < ferry_engine_cores(e); i++) {
-		struct ferry_core_stats st;
-
-		assert_int_equal(ferry_core_stats(e, i, &st), 0);
-		n += st.wrs_posted;
-	}
-	return n;
+	return ENGINE_STAT_SUM(e, wrs_posted);
 }
 
 /*
