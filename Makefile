@@ -104,12 +104,14 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libferry.a
 
 # bench/compare-tcp.sh's baselines: an 8-byte TCP ping-pong, one thread's
 # memcpy over cold pools and a plain process_vm_writev/readv loop between
-# two processes (bench/tools/; not linked to ferry).
+# two processes (bench/tools/; not linked to ferry; tool.c, what they
+# share, linked into each).
 BENCH_TOOLS := $(B)/tcp_pingpong $(B)/memcpy_bw $(B)/pvm_bw
 bench-tools: $(BENCH_TOOLS)
-$(BENCH_TOOLS): $(B)/%: bench/tools/%.c
+$(BENCH_TOOLS): $(B)/%: bench/tools/%.c bench/tools/tool.c bench/tools/tool.h
 	@mkdir -p $(B)
-	$(CC) -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -D_GNU_SOURCE $(ALL_LDFLAGS) -o $@ $<
+	$(CC) -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -D_GNU_SOURCE $(ALL_LDFLAGS) -o $@ \
+	  $(filter %.c,$^)
 
 # Standalone check of the verbs provider alone (needs RDMA devices).
 $(B)/verbs_smoke: $(B)/obj/tests/tools/verbs_smoke.o $(B)/libferry.a

@@ -48,22 +48,12 @@ TMO=$((${DUR%.*} + 90))
 POOL=$((256 << 20))
 read -r CPU_I CPU_T <<<"$(cpu_pair)"
 failed=0
-declare -A val # key -> the rounds' numbers, space-separated
 
 for f in "$BENCH" "$MEMCPY" "$PVM"; do
 	[ -x "$f" ] || die "$f missing: run 'make -j2 $BENCH bench-tools' first"
 done
 mkdir -p "$LOGDIR" || die "cannot create $LOGDIR"
 private_bench
-
-# Note a number for KEY ("-" when the run gave none: the run failed).
-note() {
-	local v=$2
-	[ "$v" != - ] && v=$(awk -v x="$v" 'BEGIN { printf "%.3f", x }')
-	val[$1]="${val[$1]:-} $v"
-	[ "$v" = - ] && failed=1
-	return 0
-}
 
 # The value after word $2 in the one-line output of a tool ($1), or "-".
 word_after() {
@@ -118,25 +108,6 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	done
 done
 echo "# load average at end: $(loadavg)"
-
-# "median (min-max)" of KEY's rounds.
-show() {
-	local -a v
-	read -r -a v <<<"${val[$1]:-}"
-	[ ${#v[@]} -eq 0 ] && { echo "-"; return; }
-	if [ ${#v[@]} -eq 1 ]; then
-		echo "${v[0]}"
-	else
-		echo "$(median "${v[@]}") ($(printf "%s\n" "${v[@]}" | grep -v '^-$' | sort -g |
-			sed -n '1p;$p' | paste -sd- -))"
-	fi
-}
-med() {
-	local -a v
-	read -r -a v <<<"${val[$1]:-}"
-	[ ${#v[@]} -eq 0 ] && { echo -; return; }
-	median "${v[@]}"
-}
 
 for kind in cpu wall; do
 	echo

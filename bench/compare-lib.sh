@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# Helpers shared by bench/compare-perftest.sh and bench/compare-ucx.sh:
-# sourced, not run.  They run INSIDE the Soft-RoCE VM.
+# Helpers shared by the compare scripts (bench/compare-*.sh) and
+# bench/main-job.sh: sourced, not run.  The ferry target helpers
+# (start_ferry_target...) run INSIDE the Soft-RoCE VM.
 #
 # The caller sets, before sourcing:
 #   CMP_NAME     prefix of messages ("compare-perftest")
@@ -68,6 +69,48 @@ median() {
 	printf "%s\n" "$@" | grep -v '^-$' | sort -g |
 		awk '{ v[NR] = $1 } END { if (!NR) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
 			else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# ---- rounds: every tool once per round, the table shows medians ----------
+
+# KEY -> the rounds' numbers, space-separated ("-" for a run that failed).
+declare -A val
+
+# Note a number for KEY ("-" when the run gave none: the run failed, and
+# failed=1).
+# shellcheck disable=SC2034 # failed: the caller's exit status
+note() {
+	local v=$2
+	[ "$v" != - ] && v=$(awk -v x="$v" 'BEGIN { printf "%.3f", x }')
+	val[$1]="${val[$1]:-} $v"
+	[ "$v" = - ] && failed=1
+	return 0
+}
+
+# "min-max" of the numbers given ("-" are skipped).
+range() {
+	printf "%s\n" "$@" | grep -v '^-$' | sort -g | sed -n '1p;$p' | paste -sd- -
+}
+
+# The median of KEY's rounds, "-" when it has none.
+med() {
+	local -a v
+	read -r -a v <<<"${val[$1]:-}"
+	[ ${#v[@]} -eq 0 ] && { echo -; return; }
+	median "${v[@]}"
+}
+
+# KEY's rounds as "median UNIT (min-max)", or the one value and UNIT ($2,
+# may be empty); "skipped" when KEY has none.
+show() {
+	local -a v
+	read -r -a v <<<"${val[$1]:-}"
+	[ ${#v[@]} -eq 0 ] && { echo "skipped"; return; }
+	if [ ${#v[@]} -eq 1 ]; then
+		echo "${v[0]}${2:+ $2}"
+	else
+		echo "$(median "${v[@]}")${2:+ $2} ($(range "${v[@]}"))"
+	fi
 }
 
 # A number from ferry_bench --json: json_num FILE KEY.
@@ -159,6 +202,28 @@ ferry_run() {
 		--buffer "$BUFFER" --json ${FERRY_BENCH_ARGS:-} --op "$op" "$@" "${verify[@]}" \
 		>"$LOGDIR/$name.json" 2>"$LOGDIR/$name.err"
 	timed_out $? "ferry_bench $name" "$LOGDIR/$name.err"
+}
+
+# Wait (at most $3 tenths of a second) for Mooncake's transfer_engine_bench
+# --mode=target, pid $2, logging to $1, and print its segment: with
+# P2PHANDSHAKE the RPC address it logs ("listening on HOST:PORT", a port of
+# its own choosing), not its --local_server_name.  Up once it has
+# registered its buffer (the line after the transport's).  When it does not
+# come up, says so on stderr and fails.
+mooncake_segment() {
+	local log=$1 pid=$2 seg i
+	for ((i = 0; i < $3; i++)); do
+		seg=$(sed -n 's/.*P2P handshake, listening on \([0-9.]*:[0-9]*\).*/\1/p' \
+			"$log" 2>/dev/null | head -n 1)
+		[ -n "$seg" ] && grep -qs "DRAM is used\|VRAM is used" "$log" && break
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if [ -z "$seg" ]; then
+		echo "$CMP_NAME: Mooncake's target did not come up (see $log)" >&2
+		return 1
+	fi
+	echo "$seg"
 }
 
 # rxe's complaints, if any, for the logs.

@@ -60,16 +60,7 @@ mooncake_pair() {
 		--buffer_size="$BUFFER" >"$LOGDIR/$name.target" 2>&1 &
 	tpid=$!
 	pids+=("$tpid")
-	seg=
-	for ((i = 0; i < 600; i++)); do
-		seg=$(sed -n 's/.*P2P handshake, listening on \([0-9.]*:[0-9]*\).*/\1/p' \
-			"$LOGDIR/$name.target" 2>/dev/null | head -n 1)
-		[ -n "$seg" ] && grep -qs "DRAM is used" "$LOGDIR/$name.target" && break
-		kill -0 "$tpid" 2>/dev/null || break
-		sleep 0.1
-	done
-	if [ -z "$seg" ]; then
-		echo "$CMP_NAME: Mooncake's target did not come up (see $LOGDIR/$name.target)" >&2
+	if ! seg=$(mooncake_segment "$LOGDIR/$name.target" "$tpid" 600); then
 		kill "$tpid" 2>/dev/null
 		echo -
 		return 1

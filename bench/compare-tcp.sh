@@ -68,7 +68,6 @@ HP=()
 [ "${COMPARE_HUGEPAGES:-0}" = 1 ] && HP=(--hugepages)
 read -r CPU_I CPU_T <<<"$(cpu_pair)"
 failed=0
-declare -A val # key -> the rounds' numbers, space-separated
 
 for f in "$BENCH" "$PINGPONG" "$MEMCPY"; do
 	[ -x "$f" ] || die "$f missing: run 'make -j2 $BENCH bench-tools' first"
@@ -83,15 +82,6 @@ command -v iperf3 >/dev/null || {
 [ -z "$MC" ] && echo "$CMP_NAME: MOONCAKE_BENCH unset: Mooncake's rows skipped" \
 	"(set it to a transfer_engine_bench built from Mooncake's sources)" >&2
 [ -n "$MC" ] && [ ! -x "$MC" ] && die "MOONCAKE_BENCH=$MC is not an executable"
-
-# Note a number for KEY ("-" when the run gave none: the run failed).
-note() {
-	local v=$2
-	[ "$v" != - ] && v=$(awk -v x="$v" 'BEGIN { printf "%.3f", x }')
-	val[$1]="${val[$1]:-} $v"
-	[ "$v" = - ] && failed=1
-	return 0
-}
 
 # Start "$@" in the background pinned to CPU $1, output in $LOGDIR/$2; sets BG_PID.
 bg_pinned() {
@@ -139,28 +129,16 @@ run_pingpong() {
 	sed -n 's/.* p50_us \([0-9.]*\) .*/\1/p' "$LOGDIR/$name.out"
 }
 
-# Mooncake's transfer_engine_bench over its TCP transport: GB/s.  With
-# P2PHANDSHAKE the target's segment is named by the RPC address it logs
-# ("listening on HOST:PORT", a port of its own choosing), not by
-# --local_server_name.
+# Mooncake's transfer_engine_bench over its TCP transport: GB/s.
 run_mooncake() {
-	local s=$1 name=$2 seg i
+	local s=$1 name=$2 seg
 	bg_pinned "$CPU_T" "$name.target" "$MC" --mode=target --protocol=tcp \
 		--metadata_server=P2PHANDSHAKE --local_server_name="127.0.0.1:$(free_port)" \
 		--buffer_size="$POOL"
-	for ((i = 0; i < 300; i++)); do
-		seg=$(sed -n 's/.*P2P handshake, listening on \([0-9.]*:[0-9]*\).*/\1/p' \
-			"$LOGDIR/$name.target" 2>/dev/null | head -n 1)
-		# Up once it has registered its buffer (the line after the transport's).
-		[ -n "$seg" ] && grep -qs "DRAM is used\|VRAM is used" "$LOGDIR/$name.target" && break
-		kill -0 "$BG_PID" 2>/dev/null || break
-		sleep 0.1
-	done
-	if [ -z "$seg" ]; then
-		echo "$CMP_NAME: Mooncake's target did not come up (see $LOGDIR/$name.target)" >&2
+	seg=$(mooncake_segment "$LOGDIR/$name.target" "$BG_PID" 300) || {
 		stop_pid "$BG_PID"
 		return 1
-	fi
+	}
 	timeout "$TMO" taskset -c "$CPU_I" "$MC" --mode=initiator --protocol=tcp \
 		--metadata_server=P2PHANDSHAKE --local_server_name="127.0.0.1:$(free_port)" \
 		--segment_id="$seg" --operation=write --threads=1 \
@@ -223,24 +201,6 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 echo "# load average at end: $(loadavg)"
 
-# "median UNIT (min-max)" of KEY's rounds ($1), or the one value; UNIT $2.
-show() {
-	local -a v
-	read -r -a v <<<"${val[$1]:-}"
-	[ ${#v[@]} -eq 0 ] && { echo "skipped"; return; }
-	if [ ${#v[@]} -eq 1 ]; then
-		echo "${v[0]} $2"
-	else
-		echo "$(median "${v[@]}") $2 ($(printf "%s\n" "${v[@]}" | grep -v '^-$' | sort -g |
-			sed -n '1p;$p' | paste -sd- -))"
-	fi
-}
-med() {
-	local -a v
-	read -r -a v <<<"${val[$1]:-}"
-	[ ${#v[@]} -eq 0 ] && { echo -; return; }
-	median "${v[@]}"
-}
 # goal RATIO OP LIMIT: "met" when RATIO OP LIMIT.
 goal() {
 	awk -v r="$1" -v op="$2" -v l="$3" 'BEGIN { if (r == "-") print "-";

@@ -18,27 +18,20 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "tool.h"
 
 #define MAX_SIZE 65536
 
+const char tool_name[] = "tcp_pingpong";
 static bool busy;
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int die(const char *what)
 {
@@ -65,18 +58,6 @@ static int xfer(int fd, char *buf, size_t len, bool out)
 		}
 	}
 	return 0;
-}
-
-static void pin(int cpu)
-{
-	cpu_set_t set;
-
-	if (cpu < 0)
-		return;
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	if (sched_setaffinity(0, sizeof(set), &set))
-		fprintf(stderr, "tcp_pingpong: cpu %d: %s (not pinned)\n", cpu, strerror(errno));
 }
 
 static void nodelay(int fd)
@@ -206,6 +187,6 @@ int main(int argc, char **argv)
 	if (server == !!connect_to || size < 1 || size > MAX_SIZE || iters < 1 ||
 	    iters > 100000000)
 		return usage();
-	pin(cpu);
+	pin_cpu(cpu);
 	return server ? serve() : client(connect_to, (uint32_t)size, (uint32_t)iters);
 }

@@ -30,14 +30,28 @@ int64_t sock_now_ms(void)
 
 /* ---- addresses -------------------------------------------------------- */
 
-/*
- * Split "host:port" at the last colon.  The port must be plain decimal
- * digits (strtoul would accept " +80"), at most 65535.
- */
+/* Digits by hand: strtoul would accept " +80". */
+int sock_parse_port(const char *s, uint16_t *port)
+{
+	unsigned long p = 0;
+
+	if (*s == '\0' || strlen(s) > 5)
+		return -EINVAL;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		p = p * 10 + (unsigned long)(*s - '0');
+	}
+	if (p > 65535)
+		return -EINVAL;
+	*port = (uint16_t)p;
+	return 0;
+}
+
+/* Split "host:port" at the last colon. */
 int sock_split_addr(const char *s, char *host, uint16_t *port)
 {
-	const char *colon, *q;
-	unsigned long p = 0;
+	const char *colon;
 	size_t hl;
 
 	if (!s)
@@ -46,21 +60,10 @@ int sock_split_addr(const char *s, char *host, uint16_t *port)
 	if (!colon || colon == s)
 		return -EINVAL;
 	hl = (size_t)(colon - s);
-	if (hl >= SOCK_HOST_MAX)
-		return -EINVAL;
-	q = colon + 1;
-	if (*q == '\0' || strlen(q) > 5)
-		return -EINVAL;
-	for (; *q; q++) {
-		if (*q < '0' || *q > '9')
-			return -EINVAL;
-		p = p * 10 + (unsigned long)(*q - '0');
-	}
-	if (p > 65535)
+	if (hl >= SOCK_HOST_MAX || sock_parse_port(colon + 1, port))
 		return -EINVAL;
 	memcpy(host, s, hl);
 	host[hl] = '\0';
-	*port = (uint16_t)p;
 	return 0;
 }
 

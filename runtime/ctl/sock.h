@@ -16,7 +16,9 @@
 /* CLOCK_MONOTONIC in ms: the deadlines' clock. */
 int64_t sock_now_ms(void);
 
-/* Split "host:port" at the last colon; plain decimal port <= 65535.  -EINVAL. */
+/* A port: plain decimal digits (no sign, no blank), at most 65535.  -EINVAL. */
+int sock_parse_port(const char *s, uint16_t *port);
+/* Split "host:port" at the last colon; port as sock_parse_port.  -EINVAL. */
 int sock_split_addr(const char *s, char *host, uint16_t *port);
 /* "a.b.c.d:port" for bind(); port 0 asks the kernel for one.  -EINVAL. */
 int sock_parse_listen(const char *s, struct sockaddr_in *sin);

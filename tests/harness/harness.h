@@ -31,6 +31,7 @@ struct pair {
 	uint8_t *rbuf; /* target's registered buffer */
 	size_t len;
 	ferry_seg_t seg;
+	struct ferry_port *port; /* pair_open_port's; pair_teardown destroys it */
 };
 
 static inline uint64_t splitmix(uint64_t *s)
@@ -114,8 +115,16 @@ static inline void pair_setup(struct pair *p, const struct ferry_opts *io,
 	assert_int_equal(ferry_segment_open(p->init, ferry_engine_address(p->target), &p->seg), 0);
 }
 
+/* A port on the initiator, in p->port. */
+static inline void pair_open_port(struct pair *p)
+{
+	assert_int_equal(ferry_port_create(p->init, &p->port), 0);
+}
+
 static inline void pair_teardown(struct pair *p)
 {
+	if (p->port)
+		assert_int_equal(ferry_port_destroy(p->port), 0);
 	if (p->seg)
 		assert_int_equal(ferry_segment_close(p->init, p->seg), 0);
 	assert_int_equal(ferry_mem_unregister(p->init, p->lbuf), 0);
@@ -124,6 +133,13 @@ static inline void pair_teardown(struct pair *p)
 	ferry_engine_destroy(p->target);
 	free(p->lbuf);
 	free(p->rbuf);
+}
+
+/* cmocka group teardown of the pair its group setup left in *state. */
+static inline int pair_group_teardown(void **state)
+{
+	pair_teardown(*state);
+	return 0;
 }
 
 static inline struct ferry_req mkreq(enum ferry_op op, void *local, ferry_seg_t seg,
@@ -171,21 +187,46 @@ static inline void assert_engine_quiet(struct ferry_engine *e)
 	}
 }
 
-/* One counter of ferry_core_stats (at offset off), summed over e's cores:
- * ENGINE_STAT_SUM(e, wrs_posted). */
-static inline uint64_t engine_stat_sum(struct ferry_engine *e, size_t off)
+/*
+ * e's per-core counters summed field by field, from one snapshot per core
+ * (so that two fields of the sum can be compared).  Every field after
+ * numa_node is a uint64_t (cpu and numa_node stay 0; the sums of lat_hz and
+ * of refused perf counters, UINT64_MAX, mean nothing).
+ */
+static inline void engine_stats_sum(struct ferry_engine *e, struct ferry_core_stats *sum)
 {
-	uint64_t n = 0;
+	const size_t first = offsetof(struct ferry_core_stats, wrs_posted);
 
+	_Static_assert((sizeof(struct ferry_core_stats) -
+			offsetof(struct ferry_core_stats, wrs_posted)) % sizeof(uint64_t) == 0,
+		       "ferry_core_stats: uint64_t fields after numa_node");
+	memset(sum, 0, sizeof(*sum));
 	for (unsigned i = 0; i < ferry_engine_cores(e); i++) {
 		struct ferry_core_stats st;
 
 		assert_int_equal(ferry_core_stats(e, i, &st), 0);
-		n += *(const uint64_t *)((const char *)&st + off);
+		for (size_t off = first; off < sizeof(st); off += sizeof(uint64_t))
+			*(uint64_t *)((char *)sum + off) += *(const uint64_t *)((const char *)&st + off);
 	}
-	return n;
+}
+
+/* One counter of ferry_core_stats (at offset off), summed over e's cores:
+ * ENGINE_STAT_SUM(e, wrs_posted). */
+static inline uint64_t engine_stat_sum(struct ferry_engine *e, size_t off)
+{
+	struct ferry_core_stats sum;
+
+	engine_stats_sum(e, &sum);
+	return *(const uint64_t *)((const char *)&sum + off);
 }
 #define ENGINE_STAT_SUM(e, field) engine_stat_sum((e), offsetof(struct ferry_core_stats, field))
+
+/* Every core's loop NIC of e injects the faults f (NULL: none). */
+static inline void engine_set_faults(struct ferry_engine *e, const struct loop_faults *f)
+{
+	for (unsigned i = 0; i < ferry_engine_cores(e); i++)
+		loop_set_faults(ferry_engine_nic(e, i), f);
+}
 
 static inline uint64_t slices_in_flight(struct ferry_engine *e, unsigned core)
 {

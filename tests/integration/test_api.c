@@ -13,31 +13,22 @@
 #define BUF (4u << 20)
 
 static struct pair P;
-static struct ferry_port *port;
 
 static int setup(void **state)
 {
 	struct ferry_opts o;
 
-	(void)state;
 	pair_opts(&o, "0");
 	pair_setup(&P, &o, &o, BUF);
-	assert_int_equal(ferry_port_create(P.init, &port), 0);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	assert_int_equal(ferry_port_destroy(port), 0);
-	pair_teardown(&P);
+	pair_open_port(&P);
+	*state = &P;
 	return 0;
 }
 
 /* Submit one request, wait, return its status. */
 static struct ferry_req_status run_one(struct ferry_req r)
 {
-	return run_one_on(port, r, 10000);
+	return run_one_on(P.port, r, 10000);
 }
 
 static void expect_refused(struct ferry_req r, int err)
@@ -88,7 +79,7 @@ static void test_mixed_batch(void **state)
 
 	(void)state;
 	fill_pattern(P.lbuf, 16384, 42);
-	assert_int_equal(ferry_batch_create(port, 3, &b), 0);
+	assert_int_equal(ferry_batch_create(P.port, 3, &b), 0);
 	assert_int_equal(ferry_submit(b, reqs, 3), 0);
 	assert_int_equal(ferry_batch_wait(b, 10000), -EIO);
 	ferry_req_status(b, 0, &st);
@@ -114,9 +105,9 @@ static void test_null_and_capacity(void **state)
 
 	(void)state;
 	assert_int_equal(ferry_batch_create(NULL, 1, &b), -EINVAL);
-	assert_int_equal(ferry_batch_create(port, 0, &b), -EINVAL);
-	assert_int_equal(ferry_batch_create(port, 1, NULL), -EINVAL);
-	assert_int_equal(ferry_batch_create(port, 2, &b), 0);
+	assert_int_equal(ferry_batch_create(P.port, 0, &b), -EINVAL);
+	assert_int_equal(ferry_batch_create(P.port, 1, NULL), -EINVAL);
+	assert_int_equal(ferry_batch_create(P.port, 2, &b), 0);
 	assert_int_equal(ferry_submit(NULL, &r, 1), -EINVAL);
 	assert_int_equal(ferry_submit(b, NULL, 1), -EINVAL);
 	assert_int_equal(ferry_submit(b, &r, 3), -ENOSPC);
@@ -129,7 +120,7 @@ static void test_null_and_capacity(void **state)
 	assert_int_equal(ferry_req_status(b, 0, NULL), -EINVAL);
 	assert_int_equal(ferry_req_status(NULL, 0, &st), -EINVAL);
 	/* A port with a live batch cannot go. */
-	assert_int_equal(ferry_port_destroy(port), -EBUSY);
+	assert_int_equal(ferry_port_destroy(P.port), -EBUSY);
 	assert_int_equal(ferry_batch_destroy(b), 0);
 	assert_int_equal(ferry_mem_register(NULL, P.lbuf, 1), -EINVAL);
 	assert_int_equal(ferry_mem_register(P.init, NULL, 1), -EINVAL);
@@ -141,7 +132,7 @@ static void test_null_and_capacity(void **state)
 	assert_int_equal(ferry_segment_open(P.init, "127.0.0.1:1", &seg), -ECONNREFUSED);
 	assert_int_equal(ferry_segment_close(P.init, 12345), -ENOENT);
 	assert_int_equal(ferry_core_stats(P.init, 99, &(struct ferry_core_stats){ 0 }), -ERANGE);
-	assert_int_equal(ferry_port_create(NULL, &port), -EINVAL);
+	assert_int_equal(ferry_port_create(NULL, &P.port), -EINVAL);
 }
 
 /* Opening twice gives the same handle; a closed segment refuses requests. */
@@ -359,7 +350,7 @@ static void test_region_cache_vs_unregister(void **state)
 	ch.buf = aligned_alloc(4096, ch.len);
 	assert_non_null(ch.buf);
 	assert_int_equal(ferry_mem_register(P.init, ch.buf, ch.len), 0);
-	assert_int_equal(ferry_batch_create(port, 8, &b), 0);
+	assert_int_equal(ferry_batch_create(P.port, 8, &b), 0);
 	assert_int_equal(pthread_create(&t, NULL, region_churn, &ch), 0);
 	for (unsigned round = 0; round < 300 || READ_ONCE(ch.cycles) < 10; round++) {
 		struct ferry_req r[8];
@@ -494,5 +485,5 @@ int main(void)
 		cmocka_unit_test(test_read_only_region),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, pair_group_teardown);
 }

@@ -14,13 +14,11 @@
 #define BUF (32u << 20)
 
 static struct pair P;
-static struct ferry_port *port;
 
 static int setup(void **state)
 {
 	struct ferry_opts o;
 
-	(void)state;
 	pair_opts(&o, "0-1");
 	/* A shallow CQ: most slices of a large batch wait for room (cancel
 	 * has something to drop), and a small ring fills. */
@@ -29,15 +27,8 @@ static int setup(void **state)
 	o.signal_every = 4;
 	o.ring_size = 4;
 	pair_setup(&P, &o, &o, BUF);
-	assert_int_equal(ferry_port_create(P.init, &port), 0);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	assert_int_equal(ferry_port_destroy(port), 0);
-	pair_teardown(&P);
+	pair_open_port(&P);
+	*state = &P;
 	return 0;
 }
 
@@ -60,7 +51,7 @@ static void test_try_submit(void **state)
 	for (uint32_t i = 0; i < N; i++)
 		r[i] = mkreq(FERRY_OP_WRITE, P.lbuf + i * 4096, P.seg, P.rbuf + i * 4096, 4096);
 	fill_pattern(P.lbuf, N * 4096, 3);
-	assert_int_equal(ferry_batch_create(port, N, &b), 0);
+	assert_int_equal(ferry_batch_create(P.port, N, &b), 0);
 	assert_int_equal(ferry_try_submit(NULL, r, 1), -EINVAL);
 	while (taken < N) {
 		int k = ferry_try_submit(b, r + taken, N - taken);
@@ -121,7 +112,7 @@ static void test_cancel(void **state)
 	memset(P.rbuf, 0, N * LEN);
 	for (uint32_t i = 0; i < N; i++)
 		r[i] = mkreq(FERRY_OP_WRITE, P.lbuf + i * LEN, P.seg, P.rbuf + i * LEN, LEN);
-	assert_int_equal(ferry_batch_create(port, N, &b), 0);
+	assert_int_equal(ferry_batch_create(P.port, N, &b), 0);
 	assert_int_equal(ferry_batch_cancel(NULL), -EINVAL);
 	assert_int_equal(ferry_submit(b, r, N), 0);
 	assert_int_equal(ferry_batch_cancel(b), 0);
@@ -164,7 +155,7 @@ static void test_cancel_races(void **state)
 	for (uint32_t i = 0; i < N; i++)
 		r[i] = mkreq(i & 1 ? FERRY_OP_READ : FERRY_OP_WRITE, P.lbuf + i * LEN, P.seg,
 			     P.rbuf + i * LEN, LEN);
-	assert_int_equal(ferry_batch_create(port, N, &b), 0);
+	assert_int_equal(ferry_batch_create(P.port, N, &b), 0);
 	for (unsigned round = 0; round < ROUNDS; round++) {
 		uint32_t d, c;
 		unsigned spins = (unsigned)(splitmix(&seed) % 20000);
@@ -294,8 +285,8 @@ static void test_prep(void **state)
 	memset(P.lbuf, 0, N * LEN);
 	for (uint32_t i = 0; i < N; i++)
 		r[i] = mkreq(FERRY_OP_READ, P.lbuf + i * LEN, 0, P.rbuf + i * LEN, LEN);
-	assert_int_equal(ferry_prep_create(port, P.seg, r, N, &pr), 0);
-	assert_int_equal(ferry_batch_create(port, 8, &b), 0);
+	assert_int_equal(ferry_prep_create(P.port, P.seg, r, N, &pr), 0);
+	assert_int_equal(ferry_batch_create(P.port, 8, &b), 0);
 	assert_int_equal(ferry_prep_submit(b, pr, bad, 2), -EINVAL);
 	assert_int_equal(ferry_batch_size(b), 0); /* nothing submitted */
 	assert_int_equal(ferry_prep_submit(b, pr, idx, 5), 0);
@@ -309,13 +300,13 @@ static void test_prep(void **state)
 	assert_int_equal(ferry_batch_destroy(b), 0);
 	/* Bad sets are refused whole. */
 	r[4].len = 0;
-	assert_int_equal(ferry_prep_create(port, P.seg, r, N, &pr), -EINVAL);
+	assert_int_equal(ferry_prep_create(P.port, P.seg, r, N, &pr), -EINVAL);
 	r[4].len = LEN;
 	r[5].remote = 42;
-	assert_int_equal(ferry_prep_create(port, P.seg, r, N, &pr), -EFAULT);
+	assert_int_equal(ferry_prep_create(P.port, P.seg, r, N, &pr), -EFAULT);
 	r[5].remote = (uint64_t)(uintptr_t)(P.rbuf + 5 * LEN);
-	assert_int_equal(ferry_prep_create(port, P.seg + 1, r, N, &pr), -EBADF);
-	assert_int_equal(ferry_prep_create(port, P.seg, r, 0, &pr), -EINVAL);
+	assert_int_equal(ferry_prep_create(P.port, P.seg + 1, r, N, &pr), -EBADF);
+	assert_int_equal(ferry_prep_create(P.port, P.seg, r, 0, &pr), -EINVAL);
 	assert_int_equal(ferry_prep_destroy(NULL), -EINVAL);
 }
 
@@ -329,9 +320,9 @@ static void test_prep_closed_segment(void **state)
 	const uint32_t zero = 0;
 
 	(void)state;
-	assert_int_equal(ferry_prep_create(port, P.seg, &r, 1, &pr), 0);
+	assert_int_equal(ferry_prep_create(P.port, P.seg, &r, 1, &pr), 0);
 	assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
-	assert_int_equal(ferry_batch_create(port, 2, &b), 0);
+	assert_int_equal(ferry_batch_create(P.port, 2, &b), 0);
 	assert_int_equal(ferry_prep_submit(b, pr, &zero, 1), 0);
 	assert_int_equal(ferry_batch_wait(b, WAIT_DEADLINE_MS), -EIO);
 	assert_int_equal(ferry_req_status(b, 0, &st), 0);
@@ -353,5 +344,5 @@ int main(void)
 		cmocka_unit_test(test_prep_closed_segment),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, pair_group_teardown);
 }

@@ -14,12 +14,6 @@
 
 static struct pair P;
 
-static void set_faults(struct ferry_engine *e, const struct loop_faults *f)
-{
-	for (unsigned i = 0; i < ferry_engine_cores(e); i++)
-		loop_set_faults(ferry_engine_nic(e, i), f);
-}
-
 static int error_expected(int err)
 {
 	return err == -EHOSTUNREACH || err == -ECANCELED || err == -ENOTCONN ||
@@ -86,45 +80,34 @@ static void rounds(const struct loop_faults *f, unsigned n, struct outcome *out)
 {
 	uint64_t seed = f->seed;
 
-	set_faults(P.init, f);
+	engine_set_faults(P.init, f);
 	for (unsigned r = 0; r < n; r++) {
 		round_run(&seed, out);
 		/* A fresh segment: new QPs for the next round. */
 		assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
 		assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &P.seg), 0);
 	}
-	set_faults(P.init, &(struct loop_faults){ 0 });
+	engine_set_faults(P.init, &(struct loop_faults){ 0 });
 	assert_engine_quiet(P.init);
 	wait_slices_zero(P.init);
-}
-
-static void sum_repairs(struct ferry_engine *e, uint64_t *retries, uint64_t *resets)
-{
-	*retries = *resets = 0;
-	for (unsigned i = 0; i < ferry_engine_cores(e); i++) {
-		struct ferry_core_stats st;
-
-		ferry_core_stats(e, i, &st);
-		*retries += st.retries;
-		*resets += st.qp_resets;
-	}
 }
 
 /* 1 % of WRs fail: retries on the other QP and repaired QPs hide every one. */
 static void test_error_completions(void **state)
 {
 	struct loop_faults f = { .err_ppm = 10000, .seed = 7 };
+	struct ferry_core_stats sum;
 	struct outcome o = { 0 };
-	uint64_t retries, resets;
 
 	(void)state;
 	rounds(&f, 8, &o);
-	sum_repairs(P.init, &retries, &resets);
+	engine_stats_sum(P.init, &sum);
 	print_message("done %u failed %u timeout %u, %llu retries, %llu QPs replaced\n", o.done,
-		      o.failed, o.timedout, (unsigned long long)retries, (unsigned long long)resets);
+		      o.failed, o.timedout, (unsigned long long)sum.retries,
+		      (unsigned long long)sum.qp_resets);
 	assert_int_equal(o.failed + o.timedout, 0);
-	assert_true(retries > 0);
-	assert_true(resets > 0);
+	assert_true(sum.retries > 0);
+	assert_true(sum.qp_resets > 0);
 }
 
 static void test_qp_fatal(void **state)
@@ -209,7 +192,7 @@ static void test_lost_completions(void **state)
 	struct ferry_batch *b;
 
 	(void)state;
-	set_faults(P.init, &f);
+	engine_set_faults(P.init, &f);
 	assert_int_equal(ferry_port_create(P.init, &port), 0);
 	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
 	assert_int_equal(ferry_submit(b, &r, 1), 0);
@@ -225,7 +208,7 @@ static void test_lost_completions(void **state)
 	assert_int_equal(st.error, -ETIMEDOUT);
 	assert_int_equal(ferry_batch_destroy(b), 0);
 	assert_int_equal(ferry_port_destroy(port), 0);
-	set_faults(P.init, &(struct loop_faults){ 0 });
+	engine_set_faults(P.init, &(struct loop_faults){ 0 });
 	assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
 	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &P.seg), 0);
 	assert_engine_quiet(P.init);
@@ -350,19 +333,12 @@ static int setup(void **state)
 {
 	struct ferry_opts o;
 
-	(void)state;
 	pair_opts(&o, "0-1");
 	o.timeout_ms = 200;
 	o.wrs_per_qp = 64; /* several QPs' worth of depth per round */
 	o.slice_size = 16384;
 	pair_setup(&P, &o, &o, BUF);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	pair_teardown(&P);
+	*state = &P;
 	return 0;
 }
 
@@ -379,5 +355,5 @@ int main(void)
 		cmocka_unit_test(test_nic_events),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, pair_group_teardown);
 }

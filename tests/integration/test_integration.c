@@ -191,20 +191,13 @@ static int group_setup(void **state)
 {
 	struct ferry_opts o;
 
-	(void)state;
 	if (getenv("FERRY_TEST_MAX_REQ") && strtoull(getenv("FERRY_TEST_MAX_REQ"), NULL, 0) >= 65536)
 		max_req = strtoull(getenv("FERRY_TEST_MAX_REQ"), NULL, 0);
 	area = (max_req + max_req / 8 + 4095) & ~4095ull;
 	pair_opts(&o, "0-1");
 	o.timeout_ms = 60000; /* emulated Soft-RoCE is slow; a timeout here is a failure */
 	pair_setup(&P, &o, &o, (size_t)THREADS * AREA);
-	return 0;
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	pair_teardown(&P);
+	*state = &P;
 	return 0;
 }
 
@@ -215,5 +208,5 @@ int main(void)
 		cmocka_unit_test(test_random_transfers),
 	};
 
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	return cmocka_run_group_tests(tests, group_setup, pair_group_teardown);
 }

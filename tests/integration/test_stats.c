@@ -59,28 +59,6 @@ static uint64_t run_requests(unsigned rounds, uint64_t len)
 	return bytes;
 }
 
-static void sum_stats(struct ferry_engine *e, struct ferry_core_stats *sum)
-{
-	memset(sum, 0, sizeof(*sum));
-	for (unsigned i = 0; i < ferry_engine_cores(e); i++) {
-		struct ferry_core_stats s;
-
-		assert_int_equal(ferry_core_stats(e, i, &s), 0);
-		sum->wrs_posted += s.wrs_posted;
-		sum->completions += s.completions;
-		sum->bytes += s.bytes;
-		sum->doorbells += s.doorbells;
-		sum->cqes += s.cqes;
-		sum->polls += s.polls;
-		sum->empty_polls += s.empty_polls;
-		sum->wr_errors += s.wr_errors;
-		sum->provider_errors += s.provider_errors;
-		sum->slices_in_flight += s.slices_in_flight;
-		for (unsigned k = 0; k < FERRY_LAT_BUCKETS; k++)
-			sum->lat[k] += s.lat[k];
-	}
-}
-
 static uint64_t lat_samples(const struct ferry_core_stats *s)
 {
 	uint64_t n = 0;
@@ -98,7 +76,7 @@ static void test_counters_add_up(void **state)
 	uint64_t bytes;
 
 	(void)state;
-	sum_stats(P.init, &before);
+	engine_stats_sum(P.init, &before);
 	__atomic_store_n(&stop_reader, 0, __ATOMIC_RELEASE);
 	assert_int_equal(pthread_create(&reader, NULL, reader_main, &chk), 0);
 	/* 200 KiB requests at the default 64 KiB slices: 3 slices each. */
@@ -106,7 +84,7 @@ static void test_counters_add_up(void **state)
 	__atomic_store_n(&stop_reader, 1, __ATOMIC_RELEASE);
 	pthread_join(reader, NULL);
 	wait_slices_zero(P.init);
-	sum_stats(P.init, &after);
+	engine_stats_sum(P.init, &after);
 	assert_int_equal(chk.backwards, 0);
 	assert_true(chk.samples > 0);
 	assert_int_equal(after.bytes - before.bytes, bytes);
@@ -215,16 +193,9 @@ static int setup(void **state)
 {
 	struct ferry_opts o;
 
-	(void)state;
 	pair_opts(&o, "0-1");
 	pair_setup(&P, &o, &o, 8u << 20);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	pair_teardown(&P);
+	*state = &P;
 	return 0;
 }
 
@@ -237,5 +208,5 @@ int main(void)
 		cmocka_unit_test(test_stats_bad_args),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, pair_group_teardown);
 }

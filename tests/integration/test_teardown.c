@@ -136,8 +136,7 @@ static void set_faults(struct ferry_engine *e, const struct loop_faults *f)
 
 	if (n && strcmp(n, "loop") != 0)
 		return;
-	for (unsigned i = 0; i < ferry_engine_cores(e); i++)
-		loop_set_faults(ferry_engine_nic(e, i), f);
+	engine_set_faults(e, f);
 }
 
 /*

@@ -237,12 +237,6 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static void set_faults(struct ferry_engine *e, const struct loop_faults *f)
-{
-	for (unsigned i = 0; i < ferry_engine_cores(e); i++)
-		loop_set_faults(ferry_engine_nic(e, i), f);
-}
-
 static void sum_loop(struct ferry_engine *e, struct loop_counters *sum)
 {
 	memset(sum, 0, sizeof(*sum));
@@ -256,23 +250,6 @@ static void sum_loop(struct ferry_engine *e, struct loop_counters *sum)
 		sum->fatal_injected += c.fatal_injected;
 		sum->sq_overflows += c.sq_overflows;
 		sum->cq_overflows += c.cq_overflows;
-	}
-}
-
-static void sum_cores(struct ferry_engine *e, struct ferry_core_stats *sum)
-{
-	memset(sum, 0, sizeof(*sum));
-	for (unsigned i = 0; i < ferry_engine_cores(e); i++) {
-		struct ferry_core_stats st;
-
-		assert_int_equal(ferry_core_stats(e, i, &st), 0);
-		sum->wrs_posted += st.wrs_posted;
-		sum->wr_errors += st.wr_errors;
-		sum->retries += st.retries;
-		sum->qp_resets += st.qp_resets;
-		sum->handovers += st.handovers;
-		sum->rail_pauses += st.rail_pauses;
-		sum->provider_errors += st.provider_errors;
 	}
 }
 
@@ -327,7 +304,7 @@ static void soak(const char *name, uint32_t retries, uint64_t nreq, const struct
 	o.timeout_ms = 100;  /* lost completions resolve fast */
 	o.slice_size = 16384; /* several slices, striped over both cores, per request */
 	pair_setup(&P, &o, &o, BUF);
-	set_faults(P.init, f);
+	engine_set_faults(P.init, f);
 	memset(total, 0, sizeof(*total));
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (unsigned i = 0; i < THREADS; i++) {
@@ -349,9 +326,9 @@ static void soak(const char *name, uint32_t retries, uint64_t nreq, const struct
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-	set_faults(P.init, NULL);
+	engine_set_faults(P.init, NULL);
 	sum_loop(P.init, &lc);
-	sum_cores(P.init, &cs);
+	engine_stats_sum(P.init, &cs);
 	format_errors(total, errs, sizeof(errs));
 	print_message("soak %s: %llu requests (%.2f GiB done) in %.1f s on %u ports; faults "
 		      "injected: %llu errors, %llu lost, %llu fatal (%llu WRs executed); outcomes: "

@@ -38,12 +38,11 @@ int meta_key(const char *name, char *key, size_t cap)
 	return 0;
 }
 
-/* host: [A-Za-z0-9.-]{1,63}; port: 1..65535, plain decimal; nothing else. */
+/* host: [A-Za-z0-9.-]{1,63}; port: 1..65535, plain decimal without a
+ * leading 0; nothing else. */
 static int meta_parse_hostport(const char *s, char *host, size_t hcap, uint16_t *port)
 {
 	size_t n = strcspn(s, ":");
-	unsigned long p = 0;
-	const char *q;
 
 	if (n == 0 || n >= hcap || s[n] != ':')
 		return -EINVAL;
@@ -54,19 +53,10 @@ static int meta_parse_hostport(const char *s, char *host, size_t hcap, uint16_t 
 		    c != '.' && c != '-')
 			return -EINVAL;
 	}
-	q = s + n + 1;
-	if (*q == '\0' || *q == '0' || strlen(q) > 5)
-		return -EINVAL;
-	for (; *q; q++) {
-		if (*q < '0' || *q > '9')
-			return -EINVAL;
-		p = p * 10 + (unsigned long)(*q - '0');
-	}
-	if (p > 65535)
+	if (s[n + 1] == '0' || sock_parse_port(s + n + 1, port))
 		return -EINVAL;
 	memcpy(host, s, n);
 	host[n] = '\0';
-	*port = (uint16_t)p;
 	return 0;
 }
 
