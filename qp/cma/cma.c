@@ -122,10 +122,10 @@ static void slots_put(struct cma_slots *s, uint32_t idx)
  */
 static void wait_pollers_locked(struct cma_ctx *ctx)
 {
-	struct cma_cq *cq;
+	struct cds_list_head *q;
 
-	cds_list_for_each_entry(cq, &ctx->cqs, link)
-		soft_busy_wait(&cq->poll_seq);
+	cds_list_for_each(q, &ctx->cqs) /* not _entry: see soft.h */
+		soft_busy_wait(&cds_list_entry(q, struct cma_cq, link)->poll_seq);
 }
 
 /*
@@ -488,12 +488,12 @@ void cma_get_counters(const struct nic *n, struct cma_counters *out)
 {
 	struct cma_ctx *ctx = cma_ctx_of((struct nic *)(uintptr_t)n);
 	uint64_t sum[CMA_CNT_NR];
-	struct cma_cq *cq;
+	struct cds_list_head *q;
 
 	pthread_mutex_lock(&ctx->lock);
 	memcpy(sum, ctx->retired, sizeof(sum));
-	cds_list_for_each_entry(cq, &ctx->cqs, link)
-		soft_cnt_add(sum, cq->pub, CMA_CNT_NR);
+	cds_list_for_each(q, &ctx->cqs)
+		soft_cnt_add(sum, cds_list_entry(q, struct cma_cq, link)->pub, CMA_CNT_NR);
 	pthread_mutex_unlock(&ctx->lock);
 	out->wrs_executed = sum[CMA_CNT_WRS];
 	out->bytes_copied = sum[CMA_CNT_BYTES];

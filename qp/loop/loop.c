@@ -78,12 +78,12 @@ static bool loop_mr_ready;
  */
 static void loop_wait_pollers_locked(void)
 {
+	struct cds_list_head *q;
 	struct loop_ctx *ctx;
-	struct loop_cq *cq;
 
 	cds_list_for_each_entry(ctx, &loop_ctxs, link)
-		cds_list_for_each_entry(cq, &ctx->cqs, link)
-			soft_busy_wait(&cq->poll_seq);
+		cds_list_for_each(q, &ctx->cqs) /* not _entry: see soft.h */
+			soft_busy_wait(&cds_list_entry(q, struct loop_cq, link)->poll_seq);
 }
 
 static void loop_mr_init_locked(void)
@@ -459,12 +459,12 @@ void loop_get_counters(const struct nic *n, struct loop_counters *out)
 {
 	const struct loop_ctx *ctx = (const struct loop_ctx *)(const void *)n;
 	uint64_t sum[CNT_NR];
-	struct loop_cq *cq;
+	const struct cds_list_head *q;
 
 	pthread_mutex_lock(&loop_lock);
 	memcpy(sum, ctx->retired, sizeof(sum));
-	cds_list_for_each_entry(cq, &ctx->cqs, link)
-		soft_cnt_add(sum, cq->pub, CNT_NR);
+	cds_list_for_each(q, &ctx->cqs)
+		soft_cnt_add(sum, cds_list_entry(q, struct loop_cq, link)->pub, CNT_NR);
 	pthread_mutex_unlock(&loop_lock);
 
 	out->wrs_executed = sum[CNT_WRS];

@@ -21,7 +21,10 @@
  *     copied whole by post.
  *
  * What the hot path calls is static inline here; the control path's side
- * is in soft.c.
+ * is in soft.c.  Their lists are liburcu's cds_list; a list of CQs (which
+ * are cache-aligned) is walked with cds_list_for_each and cds_list_entry,
+ * not cds_list_for_each_entry, whose end test forms a CQ pointer from the
+ * list head itself: misaligned for the type, which UBSan reports.
  */
 #ifndef FERRY_QP_SOFT_SOFT_H
 #define FERRY_QP_SOFT_SOFT_H

@@ -359,10 +359,10 @@ static struct tcp_mr_slot *tcp_mr_find_locked(struct tcp_ctx *ctx, uint32_t key)
 
 static void tcp_wait_all_locked(struct tcp_ctx *ctx)
 {
-	struct tcp_cq *cq;
+	struct cds_list_head *q;
 
-	cds_list_for_each_entry(cq, &ctx->cqs, link)
-		soft_busy_wait(&cq->busy_seq);
+	cds_list_for_each(q, &ctx->cqs) /* not _entry: see soft.h */
+		soft_busy_wait(&cds_list_entry(q, struct tcp_cq, link)->busy_seq);
 }
 
 /*
@@ -516,12 +516,12 @@ void tcp_get_counters(const struct nic *n, struct tcp_counters *out)
 {
 	struct tcp_ctx *ctx = (struct tcp_ctx *)(uintptr_t)(const void *)n;
 	uint64_t sum[TC_NR];
-	struct tcp_cq *cq;
+	struct cds_list_head *q;
 
 	pthread_mutex_lock(&ctx->lock);
 	memcpy(sum, ctx->retired, sizeof(sum));
-	cds_list_for_each_entry(cq, &ctx->cqs, link)
-		soft_cnt_add(sum, cq->pub, TC_NR);
+	cds_list_for_each(q, &ctx->cqs)
+		soft_cnt_add(sum, cds_list_entry(q, struct tcp_cq, link)->pub, TC_NR);
 	pthread_mutex_unlock(&ctx->lock);
 	out->frames_tx = sum[TC_FRAMES_TX];
 	out->frames_rx = sum[TC_FRAMES_RX];
