@@ -298,8 +298,10 @@ build-fuzz/fuzz_meta: $(FUZZ_META_SRCS) $(wildcard runtime/ctl/meta/*.h)
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_META_SRCS) -lcjson -o $@
 
-TCP_FUZZ_SRCS := $(sort $(wildcard qp/tcp/*.c)) qp/auth/auth.c ring/base/log.c ring/base/clock.c
-build-fuzz/fuzz_tcp: tests/fuzz/fuzz_tcp.c $(TCP_FUZZ_SRCS) $(wildcard qp/tcp/*.h) qp/nic.h
+TCP_FUZZ_SRCS := $(sort $(wildcard qp/tcp/*.c qp/soft/*.c)) qp/auth/auth.c ring/base/log.c \
+                 ring/base/clock.c
+build-fuzz/fuzz_tcp: tests/fuzz/fuzz_tcp.c $(TCP_FUZZ_SRCS) $(wildcard qp/tcp/*.h qp/soft/*.h) \
+                     qp/nic.h
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_tcp.c $(TCP_FUZZ_SRCS) -lsodium -pthread -o $@
 

@@ -60,7 +60,6 @@
 #include "qp/cma/objects.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,24 +116,16 @@ static void slots_put(struct cma_slots *s, uint32_t idx)
 /* -------------------------------------------------------------- MR table */
 
 /*
- * Wait until a poll of cq that may have loaded a key before it was cleared
- * has finished.  seq_cst load: see local_ok in exec.c.  Acquire: what that
- * poll copied happens before our caller frees the memory.
+ * Wait until every poll that may have loaded a key before it was cleared
+ * has finished (soft_busy_wait; the key's seq_cst load: see local_ok in
+ * exec.c): what it copied happens before our caller frees the memory.
  */
-static void cma_wait_cq(struct cma_cq *cq)
-{
-	uint64_t s = load_sc(cq->poll_seq);
-
-	if (!(s & 1))
-		return;
-	while (load_acquire(cq->poll_seq) == s) /* pairs with: store_release in cma_cq_run */
-		sched_yield();
-}
-
 static void wait_pollers_locked(struct cma_ctx *ctx)
 {
-	for (struct cma_list *q = ctx->cqs.next; q != &ctx->cqs; q = q->next)
-		cma_wait_cq(cma_entry(q, struct cma_cq, link));
+	struct cds_list_head *q;
+
+	cds_list_for_each(q, &ctx->cqs) /* not _entry: see soft.h */
+		soft_busy_wait(&cds_list_entry(q, struct cma_cq, link)->poll_seq);
 }
 
 /*
@@ -249,7 +240,7 @@ static int cma_open(const char *dev, struct nic **out)
 	if (!ctx)
 		return -ENOMEM;
 	pthread_mutex_init(&ctx->lock, NULL);
-	cma_list_init(&ctx->cqs);
+	CDS_INIT_LIST_HEAD(&ctx->cqs);
 	/* Its own mapping: peers read it; once unmapped, their reads fail. */
 	tab = mmap(NULL, sizeof(*ctx->tab), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 		   -1, 0);
@@ -284,22 +275,19 @@ static void qp_free_locked(struct cma_qp *qp)
 	memset(s->secret, 0, sizeof(s->secret));
 	slots_put(&ctx->qps, CMA_IDX(qp->qp_num));
 	/* Unlink from cq->active: the caller is the owning core or it is stopped. */
-	cma_list_del(&qp->act);
-	cma_list_del(&qp->link);
+	cds_list_del(&qp->act);
+	cds_list_del(&qp->link);
 	free(qp->sq);
 	free(qp);
 }
 
 static void cq_free_locked(struct cma_cq *cq)
 {
-	struct cma_ctx *ctx = cq->ctx;
-
-	while (!cma_list_empty(&cq->qps))
-		qp_free_locked(cma_entry(cq->qps.next, struct cma_qp, link));
-	for (int i = 0; i < CMA_CNT_NR; i++)
-		ctx->retired[i] += READ_ONCE(cq->pub[i]);
-	cma_list_del(&cq->link);
-	free(cq->ring);
+	while (!cds_list_empty(&cq->qps))
+		qp_free_locked(cds_list_first_entry(&cq->qps, struct cma_qp, link));
+	soft_cnt_add(cq->ctx->retired, cq->pub, CMA_CNT_NR);
+	cds_list_del(&cq->link);
+	soft_cq_fini(&cq->wcq);
 	free(cq);
 }
 
@@ -311,8 +299,8 @@ static void cma_close(struct nic *n)
 	if (!ctx)
 		return;
 	pthread_mutex_lock(&ctx->lock);
-	while (!cma_list_empty(&ctx->cqs))
-		cq_free_locked(cma_entry(ctx->cqs.next, struct cma_cq, link));
+	while (!cds_list_empty(&ctx->cqs))
+		cq_free_locked(cds_list_first_entry(&ctx->cqs, struct cma_cq, link));
 	for (uint32_t i = 0; ctx->nmr && i < CMA_MR_SLOTS; i++)
 		if (READ_ONCE(ctx->tab->mr[i].key))
 			shared |= mr_clear_locked(ctx, i);
@@ -350,18 +338,16 @@ static int cma_cq_create(struct nic *n, uint32_t cqe, struct nic_cq **out)
 	cq = ferry_zalloc_lines(sizeof(*cq));
 	if (!cq)
 		return -ENOMEM;
-	cq->ring = calloc(cqe, sizeof(*cq->ring));
-	if (!cq->ring) {
+	if (soft_cq_init(&cq->wcq, cqe)) {
 		free(cq);
 		return -ENOMEM;
 	}
 	cq->ctx = ctx;
-	cq->size = cqe;
 	cq->poll_bytes = CMA_POLL_BYTES_MIN;
-	cma_list_init(&cq->active);
-	cma_list_init(&cq->qps);
+	CDS_INIT_LIST_HEAD(&cq->active);
+	CDS_INIT_LIST_HEAD(&cq->qps);
 	pthread_mutex_lock(&ctx->lock);
-	cma_list_add_tail(&cq->link, &ctx->cqs);
+	cds_list_add_tail(&cq->link, &ctx->cqs);
 	pthread_mutex_unlock(&ctx->lock);
 	*out = (struct nic_cq *)(void *)cq;
 	return 0;
@@ -404,7 +390,7 @@ static int cma_qp_create(struct nic *n, struct nic_cq *ncq, uint32_t max_wr, str
 	qp->cq = cq;
 	qp->ctx = ctx;
 	/* Not on cq->active until post: the core may already be polling cq. */
-	cma_list_init(&qp->act);
+	CDS_INIT_LIST_HEAD(&qp->act);
 
 	pthread_mutex_lock(&ctx->lock);
 	qp->qp_num = slots_get(&ctx->qps);
@@ -417,7 +403,7 @@ static int cma_qp_create(struct nic *n, struct nic_cq *ncq, uint32_t max_wr, str
 	s = &ctx->tab->qp[CMA_IDX(qp->qp_num)];
 	memcpy(s->secret, secret, sizeof(secret));
 	WRITE_ONCE(s->qpn, qp->qp_num); /* peers learn it from qp_info, after this */
-	cma_list_add_tail(&qp->link, &cq->qps);
+	cds_list_add_tail(&qp->link, &cq->qps);
 	pthread_mutex_unlock(&ctx->lock);
 	*out = (struct nic_qp *)(void *)qp;
 	return 0;
@@ -502,16 +488,12 @@ void cma_get_counters(const struct nic *n, struct cma_counters *out)
 {
 	struct cma_ctx *ctx = cma_ctx_of((struct nic *)(uintptr_t)n);
 	uint64_t sum[CMA_CNT_NR];
+	struct cds_list_head *q;
 
 	pthread_mutex_lock(&ctx->lock);
-	for (int i = 0; i < CMA_CNT_NR; i++)
-		sum[i] = ctx->retired[i];
-	for (struct cma_list *q = ctx->cqs.next; q != &ctx->cqs; q = q->next) {
-		struct cma_cq *cq = cma_entry(q, struct cma_cq, link);
-
-		for (int i = 0; i < CMA_CNT_NR; i++)
-			sum[i] += READ_ONCE(cq->pub[i]);
-	}
+	memcpy(sum, ctx->retired, sizeof(sum));
+	cds_list_for_each(q, &ctx->cqs)
+		soft_cnt_add(sum, cds_list_entry(q, struct cma_cq, link)->pub, CMA_CNT_NR);
 	pthread_mutex_unlock(&ctx->lock);
 	out->wrs_executed = sum[CMA_CNT_WRS];
 	out->bytes_copied = sum[CMA_CNT_BYTES];

@@ -53,22 +53,9 @@ struct budget {
 static inline void cma_cqe(struct cma_cq *cq, const struct cma_qp *qp, const struct cma_wqe *w,
 			   enum nic_wc_status st)
 {
-	struct nic_wc *c;
-
-	if (unlikely(cq->count == cq->size)) {
-		/* A real CQ would overflow too: the caller broke its CQ quota. */
-		cq->overflow = true;
+	/* A real CQ would overflow too: the caller broke its CQ quota. */
+	if (unlikely(!soft_cq_push(&cq->wcq, w->wr.wr_id, qp->qp_num, w->wr.op, st)))
 		cq->cnt[CMA_CNT_CQ_OVF]++;
-		return;
-	}
-	c = &cq->ring[cq->tail];
-	c->wr_id = w->wr_id;
-	c->qp_num = qp->qp_num;
-	c->status = (uint16_t)st;
-	c->op = w->op;
-	if (++cq->tail == cq->size)
-		cq->tail = 0;
-	cq->count++;
 }
 
 static inline struct cma_wqe *sq_at(struct cma_qp *qp, uint32_t k)
@@ -83,7 +70,7 @@ static inline void sq_retire(struct cma_cq *cq, struct cma_qp *qp, enum nic_wc_s
 {
 	struct cma_wqe *w = &qp->sq[qp->sq_head];
 
-	if (st != NIC_WC_SUCCESS || w->signaled)
+	if (st != NIC_WC_SUCCESS || w->wr.signaled)
 		cma_cqe(cq, qp, w, st);
 	if (++qp->sq_head == qp->sq_size)
 		qp->sq_head = 0;
@@ -121,14 +108,14 @@ static inline enum nic_wc_status wqe_check(struct cma_cq *cq, struct cma_qp *qp,
 	uint32_t need;
 	uint64_t off;
 
-	if (unlikely(!local_ok(qp->ctx, w->lkey, w->local, w->len)))
+	if (unlikely(!local_ok(qp->ctx, w->wr.lkey, w->wr.local, w->wr.len)))
 		return NIC_WC_LOC_PROT_ERR;
-	st = cma_rkey_get(cq, qp, w->rkey, now, &rk);
+	st = cma_rkey_get(cq, qp, w->wr.rkey, now, &rk);
 	if (unlikely(st != NIC_WC_SUCCESS))
 		return st;
-	need = w->op == NIC_OP_WRITE ? NIC_ACCESS_REMOTE_WRITE : NIC_ACCESS_REMOTE_READ;
-	off = w->remote - rk->base;
-	if (unlikely(!(rk->access & need) || off > rk->len || w->len > rk->len - off))
+	need = w->wr.op == NIC_OP_WRITE ? NIC_ACCESS_REMOTE_WRITE : NIC_ACCESS_REMOTE_READ;
+	off = w->wr.remote - rk->base;
+	if (unlikely(!(rk->access & need) || off > rk->len || w->wr.len > rk->len - off))
 		return NIC_WC_REM_ACCESS_ERR;
 	return NIC_WC_SUCCESS;
 }
@@ -142,12 +129,12 @@ static inline enum nic_wc_status wqe_check(struct cma_cq *cq, struct cma_qp *qp,
 static enum nic_wc_status efault_side(const struct cma_qp *qp, const struct cma_wqe *w)
 {
 	uint8_t b;
-	struct iovec l = { &b, 1 }, r = { (void *)(uintptr_t)(w->local + w->done), 1 };
+	struct iovec l = { &b, 1 }, r = { (void *)(uintptr_t)(w->wr.local + w->done), 1 };
 	pid_t self = (pid_t)qp->ctx->self.pid;
 
 	if (process_vm_readv(self, &l, 1, &r, 1, 0) != 1)
 		return NIC_WC_LOC_PROT_ERR;
-	if (w->op == NIC_OP_READ && process_vm_writev(self, &l, 1, &r, 1, 0) != 1)
+	if (w->wr.op == NIC_OP_READ && process_vm_writev(self, &l, 1, &r, 1, 0) != 1)
 		return NIC_WC_LOC_PROT_ERR;
 	return NIC_WC_REM_ACCESS_ERR;
 }
@@ -155,7 +142,7 @@ static enum nic_wc_status efault_side(const struct cma_qp *qp, const struct cma_
 /* Zero-length WRs (drain markers) need no memory and no key. */
 static inline bool wqe_empty(const struct cma_wqe *w)
 {
-	return w->len == 0;
+	return w->wr.len == 0;
 }
 
 /* Append [base, base + len) to v[0, *n), in v's last entry when it ends at base. */
@@ -178,7 +165,7 @@ static inline void iov_add(struct iovec *v, uint32_t *n, uint64_t base, uint64_t
 static bool qp_turn(struct cma_cq *cq, struct cma_qp *qp, struct budget *b)
 {
 	struct iovec liov[CMA_IOV], riov[CMA_IOV];
-	uint8_t op = qp->sq[qp->sq_head].op;
+	uint8_t op = qp->sq[qp->sq_head].wr.op;
 	uint32_t k, n = 0, nl = 0, nr = 0;
 	uint64_t want = 0;
 	ssize_t got;
@@ -190,7 +177,7 @@ static bool qp_turn(struct cma_cq *cq, struct cma_qp *qp, struct budget *b)
 
 		if (wqe_empty(w))
 			continue; /* retired in order below, whatever its op */
-		if (w->op != op)
+		if (w->wr.op != op)
 			break;
 		st = wqe_check(cq, qp, w, b->now);
 		if (unlikely(st != NIC_WC_SUCCESS)) {
@@ -200,14 +187,14 @@ static bool qp_turn(struct cma_cq *cq, struct cma_qp *qp, struct budget *b)
 			}
 			break; /* copy what is before it; it fails at the head next turn */
 		}
-		take = w->len - w->done;
+		take = w->wr.len - w->done;
 		if (take > b->bytes - want)
 			take = b->bytes - want;
-		iov_add(liov, &nl, w->local + w->done, take);
-		iov_add(riov, &nr, w->remote + w->done, take);
+		iov_add(liov, &nl, w->wr.local + w->done, take);
+		iov_add(riov, &nr, w->wr.remote + w->done, take);
 		n++;
 		want += take;
-		if (take < w->len - w->done) {
+		if (take < w->wr.len - w->done) {
 			k++;
 			break; /* the budget ends inside w: it goes on next turn */
 		}
@@ -237,7 +224,7 @@ static bool qp_turn(struct cma_cq *cq, struct cma_qp *qp, struct budget *b)
 	/* Retire the first k WRs as far as the copy got (it copies in order). */
 	for (uint32_t i = 0; i < k; i++) {
 		struct cma_wqe *w = &qp->sq[qp->sq_head];
-		uint64_t left = w->len - w->done;
+		uint64_t left = w->wr.len - w->done;
 
 		if ((uint64_t)got < left) {
 			w->done += (uint32_t)got;
@@ -250,12 +237,6 @@ static bool qp_turn(struct cma_cq *cq, struct cma_qp *qp, struct budget *b)
 		sq_retire(cq, qp, NIC_WC_SUCCESS);
 	}
 	return qp->sq_count != 0;
-}
-
-static void cma_cq_publish(struct cma_cq *cq)
-{
-	for (int i = 0; i < CMA_CNT_NR; i++)
-		WRITE_ONCE(cq->pub[i], cq->cnt[i]);
 }
 
 /*
@@ -285,39 +266,24 @@ static void cma_cq_run(struct cma_cq *cq)
 	uint64_t seq;
 
 	/* Enter: odd.  seq_cst pairs with dereg_mr (see local_ok). */
-	seq = fetch_add_sc(cq->poll_seq, 1);
+	seq = soft_busy_enter(&cq->poll_seq);
 	b.now = ferry_tsc();
-	while (b.bytes && b.calls && !cma_list_empty(&cq->active)) {
-		struct cma_qp *qp = cma_entry(cq->active.next, struct cma_qp, act);
+	while (b.bytes && b.calls && !cds_list_empty(&cq->active)) {
+		struct cma_qp *qp = cds_list_first_entry(&cq->active, struct cma_qp, act);
 
 		if (unlikely(qp->error))
 			qp_fail(cq, qp, NIC_WC_FLUSH_ERR);
 		else
 			qp_turn(cq, qp, &b);
 		/* Leave the list when drained, else go to the back: round robin. */
-		cma_list_del(&qp->act);
+		cds_list_del_init(&qp->act);
 		if (qp->sq_count)
-			cma_list_add_tail(&qp->act, &cq->active);
+			cds_list_add_tail(&qp->act, &cq->active);
 	}
-	/* Leave: even.  Release: dereg_mr may free the memory we just copied. */
-	store_release(cq->poll_seq, seq + 2); /* pairs with: load_acquire in cma_wait_cq */
+	/* Leave: even.  dereg_mr may free the memory we just copied. */
+	soft_busy_leave(&cq->poll_seq, seq);
 	cma_budget_learn(cq, cq->poll_bytes - b.bytes, ferry_tsc() - b.now);
-	cma_cq_publish(cq);
-}
-
-static int cma_cq_drain(struct cma_cq *cq, uint32_t n, struct nic_wc *wc)
-{
-	uint32_t i;
-
-	if (n > cq->count)
-		n = cq->count;
-	for (i = 0; i < n; i++) {
-		wc[i] = cq->ring[cq->head];
-		if (++cq->head == cq->size)
-			cq->head = 0;
-	}
-	cq->count -= n;
-	return (int)n;
+	soft_cnt_publish(cq->pub, cq->cnt, CMA_CNT_NR);
 }
 
 int cma_poll(struct nic_cq *ncq, int n, struct nic_wc *wc)
@@ -326,29 +292,17 @@ int cma_poll(struct nic_cq *ncq, int n, struct nic_wc *wc)
 
 	if (unlikely(n <= 0))
 		return n < 0 ? -EINVAL : 0;
-	if (!cma_list_empty(&cq->active) && cq->count < (uint32_t)n)
+	if (!cds_list_empty(&cq->active) && cq->wcq.count < (uint32_t)n)
 		cma_cq_run(cq);
-	if (unlikely(cq->overflow)) {
-		/* Reported once; the CQEs that did fit are returned by later polls. */
-		cq->overflow = false;
-		return -EOVERFLOW;
-	}
-	return cma_cq_drain(cq, (uint32_t)n, wc);
+	return soft_cq_poll(&cq->wcq, (uint32_t)n, wc);
 }
 
 static inline void sq_push(struct cma_qp *qp, const struct nic_wr *wr)
 {
 	struct cma_wqe *w = &qp->sq[qp->sq_tail];
 
-	w->wr_id = wr->wr_id;
-	w->local = wr->local;
-	w->remote = wr->remote;
-	w->len = wr->len;
-	w->lkey = wr->lkey;
-	w->rkey = wr->rkey;
+	soft_wqe_set(&w->wr, wr);
 	w->done = 0;
-	w->op = wr->op;
-	w->signaled = wr->signaled;
 	if (++qp->sq_tail == qp->sq_size)
 		qp->sq_tail = 0;
 	qp->sq_count++;
@@ -380,8 +334,8 @@ int cma_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
 		}
 		sq_push(qp, wr);
 	}
-	if (qp->sq_count && cma_list_empty(&qp->act))
-		cma_list_add_tail(&qp->act, &cq->active);
+	if (qp->sq_count && cds_list_empty(&qp->act))
+		cds_list_add_tail(&qp->act, &cq->active);
 out:
 	if (rc && bad)
 		*bad = wr;

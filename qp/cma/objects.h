@@ -19,8 +19,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <urcu/list.h>
+
 #include "qp/cma/cma.h"
 #include "qp/nic.h"
+#include "qp/soft/soft.h"
 #include "ring/base/atomics.h"
 #include "ring/base/compiler.h"
 
@@ -125,39 +128,6 @@ struct cma_id {
 
 /* ------------------------------------------------------------ private state */
 
-struct cma_list {
-	struct cma_list *next;
-	struct cma_list *prev;
-};
-
-static inline void cma_list_init(struct cma_list *h)
-{
-	h->next = h;
-	h->prev = h;
-}
-
-static inline bool cma_list_empty(const struct cma_list *h)
-{
-	return h->next == h;
-}
-
-static inline void cma_list_add_tail(struct cma_list *n, struct cma_list *h)
-{
-	n->prev = h->prev;
-	n->next = h;
-	h->prev->next = n;
-	h->prev = n;
-}
-
-static inline void cma_list_del(struct cma_list *n)
-{
-	n->prev->next = n->next;
-	n->next->prev = n->prev;
-	cma_list_init(n);
-}
-
-#define cma_entry(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
-
 /* Slots handed out first in, first out: a freed key stays stale as long as possible. */
 struct cma_slots {
 	uint16_t *fifo;
@@ -185,45 +155,33 @@ struct cma_ctx {
 	struct cma_id self;
 	struct cma_slots mrs;    /* lock */
 	struct cma_slots qps;    /* lock */
-	struct cma_list cqs;     /* struct cma_cq.link (lock) */
+	struct cds_list_head cqs; /* struct cma_cq.link (lock) */
 	uint32_t nmr;            /* lock */
 	uint64_t lease_ticks;    /* CMA_LEASE_MS in TSC ticks */
 	uint64_t poll_ticks;     /* CMA_POLL_US in TSC ticks */
 	uint64_t retired[CMA_CNT_NR]; /* counters of destroyed CQs (lock) */
 };
 
-/* A queued WR: struct nic_wr without the chain pointer, plus its progress. */
+/* A queued WR and its progress. */
 struct cma_wqe {
-	uint64_t wr_id;
-	uint64_t local;
-	uint64_t remote;
-	uint32_t len;
-	uint32_t lkey;
-	uint32_t rkey;
+	struct soft_wqe wr;
 	uint32_t done; /* bytes already copied (a WR may take several polls) */
-	uint8_t op;
-	uint8_t signaled;
 };
 
 struct cma_cq {
 	/* Owned by the polling core. */
 	struct cma_ctx *ctx;
-	struct nic_wc *ring;
-	uint32_t size;
-	uint32_t head;
-	uint32_t tail;
-	uint32_t count;
-	bool overflow;           /* a CQE was lost: the next poll says -EOVERFLOW */
-	struct cma_list active;  /* QPs with a non-empty send queue */
+	struct soft_cq wcq;
+	struct cds_list_head active; /* QPs with a non-empty send queue */
 	uint32_t poll_bytes;     /* a poll's byte budget, learned (exec.c) */
 	uint64_t cnt[CMA_CNT_NR];
 
 	/* Control path, under ctx->lock. */
-	struct cma_list link;    /* in ctx->cqs */
-	struct cma_list qps;     /* struct cma_qp.link */
+	struct cds_list_head link; /* in ctx->cqs */
+	struct cds_list_head qps;  /* struct cma_qp.link */
 
 	/* Written by the core, read by dereg_mr and cma_get_counters. */
-	uint64_t poll_seq ferry_cache_aligned; /* odd while executing */
+	uint64_t poll_seq ferry_cache_aligned; /* odd while executing (soft.h) */
 	uint64_t pub[CMA_CNT_NR];
 };
 
@@ -238,7 +196,7 @@ struct cma_rkey {
 
 struct cma_qp {
 	/* Owned by the posting/polling core. */
-	struct cma_list act;     /* in cq->active while the send queue is not empty */
+	struct cds_list_head act; /* in cq->active while the send queue is not empty */
 	struct cma_wqe *sq;
 	uint32_t sq_size;
 	uint32_t sq_head;
@@ -257,7 +215,7 @@ struct cma_qp {
 	uint8_t peer_secret[NIC_QP_SECRET_LEN];
 	uint32_t connected;
 
-	struct cma_list link;    /* in cq->qps (ctx->lock) */
+	struct cds_list_head link; /* in cq->qps (ctx->lock) */
 };
 
 /* The poll path (exec.c): members of nic_cma_provider (see qp/nic.h). */

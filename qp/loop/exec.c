@@ -40,7 +40,7 @@ static inline bool loop_roll(struct loop_cq *cq, uint64_t thr)
  * Is [addr, addr + len) inside the live MR named by key, owned by owner?
  * The key load is seq_cst so that it is ordered after the poll's seq_cst
  * increment of poll_seq: either dereg_mr sees us executing, or we see its
- * cleared key (see loop_wait_cq).
+ * cleared key (see loop_wait_pollers_locked).
  */
 static inline bool loop_mr_covers(uint32_t key, uint32_t owner, uint64_t addr, uint32_t len,
 				   unsigned need)
@@ -103,27 +103,14 @@ struct loop_run {
 };
 
 static inline void loop_cqe(struct loop_cq *cq, const struct loop_qp *qp,
-			    const struct loop_wqe *w, enum nic_wc_status st)
+			    const struct soft_wqe *w, enum nic_wc_status st)
 {
-	struct nic_wc *c;
-
-	if (unlikely(cq->count == cq->size)) {
-		/* A real CQ would overflow too: the caller broke its CQ quota. */
-		cq->overflow = true;
+	/* A real CQ would overflow too: the caller broke its CQ quota. */
+	if (unlikely(!soft_cq_push(&cq->wcq, w->wr_id, qp->qp_num, w->op, st)))
 		cq->cnt[CNT_CQ_OVF]++;
-		return;
-	}
-	c = &cq->ring[cq->tail];
-	c->wr_id = w->wr_id;
-	c->qp_num = qp->qp_num;
-	c->status = (uint16_t)st;
-	c->op = w->op;
-	if (++cq->tail == cq->size)
-		cq->tail = 0;
-	cq->count++;
 }
 
-static inline void loop_copy(const struct loop_wqe *w)
+static inline void loop_copy(const struct soft_wqe *w)
 {
 	void *local = (void *)(uintptr_t)w->local;
 	void *remote = (void *)(uintptr_t)w->remote;
@@ -147,7 +134,7 @@ static __attribute__((noinline)) enum nic_wc_status loop_fault_before(struct loo
 
 /* Execute one WR of a QP that is not in error; returns its completion status. */
 static inline enum nic_wc_status loop_exec(struct loop_cq *cq, struct loop_run *run,
-					   struct loop_qp *qp, const struct loop_wqe *w)
+					   struct loop_qp *qp, const struct soft_wqe *w)
 {
 	if (unlikely(run->faults) && loop_fault_before(cq) != NIC_WC_SUCCESS)
 		return NIC_WC_FLUSH_ERR;
@@ -181,7 +168,7 @@ static uint32_t loop_qp_slow(struct loop_cq *cq, struct loop_run *run, struct lo
 	uint32_t i;
 
 	for (i = 0; i < burst; i++) {
-		const struct loop_wqe *w = &qp->sq[qp->sq_head];
+		const struct soft_wqe *w = &qp->sq[qp->sq_head];
 		enum nic_wc_status st;
 
 		if (unlikely(qp->stalled && !qp->error))
@@ -228,7 +215,7 @@ static uint32_t loop_qp_fast(struct loop_cq *cq, struct loop_run *run, struct lo
 	    rm.owner != qp->peer)
 		return 0;
 	for (i = 0; i < burst; i++) {
-		const struct loop_wqe *w = &qp->sq[head];
+		const struct soft_wqe *w = &qp->sq[head];
 		uint64_t loff = w->local - lm.base, roff = w->remote - rm.base; /* wrap: huge */
 		unsigned need = w->op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ : NIC_ACCESS_REMOTE_WRITE;
 
@@ -277,14 +264,6 @@ static void loop_cq_load_faults(struct loop_cq *cq, uint32_t epoch)
 	cq->fault_epoch = epoch;
 }
 
-static void loop_cq_publish(struct loop_cq *cq)
-{
-	int i;
-
-	for (i = 0; i < CNT_NR; i++)
-		WRITE_ONCE(cq->pub[i], cq->cnt[i]);
-}
-
 /* Execute up to ~budget queued WRs, round-robin over the active QPs. */
 static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
 {
@@ -294,7 +273,7 @@ static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
 	uint32_t epoch;
 
 	/* Enter: odd.  seq_cst pairs with dereg_mr (see loop_mr_covers). */
-	seq = fetch_add_sc(cq->poll_seq, 1);
+	seq = soft_busy_enter(&cq->poll_seq);
 
 	epoch = load_acquire(ctx->fault_epoch); /* pairs with: fetch_add_release in loop_set_faults */
 	if (unlikely(epoch != cq->fault_epoch))
@@ -302,8 +281,8 @@ static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
 	run.faults = (cq->thr_err | cq->thr_lost | cq->thr_fatal) != 0;
 	run.nocopy = READ_ONCE(ctx->nocopy);
 
-	while (budget && !list_empty(&cq->active)) {
-		struct loop_qp *qp = container_of(cq->active.next, struct loop_qp, act);
+	while (budget && !cds_list_empty(&cq->active)) {
+		struct loop_qp *qp = cds_list_first_entry(&cq->active, struct loop_qp, act);
 		uint32_t burst = qp->sq_count;
 
 		if (burst > LOOP_QP_BURST)
@@ -313,31 +292,16 @@ static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
 		loop_qp_run(cq, &run, qp, burst);
 		budget -= burst;
 		/* Leave the list when drained, else go to the back: round robin. */
-		list_del(&qp->act);
+		cds_list_del_init(&qp->act);
 		if (qp->sq_count)
-			list_add_tail(&qp->act, &cq->active);
+			cds_list_add_tail(&qp->act, &cq->active);
 	}
 
-	/* Leave: even.  Release: dereg_mr may free the memory we just copied. */
-	store_release(cq->poll_seq, seq + 2); /* pairs with: load_acquire in the MR dereg wait */
+	/* Leave: even.  dereg_mr may free the memory we just copied. */
+	soft_busy_leave(&cq->poll_seq, seq);
 	cq->cnt[CNT_WRS] += run.wrs;
 	cq->cnt[CNT_BYTES] += run.bytes;
-	loop_cq_publish(cq);
-}
-
-static int loop_cq_drain(struct loop_cq *cq, uint32_t n, struct nic_wc *wc)
-{
-	uint32_t i;
-
-	if (n > cq->count)
-		n = cq->count;
-	for (i = 0; i < n; i++) {
-		wc[i] = cq->ring[cq->head];
-		if (++cq->head == cq->size)
-			cq->head = 0;
-	}
-	cq->count -= n;
-	return (int)n;
+	soft_cnt_publish(cq->pub, cq->cnt, CNT_NR);
 }
 
 int loop_poll(struct nic_cq *ncq, int n, struct nic_wc *wc)
@@ -346,25 +310,10 @@ int loop_poll(struct nic_cq *ncq, int n, struct nic_wc *wc)
 
 	if (unlikely(n <= 0))
 		return n < 0 ? -EINVAL : 0;
-	if (!list_empty(&cq->active))
+	if (!cds_list_empty(&cq->active))
 		loop_cq_run(cq, (uint32_t)n);
-	if (unlikely(cq->overflow)) {
-		/* Reported once; the CQEs that did fit are returned by later polls. */
-		cq->overflow = false;
-		return -EOVERFLOW;
-	}
-	return loop_cq_drain(cq, (uint32_t)n, wc);
+	return soft_cq_poll(&cq->wcq, (uint32_t)n, wc);
 }
-
-/* A queued WR is a struct nic_wr from wr_id on: copied whole (loop_post). */
-_Static_assert(offsetof(struct nic_wr, signaled) - offsetof(struct nic_wr, wr_id) ==
-		       offsetof(struct loop_wqe, signaled) &&
-	       offsetof(struct nic_wr, lkey) - offsetof(struct nic_wr, wr_id) ==
-		       offsetof(struct loop_wqe, lkey) &&
-	       offsetof(struct nic_wr, op) - offsetof(struct nic_wr, wr_id) ==
-		       offsetof(struct loop_wqe, op) &&
-	       sizeof(struct nic_wr) - offsetof(struct nic_wr, wr_id) == sizeof(struct loop_wqe),
-	       "struct loop_wqe is the tail of struct nic_wr");
 
 int loop_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
 {
@@ -398,15 +347,15 @@ int loop_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
 			rc = -ENOMEM;
 			break;
 		}
-		memcpy(&qp->sq[tail], &wr->wr_id, sizeof(struct loop_wqe));
+		soft_wqe_set(&qp->sq[tail], wr);
 		if (++tail == size)
 			tail = 0;
 		count++;
 	}
 	qp->sq_tail = tail;
 	qp->sq_count = count;
-	if (count && list_empty(&qp->act))
-		list_add_tail(&qp->act, &cq->active);
+	if (count && cds_list_empty(&qp->act))
+		cds_list_add_tail(&qp->act, &cq->active);
 out:
 	if (rc && bad)
 		*bad = wr;

@@ -36,7 +36,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -58,7 +57,7 @@
 static const uint8_t loop_magic[4] = { 'L', 'O', 'O', 'P' };
 
 static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct loop_list loop_ctxs = { &loop_ctxs, &loop_ctxs };
+static CDS_LIST_HEAD(loop_ctxs);
 static uint32_t loop_next_id = 1;
 static uint32_t loop_next_qpn = 1;
 
@@ -72,30 +71,19 @@ static bool loop_mr_ready;
 /* ------------------------------------------------------------- control path */
 
 /*
- * Wait until a poll of cq that may have loaded a key before it was cleared
- * has finished.  seq_cst load: see loop_mr_covers.  Acquire: what that poll
- * copied happens before our caller frees the memory.
+ * Wait until every poll that may have loaded a key before it was cleared
+ * has finished (soft_busy_wait; the key's seq_cst load: see
+ * loop_mr_covers): what it copied happens before our caller frees the
+ * memory.
  */
-static void loop_wait_cq(struct loop_cq *cq)
-{
-	uint64_t s = load_sc(cq->poll_seq);
-
-	if (!(s & 1))
-		return;
-	while (load_acquire(cq->poll_seq) == s) /* pairs with: store_release in loop_poll */
-		sched_yield();
-}
-
 static void loop_wait_pollers_locked(void)
 {
-	struct loop_list *c, *q;
+	struct cds_list_head *q;
+	struct loop_ctx *ctx;
 
-	for (c = loop_ctxs.next; c != &loop_ctxs; c = c->next) {
-		struct loop_ctx *ctx = container_of(c, struct loop_ctx, link);
-
-		for (q = ctx->cqs.next; q != &ctx->cqs; q = q->next)
-			loop_wait_cq(container_of(q, struct loop_cq, link));
-	}
+	cds_list_for_each_entry(ctx, &loop_ctxs, link)
+		cds_list_for_each(q, &ctx->cqs) /* not _entry: see soft.h */
+			soft_busy_wait(&cds_list_entry(q, struct loop_cq, link)->poll_seq);
 }
 
 static void loop_mr_init_locked(void)
@@ -209,7 +197,7 @@ static int loop_open(const char *dev, struct nic **out)
 	do
 		ctx->id = fetch_add_relaxed(loop_next_id, 1);
 	while (!ctx->id); /* 0 means "not connected" */
-	list_init(&ctx->cqs);
+	CDS_INIT_LIST_HEAD(&ctx->cqs);
 	ctx->seed = LOOP_DEFAULT_SEED; /* not yet shared */
 	ctx->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (ctx->event_fd < 0) {
@@ -218,7 +206,7 @@ static int loop_open(const char *dev, struct nic **out)
 	}
 
 	pthread_mutex_lock(&loop_lock);
-	list_add_tail(&ctx->link, &loop_ctxs);
+	cds_list_add_tail(&ctx->link, &loop_ctxs);
 	pthread_mutex_unlock(&loop_lock);
 	*out = (struct nic *)(void *)ctx;
 	return 0;
@@ -248,23 +236,19 @@ static void loop_addr(const struct nic *n, struct nic_addr *out)
 static void loop_qp_free_locked(struct loop_qp *qp)
 {
 	/* Unlink from cq->active: the caller is the owning core or it is stopped. */
-	list_del(&qp->act);
-	list_del(&qp->link);
+	cds_list_del(&qp->act);
+	cds_list_del(&qp->link);
 	free(qp->sq);
 	free(qp);
 }
 
 static void loop_cq_free_locked(struct loop_cq *cq)
 {
-	struct loop_ctx *ctx = cq->ctx;
-	int i;
-
-	while (!list_empty(&cq->qps))
-		loop_qp_free_locked(container_of(cq->qps.next, struct loop_qp, link));
-	for (i = 0; i < CNT_NR; i++)
-		ctx->retired[i] += READ_ONCE(cq->pub[i]);
-	list_del(&cq->link);
-	free(cq->ring);
+	while (!cds_list_empty(&cq->qps))
+		loop_qp_free_locked(cds_list_first_entry(&cq->qps, struct loop_qp, link));
+	soft_cnt_add(cq->ctx->retired, cq->pub, CNT_NR);
+	cds_list_del(&cq->link);
+	soft_cq_fini(&cq->wcq);
 	free(cq);
 }
 
@@ -275,11 +259,11 @@ static void loop_close(struct nic *n)
 	if (!ctx)
 		return;
 	pthread_mutex_lock(&loop_lock);
-	while (!list_empty(&ctx->cqs))
-		loop_cq_free_locked(container_of(ctx->cqs.next, struct loop_cq, link));
+	while (!cds_list_empty(&ctx->cqs))
+		loop_cq_free_locked(cds_list_first_entry(&ctx->cqs, struct loop_cq, link));
 	if (ctx->nmr)
 		loop_mr_release_owner_locked(ctx);
-	list_del(&ctx->link);
+	cds_list_del(&ctx->link);
 	pthread_mutex_unlock(&loop_lock);
 	close(ctx->event_fd);
 	free(ctx);
@@ -295,22 +279,19 @@ static int loop_cq_create(struct nic *n, uint32_t cqe, struct nic_cq **out)
 	cq = ferry_zalloc_lines(sizeof(*cq));
 	if (!cq)
 		return -ENOMEM;
-	memset(cq, 0, sizeof(*cq));
-	cq->ring = calloc(cqe, sizeof(*cq->ring));
-	if (!cq->ring) {
+	if (soft_cq_init(&cq->wcq, cqe)) {
 		free(cq);
 		return -ENOMEM;
 	}
 	cq->ctx = ctx;
-	cq->size = cqe;
-	list_init(&cq->active);
-	list_init(&cq->qps);
+	CDS_INIT_LIST_HEAD(&cq->active);
+	CDS_INIT_LIST_HEAD(&cq->qps);
 
 	pthread_mutex_lock(&loop_lock);
 	cq->ordinal = ctx->ncq_created++;
 	/* Differ from the current epoch: the first poll loads the fault plan. */
 	cq->fault_epoch = READ_ONCE(ctx->fault_epoch) - 1;
-	list_add_tail(&cq->link, &ctx->cqs);
+	cds_list_add_tail(&cq->link, &ctx->cqs);
 	pthread_mutex_unlock(&loop_lock);
 	*out = (struct nic_cq *)(void *)cq;
 	return 0;
@@ -348,10 +329,10 @@ static int loop_qp_create(struct nic *n, struct nic_cq *ncq, uint32_t max_wr, st
 	qp->local_id = ctx->id;
 	qp->cq = cq;
 	/* Not on cq->active until post: the core may already be polling cq. */
-	list_init(&qp->act);
+	CDS_INIT_LIST_HEAD(&qp->act);
 
 	pthread_mutex_lock(&loop_lock);
-	list_add_tail(&qp->link, &cq->qps);
+	cds_list_add_tail(&qp->link, &cq->qps);
 	pthread_mutex_unlock(&loop_lock);
 	*out = (struct nic_qp *)(void *)qp;
 	return 0;
@@ -478,18 +459,12 @@ void loop_get_counters(const struct nic *n, struct loop_counters *out)
 {
 	const struct loop_ctx *ctx = (const struct loop_ctx *)(const void *)n;
 	uint64_t sum[CNT_NR];
-	const struct loop_list *q;
-	int i;
+	const struct cds_list_head *q;
 
 	pthread_mutex_lock(&loop_lock);
-	for (i = 0; i < CNT_NR; i++)
-		sum[i] = ctx->retired[i];
-	for (q = ctx->cqs.next; q != &ctx->cqs; q = q->next) {
-		struct loop_cq *cq = container_of(q, struct loop_cq, link);
-
-		for (i = 0; i < CNT_NR; i++)
-			sum[i] += READ_ONCE(cq->pub[i]);
-	}
+	memcpy(sum, ctx->retired, sizeof(sum));
+	cds_list_for_each(q, &ctx->cqs)
+		soft_cnt_add(sum, cds_list_entry(q, struct loop_cq, link)->pub, CNT_NR);
 	pthread_mutex_unlock(&loop_lock);
 
 	out->wrs_executed = sum[CNT_WRS];

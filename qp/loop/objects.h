@@ -13,7 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <urcu/list.h>
+
 #include "qp/nic.h"
+#include "qp/soft/soft.h"
 #include "ring/base/atomics.h"
 #include "ring/base/compiler.h"
 
@@ -21,43 +24,6 @@
 #define LOOP_MR_BITS 16
 #define LOOP_MR_SLOTS (1u << LOOP_MR_BITS)
 #define LOOP_MR_MASK (LOOP_MR_SLOTS - 1)
-
-#ifndef container_of
-#define container_of(ptr, type, member) \
-	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
-#endif
-
-/* Minimal intrusive doubly-linked list; a detached node points to itself. */
-struct loop_list {
-	struct loop_list *next;
-	struct loop_list *prev;
-};
-
-static inline void list_init(struct loop_list *h)
-{
-	h->next = h;
-	h->prev = h;
-}
-
-static inline bool list_empty(const struct loop_list *h)
-{
-	return h->next == h;
-}
-
-static inline void list_add_tail(struct loop_list *n, struct loop_list *h)
-{
-	n->prev = h->prev;
-	n->next = h;
-	h->prev->next = n;
-	h->prev = n;
-}
-
-static inline void list_del(struct loop_list *n)
-{
-	n->prev->next = n->next;
-	n->next->prev = n->prev;
-	list_init(n);
-}
 
 /* Counter indices; the poll thread is the only writer of a CQ's counters. */
 enum {
@@ -75,8 +41,8 @@ enum {
 
 struct loop_ctx {
 	uint32_t id;
-	struct loop_list link;	/* in loop_ctxs (loop_lock) */
-	struct loop_list cqs;	/* struct loop_cq.link (loop_lock) */
+	struct cds_list_head link;	/* in loop_ctxs (loop_lock) */
+	struct cds_list_head cqs;	/* struct loop_cq.link (loop_lock) */
 	uint32_t ncq_created;	/* ordinal of the next CQ: seeds its PRNG */
 	uint32_t nmr;		/* live MRs: close scans the table only if > 0 */
 	uint64_t retired[CNT_NR]; /* counters of destroyed CQs (loop_lock) */
@@ -96,28 +62,11 @@ struct loop_ctx {
 	uint32_t nevents;
 };
 
-/* A queued WR: struct nic_wr without the chain pointer. */
-struct loop_wqe {
-	uint64_t wr_id;
-	uint64_t local;
-	uint64_t remote;
-	uint32_t len;
-	uint32_t lkey;
-	uint32_t rkey;
-	uint8_t op;
-	uint8_t signaled;
-};
-
 struct loop_cq {
 	/* Owned by the polling core. */
 	struct loop_ctx *ctx;
-	struct nic_wc *ring;
-	uint32_t size;
-	uint32_t head;
-	uint32_t tail;
-	uint32_t count;
-	bool overflow;		/* a CQE was lost: next poll says -EOVERFLOW */
-	struct loop_list active; /* QPs with a non-empty SQ */
+	struct soft_cq wcq;
+	struct cds_list_head active; /* QPs with a non-empty SQ */
 	uint64_t rng;
 	uint64_t thr_err;	/* thresholds on a 32-bit draw; 0 = off */
 	uint64_t thr_lost;
@@ -127,18 +76,18 @@ struct loop_cq {
 	uint64_t cnt[CNT_NR];
 
 	/* Control path, under loop_lock. */
-	struct loop_list link;	/* in ctx->cqs */
-	struct loop_list qps;	/* struct loop_qp.link */
+	struct cds_list_head link;	/* in ctx->cqs */
+	struct cds_list_head qps;	/* struct loop_qp.link */
 
 	/* Written by the core, read by dereg_mr and loop_get_counters. */
-	uint64_t poll_seq ferry_cache_aligned; /* odd while executing */
+	uint64_t poll_seq ferry_cache_aligned; /* odd while executing (soft.h) */
 	uint64_t pub[CNT_NR];
 };
 
 struct loop_qp {
 	/* Owned by the posting/polling core. */
-	struct loop_list act;	/* in cq->active while the SQ is not empty */
-	struct loop_wqe *sq;
+	struct cds_list_head act;	/* in cq->active while the SQ is not empty */
+	struct soft_wqe *sq;
 	uint32_t sq_size;
 	uint32_t sq_head;
 	uint32_t sq_tail;
@@ -151,7 +100,7 @@ struct loop_qp {
 	struct loop_cq *cq;
 
 	uint32_t remote_id; /* set once by qp_connect; 0 = not connected */
-	struct loop_list link;	/* in cq->qps (loop_lock) */
+	struct cds_list_head link;	/* in cq->qps (loop_lock) */
 };
 
 /*

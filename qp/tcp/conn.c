@@ -35,22 +35,9 @@ char tcp_tsan_wire;
 void tcp_cqe(struct tcp_cq *cq, const struct tcp_qp *qp, uint64_t wr_id, uint8_t op,
 	     enum nic_wc_status st)
 {
-	struct nic_wc *c;
-
-	if (unlikely(cq->count == cq->size)) {
-		/* A real CQ would overflow too: the caller broke its CQ quota. */
-		cq->overflow = true;
+	/* A real CQ would overflow too: the caller broke its CQ quota. */
+	if (unlikely(!soft_cq_push(&cq->wcq, wr_id, qp->qpn, op, st)))
 		cq->cnt[TC_CQ_OVF]++;
-		return;
-	}
-	c = &cq->ring[cq->tail];
-	c->wr_id = wr_id;
-	c->qp_num = qp->qpn;
-	c->status = (uint16_t)st;
-	c->op = op;
-	if (++cq->tail == cq->size)
-		cq->tail = 0;
-	cq->count++;
 }
 
 /* Set the connection's epoll interest (a system call only on a change). */
@@ -252,12 +239,6 @@ static void tcp_qp_event(struct tcp_cq *cq, uint32_t qpn, uint32_t events)
 		tcp_serve_io(qp, events);
 }
 
-static void tcp_cq_publish(struct tcp_cq *cq)
-{
-	for (unsigned i = 0; i < TC_NR; i++)
-		WRITE_ONCE(cq->pub[i], cq->cnt[i]);
-}
-
 /* The sockets' work, bounded: one epoll_wait, each event served once. */
 static void tcp_cq_run(struct tcp_cq *cq)
 {
@@ -283,19 +264,6 @@ static void tcp_cq_run(struct tcp_cq *cq)
 		tcp_pending_sweep(cq);
 }
 
-static int tcp_cq_drain(struct tcp_cq *cq, uint32_t n, struct nic_wc *wc)
-{
-	if (n > cq->count)
-		n = cq->count;
-	for (uint32_t i = 0; i < n; i++) {
-		wc[i] = cq->ring[cq->head];
-		if (++cq->head == cq->size)
-			cq->head = 0;
-	}
-	cq->count -= n;
-	return (int)n;
-}
-
 int tcp_poll(struct nic_cq *ncq, int n, struct nic_wc *wc)
 {
 	struct tcp_cq *cq = tcp_cq_of(ncq);
@@ -303,14 +271,9 @@ int tcp_poll(struct nic_cq *ncq, int n, struct nic_wc *wc)
 
 	if (unlikely(n <= 0))
 		return n < 0 ? -EINVAL : 0;
-	seq = tcp_busy_enter(cq);
+	seq = soft_busy_enter(&cq->busy_seq);
 	tcp_cq_run(cq);
-	tcp_busy_leave(cq, seq);
-	tcp_cq_publish(cq);
-	if (unlikely(cq->overflow)) {
-		/* Reported once; the CQEs that did fit come with later polls. */
-		cq->overflow = false;
-		return -EOVERFLOW;
-	}
-	return tcp_cq_drain(cq, (uint32_t)n, wc);
+	soft_busy_leave(&cq->busy_seq, seq);
+	soft_cnt_publish(cq->pub, cq->cnt, TC_NR);
+	return soft_cq_poll(&cq->wcq, (uint32_t)n, wc);
 }

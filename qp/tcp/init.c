@@ -400,7 +400,7 @@ int tcp_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
 			*bad = wr;
 		return -ENOTCONN;
 	}
-	seq = tcp_busy_enter(cq);
+	seq = soft_busy_enter(&cq->busy_seq);
 	for (; wr; wr = wr->next) {
 		if (unlikely(wr->op != NIC_OP_WRITE && wr->op != NIC_OP_READ)) {
 			rc = -EINVAL;
@@ -424,7 +424,7 @@ int tcp_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
 		if (!qp->error)
 			init_want(qp);
 	}
-	tcp_busy_leave(cq, seq);
+	soft_busy_leave(&cq->busy_seq, seq);
 	WRITE_ONCE(cq->pub[TC_SQ_OVF], cq->cnt[TC_SQ_OVF]);
 	if (rc && bad)
 		*bad = wr;
@@ -435,7 +435,7 @@ int tcp_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
 int tcp_qp_set_error(struct nic_qp *nqp)
 {
 	struct tcp_qp *qp = tcp_qp_of(nqp);
-	uint64_t seq = tcp_busy_enter(qp->cq);
+	uint64_t seq = soft_busy_enter(&qp->cq->busy_seq);
 
 	if (qp->passive) {
 		tcp_conn_close(qp); /* a target QP has no WRs of its own */
@@ -443,6 +443,6 @@ int tcp_qp_set_error(struct nic_qp *nqp)
 		init_fail(qp, NIC_WC_FLUSH_ERR, NULL, 0);
 		qp->error = true;
 	}
-	tcp_busy_leave(qp->cq, seq);
+	soft_busy_leave(&qp->cq->busy_seq, seq);
 	return 0;
 }

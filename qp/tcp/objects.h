@@ -12,7 +12,7 @@
  * finds QPs through epoll data (the qpn) and the table, so a control path
  * that takes a QP or an MR away (qp_destroy, dereg_mr) clears its entry,
  * then waits until the core is not inside a post or poll of that CQ
- * (busy_seq odd), and only then closes or frees.
+ * (busy_seq odd: soft_busy_wait), and only then closes or frees.
  */
 #ifndef FERRY_QP_TCP_OBJECTS_H
 #define FERRY_QP_TCP_OBJECTS_H
@@ -23,9 +23,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/epoll.h>
+#include <urcu/list.h>
 
 #include "qp/auth/auth.h"
 #include "qp/nic.h"
+#include "qp/soft/soft.h"
 #include "qp/tcp/frame.h"
 #include "qp/tcp/tcp.h"
 #include "ring/base/atomics.h"
@@ -70,43 +72,6 @@ static inline uint64_t tcp_tag(uint32_t tag, uint32_t id)
 {
 	return (uint64_t)tag << 32 | id;
 }
-
-/* Minimal intrusive doubly-linked list; a detached node points to itself. */
-struct tcp_list {
-	struct tcp_list *next;
-	struct tcp_list *prev;
-};
-
-static inline void tcp_list_init(struct tcp_list *h)
-{
-	h->next = h;
-	h->prev = h;
-}
-
-static inline bool tcp_list_empty(const struct tcp_list *h)
-{
-	return h->next == h;
-}
-
-static inline void tcp_list_add(struct tcp_list *n, struct tcp_list *h)
-{
-	n->prev = h->prev;
-	n->next = h;
-	h->prev->next = n;
-	h->prev = n;
-}
-
-static inline void tcp_list_del(struct tcp_list *n)
-{
-	n->prev->next = n->next;
-	n->next->prev = n->prev;
-	tcp_list_init(n);
-}
-
-#ifndef container_of
-#define container_of(ptr, type, member) \
-	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
-#endif
 
 /* Counters, each CQ's (the core is the only writer). */
 enum {
@@ -234,7 +199,7 @@ struct tcp_qp {
 	bool ack_pending;
 	struct tcp_rsp rsp[TCP_RSP_SLOTS];
 
-	struct tcp_list link;      /* in cq->qps (ctx->lock) */
+	struct cds_list_head link; /* in cq->qps (ctx->lock) */
 };
 
 /* An accepted connection that has not yet presented its HELLO. */
@@ -249,23 +214,18 @@ struct tcp_cq {
 	/* Owned by the polling core. */
 	struct tcp_ctx *ctx;
 	int epfd;
-	struct nic_wc *ring;
-	uint32_t size;
-	uint32_t head;
-	uint32_t tail;
-	uint32_t count;
-	bool overflow;             /* a CQE was lost: the next poll says -EOVERFLOW */
 	uint32_t npend;
+	struct soft_cq wcq;
 	struct tcp_pending pend[TCP_PENDING];
 	uint64_t cnt[TC_NR];
 	struct epoll_event ev[TCP_EVENTS];
 
 	/* Control path, under ctx->lock. */
-	struct tcp_list link;      /* in ctx->cqs */
-	struct tcp_list qps;       /* struct tcp_qp.link */
+	struct cds_list_head link; /* in ctx->cqs */
+	struct cds_list_head qps;  /* struct tcp_qp.link */
 
 	/* Written by the core, read by control paths. */
-	uint64_t busy_seq ferry_cache_aligned; /* odd inside post or poll */
+	uint64_t busy_seq ferry_cache_aligned; /* odd inside post or poll (soft.h) */
 	uint64_t pub[TC_NR];
 };
 
@@ -275,7 +235,7 @@ struct tcp_ctx {
 	struct sockaddr_in sa;     /* its address */
 	char name[32];             /* "127.0.0.1:port" */
 	struct tcp_cq *serving;    /* the CQ whose epoll has the listener (ctx->lock) */
-	struct tcp_list cqs;       /* struct tcp_cq.link (ctx->lock) */
+	struct cds_list_head cqs;  /* struct tcp_cq.link (ctx->lock) */
 	uint64_t retired[TC_NR];   /* counters of destroyed CQs (ctx->lock) */
 	uint32_t nmr;              /* live MRs (ctx->lock) */
 	uint32_t mr_cursor;        /* where reg_mr looks for a free slot (ctx->lock) */
@@ -310,25 +270,10 @@ static inline struct tcp_qp *tcp_qp_of(struct nic_qp *q)
 
 /* ---- the core's side of publication ---------------------------------- */
 
-/* Enter and leave a post or poll: control paths wait for odd to pass. */
-static inline uint64_t tcp_busy_enter(struct tcp_cq *cq)
-{
-	/* seq_cst: a Dekker pair with the control path's store_sc of a key or
-	 * a QP slot, then its load_sc of busy_seq (tcp_wait_cq). */
-	return fetch_add_sc(cq->busy_seq, 1);
-}
-
-static inline void tcp_busy_leave(struct tcp_cq *cq, uint64_t seq)
-{
-	/* Release: what this call did to the QPs happens before a control
-	 * path frees or closes them. */
-	store_release(cq->busy_seq, seq + 2); /* pairs with: load_acquire in tcp_wait_cq */
-}
-
 /* The QP with this qpn, or NULL; the core, inside busy. */
 static inline struct tcp_qp *tcp_qp_lookup(struct tcp_ctx *ctx, uint32_t qpn)
 {
-	/* seq_cst: the other side of qp_destroy's store_sc (see tcp_busy_enter);
+	/* seq_cst: the other side of qp_destroy's store_sc (see soft_busy_enter);
 	 * pairs with: store_release in tcp_qp_create (publication). */
 	struct tcp_qp *qp = load_sc(ctx->qps[qpn & TCP_QP_MASK]);
 
@@ -385,7 +330,6 @@ void AnnotateIgnoreReadsEnd(char *file, int line);
 /* ---- between the files ----------------------------------------------- */
 
 /* tcp.c */
-void tcp_wait_cq(struct tcp_cq *cq);
 void tcp_log(struct tcp_ctx *ctx, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 int tcp_sock_opts(int fd);

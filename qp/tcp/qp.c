@@ -86,7 +86,7 @@ static struct tcp_qp *tcp_qp_alloc(struct tcp_cq *cq, uint32_t max_wr)
 	qp->cq = cq;
 	qp->fd = -1;
 	qp->rx_phase = RX_HDR;
-	tcp_list_init(&qp->link);
+	CDS_INIT_LIST_HEAD(&qp->link);
 	return qp;
 }
 
@@ -105,7 +105,7 @@ int tcp_qp_create(struct nic *n, struct nic_cq *ncq, uint32_t max_wr, struct nic
 	pthread_mutex_lock(&ctx->lock);
 	rc = tcp_qp_slot_locked(ctx, &qp->qpn);
 	if (rc == 0) {
-		tcp_list_add(&qp->link, &cq->qps);
+		cds_list_add_tail(&qp->link, &cq->qps);
 		/* Release: a core that finds the qpn sees the QP's fields. */
 		store_release(ctx->qps[qp->qpn & TCP_QP_MASK], qp); /* pairs with: load_sc in tcp_qp_lookup */
 	}
@@ -143,10 +143,10 @@ void tcp_qp_destroy(struct nic_qp *nqp)
 		return;
 	ctx = qp->ctx;
 	pthread_mutex_lock(&ctx->lock);
-	store_sc(ctx->qps[qp->qpn & TCP_QP_MASK], NULL); /* Dekker: see tcp_busy_enter */
-	tcp_list_del(&qp->link);
+	store_sc(ctx->qps[qp->qpn & TCP_QP_MASK], NULL); /* Dekker: see soft_busy_enter */
+	cds_list_del(&qp->link);
 	pthread_mutex_unlock(&ctx->lock);
-	tcp_wait_cq(qp->cq);
+	soft_busy_wait(&qp->cq->busy_seq);
 	tcp_qp_free(qp);
 }
 

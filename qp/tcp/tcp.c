@@ -46,14 +46,13 @@
  * Locking.  ctx->lock serialises the control path (CQ and QP lists, the QP
  * and MR tables' allocation).  post/poll never lock or allocate; what they
  * share with the control path goes through ring/base/atomics.h, and what
- * the control path takes away it takes only after tcp_wait_cq.
+ * the control path takes away it takes only after soft_busy_wait.
  */
 #include "qp/tcp/objects.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/tcp.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,22 +72,6 @@
 static const uint8_t tcp_magic[4] = { 'T', 'C', 'P', '1' };
 
 /* ---------------------------------------------------------------- helpers */
-
-/*
- * Wait until a post or poll of cq that may have seen what the caller just
- * unpublished has returned.  seq_cst load: the other half of the Dekker
- * pair in tcp_busy_enter.  Acquire: what that call did to a QP happens
- * before the caller closes or frees it.
- */
-void tcp_wait_cq(struct tcp_cq *cq)
-{
-	uint64_t s = load_sc(cq->busy_seq);
-
-	if (!(s & 1))
-		return;
-	while (load_acquire(cq->busy_seq) == s) /* pairs with: store_release in tcp_busy_leave */
-		sched_yield();
-}
 
 /* Messages about connections, at most TCP_LOG_BURST a second per context:
  * a peer that misbehaves in a loop must not flood the application's log. */
@@ -199,7 +182,7 @@ static int tcp_open(const char *dev, struct nic **out)
 	if (!ctx)
 		return -ENOMEM;
 	pthread_mutex_init(&ctx->lock, NULL);
-	tcp_list_init(&ctx->cqs);
+	CDS_INIT_LIST_HEAD(&ctx->cqs);
 	ctx->lfd = -1;
 	rc = tcp_parse_dev(dev ? dev : "tcp", &ctx->sa);
 	if (rc) {
@@ -228,8 +211,8 @@ static void tcp_close(struct nic *n)
 	if (!ctx)
 		return;
 	pthread_mutex_lock(&ctx->lock);
-	while (!tcp_list_empty(&ctx->cqs))
-		tcp_cq_free_locked(container_of(ctx->cqs.next, struct tcp_cq, link));
+	while (!cds_list_empty(&ctx->cqs))
+		tcp_cq_free_locked(cds_list_first_entry(&ctx->cqs, struct tcp_cq, link));
 	pthread_mutex_unlock(&ctx->lock);
 	if (ctx->lfd >= 0)
 		close(ctx->lfd);
@@ -376,8 +359,10 @@ static struct tcp_mr_slot *tcp_mr_find_locked(struct tcp_ctx *ctx, uint32_t key)
 
 static void tcp_wait_all_locked(struct tcp_ctx *ctx)
 {
-	for (struct tcp_list *c = ctx->cqs.next; c != &ctx->cqs; c = c->next)
-		tcp_wait_cq(container_of(c, struct tcp_cq, link));
+	struct cds_list_head *q;
+
+	cds_list_for_each(q, &ctx->cqs) /* not _entry: see soft.h */
+		soft_busy_wait(&cds_list_entry(q, struct tcp_cq, link)->busy_seq);
 }
 
 /*
@@ -437,17 +422,16 @@ static int tcp_cq_create(struct nic *n, uint32_t cqe, struct nic_cq **out)
 	cq = ferry_zalloc_lines(sizeof(*cq));
 	if (!cq)
 		return -ENOMEM;
-	cq->ring = calloc(cqe, sizeof(*cq->ring));
+	rc = soft_cq_init(&cq->wcq, cqe);
 	cq->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (!cq->ring || cq->epfd < 0) {
-		rc = cq->ring ? -errno : -ENOMEM;
+	if (rc || cq->epfd < 0) {
+		rc = rc ? rc : -errno;
 		goto fail;
 	}
 	cq->ctx = ctx;
-	cq->size = cqe;
 	for (unsigned i = 0; i < TCP_PENDING; i++)
 		cq->pend[i].fd = -1;
-	tcp_list_init(&cq->qps);
+	CDS_INIT_LIST_HEAD(&cq->qps);
 
 	pthread_mutex_lock(&ctx->lock);
 	if (!ctx->serving) {
@@ -461,14 +445,14 @@ static int tcp_cq_create(struct nic *n, uint32_t cqe, struct nic_cq **out)
 		}
 		ctx->serving = cq;
 	}
-	tcp_list_add(&cq->link, &ctx->cqs);
+	cds_list_add_tail(&cq->link, &ctx->cqs);
 	pthread_mutex_unlock(&ctx->lock);
 	*out = (struct nic_cq *)(void *)cq;
 	return 0;
 fail:
 	if (cq->epfd >= 0)
 		close(cq->epfd);
-	free(cq->ring);
+	soft_cq_fini(&cq->wcq);
 	free(cq);
 	return rc;
 }
@@ -477,23 +461,22 @@ static void tcp_cq_free_locked(struct tcp_cq *cq)
 {
 	struct tcp_ctx *ctx = cq->ctx;
 
-	while (!tcp_list_empty(&cq->qps)) {
-		struct tcp_qp *qp = container_of(cq->qps.next, struct tcp_qp, link);
+	while (!cds_list_empty(&cq->qps)) {
+		struct tcp_qp *qp = cds_list_first_entry(&cq->qps, struct tcp_qp, link);
 
 		WRITE_ONCE(ctx->qps[qp->qpn & TCP_QP_MASK], NULL);
-		tcp_list_del(&qp->link);
+		cds_list_del(&qp->link);
 		tcp_qp_free(qp);
 	}
 	for (unsigned i = 0; i < TCP_PENDING; i++)
 		if (cq->pend[i].fd >= 0)
 			close(cq->pend[i].fd);
-	for (unsigned i = 0; i < TC_NR; i++)
-		ctx->retired[i] += READ_ONCE(cq->pub[i]);
+	soft_cnt_add(ctx->retired, cq->pub, TC_NR);
 	if (ctx->serving == cq)
 		ctx->serving = NULL; /* the next CQ created serves */
-	tcp_list_del(&cq->link);
+	cds_list_del(&cq->link);
 	close(cq->epfd);
-	free(cq->ring);
+	soft_cq_fini(&cq->wcq);
 	free(cq);
 }
 
@@ -533,16 +516,12 @@ void tcp_get_counters(const struct nic *n, struct tcp_counters *out)
 {
 	struct tcp_ctx *ctx = (struct tcp_ctx *)(uintptr_t)(const void *)n;
 	uint64_t sum[TC_NR];
+	struct cds_list_head *q;
 
 	pthread_mutex_lock(&ctx->lock);
-	for (unsigned i = 0; i < TC_NR; i++)
-		sum[i] = ctx->retired[i];
-	for (struct tcp_list *c = ctx->cqs.next; c != &ctx->cqs; c = c->next) {
-		struct tcp_cq *cq = container_of(c, struct tcp_cq, link);
-
-		for (unsigned i = 0; i < TC_NR; i++)
-			sum[i] += READ_ONCE(cq->pub[i]);
-	}
+	memcpy(sum, ctx->retired, sizeof(sum));
+	cds_list_for_each(q, &ctx->cqs)
+		soft_cnt_add(sum, cds_list_entry(q, struct tcp_cq, link)->pub, TC_NR);
 	pthread_mutex_unlock(&ctx->lock);
 	out->frames_tx = sum[TC_FRAMES_TX];
 	out->frames_rx = sum[TC_FRAMES_RX];

@@ -33,6 +33,7 @@
 #include "qp/cma/objects.h"
 #include "qp/nic.h"
 #include "ring/base/log.h"
+#include "tests/harness/nic_wr.h"
 
 static const struct nic_provider *P = &nic_cma_provider;
 
@@ -183,35 +184,6 @@ static int env_teardown(void **state)
 	return 0;
 }
 
-static struct nic_wr wr_of(enum nic_op op, uint64_t id, const void *local, const void *remote,
-			   uint32_t len, uint32_t lkey, uint32_t rkey, int signaled)
-{
-	struct nic_wr wr = {
-		.wr_id = id,
-		.local = (uintptr_t)local,
-		.remote = (uintptr_t)remote,
-		.len = len,
-		.lkey = lkey,
-		.rkey = rkey,
-		.op = (uint8_t)op,
-		.signaled = (uint8_t)signaled,
-	};
-	return wr;
-}
-
-static struct nic_wr mkwr(const struct env *e, enum nic_op op, uint64_t id, size_t loff,
-			  size_t roff, uint32_t len, int signaled)
-{
-	return wr_of(op, id, e->lbuf + loff, e->rbuf + roff, len, e->lmr.lkey, e->rmr.rkey,
-		     signaled);
-}
-
-static void chain(struct nic_wr *wrs, int n)
-{
-	for (int i = 0; i < n; i++)
-		wrs[i].next = i + 1 < n ? &wrs[i + 1] : NULL;
-}
-
 /* Poll until want CQEs came (or 20 s passed: a hang fails the test). */
 static int poll_n(struct nic_cq *cq, struct nic_wc *wc, int want)
 {
@@ -349,7 +321,7 @@ static void test_iovec_batch(void **state)
 	for (int i = 0; i < 64; i++)
 		wrs[i] = mkwr(e, NIC_OP_WRITE, 100 + i, (size_t)i * PAGE, (size_t)(63 - i) * PAGE,
 			      PAGE, (i + 1) % 16 == 0);
-	chain(wrs, 64);
+	nic_wr_chain(wrs, 64);
 	counters(e->a, &c0);
 	post_ok(e->qp, wrs);
 	poll_n(e->cq, wc, 4);
@@ -392,7 +364,7 @@ static void test_iovec_merge(void **state)
 	for (int i = 0; i < 8; i++, n++) /* remote 64..71 -> local 56..63 */
 		wrs[n] = mkwr(e, NIC_OP_READ, 400 + i, (size_t)(56 + i) * PAGE,
 			      (size_t)(64 + i) * PAGE, PAGE, i == 7);
-	chain(wrs, n);
+	nic_wr_chain(wrs, n);
 	counters(e->a, &c0);
 	post_ok(e->qp, wrs);
 	poll_n(e->cq, wc, 3);
@@ -458,7 +430,7 @@ static void test_selective_signalling(void **state)
 		}
 		nsig += sig;
 	}
-	chain(wrs, 40);
+	nic_wr_chain(wrs, 40);
 	post_ok(e->qp, wrs);
 	poll_n(e->cq, wc, nsig);
 	assert_int_equal(nsig, 5);
@@ -500,7 +472,7 @@ static void fail_chain(struct env *e, int bad_at, struct nic_wr bad_wr, enum nic
 	bad_wr.wr_id = bad_at;
 	bad_wr.signaled = 0;
 	wrs[bad_at] = bad_wr;
-	chain(wrs, 10);
+	nic_wr_chain(wrs, 10);
 	post_ok(e->qp, wrs);
 	expect_fail(e, bad_at, 10, st);
 	/* In error, new WRs flush too. */
@@ -616,7 +588,7 @@ static void test_set_error_flushes(void **state)
 	for (int i = 0; i < 21; i++)
 		wrs[i] = mkwr(e, i % 2 ? NIC_OP_READ : NIC_OP_WRITE, i, (size_t)i * 64,
 			      (size_t)i * 64, 64, i == 20);
-	chain(wrs, 21);
+	nic_wr_chain(wrs, 21);
 	post_ok(e->qp, wrs);
 	assert_int_equal(P->qp_set_error(e->qp), 0);
 	poll_n(e->cq, wc, 21);
@@ -682,7 +654,7 @@ static void test_overflow(void **state)
 	new_pair(e, 4);
 	for (int i = 0; i < 5; i++)
 		wrs[i] = mkwr(e, NIC_OP_WRITE, i, 0, 0, 8, 1);
-	chain(wrs, 5);
+	nic_wr_chain(wrs, 5);
 	assert_int_equal(P->post(e->qp, wrs, &bad), -ENOMEM);
 	assert_ptr_equal(bad, &wrs[4]);
 	poll_n(e->cq, wc, 4);
@@ -694,7 +666,7 @@ static void test_overflow(void **state)
 	assert_int_equal(P->qp_create(e->a, small, 8, &qp), 0);
 	assert_int_equal(P->qp_create(e->b, e->rcq, 1, &rqp), 0);
 	connect_pair(e->a, qp, e->b, rqp);
-	chain(wrs, 4);
+	nic_wr_chain(wrs, 4);
 	post_ok(qp, wrs);
 	assert_int_equal(P->poll(small, 8, wc), -EOVERFLOW);
 	assert_int_equal(P->poll(small, 8, wc), 2);
@@ -1039,8 +1011,8 @@ static void side_close(struct side *s)
 static struct nic_wr side_wr(const struct side *s, enum nic_op op, uint64_t id, size_t loff,
 			     size_t roff, uint32_t len, int sig)
 {
-	return wr_of(op, id, s->buf + loff, (void *)(uintptr_t)(s->ch.h.buf + roff), len,
-		     s->mr.lkey, s->ch.h.rkey, sig);
+	return nic_wr_of(op, id, s->buf + loff, (void *)(uintptr_t)(s->ch.h.buf + roff), len,
+			 s->mr.lkey, s->ch.h.rkey, sig);
 }
 
 static int side_run1(struct side *s, struct nic_wr w)
@@ -1101,7 +1073,7 @@ static void test_twoproc_unmapped(void **state)
 	for (int i = 0; i < 6; i++)
 		wrs[i] = side_wr(&s, NIC_OP_WRITE, i, (size_t)i * 4 * PAGE, (size_t)i * 4 * PAGE,
 				 4 * PAGE, i == 5);
-	chain(wrs, 6);
+	nic_wr_chain(wrs, 6);
 	post_ok(s.qp, wrs);
 	poll_n(s.cq, wc, 4); /* 0 and 1 are unsignalled */
 	assert_int_equal(wc[0].wr_id, 2); /* [8, 12) pages: the hole */
@@ -1143,7 +1115,7 @@ static void test_twoproc_peer_exits(void **state)
 	side_open(&s, len);
 	for (int i = 0; i < 32; i++)
 		wrs[i] = side_wr(&s, NIC_OP_WRITE, i, 0, 0, 8u << 20, 1);
-	chain(wrs, 32);
+	nic_wr_chain(wrs, 32);
 	k.pid = s.ch.pid;
 	k.after_us = 10000;
 	t0 = now_s();
@@ -1214,7 +1186,7 @@ static void test_eperm_other_uid(void **state)
 			_exit(13);
 		if (P->qp_connect(qp, &ba, &ri) || P->reg_mr(a, msg, sizeof(msg), NIC_ACCESS_ALL, &mr))
 			_exit(14);
-		w = wr_of(NIC_OP_WRITE, 5, msg, e->rbuf, 8, mr.lkey, e->rmr.rkey, 1);
+		w = nic_wr_of(NIC_OP_WRITE, 5, msg, e->rbuf, 8, mr.lkey, e->rmr.rkey, 1);
 		if (P->post(qp, &w, NULL))
 			_exit(15);
 		while ((rc = P->poll(cq, 1, &wc)) == 0)

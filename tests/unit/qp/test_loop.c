@@ -20,6 +20,7 @@
 
 #include "qp/loop/loop.h"
 #include "qp/nic.h"
+#include "tests/harness/nic_wr.h"
 #include "tests/harness/wait.h"
 
 #define BUF_LEN 65536u
@@ -83,31 +84,6 @@ static int env_teardown(void **state)
 	free(e->rbuf);
 	free(e);
 	return 0;
-}
-
-static struct nic_wr mkwr(const struct env *e, enum nic_op op, uint64_t id, size_t loff,
-			  size_t roff, uint32_t len, int signaled)
-{
-	struct nic_wr wr = {
-		.wr_id = id,
-		.local = (uintptr_t)e->lbuf + loff,
-		.remote = (uintptr_t)e->rbuf + roff,
-		.len = len,
-		.lkey = e->lmr.lkey,
-		.rkey = e->rmr.rkey,
-		.op = (uint8_t)op,
-		.signaled = (uint8_t)signaled,
-	};
-	return wr;
-}
-
-/* Link wrs[0..n) into a chain. */
-static void chain(struct nic_wr *wrs, int n)
-{
-	int i;
-
-	for (i = 0; i < n; i++)
-		wrs[i].next = i + 1 < n ? &wrs[i + 1] : NULL;
 }
 
 /* Poll until the queue runs dry; returns the CQEs collected (asserts no -errno). */
@@ -307,7 +283,7 @@ static void test_loc_prot_flush(void **state)
 	wrs[1] = mkwr(e, NIC_OP_WRITE, 11, BUF_LEN - 32, 64, 64, 0); /* leaves lbuf's MR */
 	wrs[2] = mkwr(e, NIC_OP_WRITE, 12, 0, 128, 64, 1);
 	wrs[3] = mkwr(e, NIC_OP_WRITE, 13, 0, 192, 64, 0);
-	chain(wrs, 4);
+	nic_wr_chain(wrs, 4);
 	memcpy(before, e->rbuf + 128, 64);
 	assert_int_equal(P->post(e->qp, wrs, NULL), 0);
 	assert_int_equal(poll_all(e->cq, wc, 8), 4);
@@ -389,7 +365,7 @@ static void test_unsignalled(void **state)
 		e->lbuf[i * 100] = (uint8_t)(0x80 + i);
 	for (i = 0; i < 11; i++)
 		wrs[i] = mkwr(e, NIC_OP_WRITE, 100 + i, i * 100, i * 100, 100, i == 10);
-	chain(wrs, 11);
+	nic_wr_chain(wrs, 11);
 	assert_int_equal(P->post(e->qp, wrs, NULL), 0);
 	assert_int_equal(poll_all(e->cq, wc, 16), 1);
 	assert_int_equal(wc[0].wr_id, 110);
@@ -410,7 +386,7 @@ static void test_sq_overflow(void **state)
 
 	for (i = 0; i < 6; i++)
 		wrs[i] = mkwr(e, NIC_OP_WRITE, i, 0, 0, 8, 1);
-	chain(wrs, 6);
+	nic_wr_chain(wrs, 6);
 	assert_int_equal(P->post(qp, wrs, &bad), -ENOMEM);
 	assert_ptr_equal(bad, &wrs[4]);
 	counters(e->a, &c);
@@ -422,7 +398,7 @@ static void test_sq_overflow(void **state)
 		assert_int_equal(wc[i].status, NIC_WC_SUCCESS);
 	}
 	/* The ring wraps: the queue is usable to its full depth again. */
-	chain(wrs, 4);
+	nic_wr_chain(wrs, 4);
 	assert_int_equal(P->post(qp, wrs, &bad), 0);
 	assert_int_equal(poll_all(e->cq, wc, 8), 4);
 	P->qp_destroy(qp);
@@ -442,7 +418,7 @@ static void test_cq_overflow(void **state)
 	qp = new_qp(e, cq, 8);
 	for (i = 0; i < 4; i++)
 		wrs[i] = mkwr(e, NIC_OP_WRITE, i, 0, 0, 8, 1);
-	chain(wrs, 4);
+	nic_wr_chain(wrs, 4);
 	assert_int_equal(P->post(qp, wrs, NULL), 0);
 	assert_int_equal(P->poll(cq, 8, wc), -EOVERFLOW);
 	counters(e->a, &c);
@@ -497,7 +473,7 @@ static void test_set_error(void **state)
 
 	for (i = 0; i < 3; i++)
 		wrs[i] = mkwr(e, NIC_OP_WRITE, i, 0, 0, 64, i == 1);
-	chain(wrs, 3);
+	nic_wr_chain(wrs, 3);
 	assert_int_equal(P->post(e->qp, wrs, NULL), 0);
 	assert_int_equal(P->qp_set_error(e->qp), 0);
 	assert_int_equal(poll_all(e->cq, wc, 4), 3);
@@ -550,8 +526,8 @@ static void test_round_robin(void **state)
 		w1[i] = mkwr(e, NIC_OP_WRITE, (uint64_t)i, 0, 0, 8, 1);
 		w2[i] = mkwr(e, NIC_OP_WRITE, 1000 + (uint64_t)i, 8, 8, 8, 1);
 	}
-	chain(w1, QP_LEN);
-	chain(w2, QP_LEN);
+	nic_wr_chain(w1, QP_LEN);
+	nic_wr_chain(w2, QP_LEN);
 	assert_int_equal(P->post(e->qp, w1, NULL), 0);
 	assert_int_equal(P->post(q2, w2, NULL), 0);
 

@@ -36,6 +36,7 @@
 #include "qp/nic.h"
 #include "qp/tcp/frame.h"
 #include "qp/tcp/tcp.h"
+#include "tests/harness/nic_wr.h"
 
 #define BUF_LEN (8u << 20)
 #define CQ_LEN 1024u
@@ -253,28 +254,6 @@ static void test_cluster_key(void **state)
 	assert_true(untouched);
 }
 
-static struct nic_wr mkwr(const struct env *e, enum nic_op op, uint64_t id, size_t loff,
-			  size_t roff, uint32_t len, int signaled)
-{
-	struct nic_wr wr = {
-		.wr_id = id,
-		.local = (uintptr_t)e->lbuf + loff,
-		.remote = (uintptr_t)e->rbuf + roff,
-		.len = len,
-		.lkey = e->lmr.lkey,
-		.rkey = e->rmr.rkey,
-		.op = (uint8_t)op,
-		.signaled = (uint8_t)signaled,
-	};
-	return wr;
-}
-
-static void chain(struct nic_wr *wrs, int n)
-{
-	for (int i = 0; i < n; i++)
-		wrs[i].next = i + 1 < n ? &wrs[i + 1] : NULL;
-}
-
 static void post_ok(struct env *e, struct nic_wr *wr)
 {
 	struct nic_wr *bad = NULL;
@@ -413,7 +392,7 @@ static void test_selective_signalling(void **state)
 		wrs[n - 1].signaled = 1;
 		if (n > 4)
 			wrs[n / 4].signaled = 1;
-		chain(wrs, n);
+		nic_wr_chain(wrs, n);
 		e->nwc = 0;
 		post_ok(e, wrs);
 		pump_until(e, n > 4 ? 2 : 1);
@@ -445,7 +424,7 @@ static void test_read_then_write(void **state)
 
 	assert_non_null(old);
 	memcpy(old, e->rbuf + 4096, 1 << 20);
-	chain(wrs, 2);
+	nic_wr_chain(wrs, 2);
 	post_ok(e, wrs);
 	pump_until(e, 1);
 	assert_memory_equal(e->lbuf, old, 1 << 20);
@@ -462,7 +441,7 @@ static void test_zero_length(void **state)
 	};
 
 	wrs[0].rkey = 0; /* no memory named: no key checked (as verbs) */
-	chain(wrs, 2);
+	nic_wr_chain(wrs, 2);
 	post_ok(e, wrs);
 	pump_until(e, 2);
 	assert_wc(&e->wc[0], 1, NIC_WC_SUCCESS);
@@ -483,7 +462,7 @@ static void check_error_chain(struct env *e, struct nic_wr *bad_wr, enum nic_wc_
 	wrs[2].wr_id = 2;
 	fill(e->lbuf, 6 * 4096, 77);
 	memcpy(snap, e->rbuf, BUF_LEN);
-	chain(wrs, 6);
+	nic_wr_chain(wrs, 6);
 	post_ok(e, wrs);
 	pump_until(e, 5);
 	pump_for(e, 5);
@@ -560,7 +539,7 @@ static void test_set_error(void **state)
 	for (int i = 0; i < 8; i++)
 		wrs[i] = mkwr(e, i & 1 ? NIC_OP_READ : NIC_OP_WRITE, (uint64_t)i, 0, 0, 1 << 20,
 			      i == 7);
-	chain(wrs, 8);
+	nic_wr_chain(wrs, 8);
 	post_ok(e, wrs);
 	for (int i = 0; i < 50; i++)
 		assert_int_equal(P->poll(e->cqa, 64, e->wc), 0);
@@ -582,7 +561,7 @@ static void test_peer_closes(void **state)
 
 	for (int i = 0; i < (int)QP_LEN; i++)
 		wrs[i] = mkwr(e, NIC_OP_WRITE, (uint64_t)i, 0, (size_t)(i % 8) << 20, 1 << 20, 1);
-	chain(wrs, QP_LEN);
+	nic_wr_chain(wrs, QP_LEN);
 	post_ok(e, wrs);
 	for (int i = 0; i < 3; i++)
 		pump_once(e);
@@ -884,7 +863,7 @@ static void test_backpressure(void **state)
 		wrs[i] = mkwr(e, NIC_OP_WRITE, (uint64_t)i, (size_t)(i % 8) << 20,
 			      (size_t)(i % 8) << 20, 1 << 20, (i % 16) == 15);
 	}
-	chain(wrs, QP_LEN);
+	nic_wr_chain(wrs, QP_LEN);
 	t0 = now_ms();
 	assert_int_equal(P->post(e->qa, wrs, &bad), 0); /* 64 MiB: far more than the socket takes */
 	worst = now_ms() - t0;
@@ -978,7 +957,7 @@ static void test_cq_overflow(void **state)
 		wrs[i] = (struct nic_wr){ .wr_id = (uint64_t)i, .local = (uintptr_t)lbuf,
 					  .remote = (uintptr_t)rbuf, .len = 64, .lkey = lmr.lkey,
 					  .rkey = rmr.rkey, .op = NIC_OP_WRITE, .signaled = 1 };
-	chain(wrs, 8);
+	nic_wr_chain(wrs, 8);
 	assert_int_equal(P->post(qa, wrs, NULL), 0);
 	while (now_ms() < end) {
 		int n;
@@ -1061,7 +1040,7 @@ static void test_threads(void **state)
 						  .remote = (uintptr_t)rbuf + (size_t)i * 65536,
 						  .len = 65536, .lkey = lmr.lkey, .rkey = rmr.rkey,
 						  .op = (uint8_t)(i & 1), .signaled = 1 };
-		chain(wrs, 16);
+		nic_wr_chain(wrs, 16);
 		assert_int_equal(P->post(qa, wrs, NULL), 0);
 		if (round % 2 == 0) {
 			/* All of it, then tear down. */

@@ -21,6 +21,7 @@
 
 #include "qp/nic.h"
 #include "qp/verbs/verbs.h"
+#include "tests/harness/nic_wr.h"
 
 static const struct nic_provider *P = &nic_verbs_provider;
 
@@ -657,12 +658,6 @@ static void test_qp_set_error(void **state)
 
 /* ------------------------------------------------------------ post */
 
-static void chain(struct nic_wr *w, int n)
-{
-	for (int i = 0; i < n; i++)
-		w[i].next = i + 1 < n ? &w[i + 1] : NULL;
-}
-
 static void test_post_translation(void **state)
 {
 	struct nic_wr w[6] = {
@@ -685,7 +680,7 @@ static void test_post_translation(void **state)
 	struct nic_wr *bad = NULL;
 
 	(void)state;
-	chain(w, 6);
+	nic_wr_chain(w, 6);
 	assert_int_equal(P->post(nqp(), w, &bad), 0);
 	assert_null(bad);
 	assert_int_equal(S.nposts, 1); /* one doorbell */
@@ -724,7 +719,7 @@ static void test_post_errors(void **state)
 
 	(void)state;
 	memset(w, 0, sizeof(w));
-	chain(w, 5);
+	nic_wr_chain(w, 5);
 
 	/* A positive errno and the bad WR: negative, and the matching nic_wr. */
 	S.post_fail_call = 0;
@@ -759,7 +754,7 @@ static void test_post_long_chain(void **state)
 	memset(w, 0, sizeof(w));
 	for (int i = 0; i < 300; i++)
 		w[i].wr_id = (uint64_t)i;
-	chain(w, 300);
+	nic_wr_chain(w, 300);
 	assert_int_equal(P->post(nqp(), w, &bad), 0);
 	assert_int_equal(S.nposts, 2); /* 256 + 44 */
 	assert_int_equal(S.nwr, 300);
