@@ -181,5 +181,6 @@ int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const 
 		if (rq_dispatch(b->port, rq))
 			rails.left = 0;
 	}
+	port_publish(b->port);
 	return (int)first;
 }

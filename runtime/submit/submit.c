@@ -15,6 +15,7 @@
 #include "runtime/engine/engine.h"
 
 #define MAX_BATCH (1u << 24)
+#define SUBMIT_PUBLISH 32 /* requests staged before the cores are shown them */
 
 /* ---- ports ---- */
 
@@ -26,7 +27,10 @@ static struct ferry_port *port_alloc(struct ferry_engine *e)
 		return NULL;
 	p->e = e;
 	p->rings = ferry_zalloc_lines(e->ncores * sizeof(*p->rings));
-	if (!p->rings) {
+	p->runs = calloc(e->ncores, sizeof(*p->runs));
+	if (!p->rings || !p->runs) {
+		free(p->rings);
+		free(p->runs);
 		free(p);
 		return NULL;
 	}
@@ -35,6 +39,7 @@ static struct ferry_port *port_alloc(struct ferry_engine *e)
 			while (i--)
 				ferry_ring_fini(&p->rings[i]);
 			free(p->rings);
+			free(p->runs);
 			free(p);
 			return NULL;
 		}
@@ -47,6 +52,7 @@ void port_free(struct ferry_port *p)
 	for (unsigned i = 0; i < p->e->ncores; i++)
 		ferry_ring_fini(&p->rings[i]);
 	free(p->rings);
+	free(p->runs);
 	free(p);
 }
 
@@ -496,25 +502,43 @@ static void rq_unprepare(struct ferry_rq *rq, struct submit_hold *h)
 	rq->seg_refs = NULL;
 }
 
-/* Room on every ring rq's parts go to (only the consumer frees more). */
-static bool rq_fits(const struct ferry_port *p, const struct ferry_rq *rq)
+/* Room on every ring rq's parts go to, its staged parts counted (only
+ * the consumer frees more). */
+static bool rq_fits(struct ferry_port *p, const struct ferry_rq *rq)
 {
 	const struct ferry_engine *e = p->e;
 
 	for (unsigned core = 0; core < e->ncores; core++)
-		if ((rq->rails & (1ull << core)) &&
-		    ferry_ring_count(&p->rings[core]) >= ferry_ring_capacity(&p->rings[core]))
+		if ((rq->rails & (1ull << core)) && !ferry_ring_fits(&p->rings[core], &p->runs[core]))
 			return false;
 	return true;
 }
 
-/* A full ring is back-pressure: wait for room (true: it waited). */
+void port_publish(struct ferry_port *p)
+{
+	uint64_t m = p->staged;
+
+	p->staged = 0;
+	p->unpublished = 0;
+	while (m) {
+		unsigned core = (unsigned)__builtin_ctzll(m);
+
+		m &= m - 1;
+		ferry_ring_publish(&p->rings[core], &p->runs[core]);
+		/* After the tail's store: a Dekker pair with the core's sleep. */
+		core_kick(p->e->cores[core]);
+	}
+}
+
+/* A full ring is back-pressure: publish what is staged (the cores take
+ * it, and free room) and wait for room.  True: it waited. */
 static __attribute__((noinline)) bool part_wait(struct ferry_port *p, struct ferry_core *c,
 						void *tagged)
 {
 	unsigned spins = 0;
 
-	while (!ferry_ring_put(&p->rings[c->index], tagged)) {
+	port_publish(p);
+	while (!ferry_ring_stage(&p->rings[c->index], &p->runs[c->index], tagged)) {
 		if (c->caller_mode && core_drive(c))
 			continue; /* FERRY_IDLE_CALLER: we are the core's progress */
 		core_kick(c);
@@ -526,15 +550,17 @@ static __attribute__((noinline)) bool part_wait(struct ferry_port *p, struct fer
 	return spins != 0;
 }
 
-/* Queue part p of rq on core c.  True when it had to wait for room. */
+/* Stage part `part` of rq on core c.  True when it had to wait for room. */
 static inline bool part_enqueue(struct ferry_port *p, struct ferry_core *c, struct ferry_rq *rq,
 				unsigned part)
 {
 	void *tagged = rq_part_tag(rq, part);
+	bool waited = false;
 
-	if (likely(ferry_ring_put(&p->rings[c->index], tagged)))
-		return false;
-	return part_wait(p, c, tagged);
+	if (unlikely(!ferry_ring_stage(&p->rings[c->index], &p->runs[c->index], tagged)))
+		waited = part_wait(p, c, tagged);
+	p->staged |= 1ull << c->index;
+	return waited;
 }
 
 /* Several parts, in turn over the rails from core on. */
@@ -545,12 +571,8 @@ static bool rq_dispatch_parts(struct ferry_port *p, struct ferry_rq *rq, unsigne
 	unsigned k = 0;
 
 	for (unsigned i = 0; k < rq->nparts && i < e->ncores; i++) {
-		struct ferry_core *c = e->cores[core];
-
-		if (rq->rails & (1ull << core)) {
-			waited |= part_enqueue(p, c, rq, k++);
-			core_kick(c);
-		}
+		if (rq->rails & (1ull << core))
+			waited |= part_enqueue(p, e->cores[core], rq, k++);
 		if (++core == e->ncores)
 			core = 0;
 	}
@@ -559,24 +581,27 @@ static bool rq_dispatch_parts(struct ferry_port *p, struct ferry_rq *rq, unsigne
 
 /* Parts go to the rails in turn, starting at a core that moves on with
  * every request (no division: this runs per request).  Inline: the
- * submit loops' per-request path. */
-static inline bool rq_dispatch_inline(struct ferry_port *p, struct ferry_rq *rq)
+ * submit loops' per-request path.  A long run is published as it grows:
+ * the cores start on it while the rest is validated. */
+static inline __attribute__((always_inline)) bool rq_dispatch_inline(struct ferry_port *p,
+								   struct ferry_rq *rq)
 {
 	struct ferry_engine *e = p->e;
 	unsigned core = p->rr;
-	struct ferry_core *c;
 	bool waited;
 
 	if (++p->rr >= e->ncores)
 		p->rr = 0;
-	if (rq->nparts != 1)
-		return rq_dispatch_parts(p, rq, core);
-	while (!(rq->rails & (1ull << core))) /* one part: the first rail from core on */
-		if (++core == e->ncores)
-			core = 0;
-	c = e->cores[core];
-	waited = part_enqueue(p, c, rq, 0);
-	core_kick(c);
+	if (rq->nparts != 1) {
+		waited = rq_dispatch_parts(p, rq, core);
+	} else {
+		while (!(rq->rails & (1ull << core))) /* one part: the first rail from core on */
+			if (++core == e->ncores)
+				core = 0;
+		waited = part_enqueue(p, e->cores[core], rq, 0);
+	}
+	if (++p->unpublished >= SUBMIT_PUBLISH)
+		port_publish(p);
 	return waited;
 }
 
@@ -625,6 +650,7 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 			h.rails.left = 0;
 	}
 	b->n += i;
+	port_publish(p);
 	hold_drop(&h);
 	if (queued < n)
 		fetch_sub_relaxed(b->acct.pending, n - queued); /* none of these reach a core */

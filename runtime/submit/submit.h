@@ -36,6 +36,12 @@ struct ferry_port {
 	uint32_t rr;                   /* next core for a one-part request */
 	uint32_t batches;              /* live batches */
 	struct ferry_ring *rings;      /* one per core, port -> core */
+	/* Parts staged on the rings, published (and their cores kicked) at
+	 * the end of a submit call, every SUBMIT_PUBLISH parts, and before a
+	 * wait for room: the port's thread only. */
+	struct ferry_ring_run *runs;   /* one per core */
+	uint64_t staged;               /* cores with parts staged */
+	uint32_t unpublished;          /* parts staged */
 	/* The regions its last request used: consecutive requests mostly hit
 	 * the same ones, so the lookups (a lock, two binary searches) are
 	 * skipped.  The port's thread only. */
@@ -52,8 +58,11 @@ void port_free(struct ferry_port *p);
 /* submit.c, for prep.c: a slot made ready for a request of batch b, and
  * the parts of a validated request queued on its rails' cores. */
 void rq_clear(struct ferry_rq *rq, struct rq_batch *b);
-/* True when it waited for room on a ring (the rails may have changed). */
+/* True when it waited for room on a ring (the rails may have changed).
+ * The parts are staged: port_publish before the submit call returns. */
 bool rq_dispatch(struct ferry_port *p, struct ferry_rq *rq);
+/* Make the staged parts visible to their cores and kick them. */
+void port_publish(struct ferry_port *p);
 
 /* A segment's rails as one submit call picked them, for its next `left`
  * requests to it: the flags are hints (a rail that goes down meanwhile
