@@ -43,3 +43,20 @@ __attribute__((noinline)) void core_acct_switch(struct ferry_core *c, struct fer
 	c->acct_rq = rq;
 	c->acct_len = len;
 }
+
+/* A run of one QP's slices done without error (qp_events.slices_ok): each
+ * accounted by core_slice_ok, unless its rail had trouble. */
+void core_on_slices_ok(void *owner, struct slice *const *fifo, uint32_t mask, uint32_t from,
+		       uint32_t n)
+{
+	struct ferry_core *c = owner;
+
+	for (uint32_t i = 0; i < n; i++) {
+		struct slice *s = fifo[(from + i) & mask];
+
+		if (unlikely(rail_troubled(&s->ep->rail)))
+			core_slice_trouble(c, s, 0);
+		else
+			core_slice_ok(c, s);
+	}
+}

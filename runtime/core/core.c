@@ -105,8 +105,8 @@ static bool slice_retry(struct ferry_core *c, struct slice *s, int err)
 }
 
 /* A failed slice, or a success on a rail that had trouble: off the hot path. */
-static __attribute__((noinline, cold)) void core_slice_trouble(struct ferry_core *c,
-							       struct slice *s, int err)
+__attribute__((noinline, cold)) void core_slice_trouble(struct ferry_core *c, struct slice *s,
+							 int err)
 {
 	if (err) {
 		/* A flush is the echo of an error, not another one. */
@@ -147,10 +147,10 @@ static void core_on_burst_done(void *owner)
 	core_acct_flush(owner);
 }
 
-static const struct qp_events core_events = { core_on_slice_done, core_on_latency,
-					       core_on_burst_done };
-static const struct qp_events core_events_uncounted = { core_on_slice_done, NULL,
-							core_on_burst_done };
+static const struct qp_events core_events = { core_on_slice_done, core_on_slices_ok,
+					       core_on_latency, core_on_burst_done };
+static const struct qp_events core_events_uncounted = { core_on_slice_done, core_on_slices_ok,
+							NULL, core_on_burst_done };
 
 void core_part_fail(struct ferry_core *c, struct ferry_rq *rq, uint64_t a, uint64_t b, int err)
 {

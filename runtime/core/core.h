@@ -255,6 +255,11 @@ static inline void core_slice_ok(struct ferry_core *c, struct slice *s)
 	slice_put(&c->pool, s);
 	c->slices_out--;
 }
+/* core.c: a slice that failed, or succeeded on a rail that had trouble. */
+void core_slice_trouble(struct ferry_core *c, struct slice *s, int err);
+/* acct.c: qp_events.slices_ok (c is the owner). */
+void core_on_slices_ok(void *c, struct slice *const *fifo, uint32_t mask, uint32_t from,
+		       uint32_t n);
 /* Fail slices [a, b) of rq that this core will not serve. */
 void core_part_fail(struct ferry_core *c, struct ferry_rq *rq, uint64_t a, uint64_t b, int err);
 /* Fail every slice waiting on ep with err. */
