@@ -15,7 +15,7 @@
 #include "runtime/engine/engine.h"
 
 #define MAX_BATCH (1u << 24)
-#define SUBMIT_PUBLISH 32 /* requests staged before the cores are shown them */
+#define SUBMIT_PUBLISH 32 /* parts staged on a core before it is shown them */
 
 /* ---- ports ---- */
 
@@ -193,6 +193,7 @@ struct submit_hold {
 	uint32_t slot;
 	uint32_t seg_left;
 	struct rails_snap rails;       /* seg's */
+	const struct seg_desc *desc;   /* seg's, as the last request looked it up */
 	struct mem_region *lreg;       /* referenced lreg_left times, */
 	uint32_t lreg_end;             /* for requests [.., lreg_end) */
 	uint32_t lreg_left;
@@ -435,6 +436,7 @@ static int rq_prepare(struct ferry_port *p, struct submit_hold *h, struct ferry_
 	if (READ_ONCE(s->stale))
 		return -ESTALE; /* the peer restarted: open its address again */
 	d = load_acquire(s->desc); /* pairs with: store_release in seg_refresh_locked */
+	h->desc = d;
 	rq->rreg = rq_find_remote(p, r, d);
 	rc = rq->rreg ? rq_access_ok(rq) : -EFAULT;
 	if (rc == 0)
@@ -464,6 +466,25 @@ static inline void rq_begin(struct ferry_rq *rq, struct rq_batch *b)
 	rq->ok_bytes = 0;
 	rq->error = 0;
 	WRITE_ONCE(rq->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
+}
+
+/* Request r, valid and like t (same batch, segment, regions and rails),
+ * in slot q: rq_begin's fields and rq_prepare's. */
+static inline void rq_fill(struct ferry_rq *q, const struct ferry_req *r, const struct ferry_rq *t,
+			   uint32_t slice_size, uint32_t nrails)
+{
+	/* batch, segment, regions, their references and the rails */
+	memcpy(&q->RQ_SHARED_FIRST, &t->RQ_SHARED_FIRST, RQ_SHARED_SIZE);
+	q->ok_bytes = 0;
+	q->error = 0;
+	WRITE_ONCE(q->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
+	q->local = (uintptr_t)r->local;
+	q->remote = r->remote;
+	q->len = r->len;
+	q->op = r->op == FERRY_OP_READ ? NIC_OP_READ : NIC_OP_WRITE;
+	q->nslices = slice_count(r->len, slice_size);
+	q->nparts = q->nslices < nrails ? (uint32_t)q->nslices : nrails;
+	q->remaining = r->len;
 }
 
 /* The references and parts a valid request would hold: none. */
@@ -514,31 +535,37 @@ static bool rq_fits(struct ferry_port *p, const struct ferry_rq *rq)
 	return true;
 }
 
+/* Core `core`'s staged parts, shown to it. */
+static void port_publish_core(struct ferry_port *p, unsigned core)
+{
+	ferry_ring_publish(&p->rings[core], &p->runs[core]);
+	/* After the tail's store: a Dekker pair with the core's sleep. */
+	core_kick(p->e->cores[core]);
+}
+
 void port_publish(struct ferry_port *p)
 {
 	uint64_t m = p->staged;
 
 	p->staged = 0;
-	p->unpublished = 0;
 	while (m) {
 		unsigned core = (unsigned)__builtin_ctzll(m);
 
 		m &= m - 1;
-		ferry_ring_publish(&p->rings[core], &p->runs[core]);
-		/* After the tail's store: a Dekker pair with the core's sleep. */
-		core_kick(p->e->cores[core]);
+		if (p->runs[core].n)
+			port_publish_core(p, core);
 	}
 }
 
 /* A full ring is back-pressure: publish what is staged (the cores take
  * it, and free room) and wait for room.  True: it waited. */
-static __attribute__((noinline)) bool part_wait(struct ferry_port *p, struct ferry_core *c,
-						void *tagged)
+static __attribute__((noinline)) bool part_wait(struct ferry_port *p, unsigned core, void *tagged)
 {
+	struct ferry_core *c = p->e->cores[core];
 	unsigned spins = 0;
 
 	port_publish(p);
-	while (!ferry_ring_stage(&p->rings[c->index], &p->runs[c->index], tagged)) {
+	while (!ferry_ring_stage(&p->rings[core], &p->runs[core], tagged)) {
 		if (c->caller_mode && core_drive(c))
 			continue; /* FERRY_IDLE_CALLER: we are the core's progress */
 		core_kick(c);
@@ -550,16 +577,22 @@ static __attribute__((noinline)) bool part_wait(struct ferry_port *p, struct fer
 	return spins != 0;
 }
 
-/* Stage part `part` of rq on core c.  True when it had to wait for room. */
-static inline bool part_enqueue(struct ferry_port *p, struct ferry_core *c, struct ferry_rq *rq,
+/* Stage part `part` of rq on core `core`: with SUBMIT_PUBLISH staged
+ * there, the core is shown them (it starts on them while the rest is
+ * validated).  True when it had to wait for room. */
+static inline bool part_enqueue(struct ferry_port *p, unsigned core, struct ferry_rq *rq,
 				unsigned part)
 {
+	struct ferry_ring_run *run = &p->runs[core];
 	void *tagged = rq_part_tag(rq, part);
 	bool waited = false;
 
-	if (unlikely(!ferry_ring_stage(&p->rings[c->index], &p->runs[c->index], tagged)))
-		waited = part_wait(p, c, tagged);
-	p->staged |= 1ull << c->index;
+	if (unlikely(!ferry_ring_stage(&p->rings[core], run, tagged)))
+		waited = part_wait(p, core, tagged);
+	if (run->n == 1)
+		p->staged |= 1ull << core;
+	else if (unlikely(run->n >= SUBMIT_PUBLISH))
+		port_publish_core(p, core);
 	return waited;
 }
 
@@ -572,7 +605,7 @@ static bool rq_dispatch_parts(struct ferry_port *p, struct ferry_rq *rq, unsigne
 
 	for (unsigned i = 0; k < rq->nparts && i < e->ncores; i++) {
 		if (rq->rails & (1ull << core))
-			waited |= part_enqueue(p, e->cores[core], rq, k++);
+			waited |= part_enqueue(p, core, rq, k++);
 		if (++core == e->ncores)
 			core = 0;
 	}
@@ -581,33 +614,79 @@ static bool rq_dispatch_parts(struct ferry_port *p, struct ferry_rq *rq, unsigne
 
 /* Parts go to the rails in turn, starting at a core that moves on with
  * every request (no division: this runs per request).  Inline: the
- * submit loops' per-request path.  A long run is published as it grows:
- * the cores start on it while the rest is validated. */
+ * submit loops' per-request path. */
 static inline __attribute__((always_inline)) bool rq_dispatch_inline(struct ferry_port *p,
 								   struct ferry_rq *rq)
 {
 	struct ferry_engine *e = p->e;
 	unsigned core = p->rr;
-	bool waited;
 
 	if (++p->rr >= e->ncores)
 		p->rr = 0;
-	if (rq->nparts != 1) {
-		waited = rq_dispatch_parts(p, rq, core);
-	} else {
-		while (!(rq->rails & (1ull << core))) /* one part: the first rail from core on */
-			if (++core == e->ncores)
-				core = 0;
-		waited = part_enqueue(p, e->cores[core], rq, 0);
-	}
-	if (++p->unpublished >= SUBMIT_PUBLISH)
-		port_publish(p);
-	return waited;
+	if (rq->nparts != 1)
+		return rq_dispatch_parts(p, rq, core);
+	while (!(rq->rails & (1ull << core))) /* one part: the first rail from core on */
+		if (++core == e->ncores)
+			core = 0;
+	return part_enqueue(p, core, rq, 0);
 }
 
 bool rq_dispatch(struct ferry_port *p, struct ferry_rq *rq)
 {
 	return rq_dispatch_inline(p, rq);
+}
+
+/*
+ * The requests after rq -- valid, queued, its run's first -- that share
+ * everything rq_prepare looked up for it: the segment and local region
+ * references the hold took for them (i < seg_end, lreg_end), the rails
+ * picked (rails.left), and the peer's region (same descriptor, covers
+ * them, allows their op).  Each is checked for what can differ (its
+ * arguments, the segment going stale, its remote range) and filled from
+ * rq; the first that differs is left to rq_prepare.  Returns how many,
+ * from reqs[i] on, it queued; slots from rqs[i] on.
+ */
+static uint32_t submit_run(struct ferry_port *p, struct submit_hold *h, const struct ferry_rq *rq,
+			   struct ferry_rq *rqs, const struct ferry_req *reqs, uint32_t i,
+			   uint32_t n, bool wait)
+{
+	uint32_t end = h->seg_end < h->lreg_end ? h->seg_end : h->lreg_end, first = i;
+	const struct seg_region *g = rq->rreg;
+	uint64_t gbase = g->addr, gend = g->addr + g->len;
+	uint32_t allow = g->access, slice_size = p->e->opts.slice_size;
+	struct ferry_seg *s = rq->seg;
+	bool waited = false;
+
+	/* NIC_ACCESS_REMOTE_READ is bit FERRY_OP_READ, _WRITE bit FERRY_OP_WRITE */
+	_Static_assert(NIC_ACCESS_REMOTE_READ == 1u << FERRY_OP_READ &&
+		       NIC_ACCESS_REMOTE_WRITE == 1u << FERRY_OP_WRITE, "an op's access bit");
+	if (!h->rails.rails)
+		return 0;
+	if (end > i + h->rails.left)
+		end = i + h->rails.left;
+	if (end > n)
+		end = n;
+	for (; i < end; i++) {
+		const struct ferry_req *r = &reqs[i];
+		struct ferry_rq *q = &rqs[i];
+
+		if (rq_check_args(r) || !((allow >> r->op) & 1) || r->remote < gbase ||
+		    r->remote + r->len > gend || READ_ONCE(s->stale) ||
+		    load_acquire(s->desc) != h->desc) /* pairs with: store_release in seg_refresh_locked */
+			break;
+		rq_fill(q, r, rq, slice_size, h->rails.n);
+		if (!wait && !rq_fits(p, q))
+			break;
+		if (rq_dispatch_inline(p, q)) {
+			waited = true;
+			i++;
+			break;
+		}
+	}
+	h->seg_left -= i - first;
+	h->lreg_left -= i - first;
+	h->rails.left = waited ? 0 : h->rails.left - (i - first); /* pick again after a wait */
+	return i - first;
 }
 
 /*
@@ -624,7 +703,7 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 	struct submit_hold h = { .seg = NULL };
 	struct ferry_port *p = b->port;
 	struct ferry_rq *rq = &b->rqs[b->n];
-	uint32_t i, queued = 0;
+	uint32_t i, k, queued = 0;
 
 	if (n == 0)
 		return 0;
@@ -646,8 +725,14 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 		rq->remaining = rq->len;
 		queued++;
 		/* The ring's release publishes rq's fields to the cores. */
-		if (rq_dispatch_inline(p, rq))
+		if (rq_dispatch_inline(p, rq)) {
 			h.rails.left = 0;
+			continue;
+		}
+		k = submit_run(p, &h, rq, &b->rqs[b->n], reqs, i + 1, n, wait);
+		i += k;
+		rq += k;
+		queued += k;
 	}
 	b->n += i;
 	port_publish(p);

@@ -37,11 +37,10 @@ struct ferry_port {
 	uint32_t batches;              /* live batches */
 	struct ferry_ring *rings;      /* one per core, port -> core */
 	/* Parts staged on the rings, published (and their cores kicked) at
-	 * the end of a submit call, every SUBMIT_PUBLISH parts, and before a
-	 * wait for room: the port's thread only. */
+	 * the end of a submit call, every SUBMIT_PUBLISH parts of a core, and
+	 * before a wait for room: the port's thread only. */
 	struct ferry_ring_run *runs;   /* one per core */
-	uint64_t staged;               /* cores with parts staged */
-	uint32_t unpublished;          /* parts staged */
+	uint64_t staged;               /* cores that may have parts staged */
 	/* The regions its last request used: consecutive requests mostly hit
 	 * the same ones, so the lookups (a lock, two binary searches) are
 	 * skipped.  The port's thread only. */
