@@ -265,7 +265,14 @@ void core_part_fail(struct ferry_core *c, struct ferry_rq *rq, uint64_t a, uint6
 /* Fail every slice waiting on ep with err. */
 void core_fail_pending(struct ferry_core *c, struct ferry_ep *ep, int err);
 /* Put ep on the core's list of endpoints with pending slices. */
-void core_ep_activate(struct ferry_core *c, struct ferry_ep *ep);
+static inline void core_ep_activate(struct ferry_core *c, struct ferry_ep *ep)
+{
+	if (!ep->active) {
+		ep->active = 1;
+		ep->next_active = c->active;
+		c->active = ep;
+	}
+}
 /* The core's endpoint for segment slot (NULL if none); the core's thread.
  * Through the segment (its slot is allocated: a request or command names
  * it), so the core's own table is sized by ep_cache, not by the number of
@@ -291,6 +298,12 @@ static inline struct ferry_ep *core_ep_at(const struct ferry_core *c, uint32_t i
 {
 	return ep_table_at(&c->eps, i);
 }
+
+/* ---- intake: cut.c ---- */
+/* Take the parts the ports queued for c; how many. */
+uint32_t core_drain_ports(struct ferry_core *c);
+/* Cut queued parts into slices on their endpoints; how many slices. */
+uint32_t core_cut(struct ferry_core *c);
 
 /* ---- parked parts (cache misses): park.c ---- */
 bool core_park(struct ferry_core *c, const struct cut_part *pt);
