@@ -45,18 +45,27 @@ __attribute__((noinline)) void core_acct_switch(struct ferry_core *c, struct fer
 }
 
 /* A run of one QP's slices done without error (qp_events.slices_ok): each
- * accounted by core_slice_ok, unless its rail had trouble. */
+ * as core_slice_ok (the counters once for the run), unless its rail had
+ * trouble. */
 void core_on_slices_ok(void *owner, struct slice *const *fifo, uint32_t mask, uint32_t from,
 		       uint32_t n)
 {
 	struct ferry_core *c = owner;
+	uint64_t bytes = 0;
+	uint32_t ok = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
 		struct slice *s = fifo[(from + i) & mask];
 
-		if (unlikely(rail_troubled(&s->ep->rail)))
+		if (unlikely(rail_troubled(&s->ep->rail))) {
 			core_slice_trouble(c, s, 0);
-		else
-			core_slice_ok(c, s);
+			continue;
+		}
+		bytes += s->len;
+		core_slice_account(c, s);
+		slice_put(&c->pool, s);
+		ok++;
 	}
+	stat_add(&c->ctr, bytes, bytes);
+	c->slices_out -= ok;
 }

@@ -236,11 +236,10 @@ void core_acct_switch(struct ferry_core *c, struct ferry_rq *rq, uint64_t len);
  * nothing to sum), and the requests that end are released together at the
  * end of the burst (core_acct_flush).
  */
-static inline void core_slice_ok(struct ferry_core *c, struct slice *s)
+static inline void core_slice_account(struct ferry_core *c, const struct slice *s)
 {
 	struct ferry_rq *rq = s->rq;
 
-	stat_add(&c->ctr, bytes, s->len);
 	if (rq->nslices == 1) {
 		/* its one slice: nothing to fold with (see rq_account) */
 		WRITE_ONCE(rq->ok_bytes, s->len); /* published by rq_ends_flush's release of state */
@@ -252,6 +251,12 @@ static inline void core_slice_ok(struct ferry_core *c, struct slice *s)
 	} else {
 		core_acct_switch(c, rq, s->len);
 	}
+}
+/* core_slice_account, with the slice's counters, and the slice freed. */
+static inline void core_slice_ok(struct ferry_core *c, struct slice *s)
+{
+	stat_add(&c->ctr, bytes, s->len);
+	core_slice_account(c, s);
 	slice_put(&c->pool, s);
 	c->slices_out--;
 }
