@@ -131,7 +131,8 @@ static void test_mixed_batch(void **state)
  */
 static void test_bad_in_run(void **state)
 {
-	uint8_t *l = P.lbuf, *r = P.rbuf;
+	const size_t len = 64 << 10;
+	uint8_t *l = aligned_alloc(4096, len), *r = P.rbuf;
 	static uint8_t unregistered[4096];
 	const struct {
 		struct ferry_req req;
@@ -143,7 +144,7 @@ static void test_bad_in_run(void **state)
 		{ mkreq(FERRY_OP_READ, l, P.seg, (void *)(uintptr_t)(UINT64_MAX - 3), 16), -EFAULT },
 		{ mkreq(FERRY_OP_READ, l, P.seg, r + BUF - 1, 2), -EFAULT },
 		{ mkreq(FERRY_OP_READ, l, P.seg, r - 64, 128), -EFAULT },
-		{ mkreq(FERRY_OP_WRITE, l + BUF - 5, P.seg, r, 10), -EFAULT },
+		{ mkreq(FERRY_OP_WRITE, l + len - 5, P.seg, r, 10), -EFAULT },
 		{ mkreq(FERRY_OP_WRITE, unregistered, P.seg, r, 10), -EFAULT },
 		{ mkreq(FERRY_OP_READ, l, P.seg + 1, r, 10), -EBADF },
 	};
@@ -153,7 +154,9 @@ static void test_bad_in_run(void **state)
 	struct ferry_batch *b;
 
 	(void)state;
-	fill_pattern(l, 64 << 10, 43);
+	assert_non_null(l);
+	assert_int_equal(ferry_mem_register(P.init, l, len), 0);
+	fill_pattern(l, len, 43);
 	/* good good bad good good bad ...: each bad one is inside a run. */
 	for (uint32_t i = 0, k = 0; i < N; i++) {
 		if (i % 3 == 2 && k < NB)
@@ -176,6 +179,9 @@ static void test_bad_in_run(void **state)
 		}
 	}
 	assert_int_equal(ferry_batch_destroy(b), 0);
+	/* Every reference the submitter took on the region came back. */
+	assert_int_equal(ferry_mem_unregister(P.init, l), 0);
+	free(l);
 	memset(P.rbuf, 0, BUF);
 }
 
