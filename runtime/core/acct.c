@@ -45,27 +45,27 @@ __attribute__((noinline)) void core_acct_switch(struct ferry_core *c, struct fer
 }
 
 /* A run of one QP's slices done without error (qp_events.slices_ok): each
- * as core_slice_ok (the counters once for the run), unless its rail had
- * trouble. */
+ * as core_slice_ok (the counters once for the run).  They all went out
+ * on one endpoint (its QP's: ep_post posts only its pending slices), so
+ * its rail is looked at once: with trouble, each goes its own way. */
 void core_on_slices_ok(void *owner, struct slice *const *fifo, uint32_t mask, uint32_t from,
 		       uint32_t n)
 {
 	struct ferry_core *c = owner;
 	uint64_t bytes = 0;
-	uint32_t ok = 0;
 
+	if (unlikely(rail_troubled(&fifo[from & mask]->ep->rail))) {
+		for (uint32_t i = 0; i < n; i++)
+			core_slice_trouble(c, fifo[(from + i) & mask], 0);
+		return;
+	}
 	for (uint32_t i = 0; i < n; i++) {
 		struct slice *s = fifo[(from + i) & mask];
 
-		if (unlikely(rail_troubled(&s->ep->rail))) {
-			core_slice_trouble(c, s, 0);
-			continue;
-		}
 		bytes += s->len;
 		core_slice_account(c, s);
 		slice_put(&c->pool, s);
-		ok++;
 	}
 	stat_add(&c->ctr, bytes, bytes);
-	c->slices_out -= ok;
+	c->slices_out -= n;
 }
