@@ -122,6 +122,29 @@ unsigned ferry_ring_get_burst(struct ferry_ring *r, void **objs, unsigned max)
 	return n;
 }
 
+#ifdef FERRY_TSAN
+/* Under the lock, as get_burst: the producer's publish happened before,
+ * and the reads that follow happen before ferry_ring_done's store. */
+unsigned ferry_ring_look(struct ferry_ring *r, struct ferry_ring_view *v, unsigned max)
+{
+	unsigned n;
+
+	ring_lock(r);
+	v->head = r->ring.c_head;
+	n = ck_pr_load_uint(&r->ring.p_tail) - v->head;
+	v->n = n < max ? n : max;
+	ring_unlock(r);
+	return v->n;
+}
+
+void ferry_ring_done(struct ferry_ring *r, const struct ferry_ring_view *v)
+{
+	ring_lock(r);
+	ck_pr_store_uint(&r->ring.c_head, v->head + v->n);
+	ring_unlock(r);
+}
+#endif
+
 unsigned ferry_ring_count(const struct ferry_ring *r)
 {
 	unsigned n;

@@ -91,6 +91,43 @@ static inline bool ferry_ring_fits(struct ferry_ring *r, struct ferry_ring_run *
 
 /* Consumer: dequeue up to max pointers into objs; returns the count. */
 unsigned ferry_ring_get_burst(struct ferry_ring *r, void **objs, unsigned max);
+
+/*
+ * Consumer: a burst read in place, not copied out.  ferry_ring_look
+ * finds up to max entries (the count), ferry_ring_at reads the k-th of
+ * them, ferry_ring_done gives their slots back to the producer -- once,
+ * after the last read.
+ */
+struct ferry_ring_view {
+	unsigned head;                 /* the consumer's head when looked */
+	unsigned n;
+};
+#ifdef FERRY_TSAN
+unsigned ferry_ring_look(struct ferry_ring *r, struct ferry_ring_view *v, unsigned max);
+void ferry_ring_done(struct ferry_ring *r, const struct ferry_ring_view *v);
+#else
+static inline unsigned ferry_ring_look(struct ferry_ring *r, struct ferry_ring_view *v,
+				       unsigned max)
+{
+	unsigned n = ck_pr_load_uint(&r->ring.p_tail) - r->ring.c_head; /* the head is ours */
+
+	v->head = r->ring.c_head;
+	v->n = n < max ? n : max;
+	ck_pr_fence_load(); /* the entries after the tail that covers them */
+	return v->n;
+}
+
+static inline void ferry_ring_done(struct ferry_ring *r, const struct ferry_ring_view *v)
+{
+	ck_pr_fence_store(); /* read before the producer may reuse them (as ck's dequeue) */
+	ck_pr_store_uint(&r->ring.c_head, v->head + v->n);
+}
+#endif
+static inline void *ferry_ring_at(const struct ferry_ring *r, const struct ferry_ring_view *v,
+				  unsigned k)
+{
+	return r->slots[(v->head + k) & r->ring.mask].value;
+}
 /* Consumer: dequeue one pointer; NULL when empty. */
 void *ferry_ring_get(struct ferry_ring *r);
 /* Entries queued now (approximate from a third thread). */

@@ -53,18 +53,19 @@ static inline __attribute__((always_inline)) bool cut_whole(struct ferry_core *c
 	return true;
 }
 
-/* A burst of ring r's parts into the cut FIFO (room > 0); how many.
- * Apart from the scan: an idle pass pays for no burst buffer. */
+/* A burst of ring r's parts (room > 0), read in place: cut at once, or
+ * into the cut FIFO; how many.  Apart from the scan, which idle passes
+ * run too. */
 static __attribute__((noinline)) uint32_t port_take(struct ferry_core *c, struct ferry_ring *r,
 						    uint32_t room)
 {
-	void *objs[PORT_BURST];
-	unsigned n = ferry_ring_get_burst(r, objs, room < PORT_BURST ? room : PORT_BURST);
+	struct ferry_ring_view v;
+	unsigned n = ferry_ring_look(r, &v, room < PORT_BURST ? room : PORT_BURST);
 	uint32_t cut = 0;
 
 	for (unsigned k = 0; k < n; k++) {
 		unsigned part;
-		struct ferry_rq *rq = rq_part_untag(objs[k], &part);
+		struct ferry_rq *rq = rq_part_untag(ferry_ring_at(r, &v, k), &part);
 
 		/* Cut at once what needs no FIFO, unless parts wait there
 		 * (they go first). */
@@ -73,6 +74,7 @@ static __attribute__((noinline)) uint32_t port_take(struct ferry_core *c, struct
 		else
 			cut_part_init(cut_fifo_push(&c->cut), rq, part);
 	}
+	ferry_ring_done(r, &v);
 	c->slices_out += cut;
 	return n;
 }

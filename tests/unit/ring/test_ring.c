@@ -210,6 +210,40 @@ static void test_stage_publish(void **state)
 	ferry_ring_fini(&r);
 }
 
+/* A burst read in place: the entries in order, the producer kept off
+ * their slots until ferry_ring_done, max respected. */
+static void test_look_done(void **state)
+{
+	struct ferry_ring r;
+	struct ferry_ring_view v;
+	uintptr_t next = 1, got = 1;
+
+	(void)state;
+	assert_int_equal(ferry_ring_init(&r, 8), 0);
+	assert_int_equal(ferry_ring_look(&r, &v, 8), 0);
+	ferry_ring_done(&r, &v); /* an empty look gives back nothing */
+	for (int lap = 0; lap < 20; lap++) {
+		while (ferry_ring_put(&r, P(next)))
+			next++;
+		assert_int_equal(ferry_ring_look(&r, &v, 4), 4);
+		for (unsigned k = 0; k < 4; k++)
+			assert_int_equal(V(ferry_ring_at(&r, &v, k)), got + k);
+		/* Not given back yet: still full for the producer. */
+		assert_false(ferry_ring_put(&r, P(0xdead)));
+		ferry_ring_done(&r, &v);
+		got += 4;
+		assert_int_equal(ferry_ring_count(&r), 3);
+		assert_int_equal(ferry_ring_look(&r, &v, 16), 3);
+		for (unsigned k = 0; k < 3; k++)
+			assert_int_equal(V(ferry_ring_at(&r, &v, k)), got + k);
+		ferry_ring_done(&r, &v);
+		got += 3;
+		assert_null(ferry_ring_get(&r));
+	}
+	assert_int_equal(got, next);
+	ferry_ring_fini(&r);
+}
+
 /* Single thread, small ring, many laps with varying fill levels. */
 static void test_wraparound(void **state)
 {
@@ -345,7 +379,8 @@ static void two_threads(int staged)
 	while (expect <= PC_ITEMS) {
 		unsigned n;
 
-		/* Mostly bursts of varying size, some single gets: both paths, and fewer calls under TSan. */
+		/* Mostly bursts of varying size (copied out or read in place),
+		 * some single gets: every path, and fewer calls under TSan. */
 		if ((k++ & 7) == 0) {
 			void *o = ferry_ring_get(&pc->r);
 
@@ -356,13 +391,23 @@ static void two_threads(int staged)
 				expect++;
 				n = 1;
 			}
-		} else {
+		} else if (k & 1) {
 			n = ferry_ring_get_burst(&pc->r, objs, 1 + k % 32);
 			for (unsigned i = 0; i < n; i++) {
 				if (V(objs[i]) != expect)
 					goto out;
 				expect++;
 			}
+		} else {
+			struct ferry_ring_view v;
+
+			n = ferry_ring_look(&pc->r, &v, 1 + k % 32);
+			for (unsigned i = 0; i < n; i++) {
+				if (V(ferry_ring_at(&pc->r, &v, i)) != expect)
+					goto out;
+				expect++;
+			}
+			ferry_ring_done(&pc->r, &v);
 		}
 		if (!n)
 			backoff(&spins);
@@ -402,6 +447,7 @@ int main(void)
 		cmocka_unit_test(test_fill_backpressure_fifo),
 		cmocka_unit_test(test_get_burst),
 		cmocka_unit_test(test_stage_publish),
+		cmocka_unit_test(test_look_done),
 		cmocka_unit_test(test_wraparound),
 		cmocka_unit_test(test_two_threads),
 		cmocka_unit_test(test_two_threads_staged),
