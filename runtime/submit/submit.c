@@ -7,13 +7,12 @@
 #include "runtime/submit/submit.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/engine/engine.h"
+#include "runtime/submit/dispatch.h"
 
-#define SUBMIT_PUBLISH 32 /* parts staged on a core before it is shown them */
 
 /* ---- submission ---- */
 
@@ -387,119 +386,6 @@ static void rq_unprepare(struct ferry_rq *rq, struct submit_hold *h)
 	rq->seg_refs = NULL;
 }
 
-/* Room on every ring rq's parts go to, its staged parts counted (only
- * the consumer frees more). */
-static bool rq_fits(struct ferry_port *p, const struct ferry_rq *rq)
-{
-	const struct ferry_engine *e = p->e;
-
-	for (unsigned core = 0; core < e->ncores; core++)
-		if ((rq->rails & (1ull << core)) && !ferry_ring_fits(&p->rings[core], &p->runs[core]))
-			return false;
-	return true;
-}
-
-/* Core `core`'s staged parts, shown to it. */
-static void port_publish_core(struct ferry_port *p, unsigned core)
-{
-	ferry_ring_publish(&p->rings[core], &p->runs[core]);
-	/* After the tail's store: a Dekker pair with the core's sleep. */
-	core_kick(p->e->cores[core]);
-}
-
-void port_publish(struct ferry_port *p)
-{
-	uint64_t m = p->staged;
-
-	p->staged = 0;
-	while (m) {
-		unsigned core = (unsigned)__builtin_ctzll(m);
-
-		m &= m - 1;
-		if (p->runs[core].n)
-			port_publish_core(p, core);
-	}
-}
-
-/* A full ring is back-pressure: publish what is staged (the cores take
- * it, and free room) and wait for room.  True: it waited. */
-static __attribute__((noinline)) bool part_wait(struct ferry_port *p, unsigned core, void *tagged)
-{
-	struct ferry_core *c = p->e->cores[core];
-	unsigned spins = 0;
-
-	port_publish(p);
-	while (!ferry_ring_stage(&p->rings[core], &p->runs[core], tagged)) {
-		if (c->caller_mode && core_drive(c))
-			continue; /* FERRY_IDLE_CALLER: we are the core's progress */
-		core_kick(c);
-		if (++spins < 64)
-			ferry_cpu_relax();
-		else
-			sched_yield();
-	}
-	return spins != 0;
-}
-
-/* Stage part `part` of rq on core `core`: with SUBMIT_PUBLISH staged
- * there, the core is shown them (it starts on them while the rest is
- * validated).  True when it had to wait for room. */
-static inline bool part_enqueue(struct ferry_port *p, unsigned core, struct ferry_rq *rq,
-				unsigned part)
-{
-	struct ferry_ring_run *run = &p->runs[core];
-	void *tagged = rq_part_tag(rq, part);
-	bool waited = false;
-
-	if (unlikely(!ferry_ring_stage(&p->rings[core], run, tagged)))
-		waited = part_wait(p, core, tagged);
-	if (run->n == 1)
-		p->staged |= 1ull << core;
-	else if (unlikely(run->n >= SUBMIT_PUBLISH))
-		port_publish_core(p, core);
-	return waited;
-}
-
-/* Several parts, in turn over the rails from core on. */
-static bool rq_dispatch_parts(struct ferry_port *p, struct ferry_rq *rq, unsigned core)
-{
-	struct ferry_engine *e = p->e;
-	bool waited = false;
-	unsigned k = 0;
-
-	for (unsigned i = 0; k < rq->nparts && i < e->ncores; i++) {
-		if (rq->rails & (1ull << core))
-			waited |= part_enqueue(p, core, rq, k++);
-		if (++core == e->ncores)
-			core = 0;
-	}
-	return waited;
-}
-
-/* Parts go to the rails in turn, starting at a core that moves on with
- * every request (no division: this runs per request).  Inline: the
- * submit loops' per-request path. */
-static inline __attribute__((always_inline)) bool rq_dispatch_inline(struct ferry_port *p,
-								   struct ferry_rq *rq)
-{
-	struct ferry_engine *e = p->e;
-	unsigned core = p->rr;
-
-	if (++p->rr >= e->ncores)
-		p->rr = 0;
-	if (rq->nparts != 1)
-		return rq_dispatch_parts(p, rq, core);
-	while (!(rq->rails & (1ull << core))) /* one part: the first rail from core on */
-		if (++core == e->ncores)
-			core = 0;
-	return part_enqueue(p, core, rq, 0);
-}
-
-bool rq_dispatch(struct ferry_port *p, struct ferry_rq *rq)
-{
-	return rq_dispatch_inline(p, rq);
-}
-
 /*
  * The requests after rq -- valid, queued, its run's first -- that share
  * everything rq_prepare looked up for it: the segment and local region
@@ -544,7 +430,7 @@ static uint32_t submit_run(struct ferry_port *p, struct submit_hold *h, const st
 		rq_fill(q, r, rq, slice_size, h->rails.n);
 		if (!wait && !rq_fits(p, q))
 			break;
-		if (rq_dispatch_inline(p, q)) {
+		if (rq_dispatch(p, q)) {
 			waited = true;
 			i++;
 			break;
@@ -592,7 +478,7 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 		rq->remaining = rq->len;
 		queued++;
 		/* The ring's release publishes rq's fields to the cores. */
-		if (rq_dispatch_inline(p, rq)) {
+		if (rq_dispatch(p, rq)) {
 			h.rails.left = 0;
 			continue;
 		}

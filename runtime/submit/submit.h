@@ -54,14 +54,9 @@ struct ferry_port {
 /* Free a port's rings and memory (engine destroy: no core reads them any more). */
 void port_free(struct ferry_port *p);
 
-/* submit.c, for prep.c: a slot made ready for a request of batch b, and
- * the parts of a validated request queued on its rails' cores. */
+/* submit.c, for prep.c: a slot made ready for a request of batch b (its
+ * parts are queued by rq_dispatch, runtime/submit/dispatch.h). */
 void rq_clear(struct ferry_rq *rq, struct rq_batch *b);
-/* True when it waited for room on a ring (the rails may have changed).
- * The parts are staged: port_publish before the submit call returns. */
-bool rq_dispatch(struct ferry_port *p, struct ferry_rq *rq);
-/* Make the staged parts visible to their cores and kick them. */
-void port_publish(struct ferry_port *p);
 
 /* A segment's rails as one submit call picked them, for its next `left`
  * requests to it: the flags are hints (a rail that goes down meanwhile
