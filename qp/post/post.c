@@ -98,6 +98,7 @@ static void fill_wr(struct nic_wr *w, const struct slice *s, uint64_t wr_id)
 	w->lkey = s->lkey;
 	w->rkey = s->rkey;
 	w->op = s->op;
+	w->signaled = 0; /* qpx_post picks the signalled ones */
 }
 
 /*
@@ -151,7 +152,7 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 	 * would make the compiler reload them for every slice. */
 	uint64_t id = (uint64_t)q->index << 32;
 	uint32_t seq = q->tail, mask = q->fifo_mask, every = ctx->signal_every;
-	uint32_t unsignaled = q->unsignaled, reads = q->reads, max_reads = ctx->max_reads;
+	uint32_t reads = q->reads, max_reads = ctx->max_reads;
 	struct slice **fifo = q->fifo;
 	struct slice *s = list->head;
 	uint32_t i;
@@ -172,11 +173,6 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 		fifo[seq & mask] = s;
 		s->post_tsc = now;
 		fill_wr(&wrs[i], s, id | seq);
-		/* Selective signalling; the chain's last WR always reports, so
-		 * nothing posted can wait forever for a later signalled WR. */
-		wrs[i].signaled = ++unsignaled >= every;
-		if (wrs[i].signaled)
-			unsignaled = 0;
 		wrs[i].next = &wrs[i + 1];
 		s = next;
 	}
@@ -184,11 +180,12 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 	if (n == 0)
 		return 0;
 	slice_list_cut(list, s, n);
-	if (!wrs[n - 1].signaled) {
-		wrs[n - 1].signaled = 1;
-		unsignaled = 0;
-	}
-	q->unsignaled = unsignaled;
+	/* Selective signalling: every signal_every-th WR of the chain, and
+	 * its last always, so nothing posted waits for a later signalled WR
+	 * (and every chain starts afresh). */
+	for (i = every - 1; i < n - 1; i += every)
+		wrs[i].signaled = 1;
+	wrs[n - 1].signaled = 1;
 	q->reads = reads;
 	wrs[n - 1].next = NULL;
 	if (q->head == q->tail)

@@ -67,7 +67,6 @@ struct qpx {
 	uint32_t fifo_mask;
 	uint32_t head;              /* sequence of the oldest unretired WR */
 	uint32_t tail;              /* sequence of the next WR to post */
-	uint32_t unsignaled;        /* WRs posted since the last signalled one */
 	uint32_t burst_retired;     /* retired in the current poll burst */
 	uint32_t reads;             /* RDMA READs outstanding: bounded by max_rd_atomic */
 	uint64_t oldest_tsc;        /* when the WR at head was posted (approx.) */
