@@ -57,16 +57,15 @@ __attribute__((noinline)) bool part_wait(struct ferry_port *p, unsigned core, vo
 }
 
 /* In turn over the rails from core on. */
-bool rq_dispatch_parts(struct ferry_port *p, struct ferry_rq *rq, unsigned core)
+bool rq_dispatch_parts(const struct dispatch *d, struct ferry_rq *rq, unsigned core)
 {
-	struct ferry_engine *e = p->e;
 	bool waited = false;
 	unsigned k = 0;
 
-	for (unsigned i = 0; k < rq->nparts && i < e->ncores; i++) {
+	for (unsigned i = 0; k < rq->nparts && i < d->ncores; i++) {
 		if (rq->rails & (1ull << core))
-			waited |= part_enqueue(p, core, rq, k++);
-		if (++core == e->ncores)
+			waited |= part_enqueue(d, core, rq, k++);
+		if (++core == d->ncores)
 			core = 0;
 	}
 	return waited;

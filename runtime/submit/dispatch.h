@@ -21,45 +21,73 @@ void port_publish_core(struct ferry_port *p, unsigned core);
 void port_publish(struct ferry_port *p);
 /* A full ring: publish, then wait for room and stage; true if it waited. */
 bool part_wait(struct ferry_port *p, unsigned core, void *tagged);
+struct dispatch;
 /* rq_dispatch for a request of several parts. */
-bool rq_dispatch_parts(struct ferry_port *p, struct ferry_rq *rq, unsigned core);
+bool rq_dispatch_parts(const struct dispatch *d, struct ferry_rq *rq, unsigned core);
+
+/*
+ * A submit loop's view of its port's dispatch state, in locals (the stores
+ * into the requests' slots would make the compiler reload the port's
+ * fields for every request): dispatch_begin, rq_dispatch per request,
+ * dispatch_end.
+ */
+struct dispatch {
+	struct ferry_port *p;
+	struct ferry_ring *rings;
+	struct ferry_ring_run *runs;
+	unsigned ncores;
+	unsigned rr;                   /* p->rr, stored back by dispatch_end */
+};
+
+static inline void dispatch_begin(struct dispatch *d, struct ferry_port *p)
+{
+	d->p = p;
+	d->rings = p->rings;
+	d->runs = p->runs;
+	d->ncores = p->e->ncores;
+	d->rr = p->rr;
+}
+
+static inline void dispatch_end(const struct dispatch *d)
+{
+	d->p->rr = d->rr;
+}
 
 /* Stage part `part` of rq on core `core`: with SUBMIT_PUBLISH staged
  * there, the core is shown them (it starts on them while the rest is
  * validated).  True when it had to wait for room. */
-static inline bool part_enqueue(struct ferry_port *p, unsigned core, struct ferry_rq *rq,
+static inline bool part_enqueue(const struct dispatch *d, unsigned core, struct ferry_rq *rq,
 				unsigned part)
 {
-	struct ferry_ring_run *run = &p->runs[core];
+	struct ferry_ring_run *run = &d->runs[core];
 	void *tagged = rq_part_tag(rq, part);
 	bool waited = false;
 
-	if (unlikely(!ferry_ring_stage(&p->rings[core], run, tagged)))
-		waited = part_wait(p, core, tagged);
+	if (unlikely(!ferry_ring_stage(&d->rings[core], run, tagged)))
+		waited = part_wait(d->p, core, tagged);
 	if (run->n == 1)
-		p->staged |= 1ull << core;
+		d->p->staged |= 1ull << core;
 	else if (unlikely(run->n >= SUBMIT_PUBLISH))
-		port_publish_core(p, core);
+		port_publish_core(d->p, core);
 	return waited;
 }
 
 /* Stage rq's parts: they go to the rails in turn, starting at a core that
  * moves on with every request (no division: this runs per request).
  * True when it waited for room on a ring (the rails may have changed). */
-static inline __attribute__((always_inline)) bool rq_dispatch(struct ferry_port *p,
+static inline __attribute__((always_inline)) bool rq_dispatch(struct dispatch *d,
 							    struct ferry_rq *rq)
 {
-	struct ferry_engine *e = p->e;
-	unsigned core = p->rr;
+	unsigned core = d->rr;
 
-	if (++p->rr >= e->ncores)
-		p->rr = 0;
+	if (++d->rr >= d->ncores)
+		d->rr = 0;
 	if (rq->nparts != 1)
-		return rq_dispatch_parts(p, rq, core);
+		return rq_dispatch_parts(d, rq, core);
 	while (!(rq->rails & (1ull << core))) /* one part: the first rail from core on */
-		if (++core == e->ncores)
+		if (++core == d->ncores)
 			core = 0;
-	return part_enqueue(p, core, rq, 0);
+	return part_enqueue(d, core, rq, 0);
 }
 
 #endif /* FERRY_RUNTIME_DISPATCH_H */

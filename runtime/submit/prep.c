@@ -158,6 +158,7 @@ int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const 
 	struct ferry_engine *e;
 	struct ferry_seg *s;
 	uint32_t first, slot;
+	struct dispatch d;
 
 	if (!b || !pr || (!idx && n) || pr->port != b->port)
 		return -EINVAL;
@@ -168,6 +169,7 @@ int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const 
 			return -EINVAL;
 	e = b->port->e;
 	first = b->n;
+	dispatch_begin(&d, b->port);
 	s = n ? prep_seg_refs(e, pr->seg, n, &slot) : NULL;
 	if (s) /* every request is queued: counted at once (see submit_some) */
 		fetch_add_relaxed(b->acct.pending, n); /* published by the ring's release */
@@ -184,9 +186,10 @@ int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const 
 		if (rq->nslices < rq->nparts)
 			rq->nparts = (uint32_t)rq->nslices;
 		rq->remaining = rq->len;
-		if (rq_dispatch(b->port, rq))
+		if (rq_dispatch(&d, rq))
 			rails.left = 0;
 	}
+	dispatch_end(&d);
 	port_publish(b->port);
 	return (int)first;
 }

@@ -397,10 +397,11 @@ static void rq_unprepare(struct ferry_rq *rq, struct submit_hold *h)
  * rq_prepare.  Returns how many, from reqs[i] on, it queued; slots from
  * rqs[i] on.
  */
-static uint32_t submit_run(struct ferry_port *p, struct submit_hold *h, const struct ferry_rq *rq,
+static uint32_t submit_run(struct dispatch *d, struct submit_hold *h, const struct ferry_rq *rq,
 			   struct ferry_rq *rqs, const struct ferry_req *reqs, uint32_t i,
 			   uint32_t n, bool wait)
 {
+	struct ferry_port *p = d->p;
 	uint32_t end = h->seg_end < h->lreg_end ? h->seg_end : h->lreg_end, first = i;
 	const struct seg_region *g = rq->rreg;
 	uint64_t gbase = g->addr, gend = g->addr + g->len;
@@ -430,7 +431,7 @@ static uint32_t submit_run(struct ferry_port *p, struct submit_hold *h, const st
 		rq_fill(q, r, rq, slice_size, h->rails.n);
 		if (!wait && !rq_fits(p, q))
 			break;
-		if (rq_dispatch(p, q)) {
+		if (rq_dispatch(d, q)) {
 			waited = true;
 			i++;
 			break;
@@ -457,9 +458,11 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 	struct ferry_port *p = b->port;
 	struct ferry_rq *rq = &b->rqs[b->n];
 	uint32_t i, k, queued = 0;
+	struct dispatch d;
 
 	if (n == 0)
 		return 0;
+	dispatch_begin(&d, p);
 	fetch_add_relaxed(b->acct.pending, n); /* published by the ring's release */
 	/* b->n is stored once at the end: only this thread reads it. */
 	for (i = 0; i < n; i++, rq++) {
@@ -478,16 +481,17 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 		rq->remaining = rq->len;
 		queued++;
 		/* The ring's release publishes rq's fields to the cores. */
-		if (rq_dispatch(p, rq)) {
+		if (rq_dispatch(&d, rq)) {
 			h.rails.left = 0;
 			continue;
 		}
-		k = submit_run(p, &h, rq, &b->rqs[b->n], reqs, i + 1, n, wait);
+		k = submit_run(&d, &h, rq, &b->rqs[b->n], reqs, i + 1, n, wait);
 		i += k;
 		rq += k;
 		queued += k;
 	}
 	b->n += i;
+	dispatch_end(&d);
 	port_publish(p);
 	hold_drop(&h);
 	if (queued < n)
