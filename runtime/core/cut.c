@@ -31,7 +31,7 @@ static int cut_refusal(const struct ferry_rq *rq, const struct ferry_ep *ep)
  * The slice of a one-slice request, cut as it comes: when nothing is in
  * its way -- an endpoint that serves it, a slice in the pool.  False: the
  * cut FIFO's path takes it (parking, refusals, a dry pool).  The caller
- * adds the slice to slices_out.
+ * counts the slice in slices_out and the request in reqs_done.
  */
 static inline __attribute__((always_inline)) bool cut_whole(struct ferry_core *c,
 							     struct ferry_rq *rq)
@@ -49,7 +49,6 @@ static inline __attribute__((always_inline)) bool cut_whole(struct ferry_core *c
 	slice_fill_whole(s, rq, ep, rq->lreg->mr[c->index][ep->tx].lkey,
 			 rq->rreg->rkey[ep->remote_nic]);
 	slice_list_push(&ep->pending, s);
-	stat_add(&c->ctr, reqs_done, 1);
 	return true;
 }
 
@@ -76,6 +75,7 @@ static __attribute__((noinline)) uint32_t port_take(struct ferry_core *c, struct
 	}
 	ferry_ring_done(r, &v);
 	c->slices_out += cut;
+	stat_add(&c->ctr, reqs_done, cut);
 	return n;
 }
 
@@ -113,7 +113,7 @@ static void cut_tmpl_init(struct cut_tmpl *t, const struct ferry_core *c, struct
 uint32_t core_cut(struct ferry_core *c)
 {
 	struct cut_tmpl t;
-	uint32_t cut = 0;
+	uint32_t cut = 0, whole = 0;
 	bool dry = false;
 
 	while (cut_fifo_count(&c->cut) && cut < CUT_BUDGET && !dry) {
@@ -124,6 +124,7 @@ uint32_t core_cut(struct ferry_core *c)
 
 		if (rq->nslices == 1 && cut_whole(c, rq)) { /* no template, no loop */
 			cut++;
+			whole++;
 			c->cut.head++;
 			continue;
 		}
@@ -153,5 +154,6 @@ uint32_t core_cut(struct ferry_core *c)
 	if (dry)
 		stat_add(&c->ctr, pool_empty, 1);
 	c->slices_out += cut;
+	stat_add(&c->ctr, reqs_done, whole);
 	return cut;
 }
