@@ -121,12 +121,10 @@ __attribute__((noinline, cold)) void core_slice_trouble(struct ferry_core *c, st
 /* qp_events.slice_done: a WR's outcome, from qctx_poll (or a failed post). */
 static void core_on_slice_done(void *owner, struct slice *s, int err)
 {
-	struct ferry_core *c = owner;
-
-	if (unlikely(err | rail_troubled(&s->ep->rail)))
-		core_slice_trouble(c, s, err);
+	if (unlikely(err))
+		core_slice_trouble(owner, s, err);
 	else
-		core_slice_ok(c, s);
+		core_on_slices_ok(owner, &s, 0, 0, 1); /* a run of one */
 }
 
 /* qp_events.latency: n slices took ticks from post to completion. */
@@ -137,7 +135,7 @@ static void core_on_latency(void *owner, uint64_t ticks, uint32_t n)
 	histo_add_n(&c->lat, ticks, n);
 }
 
-/* qp_events.burst_done: the accounting core_slice_ok set aside, done
+/* qp_events.burst_done: the accounting core_on_slices_ok set aside, done
  * before qctx_poll returns, whoever polled (the loop pass, the idle path's
  * last look before sleeping, core_drain). */
 static void core_on_burst_done(void *owner)
