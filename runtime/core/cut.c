@@ -79,10 +79,9 @@ static __attribute__((noinline)) uint32_t port_take(struct ferry_core *c, struct
 	return n;
 }
 
-uint32_t core_drain_ports(struct ferry_core *c)
+/* One burst from each port's ring, in turn; how many parts. */
+static uint32_t drain_round(struct ferry_core *c, struct ferry_engine *e, unsigned hw)
 {
-	struct ferry_engine *e = c->e;
-	unsigned hw = load_acquire(e->n_ports_hw); /* pairs with: store_release in ferry_port_create */
 	uint32_t got = 0;
 
 	for (unsigned i = 0; i < hw; i++) {
@@ -95,6 +94,25 @@ uint32_t core_drain_ports(struct ferry_core *c)
 			break;
 		got += port_take(c, &p->rings[c->index], room);
 	}
+	return got;
+}
+
+/*
+ * Rounds of a burst per port (fair between ports) while they bring
+ * something, up to CUT_BUDGET parts a pass: a batch larger than a burst
+ * is taken -- mostly cut -- in one pass, posted with one doorbell per QP
+ * and polled once, instead of a pass per burst.
+ */
+uint32_t core_drain_ports(struct ferry_core *c)
+{
+	struct ferry_engine *e = c->e;
+	unsigned hw = load_acquire(e->n_ports_hw); /* pairs with: store_release in ferry_port_create */
+	uint32_t got = 0, round;
+
+	do {
+		round = drain_round(c, e, hw);
+		got += round;
+	} while (round && got < CUT_BUDGET);
 	return got;
 }
 
