@@ -48,6 +48,43 @@ bool ferry_ring_put(struct ferry_ring *r, void *obj)
 }
 #endif
 
+bool ferry_ring_room(struct ferry_ring *r, struct ferry_ring_run *run)
+{
+	ring_lock(r);
+	/* The consumer's head: what it has taken, no later than it was copied
+	 * out (ck_ring's enqueue reads it the same way). */
+	run->room = r->size - 1 - (r->ring.p_tail - ck_pr_load_uint(&r->ring.c_head));
+	ring_unlock(r);
+	return run->n < run->room;
+}
+
+#ifdef FERRY_TSAN
+/* As the inline ones, under the ring's lock: every stage looks at the
+ * consumer's head under it, so TSan sees the slot it reuses freed. */
+bool ferry_ring_stage(struct ferry_ring *r, struct ferry_ring_run *run, void *obj)
+{
+	bool ok = ferry_ring_room(r, run);
+
+	if (ok) {
+		ring_lock(r);
+		r->slots[(r->ring.p_tail + run->n) & r->ring.mask].value = obj;
+		run->n++;
+		ring_unlock(r);
+	}
+	return ok;
+}
+
+void ferry_ring_publish(struct ferry_ring *r, struct ferry_ring_run *run)
+{
+	ring_lock(r);
+	ck_pr_fence_store();
+	ck_pr_store_uint(&r->ring.p_tail, r->ring.p_tail + run->n);
+	run->room -= run->n;
+	run->n = 0;
+	ring_unlock(r);
+}
+#endif
+
 void *ferry_ring_get(struct ferry_ring *r)
 {
 	void *obj = NULL;
@@ -84,6 +121,29 @@ unsigned ferry_ring_get_burst(struct ferry_ring *r, void **objs, unsigned max)
 	ring_unlock(r);
 	return n;
 }
+
+#ifdef FERRY_TSAN
+/* Under the lock, as get_burst: the producer's publish happened before,
+ * and the reads that follow happen before ferry_ring_done's store. */
+unsigned ferry_ring_look(struct ferry_ring *r, struct ferry_ring_view *v, unsigned max)
+{
+	unsigned n;
+
+	ring_lock(r);
+	v->head = r->ring.c_head;
+	n = ck_pr_load_uint(&r->ring.p_tail) - v->head;
+	v->n = n < max ? n : max;
+	ring_unlock(r);
+	return v->n;
+}
+
+void ferry_ring_done(struct ferry_ring *r, const struct ferry_ring_view *v)
+{
+	ring_lock(r);
+	ck_pr_store_uint(&r->ring.c_head, v->head + v->n);
+	ring_unlock(r);
+}
+#endif
 
 unsigned ferry_ring_count(const struct ferry_ring *r)
 {

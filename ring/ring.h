@@ -45,8 +45,89 @@ static inline bool ferry_ring_put(struct ferry_ring *r, void *obj)
 	return ck_ring_enqueue_spsc(&r->ring, r->slots, obj);
 }
 #endif
+/*
+ * A producer's entries written behind the ring's tail and not yet seen by
+ * the consumer: ferry_ring_stage writes one (false when the ring, counting
+ * those staged, is full), ferry_ring_publish makes them visible together
+ * -- one fence and one store of the tail for the lot instead of one per
+ * entry, and the consumer's head read only when the free entries last
+ * seen run out.  The producer's alone: keep it off the ring's lines.
+ * Zeroed: nothing staged, no room known yet.  A ring fed through a run
+ * takes no ferry_ring_put (the room it remembers would be wrong).
+ */
+struct ferry_ring_run {
+	uint32_t n;                    /* staged */
+	uint32_t room;                 /* free entries at the last look, the staged included */
+};
+
+/* The room seen now (a look at the consumer's head); true when one more fits. */
+bool ferry_ring_room(struct ferry_ring *r, struct ferry_ring_run *run);
+#ifdef FERRY_TSAN
+bool ferry_ring_stage(struct ferry_ring *r, struct ferry_ring_run *run, void *obj);
+void ferry_ring_publish(struct ferry_ring *r, struct ferry_ring_run *run);
+#else
+static inline bool ferry_ring_stage(struct ferry_ring *r, struct ferry_ring_run *run, void *obj)
+{
+	if (unlikely(run->n == run->room) && !ferry_ring_room(r, run))
+		return false;
+	r->slots[(r->ring.p_tail + run->n) & r->ring.mask].value = obj; /* the tail is ours */
+	run->n++;
+	return true;
+}
+
+static inline void ferry_ring_publish(struct ferry_ring *r, struct ferry_ring_run *run)
+{
+	ck_pr_fence_store(); /* the entries before the tail that covers them (as ck's enqueue) */
+	ck_pr_store_uint(&r->ring.p_tail, r->ring.p_tail + run->n);
+	run->room -= run->n;
+	run->n = 0;
+}
+#endif
+/* One more fits, by the room last seen or a new look. */
+static inline bool ferry_ring_fits(struct ferry_ring *r, struct ferry_ring_run *run)
+{
+	return run->n < run->room || ferry_ring_room(r, run);
+}
+
 /* Consumer: dequeue up to max pointers into objs; returns the count. */
 unsigned ferry_ring_get_burst(struct ferry_ring *r, void **objs, unsigned max);
+
+/*
+ * Consumer: a burst read in place, not copied out.  ferry_ring_look
+ * finds up to max entries (the count), ferry_ring_at reads the k-th of
+ * them, ferry_ring_done gives their slots back to the producer -- once,
+ * after the last read.
+ */
+struct ferry_ring_view {
+	unsigned head;                 /* the consumer's head when looked */
+	unsigned n;
+};
+#ifdef FERRY_TSAN
+unsigned ferry_ring_look(struct ferry_ring *r, struct ferry_ring_view *v, unsigned max);
+void ferry_ring_done(struct ferry_ring *r, const struct ferry_ring_view *v);
+#else
+static inline unsigned ferry_ring_look(struct ferry_ring *r, struct ferry_ring_view *v,
+				       unsigned max)
+{
+	unsigned n = ck_pr_load_uint(&r->ring.p_tail) - r->ring.c_head; /* the head is ours */
+
+	v->head = r->ring.c_head;
+	v->n = n < max ? n : max;
+	ck_pr_fence_load(); /* the entries after the tail that covers them */
+	return v->n;
+}
+
+static inline void ferry_ring_done(struct ferry_ring *r, const struct ferry_ring_view *v)
+{
+	ck_pr_fence_store(); /* read before the producer may reuse them (as ck's dequeue) */
+	ck_pr_store_uint(&r->ring.c_head, v->head + v->n);
+}
+#endif
+static inline void *ferry_ring_at(const struct ferry_ring *r, const struct ferry_ring_view *v,
+				  unsigned k)
+{
+	return r->slots[(v->head + k) & r->ring.mask].value;
+}
 /* Consumer: dequeue one pointer; NULL when empty. */
 void *ferry_ring_get(struct ferry_ring *r);
 /* Entries queued now (approximate from a third thread). */

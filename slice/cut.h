@@ -65,22 +65,6 @@ struct cut_tmpl {
 	uint32_t slice_size;
 };
 
-static inline void slice_fill(struct slice *s, const struct cut_tmpl *t, uint64_t i)
-{
-	const struct ferry_rq *rq = t->rq;
-	uint64_t off;
-
-	slice_bounds(rq->len, t->slice_size, rq->nslices, i, &off, &s->len);
-	s->rq = t->rq;
-	s->ep = t->ep;
-	s->tries = 0;
-	s->local = rq->local + off;
-	s->remote = rq->remote + off;
-	s->lkey = t->lkey;
-	s->rkey = t->rkey;
-	s->op = rq->op;
-}
-
 /* The one slice of a request of one slice (slice_fill without the bounds). */
 static inline void slice_fill_whole(struct slice *s, struct ferry_rq *rq, struct ferry_ep *ep,
 				    uint32_t lkey, uint32_t rkey)
@@ -99,25 +83,53 @@ static inline void slice_fill_whole(struct slice *s, struct ferry_rq *rq, struct
 /*
  * Cut up to budget slices of pt onto out (pt->next advances).  Stops early
  * when the pool runs dry (*dry set: back-pressure, nothing lost).  Returns
- * the slices cut.  Inline: the core's per-slice loop.
+ * the slices cut.  Inline: the core's per-slice loop, which keeps the
+ * request's fields, the pool's free list and out's tail in locals (the
+ * stores into the slices would otherwise reload them every time):
+ * slice_get, slice_bounds and slice_list_push for each slice.
  */
 static inline uint32_t cut_part_slices(struct slice_pool *pool, const struct cut_tmpl *t,
 				       struct cut_part *pt, uint32_t budget,
 				       struct slice_list *out, bool *dry)
 {
-	uint32_t cut = 0;
+	struct ferry_rq *rq = t->rq;
+	const uint64_t local = rq->local, remote = rq->remote, len = rq->len, n = rq->nslices;
+	const uint32_t size = t->slice_size, lkey = t->lkey, rkey = t->rkey;
+	const uint8_t op = rq->op;
+	uint64_t next = pt->next, end = pt->end;
+	struct slice *free = pool->free, **tailp = out->tailp;
+	uint32_t cut;
 
-	while (pt->next < pt->end && cut < budget) {
-		struct slice *s = slice_get(pool);
+	if (end - next > budget)
+		end = next + budget;
+	for (; next < end; next++) {
+		struct slice *s = free;
+		uint64_t off = next * size;
 
 		if (!s) {
 			*dry = true;
 			break;
 		}
-		slice_fill(s, t, pt->next++);
-		slice_list_push(out, s);
-		cut++;
+		free = s->next;
+		s->rq = rq;
+		s->ep = t->ep;
+		s->tries = 0;
+		s->local = local + off;
+		s->remote = remote + off;
+		s->len = next + 1 < n ? size : (uint32_t)(len - off); /* the tail: the rest */
+		s->lkey = lkey;
+		s->rkey = rkey;
+		s->op = op;
+		*tailp = s;
+		tailp = &s->next;
 	}
+	*tailp = NULL;
+	cut = (uint32_t)(next - pt->next);
+	pool->free = free;
+	pool->avail -= cut;
+	out->tailp = tailp;
+	out->count += cut;
+	pt->next = next;
 	return cut;
 }
 

@@ -131,13 +131,14 @@ static struct ferry_rq **ends_finish(struct ferry_rq **r, struct ferry_rq **end,
 	if (srefs)
 		fetch_sub_sc(*srefs, k); /* Dekker pair with the segment's closer and evictor */
 	for (; r < q; r++) {
-		int err = load_acquire((*r)->error); /* pairs with: cas_release in rq_account */
+		struct ferry_rq *x = *r; /* read once: the acquire below would make it read again */
+		int err = load_acquire(x->error); /* pairs with: cas_release in rq_account */
 
 		if (likely(!err)) {
-			store_release((*r)->state, RQ_DONE); /* pairs with: load_acquire in ferry_req_status */
+			store_release(x->state, RQ_DONE); /* pairs with: load_acquire in ferry_req_status */
 		} else {
 			failed++;
-			store_release((*r)->state, final_state(err)); /* pairs with: ferry_req_status */
+			store_release(x->state, final_state(err)); /* pairs with: ferry_req_status */
 		}
 	}
 	if (failed)

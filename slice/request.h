@@ -10,6 +10,7 @@
 #ifndef FERRY_SLICE_REQUEST_H
 #define FERRY_SLICE_REQUEST_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ring/base/compiler.h"
@@ -48,6 +49,8 @@ struct ferry_rq {
 	uint8_t op;                    /* enum nic_op, as its slices carry it */
 	uint32_t nparts;
 	uint64_t nslices;
+	/* seg_slot .. seg_refs: what the requests of one submit run share
+	 * (runtime/submit copies them as one block: RQ_SHARED_*). */
 	uint32_t seg_slot;
 	uint32_t seg_gen;
 	uint64_t rails;                /* cores the parts go to (bit i: core i) */
@@ -63,6 +66,10 @@ struct ferry_rq {
 	int32_t error;                 /* first error, negative errno */
 	int32_t state;                 /* enum rq_state, release-stored last */
 } ferry_cache_aligned;
+
+#define RQ_SHARED_FIRST seg_slot
+#define RQ_SHARED_SIZE \
+	(offsetof(struct ferry_rq, seg_refs) + sizeof(uint64_t *) - offsetof(struct ferry_rq, seg_slot))
 
 _Static_assert(_Alignof(struct ferry_rq) >= (1 << RQ_PART_BITS),
 	       "a part index fits the request pointer's low bits");

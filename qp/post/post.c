@@ -98,6 +98,7 @@ static void fill_wr(struct nic_wr *w, const struct slice *s, uint64_t wr_id)
 	w->lkey = s->lkey;
 	w->rkey = s->rkey;
 	w->op = s->op;
+	w->signaled = 0; /* qpx_post picks the signalled ones */
 }
 
 /*
@@ -151,7 +152,7 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 	 * would make the compiler reload them for every slice. */
 	uint64_t id = (uint64_t)q->index << 32;
 	uint32_t seq = q->tail, mask = q->fifo_mask, every = ctx->signal_every;
-	uint32_t unsignaled = q->unsignaled, reads = q->reads, max_reads = ctx->max_reads;
+	uint32_t reads = q->reads, max_reads = ctx->max_reads;
 	struct slice **fifo = q->fifo;
 	struct slice *s = list->head;
 	uint32_t i;
@@ -172,11 +173,6 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 		fifo[seq & mask] = s;
 		s->post_tsc = now;
 		fill_wr(&wrs[i], s, id | seq);
-		/* Selective signalling; the chain's last WR always reports, so
-		 * nothing posted can wait forever for a later signalled WR. */
-		wrs[i].signaled = ++unsignaled >= every;
-		if (wrs[i].signaled)
-			unsignaled = 0;
 		wrs[i].next = &wrs[i + 1];
 		s = next;
 	}
@@ -184,11 +180,12 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 	if (n == 0)
 		return 0;
 	slice_list_cut(list, s, n);
-	if (!wrs[n - 1].signaled) {
-		wrs[n - 1].signaled = 1;
-		unsignaled = 0;
-	}
-	q->unsignaled = unsignaled;
+	/* Selective signalling: every signal_every-th WR of the chain, and
+	 * its last always, so nothing posted waits for a later signalled WR
+	 * (and every chain starts afresh). */
+	for (i = every - 1; i < n - 1; i += every)
+		wrs[i].signaled = 1;
+	wrs[n - 1].signaled = 1;
 	q->reads = reads;
 	wrs[n - 1].next = NULL;
 	if (q->head == q->tail)
@@ -207,33 +204,46 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 	return n;
 }
 
+/* Slices fifo[(from + i) & mask], i < n, done without error. */
+static void slices_ok(const struct qctx *ctx, struct slice *const *fifo, uint32_t mask,
+		      uint32_t from, uint32_t n)
+{
+	if (likely(ctx->ev->slices_ok != NULL)) {
+		ctx->ev->slices_ok(ctx->owner, fifo, mask, from, n);
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		ctx->ev->slice_done(ctx->owner, fifo[(from + i) & mask], 0);
+}
+
 /*
- * Retire q's WRs up to and including seq; RC completes them in order.
- * Every WR one completion retires came from the same chain (each chain's
- * last WR is signalled), so they share one post time and one completion
- * time: one histogram update, weighted, counts them all exactly.
+ * Retire q's WRs up to and including seq; RC completes them in order, so
+ * all before seq went fine whatever seq's status.  Every WR one completion
+ * retires came from the same chain (each chain's last WR is signalled), so
+ * they share one post time and one completion time: one histogram update,
+ * weighted, counts them all exactly.
  */
 static void retire_upto(struct qctx *ctx, struct qpx *q, uint32_t seq, int err)
 {
-	void (*done)(void *, struct slice *, int) = ctx->ev->slice_done;
-	void *owner = ctx->owner;
-	uint32_t n = seq - q->head + 1, mask = q->fifo_mask;
+	uint32_t head = q->head, n = seq - head + 1, mask = q->fifo_mask;
 	struct slice **fifo = q->fifo;
-	struct slice *last = fifo[seq & mask], *s;
+	struct slice *last = fifo[seq & mask]; /* NULL: a drain marker */
+	uint32_t ok = likely(last && !err) ? n : n - 1;
 
 	if (ctx->ev->latency && likely(last && !err))
-		ctx->ev->latency(owner, ctx->now - last->post_tsc, n);
+		ctx->ev->latency(ctx->owner, ctx->now - last->post_tsc, n);
+	if (q->reads) { /* READs outstanding: count down those retired */
+		for (uint32_t h = head; h != seq; h++)
+			q->reads -= fifo[h & mask]->op == NIC_OP_READ;
+		if (last)
+			q->reads -= last->op == NIC_OP_READ;
+	}
 	/* head moves only here and the callbacks do not post (a retry goes
-	 * to a pending list): it advances in a local, stored once. */
-	for (uint32_t h = q->head; h != seq; h++) {
-		s = fifo[h & mask];
-		q->reads -= s->op == NIC_OP_READ;
-		done(owner, s, 0);
-	}
-	if (likely(last != NULL)) { /* NULL: a drain marker */
-		q->reads -= last->op == NIC_OP_READ;
-		done(owner, last, err);
-	}
+	 * to a pending list): it is stored once, after them. */
+	if (ok)
+		slices_ok(ctx, fifo, mask, head, ok);
+	if (ok != n && last)
+		ctx->ev->slice_done(ctx->owner, last, err);
 	q->head = seq + 1;
 	q->burst_retired += n;
 }

@@ -31,10 +31,16 @@ struct qp_events {
 	/* A slice's WR completed (err 0) or failed (negative errno); the owner
 	 * retries it or ends it.  Once per slice. */
 	void (*slice_done)(void *owner, struct slice *s, int err);
+	/* A run of a QP's WRs completed without error, in post order: the
+	 * slices fifo[(from + i) & mask] for i < n (the QP's posted slices).
+	 * One call per completion instead of slice_done per slice; NULL:
+	 * slice_done for each. */
+	void (*slices_ok)(void *owner, struct slice *const *fifo, uint32_t mask, uint32_t from,
+			  uint32_t n);
 	/* n WRs retired by one completion took ticks from post to poll (the
 	 * latency histogram); NULL when the owner does not count. */
 	void (*latency)(void *owner, uint64_t ticks, uint32_t n);
-	/* A poll retired WRs and called slice_done for each: whatever the
+	/* A poll retired WRs and called slice_done or slices_ok: whatever the
 	 * owner set aside in those calls is due now (NULL: nothing). */
 	void (*burst_done)(void *owner);
 };
@@ -61,7 +67,6 @@ struct qpx {
 	uint32_t fifo_mask;
 	uint32_t head;              /* sequence of the oldest unretired WR */
 	uint32_t tail;              /* sequence of the next WR to post */
-	uint32_t unsignaled;        /* WRs posted since the last signalled one */
 	uint32_t burst_retired;     /* retired in the current poll burst */
 	uint32_t reads;             /* RDMA READs outstanding: bounded by max_rd_atomic */
 	uint64_t oldest_tsc;        /* when the WR at head was posted (approx.) */
@@ -105,7 +110,8 @@ void qpx_destroy(struct qctx *ctx, struct qpx *q);
 uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint32_t max,
 		  uint64_t now);
 
-/* Poll one burst; each retired slice goes to ctx->ev->slice_done.  Returns
+/* Poll one burst; each retired slice goes to ctx->ev->slice_done or
+ * slices_ok.  Returns
  * CQEs seen (<0 on provider error). */
 int qctx_poll(struct qctx *ctx);
 

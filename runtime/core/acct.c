@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Accounting of completed slices (core.h: core_slice_ok): the bytes of a
+ * Accounting of completed slices (core.h: core_on_slices_ok): the bytes of a
  * run of one request's slices summed and folded once, and the requests
  * that end in a burst released together (slice/request.h: struct rq_ends).
  * The core's thread only.
@@ -42,4 +42,54 @@ __attribute__((noinline)) void core_acct_switch(struct ferry_core *c, struct fer
 	core_acct_fold(c);
 	c->acct_rq = rq;
 	c->acct_len = len;
+}
+
+/* A run of one QP's slices done without error (core.h).  They all went
+ * out on one endpoint (its QP's: ep_post posts only its pending slices),
+ * so its rail is looked at once: with trouble, each goes its own way. */
+void core_on_slices_ok(void *owner, struct slice *const *fifo, uint32_t mask, uint32_t from,
+		       uint32_t n)
+{
+	struct ferry_core *c = owner;
+	uint64_t bytes = 0;
+
+	if (unlikely(rail_troubled(&fifo[from & mask]->ep->rail))) {
+		for (uint32_t i = 0; i < n; i++)
+			core_slice_trouble(c, fifo[(from + i) & mask], 0);
+		return;
+	}
+	/* The ended list's count and the pool's free list in locals (the
+	 * stores into the requests and slices would make the compiler read
+	 * them again every time). */
+	struct slice *free = c->pool.free;
+	uint32_t ended = c->ends.n;
+
+	for (uint32_t i = 0; i < n; i++) {
+		struct slice *s = fifo[(from + i) & mask];
+		struct ferry_rq *rq = s->rq;
+
+		bytes += s->len;
+		if (rq->nslices == 1) { /* its one slice: nothing to sum (see rq_account) */
+			WRITE_ONCE(rq->ok_bytes, s->len); /* published by rq_ends_flush's release of state */
+			if (unlikely(ended == RQ_ENDS)) {
+				c->ends.n = ended;
+				core_ends_full(c);
+				ended = c->ends.n;
+			}
+			c->ends.rq[ended++] = rq;
+		} else if (rq == c->acct_rq) {
+			c->acct_len += s->len;
+		} else {
+			c->ends.n = ended; /* the switch may end the request summed before */
+			core_acct_switch(c, rq, s->len);
+			ended = c->ends.n;
+		}
+		s->next = free;
+		free = s;
+	}
+	c->ends.n = ended;
+	c->pool.free = free;
+	c->pool.avail += n;
+	stat_add(&c->ctr, bytes, bytes);
+	c->slices_out -= n;
 }

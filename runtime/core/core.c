@@ -29,8 +29,6 @@
 #include "ring/base/log.h"
 #include "runtime/engine/engine.h"
 
-#define PORT_BURST 32
-#define CUT_BUDGET 512          /* slices cut per pass: keeps polls frequent */
 #define SWEEP_MS 10             /* QP timeouts, repairs, pause ends: by time, not
                                  * by passes (a core asleep on its CQ passes rarely) */
 #define DRAIN_NS (2ull * 1000 * 1000 * 1000)
@@ -105,8 +103,8 @@ static bool slice_retry(struct ferry_core *c, struct slice *s, int err)
 }
 
 /* A failed slice, or a success on a rail that had trouble: off the hot path. */
-static __attribute__((noinline, cold)) void core_slice_trouble(struct ferry_core *c,
-							       struct slice *s, int err)
+__attribute__((noinline, cold)) void core_slice_trouble(struct ferry_core *c, struct slice *s,
+							 int err)
 {
 	if (err) {
 		/* A flush is the echo of an error, not another one. */
@@ -123,12 +121,10 @@ static __attribute__((noinline, cold)) void core_slice_trouble(struct ferry_core
 /* qp_events.slice_done: a WR's outcome, from qctx_poll (or a failed post). */
 static void core_on_slice_done(void *owner, struct slice *s, int err)
 {
-	struct ferry_core *c = owner;
-
-	if (unlikely(err | rail_troubled(&s->ep->rail)))
-		core_slice_trouble(c, s, err);
+	if (unlikely(err))
+		core_slice_trouble(owner, s, err);
 	else
-		core_slice_ok(c, s);
+		core_on_slices_ok(owner, &s, 0, 0, 1); /* a run of one */
 }
 
 /* qp_events.latency: n slices took ticks from post to completion. */
@@ -139,7 +135,7 @@ static void core_on_latency(void *owner, uint64_t ticks, uint32_t n)
 	histo_add_n(&c->lat, ticks, n);
 }
 
-/* qp_events.burst_done: the accounting core_slice_ok set aside, done
+/* qp_events.burst_done: the accounting core_on_slices_ok set aside, done
  * before qctx_poll returns, whoever polled (the loop pass, the idle path's
  * last look before sleeping, core_drain). */
 static void core_on_burst_done(void *owner)
@@ -147,139 +143,16 @@ static void core_on_burst_done(void *owner)
 	core_acct_flush(owner);
 }
 
-static const struct qp_events core_events = { core_on_slice_done, core_on_latency,
-					       core_on_burst_done };
-static const struct qp_events core_events_uncounted = { core_on_slice_done, NULL,
-							core_on_burst_done };
+static const struct qp_events core_events = { core_on_slice_done, core_on_slices_ok,
+					       core_on_latency, core_on_burst_done };
+static const struct qp_events core_events_uncounted = { core_on_slice_done, core_on_slices_ok,
+							NULL, core_on_burst_done };
 
 void core_part_fail(struct ferry_core *c, struct ferry_rq *rq, uint64_t a, uint64_t b, int err)
 {
 	if (rq_account(rq, rq_range_bytes(rq, c->slice_size, a, b), err))
 		stat_add(&c->ctr, wakeups, 1);
 	stat_add(&c->ctr, reqs_done, 1);
-}
-
-void core_ep_activate(struct ferry_core *c, struct ferry_ep *ep)
-{
-	if (!ep->active) {
-		ep->active = 1;
-		ep->next_active = c->active;
-		c->active = ep;
-	}
-}
-
-/* ---- request parts from the ports ---- */
-
-static void cut_take(struct ferry_core *c, void *tagged)
-{
-	unsigned part;
-	struct ferry_rq *rq = rq_part_untag(tagged, &part);
-
-	cut_part_init(cut_fifo_push(&c->cut), rq, part);
-}
-
-static uint32_t core_drain_ports(struct ferry_core *c)
-{
-	struct ferry_engine *e = c->e;
-	unsigned hw = load_acquire(e->n_ports_hw); /* pairs with: store_release in ferry_port_create */
-	void *objs[PORT_BURST];
-	uint32_t got = 0;
-
-	for (unsigned i = 0; i < hw; i++) {
-		struct ferry_port *p = rcu_dereference(e->ports[i]); /* pairs with: ferry_port_create */
-		uint32_t room = cut_fifo_room(&c->cut);
-		unsigned n;
-
-		if (!p || !ferry_ring_peek(&p->rings[c->index]))
-			continue;
-		if (room == 0)
-			break;
-		n = ferry_ring_get_burst(&p->rings[c->index], objs, room < PORT_BURST ? room : PORT_BURST);
-		for (unsigned k = 0; k < n; k++)
-			cut_take(c, objs[k]);
-		got += n;
-	}
-	return got;
-}
-
-/* ---- cutting ---- */
-
-/* Why a part cannot be served (negative errno), or 0. */
-static int cut_refusal(const struct ferry_rq *rq, const struct ferry_ep *ep)
-{
-	if (!ep)
-		return -EBUSY; /* no endpoint and no room to wait for one */
-	if (ep->seg_gen != rq->seg_gen)
-		return -EBADF;
-	if (ep->closing)
-		return -ECANCELED;
-	if (ep->down)
-		return -EHOSTDOWN; /* fail fast: the repair thread probes the peer */
-	return READ_ONCE(rq->error); /* the request failed already: move no more bytes */
-}
-
-static void cut_tmpl_init(struct cut_tmpl *t, const struct ferry_core *c, struct ferry_rq *rq,
-			  struct ferry_ep *ep)
-{
-	t->rq = rq;
-	t->ep = ep;
-	t->lkey = rq->lreg->mr[c->index][ep->tx].lkey;
-	t->rkey = rq->rreg->rkey[ep->remote_nic];
-	t->slice_size = c->slice_size;
-}
-
-static uint32_t core_cut(struct ferry_core *c)
-{
-	struct cut_tmpl t;
-	uint32_t cut = 0;
-	bool dry = false;
-
-	while (cut_fifo_count(&c->cut) && cut < CUT_BUDGET && !dry) {
-		struct cut_part *pt = cut_fifo_head(&c->cut);
-		struct ferry_rq *rq = pt->rq;
-		struct ferry_ep *ep = core_rq_ep(c, rq);
-		int err;
-
-		/* An endpoint being evicted is a miss too: when every rail was
-		 * gone, rq_rails sent the part here to wait for a reconnect. */
-		if (unlikely(!ep || ep->closing) && core_park(c, pt)) {
-			c->cut.head++;
-			continue;
-		}
-		err = cut_refusal(rq, ep);
-		if (err) {
-			core_part_fail(c, rq, pt->next, pt->end, err);
-			c->cut.head++;
-			continue;
-		}
-		ep_touch(ep);
-		core_ep_activate(c, ep);
-		if (rq->nslices == 1) { /* one part, one slice: no template, no loop */
-			struct slice *s = slice_get(&c->pool);
-
-			if (unlikely(!s)) {
-				dry = true;
-				break;
-			}
-			slice_fill_whole(s, rq, ep, rq->lreg->mr[c->index][ep->tx].lkey,
-					 rq->rreg->rkey[ep->remote_nic]);
-			slice_list_push(&ep->pending, s);
-			cut++;
-			stat_add(&c->ctr, reqs_done, 1);
-			c->cut.head++;
-			continue;
-		}
-		cut_tmpl_init(&t, c, rq, ep);
-		cut += cut_part_slices(&c->pool, &t, pt, CUT_BUDGET - cut, &ep->pending, &dry);
-		if (pt->next == pt->end) {
-			stat_add(&c->ctr, reqs_done, 1);
-			c->cut.head++;
-		}
-	}
-	if (dry)
-		stat_add(&c->ctr, pool_empty, 1);
-	c->slices_out += cut;
-	return cut;
 }
 
 /* ---- posting ---- */

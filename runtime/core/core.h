@@ -112,7 +112,7 @@ struct ferry_core {
 	uint64_t reask_ticks;
 	uint64_t slices_out;
 	struct ferry_rq *acct_rq;      /* bytes of its slices done, not yet accounted: */
-	uint64_t acct_len;             /* core_slice_ok, core_acct_flush */
+	uint64_t acct_len;             /* core_on_slices_ok, core_acct_flush */
 	struct rq_ends ends;           /* requests ended, not yet released (core_acct_flush) */
 	uint64_t timeout_ticks;
 	uint32_t slice_size;
@@ -221,46 +221,39 @@ static inline void core_slice_finish(struct ferry_core *c, struct slice *s, int 
 	slice_put(&c->pool, s);
 	c->slices_out--;
 }
-/* acct.c: what core_slice_ok set aside, accounted and released: at the
+/* acct.c: what core_on_slices_ok set aside, accounted and released: at the
  * end of every qctx_poll burst (qp_events.burst_done), so before the core
  * may sleep whoever polled (a request ends no later). */
 void core_acct_flush(struct ferry_core *c);
-/* acct.c: core_slice_ok's rare turns: the ended list is full; a slice of
+/* acct.c: core_on_slices_ok's rare turns: the ended list is full; a slice of
  * another multi-slice request than the one being summed. */
 void core_ends_full(struct ferry_core *c);
 void core_acct_switch(struct ferry_core *c, struct ferry_rq *rq, uint64_t len);
+/* core.c: a slice that failed, or succeeded on a rail that had trouble. */
+void core_slice_trouble(struct ferry_core *c, struct slice *s, int err);
 /*
- * A slice done without trouble.  A burst of completions retires runs of
- * one request's slices: their bytes are summed and accounted once per run
- * (two atomics per run instead of per slice; a one-slice request has
- * nothing to sum), and the requests that end are released together at the
- * end of the burst (core_acct_flush).
+ * acct.c: qp_events.slices_ok (c is the owner): slices done without
+ * error.  A burst of completions retires runs of one request's slices:
+ * their bytes are summed and accounted once per run (two atomics per run
+ * instead of per slice; a one-slice request has nothing to sum), and the
+ * requests that end are released together at the end of the burst
+ * (core_acct_flush).
  */
-static inline void core_slice_ok(struct ferry_core *c, struct slice *s)
-{
-	struct ferry_rq *rq = s->rq;
-
-	stat_add(&c->ctr, bytes, s->len);
-	if (rq->nslices == 1) {
-		/* its one slice: nothing to fold with (see rq_account) */
-		WRITE_ONCE(rq->ok_bytes, s->len); /* published by rq_ends_flush's release of state */
-		if (unlikely(c->ends.n == RQ_ENDS))
-			core_ends_full(c);
-		c->ends.rq[c->ends.n++] = rq;
-	} else if (rq == c->acct_rq) {
-		c->acct_len += s->len;
-	} else {
-		core_acct_switch(c, rq, s->len);
-	}
-	slice_put(&c->pool, s);
-	c->slices_out--;
-}
+void core_on_slices_ok(void *c, struct slice *const *fifo, uint32_t mask, uint32_t from,
+		       uint32_t n);
 /* Fail slices [a, b) of rq that this core will not serve. */
 void core_part_fail(struct ferry_core *c, struct ferry_rq *rq, uint64_t a, uint64_t b, int err);
 /* Fail every slice waiting on ep with err. */
 void core_fail_pending(struct ferry_core *c, struct ferry_ep *ep, int err);
 /* Put ep on the core's list of endpoints with pending slices. */
-void core_ep_activate(struct ferry_core *c, struct ferry_ep *ep);
+static inline void core_ep_activate(struct ferry_core *c, struct ferry_ep *ep)
+{
+	if (!ep->active) {
+		ep->active = 1;
+		ep->next_active = c->active;
+		c->active = ep;
+	}
+}
 /* The core's endpoint for segment slot (NULL if none); the core's thread.
  * Through the segment (its slot is allocated: a request or command names
  * it), so the core's own table is sized by ep_cache, not by the number of
@@ -286,6 +279,12 @@ static inline struct ferry_ep *core_ep_at(const struct ferry_core *c, uint32_t i
 {
 	return ep_table_at(&c->eps, i);
 }
+
+/* ---- intake: cut.c ---- */
+/* Take the parts the ports queued for c; how many. */
+uint32_t core_drain_ports(struct ferry_core *c);
+/* Cut queued parts into slices on their endpoints; how many slices. */
+uint32_t core_cut(struct ferry_core *c);
 
 /* ---- parked parts (cache misses): park.c ---- */
 bool core_park(struct ferry_core *c, const struct cut_part *pt);

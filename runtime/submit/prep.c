@@ -13,6 +13,7 @@
 
 #include "ring/base/log.h"
 #include "runtime/engine/engine.h"
+#include "runtime/submit/dispatch.h"
 
 struct prep_entry {
 	uint64_t local, remote, len;
@@ -127,9 +128,14 @@ static struct ferry_seg *prep_seg_refs(struct ferry_engine *e, ferry_seg_t h, ui
 	return s;
 }
 
+/* Slot rq for entry pe: every field, once. */
 static void prep_fill(struct ferry_rq *rq, const struct prep_entry *pe, struct ferry_seg *s,
-		      uint32_t slot, ferry_seg_t h)
+		      uint32_t slot, ferry_seg_t h, struct rq_batch *b)
 {
+	rq->batch = b;
+	rq->ok_bytes = 0;
+	rq->error = 0;
+	WRITE_ONCE(rq->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
 	rq->local = pe->local;
 	rq->remote = pe->remote;
 	rq->len = pe->len;
@@ -152,6 +158,7 @@ int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const 
 	struct ferry_engine *e;
 	struct ferry_seg *s;
 	uint32_t first, slot;
+	struct dispatch d;
 
 	if (!b || !pr || (!idx && n) || pr->port != b->port)
 		return -EINVAL;
@@ -162,24 +169,27 @@ int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const 
 			return -EINVAL;
 	e = b->port->e;
 	first = b->n;
+	dispatch_begin(&d, b->port);
 	s = n ? prep_seg_refs(e, pr->seg, n, &slot) : NULL;
 	if (s) /* every request is queued: counted at once (see submit_some) */
 		fetch_add_relaxed(b->acct.pending, n); /* published by the ring's release */
 	for (uint32_t i = 0; i < n; i++) {
 		struct ferry_rq *rq = &b->rqs[b->n++];
 
-		rq_clear(rq, &b->acct);
 		if (!s) {
+			rq_clear(rq, &b->acct);
 			rq_refuse(rq, -EBADF);
 			continue;
 		}
-		prep_fill(rq, &pr->entry[idx[i]], s, slot, pr->seg);
+		prep_fill(rq, &pr->entry[idx[i]], s, slot, pr->seg, &b->acct);
 		rq_rails(e, rq, &rails);
 		if (rq->nslices < rq->nparts)
 			rq->nparts = (uint32_t)rq->nslices;
 		rq->remaining = rq->len;
-		if (rq_dispatch(b->port, rq))
+		if (rq_dispatch(&d, rq))
 			rails.left = 0;
 	}
+	dispatch_end(&d);
+	port_publish(b->port);
 	return (int)first;
 }

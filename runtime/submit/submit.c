@@ -1,163 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Ports, batches and submission.  A request is validated completely before
- * anything is queued, then split into at most one part per core (striped
- * over the rails) and each part's pointer goes to its core's ring.
+ * Submission.  A request is validated completely before anything is
+ * queued, then split into at most one part per core (striped over the
+ * rails) and each part's pointer goes to its core's ring.
  */
 #include "runtime/submit/submit.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <urcu/urcu-qsbr.h>
 
 #include "runtime/engine/engine.h"
+#include "runtime/submit/dispatch.h"
 
-#define MAX_BATCH (1u << 24)
-
-/* ---- ports ---- */
-
-static struct ferry_port *port_alloc(struct ferry_engine *e)
-{
-	struct ferry_port *p = calloc(1, sizeof(*p));
-
-	if (!p)
-		return NULL;
-	p->e = e;
-	p->rings = ferry_zalloc_lines(e->ncores * sizeof(*p->rings));
-	if (!p->rings) {
-		free(p);
-		return NULL;
-	}
-	for (unsigned i = 0; i < e->ncores; i++) {
-		if (ferry_ring_init(&p->rings[i], e->opts.ring_size)) {
-			while (i--)
-				ferry_ring_fini(&p->rings[i]);
-			free(p->rings);
-			free(p);
-			return NULL;
-		}
-	}
-	return p;
-}
-
-void port_free(struct ferry_port *p)
-{
-	for (unsigned i = 0; i < p->e->ncores; i++)
-		ferry_ring_fini(&p->rings[i]);
-	free(p->rings);
-	free(p);
-}
-
-int ferry_port_create(struct ferry_engine *e, struct ferry_port **out)
-{
-	struct ferry_port *p;
-	unsigned slot;
-	int rc = -ENOSPC;
-
-	if (!e || !out)
-		return -EINVAL;
-	p = port_alloc(e);
-	if (!p)
-		return -ENOMEM;
-	pthread_mutex_lock(&e->ctl_lock);
-	for (slot = 0; slot < FERRY_MAX_PORTS; slot++) {
-		if (!e->ports[slot]) {
-			p->slot = slot;
-			p->rr = slot % e->ncores; /* spread single-part requests of ports */
-			rcu_assign_pointer(e->ports[slot], p); /* pairs with: rcu_dereference in the cores */
-			if (slot >= e->n_ports_hw) /* pairs with: load_acquire in the cores */
-				store_release(e->n_ports_hw, slot + 1);
-			rc = 0;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&e->ctl_lock);
-	if (rc) {
-		port_free(p);
-		return rc;
-	}
-	*out = p;
-	return 0;
-}
-
-int ferry_port_destroy(struct ferry_port *p)
-{
-	struct ferry_engine *e;
-
-	if (!p)
-		return -EINVAL;
-	if (p->batches)
-		return -EBUSY;
-	e = p->e;
-	pthread_mutex_lock(&e->ctl_lock);
-	rcu_assign_pointer(e->ports[p->slot], NULL); /* pairs with: rcu_dereference in the cores */
-	pthread_mutex_unlock(&e->ctl_lock);
-	/* Every core passes a quiescent state: none still reads p's rings. */
-	urcu_qsbr_synchronize_rcu();
-	ferry_tsan_acquire(&e->tsan_gp);
-	port_free(p);
-	return 0;
-}
-
-/* ---- batches ---- */
-
-int ferry_batch_create(struct ferry_port *p, uint32_t capacity, struct ferry_batch **out)
-{
-	struct ferry_batch *b;
-
-	if (!p || !out || capacity == 0 || capacity > MAX_BATCH)
-		return -EINVAL;
-	b = ferry_zalloc_lines(sizeof(*b));
-	if (!b)
-		return -ENOMEM;
-	b->rqs = ferry_zalloc_lines((size_t)capacity * sizeof(*b->rqs));
-	if (!b->rqs) {
-		free(b);
-		return -ENOMEM;
-	}
-	b->port = p;
-	b->capacity = capacity;
-	p->batches++;
-	*out = b;
-	return 0;
-}
-
-/* Requests of b still pending. */
-static uint32_t batch_pending(const struct ferry_batch *b)
-{
-	/* pairs with: fetch_sub_acq_rel in batch_request_ended */
-	return RQ_BATCH_COUNT(load_acquire(b->acct.pending));
-}
-
-int ferry_batch_destroy(struct ferry_batch *b)
-{
-	if (!b)
-		return -EINVAL;
-	if (batch_pending(b))
-		return -EBUSY;
-	b->port->batches--;
-	free(b->rqs);
-	free(b);
-	return 0;
-}
-
-int ferry_batch_reset(struct ferry_batch *b)
-{
-	if (!b)
-		return -EINVAL;
-	if (batch_pending(b))
-		return -EBUSY;
-	b->n = 0;
-	WRITE_ONCE(b->acct.failed, 0);
-	return 0;
-}
-
-uint32_t ferry_batch_size(const struct ferry_batch *b)
-{
-	return b ? b->n : 0;
-}
 
 /* ---- submission ---- */
 
@@ -177,18 +32,24 @@ static int rq_check_args(const struct ferry_req *r)
  * bulk, one atomic per run of consecutive requests to one segment or one
  * local region instead of one per request (and one per completion on the
  * cores' side stays), handed to the requests as they pass validation and
- * given back at the end for those that did not use them.  The segment's
- * rails are picked once per RAILS_REUSE requests of a run, and again after
- * a wait for ring room.  The port's thread only, on its stack.
+ * given back at the end for those that did not use them.  A call's first
+ * run of each kind is taken for all its requests left, unscanned (a batch
+ * mostly goes to one peer from one region; one that does not gives back
+ * the rest at its first switch), later runs for the requests in a row
+ * counted.  The segment's rails are picked once per RAILS_REUSE requests
+ * of a run, and again after a wait for ring room.  The port's thread
+ * only, on its stack.
  */
 struct submit_hold {
 	struct ferry_seg *seg;         /* referenced seg_left times, */
-	uint32_t seg_end;              /* for requests [.., seg_end) of the call */
+	ferry_seg_t handle;            /* by this handle, */
+	uint32_t seg_end;              /* for the requests to it in [.., seg_end) of the call */
 	uint32_t slot;
 	uint32_t seg_left;
 	struct rails_snap rails;       /* seg's */
+	const struct seg_desc *desc;   /* seg's, as the last request looked it up */
 	struct mem_region *lreg;       /* referenced lreg_left times, */
-	uint32_t lreg_end;             /* for requests [.., lreg_end) */
+	uint32_t lreg_end;             /* for the requests it covers in [.., lreg_end) */
 	uint32_t lreg_left;
 };
 
@@ -211,14 +72,18 @@ static bool region_covers(const struct mem_region *r, uint64_t addr, uint64_t le
 	return addr >= base && addr + len <= base + READ_ONCE(r->len);
 }
 
-/* Requests reqs[i..n) in a row whose local range r covers (at least 1):
- * the references to take at once.  A bad request only miscounts. */
-static uint32_t lreg_run(const struct mem_region *r, const struct ferry_req *reqs, uint32_t i,
-			 uint32_t n)
+/* The references to r to take at once for reqs[i] (which r covers) and
+ * the requests after it: all those left for the call's first run, else
+ * those in a row whose local range r covers.  A bad request only
+ * miscounts. */
+static uint32_t lreg_run(const struct submit_hold *h, const struct mem_region *r,
+			 const struct ferry_req *reqs, uint32_t i, uint32_t n)
 {
 	uint64_t base = READ_ONCE(r->addr), end = base + READ_ONCE(r->len);
 	uint32_t k = 1;
 
+	if (!h->lreg)
+		return n - i;
 	for (; i + k < n; k++) {
 		uint64_t addr = (uintptr_t)reqs[i + k].local;
 
@@ -237,15 +102,15 @@ static uint32_t lreg_run(const struct mem_region *r, const struct ferry_req *req
  * touch.
  */
 static struct mem_region *lcache_get(struct ferry_engine *e, struct ferry_port *p,
-				     const struct ferry_rq *rq, const struct ferry_req *reqs,
-				     uint32_t i, uint32_t n, uint32_t *k)
+				     const struct submit_hold *h, const struct ferry_rq *rq,
+				     const struct ferry_req *reqs, uint32_t i, uint32_t n, uint32_t *k)
 {
 	struct mem_region *r = p->lcache;
 
 	if (!r || load_acquire(e->regions_gen) != p->lcache_gen || /* pairs with: store_sc in unregister */
 	    !region_covers(r, rq->local, rq->len))
 		return NULL;
-	*k = lreg_run(r, reqs, i, n);
+	*k = lreg_run(h, r, reqs, i, n);
 	fetch_add_sc(r->refs, *k);
 	if (load_sc(e->regions_gen) == p->lcache_gen)
 		return r;
@@ -262,7 +127,7 @@ static int rq_find_local(struct ferry_engine *e, struct ferry_port *p, struct su
 	struct mem_region *r;
 	uint32_t k;
 
-	if (likely(i < h->lreg_end)) {
+	if (likely(i < h->lreg_end && region_covers(h->lreg, rq->local, rq->len))) {
 		rq->lreg = h->lreg;
 		return 0;
 	}
@@ -270,13 +135,14 @@ static int rq_find_local(struct ferry_engine *e, struct ferry_port *p, struct su
 		fetch_sub_release(h->lreg->refs, h->lreg_left); /* pairs with: load_sc in unregister */
 		h->lreg_left = 0;
 	}
-	r = lcache_get(e, p, rq, reqs, i, n, &k);
+	h->lreg_end = 0; /* its run is over, whatever comes next */
+	r = lcache_get(e, p, h, rq, reqs, i, n, &k);
 	if (!r) {
 		pthread_rwlock_rdlock(&e->regions_lock);
 		r = ferry_region_find(e, rq->local, rq->len);
 		if (r) {
 			/* Under the read lock: unregister (write lock) sees them. */
-			k = lreg_run(r, reqs, i, n);
+			k = lreg_run(h, r, reqs, i, n);
 			fetch_add_relaxed(r->refs, k);
 			p->lcache = r;
 			p->lcache_gen = READ_ONCE(e->regions_gen); /* stable under the lock */
@@ -372,7 +238,7 @@ static struct ferry_seg *hold_seg(struct ferry_engine *e, struct submit_hold *h,
 	struct ferry_seg *s;
 	uint32_t k = 1;
 
-	if (likely(i < h->seg_end)) {
+	if (likely(i < h->seg_end && handle == h->handle)) {
 		*slot = h->slot;
 		return h->seg;
 	}
@@ -380,16 +246,20 @@ static struct ferry_seg *hold_seg(struct ferry_engine *e, struct submit_hold *h,
 		seg_release_refs(h->seg, h->seg_left);
 		h->seg_left = 0;
 	}
+	h->seg_end = 0; /* its run is over, whatever comes next */
 	s = seg_lookup(e, handle, slot);
 	/* Not the Dekker check (seg_refs_take is): a closed segment's
 	 * requests are refused without counting the run. */
 	if (!s || load_sc(s->state) != SEG_OPEN)
 		return NULL;
+	if (!h->seg) /* the call's first run: see struct submit_hold */
+		k = n - i;
 	while (i + k < n && reqs[i + k].seg == handle)
 		k++;
 	if (!seg_refs_take(s, handle, k))
 		return NULL;
 	h->seg = s;
+	h->handle = handle;
 	h->seg_end = i + k;
 	h->slot = *slot;
 	h->seg_left = k;
@@ -429,6 +299,7 @@ static int rq_prepare(struct ferry_port *p, struct submit_hold *h, struct ferry_
 	if (READ_ONCE(s->stale))
 		return -ESTALE; /* the peer restarted: open its address again */
 	d = load_acquire(s->desc); /* pairs with: store_release in seg_refresh_locked */
+	h->desc = d;
 	rq->rreg = rq_find_remote(p, r, d);
 	rc = rq->rreg ? rq_access_ok(rq) : -EFAULT;
 	if (rc == 0)
@@ -458,6 +329,25 @@ static inline void rq_begin(struct ferry_rq *rq, struct rq_batch *b)
 	rq->ok_bytes = 0;
 	rq->error = 0;
 	WRITE_ONCE(rq->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
+}
+
+/* Request r, valid and like t (same batch, segment, regions and rails),
+ * in slot q: rq_begin's fields and rq_prepare's. */
+static inline void rq_fill(struct ferry_rq *q, const struct ferry_req *r, const struct ferry_rq *t,
+			   uint32_t slice_size, uint32_t nrails)
+{
+	/* batch, segment, regions, their references and the rails */
+	memcpy(&q->RQ_SHARED_FIRST, &t->RQ_SHARED_FIRST, RQ_SHARED_SIZE);
+	q->ok_bytes = 0;
+	q->error = 0;
+	WRITE_ONCE(q->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
+	q->local = (uintptr_t)r->local;
+	q->remote = r->remote;
+	q->len = r->len;
+	q->op = r->op == FERRY_OP_READ ? NIC_OP_READ : NIC_OP_WRITE;
+	q->nslices = slice_count(r->len, slice_size);
+	q->nparts = q->nslices < nrails ? (uint32_t)q->nslices : nrails;
+	q->remaining = r->len;
 }
 
 /* The references and parts a valid request would hold: none. */
@@ -496,93 +386,61 @@ static void rq_unprepare(struct ferry_rq *rq, struct submit_hold *h)
 	rq->seg_refs = NULL;
 }
 
-/* Room on every ring rq's parts go to (only the consumer frees more). */
-static bool rq_fits(const struct ferry_port *p, const struct ferry_rq *rq)
+/*
+ * The requests after rq -- valid, queued, its run's first -- that share
+ * everything rq_prepare looked up for it: the segment and local region
+ * references the hold took for them (i < seg_end, lreg_end: same handle,
+ * range in the region), the rails picked (rails.left), and the peer's
+ * region (same descriptor, covers them, allows their op).  Each is checked
+ * for what can differ (its arguments, handle and ranges, the segment going
+ * stale) and filled from rq; the first that differs is left to
+ * rq_prepare.  Returns how many, from reqs[i] on, it queued; slots from
+ * rqs[i] on.
+ */
+static uint32_t submit_run(struct dispatch *d, struct submit_hold *h, const struct ferry_rq *rq,
+			   struct ferry_rq *rqs, const struct ferry_req *reqs, uint32_t i,
+			   uint32_t n, bool wait)
 {
-	const struct ferry_engine *e = p->e;
-
-	for (unsigned core = 0; core < e->ncores; core++)
-		if ((rq->rails & (1ull << core)) &&
-		    ferry_ring_count(&p->rings[core]) >= ferry_ring_capacity(&p->rings[core]))
-			return false;
-	return true;
-}
-
-/* A full ring is back-pressure: wait for room (true: it waited). */
-static __attribute__((noinline)) bool part_wait(struct ferry_port *p, struct ferry_core *c,
-						void *tagged)
-{
-	unsigned spins = 0;
-
-	while (!ferry_ring_put(&p->rings[c->index], tagged)) {
-		if (c->caller_mode && core_drive(c))
-			continue; /* FERRY_IDLE_CALLER: we are the core's progress */
-		core_kick(c);
-		if (++spins < 64)
-			ferry_cpu_relax();
-		else
-			sched_yield();
-	}
-	return spins != 0;
-}
-
-/* Queue part p of rq on core c.  True when it had to wait for room. */
-static inline bool part_enqueue(struct ferry_port *p, struct ferry_core *c, struct ferry_rq *rq,
-				unsigned part)
-{
-	void *tagged = rq_part_tag(rq, part);
-
-	if (likely(ferry_ring_put(&p->rings[c->index], tagged)))
-		return false;
-	return part_wait(p, c, tagged);
-}
-
-/* Several parts, in turn over the rails from core on. */
-static bool rq_dispatch_parts(struct ferry_port *p, struct ferry_rq *rq, unsigned core)
-{
-	struct ferry_engine *e = p->e;
+	struct ferry_port *p = d->p;
+	uint32_t end = h->seg_end < h->lreg_end ? h->seg_end : h->lreg_end, first = i;
+	const struct seg_region *g = rq->rreg;
+	uint64_t gbase = g->addr, gend = g->addr + g->len;
+	uint64_t lbase = READ_ONCE(h->lreg->addr), lend = lbase + READ_ONCE(h->lreg->len);
+	uint32_t allow = g->access, slice_size = p->e->opts.slice_size;
+	struct ferry_seg *s = rq->seg;
 	bool waited = false;
-	unsigned k = 0;
 
-	for (unsigned i = 0; k < rq->nparts && i < e->ncores; i++) {
-		struct ferry_core *c = e->cores[core];
+	/* NIC_ACCESS_REMOTE_READ is bit FERRY_OP_READ, _WRITE bit FERRY_OP_WRITE */
+	_Static_assert(NIC_ACCESS_REMOTE_READ == 1u << FERRY_OP_READ &&
+		       NIC_ACCESS_REMOTE_WRITE == 1u << FERRY_OP_WRITE, "an op's access bit");
+	if (!h->rails.rails)
+		return 0;
+	if (end > i + h->rails.left)
+		end = i + h->rails.left;
+	if (end > n)
+		end = n;
+	for (; i < end; i++) {
+		const struct ferry_req *r = &reqs[i];
+		struct ferry_rq *q = &rqs[i];
 
-		if (rq->rails & (1ull << core)) {
-			waited |= part_enqueue(p, c, rq, k++);
-			core_kick(c);
+		if (rq_check_args(r) || r->seg != h->handle || (uintptr_t)r->local < lbase ||
+		    (uintptr_t)r->local + r->len > lend || !((allow >> r->op) & 1) ||
+		    r->remote < gbase || r->remote + r->len > gend || READ_ONCE(s->stale) ||
+		    load_acquire(s->desc) != h->desc) /* pairs with: store_release in seg_refresh_locked */
+			break;
+		rq_fill(q, r, rq, slice_size, h->rails.n);
+		if (!wait && !rq_fits(p, q))
+			break;
+		if (rq_dispatch(d, q)) {
+			waited = true;
+			i++;
+			break;
 		}
-		if (++core == e->ncores)
-			core = 0;
 	}
-	return waited;
-}
-
-/* Parts go to the rails in turn, starting at a core that moves on with
- * every request (no division: this runs per request).  Inline: the
- * submit loops' per-request path. */
-static inline bool rq_dispatch_inline(struct ferry_port *p, struct ferry_rq *rq)
-{
-	struct ferry_engine *e = p->e;
-	unsigned core = p->rr;
-	struct ferry_core *c;
-	bool waited;
-
-	if (++p->rr >= e->ncores)
-		p->rr = 0;
-	if (rq->nparts != 1)
-		return rq_dispatch_parts(p, rq, core);
-	while (!(rq->rails & (1ull << core))) /* one part: the first rail from core on */
-		if (++core == e->ncores)
-			core = 0;
-	c = e->cores[core];
-	waited = part_enqueue(p, c, rq, 0);
-	core_kick(c);
-	return waited;
-}
-
-bool rq_dispatch(struct ferry_port *p, struct ferry_rq *rq)
-{
-	return rq_dispatch_inline(p, rq);
+	h->seg_left -= i - first;
+	h->lreg_left -= i - first;
+	h->rails.left = waited ? 0 : h->rails.left - (i - first); /* pick again after a wait */
+	return i - first;
 }
 
 /*
@@ -599,10 +457,12 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 	struct submit_hold h = { .seg = NULL };
 	struct ferry_port *p = b->port;
 	struct ferry_rq *rq = &b->rqs[b->n];
-	uint32_t i, queued = 0;
+	uint32_t i, k, queued = 0;
+	struct dispatch d;
 
 	if (n == 0)
 		return 0;
+	dispatch_begin(&d, p);
 	fetch_add_relaxed(b->acct.pending, n); /* published by the ring's release */
 	/* b->n is stored once at the end: only this thread reads it. */
 	for (i = 0; i < n; i++, rq++) {
@@ -621,10 +481,18 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 		rq->remaining = rq->len;
 		queued++;
 		/* The ring's release publishes rq's fields to the cores. */
-		if (rq_dispatch_inline(p, rq))
+		if (rq_dispatch(&d, rq)) {
 			h.rails.left = 0;
+			continue;
+		}
+		k = submit_run(&d, &h, rq, &b->rqs[b->n], reqs, i + 1, n, wait);
+		i += k;
+		rq += k;
+		queued += k;
 	}
 	b->n += i;
+	dispatch_end(&d);
+	port_publish(p);
 	hold_drop(&h);
 	if (queued < n)
 		fetch_sub_relaxed(b->acct.pending, n - queued); /* none of these reach a core */

@@ -36,6 +36,11 @@ struct ferry_port {
 	uint32_t rr;                   /* next core for a one-part request */
 	uint32_t batches;              /* live batches */
 	struct ferry_ring *rings;      /* one per core, port -> core */
+	/* Parts staged on the rings, published (and their cores kicked) at
+	 * the end of a submit call, every SUBMIT_PUBLISH parts of a core, and
+	 * before a wait for room: the port's thread only. */
+	struct ferry_ring_run *runs;   /* one per core */
+	uint64_t staged;               /* cores that may have parts staged */
 	/* The regions its last request used: consecutive requests mostly hit
 	 * the same ones, so the lookups (a lock, two binary searches) are
 	 * skipped.  The port's thread only. */
@@ -49,11 +54,9 @@ struct ferry_port {
 /* Free a port's rings and memory (engine destroy: no core reads them any more). */
 void port_free(struct ferry_port *p);
 
-/* submit.c, for prep.c: a slot made ready for a request of batch b, and
- * the parts of a validated request queued on its rails' cores. */
+/* submit.c, for prep.c: a slot made ready for a request of batch b (its
+ * parts are queued by rq_dispatch, runtime/submit/dispatch.h). */
 void rq_clear(struct ferry_rq *rq, struct rq_batch *b);
-/* True when it waited for room on a ring (the rails may have changed). */
-bool rq_dispatch(struct ferry_port *p, struct ferry_rq *rq);
 
 /* A segment's rails as one submit call picked them, for its next `left`
  * requests to it: the flags are hints (a rail that goes down meanwhile

@@ -166,7 +166,8 @@ static void test_slice_done(void *owner, struct slice *s, int err)
 	slice_put(&h->pool, s);
 }
 
-static const struct qp_events test_events = { test_slice_done, NULL, NULL };
+/* No slices_ok: qctx_poll falls back to slice_done for every slice. */
+static const struct qp_events test_events = { .slice_done = test_slice_done };
 
 static uint8_t pat(uint32_t id, uint32_t k)
 {

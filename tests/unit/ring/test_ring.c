@@ -158,6 +158,92 @@ static void test_get_burst(void **state)
 	ferry_ring_fini(&r);
 }
 
+/* Staged entries: invisible until published, counted against the room,
+ * published together in order; the room is looked at again only when
+ * what was last seen runs out. */
+static void test_stage_publish(void **state)
+{
+	struct ferry_ring r;
+	struct ferry_ring_run run = { 0 };
+	void *objs[16];
+	uintptr_t next = 1, got = 1;
+
+	(void)state;
+	assert_int_equal(ferry_ring_init(&r, 8), 0);
+	assert_false(ferry_ring_peek(&r));
+	for (int i = 0; i < 3; i++)
+		assert_true(ferry_ring_stage(&r, &run, P(next++)));
+	assert_int_equal(run.n, 3);
+	assert_int_equal(ferry_ring_count(&r), 0); /* not yet seen */
+	assert_null(ferry_ring_get(&r));
+	ferry_ring_publish(&r, &run);
+	assert_int_equal(run.n, 0);
+	assert_int_equal(ferry_ring_count(&r), 3);
+	/* Capacity 7, 3 queued: 4 more stage, the 5th is refused (staged counted). */
+	for (int i = 0; i < 4; i++)
+		assert_true(ferry_ring_stage(&r, &run, P(next++)));
+	assert_false(ferry_ring_stage(&r, &run, P(0xdead)));
+	assert_false(ferry_ring_fits(&r, &run));
+	ferry_ring_publish(&r, &run);
+	assert_int_equal(ferry_ring_count(&r), 7);
+	assert_false(ferry_ring_stage(&r, &run, P(0xdead)));
+	/* The consumer frees 2: a new look finds them. */
+	assert_int_equal(ferry_ring_get_burst(&r, objs, 2), 2);
+	assert_int_equal(V(objs[0]), got++);
+	assert_int_equal(V(objs[1]), got++);
+	assert_true(ferry_ring_fits(&r, &run));
+	assert_true(ferry_ring_stage(&r, &run, P(next++)));
+	assert_true(ferry_ring_stage(&r, &run, P(next++)));
+	assert_false(ferry_ring_stage(&r, &run, P(0xdead)));
+	ferry_ring_publish(&r, &run);
+	/* FIFO across the runs and the wrap. */
+	while (ferry_ring_peek(&r)) {
+		unsigned n = ferry_ring_get_burst(&r, objs, 16);
+
+		for (unsigned i = 0; i < n; i++)
+			assert_int_equal(V(objs[i]), got++);
+	}
+	assert_int_equal(got, next);
+	/* An empty run publishes nothing. */
+	ferry_ring_publish(&r, &run);
+	assert_int_equal(ferry_ring_count(&r), 0);
+	ferry_ring_fini(&r);
+}
+
+/* A burst read in place: the entries in order, the producer kept off
+ * their slots until ferry_ring_done, max respected. */
+static void test_look_done(void **state)
+{
+	struct ferry_ring r;
+	struct ferry_ring_view v;
+	uintptr_t next = 1, got = 1;
+
+	(void)state;
+	assert_int_equal(ferry_ring_init(&r, 8), 0);
+	assert_int_equal(ferry_ring_look(&r, &v, 8), 0);
+	ferry_ring_done(&r, &v); /* an empty look gives back nothing */
+	for (int lap = 0; lap < 20; lap++) {
+		while (ferry_ring_put(&r, P(next)))
+			next++;
+		assert_int_equal(ferry_ring_look(&r, &v, 4), 4);
+		for (unsigned k = 0; k < 4; k++)
+			assert_int_equal(V(ferry_ring_at(&r, &v, k)), got + k);
+		/* Not given back yet: still full for the producer. */
+		assert_false(ferry_ring_put(&r, P(0xdead)));
+		ferry_ring_done(&r, &v);
+		got += 4;
+		assert_int_equal(ferry_ring_count(&r), 3);
+		assert_int_equal(ferry_ring_look(&r, &v, 16), 3);
+		for (unsigned k = 0; k < 3; k++)
+			assert_int_equal(V(ferry_ring_at(&r, &v, k)), got + k);
+		ferry_ring_done(&r, &v);
+		got += 3;
+		assert_null(ferry_ring_get(&r));
+	}
+	assert_int_equal(got, next);
+	ferry_ring_fini(&r);
+}
+
 /* Single thread, small ring, many laps with varying fill levels. */
 static void test_wraparound(void **state)
 {
@@ -215,6 +301,7 @@ struct pc {
 	struct ferry_ring r;
 	uint64_t full;   /* producer saw back-pressure (producer only) */
 	int stop;        /* consumer gave up: the producer must not spin forever */
+	int staged;      /* the producer stages runs of entries instead of putting each */
 };
 
 /*
@@ -231,11 +318,34 @@ static void backoff(unsigned *spins)
 	}
 }
 
+/* Runs of 1..16 entries, published when a run is complete or the ring full. */
+static void *producer_staged(struct pc *pc)
+{
+	struct ferry_ring_run run = { 0 };
+	unsigned spins = 0;
+
+	for (uintptr_t i = 0; i < PC_ITEMS; i++) {
+		while (!ferry_ring_stage(&pc->r, &run, P(i + 1))) {
+			ferry_ring_publish(&pc->r, &run);
+			if (__atomic_load_n(&pc->stop, __ATOMIC_RELAXED))
+				return NULL;
+			pc->full++;
+			backoff(&spins);
+		}
+		if (run.n > (i % 16))
+			ferry_ring_publish(&pc->r, &run);
+	}
+	ferry_ring_publish(&pc->r, &run);
+	return NULL;
+}
+
 static void *producer(void *arg)
 {
 	struct pc *pc = arg;
 	unsigned spins = 0;
 
+	if (pc->staged)
+		return producer_staged(pc);
 	for (uintptr_t i = 0; i < PC_ITEMS; i++) {
 		while (!ferry_ring_put(&pc->r, P(i + 1))) {
 			if (__atomic_load_n(&pc->stop, __ATOMIC_RELAXED))
@@ -247,7 +357,7 @@ static void *producer(void *arg)
 	return NULL;
 }
 
-static void test_two_threads(void **state)
+static void two_threads(int staged)
 {
 	struct pc *pc;
 	pthread_t th;
@@ -257,11 +367,11 @@ static void test_two_threads(void **state)
 	struct timespec t0, t1;
 	double secs;
 
-	(void)state;
 	/* The ring is cache-line aligned: keep the holder on the heap, aligned. */
 	pc = aligned_alloc(FERRY_CACHE_LINE, sizeof(*pc));
 	assert_non_null(pc);
 	memset(pc, 0, sizeof(*pc));
+	pc->staged = staged;
 	assert_int_equal(ferry_ring_init(&pc->r, PC_RING), 0);
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -269,7 +379,8 @@ static void test_two_threads(void **state)
 	while (expect <= PC_ITEMS) {
 		unsigned n;
 
-		/* Mostly bursts of varying size, some single gets: both paths, and fewer calls under TSan. */
+		/* Mostly bursts of varying size (copied out or read in place),
+		 * some single gets: every path, and fewer calls under TSan. */
 		if ((k++ & 7) == 0) {
 			void *o = ferry_ring_get(&pc->r);
 
@@ -280,13 +391,23 @@ static void test_two_threads(void **state)
 				expect++;
 				n = 1;
 			}
-		} else {
+		} else if (k & 1) {
 			n = ferry_ring_get_burst(&pc->r, objs, 1 + k % 32);
 			for (unsigned i = 0; i < n; i++) {
 				if (V(objs[i]) != expect)
 					goto out;
 				expect++;
 			}
+		} else {
+			struct ferry_ring_view v;
+
+			n = ferry_ring_look(&pc->r, &v, 1 + k % 32);
+			for (unsigned i = 0; i < n; i++) {
+				if (V(ferry_ring_at(&pc->r, &v, i)) != expect)
+					goto out;
+				expect++;
+			}
+			ferry_ring_done(&pc->r, &v);
 		}
 		if (!n)
 			backoff(&spins);
@@ -300,10 +421,22 @@ out:
 	assert_null(ferry_ring_get(&pc->r));
 	assert_int_equal(ferry_ring_count(&pc->r), 0);
 	secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-	print_message("  1M items through a %u-slot ring: %.3f s, producer saw full %llu times\n",
-		      PC_RING, secs, (unsigned long long)pc->full);
+	print_message("  1M items through a %u-slot ring%s: %.3f s, producer saw full %llu times\n",
+		      PC_RING, staged ? " (staged runs)" : "", secs, (unsigned long long)pc->full);
 	ferry_ring_fini(&pc->r);
 	free(pc);
+}
+
+static void test_two_threads(void **state)
+{
+	(void)state;
+	two_threads(0);
+}
+
+static void test_two_threads_staged(void **state)
+{
+	(void)state;
+	two_threads(1);
 }
 
 int main(void)
@@ -313,8 +446,11 @@ int main(void)
 		cmocka_unit_test(test_init_capacity),
 		cmocka_unit_test(test_fill_backpressure_fifo),
 		cmocka_unit_test(test_get_burst),
+		cmocka_unit_test(test_stage_publish),
+		cmocka_unit_test(test_look_done),
 		cmocka_unit_test(test_wraparound),
 		cmocka_unit_test(test_two_threads),
+		cmocka_unit_test(test_two_threads_staged),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,6 +18,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "slice/cut.h"
 #include "slice/slice.h"
 
 #define SS 65536u
@@ -304,6 +305,72 @@ static void test_pool(void **state)
 	slice_pool_fini(&p);
 }
 
+/* Cutting a part: slices in order on the list, tiling the request, the
+ * budget and a dry pool stopping it where it can go on later. */
+static void test_cut_part(void **state)
+{
+	struct ferry_rq rq = { .local = 0x100000, .remote = 0x900000, .len = 5ull * SS + SS / 2,
+			       .op = 1 };
+	struct cut_tmpl t = { .rq = &rq, .ep = (struct ferry_ep *)&rq, .lkey = 7, .rkey = 9,
+			      .slice_size = SS };
+	struct cut_part pt = { .rq = &rq };
+	struct slice_pool p;
+	struct slice_list l;
+	struct slice *s, extra;
+	bool dry = false;
+	uint64_t i = 0;
+
+	(void)state;
+	rq.nslices = slice_count(rq.len, SS);
+	assert_int_equal(rq.nslices, 6);
+	pt.end = rq.nslices;
+	assert_int_equal(slice_pool_init(&p, 5, -1), 0);
+	slice_list_init(&l);
+	assert_int_equal(cut_part_slices(&p, &t, &pt, 4, &l, &dry), 4); /* the budget */
+	assert_false(dry);
+	assert_int_equal(pt.next, 4);
+	assert_int_equal(cut_part_slices(&p, &t, &pt, 100, &l, &dry), 1); /* the pool */
+	assert_true(dry);
+	assert_int_equal(pt.next, 5);
+	assert_int_equal(l.count, 5);
+	assert_int_equal(p.avail, 0);
+	for (s = l.head; s; s = s->next, i++) {
+		assert_ptr_equal(s->rq, &rq);
+		assert_ptr_equal(s->ep, t.ep);
+		assert_int_equal(s->local, rq.local + i * SS);
+		assert_int_equal(s->remote, rq.remote + i * SS);
+		assert_int_equal(s->len, SS);
+		assert_int_equal(s->lkey, 7);
+		assert_int_equal(s->rkey, 9);
+		assert_int_equal(s->op, 1);
+		assert_int_equal(s->tries, 0);
+	}
+	assert_int_equal(i, 5);
+	/* The list's tail is right: a push lands last. */
+	slice_list_push(&l, &extra);
+	assert_int_equal(l.count, 6);
+	assert_ptr_equal(slice_list_pop(&l), &p.slab[0]);
+	while ((s = slice_list_pop(&l)) && s != &extra)
+		slice_put(&p, s);
+	slice_put(&p, &p.slab[0]);
+	assert_int_equal(p.avail, 5);
+	/* The rest: the tail, the request's last bytes. */
+	dry = false;
+	assert_int_equal(cut_part_slices(&p, &t, &pt, 100, &l, &dry), 1);
+	assert_false(dry);
+	assert_int_equal(pt.next, pt.end);
+	assert_int_equal(l.count, 1);
+	assert_int_equal(l.head->local, rq.local + 5ull * SS);
+	assert_int_equal(l.head->len, SS / 2);
+	assert_null(l.head->next);
+	/* Nothing left to cut: nothing changes. */
+	assert_int_equal(cut_part_slices(&p, &t, &pt, 100, &l, &dry), 0);
+	assert_int_equal(l.count, 1);
+	slice_put(&p, slice_list_pop(&l));
+	assert_int_equal(p.avail, 5);
+	slice_pool_fini(&p);
+}
+
 static void test_list(void **state)
 {
 	enum { N = 64 };
@@ -368,6 +435,7 @@ int main(void)
 		cmocka_unit_test(test_count_random),
 		cmocka_unit_test(test_part_start),
 		cmocka_unit_test(test_pool),
+		cmocka_unit_test(test_cut_part),
 		cmocka_unit_test(test_list),
 	};
 

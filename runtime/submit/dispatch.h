@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Dispatch: a validated request's parts staged on its rails' cores' rings
+ * (a port's runs, ring/ring.h), and published -- the cores shown them and
+ * kicked -- every SUBMIT_PUBLISH parts of a core, before a wait for room,
+ * and at the end of every submit call.  The port's thread only.  Inline:
+ * the submit loops' per-request path (submit.c, prep.c).
+ */
+#ifndef FERRY_RUNTIME_DISPATCH_H
+#define FERRY_RUNTIME_DISPATCH_H
+
+#include "runtime/engine/engine.h"
+
+#define SUBMIT_PUBLISH 32 /* parts staged on a core before it is shown them */
+
+/* Room on every ring rq's parts go to, its staged parts counted. */
+bool rq_fits(struct ferry_port *p, const struct ferry_rq *rq);
+/* Core `core`'s staged parts, shown to it. */
+void port_publish_core(struct ferry_port *p, unsigned core);
+/* Every staged part, shown to its core: before the submit call returns. */
+void port_publish(struct ferry_port *p);
+/* A full ring: publish, then wait for room and stage; true if it waited. */
+bool part_wait(struct ferry_port *p, unsigned core, void *tagged);
+struct dispatch;
+/* rq_dispatch for a request of several parts. */
+bool rq_dispatch_parts(const struct dispatch *d, struct ferry_rq *rq, unsigned core);
+
+/*
+ * A submit loop's view of its port's dispatch state, in locals (the stores
+ * into the requests' slots would make the compiler reload the port's
+ * fields for every request): dispatch_begin, rq_dispatch per request,
+ * dispatch_end.
+ */
+struct dispatch {
+	struct ferry_port *p;
+	struct ferry_ring *rings;
+	struct ferry_ring_run *runs;
+	unsigned ncores;
+	unsigned rr;                   /* p->rr, stored back by dispatch_end */
+};
+
+static inline void dispatch_begin(struct dispatch *d, struct ferry_port *p)
+{
+	d->p = p;
+	d->rings = p->rings;
+	d->runs = p->runs;
+	d->ncores = p->e->ncores;
+	d->rr = p->rr;
+}
+
+static inline void dispatch_end(const struct dispatch *d)
+{
+	d->p->rr = d->rr;
+}
+
+/* Stage part `part` of rq on core `core`: with SUBMIT_PUBLISH staged
+ * there, the core is shown them (it starts on them while the rest is
+ * validated).  True when it had to wait for room. */
+static inline bool part_enqueue(const struct dispatch *d, unsigned core, struct ferry_rq *rq,
+				unsigned part)
+{
+	struct ferry_ring_run *run = &d->runs[core];
+	void *tagged = rq_part_tag(rq, part);
+	bool waited = false;
+
+	if (unlikely(!ferry_ring_stage(&d->rings[core], run, tagged)))
+		waited = part_wait(d->p, core, tagged);
+	if (run->n == 1)
+		d->p->staged |= 1ull << core;
+	else if (unlikely(run->n >= SUBMIT_PUBLISH))
+		port_publish_core(d->p, core);
+	return waited;
+}
+
+/* Stage rq's parts: they go to the rails in turn, starting at a core that
+ * moves on with every request (no division: this runs per request).
+ * True when it waited for room on a ring (the rails may have changed). */
+static inline __attribute__((always_inline)) bool rq_dispatch(struct dispatch *d,
+							    struct ferry_rq *rq)
+{
+	unsigned core = d->rr;
+
+	if (++d->rr >= d->ncores)
+		d->rr = 0;
+	if (rq->nparts != 1)
+		return rq_dispatch_parts(d, rq, core);
+	while (!(rq->rails & (1ull << core))) /* one part: the first rail from core on */
+		if (++core == d->ncores)
+			core = 0;
+	return part_enqueue(d, core, rq, 0);
+}
+
+#endif /* FERRY_RUNTIME_DISPATCH_H */

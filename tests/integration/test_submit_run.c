@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ferry_submit checks the requests after a run's first more briefly (the
+ * segment, regions and rails it looked up for the first are shared): every
+ * kind of bad request must still be refused there, with its own error,
+ * without holding on to a reference, while the good ones around it go on.
+ */
+#include <unistd.h>
+
+#include "tests/harness/harness.h"
+
+#define BUF (4u << 20)
+
+static struct pair P;
+static struct ferry_port *port;
+
+static int setup(void **state)
+{
+	struct ferry_opts o;
+
+	(void)state;
+	pair_opts(&o, "0");
+	pair_setup(&P, &o, &o, BUF);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	assert_int_equal(ferry_port_destroy(port), 0);
+	pair_teardown(&P);
+	return 0;
+}
+
+/* reqs[0..n) in a new batch, waited for: the wait's result is want. */
+static struct ferry_batch *submit_wait(const struct ferry_req *reqs, uint32_t n, int want)
+{
+	struct ferry_batch *b;
+
+	assert_int_equal(ferry_batch_create(port, n, &b), 0);
+	assert_int_equal(ferry_submit(b, reqs, n), 0);
+	assert_int_equal(ferry_batch_wait(b, 10000), want);
+	return b;
+}
+
+/* Every kind of bad request in the middle of a run of good ones: each is
+ * refused with its own error, the good ones around it go on. */
+static void test_bad_in_run(void **state)
+{
+	const size_t len = 64 << 10;
+	uint8_t *l = aligned_alloc(4096, len), *r = P.rbuf;
+	static uint8_t unregistered[4096];
+	const struct {
+		struct ferry_req req;
+		int err;
+	} bad[] = {
+		{ mkreq((enum ferry_op)7, l, P.seg, r, 10), -EINVAL },
+		{ mkreq(FERRY_OP_WRITE, NULL, P.seg, r, 10), -EINVAL },
+		{ mkreq(FERRY_OP_WRITE, l, P.seg, r, 0), -EINVAL },
+		{ mkreq(FERRY_OP_READ, l, P.seg, (void *)(uintptr_t)(UINT64_MAX - 3), 16), -EFAULT },
+		{ mkreq(FERRY_OP_READ, l, P.seg, r + BUF - 1, 2), -EFAULT },
+		{ mkreq(FERRY_OP_READ, l, P.seg, r - 64, 128), -EFAULT },
+		{ mkreq(FERRY_OP_WRITE, l + len - 5, P.seg, r, 10), -EFAULT },
+		{ mkreq(FERRY_OP_WRITE, unregistered, P.seg, r, 10), -EFAULT },
+		{ mkreq(FERRY_OP_READ, l, P.seg + 1, r, 10), -EBADF },
+	};
+	enum { NB = sizeof(bad) / sizeof(bad[0]), N = 3 * NB + 3 };
+	struct ferry_req reqs[N];
+	struct ferry_req_status st;
+	struct ferry_batch *b;
+
+	(void)state;
+	assert_non_null(l);
+	assert_int_equal(ferry_mem_register(P.init, l, len), 0);
+	fill_pattern(l, len, 43);
+	/* good good bad good good bad ...: each bad one is inside a run. */
+	for (uint32_t i = 0, k = 0; i < N; i++) {
+		if (i % 3 == 2 && k < NB)
+			reqs[i] = bad[k++].req;
+		else
+			reqs[i] = mkreq(FERRY_OP_WRITE, l + i * 1024, P.seg, r + i * 1024, 1024);
+	}
+	b = submit_wait(reqs, N, -EIO);
+	for (uint32_t i = 0, k = 0; i < N; i++) {
+		assert_int_equal(ferry_req_status(b, i, &st), 0);
+		if (i % 3 == 2 && k < NB) {
+			if (st.state != FERRY_FAILED || st.error != bad[k].err)
+				fail_msg("bad request %u (%u): %s %d, want %d", k, i,
+					 ferry_state_name(st.state), st.error, bad[k].err);
+			k++;
+		} else {
+			assert_int_equal(st.state, FERRY_DONE);
+			assert_int_equal(st.bytes, 1024);
+			assert_memory_equal(r + i * 1024, l + i * 1024, 1024);
+		}
+	}
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	/* Every reference the submitter took on the region came back, and on
+	 * the segment: its close waits for them (SIGALRM ends a leak's wait). */
+	assert_int_equal(ferry_mem_unregister(P.init, l), 0);
+	alarm(30);
+	assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
+	alarm(0);
+	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &P.seg), 0);
+	free(l);
+	memset(P.rbuf, 0, BUF);
+}
+
+/* A region its owner registered read-only: a WRITE inside a run of READs
+ * of it is refused (-EACCES), the READs around it go on. */
+static void test_write_in_run_of_reads(void **state)
+{
+	const size_t len = 64 << 10;
+	uint8_t *ro = aligned_alloc(4096, len);
+	struct ferry_req reqs[3];
+	struct ferry_req_status st;
+	struct ferry_batch *b;
+
+	(void)state;
+	assert_non_null(ro);
+	fill_pattern(ro, len, 77);
+	assert_int_equal(ferry_mem_register_access(P.target, ro, len, FERRY_ACCESS_REMOTE_READ), 0);
+	assert_int_equal(ferry_segment_refresh(P.init, P.seg), 0);
+	reqs[0] = mkreq(FERRY_OP_READ, P.lbuf, P.seg, ro, 4096);
+	reqs[1] = mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, ro + 4096, 4096);
+	reqs[2] = mkreq(FERRY_OP_READ, P.lbuf + 8192, P.seg, ro + 8192, 4096);
+	b = submit_wait(reqs, 3, -EIO);
+	for (uint32_t i = 0; i < 3; i++) {
+		assert_int_equal(ferry_req_status(b, i, &st), 0);
+		assert_int_equal(st.state, i == 1 ? FERRY_FAILED : FERRY_DONE);
+		if (i == 1)
+			assert_int_equal(st.error, -EACCES);
+	}
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_memory_equal(P.lbuf, ro, 4096);
+	assert_memory_equal(P.lbuf + 8192, ro + 8192, 4096);
+	assert_int_equal(ferry_mem_unregister(P.target, ro), 0);
+	assert_int_equal(ferry_segment_refresh(P.init, P.seg), 0);
+	free(ro);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_bad_in_run),
+		cmocka_unit_test(test_write_in_run_of_reads),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
