@@ -12,24 +12,15 @@
 #define BUF (4u << 20)
 
 static struct pair P;
-static struct ferry_port *port;
 
 static int setup(void **state)
 {
 	struct ferry_opts o;
 
-	(void)state;
 	pair_opts(&o, "0");
 	pair_setup(&P, &o, &o, BUF);
-	assert_int_equal(ferry_port_create(P.init, &port), 0);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	assert_int_equal(ferry_port_destroy(port), 0);
-	pair_teardown(&P);
+	pair_open_port(&P);
+	*state = &P;
 	return 0;
 }
 
@@ -38,7 +29,7 @@ static struct ferry_batch *submit_wait(const struct ferry_req *reqs, uint32_t n,
 {
 	struct ferry_batch *b;
 
-	assert_int_equal(ferry_batch_create(port, n, &b), 0);
+	assert_int_equal(ferry_batch_create(P.port, n, &b), 0);
 	assert_int_equal(ferry_submit(b, reqs, n), 0);
 	assert_int_equal(ferry_batch_wait(b, 10000), want);
 	return b;
@@ -147,5 +138,5 @@ int main(void)
 		cmocka_unit_test(test_write_in_run_of_reads),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, pair_group_teardown);
 }
