@@ -136,6 +136,19 @@ static inline void pair_teardown(struct pair *p)
 }
 
 /* cmocka group teardown of the pair its group setup left in *state. */
+/* A group fixture: the pair on cores, buf bytes each side, a port; *state = p. */
+static inline int pair_group_setup_port(struct pair *p, const char *cores, size_t buf,
+					void **state)
+{
+	struct ferry_opts o;
+
+	pair_opts(&o, cores);
+	pair_setup(p, &o, &o, buf);
+	pair_open_port(p);
+	*state = p;
+	return 0;
+}
+
 static inline int pair_group_teardown(void **state)
 {
 	pair_teardown(*state);

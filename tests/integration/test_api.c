@@ -16,13 +16,7 @@ static struct pair P;
 
 static int setup(void **state)
 {
-	struct ferry_opts o;
-
-	pair_opts(&o, "0");
-	pair_setup(&P, &o, &o, BUF);
-	pair_open_port(&P);
-	*state = &P;
-	return 0;
+	return pair_group_setup_port(&P, "0", BUF, state);
 }
 
 /* Submit one request, wait, return its status. */

@@ -15,13 +15,7 @@ static struct pair P;
 
 static int setup(void **state)
 {
-	struct ferry_opts o;
-
-	pair_opts(&o, "0");
-	pair_setup(&P, &o, &o, BUF);
-	pair_open_port(&P);
-	*state = &P;
-	return 0;
+	return pair_group_setup_port(&P, "0", BUF, state);
 }
 
 /* reqs[0..n) in a new batch, waited for: the wait's result is want. */
