@@ -22,6 +22,7 @@ static int error_expected(int err)
 
 struct outcome {
 	unsigned done, failed, timedout;
+	int first_err; /* the first failed request's error: what a flake needs to say */
 };
 
 /* One round: REQS random requests in one batch, checked one by one. */
@@ -64,6 +65,8 @@ static void round_run(uint64_t *seed, struct outcome *out)
 				fail_msg("request %u: unexpected error %d", i, st.error);
 			assert_true(st.bytes < reqs[i].len);
 			out->failed += st.state == FERRY_FAILED;
+			if (!out->first_err)
+				out->first_err = st.error;
 			if (getenv("FAULTS_DEBUG"))
 				print_message("request %u: %s %d, %llu of %llu bytes\n", i,
 					      ferry_state_name(st.state), st.error,
@@ -102,8 +105,9 @@ static void test_error_completions(void **state)
 	(void)state;
 	rounds(&f, 8, &o);
 	engine_stats_sum(P.init, &sum);
-	print_message("done %u failed %u timeout %u, %llu retries, %llu QPs replaced\n", o.done,
-		      o.failed, o.timedout, (unsigned long long)sum.retries,
+	print_message("done %u failed %u timeout %u (first error %d), %llu retries, %llu QPs "
+		      "replaced\n", o.done, o.failed, o.timedout, o.first_err,
+		      (unsigned long long)sum.retries,
 		      (unsigned long long)sum.qp_resets);
 	assert_int_equal(o.failed + o.timedout, 0);
 	assert_true(sum.retries > 0);
@@ -117,7 +121,8 @@ static void test_qp_fatal(void **state)
 
 	(void)state;
 	rounds(&f, 8, &o);
-	print_message("done %u failed %u timeout %u\n", o.done, o.failed, o.timedout);
+	print_message("done %u failed %u timeout %u (first error %d)\n", o.done, o.failed,
+		      o.timedout, o.first_err);
 	assert_int_equal(o.failed + o.timedout, 0);
 }
 
@@ -138,10 +143,11 @@ static void test_bad_rail_hands_over(void **state)
 	loop_set_faults(ferry_engine_nic(P.init, 1), &(struct loop_faults){ 0 });
 	ferry_core_stats(P.init, 0, &st0);
 	ferry_core_stats(P.init, 1, &st1);
-	print_message("done %u failed %u; core 1 handed over %llu slices, paused %llu times; "
-		      "core 0 moved %llu bytes\n", o.done, o.failed,
+	print_message("done %u failed %u timeout %u (first error %d); core 1 handed over %llu "
+		      "slices, paused %llu times, %llu retries; core 0 moved %llu bytes\n",
+		      o.done, o.failed, o.timedout, o.first_err,
 		      (unsigned long long)st1.handovers, (unsigned long long)st1.rail_pauses,
-		      (unsigned long long)st0.bytes);
+		      (unsigned long long)st1.retries, (unsigned long long)st0.bytes);
 	assert_int_equal(o.failed + o.timedout, 0);
 	assert_true(st1.handovers > 0);
 	assert_true(st1.rail_pauses > 0);
