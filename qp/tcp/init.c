@@ -114,19 +114,9 @@ static int tx_gather(struct tcp_qp *qp, struct iovec *iov)
 			}
 			return -EFAULT; /* half sent: the frame cannot be finished */
 		}
-		if (off < TCP_HDR_LEN) {
-			iov[n++] = (struct iovec){ w->hdr + off, TCP_HDR_LEN - off };
-			bytes += TCP_HDR_LEN - off;
-			off = TCP_HDR_LEN;
-		}
-		if (w->op == NIC_OP_WRITE && off < wqe_bytes(w) && bytes < TCP_IO_BYTES) {
-			uint32_t done = off - TCP_HDR_LEN, take = w->len - done;
-
-			if (take > TCP_IO_BYTES - bytes)
-				take = TCP_IO_BYTES - bytes; /* the rest goes with the next call */
-			iov[n++] = (struct iovec){ (void *)(uintptr_t)(w->local + done), take };
-			bytes += take;
-		}
+		/* A READ request is its header alone. */
+		n = tcp_frame_iov(iov, n, &bytes, w->hdr, off, (uintptr_t)w->local,
+				  w->op == NIC_OP_WRITE ? w->len : 0);
 	}
 	return n;
 }

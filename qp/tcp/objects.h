@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/epoll.h>
+#include <sys/uio.h>
 #include <urcu/list.h>
 
 #include "qp/auth/auth.h"
@@ -252,6 +253,32 @@ struct tcp_ctx {
 	struct tcp_qp *qps[TCP_QP_SLOTS];       /* published by qp_create */
 	uint16_t qp_gen[TCP_QP_SLOTS];          /* ctx->lock */
 };
+
+/*
+ * Gather what is left of one outgoing frame past off (its header, then len
+ * payload bytes at data) into iov[n..], within TCP_IO_BYTES in all (*bytes
+ * so far); the rest of a long payload goes with the next call.  Returns the
+ * new count (at most n + 2): requests (init.c) and READ responses (serve.c)
+ * go out the same way.
+ */
+static inline int tcp_frame_iov(struct iovec *iov, int n, uint32_t *bytes, uint8_t *hdr,
+				uint32_t off, uintptr_t data, uint32_t len)
+{
+	if (off < TCP_HDR_LEN) {
+		iov[n++] = (struct iovec){ hdr + off, TCP_HDR_LEN - off };
+		*bytes += TCP_HDR_LEN - off;
+		off = TCP_HDR_LEN;
+	}
+	if (off < TCP_HDR_LEN + len && *bytes < TCP_IO_BYTES) {
+		uint32_t done = off - TCP_HDR_LEN, take = len - done;
+
+		if (take > TCP_IO_BYTES - *bytes)
+			take = TCP_IO_BYTES - *bytes;
+		iov[n++] = (struct iovec){ (void *)(data + done), take };
+		*bytes += take;
+	}
+	return n;
+}
 
 static inline struct tcp_ctx *tcp_ctx_of(struct nic *n)
 {

@@ -397,19 +397,7 @@ static int rsp_gather(struct tcp_qp *qp, struct iovec *iov)
 		if (r->key && !tcp_mr_ok(qp->ctx, r->key, (uintptr_t)r->data, r->len,
 					 TCP_ACCESS_REMOTE_READ))
 			return -EFAULT;
-		if (off < TCP_HDR_LEN) {
-			iov[n++] = (struct iovec){ r->hdr + off, TCP_HDR_LEN - off };
-			bytes += TCP_HDR_LEN - off;
-			off = TCP_HDR_LEN;
-		}
-		if (off < TCP_HDR_LEN + r->len && bytes < TCP_IO_BYTES) {
-			uint32_t done = off - TCP_HDR_LEN, take = r->len - done;
-
-			if (take > TCP_IO_BYTES - bytes)
-				take = TCP_IO_BYTES - bytes; /* the rest goes with the next call */
-			iov[n++] = (struct iovec){ (void *)(uintptr_t)(r->data + done), take };
-			bytes += take;
-		}
+		n = tcp_frame_iov(iov, n, &bytes, r->hdr, off, (uintptr_t)r->data, r->len);
 	}
 	return n;
 }
