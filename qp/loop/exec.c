@@ -203,28 +203,38 @@ static uint32_t loop_qp_slow(struct loop_cq *cq, struct loop_run *run, struct lo
  * succeed.  Runs WRs from the head while that holds; returns how many (the
  * slow loop takes the first that needs more).
  */
-static uint32_t loop_qp_fast(struct loop_cq *cq, struct loop_run *run, struct loop_qp *qp,
-			     uint32_t burst)
+/* The ops rm lets a peer run, as a bit per enum nic_op (WRITE needs
+ * REMOTE_WRITE, READ needs REMOTE_READ): one shift per WR to test. */
+static inline unsigned loop_ops_allowed(unsigned access)
 {
-	const struct loop_mr_memo lm = run->lmr, rm = run->rmr;
-	uint32_t head = qp->sq_head, size = qp->sq_size, i;
-	uint64_t wrs = 0, bytes = 0;
+	return ((access & NIC_ACCESS_REMOTE_WRITE) ? 1u << NIC_OP_WRITE : 0) |
+	       ((access & NIC_ACCESS_REMOTE_READ) ? 1u << NIC_OP_READ : 0);
+}
 
-	/* owner 0: the memo is empty (a context id is never 0) */
-	if (qp->error || qp->stalled || run->faults || lm.owner != qp->local_id ||
-	    rm.owner != qp->peer)
-		return 0;
+/*
+ * loop_qp_fast's loop; copy is a constant at each call, so the copy-free
+ * run tests nothing per WR for it.  w->op is a valid enum nic_op:
+ * loop_post queues no other.
+ */
+static inline __attribute__((always_inline)) uint32_t
+loop_qp_fast_run(struct loop_cq *cq, struct loop_qp *qp, const struct loop_mr_memo *lm,
+		 const struct loop_mr_memo *rm, uint32_t burst, uint64_t *bytes_out, bool copy)
+{
+	const uint64_t lbase = lm->base, llen = lm->len, rbase = rm->base, rlen = rm->len;
+	const uint32_t lkey = lm->key, rkey = rm->key, size = qp->sq_size;
+	const unsigned ops = loop_ops_allowed(rm->access);
+	uint32_t head = qp->sq_head, i;
+	uint64_t bytes = 0;
+
 	for (i = 0; i < burst; i++) {
 		const struct soft_wqe *w = &qp->sq[head];
-		uint64_t loff = w->local - lm.base, roff = w->remote - rm.base; /* wrap: huge */
-		unsigned need = w->op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ : NIC_ACCESS_REMOTE_WRITE;
+		uint64_t loff = w->local - lbase, roff = w->remote - rbase; /* wrap: huge */
 
-		if (w->lkey != lm.key || w->rkey != rm.key || loff > lm.len || w->len > lm.len - loff ||
-		    roff > rm.len || w->len > rm.len - roff || (rm.access & need) != need)
+		if (w->lkey != lkey || w->rkey != rkey || loff > llen || w->len > llen - loff ||
+		    roff > rlen || w->len > rlen - roff || !((ops >> w->op) & 1))
 			break;
-		if (likely(!run->nocopy))
+		if (copy)
 			loop_copy(w);
-		wrs++;
 		bytes += w->len;
 		if (w->signaled)
 			loop_cqe(cq, qp, w, NIC_WC_SUCCESS);
@@ -232,8 +242,33 @@ static uint32_t loop_qp_fast(struct loop_cq *cq, struct loop_run *run, struct lo
 			head = 0;
 	}
 	qp->sq_head = head;
+	*bytes_out = bytes;
+	return i;
+}
+
+/*
+ * loop_qp_slow's common case, what it would do in fewer steps: a QP
+ * neither in error nor stalled, no fault plan, and WRs naming the MRs the
+ * run found live last (loop_mr_memo) within their bounds and rights: they
+ * succeed.  Runs WRs from the head while that holds; returns how many (the
+ * slow loop takes the first that needs more).
+ */
+static uint32_t loop_qp_fast(struct loop_cq *cq, struct loop_run *run, struct loop_qp *qp,
+			     uint32_t burst)
+{
+	uint64_t bytes;
+	uint32_t i;
+
+	/* owner 0: the memo is empty (a context id is never 0) */
+	if (qp->error || qp->stalled || run->faults || run->lmr.owner != qp->local_id ||
+	    run->rmr.owner != qp->peer)
+		return 0;
+	if (run->nocopy)
+		i = loop_qp_fast_run(cq, qp, &run->lmr, &run->rmr, burst, &bytes, false);
+	else
+		i = loop_qp_fast_run(cq, qp, &run->lmr, &run->rmr, burst, &bytes, true);
 	qp->sq_count -= i;
-	run->wrs += wrs;
+	run->wrs += i;
 	run->bytes += bytes;
 	return i;
 }
