@@ -196,13 +196,6 @@ static uint32_t loop_qp_slow(struct loop_cq *cq, struct loop_run *run, struct lo
 	return i;
 }
 
-/*
- * loop_qp_slow's common case, what it would do in fewer steps: a QP
- * neither in error nor stalled, no fault plan, and WRs naming the MRs the
- * run found live last (loop_mr_memo) within their bounds and rights: they
- * succeed.  Runs WRs from the head while that holds; returns how many (the
- * slow loop takes the first that needs more).
- */
 /* The ops rm lets a peer run, as a bit per enum nic_op (WRITE needs
  * REMOTE_WRITE, READ needs REMOTE_READ): one shift per WR to test. */
 static inline unsigned loop_ops_allowed(unsigned access)
@@ -221,27 +214,31 @@ loop_qp_fast_run(struct loop_cq *cq, struct loop_qp *qp, const struct loop_mr_me
 		 const struct loop_mr_memo *rm, uint32_t burst, uint64_t *bytes_out, bool copy)
 {
 	const uint64_t lbase = lm->base, llen = lm->len, rbase = rm->base, rlen = rm->len;
-	const uint32_t lkey = lm->key, rkey = rm->key, size = qp->sq_size;
+	const struct { uint32_t l, r; } kp = { lm->key, rm->key }; /* as lkey, rkey lie */
+	const struct soft_wqe *sq = qp->sq, *end = sq + qp->sq_size, *w = sq + qp->sq_head;
 	const unsigned ops = loop_ops_allowed(rm->access);
-	uint32_t head = qp->sq_head, i;
-	uint64_t bytes = 0;
+	uint64_t bytes = 0, keys, wkeys;
+	uint32_t i;
 
+	_Static_assert(offsetof(struct soft_wqe, rkey) == offsetof(struct soft_wqe, lkey) + 4,
+		       "one load for both keys");
+	memcpy(&keys, &kp, sizeof(keys));
 	for (i = 0; i < burst; i++) {
-		const struct soft_wqe *w = &qp->sq[head];
 		uint64_t loff = w->local - lbase, roff = w->remote - rbase; /* wrap: huge */
 
-		if (w->lkey != lkey || w->rkey != rkey || loff > llen || w->len > llen - loff ||
-		    roff > rlen || w->len > rlen - roff || !((ops >> w->op) & 1))
+		memcpy(&wkeys, &w->lkey, sizeof(wkeys));
+		if (wkeys != keys || loff > llen || w->len > llen - loff || roff > rlen ||
+		    w->len > rlen - roff || !((ops >> w->op) & 1))
 			break;
 		if (copy)
 			loop_copy(w);
 		bytes += w->len;
 		if (w->signaled)
 			loop_cqe(cq, qp, w, NIC_WC_SUCCESS);
-		if (++head == size)
-			head = 0;
+		if (++w == end)
+			w = sq;
 	}
-	qp->sq_head = head;
+	qp->sq_head = (uint32_t)(w - sq);
 	*bytes_out = bytes;
 	return i;
 }
