@@ -351,7 +351,8 @@ int loop_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
 {
 	struct loop_qp *qp = qp_of(nqp);
 	struct loop_cq *cq = qp->cq;
-	uint32_t peer, tail, count, size;
+	struct soft_wqe *sq, *end, *w;
+	uint32_t peer, room, n = 0;
 	int rc = 0;
 
 	/* Acquire: pairs with qp_connect, which may run on the control thread. */
@@ -361,32 +362,33 @@ int loop_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
 		goto out;
 	}
 	qp->peer = peer;
-	/* The send queue's tail and count in locals: the copies into the
+	/* The send queue's tail and room in locals: the copies into the
 	 * queue would make the compiler reload them for every WR. */
-	tail = qp->sq_tail;
-	count = qp->sq_count;
-	size = qp->sq_size;
+	sq = qp->sq;
+	end = sq + qp->sq_size;
+	w = sq + qp->sq_tail;
+	room = qp->sq_size - qp->sq_count;
 	/* In the error state WRs are still queued: the next poll flushes them. */
 	for (; wr; wr = wr->next) {
 		if (unlikely(wr->op != NIC_OP_WRITE && wr->op != NIC_OP_READ)) {
 			rc = -EINVAL;
 			break;
 		}
-		if (unlikely(count == size)) {
+		if (unlikely(n == room)) {
 			/* The caller's QP depth accounting is wrong. */
 			cq->cnt[CNT_SQ_OVF]++;
 			WRITE_ONCE(cq->pub[CNT_SQ_OVF], cq->cnt[CNT_SQ_OVF]);
 			rc = -ENOMEM;
 			break;
 		}
-		soft_wqe_set(&qp->sq[tail], wr);
-		if (++tail == size)
-			tail = 0;
-		count++;
+		soft_wqe_set(w, wr);
+		if (++w == end)
+			w = sq;
+		n++;
 	}
-	qp->sq_tail = tail;
-	qp->sq_count = count;
-	if (count && cds_list_empty(&qp->act))
+	qp->sq_tail = (uint32_t)(w - sq);
+	qp->sq_count += n;
+	if (qp->sq_count && cds_list_empty(&qp->act))
 		cds_list_add_tail(&qp->act, &cq->active);
 out:
 	if (rc && bad)

@@ -61,17 +61,20 @@ static __attribute__((noinline)) uint32_t port_take(struct ferry_core *c, struct
 	struct ferry_ring_view v;
 	unsigned n = ferry_ring_look(r, &v, room < PORT_BURST ? room : PORT_BURST);
 	uint32_t cut = 0;
+	/* Cut at once what needs no FIFO, unless parts wait there (they go
+	 * first): once one part went there, the rest of the burst follows. */
+	bool direct = !cut_fifo_count(&c->cut);
 
 	for (unsigned k = 0; k < n; k++) {
 		unsigned part;
 		struct ferry_rq *rq = rq_part_untag(ferry_ring_at(r, &v, k), &part);
 
-		/* Cut at once what needs no FIFO, unless parts wait there
-		 * (they go first). */
-		if (rq->nslices == 1 && !cut_fifo_count(&c->cut) && cut_whole(c, rq))
+		if (direct && rq->nslices == 1 && cut_whole(c, rq)) {
 			cut++;
-		else
+		} else {
+			direct = false;
 			cut_part_init(cut_fifo_push(&c->cut), rq, part);
+		}
 	}
 	ferry_ring_done(r, &v);
 	c->slices_out += cut;
