@@ -27,6 +27,15 @@ static int rq_check_args(const struct ferry_req *r)
 	return 0;
 }
 
+/* rq_check_args inside a run: a NULL local fails the range check against
+ * the run's region, which never starts at 0 (ferry_mem_register_access). */
+static inline bool run_args_bad(const struct ferry_req *r)
+{
+	_Static_assert(FERRY_OP_READ == 0 && FERRY_OP_WRITE == 1, "the ops are 0 and 1");
+	return (unsigned)r->op > FERRY_OP_WRITE || r->len == 0 ||
+	       (uintptr_t)r->local + r->len < (uintptr_t)r->local || r->remote + r->len < r->remote;
+}
+
 /*
  * What one submit call holds across its requests: references taken in
  * bulk, one atomic per run of consecutive requests to one segment or one
@@ -392,10 +401,12 @@ static void rq_unprepare(struct ferry_rq *rq, struct submit_hold *h)
  * references the hold took for them (i < seg_end, lreg_end: same handle,
  * range in the region), the rails picked (rails.left), and the peer's
  * region (same descriptor, covers them, allows their op).  Each is checked
- * for what can differ (its arguments, handle and ranges, the segment going
- * stale) and filled from rq; the first that differs is left to
- * rq_prepare.  Returns how many, from reqs[i] on, it queued; slots from
- * rqs[i] on.
+ * for what can differ (its arguments, handle and ranges) and filled from
+ * rq; the first that differs is left to rq_prepare.  The segment going
+ * stale is looked at once, at the start: a run never waits (a wait for
+ * ring room ends it), so that look is as fresh for its requests as a lone
+ * request's validation is by the time a core takes it.  Returns how many,
+ * from reqs[i] on, it queued; slots from rqs[i] on.
  */
 static uint32_t submit_run(struct dispatch *d, struct submit_hold *h, const struct ferry_rq *rq,
 			   struct ferry_rq *rqs, const struct ferry_req *reqs, uint32_t i,
@@ -415,6 +426,9 @@ static uint32_t submit_run(struct dispatch *d, struct submit_hold *h, const stru
 		       NIC_ACCESS_REMOTE_WRITE == 1u << FERRY_OP_WRITE, "an op's access bit");
 	if (!h->rails.rails)
 		return 0;
+	/* pairs with: store_release in seg_refresh_locked */
+	if (READ_ONCE(s->stale) || load_acquire(s->desc) != h->desc)
+		return 0;
 	if (end > i + h->rails.left)
 		end = i + h->rails.left;
 	if (end > n)
@@ -423,10 +437,9 @@ static uint32_t submit_run(struct dispatch *d, struct submit_hold *h, const stru
 		const struct ferry_req *r = &reqs[i];
 		struct ferry_rq *q = &rqs[i];
 
-		if (rq_check_args(r) || r->seg != h->handle || (uintptr_t)r->local < lbase ||
+		if (run_args_bad(r) || r->seg != h->handle || (uintptr_t)r->local < lbase ||
 		    (uintptr_t)r->local + r->len > lend || !((allow >> r->op) & 1) ||
-		    r->remote < gbase || r->remote + r->len > gend || READ_ONCE(s->stale) ||
-		    load_acquire(s->desc) != h->desc) /* pairs with: store_release in seg_refresh_locked */
+		    r->remote < gbase || r->remote + r->len > gend)
 			break;
 		rq_fill(q, r, rq, slice_size, h->rails.n);
 		if (!wait && !rq_fits(p, q))
