@@ -408,22 +408,54 @@ static void rq_unprepare(struct ferry_rq *rq, struct submit_hold *h)
  * request's validation is by the time a core takes it.  Returns how many,
  * from reqs[i] on, it queued; slots from rqs[i] on.
  */
-static uint32_t submit_run(struct dispatch *d, struct submit_hold *h, const struct ferry_rq *rq,
-			   struct ferry_rq *rqs, const struct ferry_req *reqs, uint32_t i,
-			   uint32_t n, bool wait)
+/* submit_run's loop over reqs[i, end), after its first checks: wait and
+ * one are constants where it is hot (one: rq's rails are one core, so each
+ * request is one part for that core).  Returns where it stopped; *waited
+ * when a wait for ring room ended it. */
+static inline __attribute__((always_inline)) uint32_t
+run_loop(struct dispatch *d, const struct submit_hold *h, const struct ferry_rq *rq,
+	 struct ferry_rq *rqs, const struct ferry_req *reqs, uint32_t i, uint32_t end, bool wait,
+	 bool one, bool *waited)
 {
 	struct ferry_port *p = d->p;
-	uint32_t end = h->seg_end < h->lreg_end ? h->seg_end : h->lreg_end, first = i;
 	const struct seg_region *g = rq->rreg;
 	uint64_t gbase = g->addr, gend = g->addr + g->len;
 	uint64_t lbase = READ_ONCE(h->lreg->addr), lend = lbase + READ_ONCE(h->lreg->len);
-	uint32_t allow = g->access, slice_size = p->e->opts.slice_size;
-	struct ferry_seg *s = rq->seg;
-	bool waited = false;
+	uint32_t allow = g->access, slice_size = p->e->opts.slice_size, nrails = h->rails.n;
+	unsigned core = one ? (unsigned)__builtin_ctzll(h->rails.rails) : 0;
+	struct ferry_ring *ring = &d->rings[core];
+	struct ferry_ring_run *run = &d->runs[core];
 
 	/* NIC_ACCESS_REMOTE_READ is bit FERRY_OP_READ, _WRITE bit FERRY_OP_WRITE */
 	_Static_assert(NIC_ACCESS_REMOTE_READ == 1u << FERRY_OP_READ &&
 		       NIC_ACCESS_REMOTE_WRITE == 1u << FERRY_OP_WRITE, "an op's access bit");
+	for (; i < end; i++) {
+		const struct ferry_req *r = &reqs[i];
+		struct ferry_rq *q = &rqs[i];
+
+		if (run_args_bad(r) || r->seg != h->handle || (uintptr_t)r->local < lbase ||
+		    (uintptr_t)r->local + r->len > lend || !((allow >> r->op) & 1) ||
+		    r->remote < gbase || r->remote + r->len > gend)
+			break;
+		rq_fill(q, r, rq, slice_size, nrails);
+		if (!wait && !rq_fits(p, q))
+			break;
+		if (one ? part_stage(d, core, ring, run, q) : rq_dispatch(d, q)) {
+			*waited = true;
+			return i + 1;
+		}
+	}
+	return i;
+}
+
+static uint32_t submit_run(struct dispatch *d, struct submit_hold *h, const struct ferry_rq *rq,
+			   struct ferry_rq *rqs, const struct ferry_req *reqs, uint32_t i,
+			   uint32_t n, bool wait)
+{
+	uint32_t end = h->seg_end < h->lreg_end ? h->seg_end : h->lreg_end, first = i;
+	struct ferry_seg *s = rq->seg;
+	bool waited = false, one = h->rails.n == 1;
+
 	if (!h->rails.rails)
 		return 0;
 	/* pairs with: store_release in seg_refresh_locked */
@@ -433,23 +465,13 @@ static uint32_t submit_run(struct dispatch *d, struct submit_hold *h, const stru
 		end = i + h->rails.left;
 	if (end > n)
 		end = n;
-	for (; i < end; i++) {
-		const struct ferry_req *r = &reqs[i];
-		struct ferry_rq *q = &rqs[i];
-
-		if (run_args_bad(r) || r->seg != h->handle || (uintptr_t)r->local < lbase ||
-		    (uintptr_t)r->local + r->len > lend || !((allow >> r->op) & 1) ||
-		    r->remote < gbase || r->remote + r->len > gend)
-			break;
-		rq_fill(q, r, rq, slice_size, h->rails.n);
-		if (!wait && !rq_fits(p, q))
-			break;
-		if (rq_dispatch(d, q)) {
-			waited = true;
-			i++;
-			break;
-		}
-	}
+	/* ferry_submit to one rail, the common case, has its own copy */
+	if (wait && one)
+		i = run_loop(d, h, rq, rqs, reqs, i, end, true, true, &waited);
+	else
+		i = run_loop(d, h, rq, rqs, reqs, i, end, wait, one, &waited);
+	if (one)
+		dispatch_skip(d, i - first);
 	h->seg_left -= i - first;
 	h->lreg_left -= i - first;
 	h->rails.left = waited ? 0 : h->rails.left - (i - first); /* pick again after a wait */
