@@ -51,7 +51,8 @@ static inline bool cut_blocked(const struct ferry_rq *rq, const struct ferry_ep 
  */
 static inline __attribute__((always_inline)) bool cut_whole(struct ferry_core *c,
 							     struct ferry_rq *rq,
-							     struct slice **free)
+							     struct slice **free,
+							     struct ferry_ep **last)
 {
 	struct ferry_ep *ep = core_rq_ep(c, rq);
 	struct slice *s = *free;
@@ -59,8 +60,11 @@ static inline __attribute__((always_inline)) bool cut_whole(struct ferry_core *c
 	if (unlikely(cut_blocked(rq, ep) || !s))
 		return false;
 	*free = s->next;
-	ep_touch(ep);
-	core_ep_activate(c, ep);
+	if (ep != *last) { /* touched and active already when it was the last one's */
+		ep_touch(ep);
+		core_ep_activate(c, ep);
+		*last = ep;
+	}
 	slice_fill_whole(s, rq, ep, region_lkey(rq->lreg, ep), rq->rreg->rkey[ep->remote_nic]);
 	slice_list_push(&ep->pending, s);
 	return true;
@@ -79,12 +83,13 @@ static __attribute__((noinline)) uint32_t port_take(struct ferry_core *c, struct
 	 * first): once one part went there, the rest of the burst follows. */
 	bool direct = !cut_fifo_count(&c->cut);
 	struct slice *free = c->pool.free; /* in a local: see cut_whole */
+	struct ferry_ep *last = NULL;
 
 	for (unsigned k = 0; k < n; k++) {
 		unsigned part;
 		struct ferry_rq *rq = rq_part_untag(ferry_ring_at(r, &v, k), &part);
 
-		if (!direct || rq->nslices != 1 || !cut_whole(c, rq, &free)) {
+		if (!direct || rq->nslices != 1 || !cut_whole(c, rq, &free, &last)) {
 			direct = false;
 			fifo++;
 			cut_part_init(cut_fifo_push(&c->cut), rq, part);
@@ -160,7 +165,9 @@ uint32_t core_cut(struct ferry_core *c)
 		struct ferry_ep *ep;
 		int err;
 
-		if (rq->nslices == 1 && cut_whole(c, rq, &c->pool.free)) { /* no template, no loop */
+		struct ferry_ep *none = NULL;
+
+		if (rq->nslices == 1 && cut_whole(c, rq, &c->pool.free, &none)) { /* no template, no loop */
 			c->pool.avail--;
 			cut++;
 			whole++;

@@ -71,6 +71,24 @@ static inline bool part_stage(const struct dispatch *d, unsigned core, struct fe
 	return waited;
 }
 
+/* part_stage for a run of parts to one core that was marked in staged
+ * before the run (no test per part): a wait for room publishes and clears
+ * the marks, so it marks the core again. */
+static inline bool part_stage_marked(const struct dispatch *d, unsigned core,
+				     struct ferry_ring *ring, struct ferry_ring_run *run,
+				     void *tagged)
+{
+	if (unlikely(!ferry_ring_stage(ring, run, tagged))) {
+		bool waited = part_wait(d->p, core, tagged);
+
+		d->p->staged |= 1ull << core;
+		return waited;
+	}
+	if (unlikely(run->n >= SUBMIT_PUBLISH))
+		port_publish_core(d->p, core);
+	return false;
+}
+
 /* Stage part `part` of rq on core `core`; true when it waited for room. */
 static inline bool part_enqueue(const struct dispatch *d, unsigned core, struct ferry_rq *rq,
 				unsigned part)

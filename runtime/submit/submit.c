@@ -429,6 +429,8 @@ run_loop(struct dispatch *d, const struct submit_hold *h, const struct ferry_rq 
 	/* NIC_ACCESS_REMOTE_READ is bit FERRY_OP_READ, _WRITE bit FERRY_OP_WRITE */
 	_Static_assert(NIC_ACCESS_REMOTE_READ == 1u << FERRY_OP_READ &&
 		       NIC_ACCESS_REMOTE_WRITE == 1u << FERRY_OP_WRITE, "an op's access bit");
+	if (one) /* whatever the run stages goes to core: marked once */
+		p->staged |= 1ull << core;
 	for (; i < end; i++) {
 		const struct ferry_req *r = &reqs[i];
 		struct ferry_rq *q = &rqs[i];
@@ -440,7 +442,7 @@ run_loop(struct dispatch *d, const struct submit_hold *h, const struct ferry_rq 
 		rq_fill(q, r, rq, slice_size, nrails);
 		if (!wait && !rq_fits(p, q))
 			break;
-		if (one ? part_stage(d, core, ring, run, q) : rq_dispatch(d, q)) {
+		if (one ? part_stage_marked(d, core, ring, run, q) : rq_dispatch(d, q)) {
 			*waited = true;
 			return i + 1;
 		}
