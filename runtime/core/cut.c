@@ -89,11 +89,11 @@ static __attribute__((noinline)) uint32_t port_take(struct ferry_core *c, struct
 		unsigned part;
 		struct ferry_rq *rq = rq_part_untag(ferry_ring_at(r, &v, k), &part);
 
-		if (!direct || rq->nslices != 1 || !cut_whole(c, rq, &free, &last)) {
-			direct = false;
-			fifo++;
-			cut_part_init(cut_fifo_push(&c->cut), rq, part);
-		}
+		if (likely(direct && rq->nslices == 1) && likely(cut_whole(c, rq, &free, &last)))
+			continue;
+		direct = false;
+		fifo++;
+		cut_part_init(cut_fifo_push(&c->cut), rq, part);
 	}
 	ferry_ring_done(r, &v);
 	cut = n - fifo;
