@@ -78,25 +78,28 @@ static __attribute__((noinline)) uint32_t port_take(struct ferry_core *c, struct
 {
 	struct ferry_ring_view v;
 	unsigned n = ferry_ring_look(r, &v, room < PORT_BURST ? room : PORT_BURST);
-	uint32_t fifo = 0, cut;
-	/* Cut at once what needs no FIFO, unless parts wait there (they go
-	 * first): once one part went there, the rest of the burst follows. */
-	bool direct = !cut_fifo_count(&c->cut);
 	struct slice *free = c->pool.free; /* in a local: see cut_whole */
 	struct ferry_ep *last = NULL;
+	unsigned k = 0, cut;
 
-	for (unsigned k = 0; k < n; k++) {
+	/* Cut at once what needs no FIFO, unless parts wait there (they go
+	 * first): once one part went there, the rest of the burst follows. */
+	if (!cut_fifo_count(&c->cut))
+		for (; k < n; k++) {
+			unsigned part;
+			struct ferry_rq *rq = rq_part_untag(ferry_ring_at(r, &v, k), &part);
+
+			if (unlikely(rq->nslices != 1) || unlikely(!cut_whole(c, rq, &free, &last)))
+				break;
+		}
+	cut = k;
+	for (; k < n; k++) {
 		unsigned part;
 		struct ferry_rq *rq = rq_part_untag(ferry_ring_at(r, &v, k), &part);
 
-		if (likely(direct && rq->nslices == 1) && likely(cut_whole(c, rq, &free, &last)))
-			continue;
-		direct = false;
-		fifo++;
 		cut_part_init(cut_fifo_push(&c->cut), rq, part);
 	}
 	ferry_ring_done(r, &v);
-	cut = n - fifo;
 	c->pool.free = free;
 	c->pool.avail -= cut;
 	c->slices_out += cut;
