@@ -421,7 +421,8 @@ run_loop(struct dispatch *d, const struct submit_hold *h, const struct ferry_rq 
 	const struct seg_region *g = rq->rreg;
 	uint64_t gbase = g->addr, gend = g->addr + g->len;
 	uint64_t lbase = READ_ONCE(h->lreg->addr), lend = lbase + READ_ONCE(h->lreg->len);
-	uint32_t allow = g->access, slice_size = p->e->opts.slice_size, nrails = h->rails.n;
+	uint32_t allow = g->access, slice_size = p->e->opts.slice_size;
+	uint32_t nrails = one ? 1 : h->rails.n; /* a constant where one is */
 	unsigned core = one ? (unsigned)__builtin_ctzll(h->rails.rails) : 0;
 	struct ferry_ring *ring = &d->rings[core];
 	struct ferry_ring_run *run = &d->runs[core];
