@@ -56,9 +56,10 @@ struct slice {
 	uint32_t lkey;
 	uint32_t rkey;
 	uint8_t op;           /* enum nic_op */
+	uint8_t unsignaled;   /* always 0 (the slab is zeroed, nothing writes
+	                       * it): a WR's signaled in the block qp/post copies */
 	uint8_t tries;        /* retries so far */
 	uint8_t home;         /* index of the core whose pool it belongs to */
-	uint8_t pad;
 };
 
 _Static_assert(sizeof(struct slice) == 64, "a slice is one cache line");
