@@ -136,4 +136,4 @@ awk -v b="$busy" -v sw="$sw" -v ir="$(total req)" -v nic="$(nic req)" -v n="$n" 
 	-v pb="$pbusy" -v pnic="$(nic prep)" -v pn="$np" 'BEGIN {
 	r = b / n; p = pb / pn
 	printf "callgrind: %.0f instructions per one-slice request (submit + core + completion seen; idle passes and 10 ms sweeps left out), %.0f of them the software NIC'"'"'s (loop_post + loop_poll); %.0f with the sweeps, %.0f with idle passes too\n", r, nic / n, r + sw / n, ir / n
-	printf "callgrind: %.0f instructions per one-slice request with ferry_prep_submit (the same left out), %.0f of them the software NIC'"'"'s: %.0f fewer per request\n", p, pnic / pn, r - p }'
+	printf "callgrind: %.0f instructions per one-slice request with ferry_prep_submit (the same left out), %.0f of them the software NIC'"'"'s: %.0f %s per request\n", p, pnic / pn, (r > p ? r - p : p - r), (r > p ? "fewer" : "more") }'
