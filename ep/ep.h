@@ -44,6 +44,8 @@ struct ferry_ep {
 	uint32_t seg_gen;
 	uint32_t cache_idx;          /* its entry in the core's table (ep/table.h) */
 	uint32_t remote_nic;         /* index of the peer's NIC these QPs reach */
+	uint32_t lkey_off;           /* where its core's lkey for tx lies in a local
+	                              * region: set by the owner (runtime) */
 	uint32_t nqps;
 	uint32_t rr;                 /* next QP to try first */
 	struct qpx *qps[EP_MAX_QPS];

@@ -123,22 +123,29 @@ static struct ferry_rq **ends_finish(struct ferry_rq **r, struct ferry_rq **end,
 	struct ferry_rq **q = r + 1;
 	uint32_t k, failed = 0, old;
 
-	while (q < end && (*q)->batch == b && (*q)->lreg_refs == lrefs && (*q)->seg_refs == srefs)
+	int errs = load_acquire((*r)->error); /* pairs with: cas_release in rq_account */
+
+	/* The run, and whether any of it failed (an ended request's error is
+	 * final: read here, before the references go). */
+	while (q < end && (*q)->batch == b && (*q)->lreg_refs == lrefs && (*q)->seg_refs == srefs) {
+		errs |= load_acquire((*q)->error); /* pairs with: cas_release in rq_account */
 		q++;
+	}
 	k = (uint32_t)(q - r);
 	if (lrefs)
 		fetch_sub_release(*lrefs, k); /* pairs with: load_acquire in ferry_mem_unregister */
 	if (srefs)
 		fetch_sub_sc(*srefs, k); /* Dekker pair with the segment's closer and evictor */
-	for (; r < q; r++) {
-		struct ferry_rq *x = *r; /* read once: the acquire below would make it read again */
-		int err = load_acquire(x->error); /* pairs with: cas_release in rq_account */
+	if (likely(!errs)) {
+		for (; r < q; r++) /* pairs with: load_acquire in ferry_req_status */
+			store_release((*r)->state, RQ_DONE);
+	} else {
+		for (; r < q; r++) {
+			int err = READ_ONCE((*r)->error); /* acquired above */
 
-		if (likely(!err)) {
-			store_release(x->state, RQ_DONE); /* pairs with: load_acquire in ferry_req_status */
-		} else {
-			failed++;
-			store_release(x->state, final_state(err)); /* pairs with: ferry_req_status */
+			failed += err != 0;
+			/* pairs with: load_acquire in ferry_req_status */
+			store_release((*r)->state, err ? final_state(err) : RQ_DONE);
 		}
 	}
 	if (failed)

@@ -47,16 +47,19 @@ struct slice {
 	struct slice *next;   /* endpoint pending list / pool free list */
 	struct ferry_rq *rq;  /* request whose bytes these are */
 	struct ferry_ep *ep;  /* endpoint it was cut for (retries go back there) */
+	uint64_t post_tsc;    /* when it was posted (latency histogram) */
+	/* local to op: a work request's fields, in its order (qp/post copies
+	 * them as one block) */
 	uint64_t local;
 	uint64_t remote;
-	uint64_t post_tsc;    /* when it was posted (latency histogram) */
 	uint32_t len;
 	uint32_t lkey;
 	uint32_t rkey;
 	uint8_t op;           /* enum nic_op */
+	uint8_t unsignaled;   /* always 0 (the slab is zeroed, nothing writes
+	                       * it): a WR's signaled in the block qp/post copies */
 	uint8_t tries;        /* retries so far */
 	uint8_t home;         /* index of the core whose pool it belongs to */
-	uint8_t pad;
 };
 
 _Static_assert(sizeof(struct slice) == 64, "a slice is one cache line");

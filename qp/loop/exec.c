@@ -196,6 +196,53 @@ static uint32_t loop_qp_slow(struct loop_cq *cq, struct loop_run *run, struct lo
 	return i;
 }
 
+/* The ops rm lets a peer run, as a bit per enum nic_op (WRITE needs
+ * REMOTE_WRITE, READ needs REMOTE_READ): one shift per WR to test. */
+static inline unsigned loop_ops_allowed(unsigned access)
+{
+	return ((access & NIC_ACCESS_REMOTE_WRITE) ? 1u << NIC_OP_WRITE : 0) |
+	       ((access & NIC_ACCESS_REMOTE_READ) ? 1u << NIC_OP_READ : 0);
+}
+
+/*
+ * loop_qp_fast's loop; copy is a constant at each call, so the copy-free
+ * run tests nothing per WR for it.  w->op is a valid enum nic_op:
+ * loop_post queues no other.
+ */
+static inline __attribute__((always_inline)) uint32_t
+loop_qp_fast_run(struct loop_cq *cq, struct loop_qp *qp, const struct loop_mr_memo *lm,
+		 const struct loop_mr_memo *rm, uint32_t burst, uint64_t *bytes_out, bool copy)
+{
+	const uint64_t lbase = lm->base, llen = lm->len, rbase = rm->base, rlen = rm->len;
+	const struct { uint32_t l, r; } kp = { lm->key, rm->key }; /* as lkey, rkey lie */
+	const struct soft_wqe *sq = qp->sq, *end = sq + qp->sq_size, *w = sq + qp->sq_head;
+	const unsigned ops = loop_ops_allowed(rm->access);
+	uint64_t bytes = 0, keys, wkeys;
+	uint32_t i;
+
+	_Static_assert(offsetof(struct soft_wqe, rkey) == offsetof(struct soft_wqe, lkey) + 4,
+		       "one load for both keys");
+	memcpy(&keys, &kp, sizeof(keys));
+	for (i = 0; i < burst; i++) {
+		uint64_t loff = w->local - lbase, roff = w->remote - rbase; /* wrap: huge */
+
+		memcpy(&wkeys, &w->lkey, sizeof(wkeys));
+		if (wkeys != keys || loff > llen || w->len > llen - loff || roff > rlen ||
+		    w->len > rlen - roff || !((ops >> w->op) & 1))
+			break;
+		if (copy)
+			loop_copy(w);
+		bytes += w->len;
+		if (w->signaled)
+			loop_cqe(cq, qp, w, NIC_WC_SUCCESS);
+		if (++w == end)
+			w = sq;
+	}
+	qp->sq_head = (uint32_t)(w - sq);
+	*bytes_out = bytes;
+	return i;
+}
+
 /*
  * loop_qp_slow's common case, what it would do in fewer steps: a QP
  * neither in error nor stalled, no fault plan, and WRs naming the MRs the
@@ -206,34 +253,19 @@ static uint32_t loop_qp_slow(struct loop_cq *cq, struct loop_run *run, struct lo
 static uint32_t loop_qp_fast(struct loop_cq *cq, struct loop_run *run, struct loop_qp *qp,
 			     uint32_t burst)
 {
-	const struct loop_mr_memo lm = run->lmr, rm = run->rmr;
-	uint32_t head = qp->sq_head, size = qp->sq_size, i;
-	uint64_t wrs = 0, bytes = 0;
+	uint64_t bytes;
+	uint32_t i;
 
 	/* owner 0: the memo is empty (a context id is never 0) */
-	if (qp->error || qp->stalled || run->faults || lm.owner != qp->local_id ||
-	    rm.owner != qp->peer)
+	if (qp->error || qp->stalled || run->faults || run->lmr.owner != qp->local_id ||
+	    run->rmr.owner != qp->peer)
 		return 0;
-	for (i = 0; i < burst; i++) {
-		const struct soft_wqe *w = &qp->sq[head];
-		uint64_t loff = w->local - lm.base, roff = w->remote - rm.base; /* wrap: huge */
-		unsigned need = w->op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ : NIC_ACCESS_REMOTE_WRITE;
-
-		if (w->lkey != lm.key || w->rkey != rm.key || loff > lm.len || w->len > lm.len - loff ||
-		    roff > rm.len || w->len > rm.len - roff || (rm.access & need) != need)
-			break;
-		if (likely(!run->nocopy))
-			loop_copy(w);
-		wrs++;
-		bytes += w->len;
-		if (w->signaled)
-			loop_cqe(cq, qp, w, NIC_WC_SUCCESS);
-		if (++head == size)
-			head = 0;
-	}
-	qp->sq_head = head;
+	if (run->nocopy)
+		i = loop_qp_fast_run(cq, qp, &run->lmr, &run->rmr, burst, &bytes, false);
+	else
+		i = loop_qp_fast_run(cq, qp, &run->lmr, &run->rmr, burst, &bytes, true);
 	qp->sq_count -= i;
-	run->wrs += wrs;
+	run->wrs += i;
 	run->bytes += bytes;
 	return i;
 }
@@ -319,7 +351,8 @@ int loop_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
 {
 	struct loop_qp *qp = qp_of(nqp);
 	struct loop_cq *cq = qp->cq;
-	uint32_t peer, tail, count, size;
+	struct soft_wqe *sq, *end, *w;
+	uint32_t peer, room, n = 0;
 	int rc = 0;
 
 	/* Acquire: pairs with qp_connect, which may run on the control thread. */
@@ -329,32 +362,33 @@ int loop_post(struct nic_qp *nqp, struct nic_wr *wr, struct nic_wr **bad)
 		goto out;
 	}
 	qp->peer = peer;
-	/* The send queue's tail and count in locals: the copies into the
+	/* The send queue's tail and room in locals: the copies into the
 	 * queue would make the compiler reload them for every WR. */
-	tail = qp->sq_tail;
-	count = qp->sq_count;
-	size = qp->sq_size;
+	sq = qp->sq;
+	end = sq + qp->sq_size;
+	w = sq + qp->sq_tail;
+	room = qp->sq_size - qp->sq_count;
 	/* In the error state WRs are still queued: the next poll flushes them. */
 	for (; wr; wr = wr->next) {
 		if (unlikely(wr->op != NIC_OP_WRITE && wr->op != NIC_OP_READ)) {
 			rc = -EINVAL;
 			break;
 		}
-		if (unlikely(count == size)) {
+		if (unlikely(n == room)) {
 			/* The caller's QP depth accounting is wrong. */
 			cq->cnt[CNT_SQ_OVF]++;
 			WRITE_ONCE(cq->pub[CNT_SQ_OVF], cq->cnt[CNT_SQ_OVF]);
 			rc = -ENOMEM;
 			break;
 		}
-		soft_wqe_set(&qp->sq[tail], wr);
-		if (++tail == size)
-			tail = 0;
-		count++;
+		soft_wqe_set(w, wr);
+		if (++w == end)
+			w = sq;
+		n++;
 	}
-	qp->sq_tail = tail;
-	qp->sq_count = count;
-	if (count && cds_list_empty(&qp->act))
+	qp->sq_tail = (uint32_t)(w - sq);
+	qp->sq_count += n;
+	if (qp->sq_count && cds_list_empty(&qp->act))
 		cds_list_add_tail(&qp->act, &cq->active);
 out:
 	if (rc && bad)

@@ -89,16 +89,23 @@ int wc_status_errno(uint16_t status)
 	}
 }
 
+/* The slice's local..unsignaled are a WR's local..signaled, in its order:
+ * one block copy (to the WR's end), signaled 0. */
+#define WR_SLICE_OFF(f) (offsetof(struct nic_wr, f) - offsetof(struct nic_wr, local))
+#define SLICE_WR_OFF(f) (offsetof(struct slice, f) - offsetof(struct slice, local))
+_Static_assert(WR_SLICE_OFF(remote) == SLICE_WR_OFF(remote) && WR_SLICE_OFF(len) == SLICE_WR_OFF(len) &&
+		       WR_SLICE_OFF(lkey) == SLICE_WR_OFF(lkey) &&
+		       WR_SLICE_OFF(rkey) == SLICE_WR_OFF(rkey) && WR_SLICE_OFF(op) == SLICE_WR_OFF(op) &&
+		       WR_SLICE_OFF(signaled) == SLICE_WR_OFF(unsignaled) &&
+		       sizeof(struct nic_wr) - offsetof(struct nic_wr, local) <=
+			       sizeof(struct slice) - offsetof(struct slice, local),
+	       "a slice's local..op are a work request's");
+
 static void fill_wr(struct nic_wr *w, const struct slice *s, uint64_t wr_id)
 {
 	w->wr_id = wr_id;
-	w->local = s->local;
-	w->remote = s->remote;
-	w->len = s->len;
-	w->lkey = s->lkey;
-	w->rkey = s->rkey;
-	w->op = s->op;
-	w->signaled = 0; /* qpx_post picks the signalled ones */
+	memcpy(&w->local, &s->local, sizeof(*w) - offsetof(struct nic_wr, local));
+	/* signaled is 0 (the slice's unsignaled): qpx_post picks the signalled ones */
 }
 
 /*

@@ -62,7 +62,7 @@ void core_on_slices_ok(void *owner, struct slice *const *fifo, uint32_t mask, ui
 	 * stores into the requests and slices would make the compiler read
 	 * them again every time). */
 	struct slice *free = c->pool.free;
-	uint32_t ended = c->ends.n;
+	struct ferry_rq **ended = c->ends.rq + c->ends.n, **full = c->ends.rq + RQ_ENDS;
 
 	for (uint32_t i = 0; i < n; i++) {
 		struct slice *s = fifo[(from + i) & mask];
@@ -71,23 +71,23 @@ void core_on_slices_ok(void *owner, struct slice *const *fifo, uint32_t mask, ui
 		bytes += s->len;
 		if (rq->nslices == 1) { /* its one slice: nothing to sum (see rq_account) */
 			WRITE_ONCE(rq->ok_bytes, s->len); /* published by rq_ends_flush's release of state */
-			if (unlikely(ended == RQ_ENDS)) {
-				c->ends.n = ended;
+			if (unlikely(ended == full)) {
+				c->ends.n = RQ_ENDS;
 				core_ends_full(c);
-				ended = c->ends.n;
+				ended = c->ends.rq + c->ends.n;
 			}
-			c->ends.rq[ended++] = rq;
+			*ended++ = rq;
 		} else if (rq == c->acct_rq) {
 			c->acct_len += s->len;
 		} else {
-			c->ends.n = ended; /* the switch may end the request summed before */
+			c->ends.n = (uint32_t)(ended - c->ends.rq); /* the switch may end the request summed before */
 			core_acct_switch(c, rq, s->len);
-			ended = c->ends.n;
+			ended = c->ends.rq + c->ends.n;
 		}
 		s->next = free;
 		free = s;
 	}
-	c->ends.n = ended;
+	c->ends.n = (uint32_t)(ended - c->ends.rq);
 	c->pool.free = free;
 	c->pool.avail += n;
 	stat_add(&c->ctr, bytes, bytes);

@@ -5,6 +5,7 @@
  * (slice/cut.h).  The core's thread only.
  */
 #include <errno.h>
+#include <string.h>
 
 #include "runtime/engine/engine.h"
 
@@ -27,27 +28,44 @@ static int cut_refusal(const struct ferry_rq *rq, const struct ferry_ep *ep)
 	return READ_ONCE(rq->error); /* the request failed already: move no more bytes */
 }
 
+/* Any reason a part cannot be cut at once (cut_refusal's, as a bool: the
+ * cut FIFO's path finds which).  closing and down in one load. */
+static inline bool cut_blocked(const struct ferry_rq *rq, const struct ferry_ep *ep)
+{
+	uint16_t closing_down;
+
+	_Static_assert(offsetof(struct ferry_ep, down) == offsetof(struct ferry_ep, closing) + 1,
+		       "closing and down side by side");
+	if (!ep)
+		return true;
+	memcpy(&closing_down, &ep->closing, sizeof(closing_down));
+	return ep->seg_gen != rq->seg_gen || closing_down || READ_ONCE(rq->error);
+}
+
 /*
  * The slice of a one-slice request, cut as it comes: when nothing is in
- * its way -- an endpoint that serves it, a slice in the pool.  False: the
- * cut FIFO's path takes it (parking, refusals, a dry pool).  The caller
- * counts the slice in slices_out and the request in reqs_done.
+ * its way -- an endpoint that serves it, a slice in the pool (its free
+ * list in *free: port_take keeps it in a local).  False: the cut FIFO's
+ * path takes it (parking, refusals, a dry pool).  The caller counts the
+ * slice in slices_out, the pool's avail and the request in reqs_done.
  */
 static inline __attribute__((always_inline)) bool cut_whole(struct ferry_core *c,
-							     struct ferry_rq *rq)
+							     struct ferry_rq *rq,
+							     struct slice **free,
+							     struct ferry_ep **last)
 {
 	struct ferry_ep *ep = core_rq_ep(c, rq);
-	struct slice *s;
+	struct slice *s = *free;
 
-	if (unlikely(cut_refusal(rq, ep) != 0))
+	if (unlikely(cut_blocked(rq, ep) || !s))
 		return false;
-	s = slice_get(&c->pool);
-	if (unlikely(!s))
-		return false;
-	ep_touch(ep);
-	core_ep_activate(c, ep);
-	slice_fill_whole(s, rq, ep, rq->lreg->mr[c->index][ep->tx].lkey,
-			 rq->rreg->rkey[ep->remote_nic]);
+	*free = s->next;
+	if (ep != *last) { /* touched and active already when it was the last one's */
+		ep_touch(ep);
+		core_ep_activate(c, ep);
+		*last = ep;
+	}
+	slice_fill_whole(s, rq, ep, region_lkey(rq->lreg, ep), rq->rreg->rkey[ep->remote_nic]);
 	slice_list_push(&ep->pending, s);
 	return true;
 }
@@ -60,20 +78,30 @@ static __attribute__((noinline)) uint32_t port_take(struct ferry_core *c, struct
 {
 	struct ferry_ring_view v;
 	unsigned n = ferry_ring_look(r, &v, room < PORT_BURST ? room : PORT_BURST);
-	uint32_t cut = 0;
+	struct slice *free = c->pool.free; /* in a local: see cut_whole */
+	struct ferry_ep *last = NULL;
+	unsigned k = 0, cut;
 
-	for (unsigned k = 0; k < n; k++) {
+	/* Cut at once what needs no FIFO, unless parts wait there (they go
+	 * first): once one part went there, the rest of the burst follows. */
+	if (!cut_fifo_count(&c->cut))
+		for (; k < n; k++) {
+			unsigned part;
+			struct ferry_rq *rq = rq_part_untag(ferry_ring_at(r, &v, k), &part);
+
+			if (unlikely(rq->nslices != 1) || unlikely(!cut_whole(c, rq, &free, &last)))
+				break;
+		}
+	cut = k;
+	for (; k < n; k++) {
 		unsigned part;
 		struct ferry_rq *rq = rq_part_untag(ferry_ring_at(r, &v, k), &part);
 
-		/* Cut at once what needs no FIFO, unless parts wait there
-		 * (they go first). */
-		if (rq->nslices == 1 && !cut_fifo_count(&c->cut) && cut_whole(c, rq))
-			cut++;
-		else
-			cut_part_init(cut_fifo_push(&c->cut), rq, part);
+		cut_part_init(cut_fifo_push(&c->cut), rq, part);
 	}
 	ferry_ring_done(r, &v);
+	c->pool.free = free;
+	c->pool.avail -= cut;
 	c->slices_out += cut;
 	stat_add(&c->ctr, reqs_done, cut);
 	return n;
@@ -123,7 +151,7 @@ static void cut_tmpl_init(struct cut_tmpl *t, const struct ferry_core *c, struct
 {
 	t->rq = rq;
 	t->ep = ep;
-	t->lkey = rq->lreg->mr[c->index][ep->tx].lkey;
+	t->lkey = region_lkey(rq->lreg, ep);
 	t->rkey = rq->rreg->rkey[ep->remote_nic];
 	t->slice_size = c->slice_size;
 }
@@ -140,7 +168,10 @@ uint32_t core_cut(struct ferry_core *c)
 		struct ferry_ep *ep;
 		int err;
 
-		if (rq->nslices == 1 && cut_whole(c, rq)) { /* no template, no loop */
+		struct ferry_ep *none = NULL;
+
+		if (rq->nslices == 1 && cut_whole(c, rq, &c->pool.free, &none)) { /* no template, no loop */
+			c->pool.avail--;
 			cut++;
 			whole++;
 			c->cut.head++;

@@ -100,7 +100,7 @@ static bool xfer_take(struct ferry_core *c, struct slice *f)
 		core_slice_finish(c, n, READ_ONCE(rq->error));
 		return true;
 	}
-	n->lkey = rq->lreg->mr[c->index][ep->tx].lkey;
+	n->lkey = region_lkey(rq->lreg, ep);
 	n->rkey = rq->rreg->rkey[ep->remote_nic];
 	slice_list_push_front(&ep->pending, n);
 	core_ep_activate(c, ep);

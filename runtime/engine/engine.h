@@ -46,6 +46,22 @@ struct mem_region {
 	struct nic_mr mr[FERRY_MAX_CORES][CORE_MAX_TX]; /* per core, per context */
 };
 
+/* Where core `core`'s lkey for context tx lies in a struct mem_region (an
+ * endpoint keeps it: one load for the cutting core instead of the index
+ * arithmetic). */
+static inline uint32_t region_lkey_off(unsigned core, unsigned tx)
+{
+	return (uint32_t)(offsetof(struct mem_region, mr) +
+			  (core * CORE_MAX_TX + tx) * sizeof(struct nic_mr) +
+			  offsetof(struct nic_mr, lkey));
+}
+
+/* Region r's lkey for ep's core and context. */
+static inline uint32_t region_lkey(const struct mem_region *r, const struct ferry_ep *ep)
+{
+	return *(const uint32_t *)((const char *)r + ep->lkey_off);
+}
+
 struct ferry_engine {
 	struct ferry_opts opts;        /* checked, complete (whatever size the caller had) */
 	struct ferry_knobs knobs;

@@ -57,6 +57,7 @@ static int ep_prepare(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot
 	ep->seg_slot = slot;
 	ep->seg_gen = s->gen;
 	ep->remote_nic = s->peer_nics[i % s->n_peer_nics];
+	ep->lkey_off = region_lkey_off(i, s->tx);
 	ep->rail.published = &s->rail_paused[i];
 	ep->cut_off = &s->rail_down[i];
 	p->token = e->next_token + 1;

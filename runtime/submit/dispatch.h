@@ -53,23 +53,47 @@ static inline void dispatch_end(const struct dispatch *d)
 	d->p->rr = d->rr;
 }
 
-/* Stage part `part` of rq on core `core`: with SUBMIT_PUBLISH staged
- * there, the core is shown them (it starts on them while the rest is
- * validated).  True when it had to wait for room. */
-static inline bool part_enqueue(const struct dispatch *d, unsigned core, struct ferry_rq *rq,
-				unsigned part)
+/* Stage tagged (a request's part) on core `core`, whose ring and run
+ * those are: with SUBMIT_PUBLISH staged there, the core is shown them (it
+ * starts on them while the rest is validated).  True when it had to wait
+ * for room. */
+static inline bool part_stage(const struct dispatch *d, unsigned core, struct ferry_ring *ring,
+			      struct ferry_ring_run *run, void *tagged)
 {
-	struct ferry_ring_run *run = &d->runs[core];
-	void *tagged = rq_part_tag(rq, part);
 	bool waited = false;
 
-	if (unlikely(!ferry_ring_stage(&d->rings[core], run, tagged)))
+	if (unlikely(!ferry_ring_stage(ring, run, tagged)))
 		waited = part_wait(d->p, core, tagged);
 	if (run->n == 1)
 		d->p->staged |= 1ull << core;
 	else if (unlikely(run->n >= SUBMIT_PUBLISH))
 		port_publish_core(d->p, core);
 	return waited;
+}
+
+/* part_stage for a run of parts to one core that was marked in staged
+ * before the run (no test per part): a wait for room publishes and clears
+ * the marks, so it marks the core again. */
+static inline bool part_stage_marked(const struct dispatch *d, unsigned core,
+				     struct ferry_ring *ring, struct ferry_ring_run *run,
+				     void *tagged)
+{
+	if (unlikely(!ferry_ring_stage(ring, run, tagged))) {
+		bool waited = part_wait(d->p, core, tagged);
+
+		d->p->staged |= 1ull << core;
+		return waited;
+	}
+	if (unlikely(run->n >= SUBMIT_PUBLISH))
+		port_publish_core(d->p, core);
+	return false;
+}
+
+/* Stage part `part` of rq on core `core`; true when it waited for room. */
+static inline bool part_enqueue(const struct dispatch *d, unsigned core, struct ferry_rq *rq,
+				unsigned part)
+{
+	return part_stage(d, core, &d->rings[core], &d->runs[core], rq_part_tag(rq, part));
 }
 
 /* Stage rq's parts: they go to the rails in turn, starting at a core that
@@ -88,6 +112,13 @@ static inline __attribute__((always_inline)) bool rq_dispatch(struct dispatch *d
 		if (++core == d->ncores)
 			core = 0;
 	return part_enqueue(d, core, rq, 0);
+}
+
+/* k requests dispatched without rq_dispatch (their one rail decided the
+ * core): the round-robin start moves on as k calls would have moved it. */
+static inline void dispatch_skip(struct dispatch *d, uint32_t k)
+{
+	d->rr = (d->rr + k) % d->ncores; /* once per run: a division is fine */
 }
 
 #endif /* FERRY_RUNTIME_DISPATCH_H */

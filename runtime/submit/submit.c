@@ -27,6 +27,15 @@ static int rq_check_args(const struct ferry_req *r)
 	return 0;
 }
 
+/* rq_check_args inside a run: a NULL local fails the range check against
+ * the run's region, which never starts at 0 (ferry_mem_register_access). */
+static inline bool run_args_bad(const struct ferry_req *r)
+{
+	_Static_assert(FERRY_OP_READ == 0 && FERRY_OP_WRITE == 1, "the ops are 0 and 1");
+	return (unsigned)r->op > FERRY_OP_WRITE || r->len == 0 ||
+	       (uintptr_t)r->local + r->len < (uintptr_t)r->local || r->remote + r->len < r->remote;
+}
+
 /*
  * What one submit call holds across its requests: references taken in
  * bulk, one atomic per run of consecutive requests to one segment or one
@@ -392,51 +401,80 @@ static void rq_unprepare(struct ferry_rq *rq, struct submit_hold *h)
  * references the hold took for them (i < seg_end, lreg_end: same handle,
  * range in the region), the rails picked (rails.left), and the peer's
  * region (same descriptor, covers them, allows their op).  Each is checked
- * for what can differ (its arguments, handle and ranges, the segment going
- * stale) and filled from rq; the first that differs is left to
- * rq_prepare.  Returns how many, from reqs[i] on, it queued; slots from
- * rqs[i] on.
+ * for what can differ (its arguments, handle and ranges) and filled from
+ * rq; the first that differs is left to rq_prepare.  The segment going
+ * stale is looked at once, at the start: a run never waits (a wait for
+ * ring room ends it), so that look is as fresh for its requests as a lone
+ * request's validation is by the time a core takes it.  Returns how many,
+ * from reqs[i] on, it queued; slots from rqs[i] on.
  */
-static uint32_t submit_run(struct dispatch *d, struct submit_hold *h, const struct ferry_rq *rq,
-			   struct ferry_rq *rqs, const struct ferry_req *reqs, uint32_t i,
-			   uint32_t n, bool wait)
+/* submit_run's loop over reqs[i, end), after its first checks: wait and
+ * one are constants where it is hot (one: rq's rails are one core, so each
+ * request is one part for that core).  Returns where it stopped; *waited
+ * when a wait for ring room ended it. */
+static inline __attribute__((always_inline)) uint32_t
+run_loop(struct dispatch *d, const struct submit_hold *h, const struct ferry_rq *rq,
+	 struct ferry_rq *rqs, const struct ferry_req *reqs, uint32_t i, uint32_t end, bool wait,
+	 bool one, bool *waited)
 {
 	struct ferry_port *p = d->p;
-	uint32_t end = h->seg_end < h->lreg_end ? h->seg_end : h->lreg_end, first = i;
 	const struct seg_region *g = rq->rreg;
 	uint64_t gbase = g->addr, gend = g->addr + g->len;
 	uint64_t lbase = READ_ONCE(h->lreg->addr), lend = lbase + READ_ONCE(h->lreg->len);
 	uint32_t allow = g->access, slice_size = p->e->opts.slice_size;
-	struct ferry_seg *s = rq->seg;
-	bool waited = false;
+	uint32_t nrails = one ? 1 : h->rails.n; /* a constant where one is */
+	unsigned core = one ? (unsigned)__builtin_ctzll(h->rails.rails) : 0;
+	struct ferry_ring *ring = &d->rings[core];
+	struct ferry_ring_run *run = &d->runs[core];
 
 	/* NIC_ACCESS_REMOTE_READ is bit FERRY_OP_READ, _WRITE bit FERRY_OP_WRITE */
 	_Static_assert(NIC_ACCESS_REMOTE_READ == 1u << FERRY_OP_READ &&
 		       NIC_ACCESS_REMOTE_WRITE == 1u << FERRY_OP_WRITE, "an op's access bit");
+	if (one) /* whatever the run stages goes to core: marked once */
+		p->staged |= 1ull << core;
+	for (; i < end; i++) {
+		const struct ferry_req *r = &reqs[i];
+		struct ferry_rq *q = &rqs[i];
+
+		if (run_args_bad(r) || r->seg != h->handle || (uintptr_t)r->local < lbase ||
+		    (uintptr_t)r->local + r->len > lend || !((allow >> r->op) & 1) ||
+		    r->remote < gbase || r->remote + r->len > gend)
+			break;
+		rq_fill(q, r, rq, slice_size, nrails);
+		if (!wait && !rq_fits(p, q))
+			break;
+		if (one ? part_stage_marked(d, core, ring, run, q) : rq_dispatch(d, q)) {
+			*waited = true;
+			return i + 1;
+		}
+	}
+	return i;
+}
+
+static uint32_t submit_run(struct dispatch *d, struct submit_hold *h, const struct ferry_rq *rq,
+			   struct ferry_rq *rqs, const struct ferry_req *reqs, uint32_t i,
+			   uint32_t n, bool wait)
+{
+	uint32_t end = h->seg_end < h->lreg_end ? h->seg_end : h->lreg_end, first = i;
+	struct ferry_seg *s = rq->seg;
+	bool waited = false, one = h->rails.n == 1;
+
 	if (!h->rails.rails)
+		return 0;
+	/* pairs with: store_release in seg_refresh_locked */
+	if (READ_ONCE(s->stale) || load_acquire(s->desc) != h->desc)
 		return 0;
 	if (end > i + h->rails.left)
 		end = i + h->rails.left;
 	if (end > n)
 		end = n;
-	for (; i < end; i++) {
-		const struct ferry_req *r = &reqs[i];
-		struct ferry_rq *q = &rqs[i];
-
-		if (rq_check_args(r) || r->seg != h->handle || (uintptr_t)r->local < lbase ||
-		    (uintptr_t)r->local + r->len > lend || !((allow >> r->op) & 1) ||
-		    r->remote < gbase || r->remote + r->len > gend || READ_ONCE(s->stale) ||
-		    load_acquire(s->desc) != h->desc) /* pairs with: store_release in seg_refresh_locked */
-			break;
-		rq_fill(q, r, rq, slice_size, h->rails.n);
-		if (!wait && !rq_fits(p, q))
-			break;
-		if (rq_dispatch(d, q)) {
-			waited = true;
-			i++;
-			break;
-		}
-	}
+	/* ferry_submit to one rail, the common case, has its own copy */
+	if (wait && one)
+		i = run_loop(d, h, rq, rqs, reqs, i, end, true, true, &waited);
+	else
+		i = run_loop(d, h, rq, rqs, reqs, i, end, wait, one, &waited);
+	if (one)
+		dispatch_skip(d, i - first);
 	h->seg_left -= i - first;
 	h->lreg_left -= i - first;
 	h->rails.left = waited ? 0 : h->rails.left - (i - first); /* pick again after a wait */

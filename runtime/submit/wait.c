@@ -122,16 +122,17 @@ int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms)
 int ferry_req_status(const struct ferry_batch *b, uint32_t i, struct ferry_req_status *st)
 {
 	const struct ferry_rq *rq;
+	int32_t state, error;
 
 	if (!b || !st)
 		return -EINVAL;
 	if (i >= b->n)
 		return -ERANGE;
 	rq = &b->rqs[i];
-	st->state = load_acquire(rq->state); /* pairs with: store_release in rq_finish/rq_refuse */
-	st->error = READ_ONCE(rq->error);
+	state = load_acquire(rq->state); /* pairs with: store_release in rq_finish/rq_refuse */
+	error = READ_ONCE(rq->error);
+	st->state = state;
+	st->error = state == FERRY_PENDING ? 0 : error; /* final only once the request is */
 	st->bytes = READ_ONCE(rq->ok_bytes);
-	if (st->state == FERRY_PENDING)
-		st->error = 0; /* an error is final only once the request is */
 	return 0;
 }
