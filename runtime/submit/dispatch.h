@@ -124,8 +124,8 @@ static inline void dispatch_skip(struct dispatch *d, uint32_t k)
 /*
  * Fill a run's slot q, its request i, from t, the run's first (same
  * batch, segment and rails; at most nrails parts); false to end the run
- * before it.  Passed
- * to dispatch_run as a constant, so it is inlined there.
+ * before it.  Passed to dispatch_run as a constant, so it is inlined
+ * there.
  */
 typedef bool run_fill_fn(const void *ctx, struct ferry_rq *q, const struct ferry_rq *t,
 			 uint32_t i, uint32_t nrails);
@@ -133,11 +133,11 @@ typedef bool run_fill_fn(const void *ctx, struct ferry_rq *q, const struct ferry
 /*
  * The loop of a run: requests i..end of a submit call that share the
  * rails (nrails of them) picked for t, the run's first, each filled into
- * its slot rqs[i] by fill and staged.  one (a constant where it is hot): the rails are one core,
- * so each request is one part staged straight on that core's ring (the
- * core marked staged once: no rail
- * scan or part count per request; the caller moves the round-robin
- * start on with dispatch_skip).  wait: else stop before a request
+ * its slot rqs[i] by fill and staged.  one (a constant where it is hot):
+ * the rails are one core, so each request is one part staged straight on
+ * that core's ring (the core marked staged once: no rail scan or part
+ * count per request; the caller moves the round-robin start on with
+ * dispatch_skip).  wait: else stop before a request
  * whose rings have no room.  Returns where it stopped; *waited when a
  * wait for ring room ended it (the rails may have changed).  ferry_submit
  * (submit.c) and ferry_prep_submit (prep.c) run their runs through it.

@@ -437,22 +437,24 @@ static inline bool run_fill(const void *ctx, struct ferry_rq *q, const struct fe
  * request's validation is by the time a core takes it.  Returns how many,
  * from reqs[i] on, it queued; slots from rqs[i] on.
  */
+/* noinline: its loop gets registers of its own (2 instructions fewer per
+ * request than inside submit_some, make callgrind) */
 static __attribute__((noinline)) uint32_t
 submit_run(struct dispatch *d, struct submit_hold *h, const struct ferry_rq *rq,
-			   struct ferry_rq *rqs, const struct ferry_req *reqs, uint32_t i,
-			   uint32_t n, bool wait)
+	   struct ferry_rq *rqs, const struct ferry_req *reqs, uint32_t i, uint32_t n, bool wait)
 {
 	uint32_t end = h->seg_end < h->lreg_end ? h->seg_end : h->lreg_end, first = i;
 	struct ferry_seg *s = rq->seg;
 	bool waited = false, one = h->rails.n == 1;
 	const struct seg_region *g = rq->rreg;
+	uint64_t lbase = READ_ONCE(h->lreg->addr);
 	const struct run_ctx c = {
 		.reqs = reqs,
 		.handle = h->handle,
 		.gbase = g->addr,
 		.gend = g->addr + g->len,
-		.lbase = READ_ONCE(h->lreg->addr),
-		.lend = READ_ONCE(h->lreg->addr) + READ_ONCE(h->lreg->len),
+		.lbase = lbase,
+		.lend = lbase + READ_ONCE(h->lreg->len),
 		.allow = g->access,
 		.slice_size = d->p->e->opts.slice_size,
 	};
