@@ -71,6 +71,11 @@ struct ferry_rq {
 #define RQ_SHARED_SIZE \
 	(offsetof(struct ferry_rq, seg_refs) + sizeof(uint64_t *) - offsetof(struct ferry_rq, seg_slot))
 
+/* local .. nslices: the transfer itself, which a prepared set keeps as an
+ * image copied as one block (runtime/submit/prep.c); seg_slot follows. */
+#define RQ_HEAD_SIZE (offsetof(struct ferry_rq, nslices) + sizeof(uint64_t))
+_Static_assert(RQ_HEAD_SIZE == offsetof(struct ferry_rq, seg_slot), "local .. nslices, then seg_slot");
+
 _Static_assert(_Alignof(struct ferry_rq) >= (1 << RQ_PART_BITS),
 	       "a part index fits the request pointer's low bits");
 

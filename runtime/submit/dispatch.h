@@ -121,4 +121,51 @@ static inline void dispatch_skip(struct dispatch *d, uint32_t k)
 	d->rr = (d->rr + k) % d->ncores; /* once per run: a division is fine */
 }
 
+/*
+ * Fill a run's slot q, its request i, from t, the run's first (same
+ * batch, segment and rails; at most nrails parts); false to end the run
+ * before it.  Passed to dispatch_run as a constant, so it is inlined
+ * there.
+ */
+typedef bool run_fill_fn(const void *ctx, struct ferry_rq *q, const struct ferry_rq *t,
+			 uint32_t i, uint32_t nrails);
+
+/*
+ * The loop of a run: requests i..end of a submit call that share the
+ * rails (nrails of them) picked for t, the run's first, each filled into
+ * its slot rqs[i] by fill and staged.  one (a constant where it is hot):
+ * the rails are one core, so each request is one part staged straight on
+ * that core's ring (the core marked staged once: no rail scan or part
+ * count per request; the caller moves the round-robin start on with
+ * dispatch_skip).  wait: else stop before a request
+ * whose rings have no room.  Returns where it stopped; *waited when a
+ * wait for ring room ended it (the rails may have changed).  ferry_submit
+ * (submit.c) and ferry_prep_submit (prep.c) run their runs through it.
+ */
+static inline __attribute__((always_inline)) uint32_t
+dispatch_run(struct dispatch *d, uint64_t rails, uint32_t nrails, bool one, bool wait,
+	     const struct ferry_rq *t, struct ferry_rq *rqs, uint32_t i, uint32_t end,
+	     run_fill_fn *fill, const void *ctx, bool *waited)
+{
+	unsigned core = one ? (unsigned)__builtin_ctzll(rails) : 0;
+	struct ferry_ring *ring = &d->rings[core];
+	struct ferry_ring_run *run = &d->runs[core];
+
+	if (one) { /* whatever the run stages goes to core: marked once */
+		d->p->staged |= 1ull << core;
+		nrails = 1; /* a constant in the fills */
+	}
+	for (; i < end; i++) {
+		struct ferry_rq *q = &rqs[i];
+
+		if (!fill(ctx, q, t, i, nrails) || (!wait && !rq_fits(d->p, q)))
+			break;
+		if (one ? part_stage_marked(d, core, ring, run, q) : rq_dispatch(d, q)) {
+			*waited = true;
+			return i + 1;
+		}
+	}
+	return i;
+}
+
 #endif /* FERRY_RUNTIME_DISPATCH_H */

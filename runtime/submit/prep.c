@@ -16,9 +16,9 @@
 #include "runtime/submit/dispatch.h"
 
 struct prep_entry {
-	uint64_t local, remote, len;
-	uint64_t nslices;
-	uint8_t op;                    /* enum nic_op */
+	/* A slot's local .. nslices (RQ_HEAD_SIZE), nparts 1 (one rail):
+	 * copied as one block per submit. */
+	uint64_t head[RQ_HEAD_SIZE / sizeof(uint64_t)];
 	struct mem_region *lreg;       /* referenced by the set */
 	const struct seg_region *rreg; /* in a descriptor kept until the segment closes */
 };
@@ -27,6 +27,7 @@ struct ferry_prep {
 	struct ferry_port *port;
 	ferry_seg_t seg;
 	uint32_t n;
+	struct mem_region *lreg;       /* every entry's, if they share one; else NULL */
 	struct prep_entry entry[];
 };
 
@@ -40,25 +41,38 @@ static void prep_unref(struct ferry_prep *pr, uint32_t upto)
 static int prep_entry_init(struct ferry_engine *e, const struct seg_desc *d,
 			   struct prep_entry *pe, const struct ferry_req *r)
 {
+	struct ferry_rq t;
+
 	if ((r->op != FERRY_OP_READ && r->op != FERRY_OP_WRITE) || !r->local || r->len == 0)
 		return -EINVAL;
-	pe->local = (uintptr_t)r->local;
-	pe->remote = r->remote;
-	pe->len = r->len;
-	pe->op = r->op == FERRY_OP_READ ? NIC_OP_READ : NIC_OP_WRITE;
-	pe->nslices = slice_count(r->len, e->opts.slice_size);
+	t.local = (uintptr_t)r->local;
+	t.remote = r->remote;
+	t.len = r->len;
+	t.op = r->op == FERRY_OP_READ ? NIC_OP_READ : NIC_OP_WRITE;
+	t.nparts = 1;
+	t.nslices = slice_count(r->len, e->opts.slice_size);
+	memcpy(pe->head, &t, RQ_HEAD_SIZE);
 	pe->rreg = seg_desc_find(d, r->remote, r->len);
 	if (!pe->rreg)
 		return -EFAULT;
-	if (!(pe->rreg->access & (pe->op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ :
-							  NIC_ACCESS_REMOTE_WRITE)))
+	if (!(pe->rreg->access & (t.op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ :
+							 NIC_ACCESS_REMOTE_WRITE)))
 		return -EACCES;
 	pthread_rwlock_rdlock(&e->regions_lock);
-	pe->lreg = ferry_region_find(e, pe->local, pe->len);
+	pe->lreg = ferry_region_find(e, t.local, t.len);
 	if (pe->lreg)
 		fetch_add_relaxed(pe->lreg->refs, 1); /* under the read lock: unregister sees it */
 	pthread_rwlock_unlock(&e->regions_lock);
 	return pe->lreg ? 0 : -EFAULT;
+}
+
+/* The local region every entry uses, or NULL if they use several. */
+static struct mem_region *prep_one_lreg(const struct ferry_prep *pr)
+{
+	for (uint32_t i = 1; i < pr->n; i++)
+		if (pr->entry[i].lreg != pr->entry[0].lreg)
+			return NULL;
+	return pr->entry[0].lreg;
 }
 
 int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const struct ferry_req *reqs,
@@ -94,6 +108,7 @@ int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const struct ferry_
 	pr->port = p;
 	pr->seg = seg;
 	pr->n = n;
+	pr->lreg = prep_one_lreg(pr);
 	*out = pr;
 	return 0;
 }
@@ -128,34 +143,98 @@ static struct ferry_seg *prep_seg_refs(struct ferry_engine *e, ferry_seg_t h, ui
 	return s;
 }
 
-/* Slot rq for entry pe: every field, once. */
+/* Slot rq for entry pe, a run's first: every field, once (its local
+ * region's reference taken by the caller). */
 static void prep_fill(struct ferry_rq *rq, const struct prep_entry *pe, struct ferry_seg *s,
 		      uint32_t slot, ferry_seg_t h, struct rq_batch *b)
 {
+	memcpy(rq, pe->head, RQ_HEAD_SIZE);
 	rq->batch = b;
 	rq->ok_bytes = 0;
 	rq->error = 0;
 	WRITE_ONCE(rq->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
-	rq->local = pe->local;
-	rq->remote = pe->remote;
-	rq->len = pe->len;
-	rq->op = pe->op;
-	rq->nslices = pe->nslices;
 	rq->lreg = pe->lreg;
 	rq->rreg = pe->rreg;
-	fetch_add_relaxed(pe->lreg->refs, 1); /* the set holds one too: unregister is -EBUSY */
 	rq->lreg_refs = &pe->lreg->refs;
 	rq->seg = s;
 	rq->seg_slot = slot;
 	rq->seg_gen = (uint32_t)(h >> 32);
 	rq->seg_refs = &s->inflight;
+	rq->remaining = rq->len;
 }
 
+/* What prep_run_fill needs besides the run's first. */
+struct prep_run {
+	const struct prep_entry *entry;
+	const uint32_t *idx;           /* the call's, from its first */
+	bool lreg_each;                /* several local regions: a reference per request */
+};
+
+/* dispatch_run's fill for ferry_prep_submit: entry idx[i] into slot q,
+ * the segment, batch and rails from the run's first (t), no checks. */
+static inline bool prep_run_fill(const void *ctx, struct ferry_rq *q, const struct ferry_rq *t,
+				 uint32_t i, uint32_t nrails)
+{
+	const struct prep_run *c = ctx;
+	const struct prep_entry *pe = &c->entry[c->idx[i]];
+
+	memcpy(q, pe->head, RQ_HEAD_SIZE);
+	/* batch, segment, rails and their references; the regions follow */
+	memcpy(&q->RQ_SHARED_FIRST, &t->RQ_SHARED_FIRST, RQ_SHARED_SIZE);
+	q->lreg = pe->lreg;
+	q->rreg = pe->rreg;
+	q->lreg_refs = &pe->lreg->refs;
+	if (c->lreg_each)
+		fetch_add_relaxed(pe->lreg->refs, 1); /* the set holds one too: unregister is -EBUSY */
+	q->ok_bytes = 0;
+	q->error = 0;
+	WRITE_ONCE(q->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
+	if (nrails != 1 && q->nslices > 1) /* a constant 1 on one rail: head's nparts */
+		q->nparts = q->nslices < nrails ? (uint32_t)q->nslices : nrails;
+	q->remaining = q->len;
+	return true;
+}
+
+/* Requests i..end of the call after t, its run's first, on t's rails:
+ * where it stopped, *waited when a wait for ring room ended it. */
+static uint32_t prep_run(struct dispatch *d, const struct rails_snap *rails,
+			 const struct ferry_rq *t, struct ferry_rq *rqs, uint32_t i, uint32_t end,
+			 const struct prep_run *c, bool *waited)
+{
+	uint32_t k;
+
+	if (rails->n != 1)
+		return dispatch_run(d, rails->rails, rails->n, false, true, t, rqs, i, end,
+				    prep_run_fill, c, waited);
+	k = dispatch_run(d, rails->rails, 1, true, true, t, rqs, i, end, prep_run_fill, c, waited);
+	dispatch_skip(d, k - i);
+	return k;
+}
+
+/* Every slot of the call FAILED -EBADF (the segment is closed or stale). */
+static void prep_refuse(struct ferry_batch *b, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct ferry_rq *rq = &b->rqs[b->n++];
+
+		rq_clear(rq, &b->acct);
+		rq_refuse(rq, -EBADF);
+	}
+}
+
+/*
+ * The entries go in runs like ferry_submit's (dispatch_run): a run's first
+ * is filled and its rails picked, the rest of the run copies those and
+ * its entry's image, with nothing to check -- the set was validated once
+ * and the segment is looked at once per call (prep_seg_refs).
+ */
 int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const uint32_t *idx,
 		      uint32_t n)
 {
 	struct rails_snap rails = { .left = 0 };
+	struct prep_run c;
 	struct ferry_engine *e;
+	struct ferry_rq *rqs;
 	struct ferry_seg *s;
 	uint32_t first, slot;
 	struct dispatch d;
@@ -169,26 +248,41 @@ int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const 
 			return -EINVAL;
 	e = b->port->e;
 	first = b->n;
-	dispatch_begin(&d, b->port);
 	s = n ? prep_seg_refs(e, pr->seg, n, &slot) : NULL;
-	if (s) /* every request is queued: counted at once (see submit_some) */
-		fetch_add_relaxed(b->acct.pending, n); /* published by the ring's release */
-	for (uint32_t i = 0; i < n; i++) {
-		struct ferry_rq *rq = &b->rqs[b->n++];
+	if (!s) {
+		prep_refuse(b, n);
+		return (int)first;
+	}
+	fetch_add_relaxed(b->acct.pending, n); /* published by the ring's release */
+	if (pr->lreg) /* the one region of every entry: the call's references at once */
+		fetch_add_relaxed(pr->lreg->refs, n); /* the set holds one too: unregister is -EBUSY */
+	c.entry = pr->entry;
+	c.idx = idx;
+	c.lreg_each = !pr->lreg;
+	rqs = &b->rqs[first];
+	dispatch_begin(&d, b->port);
+	for (uint32_t i = 0; i < n;) {
+		struct ferry_rq *rq = &rqs[i];
+		bool waited = false;
+		uint32_t end;
 
-		if (!s) {
-			rq_clear(rq, &b->acct);
-			rq_refuse(rq, -EBADF);
-			continue;
-		}
 		prep_fill(rq, &pr->entry[idx[i]], s, slot, pr->seg, &b->acct);
+		if (c.lreg_each)
+			fetch_add_relaxed(rq->lreg->refs, 1); /* the set holds one too */
 		rq_rails(e, rq, &rails);
 		if (rq->nslices < rq->nparts)
 			rq->nparts = (uint32_t)rq->nslices;
-		rq->remaining = rq->len;
-		if (rq_dispatch(&d, rq))
-			rails.left = 0;
+		i++;
+		if (rq_dispatch(&d, rq) || !rails.rails) {
+			rails.left = 0; /* pick again after a wait; none: each looks again */
+			continue;
+		}
+		end = n - i < rails.left ? n : i + rails.left;
+		end = prep_run(&d, &rails, rq, rqs, i, end, &c, &waited);
+		rails.left = waited ? 0 : rails.left - (end - i);
+		i = end;
 	}
+	b->n += n;
 	dispatch_end(&d);
 	port_publish(b->port);
 	return (int)first;

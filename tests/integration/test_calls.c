@@ -310,6 +310,51 @@ static void test_prep(void **state)
 	assert_int_equal(ferry_prep_destroy(NULL), -EINVAL);
 }
 
+/*
+ * One call much longer than a run (RAILS_REUSE) and than the rings (they
+ * wait for room), one-slice WRITEs over both cores: every entry lands,
+ * whether the set's entries share one local region (its references taken
+ * per call) or use two (per request); the references all come back (the
+ * second region unregisters once the sets are gone).
+ */
+static void test_prep_long_call(void **state)
+{
+	enum { N = 150, LEN = 4096 };
+	static struct ferry_req r[N];
+	static uint32_t idx[N];
+	uint8_t *l2 = aligned_alloc(4096, N * LEN);
+	struct ferry_prep *pr;
+	struct ferry_batch *b;
+
+	(void)state;
+	assert_non_null(l2);
+	assert_int_equal(ferry_mem_register(P.init, l2, N * LEN), 0);
+	fill_pattern(l2, N * LEN, 21);
+	fill_pattern(P.lbuf, N * LEN, 22);
+	for (uint32_t i = 0; i < N; i++)
+		idx[i] = (i * 7) % N; /* every entry once, out of order */
+	assert_int_equal(ferry_batch_create(P.port, N, &b), 0);
+	for (int mixed = 0; mixed < 2; mixed++) {
+		for (uint32_t i = 0; i < N; i++) {
+			uint8_t *l = mixed && i % 3 ? P.lbuf : l2;
+
+			r[i] = mkreq(FERRY_OP_WRITE, l + i * LEN, 0, P.rbuf + i * LEN, LEN);
+		}
+		memset(P.rbuf, 0, N * LEN);
+		assert_int_equal(ferry_prep_create(P.port, P.seg, r, N, &pr), 0);
+		assert_int_equal(ferry_prep_submit(b, pr, idx, N), 0);
+		assert_int_equal(ferry_batch_wait(b, WAIT_DEADLINE_MS), 0);
+		for (uint32_t i = 0; i < N; i++)
+			assert_memory_equal(P.rbuf + i * LEN, r[i].local, LEN);
+		assert_int_equal(ferry_mem_unregister(P.init, l2), -EBUSY);
+		assert_int_equal(ferry_prep_destroy(pr), 0);
+		assert_int_equal(ferry_batch_reset(b), 0);
+	}
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_mem_unregister(P.init, l2), 0);
+	free(l2);
+}
+
 /* A set whose segment was closed: its requests end FAILED -EBADF. */
 static void test_prep_closed_segment(void **state)
 {
@@ -341,6 +386,7 @@ int main(void)
 		cmocka_unit_test(test_cancel_races),
 		cmocka_unit_test(test_cancel_gauge),
 		cmocka_unit_test(test_prep),
+		cmocka_unit_test(test_prep_long_call),
 		cmocka_unit_test(test_prep_closed_segment),
 	};
 
