@@ -22,6 +22,11 @@
 #                            target): idle policy caller, the waiting thread
 #                            runs the passes, one thread per process like
 #                            perftest's; "" for the cores' own threads
+#   COMPARE_BW_ARGS=--caller  ferry's throughput runs (the initiator): the
+#                            same, one polling thread like perftest's (on the
+#                            VM's 2 vCPUs the cores' own threads compete with
+#                            rxe: 0.88-1.04x against 0.95-1.57x, README); ""
+#                            for the cores' own threads
 #   COMPARE_ROUNDS=1         repeat everything; the table shows medians
 #   COMPARE_VERIFY=1         ferry_bench --verify (WRITE then reads everything back)
 #   FERRY_BENCH_ARGS="..."   extra flags for the ferry initiator (e.g. --spin)
@@ -50,6 +55,7 @@ DEPTH=${COMPARE_DEPTH:-128}
 LAT_ITERS=${COMPARE_LAT_ITERS:-2000}
 LAT_OPS=${COMPARE_LAT_OPS-write read}
 LAT_ARGS=${COMPARE_LAT_ARGS---caller}
+BW_ARGS=${COMPARE_BW_ARGS---caller}
 ROUNDS=${COMPARE_ROUNDS:-1}
 LOGDIR=${COMPARE_LOGDIR:-$B/compare-perftest}
 read -r -a DEVS <<<"${SOFTROCE_DEVICES:-rxe0 rxe1}"
@@ -140,7 +146,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
 			v=$(perftest_mbps "$LOGDIR/$name.perftest.client" "$b")
 			pt_bw[$s $op]+=" $v"
 			[ "$v" = - ] && failed=1
-			ferry_run "$name.ferry" "$op" --size "$b" --batch "$DEPTH" -D "$DUR" || failed=1
+			# shellcheck disable=SC2086 # BW_ARGS: one word per flag
+			ferry_run "$name.ferry" "$op" --size "$b" --batch "$DEPTH" -D "$DUR" $BW_ARGS ||
+				failed=1
 			v=$(json_num "$LOGDIR/$name.ferry.json" mbps)
 			fe_bw[$s $op]+=" $v"
 			[ "$v" = - ] && failed=1
@@ -200,7 +208,7 @@ for op in $LAT_OPS; do
 done
 echo
 echo "(MB/s = 10^6 bytes/s, medians of $ROUNDS round(s); perftest: -x $GID -F -t $DEPTH -D $DUR${PERFTEST_ARGS:+ $PERFTEST_ARGS}," \
-	"lat -n $LAT_ITERS; ferry: --batch $DEPTH -D $DUR --buffer $BUFFER${FERRY_BENCH_ARGS:+ $FERRY_BENCH_ARGS}${FERRY_IB_TIMEOUT:+ FERRY_IB_TIMEOUT=$FERRY_IB_TIMEOUT}," \
+	"lat -n $LAT_ITERS; ferry: --batch $DEPTH -D $DUR --buffer $BUFFER${BW_ARGS:+ $BW_ARGS}${FERRY_BENCH_ARGS:+ $FERRY_BENCH_ARGS}${FERRY_IB_TIMEOUT:+ FERRY_IB_TIMEOUT=$FERRY_IB_TIMEOUT}," \
 	"lat -n $LAT_ITERS${LAT_ARGS:+ $LAT_ARGS}; ferry_wr_err = failed work requests, retried)"
 if [ "$failed" != 0 ]; then
 	echo "$CMP_NAME: some runs failed, see $LOGDIR" >&2
