@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ring/base/atomics.h"
 #include "ring/base/compiler.h"
 
 struct mem_region;
@@ -75,6 +76,15 @@ struct ferry_rq {
  * image copied as one block (runtime/submit/prep.c); seg_slot follows. */
 #define RQ_HEAD_SIZE (offsetof(struct ferry_rq, nslices) + sizeof(uint64_t))
 _Static_assert(RQ_HEAD_SIZE == offsetof(struct ferry_rq, seg_slot), "local .. nslices, then seg_slot");
+
+/* A slot (perhaps reused) starts PENDING with nothing done or failed:
+ * ferry_req_status may read it while the submitter fills it. */
+static inline void rq_outcome_clear(struct ferry_rq *rq)
+{
+	rq->ok_bytes = 0;
+	rq->error = 0;
+	WRITE_ONCE(rq->state, RQ_PENDING);
+}
 
 _Static_assert(_Alignof(struct ferry_rq) >= (1 << RQ_PART_BITS),
 	       "a part index fits the request pointer's low bits");

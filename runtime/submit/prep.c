@@ -150,9 +150,7 @@ static void prep_fill(struct ferry_rq *rq, const struct prep_entry *pe, struct f
 {
 	memcpy(rq, pe->head, RQ_HEAD_SIZE);
 	rq->batch = b;
-	rq->ok_bytes = 0;
-	rq->error = 0;
-	WRITE_ONCE(rq->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
+	rq_outcome_clear(rq);
 	rq->lreg = pe->lreg;
 	rq->rreg = pe->rreg;
 	rq->lreg_refs = &pe->lreg->refs;
@@ -186,9 +184,7 @@ static inline bool prep_run_fill(const void *ctx, struct ferry_rq *q, const stru
 	q->lreg_refs = &pe->lreg->refs;
 	if (c->lreg_each)
 		fetch_add_relaxed(pe->lreg->refs, 1); /* the set holds one too: unregister is -EBUSY */
-	q->ok_bytes = 0;
-	q->error = 0;
-	WRITE_ONCE(q->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
+	rq_outcome_clear(q);
 	if (nrails != 1 && q->nslices > 1) /* a constant 1 on one rail: head's nparts */
 		q->nparts = q->nslices < nrails ? (uint32_t)q->nslices : nrails;
 	q->remaining = q->len;

@@ -335,9 +335,7 @@ static inline void rq_begin(struct ferry_rq *rq, struct rq_batch *b)
 {
 	rq->batch = b;
 	rq->seg_slot = UINT32_MAX; /* no segment until validation finds one (ferry_notify looks) */
-	rq->ok_bytes = 0;
-	rq->error = 0;
-	WRITE_ONCE(rq->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
+	rq_outcome_clear(rq);
 }
 
 /* Request r, valid and like t (same batch, segment, regions and rails),
@@ -347,9 +345,7 @@ static inline void rq_fill(struct ferry_rq *q, const struct ferry_req *r, const 
 {
 	/* batch, segment, regions, their references and the rails */
 	memcpy(&q->RQ_SHARED_FIRST, &t->RQ_SHARED_FIRST, RQ_SHARED_SIZE);
-	q->ok_bytes = 0;
-	q->error = 0;
-	WRITE_ONCE(q->state, RQ_PENDING); /* readers of a reused slot: ferry_req_status */
+	rq_outcome_clear(q);
 	q->local = (uintptr_t)r->local;
 	q->remote = r->remote;
 	q->len = r->len;
