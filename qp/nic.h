@@ -15,7 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum nic_op { NIC_OP_WRITE = 0, NIC_OP_READ = 1 };
+/* The values of ferry.h's FERRY_OP_READ and FERRY_OP_WRITE: a request's op
+ * is stored as it comes (runtime/submit asserts it). */
+enum nic_op { NIC_OP_READ = 0, NIC_OP_WRITE = 1 };
 
 /* Completion status; mirrors the ibv_wc_status values ferry cares about. */
 enum nic_wc_status {

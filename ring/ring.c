@@ -133,6 +133,8 @@ unsigned ferry_ring_look(struct ferry_ring *r, struct ferry_ring_view *v, unsign
 	v->head = r->ring.c_head;
 	n = ck_pr_load_uint(&r->ring.p_tail) - v->head;
 	v->n = n < max ? n : max;
+	v->mask = r->ring.mask;
+	v->slots = r->slots;
 	ring_unlock(r);
 	return v->n;
 }

@@ -83,6 +83,55 @@ static inline void ferry_ring_publish(struct ferry_ring *r, struct ferry_ring_ru
 	run->n = 0;
 }
 #endif
+/*
+ * Producer: a run staged from locals.  A loop that stores elsewhere
+ * between stages would make the compiler read the ring's slots, tail and
+ * mask and the run's count again for every entry; a window holds them.
+ * ferry_ring_window_open takes them (stop: the staged count from which
+ * the window stages no more, at most the room last seen),
+ * ferry_ring_window_put stages one below stop (false: the caller stages
+ * it with ferry_ring_stage, after ferry_ring_window_close), and
+ * ferry_ring_window_close writes the count back to the run.  Under TSan
+ * the window is always closed: every stage takes the ring's lock.
+ */
+struct ferry_ring_window {
+	struct ck_ring_buffer *slots;
+	unsigned mask;
+	unsigned pos;                  /* the tail plus run->n, while open */
+	unsigned stop;                 /* pos from which it stages no more */
+};
+
+static inline void ferry_ring_window_open(const struct ferry_ring *r,
+					  const struct ferry_ring_run *run,
+					  struct ferry_ring_window *w, unsigned stop)
+{
+	w->slots = r->slots;
+	w->mask = r->ring.mask;
+	w->pos = r->ring.p_tail + run->n; /* the tail is ours */
+#ifdef FERRY_TSAN
+	(void)stop;
+	w->stop = w->pos;
+#else
+	if (stop > run->room)
+		stop = run->room;
+	w->stop = stop > run->n ? r->ring.p_tail + stop : w->pos; /* never below pos */
+#endif
+}
+
+static inline bool ferry_ring_window_put(struct ferry_ring_window *w, void *obj)
+{
+	if (unlikely(w->pos == w->stop))
+		return false;
+	w->slots[w->pos++ & w->mask].value = obj;
+	return true;
+}
+
+static inline void ferry_ring_window_close(const struct ferry_ring *r, struct ferry_ring_run *run,
+					   const struct ferry_ring_window *w)
+{
+	run->n = w->pos - r->ring.p_tail;
+}
+
 /* One more fits, by the room last seen or a new look. */
 static inline bool ferry_ring_fits(struct ferry_ring *r, struct ferry_ring_run *run)
 {
@@ -101,6 +150,8 @@ unsigned ferry_ring_get_burst(struct ferry_ring *r, void **objs, unsigned max);
 struct ferry_ring_view {
 	unsigned head;                 /* the consumer's head when looked */
 	unsigned n;
+	unsigned mask;                 /* the ring's, and its slots: in the view, so */
+	struct ck_ring_buffer *slots;  /* a loop storing elsewhere does not reload them */
 };
 #ifdef FERRY_TSAN
 unsigned ferry_ring_look(struct ferry_ring *r, struct ferry_ring_view *v, unsigned max);
@@ -113,6 +164,8 @@ static inline unsigned ferry_ring_look(struct ferry_ring *r, struct ferry_ring_v
 
 	v->head = r->ring.c_head;
 	v->n = n < max ? n : max;
+	v->mask = r->ring.mask;
+	v->slots = r->slots;
 	ck_pr_fence_load(); /* the entries after the tail that covers them */
 	return v->n;
 }
@@ -123,10 +176,9 @@ static inline void ferry_ring_done(struct ferry_ring *r, const struct ferry_ring
 	ck_pr_store_uint(&r->ring.c_head, v->head + v->n);
 }
 #endif
-static inline void *ferry_ring_at(const struct ferry_ring *r, const struct ferry_ring_view *v,
-				  unsigned k)
+static inline void *ferry_ring_at(const struct ferry_ring_view *v, unsigned k)
 {
-	return r->slots[(v->head + k) & r->ring.mask].value;
+	return v->slots[(v->head + k) & v->mask].value;
 }
 /* Consumer: dequeue one pointer; NULL when empty. */
 void *ferry_ring_get(struct ferry_ring *r);

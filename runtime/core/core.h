@@ -265,14 +265,20 @@ static inline struct ferry_ep *core_ep(const struct ferry_core *c, uint32_t slot
 	return likely(s) ? rcu_dereference(s->eps[c->index]) /* pairs with: rcu_assign_pointer in seg_ep_set */
 			 : NULL;
 }
+/* rq's endpoint on the core whose seg_ep_off is ep_off (a loop over
+ * requests keeps it in a local: the stores into slices would reload it). */
+static inline struct ferry_ep *rq_ep_at(const struct ferry_rq *rq, size_t ep_off)
+{
+	/* &seg->eps[c->index], the offset computed once (core_create) */
+	struct ferry_ep *const *p = (struct ferry_ep *const *)((const char *)rq->seg + ep_off);
+
+	return rcu_dereference(*p); /* pairs with: rcu_assign_pointer in seg_ep_set */
+}
 /* The core's endpoint for request rq's segment (NULL if none): the core's
  * thread.  The request holds its segment (a reference), one load away. */
 static inline struct ferry_ep *core_rq_ep(const struct ferry_core *c, const struct ferry_rq *rq)
 {
-	/* &seg->eps[c->index], the offset computed once (core_create) */
-	struct ferry_ep *const *p = (struct ferry_ep *const *)((const char *)rq->seg + c->seg_ep_off);
-
-	return rcu_dereference(*p); /* pairs with: rcu_assign_pointer in seg_ep_set */
+	return rq_ep_at(rq, c->seg_ep_off);
 }
 /* Every endpoint of the core, by cache index: for (i = 0; i < c->eps.cap; i++). */
 static inline struct ferry_ep *core_ep_at(const struct ferry_core *c, uint32_t i)

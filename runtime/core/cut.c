@@ -52,9 +52,9 @@ static inline bool cut_blocked(const struct ferry_rq *rq, const struct ferry_ep 
 static inline __attribute__((always_inline)) bool cut_whole(struct ferry_core *c,
 							     struct ferry_rq *rq,
 							     struct slice **free,
-							     struct ferry_ep **last)
+							     struct ferry_ep **last, size_t ep_off)
 {
-	struct ferry_ep *ep = core_rq_ep(c, rq);
+	struct ferry_ep *ep = rq_ep_at(rq, ep_off);
 	struct slice *s = *free;
 
 	if (unlikely(cut_blocked(rq, ep) || !s))
@@ -80,6 +80,7 @@ static __attribute__((noinline)) uint32_t port_take(struct ferry_core *c, struct
 	unsigned n = ferry_ring_look(r, &v, room < PORT_BURST ? room : PORT_BURST);
 	struct slice *free = c->pool.free; /* in a local: see cut_whole */
 	struct ferry_ep *last = NULL;
+	size_t ep_off = c->seg_ep_off;
 	unsigned k = 0, cut;
 
 	/* Cut at once what needs no FIFO, unless parts wait there (they go
@@ -87,15 +88,15 @@ static __attribute__((noinline)) uint32_t port_take(struct ferry_core *c, struct
 	if (!cut_fifo_count(&c->cut))
 		for (; k < n; k++) {
 			unsigned part;
-			struct ferry_rq *rq = rq_part_untag(ferry_ring_at(r, &v, k), &part);
+			struct ferry_rq *rq = rq_part_untag(ferry_ring_at(&v, k), &part);
 
-			if (unlikely(rq->nslices != 1) || unlikely(!cut_whole(c, rq, &free, &last)))
+			if (unlikely(rq->nslices != 1) || unlikely(!cut_whole(c, rq, &free, &last, ep_off)))
 				break;
 		}
 	cut = k;
 	for (; k < n; k++) {
 		unsigned part;
-		struct ferry_rq *rq = rq_part_untag(ferry_ring_at(r, &v, k), &part);
+		struct ferry_rq *rq = rq_part_untag(ferry_ring_at(&v, k), &part);
 
 		cut_part_init(cut_fifo_push(&c->cut), rq, part);
 	}
@@ -170,7 +171,7 @@ uint32_t core_cut(struct ferry_core *c)
 
 		struct ferry_ep *none = NULL;
 
-		if (rq->nslices == 1 && cut_whole(c, rq, &c->pool.free, &none)) { /* no template, no loop */
+		if (rq->nslices == 1 && cut_whole(c, rq, &c->pool.free, &none, c->seg_ep_off)) { /* no template, no loop */
 			c->pool.avail--;
 			cut++;
 			whole++;

@@ -168,4 +168,46 @@ dispatch_run(struct dispatch *d, uint64_t rails, uint32_t nrails, bool one, bool
 	return i;
 }
 
+/*
+ * dispatch_run for rails that are one core, waiting for room (dispatch_run's
+ * one and wait), the parts staged through a window on that core's ring
+ * (ring/ring.h) while no publish is due and the room last seen allows, the
+ * rest by part_stage_marked (a look for room, a wait, a publish every
+ * SUBMIT_PUBLISH).  The window holds three more values in registers: for
+ * ferry_prep_submit's loop, which checks nothing, 5 instructions fewer per
+ * request; ferry_submit's, which keeps the run's bounds live for its
+ * checks, spills and loses ~1 (make callgrind), so it stages with
+ * dispatch_run.  The caller moves the round-robin start on (dispatch_skip).
+ */
+static inline __attribute__((always_inline)) uint32_t
+dispatch_run_window(struct dispatch *d, uint64_t rails, const struct ferry_rq *t,
+		    struct ferry_rq *rqs, uint32_t i, uint32_t end, run_fill_fn *fill,
+		    const void *ctx, bool *waited)
+{
+	unsigned core = (unsigned)__builtin_ctzll(rails);
+	struct ferry_ring *ring = &d->rings[core];
+	struct ferry_ring_run *run = &d->runs[core];
+	struct ferry_ring_window w;
+
+	d->p->staged |= 1ull << core; /* whatever the run stages goes to core */
+	/* below SUBMIT_PUBLISH - 1 staged, one more needs no publish */
+	ferry_ring_window_open(ring, run, &w, SUBMIT_PUBLISH - 1);
+	for (; i < end; i++) {
+		struct ferry_rq *q = &rqs[i];
+
+		if (!fill(ctx, q, t, i, 1))
+			break;
+		if (likely(ferry_ring_window_put(&w, q)))
+			continue;
+		ferry_ring_window_close(ring, run, &w);
+		if (part_stage_marked(d, core, ring, run, q)) {
+			*waited = true;
+			return i + 1;
+		}
+		ferry_ring_window_open(ring, run, &w, SUBMIT_PUBLISH - 1);
+	}
+	ferry_ring_window_close(ring, run, &w);
+	return i;
+}
+
 #endif /* FERRY_RUNTIME_DISPATCH_H */

@@ -48,7 +48,7 @@ static int prep_entry_init(struct ferry_engine *e, const struct seg_desc *d,
 	t.local = (uintptr_t)r->local;
 	t.remote = r->remote;
 	t.len = r->len;
-	t.op = r->op == FERRY_OP_READ ? NIC_OP_READ : NIC_OP_WRITE;
+	t.op = (uint8_t)r->op; /* checked: FERRY_OP_READ or _WRITE */
 	t.nparts = 1;
 	t.nslices = slice_count(r->len, e->opts.slice_size);
 	memcpy(pe->head, &t, RQ_HEAD_SIZE);
@@ -202,7 +202,7 @@ static uint32_t prep_run(struct dispatch *d, const struct rails_snap *rails,
 	if (rails->n != 1)
 		return dispatch_run(d, rails->rails, rails->n, false, true, t, rqs, i, end,
 				    prep_run_fill, c, waited);
-	k = dispatch_run(d, rails->rails, 1, true, true, t, rqs, i, end, prep_run_fill, c, waited);
+	k = dispatch_run_window(d, rails->rails, t, rqs, i, end, prep_run_fill, c, waited);
 	dispatch_skip(d, k - i);
 	return k;
 }

@@ -32,6 +32,8 @@ static int rq_check_args(const struct ferry_req *r)
 static inline bool run_args_bad(const struct ferry_req *r)
 {
 	_Static_assert(FERRY_OP_READ == 0 && FERRY_OP_WRITE == 1, "the ops are 0 and 1");
+	_Static_assert((int)NIC_OP_READ == FERRY_OP_READ && (int)NIC_OP_WRITE == FERRY_OP_WRITE,
+		       "a request's op is its enum nic_op");
 	return (unsigned)r->op > FERRY_OP_WRITE || r->len == 0 ||
 	       (uintptr_t)r->local + r->len < (uintptr_t)r->local || r->remote + r->len < r->remote;
 }
@@ -300,7 +302,7 @@ static int rq_prepare(struct ferry_port *p, struct submit_hold *h, struct ferry_
 	rq->local = (uintptr_t)r->local;
 	rq->remote = r->remote;
 	rq->len = r->len;
-	rq->op = r->op == FERRY_OP_READ ? NIC_OP_READ : NIC_OP_WRITE;
+	rq->op = (uint8_t)r->op; /* checked: FERRY_OP_READ or _WRITE */
 	s = hold_seg(e, h, reqs, i, n, &rq->seg_slot);
 	if (!s)
 		return -EBADF;
@@ -349,7 +351,7 @@ static inline void rq_fill(struct ferry_rq *q, const struct ferry_req *r, const 
 	q->local = (uintptr_t)r->local;
 	q->remote = r->remote;
 	q->len = r->len;
-	q->op = r->op == FERRY_OP_READ ? NIC_OP_READ : NIC_OP_WRITE;
+	q->op = (uint8_t)r->op; /* an enum nic_op of the same value */
 	q->nslices = slice_count(r->len, slice_size);
 	q->nparts = q->nslices < nrails ? (uint32_t)q->nslices : nrails;
 	q->remaining = r->len;
