@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# User-space instructions per 8-byte READ on Soft-RoCE, ferry_bench --lat
+# against ib_read_lat, counted by valgrind's callgrind INSIDE the VM:
+#
+#   make build/ferry_bench
+#   ../shared/softroce/vm-run --devices 2 --timeout 900 -- bench/lat-instr.sh
+#
+# Why instructions: rxe runs a READ's whole round trip inside the post's
+# write(2) on the posting CPU (requester, veth, bridge, responder, the
+# response, the CQE), so when the post returns the completion is already
+# there (ferry --lat shows one pass per request and no empty CQ poll).  What
+# differs between the two programs is then the user-space instructions each
+# runs per request, ~2 ns apiece in the emulated VM, against a ~40 us round
+# trip.  Instruction counts do not swing with the VM's bimodal rounds.
+#
+# Each program runs twice, LAT_INSTR_N1 and LAT_INSTR_N2 iterations; per
+# request = the difference of the two runs over N2 - N1, less the
+# difference of the two runs' sorting of their samples (qsort, both sides)
+# and, for ferry, of its 10 ms sweeps (valgrind makes a request ~20 times
+# slower, so they would count ~20 times too often; printed beside).  The
+# ferry target is not counted (a READ needs no CPU of it).
+# ~1 minute.  Environment: LAT_INSTR_N1=200 LAT_INSTR_N2=1200,
+# LAT_INSTR_ARGS=--caller (ferry's --lat flags), COMPARE_LOGDIR, B, FERRY_BENCH.
+set -u
+
+cd "$(dirname "$0")/.." || exit 1
+CMP_NAME=lat-instr
+# shellcheck source=bench/compare-lib.sh
+. bench/compare-lib.sh
+B=${B:-build}
+BENCH=${FERRY_BENCH:-$B/ferry_bench}
+N1=${LAT_INSTR_N1:-200}
+N2=${LAT_INSTR_N2:-1200}
+LAT_ARGS=${LAT_INSTR_ARGS---caller}
+LOGDIR=${COMPARE_LOGDIR:-$B/lat-instr}
+read -r -a DEVS <<<"${SOFTROCE_DEVICES:-rxe0 rxe1}"
+read -r -a ADDRS <<<"${SOFTROCE_ADDRS:-10.99.0.1 10.99.0.2}"
+GID=${SOFTROCE_GID_INDEX:-1}
+SRV_DEV=${DEVS[0]} CLI_DEV=${DEVS[1]:-${DEVS[0]}} SRV_ADDR=${ADDRS[0]}
+TMO=600
+FERRY_PORT=18750
+BUFFER=$((1 << 20))
+port=18650
+
+command -v valgrind >/dev/null || die "valgrind is not installed (apt-get install -y valgrind)"
+command -v ib_read_lat >/dev/null || die "perftest is not installed"
+ls /sys/class/infiniband/"$SRV_DEV" >/dev/null 2>&1 || die "no RDMA device $SRV_DEV (run me in the Soft-RoCE VM)"
+[ "$N2" -gt "$N1" ] || die "LAT_INSTR_N2 must be larger than LAT_INSTR_N1"
+mkdir -p "$LOGDIR" || die "cannot create $LOGDIR"
+private_bench
+
+# counted NAME ARGS...: ARGS under callgrind, its counts in $LOGDIR/NAME.cg.
+counted() {
+	local name=$1
+	shift
+	timeout "$TMO" valgrind --tool=callgrind --callgrind-out-file="$LOGDIR/$name.cg" "$@" \
+		>"$LOGDIR/$name.out" 2>"$LOGDIR/$name.err"
+	timed_out $? "$name" "$LOGDIR/$name.err"
+}
+
+# incl NAME FUNCTION: FUNCTION's inclusive instructions in NAME's counts (0: none).
+incl() {
+	callgrind_annotate --inclusive=yes --auto=no --threshold=100 "$LOGDIR/$1.cg" 2>/dev/null |
+		awk -v f=":$2 " 'index($0, f) && !/=>/ { gsub(",", "", $1); s += $1 } END { print s + 0 }'
+}
+
+# obj NAME OBJECT: the instructions run inside shared object OBJECT (a name's start).
+obj() {
+	callgrind_annotate --auto=no --threshold=100 "$LOGDIR/$1.cg" 2>/dev/null |
+		awk -v o="/$2" 'index($0, o) && !/=>/ { gsub(",", "", $1); s += $1 } END { print s + 0 }'
+}
+
+total() {
+	sed -n 's/^summary: *//p' "$LOGDIR/$1.cg"
+}
+
+# per NAME2 NAME1 VALUE2 VALUE1: (VALUE2 - VALUE1) / (N2 - N1), one decimal.
+per() {
+	awk -v a="$3" -v b="$4" -v n=$((N2 - N1)) 'BEGIN { printf "%.1f", (a - b) / n }'
+}
+
+start_ferry_target "$FERRY_PORT" ferry-target || exit 1
+for n in "$N1" "$N2"; do
+	# shellcheck disable=SC2086 # LAT_ARGS: one word per flag
+	counted "ferry.$n" "$BENCH" --connect "127.0.0.1:$FERRY_PORT" --nics "$CLI_DEV" \
+		--buffer "$BUFFER" --json --op read --lat --size 8 -n "$n" $LAT_ARGS || exit 1
+done
+ferry_targets_stop
+for n in "$N1" "$N2"; do
+	port=$((port + 1))
+	timeout "$TMO" ib_read_lat -d "$SRV_DEV" -x "$GID" -F -p "$port" -s 8 -n "$n" \
+		>"$LOGDIR/perftest.$n.server" 2>&1 &
+	spid=$!
+	pids+=("$spid")
+	wait_listen "$port" 300 || die "ib_read_lat server did not listen on $port"
+	counted "perftest.$n" ib_read_lat -d "$CLI_DEV" -x "$GID" -F -p "$port" -s 8 -n "$n" \
+		"$SRV_ADDR" || exit 1
+	wait "$spid" 2>/dev/null
+done
+
+# What a run counted per request, less its sorting (and sweeps).
+declare -A f
+for prog in ferry perftest; do
+	for k in total rxe qsort core_sweep ferry_submit ferry_batch_wait; do
+		for n in "$N1" "$N2"; do
+			case $k in
+			total) f[$prog $k $n]=$(total "$prog.$n") ;;
+			rxe) f[$prog $k $n]=$(obj "$prog.$n" librxe) ;;
+			*) f[$prog $k $n]=$(incl "$prog.$n" "$k") ;;
+			esac
+		done
+		f[$prog $k]=$(per x x "${f[$prog $k $N2]}" "${f[$prog $k $N1]}")
+	done
+	f[$prog net]=$(awk -v t="${f[$prog total]}" -v q="${f[$prog qsort]}" -v s="${f[$prog core_sweep]}" \
+		'BEGIN { printf "%.1f", t - q - s }')
+done
+echo "$CMP_NAME: user-space instructions per 8-byte READ (runs of $N1 and $N2, logs in $LOGDIR)"
+printf "%-10s %10s %10s %10s %12s %10s %10s\n" program "per_req" "rxe" "submit" "wait" \
+	"sorting" "sweeps"
+for prog in perftest ferry; do
+	sub=${f[$prog ferry_submit]} wt=${f[$prog ferry_batch_wait]}
+	[ "$prog" = perftest ] && sub=- wt=-
+	printf "%-10s %10s %10s %10s %12s %10s %10s\n" "$prog" "${f[$prog net]}" "${f[$prog rxe]}" "$sub" "$wt" \
+		"${f[$prog qsort]}" "${f[$prog core_sweep]}"
+done
+echo "(per_req: all of the program's instructions per request, sorting and sweeps left out;"
+echo " rxe: inside the rxe provider library (post, poll; the same work on both sides);"
+echo " submit/wait: ferry_submit, ferry_batch_wait, inclusive)"
