@@ -113,11 +113,11 @@ perftest_mbps() {
 		END { if (!found) printf "-" }' "$1"
 }
 
-# typical and 99% latency (us) from a perftest lat client.
+# typical, 99% and minimum latency (us) from a perftest lat client.
 perftest_lat() {
 	awk '/t_typical/ { hdr = 1; next }
-		hdr && $1 ~ /^[0-9]+$/ { printf "%.2f %.2f", $5, $8; found = 1; exit }
-		END { if (!found) printf "- -" }' "$1"
+		hdr && $1 ~ /^[0-9]+$/ { printf "%.2f %.2f %.2f", $5, $8, $3; found = 1; exit }
+		END { if (!found) printf "- - -" }' "$1"
 }
 
 echo "$CMP_NAME: server/target $SRV_DEV ($SRV_ADDR), client/initiator $CLI_DEV," \
@@ -135,7 +135,11 @@ fi
 
 # Each round runs every pair once, perftest then ferry, so that load from
 # elsewhere on a shared host hits both alike; the table shows medians.
-declare -A pt_bw fe_bw fe_err pt_typ pt_p99 fe_typ fe_p99 fe_lat
+# Latency also per round: the VM's rounds are bimodal (~40 or ~70 us for
+# both programs), so the median of each side's rounds can pair a fast round
+# of one with a slow round of the other; the median of the rounds' own
+# ratios (perftest and ferry back to back) and of their minima do not.
+declare -A pt_bw fe_bw fe_err pt_typ pt_p99 fe_typ fe_p99 fe_lat lat_pair lat_min
 for ((round = 1; round <= ROUNDS; round++)); do
 	for s in $SIZES; do
 		b=$(bytes "$s")
@@ -158,13 +162,18 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	for op in $LAT_OPS; do
 		name=lat-$op-8.r$round
 		perftest_pair "ib_${op}_lat" "$name.perftest" -s 8 -n "$LAT_ITERS" || failed=1
-		read -r a c <<<"$(perftest_lat "$LOGDIR/$name.perftest.client")"
+		read -r a c m <<<"$(perftest_lat "$LOGDIR/$name.perftest.client")"
 		pt_typ[$op]+=" $a" pt_p99[$op]+=" $c"
+		pt_round=$a pt_min=$m
 		# shellcheck disable=SC2086 # LAT_ARGS: one word per flag
 		ferry_run "$name.ferry" "$op" --lat --size 8 -n "$LAT_ITERS" $LAT_ARGS || failed=1
 		a=$(json_num "$LOGDIR/$name.ferry.json" p50)
 		c=$(json_num "$LOGDIR/$name.ferry.json" p99)
+		m=$(json_num "$LOGDIR/$name.ferry.json" min)
 		[ "$a" = - ] && failed=1
+		if [ "$op" = read ]; then
+			lat_pair[$op]+=" $(ratio "$pt_round" "$a")" lat_min[$op]+=" $(ratio "$pt_min" "$m")"
+		fi
 		if [ "$op" = write ]; then
 			# ib_write_lat reports half round trips: so does --pingpong.
 			fe_lat[$op]+=" $a"
@@ -194,8 +203,8 @@ for s in $SIZES; do
 	done
 done
 echo
-printf "%-6s %-6s %10s %10s %10s %10s %8s  %s\n" size op "pt_typ_us" "pt_p99_us" "fe_typ_us" \
-	"fe_p99_us" "ferry/pt" "what"
+printf "%-6s %-6s %10s %10s %10s %10s %8s %7s %7s  %s\n" size op "pt_typ_us" "pt_p99_us" "fe_typ_us" \
+	"fe_p99_us" "ferry/pt" "paired" "min" "what"
 for op in $LAT_OPS; do
 	# shellcheck disable=SC2086
 	a=$(median ${pt_typ[$op]}) c=$(median ${fe_typ[$op]})
@@ -203,11 +212,13 @@ for op in $LAT_OPS; do
 	# shellcheck disable=SC2086
 	[ "$op" = write ] && what="ib_write_lat vs ferry --pingpong (half RTT; --lat p50 $(median ${fe_lat[$op]}))"
 	# shellcheck disable=SC2086
-	printf "%-6s %-6s %10s %10s %10s %10s %8s  %s\n" 8 "$op" "$a" "$(median ${pt_p99[$op]})" "$c" \
-		"$(median ${fe_p99[$op]})" "$(ratio "$a" "$c")" "$what"
+	printf "%-6s %-6s %10s %10s %10s %10s %8s %7s %7s  %s\n" 8 "$op" "$a" "$(median ${pt_p99[$op]})" "$c" \
+		"$(median ${fe_p99[$op]})" "$(ratio "$a" "$c")" "$(median ${lat_pair[$op]:--})" \
+		"$(median ${lat_min[$op]:--})" "$what"
 done
 echo
-echo "(MB/s = 10^6 bytes/s, medians of $ROUNDS round(s); perftest: -x $GID -F -t $DEPTH -D $DUR${PERFTEST_ARGS:+ $PERFTEST_ARGS}," \
+echo "(paired: median of the rounds' own ferry/pt ratios; min: of the ratios of their minima (READ);"
+echo " MB/s = 10^6 bytes/s, medians of $ROUNDS round(s); perftest: -x $GID -F -t $DEPTH -D $DUR${PERFTEST_ARGS:+ $PERFTEST_ARGS}," \
 	"lat -n $LAT_ITERS; ferry: --batch $DEPTH -D $DUR --buffer $BUFFER${BW_ARGS:+ $BW_ARGS}${FERRY_BENCH_ARGS:+ $FERRY_BENCH_ARGS}${FERRY_IB_TIMEOUT:+ FERRY_IB_TIMEOUT=$FERRY_IB_TIMEOUT}," \
 	"lat -n $LAT_ITERS${LAT_ARGS:+ $LAT_ARGS}; ferry_wr_err = failed work requests, retried)"
 if [ "$failed" != 0 ]; then
