@@ -15,11 +15,12 @@
 #
 # Each program runs twice, LAT_INSTR_N1 and LAT_INSTR_N2 iterations; per
 # request = the difference of the two runs over N2 - N1, less the
-# difference of the two runs' sorting of their samples (qsort, both sides)
-# and, for ferry, of its 10 ms sweeps (valgrind makes a request ~20 times
+# difference of the two runs' sorting of their samples (qsort, both sides),
+# for perftest of its clock calibration (a loop that runs for a time) and,
+# for ferry, of its 10 ms sweeps (valgrind makes a request ~20 times
 # slower, so they would count ~20 times too often; printed beside).  The
 # ferry target is not counted (a READ needs no CPU of it).
-# ~1 minute.  Environment: LAT_INSTR_N1=200 LAT_INSTR_N2=1200,
+# ~1 minute per repetition.  Environment: LAT_INSTR_REPS=2, LAT_INSTR_N1=200 LAT_INSTR_N2=1200,
 # LAT_INSTR_ARGS=--caller (ferry's --lat flags), COMPARE_LOGDIR, B, FERRY_BENCH.
 set -u
 
@@ -32,6 +33,7 @@ BENCH=${FERRY_BENCH:-$B/ferry_bench}
 N1=${LAT_INSTR_N1:-200}
 N2=${LAT_INSTR_N2:-1200}
 LAT_ARGS=${LAT_INSTR_ARGS---caller}
+REPS=${LAT_INSTR_REPS:-2}
 LOGDIR=${COMPARE_LOGDIR:-$B/lat-instr}
 read -r -a DEVS <<<"${SOFTROCE_DEVICES:-rxe0 rxe1}"
 read -r -a ADDRS <<<"${SOFTROCE_ADDRS:-10.99.0.1 10.99.0.2}"
@@ -70,59 +72,97 @@ obj() {
 		awk -v o="/$2" 'index($0, o) && !/=>/ { gsub(",", "", $1); s += $1 } END { print s + 0 }'
 }
 
+# clock_loops NAME: the inclusive instructions of the functions that read
+# the time of day (perftest's clock calibration: a loop that runs for a time,
+# so valgrind's slowdown changes its count from one run to the next).
+clock_loops() {
+	local c sum=0
+	for c in $(callgrind_annotate --tree=caller --auto=no --threshold=100 "$LOGDIR/$1.cg" \
+		2>/dev/null | awk '/^ *[0-9,]+ .*< / { c = $0; sub(/.*< */, "", c); sub(/ .*/, "", c);
+			callers[n++] = c; next }
+		/\*  .*__gettimeofday_syscall/ { for (i = 0; i < n; i++) print callers[i] } !/< / { n = 0 }' |
+		sed 's/.*://' | sort -u); do
+		sum=$((sum + $(incl "$1" "$c")))
+	done
+	echo "$sum"
+}
+
 total() {
 	sed -n 's/^summary: *//p' "$LOGDIR/$1.cg"
 }
 
-# per NAME2 NAME1 VALUE2 VALUE1: (VALUE2 - VALUE1) / (N2 - N1), one decimal.
+# per VALUE2 VALUE1: (VALUE2 - VALUE1) / (N2 - N1), one decimal.
 per() {
-	awk -v a="$3" -v b="$4" -v n=$((N2 - N1)) 'BEGIN { printf "%.1f", (a - b) / n }'
+	awk -v a="$1" -v b="$2" -v n=$((N2 - N1)) 'BEGIN { printf "%.1f", (a - b) / n }'
 }
 
-start_ferry_target "$FERRY_PORT" ferry-target || exit 1
-for n in "$N1" "$N2"; do
-	# shellcheck disable=SC2086 # LAT_ARGS: one word per flag
-	counted "ferry.$n" "$BENCH" --connect "127.0.0.1:$FERRY_PORT" --nics "$CLI_DEV" \
-		--buffer "$BUFFER" --json --op read --lat --size 8 -n "$n" $LAT_ARGS || exit 1
-done
-ferry_targets_stop
-for n in "$N1" "$N2"; do
-	port=$((port + 1))
-	timeout "$TMO" ib_read_lat -d "$SRV_DEV" -x "$GID" -F -p "$port" -s 8 -n "$n" \
-		>"$LOGDIR/perftest.$n.server" 2>&1 &
-	spid=$!
-	pids+=("$spid")
-	wait_listen "$port" 300 || die "ib_read_lat server did not listen on $port"
-	counted "perftest.$n" ib_read_lat -d "$CLI_DEV" -x "$GID" -F -p "$port" -s 8 -n "$n" \
-		"$SRV_ADDR" || exit 1
-	wait "$spid" 2>/dev/null
-done
-
-# What a run counted per request, less its sorting (and sweeps).
-declare -A f
-for prog in ferry perftest; do
-	for k in total rxe qsort core_sweep ferry_submit ferry_batch_wait; do
-		for n in "$N1" "$N2"; do
-			case $k in
-			total) f[$prog $k $n]=$(total "$prog.$n") ;;
-			rxe) f[$prog $k $n]=$(obj "$prog.$n" librxe) ;;
-			*) f[$prog $k $n]=$(incl "$prog.$n" "$k") ;;
-			esac
-		done
-		f[$prog $k]=$(per x x "${f[$prog $k $N2]}" "${f[$prog $k $N1]}")
+# One repetition: both programs at N1 and N2 iterations, one line each.
+rep() {
+	local r=$1 n prog k spid
+	declare -A f
+	start_ferry_target "$FERRY_PORT" ferry-target || exit 1
+	for n in "$N1" "$N2"; do
+		# shellcheck disable=SC2086 # LAT_ARGS: one word per flag
+		counted "ferry.$r.$n" "$BENCH" --connect "127.0.0.1:$FERRY_PORT" --nics "$CLI_DEV" \
+			--buffer "$BUFFER" --json --op read --lat --size 8 -n "$n" $LAT_ARGS || exit 1
 	done
-	f[$prog net]=$(awk -v t="${f[$prog total]}" -v q="${f[$prog qsort]}" -v s="${f[$prog core_sweep]}" \
-		'BEGIN { printf "%.1f", t - q - s }')
-done
+	ferry_targets_stop
+	target_pids=()
+	for n in "$N1" "$N2"; do
+		port=$((port + 1))
+		timeout "$TMO" ib_read_lat -d "$SRV_DEV" -x "$GID" -F -p "$port" -s 8 -n "$n" \
+			>"$LOGDIR/perftest.$r.$n.server" 2>&1 &
+		spid=$!
+		pids+=("$spid")
+		wait_listen "$port" 300 || die "ib_read_lat server did not listen on $port"
+		counted "perftest.$r.$n" ib_read_lat -d "$CLI_DEV" -x "$GID" -F -p "$port" -s 8 \
+			-n "$n" "$SRV_ADDR" || exit 1
+		wait "$spid" 2>/dev/null
+	done
+	# What a run counted per request, less its sorting (and sweeps).
+	for prog in perftest ferry; do
+		for k in total rxe qsort clock core_sweep ferry_submit ferry_prep_submit ferry_batch_wait; do
+			for n in "$N1" "$N2"; do
+				case $k in
+				total) f[$k $n]=$(total "$prog.$r.$n") ;;
+				rxe) f[$k $n]=$(obj "$prog.$r.$n" librxe) ;;
+				clock) f[$k $n]=0 && [ "$prog" = perftest ] &&
+					f[$k $n]=$(clock_loops "$prog.$r.$n") ;;
+				*) f[$k $n]=$(incl "$prog.$r.$n" "$k") ;;
+				esac
+			done
+			f[$k]=$(per "${f[$k $N2]}" "${f[$k $N1]}")
+		done
+		net=$(awk -v t="${f[total]}" -v q="${f[qsort]}" -v s="${f[core_sweep]}" -v c="${f[clock]}" \
+			'BEGIN { printf "%.1f", t - q - s - c }')
+		sub=$(awk -v a="${f[ferry_submit]}" -v b="${f[ferry_prep_submit]}" \
+			'BEGIN { printf "%.1f", a + b }')
+		wt=${f[ferry_batch_wait]} empty=-
+		if [ "$prog" = perftest ]; then
+			sub=- wt=-
+		else
+			empty=$(($(json_sum "$LOGDIR/ferry.$r.$N2.out" empty_polls) -
+				$(json_sum "$LOGDIR/ferry.$r.$N1.out" empty_polls)))
+		fi
+		low[$prog]=$(awk -v a="${low[$prog]:-}" -v b="$net" \
+			'BEGIN { printf "%s", (a == "" || b + 0 < a + 0) ? b : a }')
+		printf "%-4s %-10s %10s %10s %10s %12s %10s %10s %8s\n" "$r" "$prog" "$net" "${f[rxe]}" \
+			"$sub" "$wt" "${f[qsort]}" "${f[core_sweep]}" "$empty"
+	done
+}
+
 echo "$CMP_NAME: user-space instructions per 8-byte READ (runs of $N1 and $N2, logs in $LOGDIR)"
-printf "%-10s %10s %10s %10s %12s %10s %10s\n" program "per_req" "rxe" "submit" "wait" \
-	"sorting" "sweeps"
-for prog in perftest ferry; do
-	sub=${f[$prog ferry_submit]} wt=${f[$prog ferry_batch_wait]}
-	[ "$prog" = perftest ] && sub=- wt=-
-	printf "%-10s %10s %10s %10s %12s %10s %10s\n" "$prog" "${f[$prog net]}" "${f[$prog rxe]}" "$sub" "$wt" \
-		"${f[$prog qsort]}" "${f[$prog core_sweep]}"
+printf "%-4s %-10s %10s %10s %10s %12s %10s %10s %8s\n" rep program "per_req" "rxe" "submit" \
+	"wait" "sorting" "sweeps" "empty"
+declare -A low
+for ((r = 1; r <= REPS; r++)); do
+	rep "$r"
 done
+echo "lowest per_req: perftest ${low[perftest]}, ferry ${low[ferry]}" \
+	"($(awk -v a="${low[perftest]}" -v b="${low[ferry]}" 'BEGIN { printf "%.0f", b - a }') more for ferry)"
 echo "(per_req: all of the program's instructions per request, sorting and sweeps left out;"
 echo " rxe: inside the rxe provider library (post, poll; the same work on both sides);"
-echo " submit/wait: ferry_submit, ferry_batch_wait, inclusive)"
+echo " submit/wait: ferry_submit (or ferry_prep_submit), ferry_batch_wait, inclusive;"
+echo " empty: ferry's CQ polls that found nothing, over the N2 - N1 requests: a poll loop's"
+echo " spins count in per_req, on both sides, when rxe deferred its work; perftest's clock"
+echo " calibration, a loop that runs for a time, is left out)"
