@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ring/base/clock.h"
 #include "ring/base/counters.h"
 
 static uint32_t pow2_at_least(uint32_t v)
@@ -228,9 +229,14 @@ static void slices_ok(const struct qctx *ctx, struct slice *const *fifo, uint32_
  * all before seq went fine whatever seq's status.  Every WR one completion
  * retires came from the same chain (each chain's last WR is signalled), so
  * they share one post time and one completion time: one histogram update,
- * weighted, counts them all exactly.
+ * weighted, counts them all exactly.  The completion time is polled_at,
+ * when the poll found it (0 when nobody counts latency), not the pass's
+ * clock: a slice posted and completed in one pass (rxe runs the round trip
+ * in the doorbell's write(2); loop runs its WRs at the pass's poll) would
+ * otherwise count 0 ticks.
  */
-static void retire_upto(struct qctx *ctx, struct qpx *q, uint32_t seq, int err)
+static void retire_upto(struct qctx *ctx, struct qpx *q, uint32_t seq, int err,
+			uint64_t polled_at)
 {
 	uint32_t head = q->head, n = seq - head + 1, mask = q->fifo_mask;
 	struct slice **fifo = q->fifo;
@@ -238,7 +244,7 @@ static void retire_upto(struct qctx *ctx, struct qpx *q, uint32_t seq, int err)
 	uint32_t ok = likely(last && !err) ? n : n - 1;
 
 	if (ctx->ev->latency && likely(last && !err))
-		ctx->ev->latency(ctx->owner, ctx->now - last->post_tsc, n);
+		ctx->ev->latency(ctx->owner, polled_at - last->post_tsc, n);
 	if (q->reads) { /* READs outstanding: count down those retired */
 		for (uint32_t h = head; h != seq; h++)
 			q->reads -= fifo[h & mask]->op == NIC_OP_READ;
@@ -275,6 +281,7 @@ int qctx_poll(struct qctx *ctx)
 	struct nic_wc wc[POLL_BURST];
 	struct qpx *touched[POLL_BURST];
 	uint32_t nt = 0, retired = 0;
+	uint64_t polled_at;
 	int n;
 
 	n = ctx->prov->poll(ctx->cq, POLL_BURST, wc);
@@ -286,6 +293,7 @@ int qctx_poll(struct qctx *ctx)
 			stat_add(&ctx->ctr, empty_polls, 1);
 		return n;
 	}
+	polled_at = ctx->ev->latency ? ferry_tsc() : 0;
 	for (int i = 0; i < n; i++) {
 		uint32_t seq;
 		struct qpx *q = wc_qp(ctx, &wc[i], &seq);
@@ -305,7 +313,7 @@ int qctx_poll(struct qctx *ctx)
 			q->in_burst = 1;
 			touched[nt++] = q;
 		}
-		retire_upto(ctx, q, seq, err);
+		retire_upto(ctx, q, seq, err, polled_at);
 	}
 	/* One store per QP per burst: the depth line is touched once. */
 	for (uint32_t i = 0; i < nt; i++) {
