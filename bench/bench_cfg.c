@@ -16,7 +16,7 @@
 static const int initiator_only[] = {
 	OPT_OP, 's', OPT_BATCH, OPT_PORTS, 'n', OPT_TARGET_CORES, OPT_NOCOPY, OPT_VERIFY,
 	OPT_NO_PORT_PIN, OPT_REMOTE_ADDR, OPT_LAT, OPT_SWEEP, OPT_CSV, OPT_PLOT, OPT_SYNC,
-	OPT_REFILL, OPT_STATUS_ONCE, OPT_PREP,
+	OPT_REFILL, OPT_STATUS_ONCE, OPT_PREP, OPT_SAME_ADDR,
 };
 
 /* Checks of the two-process modes. */
@@ -179,6 +179,9 @@ int bench_check_cfg(struct bench_cfg *cfg, const bool *seen, char *err, size_t e
 	/* With --nocopy no byte moves: every check would fail. */
 	if (cfg->verify && cfg->nocopy)
 		return bad_arg(err, errlen, "--verify and --nocopy exclude each other");
+	/* Requests sharing their bytes leave nothing per request to check. */
+	if (cfg->verify && cfg->same_addr)
+		return bad_arg(err, errlen, "--verify and --same-addr exclude each other");
 	if (cfg->json && cfg->prom && !strcmp(cfg->prom, "-"))
 		return bad_arg(err, errlen,
 			    "--prom - and --json both write to stdout: give --prom a file name");

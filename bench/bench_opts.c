@@ -62,6 +62,7 @@ static const struct option long_opts[] = {
 	{ "idle", required_argument, NULL, OPT_IDLE },
 	{ "opens", required_argument, NULL, OPT_OPENS },
 	{ "secret", required_argument, NULL, OPT_SECRET },
+	{ "same-addr", no_argument, NULL, OPT_SAME_ADDR },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -440,6 +441,9 @@ static int apply_opt(int c, const char *v, struct bench_cfg *cfg, char *err, siz
 		return 0;
 	case OPT_NO_PORT_PIN:
 		cfg->no_port_pin = true;
+		return 0;
+	case OPT_SAME_ADDR:
+		cfg->same_addr = true;
 		return 0;
 	case 'h':
 		cfg->help = true;

@@ -90,6 +90,7 @@ struct bench_cfg {
 	bool verify;
 	bool json;
 	bool no_port_pin;         /* leave port threads to the scheduler */
+	bool same_addr;           /* every request of a port at one address, like perftest */
 	bool help;
 	/* two-process modes */
 	const char *listen;       /* --target: NULL = FERRY_LISTEN or BENCH_DEFAULT_LISTEN */

@@ -47,6 +47,7 @@ enum {
 	OPT_IDLE,
 	OPT_OPENS,
 	OPT_SECRET,
+	OPT_SAME_ADDR,
 	OPT_END, /* one past the last: size of the seen[] array */
 };
 

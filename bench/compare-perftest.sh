@@ -28,6 +28,12 @@
 #                            rxe: 0.88-1.04x against 0.95-1.57x, README); ""
 #                            for the cores' own threads
 #   COMPARE_ROUNDS=1         repeat everything; the table shows medians
+#   COMPARE_SAME_ADDR=1      ferry's throughput runs put every request of the
+#                            batch at the same local and remote address
+#                            (ferry_bench --same-addr), as perftest does with
+#                            messages over half its 4 KiB cycle buffer; 0 for
+#                            each request its own slot (batch x size of
+#                            memory, cache- and TLB-colder; off with --verify)
 #   COMPARE_VERIFY=1         ferry_bench --verify (WRITE then reads everything back)
 #   FERRY_BENCH_ARGS="..."   extra flags for the ferry initiator (e.g. --spin)
 #   FERRY_TARGET_ARGS="..."  extra flags for the ferry target
@@ -127,6 +133,8 @@ maxsize=$(max_bytes $SIZES)
 BUFFER=$((maxsize * DEPTH))
 [ "$BUFFER" -lt $((1 << 20)) ] && BUFFER=$((1 << 20))
 [ "${COMPARE_VERIFY:-0}" = 1 ] && verify=(--verify)
+same_addr=()
+[ "${COMPARE_SAME_ADDR:-1}" = 1 ] && [ ${#verify[@]} -eq 0 ] && same_addr=(--same-addr)
 start_ferry_targets || exit 1
 if [[ " $LAT_OPS " == *" write "* ]]; then
 	FERRY_TARGET_ARGS="${FERRY_TARGET_ARGS:-} --pingpong $LAT_ARGS" \
@@ -135,11 +143,12 @@ fi
 
 # Each round runs every pair once, perftest then ferry, so that load from
 # elsewhere on a shared host hits both alike; the table shows medians.
-# Latency also per round: the VM's rounds are bimodal (~40 or ~70 us for
-# both programs), so the median of each side's rounds can pair a fast round
-# of one with a slow round of the other; the median of the rounds' own
-# ratios (perftest and ferry back to back) and of their minima do not.
-declare -A pt_bw fe_bw fe_err pt_typ pt_p99 fe_typ fe_p99 fe_lat lat_pair lat_min
+# Also per round: the VM's rounds are bimodal (~40 or ~70 us for both
+# programs' latency; throughput swings alike), so the median of each side's
+# rounds can pair a fast round of one with a slow round of the other; the
+# median of the rounds' own ratios (perftest and ferry back to back) and,
+# for latency, of their minima do not.
+declare -A pt_bw fe_bw fe_err bw_pair pt_typ pt_p99 fe_typ fe_p99 fe_lat lat_pair lat_min
 for ((round = 1; round <= ROUNDS; round++)); do
 	for s in $SIZES; do
 		b=$(bytes "$s")
@@ -149,12 +158,15 @@ for ((round = 1; round <= ROUNDS; round++)); do
 				--report_gbits || failed=1
 			v=$(perftest_mbps "$LOGDIR/$name.perftest.client" "$b")
 			pt_bw[$s $op]+=" $v"
+			pt_round=$v
 			[ "$v" = - ] && failed=1
 			# shellcheck disable=SC2086 # BW_ARGS: one word per flag
-			ferry_run "$name.ferry" "$op" --size "$b" --batch "$DEPTH" -D "$DUR" $BW_ARGS ||
+			ferry_run "$name.ferry" "$op" --size "$b" --batch "$DEPTH" -D "$DUR" $BW_ARGS \
+				"${same_addr[@]}" ||
 				failed=1
 			v=$(json_num "$LOGDIR/$name.ferry.json" mbps)
 			fe_bw[$s $op]+=" $v"
+			bw_pair[$s $op]+=" $(ratio "$pt_round" "$v")"
 			[ "$v" = - ] && failed=1
 			fe_err[$s $op]=$((${fe_err[$s $op]:-0} + $(json_sum "$LOGDIR/$name.ferry.json" wr_errors)))
 		done
@@ -192,14 +204,15 @@ ferry_targets_stop
 save_dmesg
 
 echo
-printf "%-6s %-6s %14s %12s %8s %13s\n" size op "perftest_MB/s" "ferry_MB/s" "ferry/pt" \
-	"ferry_wr_err"
+printf "%-6s %-6s %14s %12s %8s %7s %13s\n" size op "perftest_MB/s" "ferry_MB/s" "ferry/pt" \
+	"paired" "ferry_wr_err"
 for s in $SIZES; do
 	for op in $OPS; do
 		# shellcheck disable=SC2086 # word splitting of the value lists is the point
 		pt=$(median ${pt_bw[$s $op]}) fe=$(median ${fe_bw[$s $op]})
-		printf "%-6s %-6s %14s %12s %8s %13s\n" "$s" "$op" "$pt" "$fe" "$(ratio "$pt" "$fe")" \
-			"${fe_err[$s $op]}"
+		# shellcheck disable=SC2086
+		printf "%-6s %-6s %14s %12s %8s %7s %13s\n" "$s" "$op" "$pt" "$fe" "$(ratio "$pt" "$fe")" \
+			"$(median ${bw_pair[$s $op]})" "${fe_err[$s $op]}"
 	done
 done
 echo
@@ -217,9 +230,9 @@ for op in $LAT_OPS; do
 		"$(median ${lat_min[$op]:--})" "$what"
 done
 echo
-echo "(paired: median of the rounds' own ferry/pt ratios; min: of the ratios of their minima (READ);"
+echo "(paired: median of the rounds' own ferry/pt ratios; min: of the ratios of their latency minima (READ);"
 echo " MB/s = 10^6 bytes/s, medians of $ROUNDS round(s); perftest: -x $GID -F -t $DEPTH -D $DUR${PERFTEST_ARGS:+ $PERFTEST_ARGS}," \
-	"lat -n $LAT_ITERS; ferry: --batch $DEPTH -D $DUR --buffer $BUFFER${BW_ARGS:+ $BW_ARGS}${FERRY_BENCH_ARGS:+ $FERRY_BENCH_ARGS}${FERRY_IB_TIMEOUT:+ FERRY_IB_TIMEOUT=$FERRY_IB_TIMEOUT}," \
+	"lat -n $LAT_ITERS; ferry: --batch $DEPTH -D $DUR --buffer $BUFFER${BW_ARGS:+ $BW_ARGS}${same_addr[*]:+ ${same_addr[*]}}${FERRY_BENCH_ARGS:+ $FERRY_BENCH_ARGS}${FERRY_IB_TIMEOUT:+ FERRY_IB_TIMEOUT=$FERRY_IB_TIMEOUT}," \
 	"lat -n $LAT_ITERS${LAT_ARGS:+ $LAT_ARGS}; ferry_wr_err = failed work requests, retried)"
 if [ "$failed" != 0 ]; then
 	echo "$CMP_NAME: some runs failed, see $LOGDIR" >&2

@@ -81,10 +81,11 @@ void print_header(const struct bench *b)
 		printf("(target %s, ", b->topts.cores);
 	else
 		printf("(target %s remote 0x%" PRIx64 ", ", b->cfg.connect, b->remote_base);
-	printf("ports on cpus %s), slice %u, qps %u, depth %u, idle %s, %s, counters %s%s",
+	printf("ports on cpus %s), slice %u, qps %u, depth %u, idle %s, %s, counters %s%s%s",
 	       b->port_cpus_desc, o->slice_size, o->qps_per_ep, o->wrs_per_qp,
 	       o->idle == FERRY_IDLE_SPIN ? "spin" : o->idle == FERRY_IDLE_CALLER ? "caller" : "adaptive", b->cfg.nocopy ? "nocopy" : "copy",
-	       onoff(o->counters), b->cfg.verify ? ", verify" : "");
+	       onoff(o->counters), b->cfg.verify ? ", verify" : "",
+	       b->cfg.same_addr ? ", same-addr" : "");
 	print_submit(b);
 	printf("\n");
 	if (b->cfg.pingpong)
@@ -345,9 +346,10 @@ void print_json(const struct bench *b, const struct totals *t)
 	json_str("port_cpus", b->port_cpus_desc);
 	json_str("idle", o->idle == FERRY_IDLE_SPIN ? "spin" : o->idle == FERRY_IDLE_CALLER ? "caller" : "adaptive");
 	printf("\"size\":%" PRIu64 ",\"batch\":%u,\"ports\":%u,\"slice\":%u,\"qps\":%u,"
-	       "\"depth\":%u,\"nocopy\":%s,\"verify\":%s,",
+	       "\"depth\":%u,\"nocopy\":%s,\"verify\":%s,\"same_addr\":%s,",
 	       b->size, b->nreq, b->cfg.ports, o->slice_size, o->qps_per_ep, o->wrs_per_qp,
-	       b->cfg.nocopy ? "true" : "false", b->cfg.verify ? "true" : "false");
+	       b->cfg.nocopy ? "true" : "false", b->cfg.verify ? "true" : "false",
+	       b->cfg.same_addr ? "true" : "false");
 	printf("\"batches\":%" PRIu64 ",\"requests\":%" PRIu64 ",\"bytes\":%" PRIu64
 	       ",\"seconds\":%.6f,\"gbps\":%.6f,\"mbps\":%.3f,\"req_per_s\":%.1f,"
 	       "\"batch_lat_us\":%.3f,\"failures\":%" PRIu64 ",\"mismatched_bytes\":%" PRIu64 ",",

@@ -33,11 +33,13 @@ static int size_prepare(struct bench *b, uint64_t s, unsigned step)
 		struct bench_port *bp = &b->ports[p];
 
 		for (uint32_t i = 0; i < b->nreq; i++) {
+			uint32_t slot = b->cfg.same_addr ? 0 : i;
+
 			bp->reqs[i] = (struct ferry_req){
 				.op = b->cfg.op,
-				.local = bp->buf + i * s,
+				.local = bp->buf + slot * s,
 				.seg = b->seg,
-				.remote = b->remote_base + req_offset(b, p, i),
+				.remote = b->remote_base + req_offset(b, p, slot),
 				.len = s,
 			};
 		}

@@ -141,7 +141,12 @@ static void test_all_long_flags(void **state)
 	assert_int_equal(r.cfg.depth, 2048);
 	assert_true(r.cfg.duration == 1.5);
 	assert_true(r.cfg.spin && r.cfg.json && r.cfg.no_port_pin);
-	assert_false(r.cfg.nocopy || r.cfg.verify);
+	assert_false(r.cfg.nocopy || r.cfg.verify || r.cfg.same_addr);
+
+	OK(&r, "--same-addr");
+	assert_true(r.cfg.same_addr);
+	/* Requests that share their bytes leave nothing per request to check. */
+	BAD("--verify and --same-addr exclude each other", "--same-addr", "--verify");
 
 	OK(&r, "--iters", "100", "--nocopy");
 	assert_int_equal(r.cfg.iters, 100);
@@ -358,7 +363,7 @@ static void test_abbrev(void **state)
 	OK(&r, "--dur", "2", "--ver");
 	assert_true(r.cfg.duration == 2.0);
 	assert_true(r.cfg.verify);
-	BAD("ambiguous option '--s' (--size, --slice, --spin, --seed, --sweep, --sync, --status-once, --secret)", "--s", "1");
+	BAD("ambiguous option '--s' (--size, --slice, --spin, --seed, --sweep, --sync, --status-once, --secret, --same-addr)", "--s", "1");
 	/* An exact name wins over the longer names it prefixes. */
 	OK(&r, "--target");
 	assert_int_equal(r.cfg.mode, BENCH_TARGET);
@@ -446,6 +451,7 @@ static void test_mode_conflicts(void **state)
 	BAD("--ports applies to the initiator", "--target", "--ports", "2");
 	BAD("--iters applies to the initiator", "--target", "-n", "5");
 	BAD("--verify applies to the initiator", "--target", "--verify");
+	BAD("--same-addr applies to the initiator", "--target", "--same-addr");
 	BAD("--lat applies to the initiator", "--target", "--lat");
 	BAD("--sweep applies to the initiator", "--target", "--sweep");
 	BAD("--nocopy applies to the initiator", "--target", "--nocopy");
