@@ -203,9 +203,10 @@ done
 ferry_targets_stop
 save_dmesg
 
-echo
-printf "%-6s %-6s %14s %12s %8s %7s %13s\n" size op "perftest_MB/s" "ferry_MB/s" "ferry/pt" \
-	"paired" "ferry_wr_err"
+# A table only for what ran (COMPARE_OPS="" or COMPARE_LAT_OPS="" skip one).
+[ -n "${OPS// /}" ] && echo &&
+	printf "%-6s %-6s %14s %12s %8s %7s %13s\n" size op "perftest_MB/s" "ferry_MB/s" "ferry/pt" \
+		"paired" "ferry_wr_err"
 for s in $SIZES; do
 	for op in $OPS; do
 		# shellcheck disable=SC2086 # word splitting of the value lists is the point
@@ -215,9 +216,9 @@ for s in $SIZES; do
 			"$(median ${bw_pair[$s $op]})" "${fe_err[$s $op]}"
 	done
 done
-echo
-printf "%-6s %-6s %10s %10s %10s %10s %8s %7s %7s  %s\n" size op "pt_typ_us" "pt_p99_us" "fe_typ_us" \
-	"fe_p99_us" "ferry/pt" "paired" "min" "what"
+[ -n "${LAT_OPS// /}" ] && echo &&
+	printf "%-6s %-6s %10s %10s %10s %10s %8s %7s %7s  %s\n" size op "pt_typ_us" "pt_p99_us" \
+		"fe_typ_us" "fe_p99_us" "ferry/pt" "paired" "min" "what"
 for op in $LAT_OPS; do
 	# shellcheck disable=SC2086
 	a=$(median ${pt_typ[$op]}) c=$(median ${fe_typ[$op]})
