@@ -71,6 +71,18 @@ median() {
 			else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
+# The Soft-RoCE pair every compare script runs on (vm-run's SOFTROCE_*):
+# SRV_DEV and SRV_ADDR serve, CLI_DEV (the second device, else the first)
+# initiates, GID is the RoCE v2 IPv4 GID index.
+# shellcheck disable=SC2034 # set for the sourcing script
+softroce_pair() {
+	local -a devs addrs
+	read -r -a devs <<<"${SOFTROCE_DEVICES:-rxe0 rxe1}"
+	read -r -a addrs <<<"${SOFTROCE_ADDRS:-10.99.0.1 10.99.0.2}"
+	GID=${SOFTROCE_GID_INDEX:-1}
+	SRV_DEV=${devs[0]} CLI_DEV=${devs[1]:-${devs[0]}} SRV_ADDR=${addrs[0]}
+}
+
 # ---- rounds: every tool once per round, the table shows medians ----------
 
 # KEY -> the rounds' numbers, space-separated ("-" for a run that failed).

@@ -64,10 +64,7 @@ LAT_ARGS=${COMPARE_LAT_ARGS---caller}
 BW_ARGS=${COMPARE_BW_ARGS---caller}
 ROUNDS=${COMPARE_ROUNDS:-1}
 LOGDIR=${COMPARE_LOGDIR:-$B/compare-perftest}
-read -r -a DEVS <<<"${SOFTROCE_DEVICES:-rxe0 rxe1}"
-read -r -a ADDRS <<<"${SOFTROCE_ADDRS:-10.99.0.1 10.99.0.2}"
-GID=${SOFTROCE_GID_INDEX:-1}
-SRV_DEV=${DEVS[0]} CLI_DEV=${DEVS[1]:-${DEVS[0]}} SRV_ADDR=${ADDRS[0]}
+softroce_pair
 # A run that takes longer than this is hung (a client that lost its server).
 TMO=${COMPARE_TIMEOUT:-$((DUR + 120))}
 FERRY_PORT=18700

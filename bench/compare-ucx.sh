@@ -68,10 +68,7 @@ ROUNDS=${COMPARE_ROUNDS:-1}
 LOGDIR=${COMPARE_LOGDIR:-$B/compare-ucx}
 UCX_TLS_USE=${COMPARE_UCX_TLS:-rc_verbs,ud_verbs}
 UCX_DGID=${COMPARE_UCX_DGID_CHECK:-n}
-read -r -a DEVS <<<"${SOFTROCE_DEVICES:-rxe0 rxe1}"
-read -r -a ADDRS <<<"${SOFTROCE_ADDRS:-10.99.0.1 10.99.0.2}"
-GID=${SOFTROCE_GID_INDEX:-1}
-SRV_DEV=${DEVS[0]} CLI_DEV=${DEVS[1]:-${DEVS[0]}} SRV_ADDR=${ADDRS[0]}
+softroce_pair
 TMO=${COMPARE_TIMEOUT:-$((DUR + 120))}
 FERRY_PORT=18720
 port=18640 # ucx_perftest: a fresh port per run

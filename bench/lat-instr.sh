@@ -35,10 +35,7 @@ N2=${LAT_INSTR_N2:-1200}
 LAT_ARGS=${LAT_INSTR_ARGS---caller}
 REPS=${LAT_INSTR_REPS:-2}
 LOGDIR=${COMPARE_LOGDIR:-$B/lat-instr}
-read -r -a DEVS <<<"${SOFTROCE_DEVICES:-rxe0 rxe1}"
-read -r -a ADDRS <<<"${SOFTROCE_ADDRS:-10.99.0.1 10.99.0.2}"
-GID=${SOFTROCE_GID_INDEX:-1}
-SRV_DEV=${DEVS[0]} CLI_DEV=${DEVS[1]:-${DEVS[0]}} SRV_ADDR=${ADDRS[0]}
+softroce_pair
 TMO=600
 FERRY_PORT=18750
 BUFFER=$((1 << 20))
@@ -55,20 +52,34 @@ private_bench
 counted() {
 	local name=$1
 	shift
+	rm -f "$LOGDIR/$name".*.txt # listings of an earlier run's counts
 	timeout "$TMO" valgrind --tool=callgrind --callgrind-out-file="$LOGDIR/$name.cg" "$@" \
 		>"$LOGDIR/$name.out" 2>"$LOGDIR/$name.err"
 	timed_out $? "$name" "$LOGDIR/$name.err"
 }
 
+# listing NAME KIND: callgrind_annotate's listing of NAME's counts, KIND
+# incl (inclusive), self or caller (with each function's callers); made
+# once per run and kind, kept beside the counts.
+listing() {
+	local out=$LOGDIR/$1.$2.txt
+	[ -s "$out" ] || case $2 in
+	incl) callgrind_annotate --inclusive=yes --auto=no --threshold=100 "$LOGDIR/$1.cg" ;;
+	self) callgrind_annotate --auto=no --threshold=100 "$LOGDIR/$1.cg" ;;
+	caller) callgrind_annotate --tree=caller --auto=no --threshold=100 "$LOGDIR/$1.cg" ;;
+	esac >"$out" 2>/dev/null
+	cat "$out"
+}
+
 # incl NAME FUNCTION: FUNCTION's inclusive instructions in NAME's counts (0: none).
 incl() {
-	callgrind_annotate --inclusive=yes --auto=no --threshold=100 "$LOGDIR/$1.cg" 2>/dev/null |
+	listing "$1" incl |
 		awk -v f=":$2 " 'index($0, f) && !/=>/ { gsub(",", "", $1); s += $1 } END { print s + 0 }'
 }
 
 # obj NAME OBJECT: the instructions run inside shared object OBJECT (a name's start).
 obj() {
-	callgrind_annotate --auto=no --threshold=100 "$LOGDIR/$1.cg" 2>/dev/null |
+	listing "$1" self |
 		awk -v o="/$2" 'index($0, o) && !/=>/ { gsub(",", "", $1); s += $1 } END { print s + 0 }'
 }
 
@@ -77,8 +88,7 @@ obj() {
 # so valgrind's slowdown changes its count from one run to the next).
 clock_loops() {
 	local c sum=0
-	for c in $(callgrind_annotate --tree=caller --auto=no --threshold=100 "$LOGDIR/$1.cg" \
-		2>/dev/null | awk '/^ *[0-9,]+ .*< / { c = $0; sub(/.*< */, "", c); sub(/ .*/, "", c);
+	for c in $(listing "$1" caller | awk '/^ *[0-9,]+ .*< / { c = $0; sub(/.*< */, "", c); sub(/ .*/, "", c);
 			callers[n++] = c; next }
 		/\*  .*__gettimeofday_syscall/ { for (i = 0; i < n; i++) print callers[i] } !/< / { n = 0 }' |
 		sed 's/.*://' | sort -u); do
@@ -107,7 +117,6 @@ rep() {
 			--buffer "$BUFFER" --json --op read --lat --size 8 -n "$n" $LAT_ARGS || exit 1
 	done
 	ferry_targets_stop
-	target_pids=()
 	for n in "$N1" "$N2"; do
 		port=$((port + 1))
 		timeout "$TMO" ib_read_lat -d "$SRV_DEV" -x "$GID" -F -p "$port" -s 8 -n "$n" \
