@@ -37,6 +37,12 @@
 #   COMPARE_VERIFY=1         ferry_bench --verify (WRITE then reads everything back)
 #   FERRY_BENCH_ARGS="..."   extra flags for the ferry initiator (e.g. --spin)
 #   FERRY_TARGET_ARGS="..."  extra flags for the ferry target
+#   COMPARE_PT_CPUS=LIST     taskset CPU list for both perftest sides (default:
+#                            every online CPU but 0, where ferry_bench's port
+#                            and ping-pong threads run when its engines have
+#                            the default --cores 0, so each program's polling
+#                            thread has the same CPUs; "" unpinned: with
+#                            FERRY_BENCH_ARGS=--no-port-pin, like for like too)
 #   PERFTEST_ARGS="..."      extra flags for both perftest sides (e.g. "-u 17"
 #                            with FERRY_IB_TIMEOUT=17: rxe in the emulated VM
 #                            can take longer than the default 67 ms to ACK)
@@ -68,6 +74,15 @@ softroce_pair
 # A run that takes longer than this is hung (a client that lost its server).
 TMO=${COMPARE_TIMEOUT:-$((DUR + 120))}
 FERRY_PORT=18700
+# ferry_bench keeps its polling threads off its engines' cores (--cores,
+# default 0); perftest's go where ferry's go (checked after each ferry run).
+ncpu=$(nproc)
+cpus_rest=1-$((ncpu - 1)) # as ferry_bench describes them ("1" for 1-1)
+[ "$ncpu" = 2 ] && cpus_rest=1
+[ "$ncpu" -lt 2 ] && cpus_rest=
+PT_CPUS=${COMPARE_PT_CPUS-$cpus_rest}
+pin=()
+[ -n "$PT_CPUS" ] && pin=(taskset -c "$PT_CPUS")
 port=18600 # perftest: a fresh port per test
 failed=0
 
@@ -85,8 +100,8 @@ perftest_pair() {
 	shift 2
 	port=$((port + 1))
 	# shellcheck disable=SC2086 # PERFTEST_ARGS: one word per flag
-	timeout "$TMO" "$prog" -d "$SRV_DEV" -x "$GID" -F -p "$port" "$@" ${PERFTEST_ARGS:-} \
-		>"$LOGDIR/$name.server" 2>&1 &
+	timeout "$TMO" "${pin[@]}" "$prog" -d "$SRV_DEV" -x "$GID" -F -p "$port" "$@" \
+		${PERFTEST_ARGS:-} >"$LOGDIR/$name.server" 2>&1 &
 	spid=$!
 	pids+=("$spid")
 	if ! wait_listen "$port" 300; then
@@ -94,8 +109,8 @@ perftest_pair() {
 		return 1
 	fi
 	# shellcheck disable=SC2086
-	timeout "$TMO" "$prog" -d "$CLI_DEV" -x "$GID" -F -p "$port" "$@" ${PERFTEST_ARGS:-} \
-		"$SRV_ADDR" >"$LOGDIR/$name.client" 2>&1
+	timeout "$TMO" "${pin[@]}" "$prog" -d "$CLI_DEV" -x "$GID" -F -p "$port" "$@" \
+		${PERFTEST_ARGS:-} "$SRV_ADDR" >"$LOGDIR/$name.client" 2>&1
 	rc=$?
 	wait "$spid" 2>/dev/null
 	timed_out $rc "$prog $name" "$LOGDIR/$name.client"
@@ -121,6 +136,20 @@ perftest_lat() {
 	awk '/t_typical/ { hdr = 1; next }
 		hdr && $1 ~ /^[0-9]+$/ { printf "%.2f %.2f %.2f", $5, $8, $3; found = 1; exit }
 		END { if (!found) printf "- - -" }' "$1"
+}
+
+# pin_check JSON: say once when ferry's polling threads did not run on
+# the CPUs perftest was given (other --cores, or --no-port-pin).
+pin_warned=0
+pin_check() {
+	local cpus
+	cpus=$(sed -n 's/.*"port_cpus":"\([^"]*\)".*/\1/p' "$1" | head -n 1)
+	if [ -z "$cpus" ] || [ "$cpus" = "${PT_CPUS:-any}" ] || [ "$pin_warned" = 1 ]; then
+		return 0
+	fi
+	echo "$CMP_NAME: ferry's polling threads ran on CPUs $cpus, perftest on ${PT_CPUS:-any}" \
+		"(set COMPARE_PT_CPUS)" >&2
+	pin_warned=1
 }
 
 echo "$CMP_NAME: server/target $SRV_DEV ($SRV_ADDR), client/initiator $CLI_DEV," \
@@ -161,6 +190,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 			ferry_run "$name.ferry" "$op" --size "$b" --batch "$DEPTH" -D "$DUR" $BW_ARGS \
 				"${same_addr[@]}" ||
 				failed=1
+			pin_check "$LOGDIR/$name.ferry.json"
 			v=$(json_num "$LOGDIR/$name.ferry.json" mbps)
 			fe_bw[$s $op]+=" $v"
 			bw_pair[$s $op]+=" $(ratio "$pt_round" "$v")"
@@ -176,6 +206,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		pt_round=$a pt_min=$m
 		# shellcheck disable=SC2086 # LAT_ARGS: one word per flag
 		ferry_run "$name.ferry" "$op" --lat --size 8 -n "$LAT_ITERS" $LAT_ARGS || failed=1
+		pin_check "$LOGDIR/$name.ferry.json"
 		a=$(json_num "$LOGDIR/$name.ferry.json" p50)
 		c=$(json_num "$LOGDIR/$name.ferry.json" p99)
 		m=$(json_num "$LOGDIR/$name.ferry.json" min)
@@ -229,7 +260,7 @@ for op in $LAT_OPS; do
 done
 echo
 echo "(paired: median of the rounds' own ferry/pt ratios; min: of the ratios of their latency minima (READ);"
-echo " MB/s = 10^6 bytes/s, medians of $ROUNDS round(s); perftest: -x $GID -F -t $DEPTH -D $DUR${PERFTEST_ARGS:+ $PERFTEST_ARGS}," \
+echo " MB/s = 10^6 bytes/s, medians of $ROUNDS round(s); perftest: -x $GID -F -t $DEPTH -D $DUR${PERFTEST_ARGS:+ $PERFTEST_ARGS} on CPUs ${PT_CPUS:-any}," \
 	"lat -n $LAT_ITERS; ferry: --batch $DEPTH -D $DUR --buffer $BUFFER${BW_ARGS:+ $BW_ARGS}${same_addr[*]:+ ${same_addr[*]}}${FERRY_BENCH_ARGS:+ $FERRY_BENCH_ARGS}${FERRY_IB_TIMEOUT:+ FERRY_IB_TIMEOUT=$FERRY_IB_TIMEOUT}," \
 	"lat -n $LAT_ITERS${LAT_ARGS:+ $LAT_ARGS}; ferry_wr_err = failed work requests, retried)"
 if [ "$failed" != 0 ]; then
