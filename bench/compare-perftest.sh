@@ -37,12 +37,15 @@
 #   COMPARE_VERIFY=1         ferry_bench --verify (WRITE then reads everything back)
 #   FERRY_BENCH_ARGS="..."   extra flags for the ferry initiator (e.g. --spin)
 #   FERRY_TARGET_ARGS="..."  extra flags for the ferry target
-#   COMPARE_PT_CPUS=LIST     taskset CPU list for both perftest sides (default:
-#                            every online CPU but 0, where ferry_bench's port
-#                            and ping-pong threads run when its engines have
-#                            the default --cores 0, so each program's polling
-#                            thread has the same CPUs; "" unpinned: with
-#                            FERRY_BENCH_ARGS=--no-port-pin, like for like too)
+#   COMPARE_PT_LAT_CPUS=LIST taskset CPU list for both sides of perftest's
+#                            latency runs (default: every online CPU but 0,
+#                            where ferry_bench's port and ping-pong threads run
+#                            when its engines have the default --cores 0, so
+#                            each program's polling thread has the same CPUs;
+#                            "" unpinned: give ferry --no-port-pin too)
+#   COMPARE_PT_BW_CPUS=LIST  the same for perftest's throughput runs (default
+#                            "", unpinned: pinned to one vCPU ib_write_bw and
+#                            ib_read_bw ran 1 MiB at half their speed, README)
 #   PERFTEST_ARGS="..."      extra flags for both perftest sides (e.g. "-u 17"
 #                            with FERRY_IB_TIMEOUT=17: rxe in the emulated VM
 #                            can take longer than the default 67 ms to ACK)
@@ -80,9 +83,14 @@ ncpu=$(nproc)
 cpus_rest=1-$((ncpu - 1)) # as ferry_bench describes them ("1" for 1-1)
 [ "$ncpu" = 2 ] && cpus_rest=1
 [ "$ncpu" -lt 2 ] && cpus_rest=
-PT_CPUS=${COMPARE_PT_CPUS-$cpus_rest}
-pin=()
-[ -n "$PT_CPUS" ] && pin=(taskset -c "$PT_CPUS")
+PT_LAT_CPUS=${COMPARE_PT_LAT_CPUS-$cpus_rest}
+PT_BW_CPUS=${COMPARE_PT_BW_CPUS-}
+# pin_to LIST: perftest_pair's next runs under taskset -c LIST ("": unpinned).
+pin_to() {
+	pin=()
+	PT_CPUS=$1
+	[ -n "$PT_CPUS" ] && pin=(taskset -c "$PT_CPUS")
+}
 port=18600 # perftest: a fresh port per test
 failed=0
 
@@ -139,16 +147,17 @@ perftest_lat() {
 }
 
 # pin_check JSON: say once when ferry's polling threads did not run on
-# the CPUs perftest was given (other --cores, or --no-port-pin).
+# the CPUs perftest's latency runs were given (other --cores, or
+# --no-port-pin).
 pin_warned=0
 pin_check() {
 	local cpus
 	cpus=$(sed -n 's/.*"port_cpus":"\([^"]*\)".*/\1/p' "$1" | head -n 1)
-	if [ -z "$cpus" ] || [ "$cpus" = "${PT_CPUS:-any}" ] || [ "$pin_warned" = 1 ]; then
+	if [ -z "$cpus" ] || [ "$cpus" = "${PT_LAT_CPUS:-any}" ] || [ "$pin_warned" = 1 ]; then
 		return 0
 	fi
-	echo "$CMP_NAME: ferry's polling threads ran on CPUs $cpus, perftest on ${PT_CPUS:-any}" \
-		"(set COMPARE_PT_CPUS)" >&2
+	echo "$CMP_NAME: ferry's polling threads ran on CPUs $cpus, perftest's latency runs on" \
+		"${PT_LAT_CPUS:-any} (set COMPARE_PT_LAT_CPUS)" >&2
 	pin_warned=1
 }
 
@@ -178,6 +187,7 @@ declare -A pt_bw fe_bw fe_err bw_pair pt_typ pt_p99 fe_typ fe_p99 fe_lat lat_pai
 for ((round = 1; round <= ROUNDS; round++)); do
 	for s in $SIZES; do
 		b=$(bytes "$s")
+		pin_to "$PT_BW_CPUS"
 		for op in $OPS; do
 			name=bw-$op-$s.r$round
 			perftest_pair "ib_${op}_bw" "$name.perftest" -s "$b" -D "$DUR" -t "$DEPTH" \
@@ -190,7 +200,6 @@ for ((round = 1; round <= ROUNDS; round++)); do
 			ferry_run "$name.ferry" "$op" --size "$b" --batch "$DEPTH" -D "$DUR" $BW_ARGS \
 				"${same_addr[@]}" ||
 				failed=1
-			pin_check "$LOGDIR/$name.ferry.json"
 			v=$(json_num "$LOGDIR/$name.ferry.json" mbps)
 			fe_bw[$s $op]+=" $v"
 			bw_pair[$s $op]+=" $(ratio "$pt_round" "$v")"
@@ -198,6 +207,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 			fe_err[$s $op]=$((${fe_err[$s $op]:-0} + $(json_sum "$LOGDIR/$name.ferry.json" wr_errors)))
 		done
 	done
+	pin_to "$PT_LAT_CPUS"
 	for op in $LAT_OPS; do
 		name=lat-$op-8.r$round
 		perftest_pair "ib_${op}_lat" "$name.perftest" -s 8 -n "$LAT_ITERS" || failed=1
@@ -260,7 +270,7 @@ for op in $LAT_OPS; do
 done
 echo
 echo "(paired: median of the rounds' own ferry/pt ratios; min: of the ratios of their latency minima (READ);"
-echo " MB/s = 10^6 bytes/s, medians of $ROUNDS round(s); perftest: -x $GID -F -t $DEPTH -D $DUR${PERFTEST_ARGS:+ $PERFTEST_ARGS} on CPUs ${PT_CPUS:-any}," \
+echo " MB/s = 10^6 bytes/s, medians of $ROUNDS round(s); perftest: -x $GID -F -t $DEPTH -D $DUR${PERFTEST_ARGS:+ $PERFTEST_ARGS} on CPUs ${PT_BW_CPUS:-any}, lat on ${PT_LAT_CPUS:-any}," \
 	"lat -n $LAT_ITERS; ferry: --batch $DEPTH -D $DUR --buffer $BUFFER${BW_ARGS:+ $BW_ARGS}${same_addr[*]:+ ${same_addr[*]}}${FERRY_BENCH_ARGS:+ $FERRY_BENCH_ARGS}${FERRY_IB_TIMEOUT:+ FERRY_IB_TIMEOUT=$FERRY_IB_TIMEOUT}," \
 	"lat -n $LAT_ITERS${LAT_ARGS:+ $LAT_ARGS}; ferry_wr_err = failed work requests, retried)"
 if [ "$failed" != 0 ]; then

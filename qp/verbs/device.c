@@ -252,13 +252,14 @@ static uint32_t clip_rd_atomic(int v)
 
 void fv_nic_set_limits(struct fv_nic *nic, const struct ibv_device_attr *da)
 {
-	uint32_t cap = fv_ib_env(nic, "FERRY_IB_RD_ATOMIC", VERBS_MAX_RD_ATOMIC, 0);
+	uint32_t cap = fv_ib_env(nic, "FERRY_IB_RD_ATOMIC", VERBS_MAX_RD_ATOMIC,
+				 VERBS_DEFAULT_RD_ATOMIC);
 
 	nic->max_qp_wr = (uint32_t)da->max_qp_wr;
 	nic->max_cqe = (uint32_t)da->max_cqe;
 	nic->max_rd_atomic = clip_rd_atomic(da->max_qp_init_rd_atom);
 	nic->max_dest_rd_atomic = clip_rd_atomic(da->max_qp_rd_atom);
-	/* A lower initiator depth on request (0: the device's). */
+	/* A lower initiator depth: the default's, or asked for (0: the device's). */
 	if (cap && cap < nic->max_rd_atomic)
 		nic->max_rd_atomic = cap;
 }

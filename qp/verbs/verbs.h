@@ -33,13 +33,20 @@
 
 /*
  * Outstanding RDMA READs per QP (initiator depth, max_rd_atomic) and the
- * responder resources a QP grants (max_dest_rd_atomic): the device's
- * maxima, clipped only to what struct ibv_qp_attr can carry (uint8_t).
- * READs are the slow op on a long path: each one in flight is a round trip
- * the responder overlaps, so a lower cap than the device's costs bandwidth
- * (rxe allows 128; 16 held READs at ~0.5x of ib_read_bw).
+ * responder resources a QP grants (max_dest_rd_atomic): at most the
+ * device's maxima, clipped to what struct ibv_qp_attr can carry (uint8_t).
  */
 #define VERBS_MAX_RD_ATOMIC 255
+/*
+ * The initiator depth unless FERRY_IB_RD_ATOMIC says otherwise (the
+ * device's when lower): what ConnectX devices report themselves.  Each READ
+ * in flight is a round trip the responder overlaps, but on a quiet
+ * Soft-RoCE VM rxe's 128 per QP (2,048 response packets of 64 KiB READs)
+ * overflowed the receiving CPU's backlog: dropped packets, go-back-N
+ * retries, ~0.85x of ib_read_bw; 16 ran at 1.0-2.4x with no drop (README,
+ * 2026-12-06).  An older run on a loaded host had 16 slower than 128.
+ */
+#define VERBS_DEFAULT_RD_ATOMIC 16
 /* Inline payload requested for each QP; 0 when the device refuses it. */
 #define VERBS_INLINE 64
 /* WRs translated per ibv_post_send (longer chains take several calls). */
@@ -162,8 +169,9 @@ struct fv_qp {
  * The device limits a NIC keeps from ibv_query_device: WRs per QP, CQEs,
  * the initiator depth (max_qp_init_rd_atom) and the responder resources
  * (max_qp_rd_atom), the last two clipped to VERBS_MAX_RD_ATOMIC.
- * FERRY_IB_RD_ATOMIC=n (1..255; 0 or unset: the device's) lowers the
- * initiator depth, like UCX_RC_MAX_RD_ATOMIC.
+ * FERRY_IB_RD_ATOMIC=n (1..255; 0: the device's; unset:
+ * VERBS_DEFAULT_RD_ATOMIC) lowers the initiator depth, like
+ * UCX_RC_MAX_RD_ATOMIC.
  */
 void fv_nic_set_limits(struct fv_nic *nic, const struct ibv_device_attr *da);
 

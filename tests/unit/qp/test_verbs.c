@@ -515,8 +515,10 @@ static void test_qp_connect_mtu_and_caps(void **state)
 }
 
 /*
- * The READ bound: a QP keeps as many READs in flight as the device allows
- * (rxe: 128), not a fixed 16, and never more than the peer grants.
+ * The READ bound: FERRY_IB_RD_ATOMIC=0 lets a QP keep as many READs in
+ * flight as the device allows (rxe: 128), never more than the peer grants;
+ * by default at most VERBS_DEFAULT_RD_ATOMIC (16), what we grant peers
+ * staying the device's.
  */
 static void test_rd_atomic_bound(void **state)
 {
@@ -527,6 +529,7 @@ static void test_rd_atomic_bound(void **state)
 	struct fv_addr b;
 
 	(void)state;
+	setenv("FERRY_IB_RD_ATOMIC", "0", 1); /* the device's depth, up to the default's test below */
 	/* rxe's limits: max_qp_rd_atom = max_qp_init_rd_atom = 128. */
 	memset(&da, 0, sizeof(da));
 	da.max_qp_wr = 1 << 20;
@@ -589,10 +592,25 @@ static void test_rd_atomic_bound(void **state)
 	setenv("FERRY_IB_RD_ATOMIC", "0", 1);
 	fv_nic_set_limits(&nic, &da);
 	assert_int_equal(nic.max_rd_atomic, 128);
-	setenv("FERRY_IB_RD_ATOMIC", "256", 1); /* out of range: ignored (logged once) */
+	setenv("FERRY_IB_RD_ATOMIC", "256", 1); /* out of range: the default (logged once) */
 	fv_nic_set_limits(&nic, &da);
-	assert_int_equal(nic.max_rd_atomic, 128);
+	assert_int_equal(nic.max_rd_atomic, VERBS_DEFAULT_RD_ATOMIC);
+	/* Unset: the default, 16, what ConnectX reports itself; rxe's 128 lost
+	 * packets and went into go-back-N retries (README). */
 	unsetenv("FERRY_IB_RD_ATOMIC");
+	fv_nic_set_limits(&nic, &da);
+	assert_int_equal(VERBS_DEFAULT_RD_ATOMIC, 16);
+	assert_int_equal(nic.max_rd_atomic, 16);
+	assert_int_equal(nic.max_dest_rd_atomic, 128);
+	P->caps((const struct nic *)(const void *)&nic, &caps);
+	assert_int_equal(caps.max_rd_atomic, 16);
+	P->addr((const struct nic *)(const void *)&nic, &out);
+	assert_int_equal(fv_addr_unpack(&out, &b), 0);
+	assert_int_equal(b.rd_atomic, 128); /* what we grant */
+	da.max_qp_init_rd_atom = 8; /* a device below the default keeps its own */
+	fv_nic_set_limits(&nic, &da);
+	assert_int_equal(nic.max_rd_atomic, 8);
+	da.max_qp_init_rd_atom = 128;
 
 	/* A device without READ resources reports 0: so do we. */
 	da.max_qp_rd_atom = 0;
