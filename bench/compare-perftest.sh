@@ -88,8 +88,7 @@ PT_BW_CPUS=${COMPARE_PT_BW_CPUS-}
 # pin_to LIST: perftest_pair's next runs under taskset -c LIST ("": unpinned).
 pin_to() {
 	pin=()
-	PT_CPUS=$1
-	[ -n "$PT_CPUS" ] && pin=(taskset -c "$PT_CPUS")
+	[ -n "$1" ] && pin=(taskset -c "$1")
 }
 port=18600 # perftest: a fresh port per test
 failed=0

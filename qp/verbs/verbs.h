@@ -43,8 +43,8 @@
  * in flight is a round trip the responder overlaps, but on a quiet
  * Soft-RoCE VM rxe's 128 per QP (2,048 response packets of 64 KiB READs)
  * overflowed the receiving CPU's backlog: dropped packets, go-back-N
- * retries, ~0.85x of ib_read_bw; 16 ran at 1.0-2.4x with no drop (README,
- * 2026-12-06).  An older run on a loaded host had 16 slower than 128.
+ * retries, ~0.85x of ib_read_bw; 16 ran at 1.15-1.34x with no drop
+ * (README, 2026-12-06).  An older run on a loaded host had 16 slower than 128.
  */
 #define VERBS_DEFAULT_RD_ATOMIC 16
 /* Inline payload requested for each QP; 0 when the device refuses it. */

@@ -514,6 +514,21 @@ static void test_qp_connect_mtu_and_caps(void **state)
 	assert_int_equal(S.attr[1].max_rd_atomic, 4);
 }
 
+/* What nic tells the core (caps: the per-QP READ bound, qp/post/post.c)
+ * and what it publishes to peers (the responder resources it grants). */
+static void assert_rd_atomic_seen(uint32_t depth, uint32_t grant)
+{
+	struct nic_caps caps;
+	struct nic_addr out;
+	struct fv_addr b;
+
+	P->caps((const struct nic *)(const void *)&nic, &caps);
+	assert_int_equal(caps.max_rd_atomic, depth);
+	P->addr((const struct nic *)(const void *)&nic, &out);
+	assert_int_equal(fv_addr_unpack(&out, &b), 0);
+	assert_int_equal(b.rd_atomic, grant);
+}
+
 /*
  * The READ bound: FERRY_IB_RD_ATOMIC=0 lets a QP keep as many READs in
  * flight as the device allows (rxe: 128), never more than the peer grants;
@@ -524,9 +539,7 @@ static void test_rd_atomic_bound(void **state)
 {
 	struct nic_qp_info r = { .qpn = 1, .psn = 2 };
 	struct ibv_device_attr da;
-	struct nic_caps caps;
-	struct nic_addr na, out;
-	struct fv_addr b;
+	struct nic_addr na;
 
 	(void)state;
 	setenv("FERRY_IB_RD_ATOMIC", "0", 1); /* the device's depth, up to the default's test below */
@@ -541,12 +554,7 @@ static void test_rd_atomic_bound(void **state)
 	assert_int_equal(nic.max_cqe, 1 << 22);
 	assert_int_equal(nic.max_rd_atomic, 128);
 	assert_int_equal(nic.max_dest_rd_atomic, 128);
-	/* caps (the core's per-QP READ bound, qp/post/post.c) and the grant we publish. */
-	P->caps((const struct nic *)(const void *)&nic, &caps);
-	assert_int_equal(caps.max_rd_atomic, 128);
-	P->addr((const struct nic *)(const void *)&nic, &out);
-	assert_int_equal(fv_addr_unpack(&out, &b), 0);
-	assert_int_equal(b.rd_atomic, 128);
+	assert_rd_atomic_seen(128, 128);
 
 	/* Two rxe ends: 128 both ways. */
 	remote_addr(&na, IBV_MTU_4096, 128, IBV_LINK_LAYER_ETHERNET);
@@ -602,11 +610,7 @@ static void test_rd_atomic_bound(void **state)
 	assert_int_equal(VERBS_DEFAULT_RD_ATOMIC, 16);
 	assert_int_equal(nic.max_rd_atomic, 16);
 	assert_int_equal(nic.max_dest_rd_atomic, 128);
-	P->caps((const struct nic *)(const void *)&nic, &caps);
-	assert_int_equal(caps.max_rd_atomic, 16);
-	P->addr((const struct nic *)(const void *)&nic, &out);
-	assert_int_equal(fv_addr_unpack(&out, &b), 0);
-	assert_int_equal(b.rd_atomic, 128); /* what we grant */
+	assert_rd_atomic_seen(16, 128); /* we still grant the device's */
 	da.max_qp_init_rd_atom = 8; /* a device below the default keeps its own */
 	fv_nic_set_limits(&nic, &da);
 	assert_int_equal(nic.max_rd_atomic, 8);
