@@ -10,7 +10,13 @@
 # Two processes each: target on the first device, initiator on the second,
 # one submitting thread, same block size, same batch (Mooncake submits a
 # batch and waits for all of it: ferry runs --sync --batch N, like for
-# like, and its default in-flight mode with N outstanding), same duration.
+# like, and its default in-flight mode with N outstanding), same duration,
+# and as many threads moving the bytes: Mooncake's initiator runs
+# MC_WORKERS_PER_CTX worker threads per device (its default 2, on any CPU
+# of the device's NUMA node), ferry's one engine core per worker (--cores
+# 0..W-1, at most one per CPU).  On Soft-RoCE that matters: rxe does both
+# sides' work in softirq on the CPU that posted, so one posting thread
+# gets one CPU's worth.
 # Mooncake finds its peer through its P2P handshake (no metadata server);
 # MC_GID_INDEX picks the RoCE GID as FERRY_GID_INDEX does for ferry.
 #
@@ -18,6 +24,8 @@
 #   COMPARE_SIZES="64K 1M"  COMPARE_OPS="write read"  COMPARE_DURATION=5 (s, whole)
 #   COMPARE_DEPTH=32        batch: Mooncake --batch_size, ferry --batch
 #   COMPARE_ROUNDS=1        repeat everything; the table shows medians
+#   MC_WORKERS_PER_CTX=2    Mooncake's worker threads per device (its default)
+#   COMPARE_FERRY_CORES     ferry initiator's --cores (default: one per worker)
 #   COMPARE_LOGDIR=build/compare-mooncake  B=build  FERRY_BENCH=path
 # Exit status: 0 when every run produced a number, 1 otherwise.
 set -u
@@ -49,6 +57,11 @@ private_bench
 BUFFER=$(($(max_bytes $SIZES) * DEPTH * 2))
 [ "$BUFFER" -lt $((64 << 20)) ] && BUFFER=$((64 << 20))
 export MC_GID_INDEX=$GID
+MC_WORKERS=${MC_WORKERS_PER_CTX:-2} # Mooncake's workers_per_ctx default (its config.h)
+case $MC_WORKERS in '' | *[!0-9]* | 0) die "MC_WORKERS_PER_CTX=$MC_WORKERS: expected a count of threads" ;; esac
+export MC_WORKERS_PER_CTX=$MC_WORKERS
+ncpu=$(nproc)
+FERRY_CORES=${COMPARE_FERRY_CORES:-$(seq -s, 0 $((ncpu < MC_WORKERS ? ncpu - 1 : MC_WORKERS - 1)))}
 
 # Mooncake pair: $1 = log name, $2 = op, $3 = block bytes; prints MB/s.
 mooncake_pair() {
@@ -74,7 +87,8 @@ mooncake_pair() {
 }
 
 echo "$CMP_NAME: target $SRV_DEV, initiator $CLI_DEV, gid $GID, ${DUR}s per run," \
-	"batch $DEPTH, $ROUNDS round(s), logs in $LOGDIR"
+	"batch $DEPTH, Mooncake $MC_WORKERS worker(s), ferry cores $FERRY_CORES," \
+	"$ROUNDS round(s), logs in $LOGDIR"
 start_ferry_targets || exit 1
 declare -A mc fs fl
 for ((round = 1; round <= ROUNDS; round++)); do
@@ -85,10 +99,12 @@ for ((round = 1; round <= ROUNDS; round++)); do
 			v=$(mooncake_pair "$name.mooncake" "$op" "$b")
 			mc[$s $op]+=" $v"
 			[ "$v" = - ] && failed=1
-			ferry_run "$name.ferry-sync" "$op" --sync --size "$b" --batch "$DEPTH" -D "$DUR" || failed=1
+			ferry_run "$name.ferry-sync" "$op" --cores "$FERRY_CORES" --sync --size "$b" \
+				--batch "$DEPTH" -D "$DUR" || failed=1
 			v=$(json_num "$LOGDIR/$name.ferry-sync.json" mbps)
 			fs[$s $op]+=" $v"
-			ferry_run "$name.ferry" "$op" --size "$b" --batch "$DEPTH" -D "$DUR" || failed=1
+			ferry_run "$name.ferry" "$op" --cores "$FERRY_CORES" --size "$b" --batch "$DEPTH" \
+				-D "$DUR" || failed=1
 			v=$(json_num "$LOGDIR/$name.ferry.json" mbps)
 			fl[$s $op]+=" $v"
 		done
@@ -109,7 +125,8 @@ for s in $SIZES; do
 done
 echo
 echo "(MB/s = 10^6 bytes/s, medians of $ROUNDS round(s); Mooncake: --protocol=rdma --threads=1" \
-	"--batch_size=$DEPTH --duration=${DUR%.*}, P2PHANDSHAKE, MC_GID_INDEX=$GID; ferry: --batch $DEPTH" \
-	"-D $DUR, --sync = batch-synchronous like Mooncake, in flight = $DEPTH outstanding)"
+	"--batch_size=$DEPTH --duration=${DUR%.*}, P2PHANDSHAKE, MC_GID_INDEX=$GID," \
+	"MC_WORKERS_PER_CTX=$MC_WORKERS; ferry: --cores $FERRY_CORES --batch $DEPTH -D $DUR," \
+	"--sync = batch-synchronous like Mooncake, in flight = $DEPTH outstanding)"
 [ "$failed" = 0 ] || echo "$CMP_NAME: some runs failed, see $LOGDIR" >&2
 exit "$failed"
