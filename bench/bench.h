@@ -224,6 +224,11 @@ void idle_print(struct bench *b, const struct totals *t);
 
 /* mode_target.c: --target */
 int nics_check_remote(struct ferry_engine *e, const char *role);
+/* softnic.c: RDMA device name under sysfs root is a software one (rxe, siw). */
+bool nic_is_soft(const char *sysfs, const char *name);
+/* Say on stderr, once, when e runs a software RDMA device on fewer cores
+ * than the online CPUs (the kernel's work stays on the cores' CPUs). */
+void soft_nic_hint(struct ferry_engine *e, const char *sysfs);
 int target_main(struct bench *b);
 /* mode_opens.c: --opens N (its own engines). */
 int opens_main(const struct bench_cfg *cfg);

@@ -169,6 +169,7 @@ static int engines_open(struct bench *b)
 		return rc;
 	b->self = b->init;
 	b->ncores = ferry_engine_cores(b->init);
+	soft_nic_hint(b->init, "/sys");
 	return 0;
 }
 
