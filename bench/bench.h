@@ -54,6 +54,7 @@ struct bench_port {
 	uint64_t end_ns;
 	struct bench_samples lat; /* ns of each request that ended DONE (--idle: cold) */
 	struct bench_samples warm; /* --idle: the same request again at once */
+	struct bench_samples floor; /* --idle: the machine's wake-up alone (wakefloor.c) */
 	uint64_t first_ns;      /* --idle: the first request, right after the idle window */
 	uint32_t *open;         /* batch_poll: requests not yet seen ended */
 	uint64_t prog_bytes;    /* atomic, for the progress line: bytes of ended batches */
@@ -94,6 +95,7 @@ struct bench {
 	struct pp_peer *pp;          /* --pingpong: the answering side in this process */
 	struct cpu_use idle_cpu;     /* --idle: CPU of the engines over the idle window */
 	uint64_t idle_loops, idle_sleeps; /* --idle: what their cores did meanwhile */
+	int floor_cpu, floor_rc;     /* --idle: where the wake-up floor slept, its outcome */
 	char listen_buf[128];         /* --connect --pingpong: where the target reaches us */
 	uint64_t mismatches;         /* --verify: bytes that differ, this size */
 	bool efault_hinted;
@@ -220,16 +222,23 @@ double cpu_pct(const struct cpu_use *c);
 void cpu_print(const char *what, const struct cpu_use *c);
 void idle_window(struct bench *b);
 int idle_run(struct bench_port *bp, uint64_t n);
+void idle_floor(struct bench *b);
 void idle_print(struct bench *b, const struct totals *t);
 
 /* mode_target.c: --target */
 int nics_check_remote(struct ferry_engine *e, const char *role);
+int target_main(struct bench *b);
 /* softnic.c: RDMA device name under sysfs root is a software one (rxe, siw). */
 bool nic_is_soft(const char *sysfs, const char *name);
 /* Say on stderr, once, when e runs a software RDMA device on fewer cores
  * than the online CPUs (the kernel's work stays on the cores' CPUs). */
 void soft_nic_hint(struct ferry_engine *e, const char *sysfs);
-int target_main(struct bench *b);
+/* wakefloor.c: n times, after gap_ms, how long a thread asleep in poll(2)
+ * on an eventfd, pinned to sleeper_cpu (-1: any), takes to run once a
+ * thread on waker_cpus (NULL: any) writes it; into out.  0, -errno,
+ * -ETIMEDOUT (a sleeper that did not run within a second). */
+int wake_floor_measure(int sleeper_cpu, const cpu_set_t *waker_cpus, unsigned n, unsigned gap_ms,
+		       struct bench_samples *out);
 /* mode_opens.c: --opens N (its own engines). */
 int opens_main(const struct bench_cfg *cfg);
 const char *opens_cores(const struct bench_cfg *cfg, bool target);

@@ -9,13 +9,16 @@
  * gone to sleep and must be woken) and each again at once (warm: the cores
  * still spin), timed like --lat, submit to seen done.  The first cold one
  * comes right after the window.  Goals: under 1 % of a core idle, and a
- * request at an idle engine starting within ~50 us (cold - warm).
+ * request at an idle engine starting within ~50 us (cold - warm).  Then,
+ * as a yardstick, the machine's own wake-up of a thread asleep on the
+ * core's CPU, without ferry (wakefloor.c): the "floor" row.
  *
  * A --target reports its CPU the same way over the time it served
  * (mode_target.c); --target --idle SECONDS serves that long.
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -24,6 +27,7 @@
 /* The goals the numbers are printed against. */
 #define GOAL_CPU_PCT 1.0
 #define GOAL_WAKE_US 50.0
+#define FLOOR_MAX_SAMPLES 200 /* at BENCH_IDLE_GAP_MS each: 2 s at most */
 
 static uint64_t tv_ns(struct timeval tv)
 {
@@ -123,6 +127,24 @@ int idle_run(struct bench_port *bp, uint64_t n)
 	return rc;
 }
 
+/*
+ * After the samples, the engines idle again: the same gap and wake-up
+ * with a bare thread on the CPU of the initiator's first core, woken from
+ * the port CPUs.  A cold request cannot start sooner than this.
+ */
+void idle_floor(struct bench *b)
+{
+	struct bench_port *bp = &b->ports[0];
+	struct ferry_core_stats st;
+	uint64_t n = bp->lat.seen;
+
+	if (n > FLOOR_MAX_SAMPLES)
+		n = FLOOR_MAX_SAMPLES;
+	b->floor_cpu = ferry_core_stats(b->init, 0, &st) ? -1 : (int)st.cpu;
+	b->floor_rc = wake_floor_measure(b->floor_cpu, b->pin ? &b->port_cpus : NULL,
+					 n ? (unsigned)n : 1, BENCH_IDLE_GAP_MS, &bp->floor);
+}
+
 /* The CPU line of a window: --idle's, and --target's when it stops. */
 void cpu_print(const char *what, const struct cpu_use *c)
 {
@@ -134,7 +156,7 @@ void cpu_print(const char *what, const struct cpu_use *c)
 }
 
 static void idle_json(const struct bench *b, const struct bench_lat *cold,
-		      const struct bench_lat *warm)
+		      const struct bench_lat *warm, const struct bench_lat *floor)
 {
 	const struct cpu_use *c = &b->idle_cpu;
 
@@ -153,23 +175,47 @@ static void idle_json(const struct bench *b, const struct bench_lat *cold,
 	       (double)b->ports[0].first_ns / 1e3);
 	json_lat("cold", cold);
 	json_lat("warm", warm);
+	if (floor) {
+		printf("\"floor_cpu\":%d,", b->floor_cpu);
+		json_lat("floor", floor);
+	}
 	json_cores(b, b->before, b->after);
 	printf("}\n");
 }
 
-/* The window's CPU, then cold and warm wake-up latencies (t: the cold ones). */
+/* The floor's line: what of a cold request's extra is the machine's. */
+static void floor_print(const struct bench *b, const struct bench_lat *floor, double extra)
+{
+	double f = (double)floor->p50 / 1e3;
+
+	if (b->floor_rc) {
+		printf("# wake-up floor not measured: %s\n", strerror(-b->floor_rc));
+		return;
+	}
+	printf("# floor: this machine wakes a thread asleep in poll(2) on cpu %d from the port cpus "
+	       "in %.2f us (p50; the same gap, no ferry)",
+	       b->floor_cpu, f);
+	if (b->iopts.idle == FERRY_IDLE_CALLER)
+		printf("; --caller: the waiting thread runs the core's pass, no wake-up on the way\n");
+	else
+		printf("; cold - warm - floor = %.2f us is ferry's own\n", extra - f);
+}
+
+/* The window's CPU, then cold and warm wake-up latencies (t: the cold
+ * ones) and the machine's floor. */
 void idle_print(struct bench *b, const struct totals *t)
 {
 	struct bench_port *bp = &b->ports[0];
-	struct bench_lat warm;
+	struct bench_lat warm, floor = { 0 };
 	double extra;
 
-	if (bench_samples_summary(&bp->warm, 1, &warm))
+	if (bench_samples_summary(&bp->warm, 1, &warm) ||
+	    (!b->floor_rc && bench_samples_summary(&bp->floor, 1, &floor)))
 		report("latency percentiles", -ENOMEM);
 	b->rows[b->nrows - 1].requests = t->lat.n; /* ok counts the warm ones too */
 	row_add_lat(b, "idle_warm", &warm, 0);
 	if (b->cfg.json) {
-		idle_json(b, &t->lat, &warm);
+		idle_json(b, &t->lat, &warm, b->floor_rc ? NULL : &floor);
 		return;
 	}
 	cpu_print("engines idle", &b->idle_cpu);
@@ -177,10 +223,13 @@ void idle_print(struct bench *b, const struct totals *t)
 	       b->idle_loops, b->idle_sleeps);
 	print_lat_row("cold", b->size, &t->lat, t->failures);
 	print_lat_row("warm", b->size, &warm, 0);
+	if (!b->floor_rc)
+		print_lat_row("floor", 0, &floor, 0);
 	extra = ((double)t->lat.p50 - (double)warm.p50) / 1e3;
 	printf("# first request after the window: %.2f us; a cold request (after %u ms idle) "
 	       "takes %.2f us more than a warm one (p50; goal: starts within ~%.0f us: %s)\n",
 	       (double)bp->first_ns / 1e3, BENCH_IDLE_GAP_MS, extra, GOAL_WAKE_US,
 	       extra <= GOAL_WAKE_US ? "met" : "NOT met");
+	floor_print(b, &floor, extra);
 	fflush(stdout);
 }

@@ -48,6 +48,7 @@ static int size_prepare(struct bench *b, uint64_t s, unsigned step)
 		__atomic_store_n(&bp->prog_batches, 0, __ATOMIC_RELAXED);
 		bench_samples_reset(&bp->lat);
 		bench_samples_reset(&bp->warm);
+		bench_samples_reset(&bp->floor);
 		bp->reported = 0;
 	}
 	buffers_prepare(b);
@@ -111,6 +112,8 @@ int bench_run(struct bench *b)
 		ports_run(b);
 		if (b->cfg.verify)
 			buffers_verify(b);
+		if (b->cfg.idle)
+			idle_floor(b);
 		totals_sum(b, &t);
 		row_add(b, &t);
 		if (b->cfg.idle)

@@ -211,7 +211,8 @@ static int port_setup(struct bench *b, struct bench_port *bp)
 	for (uint32_t i = 0; i < b->cfg.batch; i++)
 		bp->prep_idx[i] = i;
 	if (bench_samples_init(&bp->lat, lat_samples_cap(&b->cfg), bp->idx + 1) ||
-	    (b->cfg.idle && bench_samples_init(&bp->warm, lat_samples_cap(&b->cfg), bp->idx + 2)))
+	    (b->cfg.idle && bench_samples_init(&bp->warm, lat_samples_cap(&b->cfg), bp->idx + 2)) ||
+	    (b->cfg.idle && bench_samples_init(&bp->floor, lat_samples_cap(&b->cfg), bp->idx + 3)))
 		return report("latency samples", -ENOMEM);
 	if (bench_in_flight(&b->cfg))
 		return flight_setup(bp);
@@ -300,6 +301,7 @@ void bench_teardown(struct bench *b)
 		free(bp->prep_idx);
 		bench_samples_free(&bp->lat);
 		bench_samples_free(&bp->warm);
+		bench_samples_free(&bp->floor);
 	}
 	ferry_engine_destroy(b->init);
 	if (b->target && b->tbuf && b->cfg.mode == BENCH_TARGET)
