@@ -195,10 +195,8 @@ static void floor_print(const struct bench *b, const struct bench_lat *floor, do
 	printf("# floor: this machine wakes a thread asleep in poll(2) on cpu %d from the port cpus "
 	       "in %.2f us (p50; the same gap, no ferry)",
 	       b->floor_cpu, f);
-	if (b->iopts.idle == FERRY_IDLE_CALLER)
-		printf("; --caller: the waiting thread runs the core's pass, no wake-up on the way\n");
-	else
-		printf("; cold - warm - floor = %.2f us is ferry's own\n", extra - f);
+	printf("; cold - warm - floor = %.2f us%s\n", extra - f,
+	       extra < f ? " (below 0: the waiting thread ran the pass, no wake-up on the way)" : "");
 }
 
 /* The window's CPU, then cold and warm wake-up latencies (t: the cold

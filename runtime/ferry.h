@@ -51,7 +51,9 @@ typedef uint64_t ferry_seg_t;
 
 /** Idle policy of the worker cores. */
 enum ferry_idle {
-	FERRY_IDLE_ADAPTIVE = 0, /**< spin while busy, then yield, then sleep */
+	FERRY_IDLE_ADAPTIVE = 0, /**< spin while busy, then yield, then sleep; a
+	                          *   thread in ferry_batch_wait runs the pass of
+	                          *   a core asleep with nothing in flight */
 	FERRY_IDLE_SPIN = 1,     /**< never yield: for dedicated cores */
 	FERRY_IDLE_CALLER = 2,   /**< the application's threads run the cores' passes
 	                          *   (ferry_batch_wait, ferry_progress) while they
@@ -191,7 +193,8 @@ struct ferry_core_stats {
 	uint64_t nic_events;       /**< device events handled: port down/up, device fatal, QP fatal */
 	/* Added in 0.4. */
 	uint64_t caller_passes;    /**< loop passes run by application threads
-	                            *   (FERRY_IDLE_CALLER), counted in loops too */
+	                            *   (FERRY_IDLE_CALLER; adaptive: a waiter's pass
+	                            *   of a sleeping core), counted in loops too */
 };
 
 struct ferry_engine;
@@ -459,7 +462,10 @@ FERRY_API int ferry_prep_destroy(struct ferry_prep *pr);
  * Wait for every submitted request of b to end.  0 when all are DONE, -EIO
  * when all ended but some did not succeed, -ETIMEDOUT when timeout_ms ran
  * out with requests still pending (they go on).  timeout_ms < 0 waits
- * forever, 0 only checks.  The port's thread.
+ * forever, 0 only checks.  It may run loop passes of the cores meanwhile
+ * (FERRY_IDLE_CALLER; adaptive: of a core asleep with nothing in flight),
+ * registering the thread with liburcu-qsbr on its first -- never a thread
+ * the application registered itself, which only waits.  The port's thread.
  */
 FERRY_API int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms);
 
@@ -468,8 +474,9 @@ FERRY_API int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms);
  * thread is running (post, poll, serve peers' frames); returns how much
  * work it did (0: nothing to do, or another thread had the cores).  With
  * other idle policies the cores' threads do this and it returns 0.  A
- * thread that calls it must not be registered with liburcu-qsbr by the
- * application.  Any thread.
+ * thread the application registered with liburcu-qsbr runs no pass (0);
+ * one that ferry registered must not be registered by the application
+ * afterwards.  Any thread.
  */
 FERRY_API int ferry_progress(struct ferry_engine *e);
 

@@ -429,6 +429,8 @@ static void *core_main(void *arg)
 		perf_open_self(&c->perf);
 	if (c->e->opts.verbose && c->perf.why[0])
 		log_info("core %u: hardware counters: %s", c->index, c->perf.why);
+	if (c->waiters_drive)
+		core_thread_takes_back(c); /* held while awake; let go only asleep */
 	t0 = ferry_tsc();
 	while (!load_acquire(c->stop)) { /* pairs with: store_release in core_stop */
 		uint32_t work;
@@ -511,6 +513,7 @@ static void core_set_limits(struct ferry_core *c, const struct ferry_opts *o)
 	c->reask_ticks = ferry_ms_to_tsc(REPAIR_REASK_MS);
 	c->linger_ticks = ferry_ms_to_tsc(o->idle_linger_us) / 1000;
 	c->caller_mode = o->idle == FERRY_IDLE_CALLER;
+	c->waiters_drive = o->idle == FERRY_IDLE_ADAPTIVE;
 	c->caller_fallback_ticks = ferry_ms_to_tsc(CALLER_FALLBACK_MS);
 	c->rail.errors = o->rail_errors;
 	c->rail.window = ferry_ms_to_tsc(o->rail_window_ms);

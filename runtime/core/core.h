@@ -130,12 +130,14 @@ struct ferry_core {
 	struct slice_list xfer_back;   /* foreign slices to return (their ring was full) */
 	uint32_t xfer_rr;
 	uint64_t nic_events;           /* device events (the repair thread: fetch_add) */
-	/* FERRY_IDLE_CALLER (drive.c): who runs the loop passes -- the core's
-	 * thread or an application thread -- and when an application thread
-	 * last did; what the passes touch is handed over with driver. */
+	/* drive.c: who runs the loop passes -- the core's thread or an
+	 * application thread (FERRY_IDLE_CALLER; under adaptive, a waiter while
+	 * the thread sleeps with nothing in flight) -- and when an application
+	 * thread last did; what the passes touch is handed over with driver. */
 	uint32_t driver ferry_cache_aligned; /* DRIVER_*: cas_acquire/xchg_release */
 	uint64_t driven_at;            /* ticks: the last application pass (relaxed) */
 	bool caller_mode;              /* opts.idle == FERRY_IDLE_CALLER (constant) */
+	bool waiters_drive;            /* opts.idle == FERRY_IDLE_ADAPTIVE (constant) */
 	bool handed_over;              /* the core's thread: a caller asked, nap */
 	uint64_t caller_fallback_ticks; /* CALLER_FALLBACK_MS (constant) */
 	uint32_t sleeping ferry_cache_aligned; /* fetch_or_sc/store_sc: see core_kick */
@@ -185,7 +187,8 @@ void core_idle(struct ferry_core *c);
 uint32_t core_run_pass(struct ferry_core *c, uint64_t t0);
 void core_account_time(struct ferry_core *c, uint64_t t0, uint64_t t1, uint32_t work);
 
-/* ---- passes run by application threads (FERRY_IDLE_CALLER): drive.c ---- */
+/* ---- passes run by application threads (FERRY_IDLE_CALLER, and under
+ * adaptive a waiter's pass of a core asleep with nothing in flight): drive.c ---- */
 /* An application thread takes the core after its thread naps this long. */
 #define CALLER_FALLBACK_MS 1
 /* The core's thread: true when it holds c for a pass; false after a nap
@@ -196,13 +199,19 @@ void core_thread_lets_go(struct ferry_core *c);
 /* The core's thread, about to sleep in poll(2): let go of c meanwhile, so
  * that an application thread need not wake it to run a pass; false (and c
  * kept) when one asked for c already: do not sleep.  Then core_thread_wakes
- * takes c back.  True at once unless idle caller. */
+ * takes c back.  Only where core_thread_lets_go_asleep says so. */
 bool core_thread_sleeps(struct ferry_core *c);
 void core_thread_wakes(struct ferry_core *c);
+/* Whether the thread lets go of c for this sleep: always under idle
+ * caller; under adaptive when nothing is in flight (idle). */
+bool core_thread_lets_go_asleep(const struct ferry_core *c, bool idle);
 /* The core's thread, stopping: wait for an application pass to end, keep c. */
 void core_thread_takes_back(struct ferry_core *c);
 /* An application thread: run one pass of c if nobody else is; its work. */
 uint32_t core_drive(struct ferry_core *c);
+/* A waiter under adaptive idle: run one pass of c if its thread sleeps
+ * having let go of it (nothing was in flight); its work, 0 otherwise. */
+uint32_t core_drive_asleep(struct ferry_core *c);
 
 /* ---- repair requests: core.c ---- */
 /* The repair ring's entry for QP qp of the endpoint at slot (generation gen)

@@ -17,6 +17,12 @@
  * drive (it is woken by nothing but its nap's end or a stop) and takes the
  * core back CALLER_FALLBACK_MS after the last caller pass, so a request
  * nobody waits for, a control command or a peer's frame still moves.
+ *
+ * Under FERRY_IDLE_ADAPTIVE the thread holds the core while awake and lets
+ * go only asleep with nothing in flight: a thread waiting in
+ * ferry_batch_wait runs the pass of a cold request itself instead of
+ * waiting for the sleeper's wake-up (core_drive_asleep), and never asks
+ * an awake thread for the core.
  */
 /* Inline urcu fast paths, except under TSan (see core.c). */
 #ifndef __SANITIZE_THREAD__
@@ -29,6 +35,9 @@
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <urcu/urcu-qsbr.h>
+#ifdef __SANITIZE_THREAD__
+#include <urcu/static/urcu-qsbr.h> /* the reader's registered flag (caller_rcu_foreign) */
+#endif
 
 #include "ring/base/clock.h"
 #include "ring/base/counters.h"
@@ -95,10 +104,13 @@ void core_thread_takes_back(struct ferry_core *c)
 	}
 }
 
+bool core_thread_lets_go_asleep(const struct ferry_core *c, bool idle)
+{
+	return c->caller_mode || (idle && c->waiters_drive);
+}
+
 bool core_thread_sleeps(struct ferry_core *c)
 {
-	if (!c->caller_mode)
-		return true;
 	/* pairs with: cas_acquire in core_drive (a caller's pass while we sleep) */
 	if (xchg_release(c->driver, DRIVER_FREE) & DRIVER_WANTED) {
 		core_thread_takes_back(c);
@@ -110,8 +122,7 @@ bool core_thread_sleeps(struct ferry_core *c)
 
 void core_thread_wakes(struct ferry_core *c)
 {
-	if (c->caller_mode)
-		core_thread_takes_back(c);
+	core_thread_takes_back(c);
 }
 
 /* ---- application threads ---- */
@@ -120,7 +131,10 @@ void core_thread_wakes(struct ferry_core *c)
  * A thread that runs passes reads endpoints under RCU: it registers with
  * liburcu-qsbr on its first pass (a lock, once per thread) and is online
  * only during a pass, so it never holds up a grace period while it does
- * something else; it unregisters when it exits.
+ * something else; it unregisters when it exits.  A thread the application
+ * registered with liburcu-qsbr itself never drives: registered twice it
+ * would corrupt liburcu's list, and our online/offline would end the
+ * application's read-side sections.
  */
 static pthread_key_t caller_key;
 static pthread_once_t caller_once = PTHREAD_ONCE_INIT;
@@ -149,28 +163,56 @@ static void caller_online(void)
 	caller_registered = true;
 }
 
-uint32_t core_drive(struct ferry_core *c)
+/* Registered with liburcu-qsbr, and not by us (its reader's own flag). */
+static bool caller_rcu_foreign(void)
 {
-	uint32_t v = DRIVER_FREE, work;
+	return !caller_registered && URCU_TLS(urcu_qsbr_reader).registered;
+}
+
+/* A caller's pass of c, which it holds (cas_acquire in its callers). */
+static uint32_t core_caller_pass(struct ferry_core *c)
+{
+	uint32_t work;
 	uint64_t t0;
 
-	/* pairs with: xchg_release in core_thread_lets_go, store_release below */
-	if (!cas_acquire(c->driver, &v, DRIVER_CALLER)) {
-		if (v == DRIVER_THREAD)
-			cas_relaxed(c->driver, &v, DRIVER_THREAD | DRIVER_WANTED);
-		core_kick(c); /* it may sleep holding the core */
-		return 0;
-	}
 	caller_online();
 	t0 = ferry_tsc();
 	work = core_run_pass(c, t0);
 	stat_add(&c->ctr, caller_passes, 1);
 	WRITE_ONCE(c->driven_at, t0);
 	core_account_time(c, t0, ferry_tsc(), work);
-	/* pairs with: cas_acquire in core_drive, core_thread_drives, core_thread_takes_back */
+	/* pairs with: cas_acquire in core_drive, core_drive_asleep, core_thread_drives,
+	 * core_thread_takes_back */
 	store_release(c->driver, DRIVER_FREE);
 	urcu_qsbr_thread_offline();
 	return work;
+}
+
+uint32_t core_drive(struct ferry_core *c)
+{
+	uint32_t v = DRIVER_FREE;
+
+	/* pairs with: xchg_release in core_thread_lets_go, store_release in core_caller_pass */
+	if (caller_rcu_foreign() || !cas_acquire(c->driver, &v, DRIVER_CALLER)) {
+		if (v == DRIVER_THREAD)
+			cas_relaxed(c->driver, &v, DRIVER_THREAD | DRIVER_WANTED);
+		core_kick(c); /* it may sleep holding the core */
+		return 0;
+	}
+	return core_caller_pass(c);
+}
+
+uint32_t core_drive_asleep(struct ferry_core *c)
+{
+	uint32_t v = DRIVER_FREE;
+
+	/* A plain read first: an awake core's line stays shared, not bounced. */
+	if (READ_ONCE(c->driver) != DRIVER_FREE || caller_rcu_foreign())
+		return 0;
+	/* pairs with: xchg_release in core_thread_sleeps, store_release in core_caller_pass */
+	if (!cas_acquire(c->driver, &v, DRIVER_CALLER))
+		return 0;
+	return core_caller_pass(c);
 }
 
 int ferry_progress(struct ferry_engine *e)

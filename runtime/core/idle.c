@@ -82,9 +82,10 @@ static void core_ack_cqs(struct ferry_core *c, unsigned armed)
 /*
  * Sleep until kicked through the wake eventfd, until a completion channel
  * fires (with on_cq: contexts with work in flight, or serving peers), or
- * for timeout_ms: offline for RCU while asleep.
+ * for timeout_ms: offline for RCU while asleep.  With let_go an application
+ * thread may run the core's passes meanwhile (drive.c).
  */
-static void core_sleep(struct ferry_core *c, int timeout_ms, bool on_cq)
+static void core_sleep(struct ferry_core *c, int timeout_ms, bool on_cq, bool let_go)
 {
 	struct pollfd fds[1 + CORE_MAX_TX] = { { .fd = c->wake_fd, .events = POLLIN } };
 	unsigned armed = 0;
@@ -97,12 +98,13 @@ static void core_sleep(struct ferry_core *c, int timeout_ms, bool on_cq)
 		goto out;
 	stat_add(&c->ctr, sleeps, 1); /* counted going in: an idle core may stay asleep */
 	ferry_tsan_release(&c->e->tsan_gp);
-	if (!core_thread_sleeps(c))
+	if (let_go && !core_thread_sleeps(c))
 		goto out; /* idle caller: an application thread asked for the core */
 	urcu_qsbr_thread_offline();
 	poll(fds, n, timeout_ms);
 	urcu_qsbr_thread_online();
-	core_thread_wakes(c);
+	if (let_go)
+		core_thread_wakes(c);
 out:
 	core_ack_cqs(c, armed);
 	WRITE_ONCE(c->sleeping, 0);
@@ -185,7 +187,7 @@ static void core_idle_busy(struct ferry_core *c)
 	if (++c->idle_loops < SPIN_LOOPS)
 		ferry_cpu_relax();
 	else if (!core_must_poll(c) && core_can_sleep_on_cq(c, true))
-		core_sleep(c, CQ_SLEEP_MS, true);
+		core_sleep(c, CQ_SLEEP_MS, true, core_thread_lets_go_asleep(c, false));
 	else
 		sched_yield(); /* loop's and cma's work happens inside poll */
 }
@@ -195,8 +197,11 @@ static void core_idle_busy(struct ferry_core *c)
  * looks at every ring and context), spinning briefly, then asleep until a
  * submitter or the control path kicks the wake eventfd -- or, for a
  * context that serves peers (tcp), until their frames arrive.  An idle
- * core costs nothing then, and a request wakes it within a few
- * microseconds.  Rails still paused wake it when the pause ends.
+ * core costs nothing then.  Its wake-up is the scheduler's (a few
+ * microseconds on a host, ~100 us for a VM's halted vCPU), so asleep it
+ * lets go of the core: a thread waiting in ferry_batch_wait runs the pass
+ * of the request that woke it (drive.c).  Rails still paused wake it when
+ * the pause ends.
  */
 static void core_idle_wait(struct ferry_core *c)
 {
@@ -205,7 +210,8 @@ static void core_idle_wait(struct ferry_core *c)
 			return;
 		ferry_cpu_relax();
 	}
-	core_sleep(c, core_pause_left_ms(c), core_can_sleep_on_cq(c, false));
+	core_sleep(c, core_pause_left_ms(c), core_can_sleep_on_cq(c, false),
+		   core_thread_lets_go_asleep(c, true));
 	c->idle_loops = 0;
 }
 

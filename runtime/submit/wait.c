@@ -5,7 +5,9 @@
  * ends the last request wakes it only if it said it sleeps (RQ_BATCH_WAITER),
  * so a busy-polling owner costs the cores no system call.  Under
  * FERRY_IDLE_CALLER the owner runs the cores' passes itself while it spins
- * (runtime/core/drive.c), and spins as long as they do work.
+ * (runtime/core/drive.c), and spins as long as they do work; under
+ * adaptive it runs those of cores whose threads sleep with nothing in
+ * flight, so a request at an idle engine need not wait for a wake-up.
  */
 #include <errno.h>
 
@@ -43,14 +45,19 @@ static void batch_sleep(struct ferry_batch *b, int64_t timeout_ns)
 	ferry_futex_wait(&b->acct.pending, v, timeout_ns);
 }
 
-/* FERRY_IDLE_CALLER: one pass of every core; whether any did work. */
+/* One pass of every core (FERRY_IDLE_CALLER), or of every core whose
+ * thread sleeps with nothing in flight (adaptive); whether any did work. */
 static bool batch_drive(const struct ferry_batch *b)
 {
 	struct ferry_engine *e = b->port->e;
 	uint32_t work = 0;
 
-	for (unsigned i = 0; i < e->ncores; i++)
-		work += core_drive(e->cores[i]);
+	if (e->opts.idle == FERRY_IDLE_CALLER)
+		for (unsigned i = 0; i < e->ncores; i++)
+			work += core_drive(e->cores[i]);
+	else if (e->opts.idle == FERRY_IDLE_ADAPTIVE)
+		for (unsigned i = 0; i < e->ncores; i++)
+			work += core_drive_asleep(e->cores[i]);
 	return work != 0;
 }
 
@@ -73,17 +80,15 @@ int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms)
 {
 	uint64_t deadline = 0;
 	unsigned spins = 0, passes = 0;
-	bool caller;
 	int rc;
 
 	if (!b)
 		return -EINVAL;
-	caller = b->port->e->opts.idle == FERRY_IDLE_CALLER;
 	if (timeout_ms > 0)
 		deadline = ferry_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	for (;;) {
 		int64_t left = WAIT_SLICE_NS;
-		bool worked = caller && batch_drive(b);
+		bool worked = batch_drive(b);
 
 		/* pairs with: fetch_sub_acq_rel in batch_request_ended */
 		if (RQ_BATCH_COUNT(load_acquire(b->acct.pending)) == 0) {

@@ -2,10 +2,15 @@
 /*
  * Idle policy caller (FERRY_IDLE_CALLER): the application's threads run
  * the cores' passes inside ferry_batch_wait and ferry_progress, the cores'
- * threads nap and take over when nobody drives.  Every byte is checked;
- * no test depends on who ran a pass except where the counters say so.
+ * threads nap and take over when nobody drives.  Under adaptive idle a
+ * waiter runs the pass of a core whose thread sleeps with nothing in
+ * flight.  A thread the application registered with liburcu-qsbr never
+ * runs a pass.  Every byte is checked; no test depends on who ran a pass
+ * except where the counters say so.
  */
 #include <pthread.h>
+#include <unistd.h>
+#include <urcu/urcu-qsbr.h>
 
 #include "tests/harness/harness.h"
 
@@ -224,6 +229,110 @@ static void test_full_ring_drives(void **state)
 	pair_teardown(&p);
 }
 
+/* One request of len bytes at off after the engine has idled (its core
+ * asleep by then: the linger is 50 us), waited for and checked. */
+static void cold_request(struct pair *p, struct ferry_batch *b, size_t off, size_t len,
+			 uint64_t seed)
+{
+	struct ferry_req r = mkreq(FERRY_OP_WRITE, p->lbuf + off, p->seg, p->rbuf + off, len);
+
+	usleep(5000);
+	fill_pattern(p->lbuf + off, len, seed);
+	assert_int_equal(ferry_submit(b, &r, 1), 0);
+	assert_int_equal(ferry_batch_wait(b, 10000), 0);
+	assert_memory_equal(p->rbuf + off, p->lbuf + off, len);
+	assert_int_equal(ferry_batch_reset(b), 0);
+}
+
+/*
+ * Adaptive: the waiting thread runs the pass of the core that sleeps, so a
+ * request at an idle engine does not wait for the core's wake-up.  The
+ * thread may still wake first (a loaded machine, a sanitizer): rounds until
+ * a waiter's pass is counted.  Small and multi-slice requests, every byte
+ * checked, the engine quiet after.
+ */
+static void test_adaptive_waiter_runs_cold(void **state)
+{
+	struct ferry_opts o;
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	struct pair p;
+	unsigned round;
+
+	(void)state;
+	pair_opts(&o, "0-1");
+	assert_int_equal(o.idle, FERRY_IDLE_ADAPTIVE);
+	pair_setup(&p, &o, &o, LEN);
+	assert_int_equal(ferry_port_create(p.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
+	for (round = 0; round < 200; round++) {
+		cold_request(&p, b, (round % 8) * (LEN / 8), round & 1 ? LEN / 8 : 64, round);
+		if (round >= 3 && caller_passes(p.init) > 0)
+			break;
+	}
+	print_message("adaptive: %llu waiter passes in %u cold requests\n",
+		      (unsigned long long)caller_passes(p.init), round + 1);
+	assert_true(caller_passes(p.init) > 0);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	wait_slices_zero(p.init);
+	assert_engine_quiet(p.init);
+	pair_teardown(&p);
+}
+
+struct rcu_app_arg {
+	struct pair *p;
+	unsigned rounds;
+};
+
+/* An application thread of its own liburcu-qsbr (registered, offline): it
+ * waits for cold requests and runs no pass of any core. */
+static void *rcu_app_main(void *arg)
+{
+	struct rcu_app_arg *a = arg;
+	struct ferry_port *port;
+	struct ferry_batch *b;
+
+	urcu_qsbr_register_thread();
+	urcu_qsbr_thread_offline();
+	if (ferry_port_create(a->p->init, &port) || ferry_batch_create(port, 1, &b))
+		abort(); /* not cmocka's assert: this is not the test's thread */
+	for (unsigned i = 0; i < a->rounds; i++)
+		cold_request(a->p, b, i * 4096, 4096, 50 + i);
+	if (ferry_batch_destroy(b) || ferry_port_destroy(port))
+		abort();
+	urcu_qsbr_thread_online();
+	urcu_qsbr_unregister_thread();
+	return NULL;
+}
+
+static void rcu_app_waits(enum ferry_idle idle)
+{
+	struct rcu_app_arg a;
+	struct ferry_opts o;
+	struct pair p;
+	pthread_t t;
+
+	pair_opts(&o, "0");
+	o.idle = idle;
+	pair_setup(&p, &o, &o, 1u << 20);
+	a = (struct rcu_app_arg){ &p, 8 };
+	assert_int_equal(pthread_create(&t, NULL, rcu_app_main, &a), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(caller_passes(p.init), 0);
+	wait_slices_zero(p.init);
+	pair_teardown(&p);
+}
+
+/* Registered by the application: under adaptive it only waits; under
+ * caller the core's thread takes over after its nap. */
+static void test_rcu_registered_app_never_drives(void **state)
+{
+	(void)state;
+	rcu_app_waits(FERRY_IDLE_ADAPTIVE);
+	rcu_app_waits(FERRY_IDLE_CALLER);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -233,6 +342,8 @@ int main(void)
 		cmocka_unit_test(test_two_callers),
 		cmocka_unit_test(test_progress_serves_tcp),
 		cmocka_unit_test(test_full_ring_drives),
+		cmocka_unit_test(test_adaptive_waiter_runs_cold),
+		cmocka_unit_test(test_rcu_registered_app_never_drives),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
