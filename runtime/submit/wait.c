@@ -46,18 +46,22 @@ static void batch_sleep(struct ferry_batch *b, int64_t timeout_ns)
 }
 
 /* One pass of every core (FERRY_IDLE_CALLER), or of every core whose
- * thread sleeps with nothing in flight (adaptive); whether any did work. */
+ * thread sleeps with nothing in flight while b still waits (adaptive: the
+ * cores' threads serve everyone else); whether any did work. */
 static bool batch_drive(const struct ferry_batch *b)
 {
 	struct ferry_engine *e = b->port->e;
 	uint32_t work = 0;
 
-	if (e->opts.idle == FERRY_IDLE_CALLER)
+	if (e->opts.idle == FERRY_IDLE_CALLER) {
 		for (unsigned i = 0; i < e->ncores; i++)
 			work += core_drive(e->cores[i]);
-	else if (e->opts.idle == FERRY_IDLE_ADAPTIVE)
+	} else if (e->opts.idle == FERRY_IDLE_ADAPTIVE &&
+		   /* pairs with: fetch_sub_acq_rel in batch_request_ended */
+		   RQ_BATCH_COUNT(load_acquire(b->acct.pending)) != 0) {
 		for (unsigned i = 0; i < e->ncores; i++)
 			work += core_drive_asleep(e->cores[i]);
+	}
 	return work != 0;
 }
 
