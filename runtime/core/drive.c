@@ -181,8 +181,7 @@ static uint32_t core_caller_pass(struct ferry_core *c)
 	stat_add(&c->ctr, caller_passes, 1);
 	WRITE_ONCE(c->driven_at, t0);
 	core_account_time(c, t0, ferry_tsc(), work);
-	/* Its callers' and the thread's cas_acquire (core_thread_drives, _takes_back).
-	 * pairs with: cas_acquire in core_drive, core_drive_asleep and the thread's */
+	/* pairs with: cas_acquire in core_drive, core_drive_asleep, core_thread_drives/_takes_back */
 	store_release(c->driver, DRIVER_FREE);
 	urcu_qsbr_thread_offline();
 	return work;
