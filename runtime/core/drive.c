@@ -93,12 +93,24 @@ void core_thread_lets_go(struct ferry_core *c)
 		c->handed_over = true;
 }
 
+/*
+ * Wait for an application pass to end and keep c.  Under adaptive the
+ * woken thread comes first: it marks the caller's word WANTED, and the
+ * caller hands c over at the end of its pass (core_caller_pass) instead of
+ * freeing it -- a waiter that re-took a freed core at once would otherwise
+ * run a whole transfer while the thread spins here.
+ */
 void core_thread_takes_back(struct ferry_core *c)
 {
 	uint32_t v = DRIVER_FREE;
 
-	/* pairs with: store_release in core_drive */
+	/* pairs with: store_release in core_caller_pass (freed, or handed to us) */
 	while (!cas_acquire(c->driver, &v, DRIVER_THREAD)) {
+		/* pairs with: store_release of DRIVER_THREAD in core_caller_pass */
+		if (v == DRIVER_THREAD && load_acquire(c->driver) == DRIVER_THREAD)
+			return; /* handed over */
+		if (c->waiters_drive && v == DRIVER_CALLER)
+			cas_relaxed(c->driver, &v, DRIVER_CALLER | DRIVER_WANTED);
 		v = DRIVER_FREE;
 		sched_yield(); /* a caller's pass is short */
 	}
@@ -169,6 +181,25 @@ static bool caller_rcu_foreign(void)
 	return !caller_registered && URCU_TLS(urcu_qsbr_reader).registered;
 }
 
+/* The end of a caller's pass: c is free again, or the thread's when it
+ * asked for it back (adaptive: DRIVER_WANTED on our word). */
+static void core_caller_lets_go(struct ferry_core *c)
+{
+	uint32_t held = DRIVER_CALLER;
+
+	if (!c->waiters_drive) {
+		/* pairs with: cas_acquire in core_drive, core_thread_drives/_takes_back */
+		store_release(c->driver, DRIVER_FREE);
+		return;
+	}
+	/* pairs with: cas_acquire in core_drive_asleep, core_thread_takes_back */
+	if (cas_release(c->driver, &held, DRIVER_FREE))
+		return;
+	/* The thread asked for c back (DRIVER_CALLER | DRIVER_WANTED): hand it over.
+	 * pairs with: load_acquire in core_thread_takes_back */
+	store_release(c->driver, DRIVER_THREAD);
+}
+
 /* A caller's pass of c, which it holds (cas_acquire in its callers). */
 static uint32_t core_caller_pass(struct ferry_core *c)
 {
@@ -181,8 +212,7 @@ static uint32_t core_caller_pass(struct ferry_core *c)
 	stat_add(&c->ctr, caller_passes, 1);
 	WRITE_ONCE(c->driven_at, t0);
 	core_account_time(c, t0, ferry_tsc(), work);
-	/* pairs with: cas_acquire in core_drive, core_drive_asleep, core_thread_drives/_takes_back */
-	store_release(c->driver, DRIVER_FREE);
+	core_caller_lets_go(c);
 	urcu_qsbr_thread_offline();
 	return work;
 }
@@ -205,8 +235,9 @@ uint32_t core_drive_asleep(struct ferry_core *c)
 {
 	uint32_t v = DRIVER_FREE;
 
-	/* A plain read first: an awake core's line stays shared, not bounced. */
-	if (READ_ONCE(c->driver) != DRIVER_FREE || caller_rcu_foreign())
+	/* Plain reads first: an awake core's line stays shared, not bounced; and
+	 * a sleeper nobody kicked (core_kick clears sleeping) has nothing for us. */
+	if (READ_ONCE(c->driver) != DRIVER_FREE || READ_ONCE(c->sleeping) || caller_rcu_foreign())
 		return 0;
 	/* pairs with: xchg_release in core_thread_sleeps, store_release in core_caller_pass */
 	if (!cas_acquire(c->driver, &v, DRIVER_CALLER))

@@ -280,6 +280,64 @@ static void test_adaptive_waiter_runs_cold(void **state)
 	pair_teardown(&p);
 }
 
+struct cold_arg {
+	struct pair *p;
+	size_t off, span;
+	uint64_t seed;
+};
+
+/* Requests of random length at random gaps (0-2 ms: the cores fall asleep
+ * in some and not in others), each waited for and checked. */
+static void *cold_waiter_main(void *arg)
+{
+	struct cold_arg *a = arg;
+	struct ferry_port *port;
+	struct ferry_batch *b;
+
+	if (ferry_port_create(a->p->init, &port) || ferry_batch_create(port, 1, &b))
+		abort(); /* not cmocka's assert: this is not the test's thread */
+	for (unsigned i = 0; i < 40; i++) {
+		size_t len = 1 + splitmix(&a->seed) % a->span;
+		struct ferry_req r = mkreq(FERRY_OP_WRITE, a->p->lbuf + a->off, a->p->seg,
+					   a->p->rbuf + a->off, len);
+
+		usleep((useconds_t)(splitmix(&a->seed) % 2000));
+		fill_pattern(a->p->lbuf + a->off, len, a->seed);
+		if (ferry_submit(b, &r, 1) || ferry_batch_wait(b, 10000) ||
+		    memcmp(a->p->rbuf + a->off, a->p->lbuf + a->off, len) || ferry_batch_reset(b))
+			abort();
+	}
+	if (ferry_batch_destroy(b) || ferry_port_destroy(port))
+		abort();
+	return NULL;
+}
+
+/* Two waiters on two cores under adaptive: each may run a sleeping core's
+ * pass, one pass at a time per core, the cores' threads taking them back
+ * (the hand-over is what TSan watches in make test-tsan). */
+static void test_adaptive_two_waiters(void **state)
+{
+	struct cold_arg a[2];
+	struct ferry_opts o;
+	pthread_t t[2];
+	struct pair p;
+
+	(void)state;
+	pair_opts(&o, "0-1");
+	pair_setup(&p, &o, &o, LEN);
+	for (int i = 0; i < 2; i++) {
+		a[i] = (struct cold_arg){ &p, (size_t)i * (LEN / 2), LEN / 2, 300 + (uint64_t)i };
+		assert_int_equal(pthread_create(&t[i], NULL, cold_waiter_main, &a[i]), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	print_message("adaptive, two waiters: %llu waiter passes\n",
+		      (unsigned long long)caller_passes(p.init));
+	wait_slices_zero(p.init);
+	assert_engine_quiet(p.init);
+	pair_teardown(&p);
+}
+
 struct rcu_app_arg {
 	struct pair *p;
 	unsigned rounds;
@@ -343,6 +401,7 @@ int main(void)
 		cmocka_unit_test(test_progress_serves_tcp),
 		cmocka_unit_test(test_full_ring_drives),
 		cmocka_unit_test(test_adaptive_waiter_runs_cold),
+		cmocka_unit_test(test_adaptive_two_waiters),
 		cmocka_unit_test(test_rcu_registered_app_never_drives),
 	};
 
