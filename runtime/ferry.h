@@ -464,8 +464,9 @@ FERRY_API int ferry_prep_destroy(struct ferry_prep *pr);
  * out with requests still pending (they go on).  timeout_ms < 0 waits
  * forever, 0 only checks.  It may run loop passes of the cores meanwhile
  * (FERRY_IDLE_CALLER; adaptive: of a core asleep with nothing in flight),
- * registering the thread with liburcu-qsbr on its first -- never a thread
- * the application registered itself, which only waits.  The port's thread.
+ * registering the thread with liburcu-qsbr on its first (adaptive: only
+ * until it returns) -- never a thread the application registered itself,
+ * which only waits.  The port's thread.
  */
 FERRY_API int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms);
 

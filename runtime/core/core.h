@@ -205,13 +205,18 @@ void core_thread_wakes(struct ferry_core *c);
 /* Whether the thread lets go of c for this sleep: always under idle
  * caller; under adaptive when nothing is in flight (idle). */
 bool core_thread_lets_go_asleep(const struct ferry_core *c, bool idle);
-/* The core's thread, stopping: wait for an application pass to end, keep c. */
+/* The core's thread (waking, starting under adaptive, stopping under
+ * caller): wait for an application pass to end, keep c. */
 void core_thread_takes_back(struct ferry_core *c);
 /* An application thread: run one pass of c if nobody else is; its work. */
 uint32_t core_drive(struct ferry_core *c);
 /* A waiter under adaptive idle: run one pass of c if its thread sleeps
  * having let go of it (nothing was in flight); its work, 0 otherwise. */
 uint32_t core_drive_asleep(struct ferry_core *c);
+/* A waiter under adaptive idle, leaving ferry_batch_wait: unregister from
+ * liburcu-qsbr if its passes registered it, so that outside a wait the
+ * thread is the application's alone. */
+void core_waiter_done(void);
 
 /* ---- repair requests: core.c ---- */
 /* The repair ring's entry for QP qp of the endpoint at slot (generation gen)

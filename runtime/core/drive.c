@@ -22,7 +22,8 @@
  * go only asleep with nothing in flight: a thread waiting in
  * ferry_batch_wait runs the pass of a cold request itself instead of
  * waiting for the sleeper's wake-up (core_drive_asleep), and never asks
- * an awake thread for the core.
+ * an awake thread for the core; the woken thread asks for it back and the
+ * waiter hands it over after its pass (core_caller_lets_go).
  */
 /* Inline urcu fast paths, except under TSan (see core.c). */
 #ifndef __SANITIZE_THREAD__
@@ -79,7 +80,7 @@ bool core_thread_drives(struct ferry_core *c)
 		core_nap(c);
 		return false;
 	}
-	/* pairs with: store_release in core_drive (a caller's pass ended) */
+	/* pairs with: store_release in core_caller_lets_go (a caller's pass ended) */
 	if (cas_acquire(c->driver, &v, DRIVER_THREAD))
 		return true;
 	core_nap(c); /* a caller is running a pass */
@@ -96,7 +97,7 @@ void core_thread_lets_go(struct ferry_core *c)
 /*
  * Wait for an application pass to end and keep c.  Under adaptive the
  * woken thread comes first: it marks the caller's word WANTED, and the
- * caller hands c over at the end of its pass (core_caller_pass) instead of
+ * caller hands c over at the end of its pass (core_caller_lets_go) instead of
  * freeing it -- a waiter that re-took a freed core at once would otherwise
  * run a whole transfer while the thread spins here.
  */
@@ -104,9 +105,9 @@ void core_thread_takes_back(struct ferry_core *c)
 {
 	uint32_t v = DRIVER_FREE;
 
-	/* pairs with: store_release in core_caller_pass (freed, or handed to us) */
+	/* pairs with: store_release/cas_release in core_caller_lets_go (freed) */
 	while (!cas_acquire(c->driver, &v, DRIVER_THREAD)) {
-		/* pairs with: store_release of DRIVER_THREAD in core_caller_pass */
+		/* pairs with: store_release of DRIVER_THREAD in core_caller_lets_go (handed to us) */
 		if (v == DRIVER_THREAD && load_acquire(c->driver) == DRIVER_THREAD)
 			return; /* handed over */
 		if (c->waiters_drive && v == DRIVER_CALLER)
@@ -123,7 +124,7 @@ bool core_thread_lets_go_asleep(const struct ferry_core *c, bool idle)
 
 bool core_thread_sleeps(struct ferry_core *c)
 {
-	/* pairs with: cas_acquire in core_drive (a caller's pass while we sleep) */
+	/* pairs with: cas_acquire in core_drive, core_drive_asleep (a pass while we sleep) */
 	if (xchg_release(c->driver, DRIVER_FREE) & DRIVER_WANTED) {
 		core_thread_takes_back(c);
 		c->handed_over = true;
@@ -141,9 +142,12 @@ void core_thread_wakes(struct ferry_core *c)
 
 /*
  * A thread that runs passes reads endpoints under RCU: it registers with
- * liburcu-qsbr on its first pass (a lock, once per thread) and is online
- * only during a pass, so it never holds up a grace period while it does
- * something else; it unregisters when it exits.  A thread the application
+ * liburcu-qsbr on its first pass (a lock) and is online only during a
+ * pass, so it never holds up a grace period while it does something else.
+ * Under caller mode it stays registered until it exits; under adaptive
+ * only until its ferry_batch_wait returns (core_waiter_done: a cold wait
+ * pays the registry lock twice, and outside ferry the thread is the
+ * application's alone).  A thread the application
  * registered with liburcu-qsbr itself never drives: registered twice it
  * would corrupt liburcu's list, and our online/offline would end the
  * application's read-side sections.
@@ -151,6 +155,7 @@ void core_thread_wakes(struct ferry_core *c)
 static pthread_key_t caller_key;
 static pthread_once_t caller_once = PTHREAD_ONCE_INIT;
 static __thread bool caller_registered;
+static __thread bool caller_stays; /* registered for the thread's life (caller mode) */
 
 static void caller_exit(void *arg)
 {
@@ -163,16 +168,28 @@ static void caller_key_create(void)
 	(void)pthread_key_create(&caller_key, caller_exit);
 }
 
-static void caller_online(void)
+/* Online for a pass: registered once per thread under caller mode (stays),
+ * for the rest of one ferry_batch_wait under adaptive (core_waiter_done). */
+static void caller_online(bool stays)
 {
-	if (likely(caller_registered)) {
+	if (likely(caller_registered))
 		urcu_qsbr_thread_online();
-		return;
-	}
-	pthread_once(&caller_once, caller_key_create);
-	urcu_qsbr_register_thread(); /* leaves the thread online */
-	(void)pthread_setspecific(caller_key, (void *)1);
+	else
+		urcu_qsbr_register_thread(); /* leaves the thread online */
 	caller_registered = true;
+	if (unlikely(stays && !caller_stays)) {
+		pthread_once(&caller_once, caller_key_create);
+		(void)pthread_setspecific(caller_key, (void *)1);
+		caller_stays = true;
+	}
+}
+
+void core_waiter_done(void)
+{
+	if (likely(!caller_registered) || caller_stays)
+		return;
+	urcu_qsbr_unregister_thread(); /* offline already: after its last pass */
+	caller_registered = false;
 }
 
 /* Registered with liburcu-qsbr, and not by us (its reader's own flag). */
@@ -206,7 +223,7 @@ static uint32_t core_caller_pass(struct ferry_core *c)
 	uint32_t work;
 	uint64_t t0;
 
-	caller_online();
+	caller_online(c->caller_mode);
 	t0 = ferry_tsc();
 	work = core_run_pass(c, t0);
 	stat_add(&c->ctr, caller_passes, 1);
@@ -239,9 +256,15 @@ uint32_t core_drive_asleep(struct ferry_core *c)
 	 * a sleeper nobody kicked (core_kick clears sleeping) has nothing for us. */
 	if (READ_ONCE(c->driver) != DRIVER_FREE || READ_ONCE(c->sleeping) || caller_rcu_foreign())
 		return 0;
-	/* pairs with: xchg_release in core_thread_sleeps, store_release in core_caller_pass */
+	/* pairs with: xchg_release in core_thread_sleeps, cas_release in core_caller_lets_go */
 	if (!cas_acquire(c->driver, &v, DRIVER_CALLER))
 		return 0;
+	/* The core may have woken and slept again between the reads and the CAS:
+	 * after the acquire, sleeping is this sleep's, set when nobody kicked. */
+	if (READ_ONCE(c->sleeping)) {
+		core_caller_lets_go(c);
+		return 0;
+	}
 	return core_caller_pass(c);
 }
 

@@ -102,9 +102,9 @@ static void core_sleep(struct ferry_core *c, int timeout_ms, bool on_cq, bool le
 		goto out; /* idle caller: an application thread asked for the core */
 	urcu_qsbr_thread_offline();
 	poll(fds, n, timeout_ms);
-	urcu_qsbr_thread_online();
-	if (let_go)
+	if (let_go) /* offline while a waiter's pass ends: no grace period waits on us */
 		core_thread_wakes(c);
+	urcu_qsbr_thread_online();
 out:
 	core_ack_cqs(c, armed);
 	WRITE_ONCE(c->sleeping, 0);

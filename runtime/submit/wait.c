@@ -125,6 +125,8 @@ int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms)
 	}
 	/* Cores stop calling futex_wake once nobody sleeps. */
 	fetch_and_relaxed(b->acct.pending, ~RQ_BATCH_WAITER);
+	if (b->port->e->opts.idle == FERRY_IDLE_ADAPTIVE)
+		core_waiter_done();
 	return rc;
 }
 

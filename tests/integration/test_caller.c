@@ -230,18 +230,23 @@ static void test_full_ring_drives(void **state)
 }
 
 /* One request of len bytes at off after the engine has idled (its core
- * asleep by then: the linger is 50 us), waited for and checked. */
-static void cold_request(struct pair *p, struct ferry_batch *b, size_t off, size_t len,
-			 uint64_t seed)
+ * asleep by then: the linger is 50 us), waited for and checked; false if
+ * anything failed (no cmocka assert: other threads call it too). */
+static bool cold_request_ok(struct pair *p, struct ferry_batch *b, size_t off, size_t len,
+			    uint64_t seed)
 {
 	struct ferry_req r = mkreq(FERRY_OP_WRITE, p->lbuf + off, p->seg, p->rbuf + off, len);
 
 	usleep(5000);
 	fill_pattern(p->lbuf + off, len, seed);
-	assert_int_equal(ferry_submit(b, &r, 1), 0);
-	assert_int_equal(ferry_batch_wait(b, 10000), 0);
-	assert_memory_equal(p->rbuf + off, p->lbuf + off, len);
-	assert_int_equal(ferry_batch_reset(b), 0);
+	return ferry_submit(b, &r, 1) == 0 && ferry_batch_wait(b, 10000) == 0 &&
+	       memcmp(p->rbuf + off, p->lbuf + off, len) == 0 && ferry_batch_reset(b) == 0;
+}
+
+static void cold_request(struct pair *p, struct ferry_batch *b, size_t off, size_t len,
+			 uint64_t seed)
+{
+	assert_true(cold_request_ok(p, b, off, len, seed));
 }
 
 /*
@@ -333,6 +338,7 @@ static void test_adaptive_two_waiters(void **state)
 		pthread_join(t[i], NULL);
 	print_message("adaptive, two waiters: %llu waiter passes\n",
 		      (unsigned long long)caller_passes(p.init));
+	assert_true(caller_passes(p.init) > 0); /* 80 requests, most after the linger */
 	wait_slices_zero(p.init);
 	assert_engine_quiet(p.init);
 	pair_teardown(&p);
@@ -341,54 +347,86 @@ static void test_adaptive_two_waiters(void **state)
 struct rcu_app_arg {
 	struct pair *p;
 	unsigned rounds;
+	bool app_registers;  /* registered (and offline) in liburcu-qsbr before */
+	bool registers_after; /* registers itself after its waits */
 };
 
-/* An application thread of its own liburcu-qsbr (registered, offline): it
- * waits for cold requests and runs no pass of any core. */
+/* An application thread waiting for cold requests; with app_registers it
+ * is liburcu-qsbr's reader of its own and must run no pass; with
+ * registers_after it registers itself once done, which liburcu refuses
+ * (abort) if ferry left it registered. */
 static void *rcu_app_main(void *arg)
 {
 	struct rcu_app_arg *a = arg;
 	struct ferry_port *port;
 	struct ferry_batch *b;
 
-	urcu_qsbr_register_thread();
-	urcu_qsbr_thread_offline();
+	if (a->app_registers) {
+		urcu_qsbr_register_thread();
+		urcu_qsbr_thread_offline();
+	}
 	if (ferry_port_create(a->p->init, &port) || ferry_batch_create(port, 1, &b))
 		abort(); /* not cmocka's assert: this is not the test's thread */
 	for (unsigned i = 0; i < a->rounds; i++)
-		cold_request(a->p, b, i * 4096, 4096, 50 + i);
+		if (!cold_request_ok(a->p, b, (i % 64) * 4096, 4096, 50 + i))
+			abort();
 	if (ferry_batch_destroy(b) || ferry_port_destroy(port))
 		abort();
-	urcu_qsbr_thread_online();
-	urcu_qsbr_unregister_thread();
+	if (a->registers_after) {
+		urcu_qsbr_register_thread();
+		urcu_qsbr_thread_offline();
+	}
+	if (a->app_registers || a->registers_after) {
+		urcu_qsbr_thread_online();
+		urcu_qsbr_unregister_thread();
+	}
 	return NULL;
 }
 
-static void rcu_app_waits(enum ferry_idle idle)
+static uint64_t rcu_app_run(enum ferry_idle idle, struct rcu_app_arg a)
 {
-	struct rcu_app_arg a;
 	struct ferry_opts o;
 	struct pair p;
 	pthread_t t;
+	uint64_t passes;
 
 	pair_opts(&o, "0");
 	o.idle = idle;
 	pair_setup(&p, &o, &o, 1u << 20);
-	a = (struct rcu_app_arg){ &p, 8 };
+	a.p = &p;
 	assert_int_equal(pthread_create(&t, NULL, rcu_app_main, &a), 0);
 	pthread_join(t, NULL);
-	assert_int_equal(caller_passes(p.init), 0);
+	passes = caller_passes(p.init);
 	wait_slices_zero(p.init);
 	pair_teardown(&p);
+	return passes;
 }
 
 /* Registered by the application: under adaptive it only waits; under
- * caller the core's thread takes over after its nap. */
+ * caller the core's thread takes over after its nap.  The positive
+ * control: the same thread unregistered drives under caller. */
 static void test_rcu_registered_app_never_drives(void **state)
 {
 	(void)state;
-	rcu_app_waits(FERRY_IDLE_ADAPTIVE);
-	rcu_app_waits(FERRY_IDLE_CALLER);
+	assert_int_equal(rcu_app_run(FERRY_IDLE_ADAPTIVE, (struct rcu_app_arg){ .rounds = 8,
+				     .app_registers = true }), 0);
+	assert_int_equal(rcu_app_run(FERRY_IDLE_CALLER, (struct rcu_app_arg){ .rounds = 8,
+				     .app_registers = true }), 0);
+	assert_true(rcu_app_run(FERRY_IDLE_CALLER, (struct rcu_app_arg){ .rounds = 8 }) > 0);
+}
+
+/* Adaptive: a waiter that ran passes is unregistered again when its wait
+ * returns, so the application may register the thread itself afterwards. */
+static void test_adaptive_waiter_leaves_rcu_alone(void **state)
+{
+	uint64_t passes;
+
+	(void)state;
+	passes = rcu_app_run(FERRY_IDLE_ADAPTIVE, (struct rcu_app_arg){ .rounds = 40,
+			     .registers_after = true });
+	print_message("adaptive: %llu waiter passes before the thread registered itself\n",
+		      (unsigned long long)passes);
+	assert_true(passes > 0);
 }
 
 int main(void)
@@ -403,6 +441,7 @@ int main(void)
 		cmocka_unit_test(test_adaptive_waiter_runs_cold),
 		cmocka_unit_test(test_adaptive_two_waiters),
 		cmocka_unit_test(test_rcu_registered_app_never_drives),
+		cmocka_unit_test(test_adaptive_waiter_leaves_rcu_alone),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
