@@ -147,10 +147,10 @@ void core_thread_wakes(struct ferry_core *c)
  * Under caller mode it stays registered until it exits; under adaptive
  * only until its ferry_batch_wait returns (core_waiter_done: a cold wait
  * pays the registry lock twice, and outside ferry the thread is the
- * application's alone).  A thread the application
- * registered with liburcu-qsbr itself never drives: registered twice it
- * would corrupt liburcu's list, and our online/offline would end the
- * application's read-side sections.
+ * application's alone).  A thread the application registered with
+ * liburcu-qsbr itself never drives: registered twice it would corrupt
+ * liburcu's list, and our online/offline would end the application's
+ * read-side sections.
  */
 static pthread_key_t caller_key;
 static pthread_once_t caller_once = PTHREAD_ONCE_INIT;
@@ -238,7 +238,7 @@ uint32_t core_drive(struct ferry_core *c)
 {
 	uint32_t v = DRIVER_FREE;
 
-	/* pairs with: xchg_release in core_thread_lets_go, store_release in core_caller_pass */
+	/* pairs with: xchg_release in core_thread_lets_go, store_release in core_caller_lets_go */
 	if (caller_rcu_foreign() || !cas_acquire(c->driver, &v, DRIVER_CALLER)) {
 		if (v == DRIVER_THREAD)
 			cas_relaxed(c->driver, &v, DRIVER_THREAD | DRIVER_WANTED);
