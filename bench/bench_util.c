@@ -237,3 +237,19 @@ int bench_samples_summary(struct bench_samples *s, unsigned n, struct bench_lat 
 	out->avg = sum / (double)seen;
 	return all ? 0 : -ENOMEM;
 }
+
+int bench_thread_on(pthread_t *t, void *(*fn)(void *), void *arg, const cpu_set_t *cpus)
+{
+	pthread_attr_t attr;
+	int rc;
+
+	rc = pthread_attr_init(&attr);
+	if (rc)
+		return -rc;
+	if (cpus)
+		rc = pthread_attr_setaffinity_np(&attr, sizeof(*cpus), cpus);
+	if (!rc)
+		rc = pthread_create(t, &attr, fn, arg);
+	pthread_attr_destroy(&attr);
+	return -rc;
+}

@@ -8,6 +8,8 @@
 #ifndef FERRY_BENCH_UTIL_H
 #define FERRY_BENCH_UTIL_H
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 
 /* splitmix64's finaliser: a cheap bijective mixer. */
@@ -87,5 +89,9 @@ void bench_samples_add(struct bench_samples *s, uint64_t ns);
  * 0, or -ENOMEM (out then has the exact fields only).
  */
 int bench_samples_summary(struct bench_samples *s, unsigned n, struct bench_lat *out);
+
+/* Start fn(arg) on a new thread, on cpus (NULL: wherever the scheduler
+ * puts it).  0 or -errno. */
+int bench_thread_on(pthread_t *t, void *(*fn)(void *), void *arg, const cpu_set_t *cpus);
 
 #endif /* FERRY_BENCH_UTIL_H */

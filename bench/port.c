@@ -116,18 +116,7 @@ unpinned:
 
 static int port_spawn(struct bench *b, struct bench_port *bp)
 {
-	pthread_attr_t attr;
-	int rc;
-
-	rc = pthread_attr_init(&attr);
-	if (rc)
-		return -rc;
-	if (b->pin)
-		rc = pthread_attr_setaffinity_np(&attr, sizeof(b->port_cpus), &b->port_cpus);
-	if (!rc)
-		rc = pthread_create(&bp->thread, &attr, port_main, bp);
-	pthread_attr_destroy(&attr);
-	return -rc;
+	return bench_thread_on(&bp->thread, port_main, bp, b->pin ? &b->port_cpus : NULL);
 }
 
 /* One size: every port runs until the duration ends or its --iters. */

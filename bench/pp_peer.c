@@ -197,7 +197,6 @@ static void *peer_main(void *arg)
 int pp_peer_start(struct bench *b, struct ferry_engine *e, uint8_t *buf, uint64_t len)
 {
 	struct pp_peer *p = calloc(1, sizeof(*p));
-	pthread_attr_t attr;
 	int rc;
 
 	if (!p)
@@ -210,13 +209,8 @@ int pp_peer_start(struct bench *b, struct ferry_engine *e, uint8_t *buf, uint64_
 		rc = ferry_batch_create(p->port, 1, &p->batch);
 	if (rc)
 		return report("pingpong peer port", rc);
-	rc = -pthread_attr_init(&attr);
 	/* In one process, beside the port threads: off the engines' cores' CPUs. */
-	if (!rc && b->pin)
-		rc = -pthread_attr_setaffinity_np(&attr, sizeof(b->port_cpus), &b->port_cpus);
-	if (!rc)
-		rc = -pthread_create(&p->thread, &attr, peer_main, p);
-	pthread_attr_destroy(&attr);
+	rc = bench_thread_on(&p->thread, peer_main, p, b->pin ? &b->port_cpus : NULL);
 	if (rc)
 		return report("pingpong peer thread", rc);
 	p->running = true;

@@ -26,16 +26,10 @@ struct wake_floor {
 	int efd;
 	int running;  /* atomic: the sleeper ran after the last write */
 	int stop;     /* atomic: the sleeper leaves at its next wake-up */
-	const cpu_set_t *waker_cpus; /* NULL: any */
 	unsigned n, gap_ms;
 	struct bench_samples *out;
 	int rc;
 };
-
-static int pin_self(const cpu_set_t *set)
-{
-	return set ? -pthread_setaffinity_np(pthread_self(), sizeof(*set), set) : 0;
-}
 
 static void *floor_sleeper(void *arg)
 {
@@ -79,7 +73,6 @@ static void *floor_waker(void *arg)
 {
 	struct wake_floor *w = arg;
 
-	w->rc = pin_self(w->waker_cpus);
 	for (unsigned i = 0; !w->rc && i < w->n; i++)
 		w->rc = floor_one(w);
 	return NULL;
@@ -93,41 +86,24 @@ static void floor_stop(struct wake_floor *w, pthread_t sleeper)
 	pthread_join(sleeper, NULL);
 }
 
-static int floor_spawn(pthread_t *t, void *(*fn)(void *), struct wake_floor *w, int cpu)
-{
-	pthread_attr_t attr;
-	cpu_set_t set;
-	int rc;
-
-	rc = pthread_attr_init(&attr);
-	if (rc)
-		return -rc;
-	if (cpu >= 0) {
-		CPU_ZERO(&set);
-		CPU_SET(cpu, &set);
-		rc = pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
-	}
-	if (!rc)
-		rc = pthread_create(t, &attr, fn, w);
-	pthread_attr_destroy(&attr);
-	return -rc;
-}
-
 int wake_floor_measure(int sleeper_cpu, const cpu_set_t *waker_cpus, unsigned n, unsigned gap_ms,
 		       struct bench_samples *out)
 {
-	struct wake_floor w = { .waker_cpus = waker_cpus, .n = n,
-				.gap_ms = gap_ms, .out = out };
+	struct wake_floor w = { .n = n, .gap_ms = gap_ms, .out = out };
 	pthread_t sleeper, waker;
+	cpu_set_t one;
 	int rc;
 
+	CPU_ZERO(&one);
+	if (sleeper_cpu >= 0)
+		CPU_SET(sleeper_cpu, &one);
 	w.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (w.efd < 0)
 		return -errno;
-	rc = floor_spawn(&sleeper, floor_sleeper, &w, sleeper_cpu);
+	rc = bench_thread_on(&sleeper, floor_sleeper, &w, sleeper_cpu >= 0 ? &one : NULL);
 	if (rc)
 		goto out;
-	rc = floor_spawn(&waker, floor_waker, &w, -1);
+	rc = bench_thread_on(&waker, floor_waker, &w, waker_cpus);
 	if (!rc) {
 		pthread_join(waker, NULL);
 		rc = w.rc;
