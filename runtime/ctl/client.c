@@ -156,12 +156,14 @@ static int ctl_exchange(int fd, int64_t deadline, int stop_fd, const struct ctl_
 	return rc;
 }
 
-/* Why a call got nowhere, said once; and what it returns. */
+/* Why a call got nowhere, said once (*said: ctl_call need not); and what
+ * it returns. */
 static int ctl_dial_failed(struct ctl_client *cl, const char *address,
-			   const struct ctl_call *call, int rc)
+			   const struct ctl_call *call, int rc, bool *said)
 {
 	if (rc == -EACCES || rc == -EBUSY || rc == -EPROTO || rc == -ECANCELED)
-		return rc; /* said where it happened, or expected */
+		return rc; /* said where it happened, by ctl_call, or expected */
+	*said = true;
 	if (!call->quiet)
 		ctl_log("%s: cannot connect to %s: %s", call->what, address, strerror(-rc));
 	(void)cl;
@@ -173,10 +175,11 @@ static int ctl_dial_failed(struct ctl_client *cl, const char *address,
 	return -ECONNREFUSED;
 }
 
-/* One exchange on a kept or new connection; *again when it may be redialled. */
+/* One exchange on a kept or new connection; *again when it may be
+ * redialled, *said when a dial that failed said why. */
 static int ctl_call_once(struct ctl_client *cl, const struct sockaddr_in *sin,
 			 const char *address, int64_t deadline, const struct ctl_call *call,
-			 bool *again)
+			 bool *again, bool *said)
 {
 	bool reused = false;
 	enum ex_state st;
@@ -186,7 +189,7 @@ static int ctl_call_once(struct ctl_client *cl, const struct sockaddr_in *sin,
 	fd = cl ? ctl_pool_get(cl, sin, address, deadline, &reused)
 		: ctl_dial(NULL, sin, address, deadline);
 	if (fd < 0)
-		return ctl_dial_failed(cl, address, call, fd);
+		return ctl_dial_failed(cl, address, call, fd, said);
 	rc = ctl_exchange(fd, deadline, cl ? cl->stop_fd : -1, call, &st);
 	if (st == EX_SYNCED && cl)
 		ctl_pool_put(cl, sin, fd);
@@ -201,8 +204,8 @@ static int ctl_call(struct ctl_client *cl, const char *address, int timeout_ms,
 		    const struct ctl_call *call)
 {
 	struct sockaddr_in sin;
+	bool again, said = false;
 	int64_t deadline;
-	bool again;
 	int rc;
 
 	if (timeout_ms <= 0)
@@ -213,11 +216,13 @@ static int ctl_call(struct ctl_client *cl, const char *address, int timeout_ms,
 		return -EINVAL;
 	}
 	deadline = sock_now_ms() + timeout_ms;
-	rc = ctl_call_once(cl, &sin, address, deadline, call, &again);
+	rc = ctl_call_once(cl, &sin, address, deadline, call, &again, &said);
 	if (again) {
 		fetch_add_relaxed(cl->redials, 1); /* statistics */
-		rc = ctl_call_once(cl, &sin, address, deadline, call, &again);
+		rc = ctl_call_once(cl, &sin, address, deadline, call, &again, &said);
 	}
+	if (said)
+		return rc; /* the dial said why */
 	if (rc == -EACCES && !(cl && cl->has_key))
 		ctl_log("%s: server %s refused us: it requires authentication (it has a key, "
 			"secret_file) and this side has none", call->what, address);
@@ -266,12 +271,13 @@ static int ctl_check_rep(const struct wire_connect_req *req, const struct wire_c
 	return -EPROTO;
 }
 
-int ctl_connect(struct ctl_client *cl, const char *address, int timeout_ms,
-		const struct wire_connect_req *req, struct wire_connect_rep *rep)
+static int ctl_connect_call(struct ctl_client *cl, const char *address, int timeout_ms,
+			    const struct wire_connect_req *req, struct wire_connect_rep *rep,
+			    int quiet)
 {
 	static const struct wire_connect_rep full = { .n_qps = WIRE_MAX_EP_QPS };
 	struct ctl_call call = {
-		.what = "connect", .req_type = WIRE_CONNECT_REQ,
+		.what = "connect", .quiet = quiet, .req_type = WIRE_CONNECT_REQ,
 		.rep_type = WIRE_CONNECT_REP, .rep_max = (uint32_t)wire_connect_rep_size(&full),
 		.decode = decode_connect_rep, .out = rep,
 	};
@@ -298,12 +304,26 @@ int ctl_connect(struct ctl_client *cl, const char *address, int timeout_ms,
 	return rc;
 }
 
+int ctl_connect(struct ctl_client *cl, const char *address, int timeout_ms,
+		const struct wire_connect_req *req, struct wire_connect_rep *rep)
+{
+	return ctl_connect_call(cl, address, timeout_ms, req, rep, 0);
+}
+
+int ctl_connect_quiet(struct ctl_client *cl, const char *address, int timeout_ms,
+		      const struct wire_connect_req *req, struct wire_connect_rep *rep)
+{
+	return ctl_connect_call(cl, address, timeout_ms, req, rep, 1);
+}
+
 int ctl_disconnect(struct ctl_client *cl, const char *address, int timeout_ms,
 		   const struct wire_disconnect *d)
 {
 	uint8_t frame[WIRE_HDR_LEN + WIRE_DISCONNECT_LEN];
 	struct ctl_call call = {
-		.what = "disconnect", .frame = frame, .req_len = WIRE_DISCONNECT_LEN,
+		/* Best effort: a peer that is gone has nothing left to free, and
+		 * the caller logs what it wants (seg_disconnect_flush: verbose). */
+		.what = "disconnect", .quiet = 1, .frame = frame, .req_len = WIRE_DISCONNECT_LEN,
 		.req_type = WIRE_DISCONNECT, .rep_type = WIRE_DISCONNECT_REP, .rep_max = 0,
 	};
 

@@ -29,6 +29,7 @@
 #define REPAIR_WAIT_MAX_MS 1000         /* asleep, it still looks this often */
 #define REPAIR_BACKOFF_MIN_MS 50
 #define REPAIR_BACKOFF_MAX_MS 2000
+#define REPAIR_SAY_EVERY_MS 30000       /* a peer that stays dead is logged this often */
 
 /*
  * Core i's rail cannot reach the peer.  New work avoids the rail at once
@@ -37,15 +38,53 @@
  * does, the slices waiting on this rail move there (runtime/core/handover.c)
  * instead of failing with -EHOSTDOWN.
  */
-void rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i, uint32_t slot)
+bool rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i, uint32_t slot)
 {
 	WRITE_ONCE(s->rail_down[i], 1); /* a hint for submitters and hand-overs */
 	for (unsigned k = 0; k < e->ncores; k++)
 		if (s->eps[k] && !READ_ONCE(s->rail_down[k]))
-			return; /* the peer answers on core k's rail */
+			return false; /* the peer answers on core k's rail */
 	for (unsigned k = 0; k < e->ncores; k++)
 		if (s->eps[k])
 			seg_rail_set_down(e, s, k, slot, 1);
+	return true;
+}
+
+/*
+ * A repair of core's rail failed (rc).  A dead peer is probed again and
+ * again (back-off up to REPAIR_BACKOFF_MAX_MS, per QP): say so on the
+ * first failure, when the last rail goes (requests start failing), and
+ * then every REPAIR_SAY_EVERY_MS while it lasts -- not at every probe.
+ * ctl_lock held.
+ */
+static void repair_say_failed(struct ferry_seg *s, unsigned core, int rc, bool all_down)
+{
+	int64_t now = (int64_t)ferry_now_ms();
+
+	s->repairs_failed++;
+	if (s->repair_said_ms && now - s->repair_said_ms < REPAIR_SAY_EVERY_MS &&
+	    (s->repair_said_all || !all_down))
+		return;
+	log_err("segment %s: cannot replace the broken QPs of core %u's rail: %s; %s; probed "
+		"again with back-off (up to %d s), logged again every %d s while it fails "
+		"(%u failed repairs so far)",
+		s->address, core, strerror(-rc),
+		all_down ? "no rail reaches the peer: its requests fail at once (EHOSTDOWN)"
+			 : "new work avoids the rail and its waiting slices move to the others",
+		REPAIR_BACKOFF_MAX_MS / 1000, REPAIR_SAY_EVERY_MS / 1000, s->repairs_failed);
+	s->repair_said_ms = now;
+	s->repair_said_all = all_down;
+}
+
+/* A repair of core's rail worked: after failures, say the peer is back. */
+static void repair_say_done(struct ferry_seg *s, unsigned core)
+{
+	if (s->repair_said_ms)
+		log_warn("segment %s: core %u's rail reaches the peer again (after %u failed "
+			 "repairs)", s->address, core, s->repairs_failed);
+	s->repairs_failed = 0;
+	s->repair_said_ms = 0;
+	s->repair_said_all = false;
 }
 
 /* Is the job's endpoint still there?  A CLOSING segment still has requests
@@ -59,10 +98,11 @@ static struct ferry_ep *repair_target(struct ferry_engine *e, const struct repai
 	return s->eps[j->core];
 }
 
-/* The new QP q is connected: have the core take it in place of the broken
- * one, if the endpoint is still there; ctl_lock held. */
+/* The new QP q is connected to the peer at address (its half there is
+ * token): have the core take it in place of the broken one, if the
+ * endpoint is still there; ctl_lock held. */
 static int repair_install(struct ferry_engine *e, const struct repair_job *j,
-			  struct ferry_ep *ep, struct qpx *q, uint64_t token)
+			  struct ferry_ep *ep, struct qpx *q, uint64_t token, const char *address)
 {
 	struct ferry_seg *s = seg_at(&e->segs, j->slot);
 	struct core_cmd cmd = { .type = CMD_QP_REPLACE, .slot = j->slot, .ep = ep, .qp = q,
@@ -75,13 +115,15 @@ static int repair_install(struct ferry_engine *e, const struct repair_job *j,
 		rc = core_command(e->cores[j->core], &cmd);
 	if (rc) {
 		qpx_destroy(&e->cores[j->core]->tx[ep->tx], q);
-		seg_disconnect_later(e, s->address, token, 1);
+		/* Not s->address: a segment closed meanwhile has none any more. */
+		seg_disconnect_later(e, address, token, 1);
 		return rc == -ENOENT ? 0 : rc;
 	}
 	seg_disconnect_later(e, s->address, ep->peer_tokens[j->qp], 1);
 	ep->peer_tokens[j->qp] = token;
 	if (READ_ONCE(s->rail_down[j->core]))
 		WRITE_ONCE(s->rail_down[j->core], 0);
+	repair_say_done(s, j->core);
 	return 0;
 }
 
@@ -121,17 +163,22 @@ static int repair_one(struct ferry_engine *e, const struct repair_job *j)
 	pthread_mutex_unlock(&e->ctl_lock);
 	if (!ep || rc)
 		return rc;
-	rc = seg_handshake(e, j->core, &peer, &q, 1, token);
+	rc = seg_handshake(e, j->core, &peer, &q, 1, token, true);
 	pthread_mutex_lock(&e->ctl_lock);
 	if (rc) {
 		qpx_destroy(&c->tx[ep->tx], q);
 		if (repair_target(e, j) == ep) {
-			if (rc == -ESTALE) /* the peer restarted: its keys are gone for good */
+			bool stale = rc == -ESTALE; /* the peer restarted: its keys are gone */
+			bool all_down;
+
+			if (stale) /* says so itself, once */
 				seg_mark_stale(e, s, j->slot);
-			rail_unreachable(e, s, j->core, j->slot);
+			all_down = rail_unreachable(e, s, j->core, j->slot);
+			if (!stale)
+				repair_say_failed(s, j->core, rc, all_down);
 		}
 	} else {
-		rc = repair_install(e, j, ep, q, token);
+		rc = repair_install(e, j, ep, q, token, peer.address);
 	}
 	pthread_mutex_unlock(&e->ctl_lock);
 	seg_disconnect_flush(e);

@@ -40,8 +40,9 @@ void repair_leases(struct ferry_engine *e);
 
 struct ferry_seg;
 struct pollfd;
-/* Core i's rail to s cannot reach the peer: down; fail fast if no rail can (ctl_lock). */
-void rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i, uint32_t slot);
+/* Core i's rail to s cannot reach the peer: down; fail fast if no rail can
+ * (then true).  ctl_lock held. */
+bool rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i, uint32_t slot);
 /* Retry core i's pending repairs now (its port came back). */
 void repair_due_now(struct ferry_engine *e, unsigned i);
 /* events.c: the contexts' event fds (at most max), and their events handled. */

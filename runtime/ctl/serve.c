@@ -208,7 +208,9 @@ static void serve_small(struct ctl *c, struct ctl_conn *cn)
 		rc = c->cfg.keepalive ? c->cfg.keepalive(c->arg, d.incarnation) : -EOPNOTSUPP;
 	} else {
 		rc = c->cfg.disconnect ? c->cfg.disconnect(c->arg, &d) : -EOPNOTSUPP;
-		if (rc)
+		/* -ENOENT: nothing to free (its lease ran out, or it belonged to
+		 * an incarnation of ours before a restart): no news. */
+		if (rc && rc != -ENOENT)
 			ctl_log("disconnect request (token %llu) from %s: %s",
 				(unsigned long long)d.token, cn->peer, strerror(-rc));
 	}

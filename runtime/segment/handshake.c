@@ -60,10 +60,12 @@ static void handshake_req(struct ferry_engine *e, unsigned i, const struct seg_p
  * CONNECT_REQ (QP k named token + k), then ours here.  -ENETUNREACH when
  * our provider could not reach the peer's address (the control plane
  * worked: another transport may); the peer's halves are then queued for
- * DISCONNECT.  No lock held: a round trip.
+ * DISCONNECT.  quiet: the caller logs the failure in its own words (the
+ * repair thread, which tries again and again while a peer is dead).  No
+ * lock held: a round trip.
  */
 int seg_handshake(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
-		  struct qpx *const *qps, unsigned n, uint64_t token)
+		  struct qpx *const *qps, unsigned n, uint64_t token, bool quiet)
 {
 	const struct qctx *q = &e->cores[i]->tx[p->tx];
 	struct wire_connect_req req;
@@ -72,19 +74,23 @@ int seg_handshake(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
 	int rc;
 
 	handshake_req(e, i, p, qps, n, token, &req);
-	rc = ctl_connect(&e->client, p->address, SEG_CTL_TIMEOUT_MS, &req, &rep);
+	rc = (quiet ? ctl_connect_quiet : ctl_connect)(&e->client, p->address, SEG_CTL_TIMEOUT_MS,
+						       &req, &rep);
 	if (rc) {
-		log_err("segment %s: endpoint handshake for core %u: %s", p->address, i,
-			strerror(-rc));
+		if (!quiet)
+			log_err("segment %s: endpoint handshake for core %u: %s", p->address, i,
+				strerror(-rc));
 		return rc;
 	}
 	for (unsigned k = 0; k < n && !rc; k++)
 		rc = q->prov->qp_connect(qps[k]->nqp, &p->raddr, &rep.qps[k]);
 	if (rc) {
 		seg_disconnect_later(e, p->address, token, n);
-		q->prov->describe(q->nic, here, sizeof(here));
-		log_err("segment %s: a QP of core %u (%s) cannot reach the peer's NIC %u: %s",
-			p->address, i, here, p->remote_nic, strerror(-rc));
+		if (!quiet) {
+			q->prov->describe(q->nic, here, sizeof(here));
+			log_err("segment %s: a QP of core %u (%s) cannot reach the peer's NIC %u: %s",
+				p->address, i, here, p->remote_nic, strerror(-rc));
+		}
 		rc = -ENETUNREACH;
 	}
 	return rc;

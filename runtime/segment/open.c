@@ -148,7 +148,7 @@ static int connect_all(struct ferry_engine *e, struct ep_prep *pp)
 
 		if (!p->ep)
 			continue;
-		rc = seg_handshake(e, i, &p->peer, p->ep->qps, p->ep->nqps, p->token);
+		rc = seg_handshake(e, i, &p->peer, p->ep->qps, p->ep->nqps, p->token, false);
 		if (rc)
 			return rc;
 		p->connected = true;
@@ -285,6 +285,9 @@ static int slot_reserve(struct ferry_engine *e, const char *address, uint32_t *s
 	s = seg_at(&e->segs, i);
 	s->stale = 0;
 	s->name[0] = '\0';
+	s->repairs_failed = 0;
+	s->repair_said_ms = 0;
+	s->repair_said_all = false;
 	memset(s->rail_down, 0, sizeof(s->rail_down));
 	memset(s->rail_paused, 0, sizeof(s->rail_paused));
 	memset(s->rail_gone, 1, sizeof(s->rail_gone));
@@ -447,7 +450,8 @@ int seg_reconnect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, ui
 	for (unsigned i = 0; i < e->ncores; i++) {
 		if (!pp[i].ep)
 			continue;
-		rc = seg_handshake(e, i, &pp[i].peer, pp[i].ep->qps, pp[i].ep->nqps, pp[i].token);
+		rc = seg_handshake(e, i, &pp[i].peer, pp[i].ep->qps, pp[i].ep->nqps, pp[i].token,
+				   false);
 		pp[i].connected = rc == 0;
 	}
 	pthread_mutex_lock(&e->ctl_lock);

@@ -57,6 +57,11 @@ struct ferry_seg {
 	uint32_t want_eps;             /* a request waits for evicted endpoints */
 	uint32_t connect_round;        /* reconnects the repair thread finished */
 	int32_t connect_err;           /* the last one's result (0 or -errno) */
+	/* The repair thread's alone (under ctl_lock): how it tells a dead peer
+	 * once, not at every probe (repair.c). */
+	uint32_t repairs_failed;       /* failed in a row since the last success */
+	int64_t repair_said_ms;        /* when a failure was last logged (0: not since) */
+	bool repair_said_all;          /* that every rail is down, too */
 };
 
 /*
@@ -174,9 +179,10 @@ void seg_disconnect_all(struct ferry_engine *e);
 /* handshake.c: what a handshake to the peer's entry remote_nic needs; ctl_lock held. */
 void seg_peer_of(const struct ferry_seg *s, uint16_t remote_nic, struct seg_peer *out);
 /* handshake.c: connect n QPs of core i to new responder QPs on the peer, in
- * one CONNECT_REQ (QP k is token + k there).  No lock held. */
+ * one CONNECT_REQ (QP k is token + k there); quiet: the caller logs why it
+ * failed.  No lock held. */
 int seg_handshake(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
-		  struct qpx *const *qps, unsigned n, uint64_t token);
+		  struct qpx *const *qps, unsigned n, uint64_t token, bool quiet);
 /* handshake.c: the peer's QPs token .. token + n - 1 are to be freed (any
  * thread, any lock); seg_disconnect_flush sends the DISCONNECTs (no lock). */
 void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t token,

@@ -280,6 +280,31 @@ static void test_close_in_flight(void **state)
 	close_in_flight(ITERATIONS, NULL, NULL);
 }
 
+/* What the library logged while a test listened (ferry_log_set: any
+ * ferry thread, so under a lock). */
+static struct {
+	pthread_mutex_t lock;
+	unsigned repair_failed; /* the repair thread's "cannot replace" */
+	unsigned all_down;      /* ... saying that no rail is left */
+	unsigned handshake;     /* an open's "endpoint handshake for core" */
+	unsigned ctl_connect;   /* the control client's own "ctl: connect:" */
+	unsigned bad_address;   /* a call to an address that is not one */
+} L = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void log_count(void *arg, enum ferry_log_level level, const char *msg)
+{
+	(void)arg;
+	(void)level;
+	fprintf(stderr, "ferry: %s\n", msg);
+	pthread_mutex_lock(&L.lock);
+	L.repair_failed += strstr(msg, "cannot replace the broken QPs") != NULL;
+	L.all_down += strstr(msg, "no rail reaches the peer") != NULL;
+	L.handshake += strstr(msg, "endpoint handshake for core") != NULL;
+	L.ctl_connect += strncmp(msg, "ctl: connect:", 13) == 0;
+	L.bad_address += strstr(msg, "bad address") != NULL;
+	pthread_mutex_unlock(&L.lock);
+}
+
 /* Errors, QP-fatal events and lost completions while segments close: a
  * slice may end on its own error before the close cancels it. */
 static void test_close_in_flight_faults(void **state)
@@ -290,7 +315,14 @@ static void test_close_in_flight_faults(void **state)
 	(void)state;
 	need_loop();
 	setup_pair(100);
+	ferry_log_set(log_count, NULL);
 	close_in_flight(FAULT_ITERATIONS, &f, transport_error);
+	ferry_log_set(NULL, NULL);
+	/* A QP repaired while its segment closed: the peer's half of it is
+	 * freed at the address it was made at (a closed segment has none). */
+	pthread_mutex_lock(&L.lock);
+	assert_int_equal(L.bad_address, 0);
+	pthread_mutex_unlock(&L.lock);
 }
 
 /* Every completion lost: close waits out the slice timeouts (each retry
@@ -320,6 +352,18 @@ static bool rails_all_down(struct ferry_engine *e, ferry_seg_t seg)
 		if (!rail_unusable(s, i))
 			return false;
 	return true;
+}
+
+/* How many repairs of seg failed in a row (the repair thread's count). */
+static unsigned repairs_failed(struct ferry_engine *e, ferry_seg_t seg)
+{
+	const struct ferry_seg *s = seg_at(&e->segs, (uint32_t)(seg & 0xffffffffu) - 1);
+	unsigned n;
+
+	pthread_mutex_lock(&e->ctl_lock);
+	n = s->repairs_failed;
+	pthread_mutex_unlock(&e->ctl_lock);
+	return n;
 }
 
 /*
@@ -356,6 +400,7 @@ static void test_peer_restart(void **state)
 	set_faults(P.init, &(struct loop_faults){ .lost_ppm = 1000000, .seed = 1 });
 	prepare(reqs, BATCH, P.seg, P.lbuf, P.rbuf, SLOT, &seed);
 	assert_int_equal(ferry_submit(b, reqs, BATCH), 0);
+	ferry_log_set(log_count, NULL);
 	ferry_engine_destroy(P.target);
 	P.target = NULL;
 	set_faults(P.init, NULL);
@@ -382,6 +427,20 @@ static void test_peer_restart(void **state)
 	assert_int_equal(c.done, 0);
 	/* Fail fast: refused by the dead rail, never left to time out. */
 	assert_int_equal(c.timedout, 0);
+
+	/* The repair thread probes the dead peer again and again (per QP, with
+	 * back-off): the log says so at the first failure and when the last
+	 * rail goes (one line each, or one for both), not three lines a probe. */
+	WAIT_UNTIL(repairs_failed(P.init, P.seg) >= 6, WAIT_MS, "the dead peer probed 6 times");
+	pthread_mutex_lock(&L.lock);
+	print_message("dead peer: %u failed repairs, logged %u time(s)\n",
+		      repairs_failed(P.init, P.seg), L.repair_failed);
+	assert_in_range(L.repair_failed, 1, 2);
+	assert_int_equal(L.all_down, 1);
+	assert_int_equal(L.handshake, 0);
+	assert_int_equal(L.ctl_connect, 0);
+	pthread_mutex_unlock(&L.lock);
+	ferry_log_set(NULL, NULL);
 
 	/* A new incarnation on the same address, the same memory registered
 	 * again (new keys): opening the address again (no close) sees the new
