@@ -207,6 +207,8 @@ int flight_drain(struct bench_port *bp, uint64_t n);
 
 /* mode_lat.c: --lat, a request at a time */
 int lat_run(struct bench_port *bp, uint64_t n);
+/* mode_notify.c: --notify, one WRITE and its notification, timed to the receiver */
+int notify_run(struct bench_port *bp, uint64_t n);
 
 /* mode_pingpong.c: --pingpong (pp_peer.c: the answering side) */
 int pingpong_size(struct bench *b);

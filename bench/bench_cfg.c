@@ -16,7 +16,7 @@
 static const int initiator_only[] = {
 	OPT_OP, 's', OPT_BATCH, OPT_PORTS, 'n', OPT_TARGET_CORES, OPT_NOCOPY, OPT_VERIFY,
 	OPT_NO_PORT_PIN, OPT_REMOTE_ADDR, OPT_LAT, OPT_SWEEP, OPT_CSV, OPT_PLOT, OPT_SYNC,
-	OPT_REFILL, OPT_STATUS_ONCE, OPT_PREP, OPT_SAME_ADDR,
+	OPT_REFILL, OPT_STATUS_ONCE, OPT_PREP, OPT_SAME_ADDR, OPT_NOTIFY,
 };
 
 /* Checks of the two-process modes. */
@@ -55,6 +55,8 @@ static const char *one_at_a_time(const struct bench_cfg *cfg)
 {
 	if (cfg->pingpong)
 		return "--pingpong";
+	if (cfg->notify)
+		return "--notify";
 	return cfg->idle ? "--idle" : "--lat";
 }
 
@@ -104,6 +106,30 @@ static int check_pingpong(struct bench_cfg *cfg, const bool *seen, char *err, si
 	if (cfg->verify)
 		return bad_arg(err, errlen, "--verify is for the throughput and --lat runs, not --pingpong");
 	cfg->lat = cfg->mode != BENCH_TARGET;
+	return 0;
+}
+
+/*
+ * --notify: one WRITE and a notification after it (ferry_notify), timed
+ * until the target engine's ferry_notif_poll returns the notification,
+ * which is read in this process: its rows are latency rows.
+ */
+static int check_notify(struct bench_cfg *cfg, const bool *seen, char *err, size_t errlen)
+{
+	if (!cfg->notify)
+		return 0;
+	if (cfg->pingpong || cfg->idle)
+		return bad_arg(err, errlen, "--notify is a latency test of its own: not with %s",
+			    cfg->pingpong ? "--pingpong" : "--idle");
+	if (cfg->mode != BENCH_LOCAL)
+		return bad_arg(err, errlen,
+			    "--notify polls the target engine's notifications, so both engines run "
+			    "in this process: not with --target or --connect");
+	if (seen[OPT_OP] && cfg->op != FERRY_OP_WRITE)
+		return bad_arg(err, errlen,
+			    "--notify times a WRITE and the notification that follows it: not "
+			    "--op read");
+	cfg->lat = true;
 	return 0;
 }
 
@@ -193,6 +219,8 @@ int bench_check_cfg(struct bench_cfg *cfg, const bool *seen, char *err, size_t e
 	rc = check_modes(cfg, seen, err, errlen);
 	if (!rc)
 		rc = check_pingpong(cfg, seen, err, errlen);
+	if (!rc)
+		rc = check_notify(cfg, seen, err, errlen);
 	if (!rc)
 		rc = check_idle(cfg, seen, err, errlen);
 	if (!rc)
@@ -293,6 +321,8 @@ const char *bench_run_name(const struct bench_cfg *cfg)
 		return "idle";
 	if (cfg->pingpong)
 		return "pingpong";
+	if (cfg->notify)
+		return "notify";
 	if (cfg->lat)
 		return "lat";
 	return cfg->sync ? "bw_sync" : "bw";

@@ -59,6 +59,7 @@ static const struct option long_opts[] = {
 	{ "status-once", no_argument, NULL, OPT_STATUS_ONCE },
 	{ "prep", no_argument, NULL, OPT_PREP },
 	{ "pingpong", no_argument, NULL, OPT_PINGPONG },
+	{ "notify", no_argument, NULL, OPT_NOTIFY },
 	{ "idle", required_argument, NULL, OPT_IDLE },
 	{ "opens", required_argument, NULL, OPT_OPENS },
 	{ "secret", required_argument, NULL, OPT_SECRET },
@@ -381,6 +382,9 @@ static int apply_run_opt(int c, const char *v, struct bench_cfg *cfg, char *err,
 		return 0;
 	case OPT_PINGPONG:
 		cfg->pingpong = true;
+		return 0;
+	case OPT_NOTIFY:
+		cfg->notify = true;
 		return 0;
 	case OPT_IDLE:
 		return take_seconds("--idle", v, &cfg->idle, err, errlen);

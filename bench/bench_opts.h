@@ -106,6 +106,8 @@ struct bench_cfg {
 	bool status_once;         /* --sync: each request's status read once, after the wait */
 	bool prep;                /* --prep: ferry_prep_create once, ferry_prep_submit by index */
 	bool pingpong;            /* --pingpong: WRITE ping-pong, half round trips (sets lat) */
+	bool notify;              /* --notify: a WRITE and its notification, timed to the
+	                           * target's ferry_notif_poll (sets lat) */
 	double idle;              /* --idle SECONDS: idle CPU and wake-up latency; 0 = off */
 	uint32_t opens;           /* --opens N: time N segment opens (mode_opens.c); 0 = off */
 	const char *secret;       /* --secret FILE: --opens also with this cluster key */

@@ -48,6 +48,7 @@ enum {
 	OPT_OPENS,
 	OPT_SECRET,
 	OPT_SAME_ADDR,
+	OPT_NOTIFY,
 	OPT_END, /* one past the last: size of the seen[] array */
 };
 

@@ -16,8 +16,9 @@
 
 /*
  * One turn of a port's loop, as the flags ask: a round of --batch requests
- * kept in flight, a batch (--sync), one request (--lat), one ping-pong, or
- * an idle gap and a request (--idle).
+ * kept in flight, a batch (--sync), one request (--lat), one ping-pong, a
+ * WRITE and its notification (--notify), or an idle gap and a request
+ * (--idle).
  */
 static int port_step(struct bench_port *bp, uint64_t n)
 {
@@ -27,6 +28,8 @@ static int port_step(struct bench_port *bp, uint64_t n)
 		return idle_run(bp, n);
 	if (c->pingpong)
 		return pingpong_run(bp, n);
+	if (c->notify)
+		return notify_run(bp, n);
 	if (c->lat)
 		return lat_run(bp, n);
 	if (c->sync)

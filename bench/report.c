@@ -91,6 +91,9 @@ void print_header(const struct bench *b)
 	if (b->cfg.pingpong)
 		printf("# t_* are half round trips (WRITE there, WRITE back, answer seen), like "
 		       "ib_write_lat's\n");
+	if (b->cfg.notify)
+		printf("# t_* run from the WRITE's submit until the target engine's "
+		       "ferry_notif_poll returns the notification queued after it\n");
 	if (b->cfg.idle)
 		printf("# --idle %.3g s, then %" PRIu64 " x (%u ms idle, a request: cold; again at "
 		       "once: warm), submit to done\n",

@@ -200,7 +200,8 @@ static int port_setup(struct bench *b, struct bench_port *bp)
 	rc = ferry_port_create(b->init, &bp->port);
 	if (rc)
 		return report("ferry_port_create", rc);
-	rc = ferry_batch_create(bp->port, b->cfg.batch, &bp->batch);
+	/* --notify: the notification takes a slot after the request */
+	rc = ferry_batch_create(bp->port, b->cfg.batch + b->cfg.notify, &bp->batch);
 	if (rc)
 		return report("ferry_batch_create", rc);
 	bp->reqs = calloc(b->cfg.batch, sizeof(*bp->reqs));

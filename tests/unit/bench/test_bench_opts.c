@@ -368,7 +368,7 @@ static void test_abbrev(void **state)
 	OK(&r, "--target");
 	assert_int_equal(r.cfg.mode, BENCH_TARGET);
 	BAD("ambiguous option '--ta' (--target-cores, --target)", "--ta");
-	BAD("ambiguous option '--no' (--nocopy, --no-port-pin)", "--no");
+	BAD("ambiguous option '--no' (--nocopy, --no-port-pin, --notify)", "--no");
 }
 
 /* --target and --connect, with what each accepts. */
@@ -658,6 +658,33 @@ static void test_pingpong(void **state)
 	    "2");
 	BAD("--pingpong sends one request at a time: --ports must be 1", "--ports", "2",
 	    "--pingpong");
+}
+
+/* --notify: a WRITE and its notification, one at a time, latency rows. */
+static void test_notify(void **state)
+{
+	struct parsed r;
+
+	(void)state;
+	OK(&r, "--notify");
+	assert_true(r.cfg.notify && r.cfg.lat);
+	assert_int_equal(r.cfg.batch, 1);
+	assert_int_equal(r.cfg.ports, 1);
+	assert_int_equal(r.cfg.op, FERRY_OP_WRITE);
+	assert_string_equal(bench_run_name(&r.cfg), "notify");
+	OK(&r, "--notify", "--lat", "--size", "8:1M", "--op", "write", "--caller");
+	assert_true(r.cfg.notify && r.cfg.lat);
+	BAD("--notify times a WRITE and the notification that follows it: not --op read",
+	    "--notify", "--op", "read");
+	BAD("--notify polls the target engine's notifications, so both engines run in this "
+	    "process: not with --target or --connect", "--connect", "10.0.0.2:18515", "--notify");
+	BAD("--notify applies to the initiator (--connect), not to --target", "--target",
+	    "--notify");
+	BAD("--notify is a latency test of its own: not with --pingpong", "--notify", "--pingpong");
+	BAD("--notify is a latency test of its own: not with --idle", "--idle", "1", "--notify");
+	BAD("--notify sends one request at a time: --ports must be 1", "--notify", "--ports", "2");
+	BAD("--notify sends one request at a time: --batch must be 1", "--notify", "--batch", "4");
+	BAD("--sync is for throughput runs: --notify sends", "--notify", "--sync");
 }
 
 /* --idle SECONDS: an idle window, then cold and warm single requests. */
@@ -1084,6 +1111,7 @@ int main(void)
 		cmocka_unit_test(test_run_flags),
 		cmocka_unit_test(test_bad_run_flags),
 		cmocka_unit_test(test_pingpong),
+		cmocka_unit_test(test_notify),
 		cmocka_unit_test(test_idle),
 		cmocka_unit_test(test_pattern),
 		cmocka_unit_test(test_percentiles),
