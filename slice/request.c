@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <sys/eventfd.h>
 
 #include "ring/base/atomics.h"
 #include "ring/base/futex.h"
@@ -21,20 +22,36 @@ static int32_t final_state(int err)
 	return err == -ETIMEDOUT ? RQ_TIMEOUT : RQ_FAILED;
 }
 
+/*
+ * A request of a batch under RQ_BATCH_BELL ended: wake the notifier,
+ * one system call until it resets rung.  No wake is lost: the notifier
+ * resets rung, then sets the flag with an acq_rel RMW on pending and looks
+ * at the requests again; an end it did not see decrements pending after
+ * that RMW, so it reads the reset (or a later ring's 1, which woke it).
+ */
+static __attribute__((noinline, cold)) void rq_bell_ring(struct rq_bell *bell)
+{
+	if (bell && !READ_ONCE(bell->rung) && !xchg_relaxed(bell->rung, 1))
+		eventfd_write(bell->fd, 1); /* cannot block: the counter cannot fill */
+}
+
 static int batch_request_ended(struct rq_batch *b, int err)
 {
+	struct rq_bell *bell = b->bell; /* b may be gone after the decrement */
 	uint32_t old;
 
 	if (err)
 		fetch_add_relaxed(b->failed, 1); /* read after pending reaches 0 (acq_rel below) */
 	/* Last access to b: its owner may free it as soon as this lands.
-	 * pairs with: load_acquire of pending in ferry_batch_wait */
+	 * pairs with: load_acquire of pending in ferry_batch_wait, fetch_or_acq_rel in job_arm */
 	old = fetch_sub_acq_rel(b->pending, 1);
+	if (unlikely(old & RQ_BATCH_BELL))
+		rq_bell_ring(bell);
 	/* Only the last request wakes the owner: it sleeps until the count
 	 * is 0 (its futex_wait compares the whole word, so a decrement
 	 * before it sleeps makes it look again, and one after leaves it
 	 * asleep until the last). */
-	if (old == (RQ_BATCH_WAITER | 1)) {
+	if ((old & ~RQ_BATCH_BELL) == (RQ_BATCH_WAITER | 1)) {
 		/* The futex call only names the address; a spurious or late
 		 * wake is harmless to whatever lives there. */
 		ferry_futex_wake(&b->pending);
@@ -119,6 +136,7 @@ int rq_account_defer(struct rq_ends *x, struct ferry_rq *rq, uint64_t len, int e
 static struct ferry_rq **ends_finish(struct ferry_rq **r, struct ferry_rq **end, int *woke)
 {
 	struct rq_batch *b = (*r)->batch;
+	struct rq_bell *bell = b->bell; /* b may be gone after the decrement */
 	uint64_t *lrefs = (*r)->lreg_refs, *srefs = (*r)->seg_refs;
 	struct ferry_rq **q = r + 1;
 	uint32_t k, failed = 0, old;
@@ -150,9 +168,11 @@ static struct ferry_rq **ends_finish(struct ferry_rq **r, struct ferry_rq **end,
 	}
 	if (failed)
 		fetch_add_relaxed(b->failed, failed); /* read after pending reaches 0 (acq_rel below) */
-	/* pairs with: load_acquire of pending in ferry_batch_wait */
+	/* pairs with: load_acquire of pending in ferry_batch_wait, fetch_or_acq_rel in job_arm */
 	old = fetch_sub_acq_rel(b->pending, k);
-	if (old == (RQ_BATCH_WAITER | k)) { /* the last ones: see batch_request_ended */
+	if (unlikely(old & RQ_BATCH_BELL))
+		rq_bell_ring(bell);
+	if ((old & ~RQ_BATCH_BELL) == (RQ_BATCH_WAITER | k)) { /* the last ones: see batch_request_ended */
 		ferry_futex_wake(&b->pending);
 		(*woke)++;
 	}

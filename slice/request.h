@@ -20,19 +20,34 @@ struct mem_region;
 struct seg_region;
 struct ferry_seg;
 
+/*
+ * A doorbell that ending requests ring: the engine's notifier thread,
+ * asleep until a WRITE its notification waits for has landed.  It lives
+ * as long as the engine (a batch only points at it), so it may be rung
+ * after the decrement that lets the batch go.
+ */
+struct rq_bell {
+	uint32_t rung;                 /* rung since the sleeper last reset it */
+	int fd;                        /* eventfd */
+};
+
 /* What a batch counts: its requests not yet final, and those that failed. */
 struct rq_batch {
 	/*
 	 * Requests not yet final, plus RQ_BATCH_WAITER while the owner sleeps
-	 * in ferry_batch_wait: one futex word, so that the core's decrement is
-	 * its last access to the batch (the owner may free it right after).
+	 * in ferry_batch_wait and RQ_BATCH_BELL while a notification waits
+	 * for some of them: one word, so that the core's decrement is its last
+	 * access to the batch (the owner may free it right after).
 	 */
 	uint32_t pending ferry_cache_aligned;
 	uint32_t failed;               /* requests that ended badly */
+	struct rq_bell *bell;          /* rung on an end under RQ_BATCH_BELL; read before it */
+	uint32_t bell_jobs;            /* the notifier's alone: its jobs that set RQ_BATCH_BELL */
 };
 
 #define RQ_BATCH_WAITER 0x80000000u
-#define RQ_BATCH_COUNT(v) ((v) & ~RQ_BATCH_WAITER)
+#define RQ_BATCH_BELL 0x40000000u
+#define RQ_BATCH_COUNT(v) ((v) & ~(RQ_BATCH_WAITER | RQ_BATCH_BELL))
 
 /* Final states, as enum ferry_state has them. */
 enum rq_state { RQ_PENDING = 0, RQ_DONE = 1, RQ_FAILED = 2, RQ_TIMEOUT = 3 };

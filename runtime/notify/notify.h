@@ -9,7 +9,8 @@
  *             pushes a job on the engine's lock-free inbox (send.c).  The
  *             notifier thread (one per engine, control path) waits for
  *             those WRITEs to end -- it reads their states, every
- *             NOTIFY_DEP_POLL_US while any job waits -- then sends a NOTIFY
+ *             asleep until a core rings its bell (a request of a batch
+ *             with a waiting notification ended: RQ_BATCH_BELL) -- then sends a NOTIFY
  *             over the client's authenticated connections and ends the slot.
  *   receiver: the control server decodes the NOTIFY and pushes it on a
  *             bounded queue (queue.c); ferry_notif_poll drains it from any
@@ -28,9 +29,12 @@
 #include "ring/base/compiler.h"
 #include "runtime/ctl/wire.h"
 #include "runtime/ferry.h"
+#include "slice/request.h"
 
 #define NOTIF_QUEUE_DEFAULT 1024 /* notifications a receiver holds (~330 KiB, made on the first) */
-#define NOTIFY_DEP_POLL_US 100   /* how often waiting jobs look at their WRITEs */
+#define NOTIFY_DEP_WAIT_US 10000 /* waiting for WRITEs, asleep at most this long: the
+                                  * cores ring (no ring is lost: dep_late counts any
+                                  * WRITE found ended only by this look) */
 #define NOTIFY_BACKOFF_MAX_MS 64 /* longest pause between sends to a full receiver */
 #define NOTIFY_IO_TIMEOUT_MS 2000
 #define RQ_OP_NOTIFY 0xff        /* a notification's slot (never a nic_op) */
@@ -70,6 +74,8 @@ struct notify {
 	uint64_t sent;                 /* delivered */
 	uint64_t busy_retries;         /* sends refused -EAGAIN and tried again */
 	uint64_t with_deps;            /* notifications queued behind pending WRITEs */
+	uint64_t dep_late;             /* WRITEs found ended after a sleep no ring ended */
+	struct rq_bell bell;           /* rung by the cores for waiting jobs (wake_fd) */
 };
 
 struct ferry_engine;

@@ -4,7 +4,10 @@
  * and the engine's notifier thread (control path; see notify.h).
  *
  * A job knows the slots of the WRITEs to its segment that were pending
- * when it was queued (those already ended were checked then).  Slots
+ * when it was queued (those already ended were checked then).  While some
+ * still are, the thread sleeps: it has the cores ring its bell when a
+ * request of the job's batch ends (job_arm), so a notification leaves as
+ * soon as its last WRITE has landed, without the thread polling.  Slots
  * cannot be reused while the job lives: the job's own slot keeps the
  * batch's pending count above zero, so ferry_batch_reset and
  * ferry_batch_destroy refuse (-EBUSY) until the notifier ends it.
@@ -29,6 +32,8 @@ struct notify_job {
 	struct ferry_rq *rqs;          /* the batch's slots */
 	uint32_t *deps;                /* earlier WRITEs to the segment, pending when queued */
 	uint32_t n_deps, done_deps;
+	bool armed;                    /* counted in its batch's bell_jobs */
+	bool waited;                   /* its WRITEs were pending at the last look */
 	int64_t next_ms;               /* a full receiver: not before then */
 	int64_t deadline_ms;           /* of the refusals (0: none yet, or no timeout) */
 	uint32_t backoff_ms;
@@ -170,9 +175,23 @@ static struct notify_job *inbox_take(struct notify *nt)
 	return fifo;
 }
 
+/* j waits for no WRITE any more: the last such job of its batch clears the
+ * flag (a ring that raced with that is a spurious wake-up, no more). */
+static void job_disarm(struct notify_job *j)
+{
+	struct rq_batch *b = j->rq->batch;
+
+	if (!j->armed)
+		return;
+	j->armed = false;
+	if (--b->bell_jobs == 0)
+		fetch_and_relaxed(b->pending, ~RQ_BATCH_BELL);
+}
+
 /* End the job's slot (err 0: delivered) and free the job. */
 static void job_end(struct notify *nt, struct notify_job *j, int err)
 {
+	job_disarm(j); /* before the slot ends: the batch may go right after */
 	if (!err) {
 		WRITE_ONCE(j->rq->ok_bytes, j->msg.len); /* published by rq_end's release */
 		fetch_add_relaxed(nt->sent, 1);
@@ -195,6 +214,27 @@ static int job_deps_state(struct notify_job *j)
 		j->done_deps++;
 	}
 	return 1;
+}
+
+/*
+ * Have the cores ring the bell as requests of j's batch end, then look at
+ * j's WRITEs again.  The flag is set by an acq_rel RMW on the batch's
+ * pending word, which each core's decrement follows or precedes: a WRITE
+ * that ended before it is seen by this look, one that ends after it rings
+ * and reads this round's reset of rung (rq_bell_ring).  So every look
+ * that finds WRITEs pending arms again, even when the flag is set.
+ */
+static int job_arm(struct notify_job *j)
+{
+	struct rq_batch *b = j->rq->batch;
+
+	if (!j->armed) {
+		j->armed = true;
+		b->bell_jobs++;
+	}
+	/* pairs with: fetch_sub_acq_rel in batch_request_ended and ends_finish */
+	fetch_or_acq_rel(b->pending, RQ_BATCH_BELL);
+	return job_deps_state(j);
 }
 
 /* A receiver whose queue is full: try again after a pause that doubles. */
@@ -221,9 +261,11 @@ static void wait_at_most(int64_t *wait_us, int64_t us)
 
 /*
  * One look at a job: 1 it goes on waiting (*wait_us lowered to when it
- * wants the next look), 0 it ended.
+ * wants the next look), 0 it ended.  rang: the sleep before this look
+ * was ended by the eventfd (a ring, a new job, a stop), not its timeout.
  */
-static int job_step(struct ferry_engine *e, struct notify_job *j, int stop, int64_t *wait_us)
+static int job_step(struct ferry_engine *e, struct notify_job *j, int stop, bool rang,
+		    int64_t *wait_us)
 {
 	int32_t cancelled = load_acquire(j->rq->error); /* pairs with: cas_release in ferry_batch_cancel */
 	int64_t now;
@@ -234,10 +276,18 @@ static int job_step(struct ferry_engine *e, struct notify_job *j, int stop, int6
 		return 0;
 	}
 	rc = job_deps_state(j);
+	if (rc == 0)
+		rc = job_arm(j);
 	if (rc == 0) {
-		wait_at_most(wait_us, NOTIFY_DEP_POLL_US);
+		j->waited = true;
+		wait_at_most(wait_us, NOTIFY_DEP_WAIT_US);
 		return 1;
 	}
+	/* Its WRITEs were pending at the last look; this one came by the clock. */
+	if (j->waited && !rang)
+		fetch_add_relaxed(e->notify.dep_late, 1); /* statistics */
+	j->waited = false;
+	job_disarm(j); /* no rings while it is sent (or backs off) */
 	now = sock_now_ms();
 	if (rc > 0 && now < j->next_ms) {
 		wait_at_most(wait_us, (j->next_ms - now) * 1000);
@@ -256,15 +306,16 @@ static int job_step(struct ferry_engine *e, struct notify_job *j, int stop, int6
 	return 0;
 }
 
-/* Sleep until a job comes or wait_us passes (< 0: no timeout). */
-static void notify_sleep(struct notify *nt, int64_t wait_us)
+/* Sleep until a job comes, a core rings or wait_us passes (< 0: no
+ * timeout); whether the eventfd (not the clock) ended it. */
+static bool notify_sleep(struct notify *nt, int64_t wait_us)
 {
 	struct pollfd p = { .fd = nt->wake_fd, .events = POLLIN };
 	struct timespec ts = { wait_us / 1000000, (wait_us % 1000000) * 1000 };
 	eventfd_t v;
 
-	if (ppoll(&p, 1, wait_us < 0 ? NULL : &ts, NULL) > 0)
-		eventfd_read(nt->wake_fd, &v); /* non-blocking: EAGAIN is nothing to read */
+	(void)ppoll(&p, 1, wait_us < 0 ? NULL : &ts, NULL);
+	return eventfd_read(nt->wake_fd, &v) == 0; /* non-blocking: -1 when nothing came */
 }
 
 static void *notify_main(void *arg)
@@ -272,17 +323,20 @@ static void *notify_main(void *arg)
 	struct ferry_engine *e = arg;
 	struct notify *nt = &e->notify;
 	struct notify_job *jobs = NULL, **tail = &jobs;
+	bool rang = true;
 
 	for (;;) {
 		int stop = load_acquire(nt->stop); /* pairs with: store_release in notify_stop_begin */
 		struct notify_job *fresh = inbox_take(nt), **pp = &jobs;
 		int64_t wait_us = -1;
 
+		/* Before the looks, which arm: a core that rings after a look reads it. */
+		WRITE_ONCE(nt->bell.rung, 0);
 		*tail = fresh;
 		while (*pp) {
 			struct notify_job *j = *pp, *next = j->next;
 
-			if (job_step(e, j, stop, &wait_us)) {
+			if (job_step(e, j, stop, rang, &wait_us)) {
 				pp = &j->next;
 			} else {
 				*pp = next;
@@ -292,7 +346,7 @@ static void *notify_main(void *arg)
 		if (stop && !jobs && !READ_ONCE(nt->inbox))
 			break;
 		if (!stop)
-			notify_sleep(nt, wait_us);
+			rang = notify_sleep(nt, wait_us);
 	}
 	return NULL;
 }
@@ -317,6 +371,7 @@ int notify_start(struct ferry_engine *e)
 	nt->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (nt->wake_fd < 0)
 		return -errno;
+	nt->bell.fd = nt->wake_fd; /* batches point at it from their creation (port.c) */
 	rc = pthread_create(&nt->thread, NULL, notify_main, e);
 	if (rc) {
 		log_err("cannot start the notifier thread: %s", strerror(rc));

@@ -122,6 +122,7 @@ int ferry_batch_create(struct ferry_port *p, uint32_t capacity, struct ferry_bat
 	}
 	b->port = p;
 	b->capacity = capacity;
+	b->acct.bell = &p->e->notify.bell; /* the engine's notifier: rung for ferry_notify */
 	p->batches++;
 	*out = b;
 	return 0;

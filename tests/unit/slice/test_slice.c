@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Slicing arithmetic, the per-core slice pool and slice lists.
+ * Slicing arithmetic, the per-core slice pool and slice lists; the bell
+ * that ending requests ring for a waiting notification.
  *
  * The cutting rule is checked against its defining properties rather than
  * a second copy of the formula: every slice but the last is exactly
@@ -18,7 +19,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include "slice/cut.h"
+#include "slice/request.h"
 #include "slice/slice.h"
 
 #define SS 65536u
@@ -427,6 +432,62 @@ static void test_list(void **state)
 	}
 }
 
+/* What the bell's eventfd holds (0: nothing written since the last read). */
+static eventfd_t bell_rings(int fd)
+{
+	eventfd_t v = 0;
+
+	return eventfd_read(fd, &v) == 0 ? v : 0;
+}
+
+/*
+ * A request's end rings the batch's bell only under RQ_BATCH_BELL, one
+ * write until rung is reset (both end paths: rq_end and a flushed run),
+ * and the flag changes neither the count nor the owner's wake-up.
+ */
+static void test_batch_bell(void **state)
+{
+	int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	struct rq_bell bell = { .fd = fd };
+	struct rq_batch b = { .pending = 5, .bell = &bell };
+	struct ferry_rq rq[5];
+	struct rq_ends x = { 0 };
+
+	(void)state;
+	assert_true(fd >= 0);
+	memset(rq, 0, sizeof(rq));
+	for (unsigned i = 0; i < 5; i++) {
+		rq[i].batch = &b;
+		rq[i].nslices = 1;
+	}
+	assert_int_equal(rq_end(&rq[0], 0), 0); /* no flag: no ring */
+	assert_int_equal(bell_rings(fd), 0);
+	assert_int_equal(bell.rung, 0);
+
+	b.pending |= RQ_BATCH_BELL;
+	assert_int_equal(rq_end(&rq[1], 0), 0);
+	assert_int_equal(bell_rings(fd), 1);
+	assert_int_equal(bell.rung, 1);
+	assert_int_equal(RQ_BATCH_COUNT(b.pending), 3);
+	assert_int_equal(rq_end(&rq[2], 0), 0); /* rung: the sleeper is awake already */
+	assert_int_equal(bell_rings(fd), 0);
+
+	bell.rung = 0; /* the sleeper looked again */
+	assert_int_equal(rq_account_defer(&x, &rq[3], 0, 0), 0);
+	assert_int_equal(rq_ends_flush(&x), 0);
+	assert_int_equal(bell_rings(fd), 1);
+
+	/* The last request wakes a sleeping owner, flag or not. */
+	b.pending |= RQ_BATCH_WAITER;
+	bell.rung = 0;
+	assert_int_equal(rq_end(&rq[4], 0), 1);
+	assert_int_equal(RQ_BATCH_COUNT(b.pending), 0);
+	assert_int_equal(bell_rings(fd), 1);
+	for (unsigned i = 0; i < 5; i++)
+		assert_int_equal(rq[i].state, RQ_DONE);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -437,6 +498,7 @@ int main(void)
 		cmocka_unit_test(test_pool),
 		cmocka_unit_test(test_cut_part),
 		cmocka_unit_test(test_list),
+		cmocka_unit_test(test_batch_bell),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
