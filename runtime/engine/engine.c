@@ -183,7 +183,7 @@ int ferry_engine_create_knobs(const struct ferry_opts *o, const struct ferry_kno
 	pthread_mutex_init(&e->disc_lock, NULL);
 	pthread_mutex_init(&e->passive_lock, NULL);
 	e->client.stop_fd = -1; /* ctl_client_fini is a no-op until engine_auth */
-	e->notify.wake_fd = -1; /* notify_stop_end is a no-op until notify_start */
+	e->notify.wake_fd = -1; /* notify_close_bell is a no-op until notify_start */
 	pthread_rwlock_init(&e->regions_lock, NULL);
 	/* A new incarnation per engine: peers can tell a restarted process. */
 	if (getrandom(&e->incarnation, sizeof(e->incarnation), 0) != sizeof(e->incarnation))
@@ -240,6 +240,7 @@ void ferry_engine_destroy(struct ferry_engine *e)
 	for (unsigned i = 0; i < e->ncores; i++)
 		if (e->cores[i])
 			core_stop(e->cores[i]);
+	notify_close_bell(e); /* no core rings it any more */
 	passive_destroy_all(e);
 	for (uint32_t s = 0; s < seg_slots(&e->segs); s++)
 		seg_release(seg_at(&e->segs, s));

@@ -74,7 +74,8 @@ struct notify {
 	uint64_t sent;                 /* delivered */
 	uint64_t busy_retries;         /* sends refused -EAGAIN and tried again */
 	uint64_t with_deps;            /* notifications queued behind pending WRITEs */
-	uint64_t dep_late;             /* WRITEs found ended after a sleep no ring ended */
+	uint64_t dep_late;             /* notifications whose WRITEs were found ended after a
+	                                * sleep that no ring ended (a lost ring would show) */
 	struct rq_bell bell;           /* rung by the cores for waiting jobs (wake_fd) */
 };
 
@@ -91,6 +92,9 @@ void notify_stop_begin(struct ferry_engine *e);
  * has stopped, free the queue.  Safe on a never-started notify. */
 void notify_stop_end(struct ferry_engine *e);
 void notify_free_queue(struct ferry_engine *e);
+/* Last, once the cores have stopped (a core may still ring the bell of a
+ * job that just ended): close the bell's eventfd. */
+void notify_close_bell(struct ferry_engine *e);
 
 /* queue.c: the control server's NOTIFY handler (arg: the engine). */
 int notify_receive(void *arg, const struct wire_notify *n);

@@ -395,6 +395,13 @@ void notify_stop_end(struct ferry_engine *e)
 		pthread_join(e->notify.thread, NULL);
 		e->notify.running = 0;
 	}
+}
+
+void notify_close_bell(struct ferry_engine *e)
+{
+	/* Not in notify_stop_end: a core that saw RQ_BATCH_BELL just before the
+	 * last job ended may ring after the join, and the number of a closed fd
+	 * is soon another's (a control socket's). */
 	if (e->notify.wake_fd >= 0)
 		close(e->notify.wake_fd);
 	e->notify.wake_fd = -1;
