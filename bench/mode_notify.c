@@ -71,8 +71,10 @@ int notify_run(struct bench_port *bp, uint64_t n)
 	if (rc < 0)
 		return port_stop(bp, n, port_submit_call(bp, false), rc);
 	rc = ferry_notify(bp->batch, bp->b->seg, &seq, sizeof(seq));
-	if (rc < 0)
+	if (rc < 0) { /* (a refused notification ends FAILED in its slot instead) */
+		(void)batch_finish(bp, n, batch_wait(bp), 0); /* the WRITE is in flight */
 		return port_stop(bp, n, "ferry_notify", rc);
+	}
 	rc = notify_poll(bp, seq, t0);
 	t1 = now_ns();
 	if (!rc) {
