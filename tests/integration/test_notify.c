@@ -56,21 +56,28 @@ struct duo {
 	struct ferry_batch *b;
 };
 
-static void duo_up(struct duo *d, const char *nics, const char *secret, uint32_t queue,
-		   uint32_t capacity)
+/* Receiver on rcv_nics (core 1), sender on snd_nics (cores snd_cores). */
+static void duo_up_on(struct duo *d, const char *snd_cores, const char *snd_nics,
+		      const char *rcv_nics, const char *secret, uint32_t queue, uint32_t capacity)
 {
 	memset(d, 0, sizeof(*d));
-	d->rcv = mk_engine("1", nics, secret, queue);
-	d->snd = mk_engine("0", nics, secret, 0);
+	d->rcv = mk_engine("1", rcv_nics, secret, queue);
+	d->snd = mk_engine(snd_cores, snd_nics, secret, 0);
 	d->lbuf = aligned_alloc(4096, BUF);
 	d->rbuf = aligned_alloc(4096, BUF);
 	memset(d->rbuf, 0, BUF);
 	assert_int_equal(ferry_mem_register(d->snd, d->lbuf, BUF), 0);
 	assert_int_equal(ferry_mem_register(d->rcv, d->rbuf, BUF), 0);
 	assert_int_equal(ferry_segment_open(d->snd, ferry_engine_address(d->rcv), &d->seg), 0);
-	assert_string_equal(ferry_segment_transport(d->snd, d->seg), nics);
 	assert_int_equal(ferry_port_create(d->snd, &d->port), 0);
 	assert_int_equal(ferry_batch_create(d->port, capacity, &d->b), 0);
+}
+
+static void duo_up(struct duo *d, const char *nics, const char *secret, uint32_t queue,
+		   uint32_t capacity)
+{
+	duo_up_on(d, "0", nics, nics, secret, queue, capacity);
+	assert_string_equal(ferry_segment_transport(d->snd, d->seg), nics);
 }
 
 static void duo_down(struct duo *d)
@@ -99,13 +106,13 @@ static void poll_one(struct ferry_engine *e, struct ferry_notif *n)
 	WAIT_UNTIL(ferry_notif_poll(e, n, 1) == 1, WAIT_DEADLINE_MS, "a notification");
 }
 
-/* WRITEs, then a notification: when it is polled, the bytes are there. */
-static void ordering(const char *nics, unsigned rounds)
+/* WRITEs, then a notification: when it is polled, the bytes are there.
+ * d is up; nics names the run. */
+static void ordering_on(struct duo *d0, const char *nics, unsigned rounds)
 {
 	struct ferry_notif n;
-	struct duo d;
+	struct duo d = *d0;
 
-	duo_up(&d, nics, NULL, 0, WRITES + 1);
 	for (unsigned r = 0; r < rounds; r++) {
 		struct ferry_req reqs[WRITES];
 		size_t off = (size_t)(r % (BUF / (WRITES * CHUNK))) * WRITES * CHUNK;
@@ -141,6 +148,14 @@ static void ordering(const char *nics, unsigned rounds)
 	duo_down(&d);
 }
 
+static void ordering(const char *nics, unsigned rounds)
+{
+	struct duo d;
+
+	duo_up(&d, nics, NULL, 0, WRITES + 1);
+	ordering_on(&d, nics, rounds);
+}
+
 static void test_order_loop(void **state)
 {
 	(void)state;
@@ -157,6 +172,27 @@ static void test_order_cma(void **state)
 {
 	(void)state;
 	ordering("cma", 200);
+}
+
+/*
+ * FERRY_TEST_INIT_NICS / FERRY_TEST_TARGET_NICS (the verbs suite in the
+ * Soft-RoCE VM names RDMA devices, make test-caller tcp and cma): the same
+ * ordering over them, the sender's WRITEs striped over its two cores' rails
+ * and QPs.  Unset, skipped; the verbs suite runs only this test.
+ */
+static void test_order_env(void **state)
+{
+	const char *in = getenv("FERRY_TEST_INIT_NICS"), *tn = getenv("FERRY_TEST_TARGET_NICS");
+	const char *want;
+	struct duo d;
+
+	(void)state;
+	if (!in || !tn)
+		skip();
+	want = !strcmp(in, "tcp") || !strcmp(in, "cma") ? in : "verbs";
+	duo_up_on(&d, "0-1", in, tn, NULL, 0, WRITES + 1);
+	assert_string_equal(ferry_segment_transport(d.snd, d.seg), want);
+	ordering_on(&d, want, 60);
 }
 
 static void test_refusals(void **state)
@@ -525,7 +561,11 @@ static void test_full_timeout(void **state)
 
 int main(void)
 {
+	const struct CMUnitTest env_only[] = {
+		cmocka_unit_test(test_order_env),
+	};
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_order_env),
 		cmocka_unit_test(test_order_loop),
 		cmocka_unit_test(test_order_tcp),
 		cmocka_unit_test(test_order_cma),
@@ -538,5 +578,8 @@ int main(void)
 		cmocka_unit_test(test_full_timeout),
 	};
 
+	/* FERRY_TEST_NOTIFY_ENV_ONLY: only the ordering over those NICs (the VM). */
+	if (getenv("FERRY_TEST_NOTIFY_ENV_ONLY"))
+		return cmocka_run_group_tests(env_only, NULL, NULL);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,6 +32,10 @@ run "$B/verbs_smoke" "${devs[0]}" "${devs[1]}"
 FERRY_TEST_INIT_NICS=$init FERRY_TEST_TARGET_NICS=$target run "$B/tests/integration/test_integration"
 FERRY_TEST_INIT_NICS=${devs[0]} FERRY_TEST_TARGET_NICS=${devs[1]} run "$B/tests/integration/test_twoproc"
 FERRY_TEST_INIT_NICS=${devs[0]} FERRY_TEST_TARGET_NICS=${devs[1]} run "$B/tests/integration/test_api"
+# Notifications after WRITEs striped over the initiator's rails: the bytes are
+# there when the notification is polled (only that test of test_notify).
+FERRY_TEST_NOTIFY_ENV_ONLY=1 FERRY_TEST_INIT_NICS=$init FERRY_TEST_TARGET_NICS=$target \
+	run "$B/tests/integration/test_notify"
 # Idle policy caller over verbs: the waiting thread posts and polls (~6 s).
 FERRY_TEST_IDLE=caller FERRY_TEST_INIT_NICS=$init FERRY_TEST_TARGET_NICS=$target \
 	run "$B/tests/integration/test_integration"
