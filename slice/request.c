@@ -35,23 +35,26 @@ static __attribute__((noinline, cold)) void rq_bell_ring(struct rq_bell *bell)
 		eventfd_write(bell->fd, 1); /* cannot block: the counter cannot fill */
 }
 
-static int batch_request_ended(struct rq_batch *b, int err)
+/* k requests of b ended, failed of them badly: count them off; 1 when that
+ * woke b's sleeping owner.  One place for both end paths (rq_finish, a
+ * flushed run of ends_finish). */
+static inline int batch_requests_ended(struct rq_batch *b, uint32_t failed, uint32_t k)
 {
 	struct rq_bell *bell = b->bell; /* b may be gone after the decrement */
 	uint32_t old;
 
-	if (err)
-		fetch_add_relaxed(b->failed, 1); /* read after pending reaches 0 (acq_rel below) */
+	if (failed)
+		fetch_add_relaxed(b->failed, failed); /* read after pending reaches 0 (acq_rel below) */
 	/* Last access to b: its owner may free it as soon as this lands.
 	 * pairs with: load_acquire of pending in ferry_batch_wait, fetch_or_acq_rel in job_arm */
-	old = fetch_sub_acq_rel(b->pending, 1);
+	old = fetch_sub_acq_rel(b->pending, k);
 	if (unlikely(old & RQ_BATCH_BELL))
 		rq_bell_ring(bell);
 	/* Only the last request wakes the owner: it sleeps until the count
 	 * is 0 (its futex_wait compares the whole word, so a decrement
 	 * before it sleeps makes it look again, and one after leaves it
 	 * asleep until the last). */
-	if ((old & ~RQ_BATCH_BELL) == (RQ_BATCH_WAITER | 1)) {
+	if ((old & ~RQ_BATCH_BELL) == (RQ_BATCH_WAITER | k)) {
 		/* The futex call only names the address; a spurious or late
 		 * wake is harmless to whatever lives there. */
 		ferry_futex_wake(&b->pending);
@@ -70,7 +73,7 @@ static int rq_finish(struct ferry_rq *rq)
 	if (rq->seg_refs)
 		fetch_sub_sc(*rq->seg_refs, 1); /* Dekker pair with the segment's closer and evictor */
 	store_release(rq->state, final_state(err)); /* pairs with: load_acquire in ferry_req_status */
-	return batch_request_ended(b, err);
+	return batch_requests_ended(b, err != 0, 1);
 }
 
 int rq_end(struct ferry_rq *rq, int err)
@@ -136,10 +139,9 @@ int rq_account_defer(struct rq_ends *x, struct ferry_rq *rq, uint64_t len, int e
 static struct ferry_rq **ends_finish(struct ferry_rq **r, struct ferry_rq **end, int *woke)
 {
 	struct rq_batch *b = (*r)->batch;
-	struct rq_bell *bell = b->bell; /* b may be gone after the decrement */
 	uint64_t *lrefs = (*r)->lreg_refs, *srefs = (*r)->seg_refs;
 	struct ferry_rq **q = r + 1;
-	uint32_t k, failed = 0, old;
+	uint32_t k, failed = 0;
 
 	int errs = load_acquire((*r)->error); /* pairs with: cas_release in rq_account */
 
@@ -166,16 +168,7 @@ static struct ferry_rq **ends_finish(struct ferry_rq **r, struct ferry_rq **end,
 			store_release((*r)->state, err ? final_state(err) : RQ_DONE);
 		}
 	}
-	if (failed)
-		fetch_add_relaxed(b->failed, failed); /* read after pending reaches 0 (acq_rel below) */
-	/* pairs with: load_acquire of pending in ferry_batch_wait, fetch_or_acq_rel in job_arm */
-	old = fetch_sub_acq_rel(b->pending, k);
-	if (unlikely(old & RQ_BATCH_BELL))
-		rq_bell_ring(bell);
-	if ((old & ~RQ_BATCH_BELL) == (RQ_BATCH_WAITER | k)) { /* the last ones: see batch_request_ended */
-		ferry_futex_wake(&b->pending);
-		(*woke)++;
-	}
+	*woke += batch_requests_ended(b, failed, k);
 	return q;
 }
 

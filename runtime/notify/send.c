@@ -232,7 +232,7 @@ static int job_arm(struct notify_job *j)
 		j->armed = true;
 		b->bell_jobs++;
 	}
-	/* pairs with: fetch_sub_acq_rel in batch_request_ended and ends_finish */
+	/* pairs with: fetch_sub_acq_rel in batch_requests_ended */
 	fetch_or_acq_rel(b->pending, RQ_BATCH_BELL);
 	return job_deps_state(j);
 }

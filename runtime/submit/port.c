@@ -131,7 +131,7 @@ int ferry_batch_create(struct ferry_port *p, uint32_t capacity, struct ferry_bat
 /* Requests of b still pending. */
 static uint32_t batch_pending(const struct ferry_batch *b)
 {
-	/* pairs with: fetch_sub_acq_rel in batch_request_ended */
+	/* pairs with: fetch_sub_acq_rel in batch_requests_ended */
 	return RQ_BATCH_COUNT(load_acquire(b->acct.pending));
 }
 

@@ -31,12 +31,12 @@ static int batch_result(const struct ferry_batch *b)
 /* Sleep on the batch's pending word until it changes or timeout_ns passes. */
 static void batch_sleep(struct ferry_batch *b, int64_t timeout_ns)
 {
-	uint32_t v = load_acquire(b->acct.pending); /* pairs with: batch_request_ended */
+	uint32_t v = load_acquire(b->acct.pending); /* pairs with: batch_requests_ended */
 
 	if (RQ_BATCH_COUNT(v) == 0)
 		return;
 	if (!(v & RQ_BATCH_WAITER)) {
-		/* pairs with: fetch_sub_acq_rel in batch_request_ended (it reads the flag) */
+		/* pairs with: fetch_sub_acq_rel in batch_requests_ended (it reads the flag) */
 		if (!cas_acq_rel(b->acct.pending, &v, v | RQ_BATCH_WAITER))
 			return; /* it changed: look again */
 		v |= RQ_BATCH_WAITER;
@@ -57,7 +57,7 @@ static bool batch_drive(const struct ferry_batch *b)
 		for (unsigned i = 0; i < e->ncores; i++)
 			work += core_drive(e->cores[i]);
 	} else if (e->opts.idle == FERRY_IDLE_ADAPTIVE &&
-		   /* pairs with: fetch_sub_acq_rel in batch_request_ended */
+		   /* pairs with: fetch_sub_acq_rel in batch_requests_ended */
 		   RQ_BATCH_COUNT(load_acquire(b->acct.pending)) != 0) {
 		for (unsigned i = 0; i < e->ncores; i++)
 			work += core_drive_asleep(e->cores[i]);
@@ -94,7 +94,7 @@ int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms)
 		int64_t left = WAIT_SLICE_NS;
 		bool worked = batch_drive(b);
 
-		/* pairs with: fetch_sub_acq_rel in batch_request_ended */
+		/* pairs with: fetch_sub_acq_rel in batch_requests_ended */
 		if (RQ_BATCH_COUNT(load_acquire(b->acct.pending)) == 0) {
 			rc = batch_result(b);
 			break;
