@@ -42,7 +42,7 @@ struct rq_batch {
 	uint32_t pending ferry_cache_aligned;
 	uint32_t failed;               /* requests that ended badly */
 	struct rq_bell *bell;          /* rung on an end under RQ_BATCH_BELL; read before it */
-	uint32_t bell_jobs;            /* the notifier's alone: its jobs that set RQ_BATCH_BELL */
+	uint32_t bell_jobs;            /* the notifier's leader's alone: its jobs that set RQ_BATCH_BELL */
 };
 
 #define RQ_BATCH_WAITER 0x80000000u

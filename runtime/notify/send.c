@@ -7,10 +7,11 @@
  * when it was queued (those already ended were checked then).  While some
  * still are, the thread sleeps: it has the cores ring its bell when a
  * request of the job's batch ends (job_arm), so a notification leaves as
- * soon as its last WRITE has landed, without the thread polling.  Slots
- * cannot be reused while the job lives: the job's own slot keeps the
- * batch's pending count above zero, so ferry_batch_reset and
- * ferry_batch_destroy refuse (-EBUSY) until the notifier ends it.
+ * soon as its last WRITE has landed, without the thread polling; then it
+ * goes to its peer's lane (lane.c).  Slots cannot be reused while the job
+ * lives: the job's own slot keeps the batch's pending count above zero, so
+ * ferry_batch_reset and ferry_batch_destroy refuse (-EBUSY) until the
+ * notifier or a sender ends it.
  */
 #include <errno.h>
 #include <poll.h>
@@ -26,20 +27,6 @@
 #include "runtime/ctl/sock.h"
 #include "runtime/engine/engine.h"
 
-struct notify_job {
-	struct notify_job *next;
-	struct ferry_rq *rq;           /* its slot */
-	struct ferry_rq *rqs;          /* the batch's slots */
-	uint32_t *deps;                /* earlier WRITEs to the segment, pending when queued */
-	uint32_t n_deps, done_deps;
-	bool armed;                    /* counted in its batch's bell_jobs */
-	bool waited;                   /* its WRITEs were pending at the last look */
-	int64_t next_ms;               /* a full receiver: not before then */
-	int64_t deadline_ms;           /* of the refusals (0: none yet, or no timeout) */
-	uint32_t backoff_ms;
-	char address[64];
-	struct wire_notify msg;
-};
 
 /* ---- ferry_notify ------------------------------------------------------ */
 
@@ -188,8 +175,7 @@ static void job_disarm(struct notify_job *j)
 		fetch_and_relaxed(b->pending, ~RQ_BATCH_BELL);
 }
 
-/* End the job's slot (err 0: delivered) and free the job. */
-static void job_end(struct notify *nt, struct notify_job *j, int err)
+void notify_job_end(struct notify *nt, struct notify_job *j, int err)
 {
 	job_disarm(j); /* before the slot ends: the batch may go right after */
 	if (!err) {
@@ -237,21 +223,6 @@ static int job_arm(struct notify_job *j)
 	return job_deps_state(j);
 }
 
-/* A receiver whose queue is full: try again after a pause that doubles. */
-static int job_busy(struct ferry_engine *e, struct notify_job *j, int64_t now)
-{
-	if (!j->deadline_ms && e->opts.timeout_ms)
-		j->deadline_ms = now + e->opts.timeout_ms;
-	if (j->deadline_ms && now >= j->deadline_ms)
-		return -ETIMEDOUT;
-	j->backoff_ms = j->backoff_ms ? j->backoff_ms * 2 : 1;
-	if (j->backoff_ms > NOTIFY_BACKOFF_MAX_MS)
-		j->backoff_ms = NOTIFY_BACKOFF_MAX_MS;
-	j->next_ms = now + j->backoff_ms;
-	fetch_add_relaxed(e->notify.busy_retries, 1);
-	return 1;
-}
-
 /* The next look at the jobs in us at the latest (*wait_us < 0: none asked yet). */
 static void wait_at_most(int64_t *wait_us, int64_t us)
 {
@@ -261,8 +232,9 @@ static void wait_at_most(int64_t *wait_us, int64_t us)
 
 /*
  * One look at a job: 1 it goes on waiting (*wait_us lowered to when it
- * wants the next look), 0 it ended.  rang: the sleep before this look
- * was ended by the eventfd (a ring, a new job, a stop), not its timeout.
+ * wants the next look), 0 it left (ended, or handed to its peer's lane).
+ * rang: the sleep before this look was ended by the eventfd (a ring, a
+ * new job, a stop), not its timeout.
  */
 static int job_step(struct ferry_engine *e, struct notify_job *j, int stop, bool rang,
 		    int64_t *wait_us)
@@ -272,7 +244,7 @@ static int job_step(struct ferry_engine *e, struct notify_job *j, int stop, bool
 	int rc;
 
 	if (stop || cancelled) {
-		job_end(&e->notify, j, stop ? -ECANCELED : cancelled);
+		notify_job_end(&e->notify, j, stop ? -ECANCELED : cancelled);
 		return 0;
 	}
 	rc = job_deps_state(j);
@@ -288,21 +260,16 @@ static int job_step(struct ferry_engine *e, struct notify_job *j, int stop, bool
 		fetch_add_relaxed(e->notify.dep_late, 1); /* statistics */
 	j->waited = false;
 	job_disarm(j); /* no rings while it is sent (or backs off) */
+	if (rc < 0) {
+		notify_job_end(&e->notify, j, rc);
+		return 0;
+	}
 	now = sock_now_ms();
-	if (rc > 0 && now < j->next_ms) {
+	if (now < j->next_ms) { /* a full receiver: not yet */
 		wait_at_most(wait_us, (j->next_ms - now) * 1000);
 		return 1;
 	}
-	if (rc > 0)
-		rc = ctl_notify(&e->client, j->address, NOTIFY_IO_TIMEOUT_MS, &j->msg);
-	if (rc == -EAGAIN) {
-		rc = job_busy(e, j, sock_now_ms());
-		if (rc > 0) {
-			wait_at_most(wait_us, (int64_t)j->backoff_ms * 1000);
-			return 1;
-		}
-	}
-	job_end(&e->notify, j, rc);
+	notify_lane_push(e, j);
 	return 0;
 }
 
@@ -318,37 +285,49 @@ static bool notify_sleep(struct notify *nt, int64_t wait_us)
 	return eventfd_read(nt->wake_fd, &v) == 0; /* non-blocking: -1 when nothing came */
 }
 
-static void *notify_main(void *arg)
+/* One look at every job, the new ones (from the inbox) last. */
+static void lead_round(struct ferry_engine *e, int stop, int64_t *wait_us)
 {
-	struct ferry_engine *e = arg;
 	struct notify *nt = &e->notify;
-	struct notify_job *jobs = NULL, **tail = &jobs;
-	bool rang = true;
+	struct notify_job *fresh = inbox_take(nt), **pp = &nt->lead_jobs;
+
+	/* Before the looks, which arm: a core that rings after a look reads it. */
+	WRITE_ONCE(nt->bell.rung, 0);
+	*nt->lead_tail = fresh;
+	while (*pp) {
+		struct notify_job *j = *pp, *next = j->next;
+
+		if (job_step(e, j, stop, nt->lead_rang, wait_us))
+			pp = &j->next;
+		else
+			*pp = next;
+	}
+	nt->lead_tail = pp;
+}
+
+void notify_lead(struct ferry_engine *e, unsigned gen)
+{
+	struct notify *nt = &e->notify;
 
 	for (;;) {
 		int stop = load_acquire(nt->stop); /* pairs with: store_release in notify_stop_begin */
-		struct notify_job *fresh = inbox_take(nt), **pp = &jobs;
 		int64_t wait_us = -1;
+		int sent;
 
-		/* Before the looks, which arm: a core that rings after a look reads it. */
-		WRITE_ONCE(nt->bell.rung, 0);
-		*tail = fresh;
-		while (*pp) {
-			struct notify_job *j = *pp, *next = j->next;
-
-			if (job_step(e, j, stop, rang, &wait_us)) {
-				pp = &j->next;
-			} else {
-				*pp = next;
-			}
+		lead_round(e, stop, &wait_us);
+		if (stop && !nt->lead_jobs && !READ_ONCE(nt->inbox)) {
+			notify_lead_done(e);
+			return;
 		}
-		tail = pp;
-		if (stop && !jobs && !READ_ONCE(nt->inbox))
-			break;
-		if (!stop)
-			rang = notify_sleep(nt, wait_us);
+		sent = notify_lead_send(e, gen);
+		if (sent < 0)
+			return; /* deposed while in the send */
+		if (sent > 0 || stop) {
+			nt->lead_rang = true; /* looked again at once: nothing came late */
+			continue;
+		}
+		nt->lead_rang = notify_sleep(nt, wait_us);
 	}
-	return NULL;
 }
 
 void notify_init(struct ferry_engine *e, uint32_t queue)
@@ -372,11 +351,11 @@ int notify_start(struct ferry_engine *e)
 	if (nt->wake_fd < 0)
 		return -errno;
 	nt->bell.fd = nt->wake_fd; /* batches point at it from their creation (port.c) */
-	rc = pthread_create(&nt->thread, NULL, notify_main, e);
-	if (rc) {
-		log_err("cannot start the notifier thread: %s", strerror(rc));
-		return -rc;
-	}
+	nt->lead_tail = &nt->lead_jobs;
+	nt->lead_rang = true;
+	rc = notify_threads_start(e);
+	if (rc)
+		return rc;
 	nt->running = 1;
 	return 0;
 }
@@ -385,16 +364,15 @@ void notify_stop_begin(struct ferry_engine *e)
 {
 	if (!e->notify.running)
 		return;
-	store_release(e->notify.stop, 1); /* pairs with: load_acquire in notify_main */
+	store_release(e->notify.stop, 1); /* pairs with: load_acquire in notify_lead, lane_job_stopped */
 	eventfd_write(e->notify.wake_fd, 1);
+	notify_threads_wake(&e->notify);
 }
 
 void notify_stop_end(struct ferry_engine *e)
 {
-	if (e->notify.running) {
-		pthread_join(e->notify.thread, NULL);
-		e->notify.running = 0;
-	}
+	notify_threads_stop(&e->notify);
+	e->notify.running = 0;
 }
 
 void notify_close_bell(struct ferry_engine *e)

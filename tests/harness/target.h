@@ -21,6 +21,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -159,6 +160,9 @@ static inline int target_start(struct target *t, const char *nics, const char *l
 		/* Only the two ends the child uses survive the exec. */
 		fcntl(down[0], F_SETFD, 0);
 		fcntl(up[1], F_SETFD, 0);
+		/* A test that fails with its target stopped (SIGSTOP) leaves no
+		 * orphan holding its pipes: the exec keeps this. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		execl("/proc/self/exe", "ferry-test-target", TARGET_ARG, nics, listen, a[0], a[1],
 		      a[2], a[3], (char *)NULL);
 		_exit(127);

@@ -19,7 +19,10 @@
  *    the key, or with another, is refused and queues nothing;
  *  - from: a sender with a name (a redis-server the test starts) is named
  *    by it; ferry_batch_cancel ends a notification that waits for room; one
- *    that never gets room ends TIMEOUT after timeout_ms.
+ *    that never gets room ends TIMEOUT after timeout_ms;
+ *  - a mute peer (a target process stopped with SIGSTOP): the sends to it
+ *    wait for their reply, and a notification to another peer, queued
+ *    after them, arrives while they still wait.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -29,6 +32,7 @@
 
 #include "tests/harness/harness.h"
 #include "tests/harness/servers.h"
+#include "tests/harness/target.h"
 
 #define BUF (1u << 20)
 #define CHUNK (64u << 10)
@@ -98,6 +102,14 @@ static void expect_state(struct ferry_batch *b, int slot, enum ferry_state state
 	assert_int_equal(ferry_req_status(b, (uint32_t)slot, &st), 0);
 	assert_int_equal(st.state, state);
 	assert_int_equal(st.error, err);
+}
+
+static enum ferry_state slot_state(struct ferry_batch *b, uint32_t slot)
+{
+	struct ferry_req_status st;
+
+	assert_int_equal(ferry_req_status(b, slot, &st), 0);
+	return st.state;
 }
 
 /* One notification, waited for (the receiver's queue has room). */
@@ -559,7 +571,48 @@ static void test_full_timeout(void **state)
 	duo_down(&d);
 }
 
-int main(void)
+/*
+ * A peer that does not answer (stopped: its kernel still accepts and
+ * buffers) holds back its own notifications, each up to the send's I/O
+ * timeout, and no one else's: a notification to a live peer, queued
+ * after two to the stopped one, arrives while they still wait.
+ */
+static void test_mute_peer(void **state)
+{
+	struct target t;
+	struct ferry_notif n;
+	ferry_seg_t mute;
+	struct duo d;
+
+	(void)state;
+	assert_int_equal(target_start(&t, "tcp", "127.0.0.1:0", BUF, 7), 0);
+	duo_up(&d, "tcp", NULL, 0, 8);
+	assert_int_equal(ferry_segment_open(d.snd, t.addr, &mute), 0);
+	assert_int_equal(kill(t.pid, SIGSTOP), 0);
+	assert_int_equal(ferry_notify(d.b, mute, "m0", 2), 0);
+	assert_int_equal(ferry_notify(d.b, mute, "m1", 2), 1);
+	/* The live peer's comes once the first send to the mute one is under way. */
+	WAIT_UNTIL(READ_ONCE(d.snd->notify.sends) >= 1, WAIT_DEADLINE_MS, "the first send");
+	assert_int_equal(ferry_notify(d.b, d.seg, "live", 4), 2);
+	poll_one(d.rcv, &n);
+	assert_int_equal(n.len, 4);
+	assert_memory_equal(n.msg, "live", 4);
+	/* Its slot ends when the reply comes, just after the receiver queued it. */
+	WAIT_UNTIL(slot_state(d.b, 2) == FERRY_DONE, WAIT_DEADLINE_MS, "the live peer's reply");
+	assert_true(READ_ONCE(d.snd->notify.senders_peak) >= 2); /* two peers at once */
+	assert_true(READ_ONCE(d.snd->notify.takeovers) >= 1); /* the deputy led the live one */
+	/* Each send to the stopped peer waits up to its I/O timeout (2 s), one
+	 * after the other: the second is still waiting. */
+	expect_state(d.b, 1, FERRY_PENDING, 0);
+	assert_int_equal(ferry_batch_wait(d.b, 30000), -EIO);
+	expect_state(d.b, 0, FERRY_TIMEOUT, -ETIMEDOUT);
+	expect_state(d.b, 1, FERRY_TIMEOUT, -ETIMEDOUT);
+	target_kill(&t);
+	assert_int_equal(ferry_segment_close(d.snd, mute), 0);
+	duo_down(&d);
+}
+
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest env_only[] = {
 		cmocka_unit_test(test_order_env),
@@ -576,8 +629,10 @@ int main(void)
 		cmocka_unit_test(test_from_name),
 		cmocka_unit_test(test_cancel),
 		cmocka_unit_test(test_full_timeout),
+		cmocka_unit_test(test_mute_peer),
 	};
 
+	target_main_if(argc, argv);
 	/* FERRY_TEST_NOTIFY_ENV_ONLY: only the ordering over those NICs (the VM). */
 	if (getenv("FERRY_TEST_NOTIFY_ENV_ONLY"))
 		return cmocka_run_group_tests(env_only, NULL, NULL);

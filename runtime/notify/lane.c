@@ -1,0 +1,465 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The notifier's threads, and the lanes they send on (control path, never
+ * the cores).
+ *
+ * A send is one control call, and a peer that does not answer (stopped,
+ * partitioned, swapping) keeps it for up to NOTIFY_IO_TIMEOUT_MS.  On a
+ * lone notifier thread that would hold back every notification of the
+ * engine.  So the jobs whose WRITEs have landed queue per peer address (a
+ * lane, in the order they became ready), and the notifier is a role:
+ *
+ *   leader  waits for WRITEs (send.c) and sends one job at a time, a lane
+ *           after the other; before each send it arms a timer (watch_fd,
+ *           NOTIFY_WATCH_MS), disarmed when the reply comes.
+ *   deputy  sleeps on that timer.  When it fires the leader is still in
+ *           its send: the deputy takes the role (lead_gen moves) and leads.
+ *   the deposed leader stays with its lane, which no one else takes, and
+ *           serves it to its end (pausing for a full receiver there), then
+ *           becomes the deputy, or idle.
+ *
+ * A send that is answered in time wakes no other thread (arming a timer
+ * wakes no one): one wake-up per notification, as with one thread.  A
+ * separate sender pool, tried first, added a second wake-up in series and
+ * lengthened the tail on a 2-CPU host.  A mute peer costs the others
+ * NOTIFY_WATCH_MS once, and one thread while it stays mute; with
+ * NOTIFY_THREADS_MAX threads busy, the leader's sends go unwatched.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ring/base/atomics.h"
+#include "ring/base/log.h"
+#include "runtime/ctl/sock.h"
+#include "runtime/engine/engine.h"
+
+/* ---- lanes (lock held) -------------------------------------------------- */
+
+/* The oldest lane with a job that nobody serves, or NULL. */
+static struct notify_lane *lane_unserved(struct notify *nt)
+{
+	for (struct notify_lane *l = nt->lanes; l; l = l->next)
+		if (!l->busy && l->head)
+			return l;
+	return NULL;
+}
+
+static void lane_unlink(struct notify *nt, struct notify_lane *l)
+{
+	struct notify_lane **pp = &nt->lanes;
+
+	while (*pp != l)
+		pp = &(*pp)->next;
+	*pp = l->next;
+	l->next = NULL;
+}
+
+/* After a send: an empty lane goes, one with more goes last (the others first). */
+static void lane_done(struct notify *nt, struct notify_lane *l)
+{
+	struct notify_lane **pp;
+
+	l->busy = false;
+	lane_unlink(nt, l);
+	if (!l->head) {
+		free(l);
+		return;
+	}
+	for (pp = &nt->lanes; *pp; pp = &(*pp)->next)
+		;
+	*pp = l;
+}
+
+static struct notify_job *lane_pop(struct notify_lane *l)
+{
+	struct notify_job *j = l->head;
+
+	l->head = j->next;
+	if (!l->head)
+		l->tail = &l->head;
+	return j;
+}
+
+static struct notify_lane *lane_get(struct notify *nt, const char *address)
+{
+	struct notify_lane *l, **pp;
+
+	for (pp = &nt->lanes; (l = *pp); pp = &l->next)
+		if (strcmp(l->address, address) == 0)
+			return l;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return NULL;
+	memcpy(l->address, address, sizeof(l->address));
+	l->tail = &l->head;
+	*pp = l;
+	return l;
+}
+
+void notify_lane_push(struct ferry_engine *e, struct notify_job *j)
+{
+	struct notify *nt = &e->notify;
+	struct notify_lane *l;
+
+	pthread_mutex_lock(&nt->lanes_lock);
+	l = lane_get(nt, j->address);
+	if (l) {
+		j->next = NULL;
+		*l->tail = j;
+		l->tail = &j->next;
+	}
+	pthread_mutex_unlock(&nt->lanes_lock);
+	if (!l)
+		notify_job_end(nt, j, -ENOMEM);
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+/* Why j must end now instead of being sent (0: it may go). */
+static int job_stopped(struct notify *nt, struct notify_job *j)
+{
+	if (load_acquire(nt->stop)) /* pairs with: store_release in notify_stop_begin */
+		return -ECANCELED;
+	return load_acquire(j->rq->error); /* pairs with: cas_release in ferry_batch_cancel */
+}
+
+/* A receiver whose queue is full: try again after a pause that doubles
+ * (1 to NOTIFY_BACKOFF_MAX_MS), for up to opts.timeout_ms of refusals. */
+static int job_busy(struct ferry_engine *e, struct notify_job *j, int64_t now)
+{
+	if (!j->deadline_ms && e->opts.timeout_ms)
+		j->deadline_ms = now + e->opts.timeout_ms;
+	if (j->deadline_ms && now >= j->deadline_ms)
+		return -ETIMEDOUT;
+	j->backoff_ms = j->backoff_ms ? j->backoff_ms * 2 : 1;
+	if (j->backoff_ms > NOTIFY_BACKOFF_MAX_MS)
+		j->backoff_ms = NOTIFY_BACKOFF_MAX_MS;
+	j->next_ms = now + j->backoff_ms;
+	fetch_add_relaxed(e->notify.busy_retries, 1);
+	return 1;
+}
+
+/* The call itself, outside the lock (lock held on entry and exit). */
+static int lane_call(struct ferry_engine *e, struct notify_job *j)
+{
+	struct notify *nt = &e->notify;
+	int rc;
+
+	if (++nt->sending > nt->senders_peak)
+		WRITE_ONCE(nt->senders_peak, nt->sending); /* tests read it without the lock */
+	fetch_add_relaxed(nt->sends, 1);
+	pthread_mutex_unlock(&nt->lanes_lock);
+	rc = ctl_notify(&e->client, j->address, NOTIFY_IO_TIMEOUT_MS, &j->msg);
+	pthread_mutex_lock(&nt->lanes_lock);
+	nt->sending--;
+	return rc;
+}
+
+/* Asleep until the monotonic ms `until`, or a stop (lock held). */
+static void pause_until(struct notify *nt, int64_t until)
+{
+	struct timespec ts = { until / 1000, (until % 1000) * 1000000 };
+
+	(void)pthread_cond_timedwait(&nt->pause_cond, &nt->lanes_lock, &ts);
+}
+
+/* A lane's own thread: send j until it is delivered, refused for good,
+ * cancelled or the engine stops (rc: a first attempt's answer, or 1 for
+ * none yet); then end it.  Lock held. */
+static void lane_send(struct ferry_engine *e, struct notify_job *j, int rc)
+{
+	struct notify *nt = &e->notify;
+
+	for (;;) {
+		if (rc == -EAGAIN)
+			rc = job_busy(e, j, sock_now_ms());
+		if (rc <= 0)
+			break;
+		rc = job_stopped(nt, j);
+		if (rc)
+			break;
+		if (sock_now_ms() < j->next_ms) {
+			pause_until(nt, j->next_ms);
+			rc = 1;
+			continue;
+		}
+		rc = lane_call(e, j);
+	}
+	notify_job_end(nt, j, rc);
+}
+
+/* The deposed leader: the rest of its lane (lock held), then the lane goes. */
+static void lane_serve(struct ferry_engine *e, struct notify_lane *l)
+{
+	struct notify *nt = &e->notify;
+
+	while (l->head)
+		lane_send(e, lane_pop(l), 1);
+	lane_done(nt, l);
+}
+
+/* ---- the roles ---------------------------------------------------------- */
+
+static void watch_arm(struct notify *nt, int64_t ms)
+{
+	struct itimerspec t = { .it_value = { ms / 1000, (ms % 1000) * 1000000 } };
+
+	(void)timerfd_settime(nt->watch_fd, 0, &t, NULL); /* 0 disarms, and clears a tick */
+}
+
+static int thread_start(struct ferry_engine *e);
+
+/* Before the leader's send: a deputy to watch it (lock held).  An idle
+ * thread takes the role, or a new one; none: the send goes unwatched. */
+static void deputy_ensure(struct ferry_engine *e)
+{
+	struct notify *nt = &e->notify;
+
+	if (nt->deputy)
+		return;
+	if (nt->idle)
+		pthread_cond_broadcast(&nt->idle_cond);
+	else
+		(void)thread_start(e);
+}
+
+int notify_lead_send(struct ferry_engine *e, unsigned gen)
+{
+	struct notify *nt = &e->notify;
+	struct notify_lane *l;
+	struct notify_job *j;
+	int rc;
+
+	pthread_mutex_lock(&nt->lanes_lock);
+	l = lane_unserved(nt);
+	if (!l) {
+		pthread_mutex_unlock(&nt->lanes_lock);
+		return 0;
+	}
+	j = lane_pop(l);
+	l->busy = true;
+	rc = job_stopped(nt, j);
+	if (!rc) {
+		deputy_ensure(e);
+		nt->leader_sending = true;
+		watch_arm(nt, NOTIFY_WATCH_MS);
+		rc = lane_call(e, j);
+		watch_arm(nt, 0);
+		nt->leader_sending = false;
+	}
+	if (nt->lead_gen != gen) {
+		/* The deputy leads now; this lane stays with this thread. */
+		lane_send(e, j, rc ? rc : 0);
+		lane_serve(e, l);
+		return -1;
+	}
+	if (rc == -EAGAIN)
+		rc = job_busy(e, j, sock_now_ms());
+	if (rc > 0) {
+		/* Back to the leader's own list until its pause ends (send.c). */
+		j->next = NULL;
+		*nt->lead_tail = j;
+		nt->lead_tail = &j->next;
+	} else {
+		notify_job_end(nt, j, rc);
+	}
+	lane_done(nt, l);
+	pthread_mutex_unlock(&nt->lanes_lock);
+	return 1;
+}
+
+/* The deputy (lock held): asleep until the watch fires in a send of the
+ * leader's -- then take the role and lead -- or the engine stops. */
+static void deputy_watch(struct ferry_engine *e)
+{
+	struct notify *nt = &e->notify;
+	struct pollfd p[2] = { { .fd = nt->watch_fd, .events = POLLIN },
+			       { .fd = nt->deputy_fd, .events = POLLIN } };
+	uint64_t v;
+
+	nt->deputy = true;
+	while (!nt->lead_done) {
+		pthread_mutex_unlock(&nt->lanes_lock);
+		(void)poll(p, 2, -1);
+		(void)!read(nt->watch_fd, &v, sizeof(v)); /* non-blocking: clear a tick */
+		pthread_mutex_lock(&nt->lanes_lock);
+		/* pairs with: store_release in notify_stop_begin */
+		if (nt->leader_sending && !load_acquire(nt->stop)) {
+			unsigned gen = ++nt->lead_gen;
+
+			nt->deputy = false;
+			fetch_add_relaxed(nt->takeovers, 1); /* statistics */
+			pthread_mutex_unlock(&nt->lanes_lock);
+			notify_lead(e, gen);
+			return;
+		}
+	}
+	nt->deputy = false;
+}
+
+static void *notify_thread(void *arg)
+{
+	struct ferry_engine *e = arg;
+	struct notify *nt = &e->notify;
+
+	pthread_mutex_lock(&nt->lanes_lock);
+	while (!nt->lead_done) {
+		if (!nt->leader) {
+			unsigned gen = ++nt->lead_gen;
+
+			nt->leader = true;
+			pthread_mutex_unlock(&nt->lanes_lock);
+			notify_lead(e, gen); /* back with the lock, the role handed on or done */
+		} else if (!nt->deputy) {
+			deputy_watch(e);
+		} else {
+			nt->idle++;
+			pthread_cond_wait(&nt->idle_cond, &nt->lanes_lock);
+			nt->idle--;
+		}
+	}
+	pthread_mutex_unlock(&nt->lanes_lock);
+	return NULL;
+}
+
+/* One more thread (lock held); 0 or -errno. */
+static int thread_start(struct ferry_engine *e)
+{
+	struct notify *nt = &e->notify;
+	char name[16];
+	int rc;
+
+	if (nt->threads == NOTIFY_THREADS_MAX)
+		return -EAGAIN;
+	rc = pthread_create(&nt->thread[nt->threads], NULL, notify_thread, e);
+	if (rc) {
+		log_err("cannot start a notifier thread: %s", strerror(rc));
+		return -rc;
+	}
+	snprintf(name, sizeof(name), "ferry-notify%u", nt->threads);
+	(void)pthread_setname_np(nt->thread[nt->threads], name);
+	nt->threads++;
+	return 0;
+}
+
+void notify_lead_done(struct ferry_engine *e)
+{
+	struct notify *nt = &e->notify;
+	struct notify_lane *l;
+
+	pthread_mutex_lock(&nt->lanes_lock);
+	while ((l = lane_unserved(nt))) {
+		while (l->head)
+			notify_job_end(nt, lane_pop(l), -ECANCELED);
+		lane_done(nt, l);
+	}
+	nt->leader = false;
+	nt->lead_done = true;
+	pthread_cond_broadcast(&nt->idle_cond); /* the idle threads, and notify_threads_stop */
+	(void)eventfd_write(nt->deputy_fd, 1);
+}
+
+/* ---- start and stop ----------------------------------------------------- */
+
+static int sync_init(struct notify *nt)
+{
+	pthread_condattr_t ca;
+	int rc;
+
+	rc = pthread_condattr_init(&ca);
+	if (rc)
+		return rc;
+	rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* sock_now_ms's clock */
+	if (!rc)
+		rc = pthread_cond_init(&nt->pause_cond, &ca);
+	pthread_condattr_destroy(&ca);
+	if (rc)
+		return rc;
+	rc = pthread_cond_init(&nt->idle_cond, NULL);
+	if (rc) {
+		pthread_cond_destroy(&nt->pause_cond);
+		return rc;
+	}
+	rc = pthread_mutex_init(&nt->lanes_lock, NULL);
+	if (rc) {
+		pthread_cond_destroy(&nt->pause_cond);
+		pthread_cond_destroy(&nt->idle_cond);
+	}
+	return rc;
+}
+
+static void sync_destroy(struct notify *nt)
+{
+	pthread_cond_destroy(&nt->pause_cond);
+	pthread_cond_destroy(&nt->idle_cond);
+	pthread_mutex_destroy(&nt->lanes_lock);
+	close(nt->watch_fd);
+	close(nt->deputy_fd);
+}
+
+int notify_threads_start(struct ferry_engine *e)
+{
+	struct notify *nt = &e->notify;
+	int rc;
+
+	nt->watch_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	nt->deputy_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	rc = nt->watch_fd < 0 || nt->deputy_fd < 0 ? errno : sync_init(nt);
+	if (rc) {
+		if (nt->watch_fd >= 0)
+			close(nt->watch_fd);
+		if (nt->deputy_fd >= 0)
+			close(nt->deputy_fd);
+		return -rc;
+	}
+	pthread_mutex_lock(&nt->lanes_lock);
+	rc = thread_start(e); /* the first leader; the deputy comes with the first send */
+	pthread_mutex_unlock(&nt->lanes_lock);
+	if (rc) {
+		sync_destroy(nt);
+		return rc;
+	}
+	nt->lanes_ready = true;
+	return 0;
+}
+
+void notify_threads_wake(struct notify *nt)
+{
+	if (!nt->lanes_ready)
+		return;
+	pthread_mutex_lock(&nt->lanes_lock);
+	pthread_cond_broadcast(&nt->pause_cond);
+	pthread_mutex_unlock(&nt->lanes_lock);
+}
+
+void notify_threads_stop(struct notify *nt)
+{
+	unsigned n;
+
+	if (!nt->lanes_ready)
+		return;
+	pthread_mutex_lock(&nt->lanes_lock);
+	while (!nt->lead_done) /* only a leader starts threads: none after */
+		pthread_cond_wait(&nt->idle_cond, &nt->lanes_lock);
+	n = nt->threads;
+	pthread_mutex_unlock(&nt->lanes_lock);
+	for (unsigned i = 0; i < n; i++)
+		pthread_join(nt->thread[i], NULL);
+	nt->threads = 0;
+	/* Every lane was served to its end, or emptied by the last leader. */
+	while (nt->lanes) {
+		struct notify_lane *l = nt->lanes;
+
+		nt->lanes = l->next;
+		free(l);
+	}
+	sync_destroy(nt);
+	nt->lanes_ready = false;
+}
