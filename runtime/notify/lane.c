@@ -42,12 +42,37 @@
 
 /* ---- lanes (lock held) -------------------------------------------------- */
 
-/* The oldest lane with a job that nobody serves, or NULL. */
+/* A lane with a job that nobody serves, or NULL. */
 static struct notify_lane *lane_unserved(struct notify *nt)
 {
 	for (struct notify_lane *l = nt->lanes; l; l = l->next)
 		if (!l->busy && l->head)
 			return l;
+	return NULL;
+}
+
+/* The next look at the lanes in us at the latest (*wait_us < 0: none asked yet). */
+static void wait_at_most(int64_t *wait_us, int64_t us)
+{
+	if (us < 0)
+		us = 0;
+	if (*wait_us < 0 || *wait_us > us)
+		*wait_us = us;
+}
+
+/* The oldest unserved lane whose receiver is not in a pause, or NULL
+ * (*wait_us lowered to the end of the first pause). */
+static struct notify_lane *lane_ready(struct notify *nt, int64_t *wait_us)
+{
+	int64_t now = sock_now_ms();
+
+	for (struct notify_lane *l = nt->lanes; l; l = l->next) {
+		if (l->busy || !l->head)
+			continue;
+		if (now >= l->next_ms)
+			return l;
+		wait_at_most(wait_us, (l->next_ms - now) * 1000);
+	}
 	return NULL;
 }
 
@@ -214,6 +239,17 @@ static void watch_arm(struct notify *nt, int64_t ms)
 	(void)timerfd_settime(nt->watch_fd, 0, &t, NULL); /* 0 disarms, and clears a tick */
 }
 
+/* The watch fired and was not armed again since (a tick read late may
+ * belong to the send before; lock held). */
+static bool watch_expired(struct notify *nt)
+{
+	struct itimerspec t;
+
+	if (timerfd_gettime(nt->watch_fd, &t))
+		return true;
+	return t.it_value.tv_sec == 0 && t.it_value.tv_nsec == 0;
+}
+
 static int thread_start(struct ferry_engine *e);
 
 /* Before the leader's send: a deputy to watch it (lock held).  An idle
@@ -230,7 +266,7 @@ static void deputy_ensure(struct ferry_engine *e)
 		(void)thread_start(e);
 }
 
-int notify_lead_send(struct ferry_engine *e, unsigned gen)
+int notify_lead_send(struct ferry_engine *e, unsigned gen, int64_t *wait_us)
 {
 	struct notify *nt = &e->notify;
 	struct notify_lane *l;
@@ -238,7 +274,7 @@ int notify_lead_send(struct ferry_engine *e, unsigned gen)
 	int rc;
 
 	pthread_mutex_lock(&nt->lanes_lock);
-	l = lane_unserved(nt);
+	l = lane_ready(nt, wait_us);
 	if (!l) {
 		pthread_mutex_unlock(&nt->lanes_lock);
 		return 0;
@@ -251,22 +287,26 @@ int notify_lead_send(struct ferry_engine *e, unsigned gen)
 		nt->leader_sending = true;
 		watch_arm(nt, NOTIFY_WATCH_MS);
 		rc = lane_call(e, j);
+		if (nt->lead_gen != gen) {
+			/* The deputy leads now (the watch and the flag are its
+			 * sends' now); this lane stays with this thread. */
+			lane_send(e, j, rc);
+			lane_serve(e, l);
+			return -1;
+		}
 		watch_arm(nt, 0);
 		nt->leader_sending = false;
-	}
-	if (nt->lead_gen != gen) {
-		/* The deputy leads now; this lane stays with this thread. */
-		lane_send(e, j, rc ? rc : 0);
-		lane_serve(e, l);
-		return -1;
 	}
 	if (rc == -EAGAIN)
 		rc = job_busy(e, j, sock_now_ms());
 	if (rc > 0) {
-		/* Back to the leader's own list until its pause ends (send.c). */
-		j->next = NULL;
-		*nt->lead_tail = j;
-		nt->lead_tail = &j->next;
+		/* A full receiver: j stays first on its lane until its pause ends. */
+		j->next = l->head;
+		l->head = j;
+		if (l->tail == &l->head)
+			l->tail = &j->next;
+		l->next_ms = j->next_ms;
+		wait_at_most(wait_us, (j->next_ms - sock_now_ms()) * 1000);
 	} else {
 		notify_job_end(nt, j, rc);
 	}
@@ -291,10 +331,11 @@ static void deputy_watch(struct ferry_engine *e)
 		(void)!read(nt->watch_fd, &v, sizeof(v)); /* non-blocking: clear a tick */
 		pthread_mutex_lock(&nt->lanes_lock);
 		/* pairs with: store_release in notify_stop_begin */
-		if (nt->leader_sending && !load_acquire(nt->stop)) {
+		if (nt->leader_sending && watch_expired(nt) && !load_acquire(nt->stop)) {
 			unsigned gen = ++nt->lead_gen;
 
 			nt->deputy = false;
+			nt->leader_sending = false; /* that send is no longer the leader's */
 			fetch_add_relaxed(nt->takeovers, 1); /* statistics */
 			pthread_mutex_unlock(&nt->lanes_lock);
 			notify_lead(e, gen);

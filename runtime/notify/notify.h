@@ -84,7 +84,8 @@ struct notify_job {
 struct notify_lane {
 	struct notify_lane *next;
 	struct notify_job *head, **tail;
-	bool busy;                     /* a sender is on it: no other takes it */
+	bool busy;                     /* a thread is on it: no other takes it */
+	int64_t next_ms;               /* its first job's receiver was full: not before then */
 	char address[64];
 };
 
@@ -158,10 +159,11 @@ void notify_lead(struct ferry_engine *e, unsigned gen);
 int notify_threads_start(struct ferry_engine *e);
 /* The leader: a job whose WRITEs have all landed goes on its peer's lane. */
 void notify_lane_push(struct ferry_engine *e, struct notify_job *j);
-/* The leader: send one job of a lane nobody serves.  1 it did (a lane may
- * have more), 0 none waits, -1 deposed during the send: the lane was
+/* The leader: send one job of a lane nobody serves (one whose receiver
+ * was full waits out its pause: *wait_us lowered).  1 it did (a lane may
+ * have more), 0 none was ready, -1 deposed during the send: the lane was
  * served to its end, the lock is held. */
-int notify_lead_send(struct ferry_engine *e, unsigned gen);
+int notify_lead_send(struct ferry_engine *e, unsigned gen, int64_t *wait_us);
 /* The leader, stopping, every job of its own ended: end the lanes' that
  * no one serves; no one leads again (lock held after). */
 void notify_lead_done(struct ferry_engine *e);

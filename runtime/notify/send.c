@@ -24,7 +24,6 @@
 
 #include "ring/base/atomics.h"
 #include "ring/base/log.h"
-#include "runtime/ctl/sock.h"
 #include "runtime/engine/engine.h"
 
 
@@ -240,7 +239,6 @@ static int job_step(struct ferry_engine *e, struct notify_job *j, int stop, bool
 		    int64_t *wait_us)
 {
 	int32_t cancelled = load_acquire(j->rq->error); /* pairs with: cas_release in ferry_batch_cancel */
-	int64_t now;
 	int rc;
 
 	if (stop || cancelled) {
@@ -259,17 +257,11 @@ static int job_step(struct ferry_engine *e, struct notify_job *j, int stop, bool
 	if (j->waited && !rang)
 		fetch_add_relaxed(e->notify.dep_late, 1); /* statistics */
 	j->waited = false;
-	job_disarm(j); /* no rings while it is sent (or backs off) */
-	if (rc < 0) {
+	job_disarm(j); /* no rings while it is sent */
+	if (rc < 0)
 		notify_job_end(&e->notify, j, rc);
-		return 0;
-	}
-	now = sock_now_ms();
-	if (now < j->next_ms) { /* a full receiver: not yet */
-		wait_at_most(wait_us, (j->next_ms - now) * 1000);
-		return 1;
-	}
-	notify_lane_push(e, j);
+	else
+		notify_lane_push(e, j);
 	return 0;
 }
 
@@ -319,7 +311,7 @@ void notify_lead(struct ferry_engine *e, unsigned gen)
 			notify_lead_done(e);
 			return;
 		}
-		sent = notify_lead_send(e, gen);
+		sent = notify_lead_send(e, gen, &wait_us);
 		if (sent < 0)
 			return; /* deposed while in the send */
 		if (sent > 0 || stop) {

@@ -583,12 +583,16 @@ static void test_mute_peer(void **state)
 	struct ferry_notif n;
 	ferry_seg_t mute;
 	struct duo d;
+	int status;
 
 	(void)state;
 	assert_int_equal(target_start(&t, "tcp", "127.0.0.1:0", BUF, 7), 0);
 	duo_up(&d, "tcp", NULL, 0, 8);
 	assert_int_equal(ferry_segment_open(d.snd, t.addr, &mute), 0);
 	assert_int_equal(kill(t.pid, SIGSTOP), 0);
+	/* Stopped for sure (kill returns before): else it may answer m0 in time. */
+	assert_int_equal(waitpid(t.pid, &status, WUNTRACED), t.pid);
+	assert_true(WIFSTOPPED(status));
 	assert_int_equal(ferry_notify(d.b, mute, "m0", 2), 0);
 	assert_int_equal(ferry_notify(d.b, mute, "m1", 2), 1);
 	/* The live peer's comes once the first send to the mute one is under way. */
