@@ -16,7 +16,7 @@
 static const int initiator_only[] = {
 	OPT_OP, 's', OPT_BATCH, OPT_PORTS, 'n', OPT_TARGET_CORES, OPT_NOCOPY, OPT_VERIFY,
 	OPT_NO_PORT_PIN, OPT_REMOTE_ADDR, OPT_LAT, OPT_SWEEP, OPT_CSV, OPT_PLOT, OPT_SYNC,
-	OPT_REFILL, OPT_STATUS_ONCE, OPT_PREP, OPT_SAME_ADDR, OPT_NOTIFY,
+	OPT_REFILL, OPT_STATUS_ONCE, OPT_PREP, OPT_SAME_ADDR, OPT_NOTIFY, OPT_NOTIFS,
 };
 
 /* Checks of the two-process modes. */
@@ -116,6 +116,11 @@ static int check_pingpong(struct bench_cfg *cfg, const bool *seen, char *err, si
  */
 static int check_notify(struct bench_cfg *cfg, const bool *seen, char *err, size_t errlen)
 {
+	if (seen[OPT_NOTIFS] && !cfg->notify)
+		return bad_arg(err, errlen, "--notifs is the notifications per --notify turn: "
+			    "give --notify too");
+	if (!seen[OPT_NOTIFS])
+		cfg->notifs = 1;
 	if (!cfg->notify)
 		return 0;
 	if (cfg->pingpong || cfg->idle)

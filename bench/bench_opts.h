@@ -18,6 +18,7 @@
 #define BENCH_MAX_BUFFER (1ull << 30)
 #define BENCH_MAX_PORTS 1024u
 #define BENCH_MAX_BATCH (1u << 20)
+#define BENCH_MAX_NOTIFS 4096     /* --notifs: notifications per turn */
 /* A day: anything longer is a typo, and it keeps the ns arithmetic safe. */
 #define BENCH_MAX_DURATION 86400.0
 /* Buffer of the two-process modes and of a sweep when --buffer is absent. */
@@ -108,6 +109,7 @@ struct bench_cfg {
 	bool pingpong;            /* --pingpong: WRITE ping-pong, half round trips (sets lat) */
 	bool notify;              /* --notify: a WRITE and its notification, timed to the
 	                           * target's ferry_notif_poll (sets lat) */
+	uint32_t notifs;          /* --notifs K: notifications per --notify turn (default 1) */
 	double idle;              /* --idle SECONDS: idle CPU and wake-up latency; 0 = off */
 	uint32_t opens;           /* --opens N: time N segment opens (mode_opens.c); 0 = off */
 	const char *secret;       /* --secret FILE: --opens also with this cluster key */

@@ -49,6 +49,7 @@ enum {
 	OPT_SECRET,
 	OPT_SAME_ADDR,
 	OPT_NOTIFY,
+	OPT_NOTIFS,
 	OPT_END, /* one past the last: size of the seen[] array */
 };
 

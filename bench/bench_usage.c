@@ -40,6 +40,8 @@ void bench_usage(FILE *f, const char *prog)
 		"                         after it, timed until the target engine's\n"
 		"                         ferry_notif_poll returns it (both engines in this\n"
 		"                         process); --lat's columns\n"
+		"  --notifs K             --notify: K notifications after each WRITE (default\n"
+		"                         1), timed until the last is polled; prints their rate\n"
 		"  --idle SECONDS         the engines idle that long: their CPU (%% of a core),\n"
 		"                         then --iters (default %u) requests of --size (default\n"
 		"                         %u), each after %u ms idle and again at once (cold and\n"

@@ -6,49 +6,95 @@
  * submit until the target engine's ferry_notif_poll returns that
  * notification.  Both engines are in this process, so this thread polls
  * the receiver's queue itself.  The rows are --lat's; beside --lat (the
- * WRITE's own completion) they show what the notification adds.
+ * WRITE's own completion) they show what the notification adds.  With
+ * --notifs K a turn queues K notifications after the WRITE and ends when
+ * the last is polled (any order, each once): the report adds their rate.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "bench.h"
 
-/* Whether the notification's slot (index 1) ended without being delivered
- * (its WRITE failed, or the receiver refused it): then nothing will come. */
+/* One notification's message: its turn and its place in the turn. */
+struct notify_msg {
+	uint64_t turn;
+	uint32_t i;
+};
+
+/* Whether a notification's slot (1..notifs) ended without being delivered
+ * (its WRITE failed, or the receiver refused it): then it will not come. */
 static int notify_slot_failed(const struct bench_port *bp)
 {
-	struct ferry_req_status st;
-	int rc = ferry_req_status(bp->batch, 1, &st);
+	for (uint32_t i = 1; i <= bp->b->cfg.notifs; i++) {
+		struct ferry_req_status st;
+		int rc = ferry_req_status(bp->batch, i, &st);
 
-	if (rc)
-		return rc;
-	if (st.state == FERRY_PENDING || st.state == FERRY_DONE)
-		return 0;
-	return st.error ? st.error : -EIO;
+		if (rc)
+			return rc;
+		if (st.state != FERRY_PENDING && st.state != FERRY_DONE)
+			return st.error ? st.error : -EIO;
+	}
+	return 0;
 }
 
-/* The notification of turn seq, polled for until it comes, its slot fails
- * or stall_ns passes; the WRITE moves meanwhile (ferry_batch_wait(b, 0)
- * runs the cores' passes under --caller, and only checks otherwise). */
-static int notify_poll(struct bench_port *bp, uint64_t seq, uint64_t t0)
+/* One polled notification of turn `turn`: -EPROTO if it is not one of
+ * this turn's or came twice (lost or duplicated), else 0. */
+static int notify_check(const struct ferry_notif *got, uint64_t turn, uint8_t *seen,
+			uint32_t notifs)
+{
+	struct notify_msg m;
+
+	if (got->len != sizeof(m))
+		return -EPROTO;
+	memcpy(&m, got->msg, sizeof(m));
+	if (m.turn != turn || m.i >= notifs || seen[m.i])
+		return -EPROTO;
+	seen[m.i] = 1;
+	return 0;
+}
+
+/* The turn's notifications, polled for until all came, a slot fails or
+ * stall_ns passes; the WRITE moves meanwhile (ferry_batch_wait(b, 0) runs
+ * the cores' passes under --caller, and only checks otherwise). */
+static int notify_poll(struct bench_port *bp, uint64_t turn, uint64_t t0, uint8_t *seen)
 {
 	struct bench *b = bp->b;
-	struct ferry_notif got;
+	uint32_t notifs = b->cfg.notifs, have = 0;
+	struct ferry_notif got[16];
 	unsigned spins = 0;
-	int k;
+	int k, rc;
 
-	while ((k = ferry_notif_poll(b->target, &got, 1)) == 0) {
-		if (ferry_batch_wait(bp->batch, 0) != -ETIMEDOUT && (k = notify_slot_failed(bp)))
+	memset(seen, 0, notifs);
+	while (have < notifs) {
+		k = ferry_notif_poll(b->target, got, 16);
+		if (k < 0)
 			return k;
+		for (int i = 0; i < k; i++) {
+			rc = notify_check(&got[i], turn, seen, notifs);
+			if (rc)
+				return rc;
+		}
+		have += (uint32_t)k;
+		if (k)
+			continue;
+		if (ferry_batch_wait(bp->batch, 0) != -ETIMEDOUT && (rc = notify_slot_failed(bp)))
+			return rc;
 		if ((++spins & 4095) == 0 && now_ns() - t0 > b->stall_ns)
 			return -ETIMEDOUT;
 	}
-	if (k < 0)
-		return k;
-	/* One port, one notification at a time: anything else is a lost or
-	 * duplicated one. */
-	if (got.len != sizeof(seq) || memcmp(got.msg, &seq, sizeof(seq)))
-		return -EPROTO;
+	return 0;
+}
+
+/* The turn's notifications, queued after the WRITE; 0 or ferry_notify's error. */
+static int notify_queue(struct bench_port *bp, uint64_t turn)
+{
+	for (uint32_t i = 0; i < bp->b->cfg.notifs; i++) {
+		struct notify_msg m = { .turn = turn, .i = i };
+		int rc = ferry_notify(bp->batch, bp->b->seg, &m, sizeof(m));
+
+		if (rc < 0)
+			return rc;
+	}
 	return 0;
 }
 
@@ -62,7 +108,8 @@ static bool write_done(const struct bench_port *bp)
 
 int notify_run(struct bench_port *bp, uint64_t n)
 {
-	uint64_t t0, t1, seq = n;
+	uint8_t seen[BENCH_MAX_NOTIFS];
+	uint64_t t0, t1;
 	bool wrote;
 	int rc, wrc;
 
@@ -70,12 +117,12 @@ int notify_run(struct bench_port *bp, uint64_t n)
 	rc = port_submit(bp, bp->batch, 0, 1, false);
 	if (rc < 0)
 		return port_stop(bp, n, port_submit_call(bp, false), rc);
-	rc = ferry_notify(bp->batch, bp->b->seg, &seq, sizeof(seq));
+	rc = notify_queue(bp, n);
 	if (rc < 0) { /* (a refused notification ends FAILED in its slot instead) */
-		(void)batch_finish(bp, n, batch_wait(bp), 0); /* the WRITE is in flight */
+		(void)batch_finish(bp, n, batch_wait(bp), 0); /* in flight: the WRITE, notifications */
 		return port_stop(bp, n, "ferry_notify", rc);
 	}
-	rc = notify_poll(bp, seq, t0);
+	rc = notify_poll(bp, n, t0, seen);
 	t1 = now_ns();
 	if (!rc) {
 		bench_samples_add(&bp->lat, t1 - t0);
@@ -94,6 +141,6 @@ int notify_run(struct bench_port *bp, uint64_t n)
 	 * WRITE's failure is what counts (and is reported). */
 	if (wrc || !rc || !wrote)
 		return wrc;
-	return port_stop(bp, n, rc == -EPROTO ? "ferry_notif_poll (not this turn's message)"
+	return port_stop(bp, n, rc == -EPROTO ? "ferry_notif_poll (not this turn's, or twice)"
 					      : "the notification", rc);
 }

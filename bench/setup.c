@@ -200,8 +200,9 @@ static int port_setup(struct bench *b, struct bench_port *bp)
 	rc = ferry_port_create(b->init, &bp->port);
 	if (rc)
 		return report("ferry_port_create", rc);
-	/* --notify: the notification takes a slot after the request */
-	rc = ferry_batch_create(bp->port, b->cfg.batch + b->cfg.notify, &bp->batch);
+	/* --notify: the notifications take slots after the request */
+	rc = ferry_batch_create(bp->port, b->cfg.batch + (b->cfg.notify ? b->cfg.notifs : 0),
+				&bp->batch);
 	if (rc)
 		return report("ferry_batch_create", rc);
 	bp->reqs = calloc(b->cfg.batch, sizeof(*bp->reqs));

@@ -368,7 +368,7 @@ static void test_abbrev(void **state)
 	OK(&r, "--target");
 	assert_int_equal(r.cfg.mode, BENCH_TARGET);
 	BAD("ambiguous option '--ta' (--target-cores, --target)", "--ta");
-	BAD("ambiguous option '--no' (--nocopy, --no-port-pin, --notify)", "--no");
+	BAD("ambiguous option '--no' (--nocopy, --no-port-pin, --notify, --notifs)", "--no");
 }
 
 /* --target and --connect, with what each accepts. */
@@ -683,6 +683,15 @@ static void test_notify(void **state)
 	BAD("--notify is a latency test of its own: not with --pingpong", "--notify", "--pingpong");
 	BAD("--notify is a latency test of its own: not with --idle", "--idle", "1", "--notify");
 	BAD("--notify sends one request at a time: --ports must be 1", "--notify", "--ports", "2");
+	/* --notifs K: K notifications after each WRITE. */
+	OK(&r, "--notify");
+	assert_int_equal(r.cfg.notifs, 1);
+	OK(&r, "--notify", "--notifs", "64");
+	assert_int_equal(r.cfg.notifs, 64);
+	assert_int_equal(r.cfg.batch, 1);
+	BAD("--notifs is the notifications per --notify turn: give --notify too", "--notifs", "4");
+	BAD("--notifs '0': must be greater than 0", "--notify", "--notifs", "0");
+	BAD("(a positive integer, max 4096)", "--notify", "--notifs", "4097");
 	BAD("--notify sends one request at a time: --batch must be 1", "--notify", "--batch", "4");
 	BAD("--sync is for throughput runs: --notify sends", "--notify", "--sync");
 }
