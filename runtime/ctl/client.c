@@ -118,10 +118,15 @@ static bool closing_errno(int rc)
 	return rc == -EACCES || rc == -EBUSY || rc == -EPROTONOSUPPORT;
 }
 
-/* Send the request on a connected fd and read the reply; *st says how the
- * connection was left. */
-static int ctl_exchange(int fd, int64_t deadline, int stop_fd, const struct ctl_call *call,
-			enum ex_state *st)
+/* How a failed send or a reply that never started leaves the connection. */
+static enum ex_state ex_unanswered(int rc)
+{
+	return rc != -ETIMEDOUT && rc != -ECANCELED ? EX_NO_REPLY : EX_BROKEN;
+}
+
+/* Read the reply to call on fd; *st says how the connection was left. */
+static int ctl_read_answer(int fd, int64_t deadline, int stop_fd, const struct ctl_call *call,
+			   enum ex_state *st)
 {
 	uint8_t b[WIRE_HDR_LEN];
 	struct wire_hdr h;
@@ -129,13 +134,10 @@ static int ctl_exchange(int fd, int64_t deadline, int stop_fd, const struct ctl_
 	int rc;
 
 	*st = EX_BROKEN;
-	wire_hdr_encode(call->frame, call->req_type, (uint32_t)call->req_len);
-	rc = sock_send_full(fd, stop_fd, call->frame, WIRE_HDR_LEN + call->req_len, deadline);
-	if (!rc)
-		rc = sock_recv_full(fd, stop_fd, b, sizeof(b), deadline, &got);
+	rc = sock_recv_full(fd, stop_fd, b, sizeof(b), deadline, &got);
 	if (rc) {
-		if (got == 0 && rc != -ETIMEDOUT && rc != -ECANCELED)
-			*st = EX_NO_REPLY;
+		if (got == 0)
+			*st = ex_unanswered(rc);
 		return ctl_io_error(rc);
 	}
 	rc = wire_hdr_decode(b, sizeof(b), &h);
@@ -154,6 +156,22 @@ static int ctl_exchange(int fd, int64_t deadline, int stop_fd, const struct ctl_
 	    rc != -ENOMEM && !closing_errno(rc))
 		*st = EX_SYNCED;
 	return rc;
+}
+
+/* Send the request on a connected fd and read the reply; *st says how the
+ * connection was left. */
+static int ctl_exchange(int fd, int64_t deadline, int stop_fd, const struct ctl_call *call,
+			enum ex_state *st)
+{
+	int rc;
+
+	wire_hdr_encode(call->frame, call->req_type, (uint32_t)call->req_len);
+	rc = sock_send_full(fd, stop_fd, call->frame, WIRE_HDR_LEN + call->req_len, deadline);
+	if (rc) {
+		*st = ex_unanswered(rc);
+		return ctl_io_error(rc);
+	}
+	return ctl_read_answer(fd, deadline, stop_fd, call, st);
 }
 
 /* Why a call got nowhere, said once (*said: ctl_call need not); and what
@@ -365,4 +383,92 @@ int ctl_notify(struct ctl_client *cl, const char *address, int timeout_ms,
 		return rc;
 	call.req_len = wire_notify_size(n);
 	return ctl_call(cl, address, timeout_ms, &call);
+}
+
+/* Frames to send back to back: count NOTIFYs, and their answers. */
+struct notify_pipe {
+	uint8_t *frames;
+	size_t len;
+	unsigned count;
+	int *rcs;
+};
+
+/* One pass of ctl_notify_many on a kept or new connection: every rcs[i]
+ * set; *again when none was answered on a kept connection found broken. */
+static void notify_pipe_once(struct ctl_client *cl, const struct sockaddr_in *sin,
+			     const char *address, int64_t deadline, const struct ctl_call *call,
+			     struct notify_pipe *p, bool *again, bool *said)
+{
+	enum ex_state st = EX_SYNCED;
+	bool reused = false;
+	unsigned i = 0;
+	int fd, rc;
+
+	*again = false;
+	fd = ctl_pool_get(cl, sin, address, deadline, &reused);
+	if (fd < 0) {
+		rc = ctl_dial_failed(cl, address, call, fd, said);
+		st = EX_BROKEN;
+	} else {
+		rc = sock_send_full(fd, cl->stop_fd, p->frames, p->len, deadline);
+		if (rc) {
+			st = ex_unanswered(rc);
+			rc = ctl_io_error(rc);
+		}
+		/* The server answers a connection's requests in their order. */
+		for (; !rc && st == EX_SYNCED && i < p->count; i++)
+			p->rcs[i] = ctl_read_answer(fd, deadline, cl->stop_fd, call, &st);
+		if (st != EX_SYNCED && i > 0)
+			rc = p->rcs[--i]; /* broke reading this one: it and the rest share why */
+		if (st == EX_SYNCED)
+			ctl_pool_put(cl, sin, fd);
+		else
+			close(fd);
+	}
+	*again = i == 0 && st == EX_NO_REPLY && reused;
+	for (; i < p->count; i++)
+		p->rcs[i] = rc;
+}
+
+int ctl_notify_many(struct ctl_client *cl, const char *address, int timeout_ms,
+		    const struct wire_notify *const *n, unsigned count, int *rcs)
+{
+	struct ctl_call call = { .what = "notify", .req_type = WIRE_NOTIFY,
+				 .rep_type = WIRE_NOTIFY_REP, .rep_max = 0 };
+	struct notify_pipe p = { .rcs = rcs, .count = count };
+	struct sockaddr_in sin;
+	bool again, said = false;
+	int rc = 0;
+
+	if (!cl || !n || !rcs || !count || count > CTL_NOTIFY_MANY)
+		return -EINVAL;
+	p.frames = malloc(count * (WIRE_HDR_LEN + WIRE_NOTIFY_MAX_LEN));
+	if (!p.frames)
+		return -ENOMEM;
+	for (unsigned i = 0; i < count && !rc; i++) {
+		uint8_t *f = p.frames + p.len;
+
+		/* Refuses (-EINVAL) what the receiver would refuse, before any connection. */
+		rc = wire_notify_encode(n[i], f + WIRE_HDR_LEN, WIRE_NOTIFY_MAX_LEN);
+		wire_hdr_encode(f, WIRE_NOTIFY, (uint32_t)wire_notify_size(n[i]));
+		p.len += WIRE_HDR_LEN + wire_notify_size(n[i]);
+	}
+	if (!rc && (timeout_ms <= 0 || sock_resolve_peer(address, &sin)))
+		rc = -EINVAL;
+	if (!rc) {
+		int64_t deadline = sock_now_ms() + timeout_ms;
+
+		notify_pipe_once(cl, &sin, address, deadline, &call, &p, &again, &said);
+		if (again) {
+			fetch_add_relaxed(cl->redials, 1); /* statistics */
+			notify_pipe_once(cl, &sin, address, deadline, &call, &p, &again, &said);
+		}
+		for (unsigned i = 0; i < count && !said; i++)
+			if (rcs[i] && rcs[i] != -EAGAIN && rcs[i] != -EPROTO && rcs[i] != -EACCES) {
+				ctl_log("notify: %s: %s", address, strerror(-rcs[i]));
+				break; /* once for the lot */
+			}
+	}
+	free(p.frames);
+	return rc;
 }

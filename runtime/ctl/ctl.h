@@ -165,6 +165,14 @@ int ctl_keepalive(struct ctl_client *cl, const char *address, int timeout_ms,
 int ctl_notify(struct ctl_client *cl, const char *address, int timeout_ms,
 	       const struct wire_notify *n);
 
+/* Up to CTL_NOTIFY_MANY notifications to the engine at address, written on
+ * one connection back to back, their answers read in order: rcs[i] is what
+ * ctl_notify would have returned for n[i].  0 once every rcs[i] is set;
+ * -EINVAL (a bad argument or message: none sent), -ENOMEM. */
+#define CTL_NOTIFY_MANY 32
+int ctl_notify_many(struct ctl_client *cl, const char *address, int timeout_ms,
+		    const struct wire_notify *const *n, unsigned count, int *rcs);
+
 /* ---- authentication on a connected socket (auth.c) -------------------- */
 
 /*

@@ -266,12 +266,94 @@ static void deputy_ensure(struct ferry_engine *e)
 		(void)thread_start(e);
 }
 
+/* What the leader sends in one exchange: a lane's first jobs, in order. */
+struct lead_batch {
+	struct notify_job *j[CTL_NOTIFY_MANY];
+	const struct wire_notify *msg[CTL_NOTIFY_MANY];
+	int rc[CTL_NOTIFY_MANY];
+	unsigned n;
+};
+
+/* Take l's first jobs; those stopped or cancelled end here (lock held). */
+static void batch_take(struct notify *nt, struct notify_lane *l, struct lead_batch *lb)
+{
+	lb->n = 0;
+	while (l->head && lb->n < CTL_NOTIFY_MANY) {
+		struct notify_job *j = lane_pop(l);
+		int rc = job_stopped(nt, j);
+
+		if (rc) {
+			notify_job_end(nt, j, rc);
+			continue;
+		}
+		lb->j[lb->n] = j;
+		lb->msg[lb->n] = &j->msg;
+		lb->n++;
+	}
+}
+
+/* One exchange for the batch, outside the lock (held on entry and exit):
+ * written back to back on one connection, answered in order. */
+static void batch_call(struct ferry_engine *e, struct lead_batch *lb)
+{
+	struct notify *nt = &e->notify;
+	const char *address = lb->j[0]->address;
+	int rc;
+
+	if (++nt->sending > nt->senders_peak)
+		WRITE_ONCE(nt->senders_peak, nt->sending); /* tests read it without the lock */
+	fetch_add_relaxed(nt->sends, lb->n);
+	pthread_mutex_unlock(&nt->lanes_lock);
+	if (lb->n == 1) {
+		lb->rc[0] = ctl_notify(&e->client, address, NOTIFY_IO_TIMEOUT_MS, lb->msg[0]);
+	} else {
+		rc = ctl_notify_many(&e->client, address, NOTIFY_IO_TIMEOUT_MS, lb->msg, lb->n,
+				     lb->rc);
+		for (unsigned i = 0; rc && i < lb->n; i++)
+			lb->rc[i] = rc;
+	}
+	pthread_mutex_lock(&nt->lanes_lock);
+	nt->sending--;
+}
+
+/* The leader, after the exchange: the delivered and the failed end; those
+ * the receiver refused as full go back first on l, in order, until the
+ * first one's pause ends (lock held). */
+static void batch_done(struct ferry_engine *e, struct notify_lane *l, struct lead_batch *lb,
+		       int64_t *wait_us)
+{
+	struct notify_job *refused = NULL, **tail = &refused;
+
+	for (unsigned i = 0; i < lb->n; i++) {
+		struct notify_job *j = lb->j[i];
+		int rc = lb->rc[i];
+
+		if (rc == -EAGAIN)
+			rc = job_busy(e, j, sock_now_ms());
+		if (rc <= 0) {
+			notify_job_end(&e->notify, j, rc);
+			continue;
+		}
+		if (!refused) {
+			l->next_ms = j->next_ms;
+			wait_at_most(wait_us, (j->next_ms - sock_now_ms()) * 1000);
+		}
+		*tail = j;
+		tail = &j->next;
+	}
+	if (!refused)
+		return;
+	*tail = l->head;
+	if (!l->head)
+		l->tail = tail;
+	l->head = refused;
+}
+
 int notify_lead_send(struct ferry_engine *e, unsigned gen, int64_t *wait_us)
 {
 	struct notify *nt = &e->notify;
+	struct lead_batch lb;
 	struct notify_lane *l;
-	struct notify_job *j;
-	int rc;
 
 	pthread_mutex_lock(&nt->lanes_lock);
 	l = lane_ready(nt, wait_us);
@@ -279,36 +361,24 @@ int notify_lead_send(struct ferry_engine *e, unsigned gen, int64_t *wait_us)
 		pthread_mutex_unlock(&nt->lanes_lock);
 		return 0;
 	}
-	j = lane_pop(l);
 	l->busy = true;
-	rc = job_stopped(nt, j);
-	if (!rc) {
+	batch_take(nt, l, &lb);
+	if (lb.n) {
 		deputy_ensure(e);
 		nt->leader_sending = true;
 		watch_arm(nt, NOTIFY_WATCH_MS);
-		rc = lane_call(e, j);
+		batch_call(e, &lb);
 		if (nt->lead_gen != gen) {
 			/* The deputy leads now (the watch and the flag are its
 			 * sends' now); this lane stays with this thread. */
-			lane_send(e, j, rc);
+			for (unsigned i = 0; i < lb.n; i++)
+				lane_send(e, lb.j[i], lb.rc[i]);
 			lane_serve(e, l);
 			return -1;
 		}
 		watch_arm(nt, 0);
 		nt->leader_sending = false;
-	}
-	if (rc == -EAGAIN)
-		rc = job_busy(e, j, sock_now_ms());
-	if (rc > 0) {
-		/* A full receiver: j stays first on its lane until its pause ends. */
-		j->next = l->head;
-		l->head = j;
-		if (l->tail == &l->head)
-			l->tail = &j->next;
-		l->next_ms = j->next_ms;
-		wait_at_most(wait_us, (j->next_ms - sock_now_ms()) * 1000);
-	} else {
-		notify_job_end(nt, j, rc);
+		batch_done(e, l, &lb, wait_us);
 	}
 	lane_done(nt, l);
 	pthread_mutex_unlock(&nt->lanes_lock);
