@@ -210,8 +210,9 @@ int ferry_engine_create(const struct ferry_opts *o, struct ferry_engine **out)
 /*
  * Opens in progress on other threads stop at their next step: their round
  * trips are cancelled, and we wait until each has undone what it made.
- * The repair thread stops too (its handshake cancelled likewise); then the
- * client works again for the DISCONNECTs of what is still open.
+ * The repair thread and the notifier's threads stop too (their calls
+ * cancelled likewise); then the client works again for the DISCONNECTs of
+ * what is still open.
  */
 static void engine_stop_opens(struct ferry_engine *e)
 {
@@ -222,6 +223,9 @@ static void engine_stop_opens(struct ferry_engine *e)
 		pthread_cond_wait(&e->seg_cond, &e->ctl_lock);
 	pthread_mutex_unlock(&e->ctl_lock);
 	repair_stop(e);
+	/* While the client stays cancelled: a notification send that began
+	 * after the cancel ends at once instead of waiting out a mute peer. */
+	notify_stop_end(e);
 	ctl_client_resume(&e->client);
 }
 
@@ -230,8 +234,7 @@ void ferry_engine_destroy(struct ferry_engine *e)
 	if (!e)
 		return;
 	notify_stop_begin(e); /* notifications not yet sent end -ECANCELED */
-	engine_stop_opens(e); /* stops the repair thread too (and cancels a notification's send) */
-	notify_stop_end(e);
+	engine_stop_opens(e); /* stops the repair and notifier threads too (sends cancelled) */
 	named_stop(e); /* peers stop finding us by name first */
 	seg_disconnect_all(e);
 	ctl_stop(&e->ctl);
