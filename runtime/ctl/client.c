@@ -217,6 +217,29 @@ static int ctl_call_once(struct ctl_client *cl, const struct sockaddr_in *sin,
 	return rc;
 }
 
+/* The peer's address, or -EINVAL said in the log. */
+static int ctl_resolve(const char *address, const struct ctl_call *call, struct sockaddr_in *sin)
+{
+	if (!sock_resolve_peer(address, sin))
+		return 0;
+	ctl_log("%s: bad address \"%s\" (want a.b.c.d:port or localhost:port)", call->what,
+		address ? address : "(null)");
+	return -EINVAL;
+}
+
+/* Why a call that reached the peer failed, in the log (rc 0: nothing). */
+static void ctl_call_said(const struct ctl_client *cl, const char *address,
+			  const struct ctl_call *call, int rc)
+{
+	if (rc == -EACCES && !(cl && cl->has_key))
+		ctl_log("%s: server %s refused us: it requires authentication (it has a key, "
+			"secret_file) and this side has none", call->what, address);
+	else if (rc == -EBUSY)
+		ctl_log("%s: server %s is at its connection cap (EBUSY)", call->what, address);
+	else if (rc && rc != -EPROTO && rc != -EACCES && rc != -EAGAIN && !call->quiet)
+		ctl_log("%s: %s: %s", call->what, address, strerror(-rc));
+}
+
 /* Resolve, then one exchange (twice if a kept connection was dead). */
 static int ctl_call(struct ctl_client *cl, const char *address, int timeout_ms,
 		    const struct ctl_call *call)
@@ -226,28 +249,16 @@ static int ctl_call(struct ctl_client *cl, const char *address, int timeout_ms,
 	int64_t deadline;
 	int rc;
 
-	if (timeout_ms <= 0)
+	if (timeout_ms <= 0 || ctl_resolve(address, call, &sin))
 		return -EINVAL;
-	if (sock_resolve_peer(address, &sin)) {
-		ctl_log("%s: bad address \"%s\" (want a.b.c.d:port or localhost:port)",
-			call->what, address ? address : "(null)");
-		return -EINVAL;
-	}
 	deadline = sock_now_ms() + timeout_ms;
 	rc = ctl_call_once(cl, &sin, address, deadline, call, &again, &said);
 	if (again) {
 		fetch_add_relaxed(cl->redials, 1); /* statistics */
 		rc = ctl_call_once(cl, &sin, address, deadline, call, &again, &said);
 	}
-	if (said)
-		return rc; /* the dial said why */
-	if (rc == -EACCES && !(cl && cl->has_key))
-		ctl_log("%s: server %s refused us: it requires authentication (it has a key, "
-			"secret_file) and this side has none", call->what, address);
-	else if (rc == -EBUSY)
-		ctl_log("%s: server %s is at its connection cap (EBUSY)", call->what, address);
-	else if (rc && rc != -EPROTO && rc != -EACCES && rc != -EAGAIN && !call->quiet)
-		ctl_log("%s: %s: %s", call->what, address, strerror(-rc));
+	if (!said) /* else the dial said why */
+		ctl_call_said(cl, address, call, rc);
 	return rc;
 }
 
@@ -388,7 +399,7 @@ int ctl_notify(struct ctl_client *cl, const char *address, int timeout_ms,
 /* Frames to send back to back: count NOTIFYs, and their answers. */
 struct notify_pipe {
 	uint8_t *frames;
-	size_t len;
+	size_t first, len;   /* the first frame's bytes, all frames' */
 	unsigned count;
 	int *rcs;
 };
@@ -410,16 +421,30 @@ static void notify_pipe_once(struct ctl_client *cl, const struct sockaddr_in *si
 		rc = ctl_dial_failed(cl, address, call, fd, said);
 		st = EX_BROKEN;
 	} else {
-		rc = sock_send_full(fd, cl->stop_fd, p->frames, p->len, deadline);
+		int late = 0;
+
+		/* The first frame alone: until it is whole the server has no
+		 * request, so a kept connection that breaks here may be redialled. */
+		rc = sock_send_full(fd, cl->stop_fd, p->frames, p->first, deadline);
 		if (rc) {
 			st = ex_unanswered(rc);
 			rc = ctl_io_error(rc);
+		} else if (p->len > p->first) {
+			/* Whole frames went and may be served even if the rest
+			 * breaks: then read their answers, and send none again. */
+			late = sock_send_full(fd, cl->stop_fd, p->frames + p->first,
+					      p->len - p->first, deadline);
 		}
 		/* The server answers a connection's requests in their order. */
 		for (; !rc && st == EX_SYNCED && i < p->count; i++)
 			p->rcs[i] = ctl_read_answer(fd, deadline, cl->stop_fd, call, &st);
 		if (st != EX_SYNCED && i > 0)
 			rc = p->rcs[--i]; /* broke reading this one: it and the rest share why */
+		if (late) {
+			if (st == EX_SYNCED) /* (all answered: cannot be, not all went) */
+				rc = ctl_io_error(late);
+			st = EX_BROKEN;
+		}
 		if (st == EX_SYNCED)
 			ctl_pool_put(cl, sin, fd);
 		else
@@ -440,7 +465,7 @@ int ctl_notify_many(struct ctl_client *cl, const char *address, int timeout_ms,
 	bool again, said = false;
 	int rc = 0;
 
-	if (!cl || !n || !rcs || !count || count > CTL_NOTIFY_MANY)
+	if (!cl || !n || !rcs || !count || count > CTL_NOTIFY_MANY || timeout_ms <= 0)
 		return -EINVAL;
 	p.frames = malloc(count * (WIRE_HDR_LEN + WIRE_NOTIFY_MAX_LEN));
 	if (!p.frames)
@@ -449,12 +474,16 @@ int ctl_notify_many(struct ctl_client *cl, const char *address, int timeout_ms,
 		uint8_t *f = p.frames + p.len;
 
 		/* Refuses (-EINVAL) what the receiver would refuse, before any connection. */
-		rc = wire_notify_encode(n[i], f + WIRE_HDR_LEN, WIRE_NOTIFY_MAX_LEN);
+		rc = n[i] ? wire_notify_encode(n[i], f + WIRE_HDR_LEN, WIRE_NOTIFY_MAX_LEN) : -EINVAL;
+		if (rc)
+			break;
 		wire_hdr_encode(f, WIRE_NOTIFY, (uint32_t)wire_notify_size(n[i]));
 		p.len += WIRE_HDR_LEN + wire_notify_size(n[i]);
+		if (i == 0)
+			p.first = p.len;
 	}
-	if (!rc && (timeout_ms <= 0 || sock_resolve_peer(address, &sin)))
-		rc = -EINVAL;
+	if (!rc)
+		rc = ctl_resolve(address, &call, &sin);
 	if (!rc) {
 		int64_t deadline = sock_now_ms() + timeout_ms;
 
@@ -464,8 +493,8 @@ int ctl_notify_many(struct ctl_client *cl, const char *address, int timeout_ms,
 			notify_pipe_once(cl, &sin, address, deadline, &call, &p, &again, &said);
 		}
 		for (unsigned i = 0; i < count && !said; i++)
-			if (rcs[i] && rcs[i] != -EAGAIN && rcs[i] != -EPROTO && rcs[i] != -EACCES) {
-				ctl_log("notify: %s: %s", address, strerror(-rcs[i]));
+			if (rcs[i] && rcs[i] != -EAGAIN) {
+				ctl_call_said(cl, address, &call, rcs[i]);
 				break; /* once for the lot */
 			}
 	}

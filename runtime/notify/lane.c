@@ -9,14 +9,15 @@
  * engine.  So the jobs whose WRITEs have landed queue per peer address (a
  * lane, in the order they became ready), and the notifier is a role:
  *
- *   leader  waits for WRITEs (send.c) and sends one job at a time, a lane
- *           after the other; before each send it arms a timer (watch_fd,
- *           NOTIFY_WATCH_MS), disarmed when the reply comes.
+ *   leader  waits for WRITEs (send.c) and sends, a lane after the other,
+ *           up to CTL_NOTIFY_MANY jobs of a lane in one exchange (written
+ *           back to back, answered in order); before each exchange it arms
+ *           a timer (watch_fd, NOTIFY_WATCH_MS), disarmed when it ends.
  *   deputy  sleeps on that timer.  When it fires the leader is still in
  *           its send: the deputy takes the role (lead_gen moves) and leads.
  *   the deposed leader stays with its lane, which no one else takes, and
- *           serves it to its end (pausing for a full receiver there), then
- *           becomes the deputy, or idle.
+ *           serves it to its end, in exchanges too (pausing for a full
+ *           receiver there), then becomes the deputy, or idle.
  *
  * A send that is answered in time wakes no other thread (arming a timer
  * wakes no one): one wake-up per notification, as with one thread.  A
@@ -220,15 +221,6 @@ static void lane_send(struct ferry_engine *e, struct notify_job *j, int rc)
 	notify_job_end(nt, j, rc);
 }
 
-/* The deposed leader: the rest of its lane (lock held), then the lane goes. */
-static void lane_serve(struct ferry_engine *e, struct notify_lane *l)
-{
-	struct notify *nt = &e->notify;
-
-	while (l->head)
-		lane_send(e, lane_pop(l), 1);
-	lane_done(nt, l);
-}
 
 /* ---- the roles ---------------------------------------------------------- */
 
@@ -314,6 +306,23 @@ static void batch_call(struct ferry_engine *e, struct lead_batch *lb)
 	}
 	pthread_mutex_lock(&nt->lanes_lock);
 	nt->sending--;
+}
+
+/* The deposed leader: the rest of its lane, an exchange at a time (each
+ * answer taken in order, a full receiver's pause here), then the lane goes
+ * (lock held). */
+static void lane_serve(struct ferry_engine *e, struct notify_lane *l)
+{
+	struct lead_batch lb;
+
+	while (l->head) {
+		batch_take(&e->notify, l, &lb);
+		if (lb.n)
+			batch_call(e, &lb);
+		for (unsigned i = 0; i < lb.n; i++)
+			lane_send(e, lb.j[i], lb.rc[i]);
+	}
+	lane_done(&e->notify, l);
 }
 
 /* The leader, after the exchange: the delivered and the failed end; those
