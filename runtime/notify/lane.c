@@ -221,7 +221,6 @@ static void lane_send(struct ferry_engine *e, struct notify_job *j, int rc)
 	notify_job_end(nt, j, rc);
 }
 
-
 /* ---- the roles ---------------------------------------------------------- */
 
 static void watch_arm(struct notify *nt, int64_t ms)
