@@ -1690,24 +1690,31 @@ static void *flaky_serve(void *arg)
 	return NULL;
 }
 
+/* A loopback listener on an ephemeral port, served by serve(f) on a thread. */
+static void flaky_start(struct flaky *f, void *(*serve)(void *))
+{
+	struct sockaddr_in sin;
+	socklen_t sl = sizeof(sin);
+
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(f->lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_equal(listen(f->lfd, 4), 0);
+	assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&sin, &sl), 0);
+	snprintf(f->address, sizeof(f->address), "127.0.0.1:%u", ntohs(sin.sin_port));
+	assert_int_equal(pthread_create(&f->th, NULL, serve, f), 0);
+}
+
 static void test_client_redial(void **state)
 {
 	struct wire_disconnect dd = { 1, 2 };
-	struct sockaddr_in sin;
-	socklen_t sl = sizeof(sin);
 	struct ctl_client cl;
 	struct flaky f;
 
 	(void)state;
-	memset(&sin, 0, sizeof(sin));
-	sin.sin_family = AF_INET;
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	f.lfd = socket(AF_INET, SOCK_STREAM, 0);
-	assert_int_equal(bind(f.lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-	assert_int_equal(listen(f.lfd, 4), 0);
-	assert_int_equal(getsockname(f.lfd, (struct sockaddr *)&sin, &sl), 0);
-	snprintf(f.address, sizeof(f.address), "127.0.0.1:%u", ntohs(sin.sin_port));
-	assert_int_equal(pthread_create(&f.th, NULL, flaky_serve, &f), 0);
+	flaky_start(&f, flaky_serve);
 	assert_int_equal(ctl_client_init(&cl, NULL), 0);
 	assert_int_equal(ctl_disconnect(&cl, f.address, FETCH_MS, &dd), 0);
 	assert_int_equal(ctl_disconnect(&cl, f.address, FETCH_MS, &dd), 0);
@@ -2137,8 +2144,6 @@ static void test_notify_many_broken(void **state)
 {
 	const struct wire_notify *ptr[3];
 	struct wire_notify n[3];
-	struct sockaddr_in sin;
-	socklen_t sl = sizeof(sin);
 	struct ctl_client cl;
 	struct flaky f;
 	int rcs[3];
@@ -2148,15 +2153,7 @@ static void test_notify_many_broken(void **state)
 		notify_msg(&n[i], "peer-1", "x");
 		ptr[i] = &n[i];
 	}
-	memset(&sin, 0, sizeof(sin));
-	sin.sin_family = AF_INET;
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	f.lfd = socket(AF_INET, SOCK_STREAM, 0);
-	assert_int_equal(bind(f.lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-	assert_int_equal(listen(f.lfd, 4), 0);
-	assert_int_equal(getsockname(f.lfd, (struct sockaddr *)&sin, &sl), 0);
-	snprintf(f.address, sizeof(f.address), "127.0.0.1:%u", ntohs(sin.sin_port));
-	assert_int_equal(pthread_create(&f.th, NULL, half_serve, &f), 0);
+	flaky_start(&f, half_serve);
 	assert_int_equal(ctl_client_init(&cl, NULL), 0);
 	assert_int_equal(ctl_notify_many(&cl, f.address, FETCH_MS, ptr, 3, rcs), 0);
 	assert_int_equal(rcs[0], 0);
