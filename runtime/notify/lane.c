@@ -52,15 +52,6 @@ static struct notify_lane *lane_unserved(struct notify *nt)
 	return NULL;
 }
 
-/* The next look at the lanes in us at the latest (*wait_us < 0: none asked yet). */
-static void wait_at_most(int64_t *wait_us, int64_t us)
-{
-	if (us < 0)
-		us = 0;
-	if (*wait_us < 0 || *wait_us > us)
-		*wait_us = us;
-}
-
 /* The oldest unserved lane whose receiver is not in a pause, or NULL
  * (*wait_us lowered to the end of the first pause). */
 static struct notify_lane *lane_ready(struct notify *nt, int64_t *wait_us)
@@ -172,92 +163,7 @@ static int job_busy(struct ferry_engine *e, struct notify_job *j, int64_t now)
 	return 1;
 }
 
-/* The call itself, outside the lock (lock held on entry and exit). */
-static int lane_call(struct ferry_engine *e, struct notify_job *j)
-{
-	struct notify *nt = &e->notify;
-	int rc;
-
-	if (++nt->sending > nt->senders_peak)
-		WRITE_ONCE(nt->senders_peak, nt->sending); /* tests read it without the lock */
-	fetch_add_relaxed(nt->sends, 1);
-	pthread_mutex_unlock(&nt->lanes_lock);
-	rc = ctl_notify(&e->client, j->address, NOTIFY_IO_TIMEOUT_MS, &j->msg);
-	pthread_mutex_lock(&nt->lanes_lock);
-	nt->sending--;
-	return rc;
-}
-
-/* Asleep until the monotonic ms `until`, or a stop (lock held). */
-static void pause_until(struct notify *nt, int64_t until)
-{
-	struct timespec ts = { until / 1000, (until % 1000) * 1000000 };
-
-	(void)pthread_cond_timedwait(&nt->pause_cond, &nt->lanes_lock, &ts);
-}
-
-/* A lane's own thread: send j until it is delivered, refused for good,
- * cancelled or the engine stops (rc: a first attempt's answer, or 1 for
- * none yet); then end it.  Lock held. */
-static void lane_send(struct ferry_engine *e, struct notify_job *j, int rc)
-{
-	struct notify *nt = &e->notify;
-
-	for (;;) {
-		if (rc == -EAGAIN)
-			rc = job_busy(e, j, sock_now_ms());
-		if (rc <= 0)
-			break;
-		rc = job_stopped(nt, j);
-		if (rc)
-			break;
-		if (sock_now_ms() < j->next_ms) {
-			pause_until(nt, j->next_ms);
-			rc = 1;
-			continue;
-		}
-		rc = lane_call(e, j);
-	}
-	notify_job_end(nt, j, rc);
-}
-
-/* ---- the roles ---------------------------------------------------------- */
-
-static void watch_arm(struct notify *nt, int64_t ms)
-{
-	struct itimerspec t = { .it_value = { ms / 1000, (ms % 1000) * 1000000 } };
-
-	(void)timerfd_settime(nt->watch_fd, 0, &t, NULL); /* 0 disarms, and clears a tick */
-}
-
-/* The watch fired and was not armed again since (a tick read late may
- * belong to the send before; lock held). */
-static bool watch_expired(struct notify *nt)
-{
-	struct itimerspec t;
-
-	if (timerfd_gettime(nt->watch_fd, &t))
-		return true;
-	return t.it_value.tv_sec == 0 && t.it_value.tv_nsec == 0;
-}
-
-static int thread_start(struct ferry_engine *e);
-
-/* Before the leader's send: a deputy to watch it (lock held).  An idle
- * thread takes the role, or a new one; none: the send goes unwatched. */
-static void deputy_ensure(struct ferry_engine *e)
-{
-	struct notify *nt = &e->notify;
-
-	if (nt->deputy)
-		return;
-	if (nt->idle)
-		pthread_cond_broadcast(&nt->idle_cond);
-	else
-		(void)thread_start(e);
-}
-
-/* What the leader sends in one exchange: a lane's first jobs, in order. */
+/* What one exchange sends: a lane's first jobs, in order. */
 struct lead_batch {
 	struct notify_job *j[CTL_NOTIFY_MANY];
 	const struct wire_notify *msg[CTL_NOTIFY_MANY];
@@ -305,6 +211,84 @@ static void batch_call(struct ferry_engine *e, struct lead_batch *lb)
 	}
 	pthread_mutex_lock(&nt->lanes_lock);
 	nt->sending--;
+}
+
+/* One job alone (a retry after a pause), as an exchange of one. */
+static int lane_call_one(struct ferry_engine *e, struct notify_job *j)
+{
+	struct lead_batch lb = { .j = { j }, .msg = { &j->msg }, .n = 1 };
+
+	batch_call(e, &lb);
+	return lb.rc[0];
+}
+
+/* Asleep until the monotonic ms `until`, or a stop (lock held). */
+static void pause_until(struct notify *nt, int64_t until)
+{
+	struct timespec ts = { until / 1000, (until % 1000) * 1000000 };
+
+	(void)pthread_cond_timedwait(&nt->pause_cond, &nt->lanes_lock, &ts);
+}
+
+/* A lane's own thread: send j until it is delivered, refused for good,
+ * cancelled or the engine stops (rc: a first attempt's answer, or 1 for
+ * none yet); then end it.  Lock held. */
+static void lane_send(struct ferry_engine *e, struct notify_job *j, int rc)
+{
+	struct notify *nt = &e->notify;
+
+	for (;;) {
+		if (rc == -EAGAIN)
+			rc = job_busy(e, j, sock_now_ms());
+		if (rc <= 0)
+			break;
+		rc = job_stopped(nt, j);
+		if (rc)
+			break;
+		if (sock_now_ms() < j->next_ms) {
+			pause_until(nt, j->next_ms);
+			rc = 1;
+			continue;
+		}
+		rc = lane_call_one(e, j);
+	}
+	notify_job_end(nt, j, rc);
+}
+
+/* ---- the roles ---------------------------------------------------------- */
+
+static void watch_arm(struct notify *nt, int64_t ms)
+{
+	struct itimerspec t = { .it_value = { ms / 1000, (ms % 1000) * 1000000 } };
+
+	(void)timerfd_settime(nt->watch_fd, 0, &t, NULL); /* 0 disarms, and clears a tick */
+}
+
+/* The watch fired and was not armed again since (a tick read late may
+ * belong to the send before; lock held). */
+static bool watch_expired(struct notify *nt)
+{
+	struct itimerspec t;
+
+	if (timerfd_gettime(nt->watch_fd, &t))
+		return true;
+	return t.it_value.tv_sec == 0 && t.it_value.tv_nsec == 0;
+}
+
+static int thread_start(struct ferry_engine *e);
+
+/* Before the leader's send: a deputy to watch it (lock held).  An idle
+ * thread takes the role, or a new one; none: the send goes unwatched. */
+static void deputy_ensure(struct ferry_engine *e)
+{
+	struct notify *nt = &e->notify;
+
+	if (nt->deputy)
+		return;
+	if (nt->idle)
+		pthread_cond_broadcast(&nt->idle_cond);
+	else
+		(void)thread_start(e);
 }
 
 /* The deposed leader: the rest of its lane, an exchange at a time (each

@@ -124,12 +124,22 @@ struct notify {
 	bool lanes_ready;              /* lock, conditions and fds made */
 	pthread_t thread[NOTIFY_THREADS_MAX];
 	unsigned sending;
-	uint64_t sends;                /* sends begun (statistics, for tests) */
+	uint64_t sends;                /* notifications whose send began (statistics, for tests) */
 	uint64_t takeovers;            /* the deputy took the role from a leader in a send */
 	uint64_t senders_peak;         /* most sends at once (statistics, for tests) */
 };
 
 struct ferry_engine;
+
+/* The leader's next look in us at the latest (*wait_us < 0: none asked yet;
+ * a time already past: at once). */
+static inline void wait_at_most(int64_t *wait_us, int64_t us)
+{
+	if (us < 0)
+		us = 0;
+	if (*wait_us < 0 || *wait_us > us)
+		*wait_us = us;
+}
 
 /* Before ctl_start: the queue bound (0: NOTIF_QUEUE_DEFAULT, rounded up to
  * a power of 2, at least 2) and the server's handler. */

@@ -222,13 +222,6 @@ static int job_arm(struct notify_job *j)
 	return job_deps_state(j);
 }
 
-/* The next look at the jobs in us at the latest (*wait_us < 0: none asked yet). */
-static void wait_at_most(int64_t *wait_us, int64_t us)
-{
-	if (*wait_us < 0 || *wait_us > us)
-		*wait_us = us;
-}
-
 /*
  * One look at a job: 1 it goes on waiting (*wait_us lowered to when it
  * wants the next look), 0 it left (ended, or handed to its peer's lane).
