@@ -174,6 +174,11 @@ static uint32_t loop_qp_slow(struct loop_cq *cq, struct loop_run *run, struct lo
 		if (unlikely(qp->stalled && !qp->error))
 			break;
 		st = qp->error ? NIC_WC_FLUSH_ERR : loop_exec(cq, run, qp, w);
+		if (unlikely(st == NIC_WC_REM_ACCESS_ERR && run->faults && cq->silent_peer)) {
+			cq->cnt[CNT_LOST]++; /* a dead peer NAKs nothing */
+			qp->stalled = true;
+			break;
+		}
 		if (likely(st == NIC_WC_SUCCESS)) {
 			if (w->signaled) {
 				if (unlikely(run->faults) && unlikely(loop_roll(cq, cq->thr_lost))) {
@@ -291,6 +296,7 @@ static void loop_cq_load_faults(struct loop_cq *cq, uint32_t epoch)
 	cq->thr_err = READ_ONCE(ctx->thr_err);
 	cq->thr_lost = READ_ONCE(ctx->thr_lost);
 	cq->thr_fatal = READ_ONCE(ctx->thr_fatal);
+	cq->silent_peer = READ_ONCE(ctx->silent_peer);
 	/* Distinct, reproducible streams for the CQs of one context. */
 	cq->rng = seed ^ ((uint64_t)cq->ordinal * 0xd1b54a32d192ed03ull);
 	cq->fault_epoch = epoch;
@@ -310,7 +316,7 @@ static void loop_cq_run(struct loop_cq *cq, uint32_t budget)
 	epoch = load_acquire(ctx->fault_epoch); /* pairs with: fetch_add_release in loop_set_faults */
 	if (unlikely(epoch != cq->fault_epoch))
 		loop_cq_load_faults(cq, epoch);
-	run.faults = (cq->thr_err | cq->thr_lost | cq->thr_fatal) != 0;
+	run.faults = (cq->thr_err | cq->thr_lost | cq->thr_fatal | cq->silent_peer) != 0;
 	run.nocopy = READ_ONCE(ctx->nocopy);
 
 	while (budget && !cds_list_empty(&cq->active)) {

@@ -25,6 +25,9 @@ struct loop_faults {
 				* and all behind it flush */
 	uint32_t qp_fatal_ppm; /* WRs that move their QP to the error state, per million */
 	uint32_t no_new_qps;   /* qp_create fails (-EIO): a device that died */
+	uint32_t silent_peer;  /* a WR the peer refuses (its region is gone: it died)
+				* stalls its QP, no completion, as a dead RDMA peer
+				* answers nothing, instead of REM_ACCESS_ERR */
 	uint64_t seed;         /* PRNG seed (0 = fixed default) */
 };
 

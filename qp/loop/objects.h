@@ -55,6 +55,7 @@ struct loop_ctx {
 	uint32_t fault_epoch; /* bumped after each change */
 	int nocopy;
 	uint32_t no_new_qps;         /* loop_faults.no_new_qps (READ_ONCE) */
+	uint32_t silent_peer;        /* loop_faults.silent_peer */
 
 	/* Device events injected by tests (loop_lock), announced on event_fd. */
 	int event_fd;
@@ -71,6 +72,7 @@ struct loop_cq {
 	uint64_t thr_err;	/* thresholds on a 32-bit draw; 0 = off */
 	uint64_t thr_lost;
 	uint64_t thr_fatal;
+	uint32_t silent_peer;
 	uint32_t fault_epoch;	/* ctx->fault_epoch the fields above reflect */
 	uint32_t ordinal;
 	uint64_t cnt[CNT_NR];

@@ -74,6 +74,13 @@ static void cmd_ep_down(struct ferry_core *c, struct core_cmd *cmd)
 	ep->down = (uint8_t)cmd->rc;
 	if (ep->down)
 		core_fail_pending(c, ep, -EHOSTDOWN);
+	/* The peer's QPs went with its process: what ours hold would wait out
+	 * a slice timeout per QP, and again on each QP or rail a retry tried.
+	 * Flushed now, it ends -EHOSTDOWN (core_slice_trouble); the QPs are
+	 * replaced like any broken one, so a peer that answers again (the same
+	 * process) gets its rails back. */
+	if (cmd->rc == EP_PEER_GONE)
+		ep_set_error(&c->tx[ep->tx], ep);
 	cmd_done(cmd, 0);
 }
 

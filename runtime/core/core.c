@@ -112,6 +112,9 @@ __attribute__((noinline, cold)) void core_slice_trouble(struct ferry_core *c, st
 			stat_add(&c->ctr, rail_pauses, 1);
 		if (slice_retry(c, s, err))
 			return;
+		/* The flush or timeout that brought it back is not the news. */
+		if (s->ep->down && err_retryable(err))
+			err = -EHOSTDOWN;
 	} else {
 		rail_note_success(&s->ep->rail);
 	}

@@ -60,6 +60,11 @@ struct core_counters {
 /* Commands from the control path, through the core's command ring. */
 enum core_cmd_type { CMD_EP_ADD = 1, CMD_EP_REMOVE, CMD_QP_REPLACE, CMD_EP_DOWN, CMD_QP_FATAL };
 
+/* CMD_EP_DOWN's flag (ep->down): reachable again; unreachable (what waits
+ * and what comes fails fast, -EHOSTDOWN); or the peer's process is gone
+ * (also flush what the QPs hold: it would never complete). */
+enum ep_down { EP_UP = 0, EP_DOWN = 1, EP_PEER_GONE = 2 };
+
 struct core_cmd {
 	int type;
 	uint32_t slot;                 /* CMD_QP_FATAL: the QP's number */

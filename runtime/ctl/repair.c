@@ -51,6 +51,22 @@ bool rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i, u
 }
 
 /*
+ * Nothing listens at the peer's control address (a refused connection):
+ * its process is gone, or not up again yet, and its QPs with it, whichever
+ * rail they are on.  Every rail goes down at once and what our QPs hold is
+ * flushed (EP_PEER_GONE): otherwise a request in flight waited out one
+ * slice timeout per QP or rail its retries tried (fault-vm peer_kill:
+ * 2.0-6.0 s after the kill with timeout_ms 2000).  Once per verdict: the
+ * probes that follow find the rails down already.
+ */
+static void peer_gone(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
+{
+	for (unsigned k = 0; k < e->ncores; k++)
+		if (s->eps[k] && READ_ONCE(s->rail_down[k]) != EP_PEER_GONE)
+			seg_rail_set_down(e, s, k, slot, EP_PEER_GONE);
+}
+
+/*
  * A repair of core's rail failed (rc).  A dead peer is probed again and
  * again (back-off up to REPAIR_BACKOFF_MAX_MS, per QP): say so on the
  * first failure, when the last rail goes (requests start failing), and
@@ -69,8 +85,10 @@ static void repair_say_failed(struct ferry_seg *s, unsigned core, int rc, bool a
 		"again with back-off (up to %d s), logged again every %d s while it fails "
 		"(%u failed repairs so far)",
 		s->address, core, strerror(-rc),
-		all_down ? "no rail reaches the peer: its requests fail at once (EHOSTDOWN)"
-			 : "new work avoids the rail and its waiting slices move to the others",
+		rc == -ECONNREFUSED ? "no rail reaches the peer (nothing listens at its address): its "
+				      "requests, those in flight too, fail at once (EHOSTDOWN)"
+		: all_down ? "no rail reaches the peer: its requests fail at once (EHOSTDOWN)"
+			   : "new work avoids the rail and its waiting slices move to the others",
 		REPAIR_BACKOFF_MAX_MS / 1000, REPAIR_SAY_EVERY_MS / 1000, s->repairs_failed);
 	s->repair_said_ms = now;
 	s->repair_said_all = all_down;
@@ -173,7 +191,12 @@ static int repair_one(struct ferry_engine *e, const struct repair_job *j)
 
 			if (stale) /* says so itself, once */
 				seg_mark_stale(e, s, j->slot);
-			all_down = rail_unreachable(e, s, j->core, j->slot);
+			if (rc == -ECONNREFUSED) {
+				peer_gone(e, s, j->slot);
+				all_down = true;
+			} else {
+				all_down = rail_unreachable(e, s, j->core, j->slot);
+			}
 			if (!stale)
 				repair_say_failed(s, j->core, rc, all_down);
 		}

@@ -383,6 +383,7 @@ static void test_peer_restart(void **state)
 	struct counts c;
 	char addr[64];
 	uint64_t seed = 11;
+	unsigned probes;
 	double t0;
 
 	(void)state;
@@ -432,9 +433,9 @@ static void test_peer_restart(void **state)
 	 * back-off): the log says so at the first failure and when the last
 	 * rail goes (one line each, or one for both), not three lines a probe. */
 	WAIT_UNTIL(repairs_failed(P.init, P.seg) >= 6, WAIT_MS, "the dead peer probed 6 times");
+	probes = repairs_failed(P.init, P.seg); /* ctl_lock: not under L.lock (the logger's order) */
 	pthread_mutex_lock(&L.lock);
-	print_message("dead peer: %u failed repairs, logged %u time(s)\n",
-		      repairs_failed(P.init, P.seg), L.repair_failed);
+	print_message("dead peer: %u failed repairs, logged %u time(s)\n", probes, L.repair_failed);
 	assert_in_range(L.repair_failed, 1, 2);
 	assert_int_equal(L.all_down, 1);
 	assert_int_equal(L.handshake, 0);
@@ -474,6 +475,62 @@ static void test_peer_restart(void **state)
 	assert_int_equal(ferry_port_destroy(port), 0);
 	assert_quiet_and_close(P.init, &P.seg);
 	pair_teardown(&P);
+}
+
+/*
+ * A peer killed on RDMA answers nothing any more (no completion, no error:
+ * its NIC is silent), and its control address refuses connections.  Here
+ * the software NIC loses every completion, and one slice is in flight, on
+ * one QP of one core's rail: before, only that rail went down when its
+ * repair was refused, and the slice's retries -- on the endpoint's other
+ * QP, then on the other rail, both still "healthy" -- each waited out a
+ * slice timeout until they ran out (TIMEOUT; fault-vm peer_kill on rxe:
+ * 2.0-6.0 s after the kill with timeout_ms 2000).  A refused repair now
+ * means the peer's process is gone: every rail goes down at once and what
+ * the QPs hold is flushed, so the request ends FAILED -EHOSTDOWN.
+ */
+static void test_peer_killed_silent(void **state)
+{
+	struct ferry_req_status st;
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	struct ferry_req r;
+	double t0;
+
+	(void)state;
+	need_loop();
+	setup_pair(200);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
+	set_faults(P.init, &(struct loop_faults){ .lost_ppm = 1000000, .silent_peer = 1,
+						  .seed = 5 });
+	r = mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 4096); /* one slice */
+	ferry_log_set(log_count, NULL);
+	t0 = now_s();
+	assert_int_equal(ferry_submit(b, &r, 1), 0);
+	WAIT_UNTIL(wrs_posted(P.init) >= 1, WAIT_MS, "the slice posted");
+	ferry_engine_destroy(P.target);
+	P.target = NULL;
+	ferry_batch_wait(b, WAIT_MS);
+	assert_int_equal(ferry_req_status(b, 0, &st), 0);
+	print_message("peer killed, silent: a request in flight ended %s (%d) in %.2f s "
+		      "(timeout_ms 200)\n", ferry_state_name(st.state), st.error, now_s() - t0);
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(st.error, -EHOSTDOWN);
+	/* Every rail, not only the one whose QP broke. */
+	assert_true(repairs_failed(P.init, P.seg) >= 1);
+	assert_true(rails_all_down(P.init, P.seg));
+	set_faults(P.init, NULL);
+	ferry_log_set(NULL, NULL);
+
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	assert_quiet_and_close(P.init, &P.seg);
+	assert_int_equal(ferry_mem_unregister(P.init, P.lbuf), 0);
+	ferry_engine_destroy(P.init);
+	free(P.lbuf);
+	free(P.rbuf);
+	P = (struct pair){ 0 };
 }
 
 /*
@@ -787,6 +844,7 @@ int main(void)
 		cmocka_unit_test(test_close_in_flight_faults),
 		cmocka_unit_test(test_close_stalled),
 		cmocka_unit_test(test_peer_restart),
+		cmocka_unit_test(test_peer_killed_silent),
 		cmocka_unit_test(test_lease),
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_submit_while_reopening),
