@@ -11,9 +11,53 @@ if [ "${#devs[@]}" -lt 2 ]; then
 	exit 1
 fi
 fail=0
+# A step that has not ended after STEP_S seconds is stopped, after what it
+# waits on is printed: each thread's state, kernel wait channel and kernel
+# stack, then (within 60 s; a thread stuck in the kernel can hold gdb too)
+# gdb's user-space stacks, and the kernel log's tail.  A hung step then
+# fails with its reason instead of the VM's whole timeout (vm-run
+# --timeout) ending the suite with nothing to go on.  If the dump does not
+# come either, the VM itself stopped (vm-run's README has seen that once).
+STEP_S=${FERRY_VERBS_STEP_S:-300}
+step_dump() {
+	local pid=$1 p t
+	echo "verbs-suite: step still running after ${STEP_S} s: $(tr '\0' ' ' </proc/"$pid"/cmdline)"
+	for p in $pid $(pgrep -P "$pid"); do
+		for t in /proc/"$p"/task/*; do
+			echo "-- pid $p task ${t##*/} ($(cat "$t"/comm)): state $(awk '{ print $3 }' "$t"/stat)," \
+				"wchan $(cat "$t"/wchan)"
+			cat "$t"/stack 2>/dev/null
+		done
+		if command -v gdb >/dev/null; then
+			timeout 60 gdb -p "$p" -batch -ex "thread apply all bt" 2>/dev/null | grep -E "^Thread|^#"
+		fi
+	done
+	dmesg 2>/dev/null | tail -30
+}
+# step_watch PID: after STEP_S seconds, dump PID and kill it (and its children).
+step_watch() {
+	local pid=$1 nap
+	sleep "$STEP_S" &
+	nap=$!
+	trap 'kill "$nap" 2>/dev/null; exit 0' TERM # the step ended: no sleeper left behind
+	wait "$nap"
+	kill -0 "$pid" 2>/dev/null || exit 0
+	step_dump "$pid"
+	# shellcheck disable=SC2046 # one word per pid
+	kill -KILL "$pid" $(pgrep -P "$pid") # at once: a parent left alive could go on
+}
 run() {
+	local pid watch rc
 	echo "== $*"
-	"$@" || { echo "FAILED: $*"; fail=1; }
+	"$@" &
+	pid=$!
+	step_watch "$pid" &
+	watch=$!
+	wait "$pid"
+	rc=$?
+	kill "$watch" 2>/dev/null
+	wait "$watch" 2>/dev/null
+	[ "$rc" = 0 ] || { echo "FAILED: $* (status $rc)"; fail=1; }
 }
 # The VM is emulated (~15x slower) and rxe moves ~50 MB/s: smaller requests.
 export FERRY_TEST_MAX_REQ=${FERRY_TEST_MAX_REQ:-$((4 << 20))}
