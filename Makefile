@@ -215,7 +215,7 @@ test-verbs: $(VERBS_TESTS)
 	  B=$(B) tests/tools/verbs-suite.sh; \
 	elif [ -x $(SOFTROCE)/vm-run ]; then \
 	  $(SOFTROCE)/setup >/dev/null && \
-	  $(SOFTROCE)/vm-run --devices 4 --timeout 900 -- env B=$(B) tests/tools/verbs-suite.sh; \
+	  B=$(B) SOFTROCE=$(SOFTROCE) tests/tools/verbs-vm.sh; \
 	else \
 	  echo "ferry: no RDMA device and no $(SOFTROCE)/vm-run: verbs tests NOT run"; \
 	  test -z "$$CI"; \

@@ -11,6 +11,20 @@ if [ "${#devs[@]}" -lt 2 ]; then
 	exit 1
 fi
 fail=0
+# verbs-vm.sh watches this from the host: a counter written every 10 s
+# while the guest runs (its shared build directory is written through).
+if [ -n "${FERRY_VERBS_BEAT:-}" ]; then
+	(
+		n=0
+		while :; do
+			n=$((n + 1))
+			echo "$n" >"$FERRY_VERBS_BEAT"
+			sleep 10
+		done
+	) &
+	beat_pid=$!
+	trap 'kill "$beat_pid" 2>/dev/null' EXIT
+fi
 # A step that has not ended after STEP_S seconds is stopped, after what it
 # waits on is printed: each thread's state, kernel wait channel and kernel
 # stack, then (within 60 s; a thread stuck in the kernel can hold gdb too)
@@ -42,6 +56,7 @@ step_watch() {
 	trap 'kill "$nap" 2>/dev/null; exit 0' TERM # the step ended: no sleeper left behind
 	wait "$nap"
 	kill -0 "$pid" 2>/dev/null || exit 0
+	trap '' TERM # the step may end meanwhile: the dump goes on to its end
 	step_dump "$pid"
 	# shellcheck disable=SC2046 # one word per pid
 	kill -KILL "$pid" $(pgrep -P "$pid") # at once: a parent left alive could go on
