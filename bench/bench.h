@@ -70,6 +70,9 @@ struct bench {
 	struct ferry_engine *init, *target;
 	struct ferry_engine *self;   /* the engine whose cores are reported */
 	ferry_seg_t seg;
+	/* --notify --peers P: receivers 1..P-1 beside the target (receiver 0) */
+	struct ferry_engine *fan[BENCH_MAX_PEERS];
+	ferry_seg_t fan_seg[BENCH_MAX_PEERS];
 	uint8_t *tbuf;               /* one-process mode and --target: the target's buffer */
 	uint64_t tbuf_len;           /* bytes allocated or mapped */
 	bool tbuf_mapped;            /* --target: mmap()ed */

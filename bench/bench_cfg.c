@@ -121,6 +121,11 @@ static int check_notify(struct bench_cfg *cfg, const bool *seen, char *err, size
 			    "give --notify too");
 	if (!seen[OPT_NOTIFS])
 		cfg->notifs = 1;
+	if (seen[OPT_PEERS] && !cfg->notify)
+		return bad_arg(err, errlen, "--peers is the engines --notify's notifications go to: "
+			    "give --notify too");
+	if (!seen[OPT_PEERS])
+		cfg->peers = 1;
 	if (!cfg->notify)
 		return 0;
 	if (cfg->pingpong || cfg->idle)

@@ -61,6 +61,7 @@ static const struct option long_opts[] = {
 	{ "pingpong", no_argument, NULL, OPT_PINGPONG },
 	{ "notify", no_argument, NULL, OPT_NOTIFY },
 	{ "notifs", required_argument, NULL, OPT_NOTIFS },
+	{ "peers", required_argument, NULL, OPT_PEERS },
 	{ "idle", required_argument, NULL, OPT_IDLE },
 	{ "opens", required_argument, NULL, OPT_OPENS },
 	{ "secret", required_argument, NULL, OPT_SECRET },
@@ -389,6 +390,8 @@ static int apply_run_opt(int c, const char *v, struct bench_cfg *cfg, char *err,
 		return 0;
 	case OPT_NOTIFS:
 		return take_u32("--notifs", v, 0, BENCH_MAX_NOTIFS, &cfg->notifs, err, errlen);
+	case OPT_PEERS:
+		return take_u32("--peers", v, 0, BENCH_MAX_PEERS, &cfg->peers, err, errlen);
 	case OPT_IDLE:
 		return take_seconds("--idle", v, &cfg->idle, err, errlen);
 	case OPT_OPENS:

@@ -19,6 +19,7 @@
 #define BENCH_MAX_PORTS 1024u
 #define BENCH_MAX_BATCH (1u << 20)
 #define BENCH_MAX_NOTIFS 4096     /* --notifs: notifications per turn */
+#define BENCH_MAX_PEERS 16        /* --peers: receiving engines of --notify */
 /* A day: anything longer is a typo, and it keeps the ns arithmetic safe. */
 #define BENCH_MAX_DURATION 86400.0
 /* Buffer of the two-process modes and of a sweep when --buffer is absent. */
@@ -110,6 +111,8 @@ struct bench_cfg {
 	bool notify;              /* --notify: a WRITE and its notification, timed to the
 	                           * target's ferry_notif_poll (sets lat) */
 	uint32_t notifs;          /* --notifs K: notifications per --notify turn (default 1) */
+	uint32_t peers;           /* --peers P: --notify's receivers, turn's notification i
+	                           * to receiver i % P (default 1: the target alone) */
 	double idle;              /* --idle SECONDS: idle CPU and wake-up latency; 0 = off */
 	uint32_t opens;           /* --opens N: time N segment opens (mode_opens.c); 0 = off */
 	const char *secret;       /* --secret FILE: --opens also with this cluster key */

@@ -50,6 +50,7 @@ enum {
 	OPT_SAME_ADDR,
 	OPT_NOTIFY,
 	OPT_NOTIFS,
+	OPT_PEERS,
 	OPT_END, /* one past the last: size of the seen[] array */
 };
 

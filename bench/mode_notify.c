@@ -9,6 +9,10 @@
  * WRITE's own completion) they show what the notification adds.  With
  * --notifs K a turn queues K notifications after the WRITE and ends when
  * the last is polled (any order, each once): the report adds their rate.
+ * With --peers P notification i goes to receiver i % P: receiver 0 is the
+ * target (after the WRITE), the others follow no WRITE of theirs, so they
+ * are ready at once: what telling several peers at a time costs (a prefill
+ * node telling its decode nodes).
  */
 #include <errno.h>
 #include <string.h>
@@ -65,8 +69,8 @@ static int notify_poll(struct bench_port *bp, uint64_t turn, uint64_t t0, uint8_
 	int k, rc;
 
 	memset(seen, 0, notifs);
-	while (have < notifs) {
-		k = ferry_notif_poll(b->target, got, 16);
+	for (unsigned p = 0; have < notifs; p = p + 1 < b->cfg.peers ? p + 1 : 0) {
+		k = ferry_notif_poll(b->cfg.peers > 1 ? b->fan[p] : b->target, got, 16);
 		if (k < 0)
 			return k;
 		for (int i = 0; i < k; i++) {
@@ -90,7 +94,8 @@ static int notify_queue(struct bench_port *bp, uint64_t turn)
 {
 	for (uint32_t i = 0; i < bp->b->cfg.notifs; i++) {
 		struct notify_msg m = { .turn = turn, .i = i };
-		int rc = ferry_notify(bp->batch, bp->b->seg, &m, sizeof(m));
+		uint32_t to = i % bp->b->cfg.peers;
+		int rc = ferry_notify(bp->batch, to ? bp->b->fan_seg[to] : bp->b->seg, &m, sizeof(m));
 
 		if (rc < 0)
 			return rc;

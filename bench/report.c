@@ -142,9 +142,10 @@ void print_row(const struct bench *b, const struct totals *t)
 	if (b->cfg.lat) {
 		print_lat_row(bench_op_name(b->cfg.op), b->size, l, t->failures);
 		if (b->cfg.notify && b->cfg.notifs > 1)
-			printf("# %u notifications per turn: %.0f notifications/s (turns back to "
-			       "back, each timed from the WRITE's submit to the last one polled)\n",
-			       b->cfg.notifs, notifs_per_s(b, t));
+			printf("# %u notifications per turn to %u receiver(s): %.0f notifications/s "
+			       "(turns back to back, each timed from the WRITE's submit to the last "
+			       "one polled)\n",
+			       b->cfg.notifs, b->cfg.peers, notifs_per_s(b, t));
 	} else {
 		printf("%-5s %10" PRIu64 " %6u %5u %9" PRIu64 " %14" PRIu64
 		       " %8.3f %8.3f %10.1f %12.0f %10.2f %9s %9s %9s %9s %8" PRIu64 "\n",
@@ -378,8 +379,8 @@ void print_json(const struct bench *b, const struct totals *t)
 	 */
 	json_lat("lat_us", l);
 	if (b->cfg.notify)
-		printf("\"notifs_per_turn\":%u,\"notifs_per_s\":%.1f,", b->cfg.notifs,
-		       notifs_per_s(b, t));
+		printf("\"notifs_per_turn\":%u,\"notify_peers\":%u,\"notifs_per_s\":%.1f,",
+		       b->cfg.notifs, b->cfg.peers, notifs_per_s(b, t));
 	printf("\"cores_cpu_s\":%.6f,\"gbps_per_core_cpu\":%.6f,", (double)b->cores_cpu_ns / 1e9,
 	       b->cores_cpu_ns ? (double)bytes / (double)b->cores_cpu_ns : 0.0);
 	json_cores(b, b->before, b->after);

@@ -139,6 +139,33 @@ static int ports_register(struct bench *b)
 	return 0;
 }
 
+/* --notify --peers P: receivers 1..P-1, engines like the target's on
+ * addresses of their own (no name: a store would see one name twice), no
+ * memory (nothing is written to them), a segment to each. */
+static int receivers_open(struct bench *b)
+{
+	struct ferry_opts o = b->topts;
+	char what[320];
+	int rc;
+
+	o.listen = "127.0.0.1:0";
+	o.name = NULL;
+	b->fan[0] = b->target;
+	b->fan_seg[0] = b->seg;
+	for (unsigned p = 1; p < b->cfg.peers; p++) {
+		rc = engine_open(b, "receiver", &o, &b->fan[p]);
+		if (rc)
+			return rc;
+		rc = ferry_segment_open(b->init, ferry_engine_address(b->fan[p]), &b->fan_seg[p]);
+		if (rc) {
+			snprintf(what, sizeof(what), "ferry_segment_open(receiver %u, %s)", p,
+				 ferry_engine_address(b->fan[p]));
+			return report(what, rc);
+		}
+	}
+	return 0;
+}
+
 static int engines_open(struct bench *b)
 {
 	int rc;
@@ -165,6 +192,8 @@ static int engines_open(struct bench *b)
 		rc = segment_open(b, b->cfg.connect);
 		b->remote_base = b->cfg.remote_addr ? b->cfg.remote_addr : BENCH_TARGET_ADDR;
 	}
+	if (!rc && b->cfg.notify)
+		rc = receivers_open(b);
 	if (rc)
 		return rc;
 	b->self = b->init;
@@ -306,6 +335,8 @@ void bench_teardown(struct bench *b)
 		bench_samples_free(&bp->floor);
 	}
 	ferry_engine_destroy(b->init);
+	for (unsigned p = 1; p < BENCH_MAX_PEERS; p++)
+		ferry_engine_destroy(b->fan[p]); /* NULL: nothing */
 	if (b->target && b->tbuf && b->cfg.mode == BENCH_TARGET)
 		ferry_mem_unregister(b->target, b->tbuf);
 	ferry_engine_destroy(b->target);

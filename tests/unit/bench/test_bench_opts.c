@@ -694,6 +694,16 @@ static void test_notify(void **state)
 	BAD("(a positive integer, max 4096)", "--notify", "--notifs", "4097");
 	BAD("--notify sends one request at a time: --batch must be 1", "--notify", "--batch", "4");
 	BAD("--sync is for throughput runs: --notify sends", "--notify", "--sync");
+	/* --peers P: notification i to receiver i % P. */
+	OK(&r, "--notify");
+	assert_int_equal(r.cfg.peers, 1);
+	OK(&r, "--notify", "--notifs", "8", "--peers", "4");
+	assert_int_equal(r.cfg.peers, 4);
+	assert_int_equal(r.cfg.notifs, 8);
+	BAD("--peers is the engines --notify's notifications go to: give --notify too", "--peers",
+	    "2");
+	BAD("--peers '0': must be greater than 0", "--notify", "--peers", "0");
+	BAD("(a positive integer, max 16)", "--notify", "--peers", "17");
 }
 
 /* --idle SECONDS: an idle window, then cold and warm single requests. */
@@ -982,7 +992,7 @@ static void test_bad_output_flags(void **state)
 	    "x.csv");
 	BAD("--plot applies to the initiator (--connect), not to --target", "--target", "--plot",
 	    "x.png");
-	BAD("ambiguous option '--p' (--ports, --plot, --prom, --prep, --pingpong)", "--p", "x");
+	BAD("ambiguous option '--p' (--ports, --plot, --prom, --prep, --pingpong, --peers)", "--p", "x");
 	BAD("ambiguous option '--co' (--cores, --connect, --counters)", "--co", "on");
 }
 
