@@ -324,8 +324,9 @@ FERRY_API int ferry_mem_unregister(struct ferry_engine *e, void *addr);
  * process restarted, a new handle: the old one is stale (its requests fail,
  * -ESTALE) and should be closed; likewise, a name that a new incarnation
  * holds now makes the handles opened under it stale.  Keep handles rather
- * than reopening per transfer.  -ECONNREFUSED/-ETIMEDOUT/-EPROTO on
- * control-plane failures; -EACCES when authentication failed (another
+ * than reopening per transfer.  -ECONNREFUSED (nothing listens there),
+ * -EHOSTUNREACH (no route to it), -ETIMEDOUT, -EPROTO on control-plane
+ * failures; -EACCES when authentication failed (another
  * cluster key, or a key on one side only: the log says which); -EBUSY also
  * when the peer is at its connection cap; -ECANCELED when
  * ferry_engine_destroy began meanwhile.  Any thread; blocks for the round
@@ -539,7 +540,7 @@ struct ferry_notif {
  * FAILED: -EMSGSIZE (len too big), -EINVAL (NULL msg with len > 0), -EBADF
  * (unknown or closed seg), -ESTALE (the peer restarted), -EIO (an earlier
  * WRITE to seg did not succeed: the peer is not told), -ECONNREFUSED or
- * -ECONNRESET (peer gone), -EACCES (authentication), -ECANCELED (batch
+ * -ECONNRESET (peer gone), -EHOSTUNREACH (no route to it), -EACCES (authentication), -ECANCELED (batch
  * cancel, engine destroy).  Returns the slot, or -ENOSPC (batch full),
  * -EINVAL (NULL b).  The port's thread.
  */

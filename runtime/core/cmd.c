@@ -50,7 +50,9 @@ static void cmd_qp_replace(struct ferry_core *c, struct core_cmd *cmd)
 	if (ep != cmd->ep || !ep || ep->closing || cmd->index >= ep->nqps)
 		return cmd_done(cmd, -ENOENT);
 	old = ep->qps[cmd->index];
-	if (!old->broken || old->depth.depth)
+	if (!old->broken) /* replaced already, by an earlier job for the same QP */
+		return cmd_done(cmd, -EALREADY);
+	if (old->depth.depth)
 		return cmd_done(cmd, -EBUSY);
 	rc = qctx_attach(&c->tx[ep->tx], cmd->qp);
 	if (rc)
@@ -79,7 +81,7 @@ static void cmd_ep_down(struct ferry_core *c, struct core_cmd *cmd)
 	 * Flushed now, it ends -EHOSTDOWN (core_slice_trouble); the QPs are
 	 * replaced like any broken one, so a peer that answers again (the same
 	 * process) gets its rails back. */
-	if (cmd->rc == EP_PEER_GONE)
+	if (cmd->rc == EP_PEER_GONE || cmd->rc == EP_STALE)
 		ep_set_error(&c->tx[ep->tx], ep);
 	cmd_done(cmd, 0);
 }

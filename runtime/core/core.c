@@ -112,8 +112,10 @@ __attribute__((noinline, cold)) void core_slice_trouble(struct ferry_core *c, st
 			stat_add(&c->ctr, rail_pauses, 1);
 		if (slice_retry(c, s, err))
 			return;
-		/* The flush or timeout that brought it back is not the news. */
-		if (s->ep->down && err_retryable(err))
+		/* The peer is gone: the flush or timeout that brought the slice
+		 * back is not the news.  (Unreachable alone keeps its error: a
+		 * stopped peer's requests end TIMEOUT, as documented.) */
+		if (s->ep->down >= EP_PEER_GONE && !s->ep->closing && err_retryable(err))
 			err = -EHOSTDOWN;
 	} else {
 		rail_note_success(&s->ep->rail);
@@ -228,7 +230,9 @@ static void core_ask_repair(struct ferry_core *c, struct qpx *qp)
 	struct ferry_ep *ep = qp->owner;
 	uintptr_t v;
 
-	if (ep->closing || load_acquire(c->stop)) /* pairs with: store_release in core_stop */
+	/* A stale segment's QPs lead to an incarnation that is gone for good. */
+	if (ep->closing || ep->down == EP_STALE ||
+	    load_acquire(c->stop)) /* pairs with: store_release in core_stop */
 		return;
 	v = core_repair_encode(ep->seg_slot, ep_qp_index(ep, qp), c->index, ep->seg_gen);
 	if (ferry_ring_put(&c->repairs, (void *)v)) {

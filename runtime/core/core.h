@@ -61,9 +61,11 @@ struct core_counters {
 enum core_cmd_type { CMD_EP_ADD = 1, CMD_EP_REMOVE, CMD_QP_REPLACE, CMD_EP_DOWN, CMD_QP_FATAL };
 
 /* CMD_EP_DOWN's flag (ep->down): reachable again; unreachable (what waits
- * and what comes fails fast, -EHOSTDOWN); or the peer's process is gone
- * (also flush what the QPs hold: it would never complete). */
-enum ep_down { EP_UP = 0, EP_DOWN = 1, EP_PEER_GONE = 2 };
+ * and what comes fails fast, -EHOSTDOWN); the peer's process is gone (also
+ * flush what the QPs hold: it would never complete; the QPs are repaired,
+ * should it answer again); or it restarted (flushed too, and never
+ * repaired: the segment is stale for good). */
+enum ep_down { EP_UP = 0, EP_DOWN = 1, EP_PEER_GONE = 2, EP_STALE = 3 };
 
 struct core_cmd {
 	int type;

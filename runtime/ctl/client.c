@@ -185,12 +185,17 @@ static int ctl_dial_failed(struct ctl_client *cl, const char *address,
 	if (!call->quiet)
 		ctl_log("%s: cannot connect to %s: %s", call->what, address, strerror(-rc));
 	(void)cl;
-	/* Unreachable, refused, reset: all mean "no engine there". */
 	if (rc == -ETIMEDOUT || rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM)
 		return rc;
 	if (rc == -ECONNRESET || rc == -EPIPE)
 		return -ECONNRESET;
-	return -ECONNREFUSED;
+	/* No route is not "nothing listens there": the repair thread takes a
+	 * refusal for a dead peer (every rail down at once), but a control
+	 * network that lost its route says nothing of the peer. */
+	if (rc == -ENETUNREACH || rc == -EHOSTUNREACH || rc == -ENETDOWN || rc == -EHOSTDOWN ||
+	    rc == -EADDRNOTAVAIL)
+		return -EHOSTUNREACH;
+	return -ECONNREFUSED; /* refused; anything else: no engine there either */
 }
 
 /* One exchange on a kept or new connection; *again when it may be

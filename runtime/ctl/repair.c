@@ -135,7 +135,8 @@ static int repair_install(struct ferry_engine *e, const struct repair_job *j,
 		qpx_destroy(&e->cores[j->core]->tx[ep->tx], q);
 		/* Not s->address: a segment closed meanwhile has none any more. */
 		seg_disconnect_later(e, address, token, 1);
-		return rc == -ENOENT ? 0 : rc;
+		/* Gone, or replaced by a job before this one: done, not retried. */
+		return rc == -ENOENT || rc == -EALREADY ? 0 : rc;
 	}
 	seg_disconnect_later(e, s->address, ep->peer_tokens[j->qp], 1);
 	ep->peer_tokens[j->qp] = token;
@@ -181,7 +182,11 @@ static int repair_one(struct ferry_engine *e, const struct repair_job *j)
 	pthread_mutex_unlock(&e->ctl_lock);
 	if (!ep || rc)
 		return rc;
-	rc = seg_handshake(e, j->core, &peer, &q, 1, token, true);
+	fetch_add_relaxed(e->repair.handshakes, 1); /* statistics */
+	if (ferry_now_ms() < READ_ONCE(e->repair.refuse_until_ms))
+		rc = -ECONNREFUSED; /* a test's refusing peer */
+	else
+		rc = seg_handshake(e, j->core, &peer, &q, 1, token, true);
 	pthread_mutex_lock(&e->ctl_lock);
 	if (rc) {
 		qpx_destroy(&c->tx[ep->tx], q);
@@ -216,7 +221,8 @@ static void repair_later(struct repair *r, struct repair_job *j)
 		return; /* dropped: the core asks again (REPAIR_REASK_MS) if still broken */
 	j->backoff_ms = backoff < REPAIR_BACKOFF_MAX_MS ? backoff : REPAIR_BACKOFF_MAX_MS;
 	j->due_ms = ferry_now_ms() + j->backoff_ms;
-	r->later[r->n_later++] = *j;
+	r->later[r->n_later] = *j;
+	WRITE_ONCE(r->n_later, r->n_later + 1); /* tests read it: a statistic */
 }
 
 static void repair_run(struct ferry_engine *e, struct repair_job *j)
@@ -250,11 +256,26 @@ static unsigned repair_due(struct ferry_engine *e)
 			k++;
 			continue;
 		}
-		r->later[k] = r->later[--r->n_later];
+		r->later[k] = r->later[r->n_later - 1];
+		WRITE_ONCE(r->n_later, r->n_later - 1);
 		repair_run(e, &j);
 		ran++;
 	}
 	return ran;
+}
+
+/* The same QP's job waits out a back-off already: a core's ask again
+ * (each REPAIR_REASK_MS while the QP stays broken) adds nothing, and kept
+ * it would hand-shake once more for a QP its twin replaced. */
+static bool repair_queued(const struct repair *r, const struct repair_job *j)
+{
+	for (unsigned k = 0; k < r->n_later; k++) {
+		const struct repair_job *q = &r->later[k];
+
+		if (q->slot == j->slot && q->qp == j->qp && q->core == j->core && q->gen == j->gen)
+			return true;
+	}
+	return false;
 }
 
 static unsigned repair_drain(struct ferry_engine *e)
@@ -268,7 +289,8 @@ static unsigned repair_drain(struct ferry_engine *e)
 			struct repair_job j = { 0 };
 
 			core_repair_decode((uintptr_t)v, &j);
-			repair_run(e, &j);
+			if (!repair_queued(&e->repair, &j))
+				repair_run(e, &j);
 			got++;
 		}
 	}

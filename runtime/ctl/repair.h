@@ -21,12 +21,15 @@ struct repair {
 	int started;
 	int stop;                      /* load_acquire/store_release */
 	struct repair_job later[REPAIR_LATER_MAX]; /* failed: try again after a back-off */
-	unsigned n_later;
+	unsigned n_later;              /* written with WRITE_ONCE: tests read it */
 	unsigned later_max;            /* REPAIR_LATER_MAX; tests lower it */
 	int wake_fd;                   /* eventfd: repair_kick wakes the thread */
 	uint32_t sleeping;             /* store_sc/fetch_or_sc: see repair_wait */
 	uint64_t next_keepalive_ms;    /* peers told we are alive */
 	uint64_t next_expire_ms;       /* silent initiators' QPs freed */
+	uint64_t handshakes;           /* repairs tried (statistics, for tests) */
+	uint64_t refuse_until_ms;      /* tests: repairs are refused until then (ferry_now_ms),
+	                                * as by a peer whose control port is closed a while */
 };
 
 int repair_start(struct ferry_engine *e);

@@ -200,7 +200,7 @@ void seg_mark_stale(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
 	log_warn("segment %s: the peer restarted (new incarnation): requests to the old one "
 		 "fail with ESTALE; open the address (or name) again", s->address);
 	for (unsigned i = 0; i < e->ncores; i++)
-		seg_rail_set_down(e, s, i, slot, EP_PEER_GONE); /* the old incarnation's QPs are gone */
+		seg_rail_set_down(e, s, i, slot, EP_STALE); /* the old incarnation's QPs are gone */
 }
 
 int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg)

@@ -26,6 +26,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include "ring/base/clock.h"
 #include "tests/harness/harness.h"
 
 #define BUF (16u << 20)
@@ -533,6 +534,67 @@ static void test_peer_killed_silent(void **state)
 	P = (struct pair){ 0 };
 }
 
+/* Every rail of seg usable again (repaired, not down, not paused). */
+static bool rails_all_up(struct ferry_engine *e, ferry_seg_t seg)
+{
+	const struct ferry_seg *s = seg_at(&e->segs, (uint32_t)(seg & 0xffffffffu) - 1);
+
+	for (unsigned i = 0; i < e->ncores; i++)
+		if (rail_unusable(s, i))
+			return false;
+	return true;
+}
+
+/*
+ * A peer whose control port refuses for a while though its process lives
+ * (the engine's test switch refuses its repairs): the refusal takes every
+ * rail down and flushes what was in flight, as for a dead peer; once it
+ * answers again the QPs are repaired, the rails come back and requests
+ * move.  And the repair jobs that piled up meanwhile (a core asks again
+ * each second while a QP stays broken) end: before, a QP replaced by one
+ * job made its twins fail -EBUSY and hand-shake again every 2 s until the
+ * segment closed.
+ */
+static void test_peer_refuses_then_answers(void **state)
+{
+	struct ferry_req reqs[BATCH], r;
+	struct ferry_req_status st;
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	uint64_t seed = 17;
+	struct counts c;
+
+	(void)state;
+	need_loop();
+	setup_pair(200);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, BATCH, &b), 0);
+	WRITE_ONCE(P.init->repair.refuse_until_ms, ferry_now_ms() + 1500);
+	set_faults(P.init, &(struct loop_faults){ .lost_ppm = 1000000, .seed = 7 });
+	r = mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 4096);
+	assert_int_equal(ferry_submit(b, &r, 1), 0);
+	ferry_batch_wait(b, WAIT_MS);
+	assert_int_equal(ferry_req_status(b, 0, &st), 0);
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(st.error, -EHOSTDOWN);
+	assert_true(rails_all_down(P.init, P.seg));
+	set_faults(P.init, NULL);
+	assert_int_equal(ferry_batch_reset(b), 0);
+
+	WAIT_UNTIL(rails_all_up(P.init, P.seg), WAIT_MS, "the rails back once the peer answers");
+	prepare(reqs, BATCH, P.seg, P.lbuf, P.rbuf, SLOT, &seed);
+	c = run_checked(b, reqs, BATCH, NULL);
+	assert_int_equal(c.done, BATCH);
+	WAIT_UNTIL(READ_ONCE(P.init->repair.n_later) == 0, WAIT_MS, "no repair job left");
+	print_message("peer refused 1.5 s: %llu repair handshakes in all\n",
+		      (unsigned long long)READ_ONCE(P.init->repair.handshakes));
+
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
 /*
  * An initiator that goes away without disconnecting (killed: here, one
  * that never sends keepalives) loses its QPs on the target once its lease
@@ -845,6 +907,7 @@ int main(void)
 		cmocka_unit_test(test_close_stalled),
 		cmocka_unit_test(test_peer_restart),
 		cmocka_unit_test(test_peer_killed_silent),
+		cmocka_unit_test(test_peer_refuses_then_answers),
 		cmocka_unit_test(test_lease),
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_submit_while_reopening),

@@ -406,6 +406,10 @@ static void test_fetch_closed_port(void **state)
 	ctl_stop(&c);
 	assert_int_equal(ctl_fetch_desc(NULL, addr, FETCH_MS, &d), -ECONNREFUSED);
 	assert_null(d.regions);
+	/* No route is not a refusal (the repair thread takes a refusal for a
+	 * dead peer): a TCP connect to a multicast address fails in the
+	 * sender's kernel (ENETUNREACH), no packet leaves. */
+	assert_int_equal(ctl_fetch_desc(NULL, "224.0.0.1:4000", FETCH_MS, &d), -EHOSTUNREACH);
 }
 
 /* A peer that accepts (the kernel's backlog does) but never answers. */
