@@ -9,7 +9,8 @@
 # hangs verbs-suite.sh's step watchdog reports and fails.  vm-run's README
 # has seen the same.  So the suite in the guest writes a counter to a beat
 # file in the shared build directory every 10 s; when it stops changing for
-# FERRY_VM_BEAT_S (120) seconds, the VM is stopped and the VM part runs once
+# FERRY_VM_BEAT_S (120) seconds (or none comes that long after the start),
+# the VM is stopped and the VM part runs once
 # more, said on stderr.  A second stop fails (status 1).
 set -u
 B=${B:-build}
@@ -27,7 +28,9 @@ run_vm() {
 	pid=$!
 	while kill -0 "$pid" 2>/dev/null; do
 		sleep 2
-		now=$(cat "$BEAT" 2>/dev/null) || continue # booting: vm-run's timeout covers it
+		# Booting (a few seconds) counts as silence too: a guest that
+		# stops before the suite starts never beats.
+		now=$(cat "$BEAT" 2>/dev/null) || now=booting
 		if [ "$now" != "$last" ]; then
 			last=$now same=0
 			continue
