@@ -70,7 +70,7 @@ struct bench {
 	struct ferry_engine *init, *target;
 	struct ferry_engine *self;   /* the engine whose cores are reported */
 	ferry_seg_t seg;
-	/* --notify --peers P: receivers 1..P-1 beside the target (receiver 0) */
+	/* --notify: its receivers, [0] the target and seg (receivers_open) */
 	struct ferry_engine *fan[BENCH_MAX_PEERS];
 	ferry_seg_t fan_seg[BENCH_MAX_PEERS];
 	uint8_t *tbuf;               /* one-process mode and --target: the target's buffer */

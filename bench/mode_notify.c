@@ -70,7 +70,7 @@ static int notify_poll(struct bench_port *bp, uint64_t turn, uint64_t t0, uint8_
 
 	memset(seen, 0, notifs);
 	for (unsigned p = 0; have < notifs; p = p + 1 < b->cfg.peers ? p + 1 : 0) {
-		k = ferry_notif_poll(b->cfg.peers > 1 ? b->fan[p] : b->target, got, 16);
+		k = ferry_notif_poll(b->fan[p], got, 16);
 		if (k < 0)
 			return k;
 		for (int i = 0; i < k; i++) {
@@ -94,8 +94,7 @@ static int notify_queue(struct bench_port *bp, uint64_t turn)
 {
 	for (uint32_t i = 0; i < bp->b->cfg.notifs; i++) {
 		struct notify_msg m = { .turn = turn, .i = i };
-		uint32_t to = i % bp->b->cfg.peers;
-		int rc = ferry_notify(bp->batch, to ? bp->b->fan_seg[to] : bp->b->seg, &m, sizeof(m));
+		int rc = ferry_notify(bp->batch, bp->b->fan_seg[i % bp->b->cfg.peers], &m, sizeof(m));
 
 		if (rc < 0)
 			return rc;
