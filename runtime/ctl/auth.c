@@ -180,21 +180,29 @@ static int auth_refused(const struct auth_io *io, int err)
 	return err;
 }
 
-int ctl_auth_connect(int fd, const struct auth_key *key, int64_t deadline, int stop_fd,
-		     const char *peer)
+int ctl_auth_hello(int fd, uint8_t nonce[WIRE_AUTH_NONCE_LEN], int64_t deadline, int stop_fd)
+{
+	struct auth_io io = { fd, deadline, stop_fd, "", "server" };
+	struct wire_auth_hello mine = { .alg = WIRE_AUTH_ALG };
+	uint8_t b[WIRE_AUTH_HELLO_LEN];
+
+	auth_nonce(mine.nonce);
+	memcpy(nonce, mine.nonce, WIRE_AUTH_NONCE_LEN);
+	(void)wire_auth_hello_encode(&mine, b, sizeof(b));
+	return auth_send(&io, WIRE_AUTH_HELLO, b, WIRE_AUTH_HELLO_LEN);
+}
+
+int ctl_auth_finish(int fd, const struct auth_key *key, const uint8_t nonce[WIRE_AUTH_NONCE_LEN],
+		    int64_t deadline, int stop_fd, const char *peer)
 {
 	struct auth_io io = { fd, deadline, stop_fd, peer, "server" };
-	struct wire_auth_hello mine = { .alg = WIRE_AUTH_ALG }, theirs;
+	struct wire_auth_hello theirs;
 	struct wire_auth_proof proof;
 	uint8_t b[WIRE_AUTH_HELLO_LEN];
 	bool ok;
 	int rc, perr;
 
-	auth_nonce(mine.nonce);
-	(void)wire_auth_hello_encode(&mine, b, sizeof(b));
-	rc = auth_send(&io, WIRE_AUTH_HELLO, b, WIRE_AUTH_HELLO_LEN);
-	if (!rc)
-		rc = auth_recv(&io, WIRE_AUTH_HELLO, b, WIRE_AUTH_HELLO_LEN, &perr);
+	rc = auth_recv(&io, WIRE_AUTH_HELLO, b, WIRE_AUTH_HELLO_LEN, &perr);
 	if (rc)
 		return perr ? auth_refused(&io, perr) : rc;
 	if (wire_auth_hello_decode(b, WIRE_AUTH_HELLO_LEN, &theirs))
@@ -202,8 +210,8 @@ int ctl_auth_connect(int fd, const struct auth_key *key, int64_t deadline, int s
 	rc = auth_recv(&io, WIRE_AUTH_PROOF, b, WIRE_AUTH_PROOF_LEN, &perr);
 	if (rc)
 		return perr ? auth_refused(&io, perr) : rc;
-	ok = auth_verify(key, AUTH_SERVER, mine.nonce, theirs.nonce, b);
-	auth_proof(key, AUTH_CLIENT, mine.nonce, theirs.nonce, proof.mac);
+	ok = auth_verify(key, AUTH_SERVER, nonce, theirs.nonce, b);
+	auth_proof(key, AUTH_CLIENT, nonce, theirs.nonce, proof.mac);
 	(void)wire_auth_proof_encode(&proof, b, WIRE_AUTH_PROOF_LEN);
 	rc = auth_send(&io, WIRE_AUTH_PROOF, b, WIRE_AUTH_PROOF_LEN);
 	if (!ok) {
@@ -211,6 +219,17 @@ int ctl_auth_connect(int fd, const struct auth_key *key, int64_t deadline, int s
 			"key differs from ours)", peer);
 		return -EACCES;
 	}
+	return rc;
+}
+
+int ctl_auth_connect(int fd, const struct auth_key *key, int64_t deadline, int stop_fd,
+		     const char *peer)
+{
+	uint8_t nonce[WIRE_AUTH_NONCE_LEN];
+	int rc = ctl_auth_hello(fd, nonce, deadline, stop_fd);
+
+	if (!rc)
+		rc = ctl_auth_finish(fd, key, nonce, deadline, stop_fd, peer);
 	return rc;
 }
 

@@ -23,33 +23,13 @@
 #include <unistd.h>
 
 #include "ring/base/atomics.h"
+#include "runtime/ctl/call.h"
 #include "runtime/ctl/ctl.h"
 #include "runtime/ctl/pool.h"
 #include "runtime/ctl/sock.h"
 
-/* One request/reply exchange. */
-struct ctl_call {
-	const char *what;  /* "fetch", "connect", "disconnect": for the logs */
-	int quiet;         /* a dead peer is no news (keepalive): log nothing */
-	uint8_t *frame;    /* WIRE_HDR_LEN bytes of room, then the request payload */
-	size_t req_len;    /* payload bytes */
-	uint16_t req_type;
-	uint16_t rep_type; /* the answer expected besides WIRE_ERROR */
-	uint32_t rep_max;  /* larger replies are refused unread */
-	/* Decode the reply payload into out; NULL when it must be empty. */
-	int (*decode)(const uint8_t *buf, size_t len, void *out);
-	void *out;
-};
-
-/* How an exchange left its connection. */
-enum ex_state {
-	EX_NO_REPLY,  /* broke before a byte of the reply came: the call may go again */
-	EX_BROKEN,    /* broke, or out of step: close it */
-	EX_SYNCED,    /* a whole reply was read: the connection can carry the next call */
-};
-
 /* Turn a transport error into what ctl_fetch_desc documents. */
-static int ctl_io_error(int rc)
+int ctl_io_error(int rc)
 {
 	switch (rc) {
 	case -ETIMEDOUT:
@@ -119,13 +99,13 @@ static bool closing_errno(int rc)
 }
 
 /* How a failed send or a reply that never started leaves the connection. */
-static enum ex_state ex_unanswered(int rc)
+enum ex_state ex_unanswered(int rc)
 {
 	return rc != -ETIMEDOUT && rc != -ECANCELED ? EX_NO_REPLY : EX_BROKEN;
 }
 
 /* Read the reply to call on fd; *st says how the connection was left. */
-static int ctl_read_answer(int fd, int64_t deadline, int stop_fd, const struct ctl_call *call,
+int ctl_read_answer(int fd, int64_t deadline, int stop_fd, const struct ctl_call *call,
 			   enum ex_state *st)
 {
 	uint8_t b[WIRE_HDR_LEN];
@@ -176,7 +156,7 @@ static int ctl_exchange(int fd, int64_t deadline, int stop_fd, const struct ctl_
 
 /* Why a call got nowhere, said once (*said: ctl_call need not); and what
  * it returns. */
-static int ctl_dial_failed(struct ctl_client *cl, const char *address,
+int ctl_dial_failed(struct ctl_client *cl, const char *address,
 			   const struct ctl_call *call, int rc, bool *said)
 {
 	if (rc == -EACCES || rc == -EBUSY || rc == -EPROTO || rc == -ECANCELED)
@@ -223,7 +203,7 @@ static int ctl_call_once(struct ctl_client *cl, const struct sockaddr_in *sin,
 }
 
 /* The peer's address, or -EINVAL said in the log. */
-static int ctl_resolve(const char *address, const struct ctl_call *call, struct sockaddr_in *sin)
+int ctl_resolve(const char *address, const struct ctl_call *call, struct sockaddr_in *sin)
 {
 	if (!sock_resolve_peer(address, sin))
 		return 0;
@@ -233,7 +213,7 @@ static int ctl_resolve(const char *address, const struct ctl_call *call, struct 
 }
 
 /* Why a call that reached the peer failed, in the log (rc 0: nothing). */
-static void ctl_call_said(const struct ctl_client *cl, const char *address,
+void ctl_call_said(const struct ctl_client *cl, const char *address,
 			  const struct ctl_call *call, int rc)
 {
 	if (rc == -EACCES && !(cl && cl->has_key))
@@ -367,17 +347,25 @@ int ctl_disconnect(struct ctl_client *cl, const char *address, int timeout_ms,
 	return ctl_call(cl, address, timeout_ms, &call);
 }
 
-int ctl_keepalive(struct ctl_client *cl, const char *address, int timeout_ms,
-		  uint64_t incarnation)
+void ctl_keepalive_call(struct ctl_call *call, uint8_t frame[CTL_KEEPALIVE_FRAME],
+			uint64_t incarnation)
 {
 	struct wire_disconnect d = { .incarnation = incarnation };
-	uint8_t frame[WIRE_HDR_LEN + WIRE_KEEPALIVE_LEN];
-	struct ctl_call call = {
+
+	*call = (struct ctl_call){
 		.what = "keepalive", .quiet = 1, .frame = frame, .req_len = WIRE_KEEPALIVE_LEN,
 		.req_type = WIRE_KEEPALIVE, .rep_type = WIRE_KEEPALIVE_REP, .rep_max = 0,
 	};
-
 	(void)wire_disconnect_encode(&d, frame + WIRE_HDR_LEN, WIRE_KEEPALIVE_LEN);
+}
+
+int ctl_keepalive(struct ctl_client *cl, const char *address, int timeout_ms,
+		  uint64_t incarnation)
+{
+	uint8_t frame[CTL_KEEPALIVE_FRAME];
+	struct ctl_call call;
+
+	ctl_keepalive_call(&call, frame, incarnation);
 	return ctl_call(cl, address, timeout_ms, &call);
 }
 

@@ -4,7 +4,8 @@
  * address (server.c, serve.c) that answers GET_DESC with the engine's
  * segment descriptor and serves the endpoint handshake (CONNECT,
  * DISCONNECT) and the initiators' KEEPALIVEs, many connections at once on
- * one event-driven thread; and the client side (client.c, pool.c) that
+ * one event-driven thread; and the client side (client.c, pool.c, and
+ * many.c for a call to many peers at once) that
  * ferry_segment_open(), the repair thread and the leases use, over
  * connections kept per peer.  With a cluster key (auth.c) every connection
  * starts with a mutual challenge-response before anything is handed out.
@@ -159,6 +160,12 @@ int ctl_disconnect(struct ctl_client *cl, const char *address, int timeout_ms,
 /* Tell the engine at address that the initiator incarnation is alive. */
 int ctl_keepalive(struct ctl_client *cl, const char *address, int timeout_ms,
 		  uint64_t incarnation);
+/* The same to n engines at once (many.c): the whole round ends within
+ * timeout_ms however many of them do not answer; rcs[i] is what
+ * ctl_keepalive would have returned for addresses[i].  0 once every rcs[i]
+ * is set; -EINVAL (no client, no address), -ENOMEM (none sent). */
+int ctl_keepalive_many(struct ctl_client *cl, const char *const *addresses, unsigned n,
+		       int timeout_ms, uint64_t incarnation, int *rcs);
 
 /* Hand a notification to the engine at address: 0 once it is queued there;
  * -EAGAIN when its queue is full (nothing queued: try again later). */
@@ -185,6 +192,12 @@ int ctl_auth_load_key(const char *path, struct auth_key *key, char *err, size_t 
  * peer names the server in the logs.  0, -EACCES, or a transport error. */
 int ctl_auth_connect(int fd, const struct auth_key *key, int64_t deadline, int stop_fd,
 		     const char *peer);
+/* The same in two steps, for calls to many peers at once: send our hello
+ * (its nonce kept for the second step), then, once fd is readable, read the
+ * server's hello and proof and send ours.  0, -EACCES, or a transport error. */
+int ctl_auth_hello(int fd, uint8_t nonce[WIRE_AUTH_NONCE_LEN], int64_t deadline, int stop_fd);
+int ctl_auth_finish(int fd, const struct auth_key *key, const uint8_t nonce[WIRE_AUTH_NONCE_LEN],
+		    int64_t deadline, int stop_fd, const char *peer);
 /* The server's side, blocking (for a provider's data connections; the
  * control server runs the same steps in its event loop). */
 int ctl_auth_accept(int fd, const struct auth_key *key, int64_t deadline, int stop_fd,

@@ -4,58 +4,167 @@
  * QPs on the target; nothing on the wire says so, since they never send.
  * So live initiators tell every open segment's peer, every keepalive_ms,
  * that they are alive, and a target frees the QPs of initiators silent for
- * longer than lease_ms.  Both run on the repair thread, and so does the
- * renewal of the engine's name in the metadata store (meta/named.c).
+ * longer than lease_ms.  Both run on this thread, and so does the renewal
+ * of the engine's name in the metadata store (meta/named.c).
+ *
+ * They ran on the repair thread before, one peer after the other: each
+ * peer that did not answer (cut off, stopped) held that thread for a
+ * second, so repairs of other peers' QPs waited, and with enough silent
+ * peers the live ones heard from us less often than their lease.  Now a
+ * round goes to every peer at once (ctl_keepalive_many) and ends within
+ * one timeout, on a thread of its own.
  */
+#include "runtime/ctl/lease.h"
+
+#include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "ring/base/clock.h"
 #include "runtime/ctl/passive.h"
-#include "runtime/ctl/repair.h"
 #include "runtime/engine/engine.h"
 
 #define KEEPALIVE_TIMEOUT_MS 1000
+#define LEASE_WAIT_MAX_MS 1000 /* asleep, it still looks this often (the name's renewal) */
 
-/* Tell every open segment's peer we are alive, so it keeps our QPs.  The
- * calls go without ctl_lock: a dead peer costs a connect timeout. */
-static void peers_keepalive(struct ferry_engine *e)
+typedef char peer_addr_t[sizeof(((struct ferry_seg *)0)->address)];
+
+static int addr_cmp(const void *a, const void *b)
 {
-	typedef char addr_t[sizeof(((struct ferry_seg *)0)->address)];
-	int timeout = e->opts.keepalive_ms < KEEPALIVE_TIMEOUT_MS ? (int)e->opts.keepalive_ms
-								   : KEEPALIVE_TIMEOUT_MS;
-	addr_t *addr;
-	unsigned n = 0;
+	return strcmp(a, b);
+}
 
-	/* On the heap: up to FERRY_MAX_SEGMENTS addresses (256 KiB). */
+/* The open segments' peers, each once (several segments may share one:
+ * one keepalive serves them all, it names our incarnation, not a segment).
+ * How many, into addr (room for every slot). */
+static unsigned peers_of_open_segments(struct ferry_engine *e, peer_addr_t *addr)
+{
+	unsigned n = 0, u = 0;
+
 	pthread_mutex_lock(&e->ctl_lock);
-	addr = malloc(seg_slots(&e->segs) * sizeof(*addr) + 1);
-	for (uint32_t i = 0; addr && i < seg_slots(&e->segs); i++) {
+	for (uint32_t i = 0; i < seg_slots(&e->segs); i++) {
 		const struct ferry_seg *s = seg_at(&e->segs, i);
 
 		if (s->state == SEG_OPEN && !READ_ONCE(s->stale))
 			memcpy(addr[n++], s->address, sizeof(addr[0]));
 	}
 	pthread_mutex_unlock(&e->ctl_lock);
+	qsort(addr, n, sizeof(addr[0]), addr_cmp);
 	for (unsigned i = 0; i < n; i++)
-		(void)ctl_keepalive(&e->client, addr[i], timeout, e->incarnation);
-	free(addr); /* no memory: no keepalives this round, the next one tries again */
+		if (!u || strcmp(addr[u - 1], addr[i]))
+			memmove(addr[u++], addr[i], sizeof(addr[0]));
+	return u;
+}
+
+/* Tell every open segment's peer we are alive, so it keeps our QPs: all at
+ * once, the round bounded by one timeout however many do not answer. */
+static void peers_keepalive(struct ferry_engine *e)
+{
+	int timeout = e->opts.keepalive_ms < KEEPALIVE_TIMEOUT_MS ? (int)e->opts.keepalive_ms
+								   : KEEPALIVE_TIMEOUT_MS;
+	/* On the heap: up to FERRY_MAX_SEGMENTS addresses (256 KiB). */
+	peer_addr_t *addr = malloc(seg_slots(&e->segs) * sizeof(*addr) + 1);
+	const char **ptrs = NULL;
+	int *rcs = NULL;
+	unsigned n = addr ? peers_of_open_segments(e, addr) : 0;
+
+	if (n) {
+		ptrs = malloc(n * sizeof(*ptrs));
+		rcs = malloc(n * sizeof(*rcs));
+	}
+	if (ptrs && rcs) {
+		unsigned mute = 0;
+
+		for (unsigned i = 0; i < n; i++)
+			ptrs[i] = addr[i];
+		if (ctl_keepalive_many(&e->client, ptrs, n, timeout, e->incarnation, rcs) == 0)
+			for (unsigned i = 0; i < n; i++)
+				mute += rcs[i] == -ETIMEDOUT;
+		fetch_add_relaxed(e->lease.rounds, 1);
+		fetch_add_relaxed(e->lease.unanswered, mute);
+	}
+	/* No memory: no keepalives this round, the next one tries again. */
+	free(rcs);
+	free(ptrs);
+	free(addr);
 }
 
 /* Keepalives out, the QPs of initiators that went silent freed, our name's lease renewed. */
-void repair_leases(struct ferry_engine *e)
+static void lease_run(struct ferry_engine *e)
 {
-	struct repair *r = &e->repair;
+	struct lease *l = &e->lease;
 	uint64_t now = ferry_now_ms();
 
-	if (e->opts.keepalive_ms && now >= r->next_keepalive_ms) {
+	if (e->opts.keepalive_ms && now >= l->next_keepalive_ms) {
 		peers_keepalive(e);
-		r->next_keepalive_ms = now + e->opts.keepalive_ms;
+		l->next_keepalive_ms = now + e->opts.keepalive_ms;
 	}
-	if (e->opts.lease_ms && now >= r->next_expire_ms) {
+	if (e->opts.lease_ms && now >= l->next_expire_ms) {
 		passive_expire(e, (uint64_t)e->opts.lease_ms * 1000000);
-		r->next_expire_ms = now + (e->opts.lease_ms + 3) / 4;
+		l->next_expire_ms = now + (e->opts.lease_ms + 3) / 4;
 	}
 	named_keepalive(e);
 }
 
+/* ms until the next keepalive round or expiry, at most LEASE_WAIT_MAX_MS. */
+static int lease_next_ms(struct ferry_engine *e)
+{
+	const struct lease *l = &e->lease;
+	uint64_t now = ferry_now_ms(), next = now + LEASE_WAIT_MAX_MS;
+
+	if (e->opts.keepalive_ms && l->next_keepalive_ms < next)
+		next = l->next_keepalive_ms;
+	if (e->opts.lease_ms && l->next_expire_ms < next)
+		next = l->next_expire_ms;
+	return next > now ? (int)(next - now) : 0;
+}
+
+static void *lease_main(void *arg)
+{
+	struct ferry_engine *e = arg;
+	struct lease *l = &e->lease;
+
+	while (!load_acquire(l->stop)) { /* pairs with: store_release in lease_stop */
+		struct pollfd p = { .fd = l->wake_fd, .events = POLLIN };
+
+		lease_run(e);
+		(void)poll(&p, 1, lease_next_ms(e));
+	}
+	return NULL;
+}
+
+int lease_start(struct ferry_engine *e)
+{
+	struct lease *l = &e->lease;
+	int rc;
+
+	l->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (l->wake_fd < 0)
+		return -errno;
+	rc = -pthread_create(&l->thread, NULL, lease_main, e);
+	if (rc) {
+		close(l->wake_fd);
+		l->wake_fd = -1;
+		return rc;
+	}
+	(void)pthread_setname_np(l->thread, "ferry-lease");
+	l->started = 1;
+	return 0;
+}
+
+void lease_stop(struct ferry_engine *e)
+{
+	struct lease *l = &e->lease;
+
+	if (!l->started)
+		return;
+	store_release(l->stop, 1); /* pairs with: load_acquire in lease_main */
+	eventfd_write(l->wake_fd, 1);
+	pthread_join(l->thread, NULL);
+	l->started = 0;
+	close(l->wake_fd);
+	l->wake_fd = -1;
+}

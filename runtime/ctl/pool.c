@@ -27,27 +27,45 @@ static bool same_peer(const struct sockaddr_in *a, const struct sockaddr_in *b)
 	return a->sin_addr.s_addr == b->sin_addr.s_addr && a->sin_port == b->sin_port;
 }
 
-/* Connect with a deadline.  Returns the fd or -errno. */
-static int dial_tcp(const struct sockaddr_in *sin, int64_t deadline, int stop_fd)
+int ctl_dial_begin(const struct sockaddr_in *sin)
 {
-	socklen_t elen = sizeof(int);
-	int fd, rc, err = 0;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	sock_set_nodelay(fd);
-	rc = connect(fd, (const struct sockaddr *)sin, sizeof(*sin));
-	if (rc && (errno == EINPROGRESS || errno == EINTR)) {
-		/* EINTR: the connect goes on in the background, as for EINPROGRESS. */
-		rc = sock_wait_fd(fd, POLLOUT, stop_fd, deadline);
-		if (!rc && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen))
-			err = errno;
-		if (!rc && err)
-			rc = -err;
-	} else if (rc) {
-		rc = -errno;
+	/* EINTR: the connect goes on in the background, as for EINPROGRESS. */
+	if (connect(fd, (const struct sockaddr *)sin, sizeof(*sin)) && errno != EINPROGRESS &&
+	    errno != EINTR) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
 	}
+	return fd;
+}
+
+int ctl_dial_end(int fd)
+{
+	socklen_t elen = sizeof(int);
+	int err = 0;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen))
+		err = errno;
+	return -err;
+}
+
+/* Connect with a deadline.  Returns the fd or -errno. */
+static int dial_tcp(const struct sockaddr_in *sin, int64_t deadline, int stop_fd)
+{
+	int fd = ctl_dial_begin(sin);
+	int rc;
+
+	if (fd < 0)
+		return fd;
+	rc = sock_wait_fd(fd, POLLOUT, stop_fd, deadline);
+	if (!rc)
+		rc = ctl_dial_end(fd);
 	if (rc) {
 		close(fd);
 		return rc;
@@ -84,8 +102,7 @@ static bool still_good(int fd)
 	return poll(&p, 1, 0) == 0;
 }
 
-/* Take the newest idle connection to sin that is still good; -1 if none. */
-static int pool_take(struct ctl_client *cl, const struct sockaddr_in *sin)
+int ctl_pool_take(struct ctl_client *cl, const struct sockaddr_in *sin)
 {
 	int64_t now = sock_now_ms();
 	int fd = -1;
@@ -112,7 +129,7 @@ static int pool_take(struct ctl_client *cl, const struct sockaddr_in *sin)
 int ctl_pool_get(struct ctl_client *cl, const struct sockaddr_in *sin, const char *address,
 		 int64_t deadline, bool *reused)
 {
-	int fd = pool_take(cl, sin);
+	int fd = ctl_pool_take(cl, sin);
 
 	*reused = fd >= 0;
 	if (fd >= 0) {

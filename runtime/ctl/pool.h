@@ -18,6 +18,15 @@
  * or what authentication said (-EACCES, -EBUSY, -EPROTO, ...). */
 int ctl_dial(struct ctl_client *cl, const struct sockaddr_in *sin, const char *address,
 	     int64_t deadline);
+/* Connecting in steps, for calls to many peers at once: a non-blocking
+ * socket whose connect to sin has begun (the fd, or -errno when it failed
+ * at once); once it is writable, ctl_dial_end says how the connect went
+ * (0 or -errno).  Neither authenticates. */
+int ctl_dial_begin(const struct sockaddr_in *sin);
+int ctl_dial_end(int fd);
+/* The newest idle connection to sin that is still good (taken out of the
+ * pool), or -1: no dial. */
+int ctl_pool_take(struct ctl_client *cl, const struct sockaddr_in *sin);
 /* A kept connection to sin (*reused = true) or a new one. */
 int ctl_pool_get(struct ctl_client *cl, const struct sockaddr_in *sin, const char *address,
 		 int64_t deadline, bool *reused);

@@ -320,8 +320,8 @@ static unsigned repair_reconnects(struct ferry_engine *e)
 	return n;
 }
 
-/* ms until the next timed job (a back-off running out, a keepalive, an
- * expiry), at most REPAIR_WAIT_MAX_MS. */
+/* ms until the next timed job (a back-off running out), at most
+ * REPAIR_WAIT_MAX_MS. */
 static int repair_next_ms(struct ferry_engine *e)
 {
 	const struct repair *r = &e->repair;
@@ -330,10 +330,6 @@ static int repair_next_ms(struct ferry_engine *e)
 	for (unsigned k = 0; k < r->n_later; k++)
 		if (r->later[k].due_ms < next)
 			next = r->later[k].due_ms;
-	if (e->opts.keepalive_ms && r->next_keepalive_ms < next)
-		next = r->next_keepalive_ms;
-	if (e->opts.lease_ms && r->next_expire_ms < next)
-		next = r->next_expire_ms;
 	return next > now ? (int)(next - now) : 0;
 }
 
@@ -389,7 +385,6 @@ static void *repair_main(void *arg)
 		if (events_run(e) + repair_drain(e) + repair_due(e) + reap_run(&e->reaper) +
 		    repair_reconnects(e) == 0)
 			repair_wait(e);
-		repair_leases(e);
 	}
 	reap_run(&e->reaper);
 	urcu_qsbr_thread_online();

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The repair thread: replaces QPs that broke, reconnects evicted endpoints
- * that a request waits for, queues retired endpoints for call_rcu, and keeps
- * the leases (lease.c): keepalives out, silent initiators' QPs freed.
+ * that a request waits for, queues retired endpoints for call_rcu.  (The
+ * leases are the lease thread's: lease.h.)
  */
 #ifndef FERRY_RUNTIME_CTL_REPAIR_H
 #define FERRY_RUNTIME_CTL_REPAIR_H
@@ -25,8 +25,6 @@ struct repair {
 	unsigned later_max;            /* REPAIR_LATER_MAX; tests lower it */
 	int wake_fd;                   /* eventfd: repair_kick wakes the thread */
 	uint32_t sleeping;             /* store_sc/fetch_or_sc: see repair_wait */
-	uint64_t next_keepalive_ms;    /* peers told we are alive */
-	uint64_t next_expire_ms;       /* silent initiators' QPs freed */
 	uint64_t handshakes;           /* repairs tried (statistics, for tests) */
 	uint64_t refuse_until_ms;      /* tests: repairs are refused until then (ferry_now_ms),
 	                                * as by a peer whose control port is closed a while */
@@ -36,10 +34,6 @@ int repair_start(struct ferry_engine *e);
 /* Work for the repair thread was queued: wake it if it sleeps.  Any thread. */
 void repair_kick(struct ferry_engine *e);
 void repair_stop(struct ferry_engine *e);
-
-/* lease.c, on the repair thread: keepalives out, expired initiators' QPs freed,
- * the name's lease in the metadata store renewed. */
-void repair_leases(struct ferry_engine *e);
 
 struct ferry_seg;
 struct pollfd;

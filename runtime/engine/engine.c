@@ -160,7 +160,10 @@ static int engine_start(struct ferry_engine *e, const unsigned *cpus, const char
 	rc = named_start(e, e->knobs.meta_ttl_ms);
 	if (rc)
 		return rc;
-	return repair_start(e);
+	rc = repair_start(e);
+	if (rc)
+		return rc;
+	return lease_start(e);
 }
 
 int ferry_engine_create_knobs(const struct ferry_opts *o, const struct ferry_knobs *k,
@@ -223,6 +226,7 @@ static void engine_stop_opens(struct ferry_engine *e)
 		pthread_cond_wait(&e->seg_cond, &e->ctl_lock);
 	pthread_mutex_unlock(&e->ctl_lock);
 	repair_stop(e);
+	lease_stop(e); /* a keepalive round under way ends at once: the client is cancelled */
 	/* While the client stays cancelled: a notification send that began
 	 * after the cancel ends at once instead of waiting out a mute peer. */
 	notify_stop_end(e);

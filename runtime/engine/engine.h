@@ -16,6 +16,7 @@
 #include "qp/nic.h"
 #include "runtime/core/core.h"
 #include "runtime/ctl/ctl.h"
+#include "runtime/ctl/lease.h"
 #include "runtime/ctl/meta/named.h"
 #include "runtime/ctl/repair.h"
 #include "runtime/engine/knobs.h"
@@ -93,6 +94,7 @@ struct ferry_engine {
 	pthread_mutex_t passive_lock;  /* the control thread vs engine destroy */
 	struct passive_ep *passive;    /* peer QPs we serve as a target */
 	struct repair repair;
+	struct lease lease;            /* keepalives, expiries, the name's renewal (lease.h) */
 	struct named named;            /* our name in the metadata store */
 	struct ep_reaper reaper;       /* unpublished endpoints, freed after a grace period */
 	struct notify notify;          /* notifications sent and received (runtime/notify) */

@@ -222,7 +222,7 @@ static void test_open_by_name(void **state)
 	assert_string_equal(ferry_segment_transport(init.e, seg), "loop");
 	mover_init(&m, &init);
 	assert_int_equal(roundtrip(&m, &init, seg, &tgt, 1), 0);
-	/* The repair thread renews the lease (every TTL_MS / 3): renewals
+	/* The lease thread renews the lease (every TTL_MS / 3): renewals
 	 * that find the record in place, none that had to publish it again. */
 	WAIT_UNTIL(READ_ONCE(tgt.e->named.renewed) >= 2, WAIT_DEADLINE_MS + 2 * TTL_MS,
 		   "two lease renewals");

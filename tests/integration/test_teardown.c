@@ -13,7 +13,8 @@
  *    address: requests end, new ones fail fast, opening the address again
  *    reaches the new incarnation (the old handle is refused, -ESTALE);
  *  - an initiator that never says it is alive loses its QPs on the target
- *    after the lease, one that keeps alive keeps them;
+ *    after the lease, one that keeps alive keeps them, even with peers
+ *    that never answer its keepalives;
  *  - engines destroyed with segments still open (both orders);
  *  - threads submitting while another thread closes and reopens the
  *    segment: a closed or stale handle gives -EBADF in the status, never a
@@ -22,8 +23,12 @@
  * After each, the initiator's accounting is back at zero: no slice in
  * flight, CQ quota empty, slice pools full.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "ring/base/clock.h"
@@ -595,6 +600,23 @@ static void test_peer_refuses_then_answers(void **state)
 	pair_teardown(&P);
 }
 
+/* One batch on P's segment, on a port of its own: every request DONE, bytes right. */
+static void assert_batch_done(uint64_t seed)
+{
+	struct ferry_req reqs[BATCH];
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	struct counts c;
+
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, BATCH, &b), 0);
+	prepare(reqs, BATCH, P.seg, P.lbuf, P.rbuf, SLOT, &seed);
+	c = run_checked(b, reqs, BATCH, NULL);
+	assert_int_equal(c.done, BATCH);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+}
+
 /*
  * An initiator that goes away without disconnecting (killed: here, one
  * that never sends keepalives) loses its QPs on the target once its lease
@@ -604,13 +626,9 @@ static void test_lease(void **state)
 {
 	struct ferry_opts io, to, so;
 	struct ferry_engine *silent;
-	struct ferry_req reqs[BATCH];
-	struct ferry_port *port;
-	struct ferry_batch *b;
 	uint64_t seed = 5;
 	ferry_seg_t sseg;
 	unsigned live;
-	struct counts c;
 
 	(void)state;
 	pair_opts(&io, "0-1");
@@ -631,15 +649,93 @@ static void test_lease(void **state)
 		   "the target to drop the silent initiator's QPs (lease %u ms)", to.lease_ms);
 	assert_int_equal(passive_count_of(P.target, P.init->incarnation), live);
 
-	assert_int_equal(ferry_port_create(P.init, &port), 0);
-	assert_int_equal(ferry_batch_create(port, BATCH, &b), 0);
-	prepare(reqs, BATCH, P.seg, P.lbuf, P.rbuf, SLOT, &seed);
-	c = run_checked(b, reqs, BATCH, NULL);
-	assert_int_equal(c.done, BATCH);
-	assert_int_equal(ferry_batch_destroy(b), 0);
-	assert_int_equal(ferry_port_destroy(port), 0);
+	assert_batch_done(seed);
 	assert_int_equal(ferry_segment_close(silent, sseg), 0);
 	ferry_engine_destroy(silent);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+/*
+ * A peer engine at address that is gone, with a socket in its place whose
+ * kernel accepts connections that nobody ever answers (a process stopped,
+ * a host behind a partition that still completes handshakes): the fd.
+ */
+static int mute_in_place_of(struct ferry_engine *peer, const char *address)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	char host[64];
+	unsigned port;
+	int one = 1, fd;
+
+	assert_int_equal(sscanf(address, "%63[^:]:%u", host, &port), 2);
+	assert_int_equal(inet_pton(AF_INET, host, &sin.sin_addr), 1);
+	sin.sin_port = htons((uint16_t)port);
+	ferry_engine_destroy(peer);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_equal(listen(fd, 64), 0);
+	return fd;
+}
+
+/*
+ * Peers that stop answering must not cost a live peer its lease on our
+ * QPs: a keepalive round goes to every peer at once and ends within one
+ * timeout (100 ms here).  One peer after the other, as before, each of
+ * the MUTE peers held the round for its timeout: the live target heard
+ * from us every ~MUTE x 100 ms, longer than its lease, and freed our QPs.
+ * The live segment's requests work throughout and after.
+ */
+#define MUTE 8
+static void test_lease_with_mute_peers(void **state)
+{
+	struct ferry_opts io, to, mo;
+	ferry_seg_t mseg[MUTE];
+	int mfd[MUTE];
+	uint64_t seed = 9, rounds, unanswered;
+	unsigned live;
+	double until;
+
+	(void)state;
+	pair_opts(&io, "0-1");
+	io.keepalive_ms = 100;
+	pair_opts(&to, "0-1");
+	to.lease_ms = 600;
+	pair_setup(&P, &io, &to, BUF);
+	pair_opts(&mo, "0");
+	if (getenv("FERRY_TEST_TARGET_NICS"))
+		mo.nics = getenv("FERRY_TEST_TARGET_NICS");
+	for (unsigned i = 0; i < MUTE; i++) {
+		struct ferry_engine *m;
+		char address[64];
+
+		assert_int_equal(ferry_engine_create(&mo, &m), 0);
+		snprintf(address, sizeof(address), "%s", ferry_engine_address(m));
+		assert_int_equal(ferry_segment_open(P.init, address, &mseg[i]), 0);
+		mfd[i] = mute_in_place_of(m, address);
+	}
+	live = passive_count_of(P.target, P.init->incarnation);
+	assert_true(live > 0);
+	rounds = READ_ONCE(P.init->lease.rounds);
+	unanswered = READ_ONCE(P.init->lease.unanswered);
+	/* Five leases long: the target keeps every QP of ours all along. */
+	for (until = now_s() + 3.0; now_s() < until; usleep(20000))
+		assert_int_equal(passive_count_of(P.target, P.init->incarnation), live);
+	rounds = READ_ONCE(P.init->lease.rounds) - rounds;
+	unanswered = READ_ONCE(P.init->lease.unanswered) - unanswered;
+	print_message("keepalive rounds in 3 s: %llu, keepalives unanswered: %llu\n",
+		      (unsigned long long)rounds, (unsigned long long)unanswered);
+	assert_true(rounds >= 3);
+	assert_true(unanswered >= MUTE); /* the mute peers were asked, and said nothing */
+
+	assert_batch_done(seed);
+	/* Refused from now on: the closes' DISCONNECTs need not wait them out. */
+	for (unsigned i = 0; i < MUTE; i++) {
+		close(mfd[i]);
+		assert_int_equal(ferry_segment_close(P.init, mseg[i]), 0);
+	}
 	assert_quiet_and_close(P.init, &P.seg);
 	pair_teardown(&P);
 }
@@ -909,6 +1005,7 @@ int main(void)
 		cmocka_unit_test(test_peer_killed_silent),
 		cmocka_unit_test(test_peer_refuses_then_answers),
 		cmocka_unit_test(test_lease),
+		cmocka_unit_test(test_lease_with_mute_peers),
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_submit_while_reopening),
 	};

@@ -4,9 +4,9 @@
  * the data path: a store that is down stops names from resolving and
  * leases from renewing, never a transfer.
  *
- * The lease: NAMED_TTL_MS, renewed every third of it by the repair thread
+ * The lease: NAMED_TTL_MS, renewed every third of it by the lease thread
  * (each renewal bounded by NAMED_KEEPALIVE_TIMEOUT_MS, so a dead store
- * holds the repair thread at most that long per try).  A renewal that
+ * holds that thread at most that long per try, and never a repair).  A renewal that
  * fails is retried after 250 ms, doubling up to the renewal period; the
  * first failure is logged, then at most one line every NAMED_LOG_EVERY_MS,
  * and the first success after failures says so.  A store that lost our

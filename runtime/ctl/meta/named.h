@@ -2,14 +2,14 @@
 /*
  * An engine's name in the metadata store (named.c): published when the
  * engine is created (after its control server listens), kept alive by the
- * repair thread, removed when it is destroyed; and names resolved for
+ * lease thread (lease.h), removed when it is destroyed; and names resolved for
  * ferry_segment_open.  With metadata "p2p" there is no store and nothing
  * here does anything.
  *
  * Threads: named_start and named_stop run in engine create and destroy,
- * when the repair thread is not running; named_keepalive only on the
- * repair thread; named_resolve on any control thread (the store handle has
- * its own lock, meta.h).  The repair thread's fields below are its own.
+ * when the lease thread is not running; named_keepalive only on the
+ * lease thread; named_resolve on any control thread (the store handle has
+ * its own lock, meta.h).  The lease thread's fields below are its own.
  */
 #ifndef FERRY_RUNTIME_CTL_META_NAMED_H
 #define FERRY_RUNTIME_CTL_META_NAMED_H
@@ -38,13 +38,13 @@ struct named {
 	uint32_t ttl_ms;
 	bool published;
 	uint32_t frozen;               /* test hook: READ_ONCE/WRITE_ONCE */
-	/* the repair thread's: */
+	/* the lease thread's: */
 	uint64_t next_ms;              /* next renewal */
 	uint32_t backoff_ms;           /* retry delay while renewals fail */
 	uint32_t failures;             /* renewals failed in a row (WRITE_ONCE: tests read it) */
 	uint64_t failing_since_ms;
 	uint64_t next_log_ms;
-	/* counters (the repair thread writes, WRITE_ONCE; anyone reads) */
+	/* counters (the lease thread writes, WRITE_ONCE; anyone reads) */
 	uint64_t renewed;              /* renewals that found our record */
 	uint64_t republished;          /* renewals that had to publish it again */
 };

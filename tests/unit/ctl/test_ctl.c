@@ -230,6 +230,7 @@ static struct {
 	const struct auth_key *key;
 	unsigned max_conns;
 	int idle_ms;
+	ctl_keepalive_fn keepalive;
 } next_cfg;
 
 /* Start c the way the engine does: zeroed, handlers set, then ctl_start. */
@@ -244,6 +245,7 @@ static void start_ops(struct ctl *c, struct ctx *x, uint16_t n_nics, uint32_t n_
 	ctl_set_ep_ops(c, on_conn, on_disc);
 	ctl_set_auth(c, next_cfg.key);
 	ctl_set_limits(c, next_cfg.max_conns, next_cfg.idle_ms);
+	ctl_set_keepalive(c, next_cfg.keepalive);
 	memset(&next_cfg, 0, sizeof(next_cfg));
 	assert_int_equal(ctl_start(c, NULL, describe, x), 0);
 	assert_int_equal(strncmp(c->address, "127.0.0.1:", 10), 0);
@@ -1975,6 +1977,90 @@ static void test_auth_blocking_api(void **state)
 	}
 }
 
+/* A socket whose kernel accepts connections that nobody answers. */
+static int mute_listener(char *address, size_t len)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sin);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_equal(listen(fd, 16), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sin, &sl), 0);
+	snprintf(address, len, "127.0.0.1:%u", ntohs(sin.sin_port));
+	return fd;
+}
+
+/*
+ * Keepalives to many peers at once: each peer gets what ctl_keepalive
+ * would have said (served, handler's errno, refused, no answer, a bad
+ * address), whether the client has a key or not, on new and on kept
+ * connections; mute peers end at the one deadline (how long the round
+ * took is printed, not checked); a cancelled client ends the round.
+ */
+static void test_keepalive_many(void **state)
+{
+	char mute1[64], mute2[64], gone[64];
+	struct ctl c, dead;
+	struct ctl_client cl;
+	struct auth_key k;
+	struct ctx x, y;
+	int m1, m2, rcs[7];
+
+	(void)state;
+	for (int keyed = 0; keyed < 2; keyed++) {
+		const char *peers[7] = { NULL, mute1, gone, "no-such-host", NULL, mute2, NULL };
+		int64_t t0;
+
+		key_of(KEY_A, &k);
+		next_cfg.key = keyed ? &k : NULL;
+		next_cfg.keepalive = on_keepalive;
+		start_ops(&c, &x, 1, 1, NULL, NULL);
+		start(&dead, &y, 1, 1);
+		snprintf(gone, sizeof(gone), "%s", dead.address);
+		ctl_stop(&dead);
+		m1 = mute_listener(mute1, sizeof(mute1));
+		m2 = mute_listener(mute2, sizeof(mute2));
+		peers[0] = peers[4] = c.address;
+		peers[6] = c.address;
+		assert_int_equal(ctl_client_init(&cl, keyed ? &k : NULL), 0);
+		t0 = now_ms();
+		assert_int_equal(ctl_keepalive_many(&cl, peers, 7, 300, 0x77, rcs), 0);
+		print_message("keepalive round (%s) with 2 mute peers, timeout 300 ms: %lld ms\n",
+			      keyed ? "keyed" : "no key", (long long)(now_ms() - t0));
+		assert_int_equal(rcs[0], 0);
+		assert_int_equal(rcs[1], -ETIMEDOUT);
+		assert_int_equal(rcs[2], -ECONNREFUSED);
+		assert_int_equal(rcs[3], -EINVAL);
+		assert_int_equal(rcs[4], 0);
+		assert_int_equal(rcs[5], -ETIMEDOUT);
+		assert_int_equal(rcs[6], 0);
+		assert_int_equal(__atomic_load_n(&ka_seen, __ATOMIC_RELAXED), 0x77);
+		assert_int_equal(counter(&cl.dials), 5); /* the live peer thrice, the mute ones */
+		/* Kept connections next time; the handler's errno comes back. */
+		assert_int_equal(ctl_keepalive_many(&cl, peers, 1, 300, 7, rcs), 0);
+		assert_int_equal(rcs[0], -ENOENT);
+		assert_true(counter(&cl.reuses) >= 1);
+		/* Cancelled: the mute peer's wait ends at once, -ECANCELED. */
+		ctl_client_cancel(&cl);
+		assert_int_equal(ctl_keepalive_many(&cl, peers + 1, 1, 60000, 0x77, rcs), 0);
+		assert_int_equal(rcs[0], -ECANCELED);
+		ctl_client_resume(&cl);
+		ctl_client_fini(&cl);
+		/* Another key, or none, against the keyed server: refused. */
+		key_of(KEY_B, &k);
+		assert_int_equal(ctl_client_init(&cl, &k), 0);
+		assert_int_equal(ctl_keepalive_many(&cl, peers, 1, 300, 0x77, rcs), 0);
+		assert_int_equal(rcs[0], -EACCES);
+		ctl_client_fini(&cl);
+		assert_int_equal(ctl_keepalive_many(NULL, peers, 1, 300, 0x77, rcs), -EINVAL);
+		close(m1);
+		close(m2);
+		ctl_stop(&c);
+	}
+}
+
 static void write_file(const char *path, const char *content, mode_t mode)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -2198,6 +2284,7 @@ int main(void)
 		cmocka_unit_test(test_disconnect_bad_replies),
 		cmocka_unit_test(test_bad_address),
 		cmocka_unit_test(test_keepalive),
+		cmocka_unit_test(test_keepalive_many),
 		cmocka_unit_test(test_start_stop),
 		cmocka_unit_test(test_many_clients),
 		cmocka_unit_test(test_trickler_delays_nobody),
