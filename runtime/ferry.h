@@ -261,7 +261,9 @@ FERRY_API int ferry_engine_create(const struct ferry_opts *o, struct ferry_engin
 /**
  * Stop the workers and the control thread and free everything (the name,
  * if any, is removed from the metadata store).  Requests
- * still in flight end FAILED (-ECANCELED) first.  Must not race with any
+ * still in flight end FAILED (-ECANCELED) first.  The peers of the
+ * segments still open are asked to free their halves of the QPs, all at
+ * once: at most ~10 s however many do not answer.  Must not race with any
  * other call on the engine.  NULL is ignored.
  */
 FERRY_API void ferry_engine_destroy(struct ferry_engine *e);
@@ -345,7 +347,10 @@ FERRY_API int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg);
 /**
  * Close a segment.  Later submissions to it fail with -EBADF; requests in
  * flight on it end (DONE, or FAILED with -ECANCELED) before this returns.
- * -ENOENT for an unknown handle.  Any thread; may block.
+ * -ENOENT for an unknown handle.  Any thread; may block: for those
+ * requests, and for the peer to free its halves of the QPs (one round
+ * trip; at most ~10 s for a peer that does not answer, whose lease on
+ * them then frees them).
  */
 FERRY_API int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg);
 

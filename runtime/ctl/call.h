@@ -35,10 +35,37 @@ enum ex_state {
 	EX_SYNCED,    /* a whole reply was read: the connection can carry the next call */
 };
 
-/* The KEEPALIVE call for incarnation, its request in frame. */
+/* The KEEPALIVE and DISCONNECT calls, their request in frame (payload
+ * encoded by the caller; a pipe's frames need their headers too).  Both
+ * best effort: a peer that is gone has nothing to keep or free, and the
+ * callers log what they want. */
 #define CTL_KEEPALIVE_FRAME (WIRE_HDR_LEN + WIRE_KEEPALIVE_LEN)
-void ctl_keepalive_call(struct ctl_call *call, uint8_t frame[CTL_KEEPALIVE_FRAME],
-			uint64_t incarnation);
+#define CTL_KEEPALIVE_CALL(f)                                                                  \
+	{ .what = "keepalive", .quiet = 1, .frame = (f), .req_len = WIRE_KEEPALIVE_LEN,       \
+	  .req_type = WIRE_KEEPALIVE, .rep_type = WIRE_KEEPALIVE_REP, .rep_max = 0 }
+#define CTL_DISCONNECT_FRAME (WIRE_HDR_LEN + WIRE_DISCONNECT_LEN)
+#define CTL_DISCONNECT_CALL(f)                                                                 \
+	{ .what = "disconnect", .quiet = 1, .frame = (f), .req_len = WIRE_DISCONNECT_LEN,     \
+	  .req_type = WIRE_DISCONNECT, .rep_type = WIRE_DISCONNECT_REP, .rep_max = 0 }
+/* A KEEPALIVE's payload for incarnation, in frame (after the header's room). */
+void ctl_keepalive_encode(uint8_t frame[CTL_KEEPALIVE_FRAME], uint64_t incarnation);
+
+/* One peer's part of ctl_call_many: count requests in frames, back to back
+ * (headers encoded), answered in their order into rcs[0..count). */
+struct ctl_pipe {
+	const char *address;
+	const uint8_t *frames;
+	size_t len;
+	unsigned count; /* >= 1 */
+	int *rcs;
+};
+
+/* Every pipe's requests to its peer, one connection each (kept or new),
+ * up to 64 peers at once, each within timeout_ms of its start; call says
+ * what is asked (its frame unused).  0 once every rcs is set, -EINVAL,
+ * -ENOMEM (none sent). */
+int ctl_call_many(struct ctl_client *cl, struct ctl_pipe *pipes, unsigned n, int timeout_ms,
+		  const struct ctl_call *call);
 
 /* A transport error as the calls document it (ctl.h). */
 int ctl_io_error(int rc);

@@ -333,13 +333,8 @@ int ctl_connect_quiet(struct ctl_client *cl, const char *address, int timeout_ms
 int ctl_disconnect(struct ctl_client *cl, const char *address, int timeout_ms,
 		   const struct wire_disconnect *d)
 {
-	uint8_t frame[WIRE_HDR_LEN + WIRE_DISCONNECT_LEN];
-	struct ctl_call call = {
-		/* Best effort: a peer that is gone has nothing left to free, and
-		 * the caller logs what it wants (seg_disconnect_flush: verbose). */
-		.what = "disconnect", .quiet = 1, .frame = frame, .req_len = WIRE_DISCONNECT_LEN,
-		.req_type = WIRE_DISCONNECT, .rep_type = WIRE_DISCONNECT_REP, .rep_max = 0,
-	};
+	uint8_t frame[CTL_DISCONNECT_FRAME];
+	struct ctl_call call = CTL_DISCONNECT_CALL(frame);
 
 	if (!d)
 		return -EINVAL;
@@ -347,25 +342,13 @@ int ctl_disconnect(struct ctl_client *cl, const char *address, int timeout_ms,
 	return ctl_call(cl, address, timeout_ms, &call);
 }
 
-void ctl_keepalive_call(struct ctl_call *call, uint8_t frame[CTL_KEEPALIVE_FRAME],
-			uint64_t incarnation)
-{
-	struct wire_disconnect d = { .incarnation = incarnation };
-
-	*call = (struct ctl_call){
-		.what = "keepalive", .quiet = 1, .frame = frame, .req_len = WIRE_KEEPALIVE_LEN,
-		.req_type = WIRE_KEEPALIVE, .rep_type = WIRE_KEEPALIVE_REP, .rep_max = 0,
-	};
-	(void)wire_disconnect_encode(&d, frame + WIRE_HDR_LEN, WIRE_KEEPALIVE_LEN);
-}
-
 int ctl_keepalive(struct ctl_client *cl, const char *address, int timeout_ms,
 		  uint64_t incarnation)
 {
 	uint8_t frame[CTL_KEEPALIVE_FRAME];
-	struct ctl_call call;
+	struct ctl_call call = CTL_KEEPALIVE_CALL(frame);
 
-	ctl_keepalive_call(&call, frame, incarnation);
+	ctl_keepalive_encode(frame, incarnation);
 	return ctl_call(cl, address, timeout_ms, &call);
 }
 

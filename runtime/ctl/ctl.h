@@ -5,7 +5,7 @@
  * segment descriptor and serves the endpoint handshake (CONNECT,
  * DISCONNECT) and the initiators' KEEPALIVEs, many connections at once on
  * one event-driven thread; and the client side (client.c, pool.c, and
- * many.c for a call to many peers at once) that
+ * many.c, batch.c for calls to many peers at once) that
  * ferry_segment_open(), the repair thread and the leases use, over
  * connections kept per peer.  With a cluster key (auth.c) every connection
  * starts with a mutual challenge-response before anything is handed out.
@@ -160,12 +160,20 @@ int ctl_disconnect(struct ctl_client *cl, const char *address, int timeout_ms,
 /* Tell the engine at address that the initiator incarnation is alive. */
 int ctl_keepalive(struct ctl_client *cl, const char *address, int timeout_ms,
 		  uint64_t incarnation);
-/* The same to n engines at once (many.c): the whole round ends within
- * timeout_ms however many of them do not answer; rcs[i] is what
- * ctl_keepalive would have returned for addresses[i].  0 once every rcs[i]
- * is set; -EINVAL (no client, no address), -ENOMEM (none sent). */
+
+/*
+ * The same calls to many engines at once (batch.c): each peer's requests
+ * on one connection, up to 64 peers side by side, each within timeout_ms
+ * of its start: up to 64 that do not answer cost one timeout in all.  rcs[i] is what ctl_keepalive or
+ * ctl_disconnect would have returned for item i.  0 once every rcs[i] is
+ * set; -EINVAL (no client, nothing to send), -ENOMEM (none sent).
+ */
 int ctl_keepalive_many(struct ctl_client *cl, const char *const *addresses, unsigned n,
 		       int timeout_ms, uint64_t incarnation, int *rcs);
+/* DISCONNECT d[i] to the engine at addresses[i] (items to one address go
+ * on one connection, in their order). */
+int ctl_disconnect_many(struct ctl_client *cl, const char *const *addresses,
+			const struct wire_disconnect *d, unsigned n, int timeout_ms, int *rcs);
 
 /* Hand a notification to the engine at address: 0 once it is queued there;
  * -EAGAIN when its queue is full (nothing queued: try again later). */

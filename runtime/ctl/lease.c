@@ -11,8 +11,9 @@
  * peer that did not answer (cut off, stopped) held that thread for a
  * second, so repairs of other peers' QPs waited, and with enough silent
  * peers the live ones heard from us less often than their lease.  Now a
- * round goes to every peer at once (ctl_keepalive_many) and ends within
- * one timeout, on a thread of its own.
+ * round goes to the peers side by side (ctl_keepalive_many: up to 64 at
+ * once, so up to 64 mute ones cost one timeout in all), on a thread of its
+ * own.
  */
 #include "runtime/ctl/lease.h"
 
@@ -59,8 +60,8 @@ static unsigned peers_of_open_segments(struct ferry_engine *e, peer_addr_t *addr
 	return u;
 }
 
-/* Tell every open segment's peer we are alive, so it keeps our QPs: all at
- * once, the round bounded by one timeout however many do not answer. */
+/* Tell every open segment's peer we are alive, so it keeps our QPs: side
+ * by side, each bounded by the timeout. */
 static void peers_keepalive(struct ferry_engine *e)
 {
 	int timeout = e->opts.keepalive_ms < KEEPALIVE_TIMEOUT_MS ? (int)e->opts.keepalive_ms

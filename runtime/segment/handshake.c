@@ -11,7 +11,9 @@
  * a DISCONNECT frees one responder QP, and the repair thread replaces one
  * QP with a handshake of its own (n = 1, a new token) and frees the old
  * one alone.  The price is one DISCONNECT per QP when an endpoint goes,
- * over a kept connection (a few tens of microseconds each on a LAN).
+ * written back to back on one connection per peer, every peer at once
+ * (ctl_disconnect_many): a peer that does not answer costs one timeout,
+ * not one per QP.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -117,23 +119,66 @@ void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t 
 	}
 }
 
-void seg_disconnect_flush(struct ferry_engine *e)
+/* The queued DISCONNECTs, taken off the list into arrays (freed by the
+ * caller); how many, 0 when none (or no memory: the leases free them). */
+static unsigned disconnects_take(struct ferry_engine *e, const char ***addr,
+				 struct wire_disconnect **w, struct disc_item **items)
 {
-	struct disc_item *d, *next;
-	int rc;
+	struct disc_item *d;
+	unsigned n = 0;
 
 	pthread_mutex_lock(&e->disc_lock);
-	d = e->disc_head;
+	*items = e->disc_head;
 	e->disc_head = NULL;
 	pthread_mutex_unlock(&e->disc_lock);
-	for (; d; d = next) {
-		struct wire_disconnect w = { .incarnation = e->incarnation, .token = d->token };
+	for (d = *items; d; d = d->next)
+		n++;
+	*addr = n ? malloc(n * sizeof(**addr)) : NULL;
+	*w = n ? malloc(n * sizeof(**w)) : NULL;
+	if (n && (!*addr || !*w)) {
+		log_warn("no memory to free %u of the peers' QPs: their leases will", n);
+		return 0;
+	}
+	n = 0;
+	for (d = *items; d; d = d->next, n++) {
+		(*addr)[n] = d->address;
+		(*w)[n] = (struct wire_disconnect){ .incarnation = e->incarnation, .token = d->token };
+	}
+	return n;
+}
 
-		next = d->next;
-		rc = ctl_disconnect(&e->client, d->address, SEG_CTL_TIMEOUT_MS, &w);
-		/* A peer that is gone has nothing left to free. */
-		if (rc && e->opts.verbose)
-			log_info("segment %s: disconnect: %s", d->address, strerror(-rc));
-		free(d);
+/*
+ * Send the queued DISCONNECTs: every peer at once, each peer's on one
+ * connection, the whole bounded by SEG_CTL_TIMEOUT_MS (plus 1 ms per
+ * DISCONNECT, the peer's work for a large batch).  One after the other
+ * with 10 s each, a peer that does not answer made a segment's close take
+ * 10 s per QP (40 s with two cores) and an engine's destroy that long per
+ * such peer.
+ */
+void seg_disconnect_flush(struct ferry_engine *e)
+{
+	struct disc_item *items, *next;
+	struct wire_disconnect *w;
+	const char **addr;
+	int *rcs = NULL;
+	unsigned n = disconnects_take(e, &addr, &w, &items);
+	uint32_t t = READ_ONCE(e->disc_timeout_ms) ? READ_ONCE(e->disc_timeout_ms)
+						    : SEG_CTL_TIMEOUT_MS;
+
+	if (n)
+		rcs = malloc(n * sizeof(*rcs));
+	if (rcs && ctl_disconnect_many(&e->client, addr, w, n, (int)t + (int)n, rcs) == 0 &&
+	    e->opts.verbose)
+		for (unsigned i = 0; i < n; i++)
+			if (rcs[i]) /* a peer that is gone has nothing left to free */
+				log_info("segment %s: disconnect: %s", addr[i], strerror(-rcs[i]));
+	if (n && !rcs)
+		log_warn("no memory to free %u of the peers' QPs: their leases will", n);
+	free(rcs);
+	free(addr);
+	free(w);
+	for (; items; items = next) {
+		next = items->next;
+		free(items);
 	}
 }

@@ -24,6 +24,7 @@
  * flight, CQ quota empty, slice pools full.
  */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
@@ -32,6 +33,7 @@
 #include <time.h>
 
 #include "ring/base/clock.h"
+#include "runtime/ctl/wire.h"
 #include "tests/harness/harness.h"
 
 #define BUF (16u << 20)
@@ -740,6 +742,90 @@ static void test_lease_with_mute_peers(void **state)
 	pair_teardown(&P);
 }
 
+/* What the initiator sent a mute peer (listener lfd) after it gave up:
+ * how many connections, and how many DISCONNECT frames in all. */
+static void mute_got(int lfd, unsigned *conns, unsigned *discs)
+{
+	static uint8_t b[1 << 16];
+	int fd;
+
+	*conns = *discs = 0;
+	assert_int_equal(fcntl(lfd, F_SETFL, O_NONBLOCK), 0);
+	while ((fd = accept(lfd, NULL, NULL)) >= 0) {
+		size_t got = 0;
+		ssize_t r;
+
+		/* The initiator closed it: the bytes, then end of stream. */
+		while ((r = read(fd, b + got, sizeof(b) - got)) > 0)
+			got += (size_t)r;
+		for (size_t off = 0; off + WIRE_HDR_LEN <= got;) {
+			struct wire_hdr h;
+
+			assert_int_equal(wire_hdr_decode(b + off, got - off, &h), 0);
+			*discs += h.type == WIRE_DISCONNECT;
+			off += WIRE_HDR_LEN + h.payload_len;
+		}
+		*conns += 1;
+		close(fd);
+	}
+}
+
+/*
+ * Closing a segment whose peer does not answer, and destroying an engine
+ * with such segments open, cost one bounded wait (disc_timeout_ms here):
+ * the DISCONNECTs of a peer's QPs go back to back on one connection, every
+ * peer at once.  One after the other, each QP's DISCONNECT waited its own
+ * 10 s (a close took 40 s with two cores, a destroy that long per peer).
+ */
+static void test_close_with_mute_peers(void **state)
+{
+	struct ferry_engine *init;
+	struct ferry_opts io, mo;
+	ferry_seg_t mseg[3];
+	unsigned conns, discs;
+	int mfd[3];
+	double t;
+
+	(void)state;
+	pair_opts(&io, "0-1");
+	io.keepalive_ms = 0; /* the mute peers' listeners see DISCONNECTs only */
+	if (getenv("FERRY_TEST_INIT_NICS"))
+		io.nics = getenv("FERRY_TEST_INIT_NICS");
+	assert_int_equal(ferry_engine_create(&io, &init), 0);
+	init->disc_timeout_ms = 300;
+	pair_opts(&mo, "0-1");
+	if (getenv("FERRY_TEST_TARGET_NICS"))
+		mo.nics = getenv("FERRY_TEST_TARGET_NICS");
+	for (unsigned i = 0; i < 3; i++) {
+		struct ferry_engine *m;
+		char address[64];
+
+		assert_int_equal(ferry_engine_create(&mo, &m), 0);
+		snprintf(address, sizeof(address), "%s", ferry_engine_address(m));
+		assert_int_equal(ferry_segment_open(init, address, &mseg[i]), 0);
+		mfd[i] = mute_in_place_of(m, address);
+	}
+	t = now_s();
+	assert_int_equal(ferry_segment_close(init, mseg[0]), 0);
+	print_message("segment to a mute peer closed in %.2f s\n", now_s() - t);
+	mute_got(mfd[0], &conns, &discs);
+	assert_int_equal(conns, 1);
+	assert_true(discs >= 2); /* one per QP: two cores, each an endpoint of its own */
+	t = now_s();
+	ferry_engine_destroy(init);
+	print_message("engine with 2 segments to mute peers open destroyed in %.2f s "
+		      "(%u DISCONNECTs on one connection for the first)\n", now_s() - t, discs);
+	for (unsigned i = 1; i < 3; i++) {
+		unsigned d;
+
+		mute_got(mfd[i], &conns, &d);
+		assert_int_equal(conns, 1);
+		assert_int_equal(d, discs);
+	}
+	for (unsigned i = 0; i < 3; i++)
+		close(mfd[i]);
+}
+
 /*
  * Engines destroyed with segments open in both directions and requests
  * ended (batch destroyed, port left to the engine): the peer's half of
@@ -1006,6 +1092,7 @@ int main(void)
 		cmocka_unit_test(test_peer_refuses_then_answers),
 		cmocka_unit_test(test_lease),
 		cmocka_unit_test(test_lease_with_mute_peers),
+		cmocka_unit_test(test_close_with_mute_peers),
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_submit_while_reopening),
 	};

@@ -2061,6 +2061,88 @@ static void test_keepalive_many(void **state)
 	}
 }
 
+static int disc_count(struct ctx *x, uint64_t *last_token)
+{
+	int n;
+
+	pthread_mutex_lock(&x->lock);
+	n = x->disconnects;
+	*last_token = x->seen_disc.token;
+	pthread_mutex_unlock(&x->lock);
+	return n;
+}
+
+#define MUTES 70 /* more than go at once (64): the rest wait for a slot */
+
+/*
+ * DISCONNECTs to many peers at once: each peer's on one connection, in
+ * their order; each gets what ctl_disconnect would have said (served,
+ * handler's errno, no answer, refused); more mute peers than go at once
+ * still end, and a live peer after them is served.
+ */
+static void test_disconnect_many(void **state)
+{
+	static char mutes[MUTES][64];
+	static int mfd[MUTES];
+	const char *addr[MUTES + 1];
+	struct wire_disconnect d[MUTES + 1];
+	int rcs[MUTES + 1];
+	struct ctl a, b, dead;
+	struct ctl_client cl;
+	struct ctx x, y, z;
+	char gone[64];
+	uint64_t last;
+	int64_t t0;
+
+	(void)state;
+	start_ops(&a, &x, 1, 1, NULL, on_disconnect);
+	start_ops(&b, &y, 1, 1, NULL, on_disconnect);
+	start(&dead, &z, 1, 1);
+	snprintf(gone, sizeof(gone), "%s", dead.address);
+	ctl_stop(&dead);
+	mfd[0] = mute_listener(mutes[0], sizeof(mutes[0]));
+	assert_int_equal(ctl_client_init(&cl, NULL), 0);
+	for (unsigned i = 0; i < 7; i++) {
+		d[i] = (struct wire_disconnect){ .incarnation = 3, .token = i + 1 };
+		addr[i] = i < 5 ? (i % 2 ? b.address : a.address) : i == 5 ? mutes[0] : gone;
+	}
+	assert_int_equal(ctl_disconnect_many(&cl, addr, d, 7, 300, rcs), 0);
+	for (unsigned i = 0; i < 5; i++)
+		assert_int_equal(rcs[i], 0);
+	assert_int_equal(rcs[5], -ETIMEDOUT);
+	assert_int_equal(rcs[6], -ECONNREFUSED);
+	assert_int_equal(disc_count(&x, &last), 3);
+	assert_int_equal(last, 5); /* tokens 1, 3, 5 in their order */
+	assert_int_equal(disc_count(&y, &last), 2);
+	assert_int_equal(last, 4);
+	assert_int_equal(counter(&cl.dials), 3); /* a, b, the mute one */
+	/* The handler's errno comes back, on the kept connection. */
+	set_ep_mode(&x, EP_FAIL);
+	assert_int_equal(ctl_disconnect_many(&cl, addr, d, 1, 300, rcs), 0);
+	assert_int_equal(rcs[0], -ENOENT);
+	set_ep_mode(&x, EP_OK);
+	/* More mute peers than go at once, then a live one. */
+	for (unsigned i = 1; i < MUTES; i++)
+		mfd[i] = mute_listener(mutes[i], sizeof(mutes[i]));
+	for (unsigned i = 0; i < MUTES; i++)
+		addr[i] = mutes[i];
+	addr[MUTES] = a.address;
+	t0 = now_ms();
+	assert_int_equal(ctl_disconnect_many(&cl, addr, d, MUTES + 1, 200, rcs), 0);
+	print_message("DISCONNECTs to %d mute peers and a live one, timeout 200 ms: %lld ms\n",
+		      MUTES, (long long)(now_ms() - t0));
+	for (unsigned i = 0; i < MUTES; i++)
+		assert_int_equal(rcs[i], -ETIMEDOUT);
+	assert_int_equal(rcs[MUTES], 0);
+	assert_int_equal(disc_count(&x, &last), 5);
+	assert_int_equal(ctl_disconnect_many(&cl, addr, d, 0, 200, rcs), -EINVAL);
+	ctl_client_fini(&cl);
+	for (unsigned i = 0; i < MUTES; i++)
+		close(mfd[i]);
+	ctl_stop(&a);
+	ctl_stop(&b);
+}
+
 static void write_file(const char *path, const char *content, mode_t mode)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -2285,6 +2367,7 @@ int main(void)
 		cmocka_unit_test(test_bad_address),
 		cmocka_unit_test(test_keepalive),
 		cmocka_unit_test(test_keepalive_many),
+		cmocka_unit_test(test_disconnect_many),
 		cmocka_unit_test(test_start_stop),
 		cmocka_unit_test(test_many_clients),
 		cmocka_unit_test(test_trickler_delays_nobody),
