@@ -8,6 +8,7 @@
 #define FERRY_RUNTIME_CTL_CALL_H
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -60,12 +61,50 @@ struct ctl_pipe {
 	int *rcs;
 };
 
-/* Every pipe's requests to its peer, one connection each (kept or new),
- * up to 64 peers at once, each within timeout_ms of its start; call says
- * what is asked (its frame unused).  0 once every rcs is set, -EINVAL,
- * -ENOMEM (none sent). */
+/*
+ * Calls in flight side by side (many.c), for a thread that has a poll loop
+ * of its own (the repair thread): up to CTL_CALLS_MAX at once, each pipe's
+ * requests on one connection (kept or new), each within its timeout from
+ * its start.  Nothing here waits: ctl_calls_fds says what to poll and for
+ * how long, ctl_calls_run takes the steps that are ready.  One thread.
+ */
+#define CTL_CALLS_MAX 64
+struct ctl_calls;
+typedef void (*ctl_done_fn)(void *arg);
+/* NULL: no memory (or no client). */
+struct ctl_calls *ctl_calls_new(struct ctl_client *cl);
+/* Ends the calls still in flight (-ECANCELED, their done called), then frees. */
+void ctl_calls_free(struct ctl_calls *s);
+/* Start pipe's requests (call says what is asked; its out takes a single
+ * answer, its frame is unused): 0, or -EBUSY (CTL_CALLS_MAX in flight),
+ * -EINVAL.  done(arg) once every pipe->rcs is set (maybe before this
+ * returns: an address that does not parse, a refused connect). */
+int ctl_calls_start(struct ctl_calls *s, struct ctl_pipe *pipe, const struct ctl_call *call,
+		    int timeout_ms, ctl_done_fn done, void *arg);
+unsigned ctl_calls_active(const struct ctl_calls *s);
+/* The fds to poll (at most CTL_CALLS_MAX + 1: the client's cancel too), and
+ * in *next_ms the ms until the earliest deadline (-1: nothing in flight). */
+unsigned ctl_calls_fds(const struct ctl_calls *s, struct pollfd *p, int *next_ms);
+/* Take every step that is ready and end the calls out of time (or all of
+ * them, -ECANCELED, once the client is cancelled); how many ended. */
+unsigned ctl_calls_run(struct ctl_calls *s);
+/* End every call in flight with rc. */
+void ctl_calls_cancel(struct ctl_calls *s, int rc);
+
+/* Every pipe's requests to its peer at once (up to CTL_CALLS_MAX under
+ * way), blocking until all are over; call says what is asked.  0 once
+ * every rcs is set, -EINVAL, -ENOMEM (none sent). */
 int ctl_call_many(struct ctl_client *cl, struct ctl_pipe *pipes, unsigned n, int timeout_ms,
 		  const struct ctl_call *call);
+
+/* The CONNECT_REQ call for req, its reply decoded into rep (zeroed): its
+ * frame malloc'd, header encoded (the caller frees it).  0, -EINVAL (what
+ * the target would refuse), -ENOMEM. */
+int ctl_connect_prepare(const struct wire_connect_req *req, struct wire_connect_rep *rep,
+			int quiet, struct ctl_call *call);
+/* The reply must be for this endpoint and carry one peer QP per QP of
+ * ours: 0 or -EPROTO (logged). */
+int ctl_check_rep(const struct wire_connect_req *req, const struct wire_connect_rep *rep);
 
 /* A transport error as the calls document it (ctl.h). */
 int ctl_io_error(int rc);

@@ -275,7 +275,7 @@ int ctl_fetch_desc(struct ctl_client *cl, const char *address, int timeout_ms,
 }
 
 /* The reply must be for this endpoint and carry one peer QP per QP of ours. */
-static int ctl_check_rep(const struct wire_connect_req *req, const struct wire_connect_rep *rep)
+int ctl_check_rep(const struct wire_connect_req *req, const struct wire_connect_rep *rep)
 {
 	if (rep->token == req->token && rep->n_qps == req->n_qps)
 		return 0;
@@ -285,34 +285,49 @@ static int ctl_check_rep(const struct wire_connect_req *req, const struct wire_c
 	return -EPROTO;
 }
 
-static int ctl_connect_call(struct ctl_client *cl, const char *address, int timeout_ms,
-			    const struct wire_connect_req *req, struct wire_connect_rep *rep,
-			    int quiet)
+int ctl_connect_prepare(const struct wire_connect_req *req, struct wire_connect_rep *rep,
+			int quiet, struct ctl_call *call)
 {
 	static const struct wire_connect_rep full = { .n_qps = WIRE_MAX_EP_QPS };
-	struct ctl_call call = {
+	int rc;
+
+	*call = (struct ctl_call){
 		.what = "connect", .quiet = quiet, .req_type = WIRE_CONNECT_REQ,
 		.rep_type = WIRE_CONNECT_REP, .rep_max = (uint32_t)wire_connect_rep_size(&full),
 		.decode = decode_connect_rep, .out = rep,
 	};
-	int rc;
-
 	if (!rep)
 		return -EINVAL;
 	memset(rep, 0, sizeof(*rep));
 	if (!req)
 		return -EINVAL;
-	call.req_len = wire_connect_req_size(req);
-	call.frame = malloc(WIRE_HDR_LEN + call.req_len);
-	if (!call.frame)
+	call->req_len = wire_connect_req_size(req);
+	call->frame = malloc(WIRE_HDR_LEN + call->req_len);
+	if (!call->frame)
 		return -ENOMEM;
 	/* Refuses (-EINVAL) what the target would refuse, before any connection. */
-	rc = wire_connect_req_encode(req, call.frame + WIRE_HDR_LEN, call.req_len);
+	rc = wire_connect_req_encode(req, call->frame + WIRE_HDR_LEN, call->req_len);
+	if (rc) {
+		free(call->frame);
+		call->frame = NULL;
+		return rc;
+	}
+	wire_hdr_encode(call->frame, call->req_type, (uint32_t)call->req_len);
+	return 0;
+}
+
+static int ctl_connect_call(struct ctl_client *cl, const char *address, int timeout_ms,
+			    const struct wire_connect_req *req, struct wire_connect_rep *rep,
+			    int quiet)
+{
+	struct ctl_call call;
+	int rc = ctl_connect_prepare(req, rep, quiet, &call);
+
 	if (!rc)
 		rc = ctl_call(cl, address, timeout_ms, &call);
 	if (!rc)
 		rc = ctl_check_rep(req, rep);
-	if (rc)
+	if (rc && rep)
 		memset(rep, 0, sizeof(*rep));
 	free(call.frame);
 	return rc;

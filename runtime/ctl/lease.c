@@ -39,20 +39,27 @@ static int addr_cmp(const void *a, const void *b)
 }
 
 /* The open segments' peers, each once (several segments may share one:
- * one keepalive serves them all, it names our incarnation, not a segment).
- * How many, into addr (room for every slot). */
-static unsigned peers_of_open_segments(struct ferry_engine *e, peer_addr_t *addr)
+ * one keepalive serves them all, it names our incarnation, not a segment),
+ * into *out (malloc'd; NULL without memory).  How many. */
+static unsigned peers_of_open_segments(struct ferry_engine *e, peer_addr_t **out)
 {
+	peer_addr_t *addr;
 	unsigned n = 0, u = 0;
 
 	pthread_mutex_lock(&e->ctl_lock);
-	for (uint32_t i = 0; i < seg_slots(&e->segs); i++) {
+	/* Sized under the lock: an open may add slots until we hold it.  On
+	 * the heap: up to FERRY_MAX_SEGMENTS addresses (256 KiB). */
+	addr = malloc(seg_slots(&e->segs) * sizeof(*addr) + 1);
+	for (uint32_t i = 0; addr && i < seg_slots(&e->segs); i++) {
 		const struct ferry_seg *s = seg_at(&e->segs, i);
 
 		if (s->state == SEG_OPEN && !READ_ONCE(s->stale))
 			memcpy(addr[n++], s->address, sizeof(addr[0]));
 	}
 	pthread_mutex_unlock(&e->ctl_lock);
+	*out = addr;
+	if (!addr)
+		return 0;
 	qsort(addr, n, sizeof(addr[0]), addr_cmp);
 	for (unsigned i = 0; i < n; i++)
 		if (!u || strcmp(addr[u - 1], addr[i]))
@@ -66,11 +73,10 @@ static void peers_keepalive(struct ferry_engine *e)
 {
 	int timeout = e->opts.keepalive_ms < KEEPALIVE_TIMEOUT_MS ? (int)e->opts.keepalive_ms
 								   : KEEPALIVE_TIMEOUT_MS;
-	/* On the heap: up to FERRY_MAX_SEGMENTS addresses (256 KiB). */
-	peer_addr_t *addr = malloc(seg_slots(&e->segs) * sizeof(*addr) + 1);
+	peer_addr_t *addr;
 	const char **ptrs = NULL;
 	int *rcs = NULL;
-	unsigned n = addr ? peers_of_open_segments(e, addr) : 0;
+	unsigned n = peers_of_open_segments(e, &addr);
 
 	if (n) {
 		ptrs = malloc(n * sizeof(*ptrs));

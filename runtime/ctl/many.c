@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Calls to many peers at once (keepalives, DISCONNECTs): every peer's
- * connection goes through its steps (connect, authenticate, then its
- * requests written back to back while their answers are read in order)
- * side by side, up to MANY_AT_ONCE of them, driven by one poll(); each
- * peer has its timeout from its start, so up to MANY_AT_ONCE peers that
- * do not answer cost one timeout in all.  Called one after the other, each peer that did
- * not answer (its host cut off, its process stopped) cost the whole
- * timeout, once per request: peers that answer waited behind it, and so
- * could their leases on our QPs, an engine's destroy or a segment's close
- * (10 s per QP of a mute peer before).
+ * Calls in flight side by side (keepalives, DISCONNECTs, repair
+ * handshakes): every call's connection goes through its steps (connect,
+ * authenticate, then its requests written back to back while their
+ * answers are read in order) without waiting, each step taken when poll()
+ * says its socket is ready; each call has its timeout from its start.
+ * Called one after the other, each peer that did not answer (its host cut
+ * off, its process stopped) cost the whole timeout, once per request, and
+ * whatever came after waited: other peers' keepalives and leases, an
+ * engine's destroy, a segment's close (10 s per QP of a mute peer), the
+ * repairs of live peers' QPs.
  */
 #include <errno.h>
 #include <poll.h>
@@ -23,23 +23,24 @@
 #include "runtime/ctl/pool.h"
 #include "runtime/ctl/sock.h"
 
-/* Connections under way at once: peers beyond wait for a slot (a peer
- * with 4096 segments open, one target under 4096 addresses, would
- * otherwise meet its connection cap, or ours of file descriptors). */
-#define MANY_AT_ONCE 64
+#define CTL_FRAME_MS 250 /* a frame begun must be whole within this */
 
-enum many_step {
+enum call_step {
+	STEP_FREE,     /* no call in this slot */
 	STEP_CONNECT,  /* connect begun: wait until writable */
 	STEP_AUTH,     /* our AUTH_HELLO sent: wait for the server's */
 	STEP_EXCHANGE, /* requests going out, answers coming in */
-	STEP_DONE,
 };
 
-struct many_peer {
+struct call_slot {
+	enum call_step step;
+	unsigned gen;         /* bumped at every start: a slot reused is another call */
 	struct ctl_pipe *pipe;
+	struct ctl_call call; /* what is asked; its out takes a single answer */
+	ctl_done_fn done;
+	void *arg;
 	struct sockaddr_in sin;
 	int fd;
-	enum many_step step;
 	bool reused;       /* a kept connection: redialled once if it broke unanswered */
 	bool said;         /* the log said why it failed */
 	int64_t deadline;  /* its timeout from its start */
@@ -48,282 +49,327 @@ struct many_peer {
 	uint8_t nonce[WIRE_AUTH_NONCE_LEN];
 };
 
-struct many {
+struct ctl_calls {
 	struct ctl_client *cl;
-	const struct ctl_call *call;
-	int timeout_ms;
-	unsigned next;   /* the next peer to start */
-	unsigned active; /* started, not done */
-	struct many_peer *p;
+	unsigned active;
+	struct call_slot slot[CTL_CALLS_MAX];
 };
 
-/* Peer i is done: its requests not answered end with rc; its connection
- * is kept if the exchange left it in step. */
-static void many_end(struct many *m, unsigned i, int rc, enum ex_state st)
+/* The call in slot c is over: its requests not answered end with rc, its
+ * connection is kept if the exchange left it in step, the log says why it
+ * failed (once per call), and its owner hears of it. */
+static void call_end(struct ctl_calls *s, struct call_slot *c, int rc, enum ex_state st)
 {
-	struct many_peer *p = &m->p[i];
+	struct ctl_pipe *p = c->pipe;
+	ctl_done_fn done = c->done;
+	void *arg = c->arg;
 
-	if (p->fd >= 0 && st == EX_SYNCED)
-		ctl_pool_put(m->cl, &p->sin, p->fd);
-	else if (p->fd >= 0)
-		close(p->fd);
-	p->fd = -1;
-	p->step = STEP_DONE;
-	m->active--;
-	for (unsigned k = p->answered; k < p->pipe->count; k++)
-		p->pipe->rcs[k] = rc;
+	if (c->fd >= 0 && st == EX_SYNCED)
+		ctl_pool_put(s->cl, &c->sin, c->fd);
+	else if (c->fd >= 0)
+		close(c->fd);
+	for (unsigned k = c->answered; k < p->count; k++)
+		p->rcs[k] = rc;
+	for (unsigned k = 0; k < p->count && !c->said; k++)
+		if (p->rcs[k]) {
+			ctl_call_said(s->cl, p->address, &c->call, p->rcs[k]);
+			break;
+		}
+	c->step = STEP_FREE; /* free before done: it may start another */
+	c->fd = -1;
+	s->active--;
+	if (done)
+		done(arg);
 }
 
-/* A dial of peer i (connect or authentication) failed with rc. */
-static void many_dial_failed(struct many *m, unsigned i, int rc)
+/* A dial (connect or authentication) failed with rc. */
+static void call_dial_failed(struct ctl_calls *s, struct call_slot *c, int rc)
 {
-	struct many_peer *p = &m->p[i];
-
-	many_end(m, i, ctl_dial_failed(m->cl, p->pipe->address, m->call, rc, &p->said),
+	call_end(s, c, ctl_dial_failed(s->cl, c->pipe->address, &c->call, rc, &c->said),
 		 EX_BROKEN);
 }
 
-/* Begin a new connection to peer i. */
-static void many_dial(struct many *m, unsigned i)
+/* Begin a new connection for c. */
+static void call_dial(struct ctl_calls *s, struct call_slot *c)
 {
-	struct many_peer *p = &m->p[i];
-
-	p->reused = false;
-	p->fd = ctl_dial_begin(&p->sin);
-	p->step = STEP_CONNECT;
-	if (p->fd < 0)
-		many_dial_failed(m, i, p->fd);
+	c->reused = false;
+	c->fd = ctl_dial_begin(&c->sin);
+	c->step = STEP_CONNECT;
+	if (c->fd < 0)
+		call_dial_failed(s, c, c->fd);
 }
 
-/* Peer i's connection broke (rc, leaving it as st): a kept one that the
- * peer had closed before answering anything is dialled again, once. */
-static void many_broke(struct many *m, unsigned i, int rc, enum ex_state st)
+/* c's connection broke (rc, leaving it as st): a kept one that the peer
+ * had closed before answering anything is dialled again, once. */
+static void call_broke(struct ctl_calls *s, struct call_slot *c, int rc, enum ex_state st)
 {
-	struct many_peer *p = &m->p[i];
-
-	if (p->reused && p->answered == 0 && st == EX_NO_REPLY) {
-		close(p->fd);
-		fetch_add_relaxed(m->cl->redials, 1); /* statistics */
-		many_dial(m, i);
+	if (c->reused && c->answered == 0 && st == EX_NO_REPLY) {
+		close(c->fd);
+		fetch_add_relaxed(s->cl->redials, 1); /* statistics */
+		call_dial(s, c);
 		return;
 	}
-	many_end(m, i, rc, EX_BROKEN);
+	call_end(s, c, rc, EX_BROKEN);
 }
 
-/* Write what the socket takes of peer i's requests, without waiting. */
-static void many_send(struct many *m, unsigned i)
+/* Write what the socket takes of c's requests, without waiting. */
+static void call_send(struct ctl_calls *s, struct call_slot *c)
 {
-	struct many_peer *p = &m->p[i];
-	ssize_t n = send(p->fd, p->pipe->frames + p->sent, p->pipe->len - p->sent,
+	ssize_t n = send(c->fd, c->pipe->frames + c->sent, c->pipe->len - c->sent,
 			 MSG_DONTWAIT | MSG_NOSIGNAL);
 
 	if (n >= 0)
-		p->sent += (size_t)n;
+		c->sent += (size_t)n;
 	else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-		many_broke(m, i, ctl_io_error(-errno), ex_unanswered(-errno));
+		call_broke(s, c, ctl_io_error(-errno), ex_unanswered(-errno));
 }
 
-/* Peer i's connection carries requests from now on. */
-static void many_exchange(struct many *m, unsigned i)
+/* c's connection carries its requests from now on. */
+static void call_exchange(struct ctl_calls *s, struct call_slot *c)
 {
-	struct many_peer *p = &m->p[i];
-
-	p->step = STEP_EXCHANGE;
-	p->sent = 0;
-	many_send(m, i);
+	c->step = STEP_EXCHANGE;
+	c->sent = 0;
+	call_send(s, c);
 }
 
-/* Read one answer of peer i (its first bytes are there: whole, a frame
- * this small, but the read is bounded by the deadline all the same). */
-static void many_answer(struct many *m, unsigned i)
+/* The deadline of a read that poll() said can begin: a peer sends each
+ * frame whole, so the rest of one begun comes at once; one that trickles
+ * holds this thread CTL_FRAME_MS at most, not its call's whole timeout. */
+static int64_t call_read_deadline(const struct call_slot *c)
 {
-	struct many_peer *p = &m->p[i];
+	int64_t soon = sock_now_ms() + CTL_FRAME_MS;
+
+	return soon < c->deadline ? soon : c->deadline;
+}
+
+/* Read one answer. */
+static void call_answer(struct ctl_calls *s, struct call_slot *c)
+{
 	enum ex_state st;
-	int rc = ctl_read_answer(p->fd, p->deadline, m->cl->stop_fd, m->call, &st);
+	int rc = ctl_read_answer(c->fd, call_read_deadline(c), s->cl->stop_fd, &c->call, &st);
 
 	if (st != EX_SYNCED) {
-		many_broke(m, i, rc, st);
+		call_broke(s, c, rc, st);
 		return;
 	}
-	p->pipe->rcs[p->answered++] = rc;
-	if (p->answered == p->pipe->count)
-		many_end(m, i, 0, EX_SYNCED);
+	c->pipe->rcs[c->answered++] = rc;
+	if (c->answered == c->pipe->count)
+		call_end(s, c, 0, EX_SYNCED);
 }
 
-/* Peer i's connect finished: authenticate, or send the requests. */
-static void many_connected(struct many *m, unsigned i)
+/* c's connect finished: authenticate, or send the requests. */
+static void call_connected(struct ctl_calls *s, struct call_slot *c)
 {
-	struct many_peer *p = &m->p[i];
-	int rc = ctl_dial_end(p->fd);
+	int rc = ctl_dial_end(c->fd);
 
 	if (!rc)
-		fetch_add_relaxed(m->cl->dials, 1); /* statistics */
-	if (!rc && m->cl->has_key) {
-		rc = ctl_auth_hello(p->fd, p->nonce, p->deadline, m->cl->stop_fd);
+		fetch_add_relaxed(s->cl->dials, 1); /* statistics */
+	if (!rc && s->cl->has_key) {
+		rc = ctl_auth_hello(c->fd, c->nonce, c->deadline, s->cl->stop_fd);
 		if (!rc)
-			p->step = STEP_AUTH;
+			c->step = STEP_AUTH;
 	} else if (!rc) {
-		many_exchange(m, i);
+		call_exchange(s, c);
 	}
 	if (rc)
-		many_dial_failed(m, i, rc);
+		call_dial_failed(s, c, rc);
 }
 
-static void many_authenticate(struct many *m, unsigned i)
+static void call_authenticate(struct ctl_calls *s, struct call_slot *c)
 {
-	struct many_peer *p = &m->p[i];
-	int rc = ctl_auth_finish(p->fd, &m->cl->key, p->nonce, p->deadline, m->cl->stop_fd,
-				 p->pipe->address);
+	int rc = ctl_auth_finish(c->fd, &s->cl->key, c->nonce, call_read_deadline(c),
+				 s->cl->stop_fd, c->pipe->address);
 
 	if (rc)
-		many_dial_failed(m, i, rc);
+		call_dial_failed(s, c, rc);
 	else
-		many_exchange(m, i);
+		call_exchange(s, c);
 }
 
-/* Peer i's connection is ready (revents): take its step. */
-static void many_step(struct many *m, unsigned i, short revents)
+/* c's socket is ready (revents): take its step. */
+static void call_step(struct ctl_calls *s, struct call_slot *c, short revents)
 {
-	struct many_peer *p = &m->p[i];
-
-	switch (p->step) {
+	switch (c->step) {
 	case STEP_CONNECT:
-		many_connected(m, i);
+		call_connected(s, c);
 		break;
 	case STEP_AUTH:
-		many_authenticate(m, i);
+		call_authenticate(s, c);
 		break;
 	case STEP_EXCHANGE:
-		if ((revents & POLLOUT) && p->sent < p->pipe->len)
-			many_send(m, i);
-		if (p->step == STEP_EXCHANGE && (revents & ~POLLOUT))
-			many_answer(m, i);
+		if ((revents & POLLOUT) && c->sent < c->pipe->len)
+			call_send(s, c);
+		if (c->step == STEP_EXCHANGE && (revents & ~POLLOUT))
+			call_answer(s, c);
 		break;
-	case STEP_DONE:
+	case STEP_FREE:
 		break;
 	}
 }
 
-static short many_events(const struct many_peer *p)
+static short call_events(const struct call_slot *c)
 {
-	if (p->step == STEP_CONNECT)
+	if (c->step == STEP_CONNECT)
 		return POLLOUT;
-	if (p->step == STEP_EXCHANGE && p->sent < p->pipe->len)
+	if (c->step == STEP_EXCHANGE && c->sent < c->pipe->len)
 		return POLLIN | POLLOUT; /* answers are read while requests still go */
 	return POLLIN;
 }
 
-/* Resolve peer i and take a kept connection or begin a new one. */
-static void many_start(struct many *m, unsigned i)
+struct ctl_calls *ctl_calls_new(struct ctl_client *cl)
 {
-	struct many_peer *p = &m->p[i];
+	struct ctl_calls *s = cl ? calloc(1, sizeof(*s)) : NULL;
 
-	p->fd = -1;
-	p->deadline = sock_now_ms() + m->timeout_ms;
-	m->active++;
-	if (ctl_resolve(p->pipe->address, m->call, &p->sin)) {
-		many_end(m, i, -EINVAL, EX_BROKEN);
-		return;
+	if (s)
+		s->cl = cl;
+	return s;
+}
+
+void ctl_calls_free(struct ctl_calls *s)
+{
+	if (s)
+		ctl_calls_cancel(s, -ECANCELED);
+	free(s);
+}
+
+unsigned ctl_calls_active(const struct ctl_calls *s)
+{
+	return s->active;
+}
+
+int ctl_calls_start(struct ctl_calls *s, struct ctl_pipe *pipe, const struct ctl_call *call,
+		    int timeout_ms, ctl_done_fn done, void *arg)
+{
+	struct call_slot *c = NULL;
+
+	if (!pipe || !call || !pipe->count || !pipe->len || timeout_ms <= 0)
+		return -EINVAL;
+	for (unsigned i = 0; i < CTL_CALLS_MAX && !c; i++)
+		if (s->slot[i].step == STEP_FREE)
+			c = &s->slot[i];
+	if (!c)
+		return -EBUSY;
+	*c = (struct call_slot){ .step = STEP_CONNECT, .gen = c->gen + 1, .pipe = pipe,
+				 .call = *call, .done = done, .arg = arg, .fd = -1,
+				 .deadline = sock_now_ms() + timeout_ms };
+	s->active++;
+	if (ctl_resolve(pipe->address, call, &c->sin)) {
+		c->said = true;
+		call_end(s, c, -EINVAL, EX_BROKEN);
+		return 0;
 	}
-	p->fd = ctl_pool_take(m->cl, &p->sin);
-	p->reused = p->fd >= 0;
-	if (p->reused) {
-		fetch_add_relaxed(m->cl->reuses, 1); /* statistics */
-		many_exchange(m, i);
+	c->fd = ctl_pool_take(s->cl, &c->sin);
+	c->reused = c->fd >= 0;
+	if (c->reused) {
+		fetch_add_relaxed(s->cl->reuses, 1); /* statistics */
+		call_exchange(s, c);
 	} else {
-		many_dial(m, i);
+		call_dial(s, c);
 	}
+	return 0;
 }
 
-/* Start peers while fewer than MANY_AT_ONCE are under way; end those whose
- * time is up.  The earliest deadline of those still under way. */
-static int64_t many_refill(struct many *m, unsigned n, int64_t now)
+unsigned ctl_calls_fds(const struct ctl_calls *s, struct pollfd *p, int *next_ms)
 {
-	int64_t first = INT64_MAX;
-
-	while (m->active < MANY_AT_ONCE && m->next < n)
-		many_start(m, m->next++);
-	for (unsigned i = 0; i < m->next; i++) {
-		if (m->p[i].step == STEP_DONE)
-			continue;
-		if (m->p[i].deadline <= now)
-			many_end(m, i, -ETIMEDOUT, EX_BROKEN);
-		else if (m->p[i].deadline < first)
-			first = m->p[i].deadline;
-	}
-	return first;
-}
-
-/* Wait for the connections under way (their index in idx) and take the
- * steps of those ready.  0 when every peer is done, 1 to go on, or
- * -ECANCELED (the client's stop fd), -errno of poll. */
-static int many_round(struct many *m, unsigned n, struct pollfd *pf, unsigned *idx)
-{
-	int64_t now = sock_now_ms(), first = many_refill(m, n, now);
+	int64_t now = sock_now_ms(), first = INT64_MAX;
 	unsigned k = 0;
+
+	for (unsigned i = 0; i < CTL_CALLS_MAX; i++) {
+		const struct call_slot *c = &s->slot[i];
+
+		if (c->step == STEP_FREE)
+			continue;
+		p[k++] = (struct pollfd){ .fd = c->fd, .events = call_events(c) };
+		if (c->deadline < first)
+			first = c->deadline;
+	}
+	if (k) /* the client's cancel ends them all */
+		p[k++] = (struct pollfd){ .fd = s->cl->stop_fd, .events = POLLIN };
+	*next_ms = !k ? -1 : first <= now ? 0 : (int)(first - now);
+	return k;
+}
+
+unsigned ctl_calls_run(struct ctl_calls *s)
+{
+	struct pollfd p[CTL_CALLS_MAX + 1];
+	struct call_slot *who[CTL_CALLS_MAX];
+	unsigned gen[CTL_CALLS_MAX];
+	unsigned k = 0, before = s->active;
+	int64_t now;
 	int rc;
 
-	/* Ended at once (refused, bad address) while more wait: start them. */
-	if (m->active == 0)
-		return m->next < n;
-	for (unsigned i = 0; i < m->next; i++) {
-		if (m->p[i].step == STEP_DONE)
-			continue;
-		pf[k] = (struct pollfd){ .fd = m->p[i].fd, .events = many_events(&m->p[i]) };
-		idx[k++] = i;
+	for (unsigned i = 0; i < CTL_CALLS_MAX; i++)
+		if (s->slot[i].step != STEP_FREE) {
+			who[k] = &s->slot[i];
+			gen[k] = s->slot[i].gen;
+			p[k++] = (struct pollfd){ .fd = s->slot[i].fd, .events = call_events(&s->slot[i]) };
+		}
+	if (!k)
+		return 0;
+	p[k] = (struct pollfd){ .fd = s->cl->stop_fd, .events = POLLIN };
+	rc = poll(p, k + 1, 0);
+	if (rc > 0 && p[k].revents) {
+		ctl_calls_cancel(s, -ECANCELED);
+		return before;
 	}
-	pf[k] = (struct pollfd){ .fd = m->cl->stop_fd, .events = POLLIN };
-	rc = poll(pf, k + 1, (int)(first - now));
-	if (rc < 0 && errno != EINTR)
-		return -errno;
-	if (rc > 0 && pf[k].revents)
-		return -ECANCELED;
+	/* A slot ended and started again by a done() meanwhile holds another
+	 * call: these revents are not its.  (A redial keeps the call, and
+	 * its new socket is polled next time.) */
 	for (unsigned j = 0; rc > 0 && j < k; j++)
-		if (pf[j].revents)
-			many_step(m, idx[j], pf[j].revents);
-	return 1;
+		if (p[j].revents && who[j]->gen == gen[j] && who[j]->step != STEP_FREE &&
+		    who[j]->fd == p[j].fd)
+			call_step(s, who[j], p[j].revents);
+	now = sock_now_ms();
+	for (unsigned i = 0; i < CTL_CALLS_MAX; i++)
+		if (s->slot[i].step != STEP_FREE && s->slot[i].deadline <= now)
+			call_end(s, &s->slot[i], -ETIMEDOUT, EX_BROKEN);
+	return before > s->active ? before - s->active : 0;
 }
 
-/* Every peer's call as far as it goes in its time; every rcs set. */
-static void many_run(struct many *m, unsigned n)
+void ctl_calls_cancel(struct ctl_calls *s, int rc)
 {
-	unsigned room = n < MANY_AT_ONCE ? n : MANY_AT_ONCE;
-	struct pollfd *pf = malloc((room + 1) * sizeof(*pf));
-	unsigned *idx = malloc(room * sizeof(*idx));
-	int rc = pf && idx ? 1 : -ENOMEM;
-
-	while (rc > 0)
-		rc = many_round(m, n, pf, idx);
-	/* rc < 0: why the calls stopped, for those under way or never started. */
-	for (unsigned i = 0; i < m->next; i++)
-		if (m->p[i].step != STEP_DONE)
-			many_end(m, i, rc, EX_BROKEN);
-	for (unsigned i = m->next; i < n; i++)
-		for (unsigned k = 0; k < m->p[i].pipe->count; k++)
-			m->p[i].pipe->rcs[k] = rc;
-	free(pf);
-	free(idx);
+	for (unsigned i = 0; i < CTL_CALLS_MAX; i++)
+		if (s->slot[i].step != STEP_FREE)
+			call_end(s, &s->slot[i], rc, EX_BROKEN);
 }
 
 int ctl_call_many(struct ctl_client *cl, struct ctl_pipe *pipes, unsigned n, int timeout_ms,
 		  const struct ctl_call *call)
 {
-	struct many m = { .cl = cl, .call = call, .timeout_ms = timeout_ms };
+	struct pollfd p[CTL_CALLS_MAX + 1];
+	struct ctl_calls *s;
+	unsigned next = 0;
 
 	if (!cl || !pipes || !n || timeout_ms <= 0)
 		return -EINVAL;
-	m.p = calloc(n, sizeof(*m.p));
-	if (!m.p)
+	s = ctl_calls_new(cl);
+	if (!s)
 		return -ENOMEM;
-	for (unsigned i = 0; i < n; i++)
-		m.p[i].pipe = &pipes[i];
-	many_run(&m, n);
-	for (unsigned i = 0; i < n; i++)
-		for (unsigned k = 0; k < pipes[i].count && !m.p[i].said; k++)
-			if (pipes[i].rcs[k]) {
-				ctl_call_said(cl, pipes[i].address, call, pipes[i].rcs[k]);
-				break; /* once per peer */
-			}
-	free(m.p);
+	for (;;) {
+		int wait_ms;
+		unsigned k;
+
+		while (next < n && ctl_calls_active(s) < CTL_CALLS_MAX) {
+			unsigned before = ctl_calls_active(s);
+			int rc = ctl_calls_start(s, &pipes[next], call, timeout_ms, NULL, NULL);
+
+			if (rc) /* a pipe the caller got wrong: it alone fails */
+				for (unsigned i = 0; i < pipes[next].count; i++)
+					pipes[next].rcs[i] = rc;
+			/* No file descriptor left while calls hold some: this one
+			 * goes again when they give theirs back. */
+			if (!rc && before && ctl_calls_active(s) == before &&
+			    (pipes[next].rcs[0] == -EMFILE || pipes[next].rcs[0] == -ENFILE))
+				break;
+			next++;
+		}
+		k = ctl_calls_fds(s, p, &wait_ms);
+		if (!k && next == n)
+			break;
+		if (k)
+			(void)poll(p, k, wait_ms);
+		ctl_calls_run(s);
+	}
+	ctl_calls_free(s);
 	return 0;
 }

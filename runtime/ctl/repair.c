@@ -9,12 +9,15 @@
  * (new work avoids it, its waiting slices move to another rail); when no
  * rail reaches the peer, the cores fail its requests fast (-EHOSTDOWN).
  * The repair is tried again with a growing back-off: a link that comes back,
- * or a restarted peer, becomes reachable again.
+ * or a restarted peer, becomes reachable again.  Handshakes go side by
+ * side (up to CTL_CALLS_MAX in flight, driven by this thread's poll): one
+ * to a peer that does not answer holds up no other.
  */
 #include "runtime/ctl/repair.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -24,6 +27,7 @@
 #include <urcu/urcu-qsbr.h>
 
 #include "ring/base/clock.h"
+#include "runtime/ctl/call.h"
 #include "runtime/engine/engine.h"
 
 #define REPAIR_WAIT_MAX_MS 1000         /* asleep, it still looks this often */
@@ -147,50 +151,74 @@ static int repair_install(struct ferry_engine *e, const struct repair_job *j,
 }
 
 /*
- * Replace QP j->qp of core j->core's endpoint: a new QP made under
- * ctl_lock, connected through a handshake without it (a round trip),
- * installed under it again.  0, or -errno to retry later.  The endpoint
- * cannot be freed meanwhile: retired endpoints are queued for call_rcu by
- * this very thread (reap_run), not while it is here.
+ * A repair handshake in flight.  Its endpoint cannot be freed meanwhile:
+ * retired endpoints are queued for call_rcu by this very thread
+ * (reap_run), and not while a handshake is in flight (repair_main), so
+ * f->ep stays valid memory and no new endpoint can take its address.
  */
-static int repair_one(struct ferry_engine *e, const struct repair_job *j)
+struct repair_flight {
+	struct ferry_engine *e;
+	struct repair_job j;
+	struct ferry_ep *ep;
+	unsigned tx;                /* f->ep->tx */
+	struct qpx *q;              /* the new QP */
+	uint64_t token;
+	struct seg_peer peer;
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	struct ctl_call call;       /* its frame: the CONNECT_REQ (malloc'd) */
+	struct ctl_pipe pipe;
+	int rc;
+	bool busy;
+};
+
+/*
+ * First half of replacing QP j->qp of core j->core's endpoint, under
+ * ctl_lock: the endpoint, if it is still there, and a new QP for it.  1
+ * with f ready for the handshake, 0 when there is nothing to repair, or
+ * -errno to try again later.
+ */
+static int repair_prepare(struct ferry_engine *e, struct repair_flight *f)
 {
+	const struct repair_job *j = &f->j;
 	struct ferry_seg *s = seg_at(&e->segs, j->slot);
 	struct ferry_core *c = e->cores[j->core];
-	struct seg_peer peer;
-	struct ferry_ep *ep;
-	uint64_t token = 0;
-	struct qpx *q;
 	int rc;
 
 	pthread_mutex_lock(&e->ctl_lock);
-	ep = repair_target(e, j);
+	f->ep = repair_target(e, j);
 	/* A stale segment's peer restarted: every handshake would be refused
 	 * -ESTALE (and logged) until the application closes it; its rails are
 	 * down and its requests fail fast, so there is nothing to repair. */
-	if (ep && READ_ONCE(s->stale))
-		ep = NULL;
-	rc = ep ? qpx_create(&c->tx[ep->tx], e->opts.wrs_per_qp, ep, &q) : 0;
-	if (ep && !rc) {
-		token = ++e->next_token;
-		seg_peer_of(s, (uint16_t)ep->remote_nic, &peer);
-	} else if (ep) {
+	if (f->ep && READ_ONCE(s->stale))
+		f->ep = NULL;
+	rc = f->ep ? qpx_create(&c->tx[f->ep->tx], e->opts.wrs_per_qp, f->ep, &f->q) : 0;
+	if (f->ep && !rc) {
+		f->tx = f->ep->tx;
+		f->token = ++e->next_token;
+		seg_peer_of(s, (uint16_t)f->ep->remote_nic, &f->peer);
+	} else if (f->ep) {
 		/* No QP on this rail (its device may be dead): new work avoids
 		 * it and its waiting slices move, as for an unreachable peer. */
 		rail_unreachable(e, s, j->core, j->slot);
 	}
 	pthread_mutex_unlock(&e->ctl_lock);
-	if (!ep || rc)
+	if (rc)
 		return rc;
-	fetch_add_relaxed(e->repair.handshakes, 1); /* statistics */
-	if (ferry_now_ms() < READ_ONCE(e->repair.refuse_until_ms))
-		rc = -ECONNREFUSED; /* a test's refusing peer */
-	else
-		rc = seg_handshake(e, j->core, &peer, &q, 1, token, true);
+	return f->ep ? 1 : 0;
+}
+
+/* Second half, the handshake over (rc): the new QP installed, or the
+ * failure taken in (rails down as it says).  0, or -errno to retry later. */
+static int repair_conclude(struct ferry_engine *e, struct repair_flight *f, int rc)
+{
+	const struct repair_job *j = &f->j;
+	struct ferry_seg *s = seg_at(&e->segs, j->slot);
+
 	pthread_mutex_lock(&e->ctl_lock);
 	if (rc) {
-		qpx_destroy(&c->tx[ep->tx], q);
-		if (repair_target(e, j) == ep) {
+		qpx_destroy(&e->cores[j->core]->tx[f->tx], f->q);
+		if (repair_target(e, j) == f->ep) {
 			bool stale = rc == -ESTALE; /* the peer restarted: its keys are gone */
 			bool all_down;
 
@@ -206,11 +234,89 @@ static int repair_one(struct ferry_engine *e, const struct repair_job *j)
 				repair_say_failed(s, j->core, rc, all_down);
 		}
 	} else {
-		rc = repair_install(e, j, ep, q, token, peer.address);
+		rc = repair_install(e, j, f->ep, f->q, f->token, f->peer.address);
 	}
 	pthread_mutex_unlock(&e->ctl_lock);
-	seg_disconnect_flush(e);
 	return rc;
+}
+
+static void repair_later(struct repair *r, struct repair_job *j);
+
+/* A flight is over (its call's done, or refused before it went). */
+static void repair_landed(void *arg)
+{
+	struct repair_flight *f = arg;
+	struct ferry_engine *e = f->e;
+	int rc = f->rc;
+
+	if (!rc)
+		rc = ctl_check_rep(&f->req, &f->rep);
+	if (!rc)
+		rc = seg_handshake_apply(e, f->j.core, &f->peer, &f->q, 1, f->token, &f->rep, true);
+	rc = repair_conclude(e, f, rc);
+	free(f->call.frame);
+	f->call.frame = NULL;
+	f->busy = false;
+	e->repair.landed = true; /* DISCONNECTs it may have queued go out (repair_main) */
+	if (rc)
+		repair_later(&e->repair, &f->j);
+}
+
+static struct repair_flight *repair_free_flight(struct repair *r)
+{
+	for (unsigned i = 0; i < CTL_CALLS_MAX; i++)
+		if (!r->flights[i].busy)
+			return &r->flights[i];
+	return NULL;
+}
+
+/*
+ * Replace QP j->qp of core j->core's endpoint: a new QP made under
+ * ctl_lock, connected through a handshake that goes beside the others in
+ * flight (a peer that does not answer holds up no other repair: one
+ * after the other, a live peer's repair waited out a mute one's 10 s),
+ * installed under ctl_lock again when the answer comes (repair_landed).
+ */
+static void repair_run(struct ferry_engine *e, struct repair_job *j)
+{
+	struct repair *r = &e->repair;
+	struct repair_flight *f = repair_free_flight(r);
+	int rc;
+
+	if (!f) {
+		repair_later(r, j); /* CTL_CALLS_MAX in flight: a slot frees within their timeout */
+		return;
+	}
+	*f = (struct repair_flight){ .e = e, .j = *j, .busy = true };
+	rc = repair_prepare(e, f);
+	if (rc <= 0) {
+		f->busy = false;
+		if (rc)
+			repair_later(r, j);
+		return;
+	}
+	fetch_add_relaxed(r->handshakes, 1); /* statistics */
+	seg_handshake_req(e, j->core, &f->peer, &f->q, 1, f->token, &f->req);
+	rc = ctl_connect_prepare(&f->req, &f->rep, 1, &f->call);
+	if (!rc && ferry_now_ms() < READ_ONCE(r->refuse_until_ms))
+		rc = -ECONNREFUSED; /* a test's refusing peer */
+	f->pipe = (struct ctl_pipe){ .address = f->peer.address, .frames = f->call.frame,
+				     .len = WIRE_HDR_LEN + f->call.req_len, .count = 1,
+				     .rcs = &f->rc };
+	if (!rc)
+		rc = ctl_calls_start(r->calls, &f->pipe, &f->call, SEG_CTL_TIMEOUT_MS,
+				     repair_landed, f);
+	if (rc) {
+		f->rc = rc;
+		repair_landed(f);
+	}
+}
+
+/* The handshakes in flight that are ready take their next step; those
+ * answered (or out of time) are concluded.  How many ended. */
+static unsigned repair_flights_run(struct ferry_engine *e)
+{
+	return ctl_calls_active(e->repair.calls) ? ctl_calls_run(e->repair.calls) : 0;
 }
 
 static void repair_later(struct repair *r, struct repair_job *j)
@@ -223,14 +329,6 @@ static void repair_later(struct repair *r, struct repair_job *j)
 	j->due_ms = ferry_now_ms() + j->backoff_ms;
 	r->later[r->n_later] = *j;
 	WRITE_ONCE(r->n_later, r->n_later + 1); /* tests read it: a statistic */
-}
-
-static void repair_run(struct ferry_engine *e, struct repair_job *j)
-{
-	int rc = repair_one(e, j);
-
-	if (rc)
-		repair_later(&e->repair, j);
 }
 
 void repair_due_now(struct ferry_engine *e, unsigned i)
@@ -264,17 +362,23 @@ static unsigned repair_due(struct ferry_engine *e)
 	return ran;
 }
 
-/* The same QP's job waits out a back-off already: a core's ask again
- * (each REPAIR_REASK_MS while the QP stays broken) adds nothing, and kept
- * it would hand-shake once more for a QP its twin replaced. */
+static bool same_job(const struct repair_job *q, const struct repair_job *j)
+{
+	return q->slot == j->slot && q->qp == j->qp && q->core == j->core && q->gen == j->gen;
+}
+
+/* The same QP's job waits out a back-off already, or is in flight: a
+ * core's ask again (each REPAIR_REASK_MS while the QP stays broken) adds
+ * nothing, and kept it would hand-shake once more for a QP its twin
+ * replaced. */
 static bool repair_queued(const struct repair *r, const struct repair_job *j)
 {
-	for (unsigned k = 0; k < r->n_later; k++) {
-		const struct repair_job *q = &r->later[k];
-
-		if (q->slot == j->slot && q->qp == j->qp && q->core == j->core && q->gen == j->gen)
+	for (unsigned k = 0; k < r->n_later; k++)
+		if (same_job(&r->later[k], j))
 			return true;
-	}
+	for (unsigned k = 0; k < CTL_CALLS_MAX; k++)
+		if (r->flights[k].busy && same_job(&r->flights[k].j, j))
+			return true; /* its handshake is in flight */
 	return false;
 }
 
@@ -340,8 +444,8 @@ static bool repair_has_work(struct ferry_engine *e)
 	for (unsigned i = 0; i < e->ncores; i++)
 		if (ferry_ring_count(&e->cores[i]->repairs))
 			return true;
-	if (READ_ONCE(e->reaper.retired))
-		return true;
+	if (READ_ONCE(e->reaper.retired) && !ctl_calls_active(e->repair.calls))
+		return true; /* (reaped once no handshake is in flight: repair_main) */
 	for (uint32_t slot = 0; slot < seg_slots(&e->segs); slot++)
 		if (READ_ONCE(seg_at(&e->segs, slot)->want_eps))
 			return true;
@@ -357,13 +461,20 @@ static bool repair_has_work(struct ferry_engine *e)
 static void repair_wait(struct ferry_engine *e)
 {
 	struct repair *r = &e->repair;
-	struct pollfd p[1 + FERRY_MAX_CORES * CORE_MAX_TX] = { { .fd = r->wake_fd, .events = POLLIN } };
+	struct pollfd p[1 + FERRY_MAX_CORES * CORE_MAX_TX + CTL_CALLS_MAX + 1] = {
+		{ .fd = r->wake_fd, .events = POLLIN }
+	};
 	unsigned n = 1 + events_fds(e, p + 1, FERRY_MAX_CORES * CORE_MAX_TX);
+	int wait_ms = repair_next_ms(e), calls_ms;
 	eventfd_t v;
 
+	/* Device events and the handshakes in flight wake it too. */
+	n += ctl_calls_fds(r->calls, p + n, &calls_ms);
+	if (calls_ms >= 0 && calls_ms < wait_ms)
+		wait_ms = calls_ms;
 	store_sc(r->sleeping, 1);
 	if (!repair_has_work(e))
-		(void)poll(p, n, repair_next_ms(e)); /* device events wake it too */
+		(void)poll(p, n, wait_ms);
 	WRITE_ONCE(r->sleeping, 0);
 	(void)eventfd_read(r->wake_fd, &v); /* non-blocking: EAGAIN when not kicked */
 }
@@ -382,10 +493,21 @@ static void *repair_main(void *arg)
 	urcu_qsbr_register_thread();
 	urcu_qsbr_thread_offline();
 	while (!load_acquire(e->repair.stop)) { /* pairs with: store_release in repair_stop */
-		if (events_run(e) + repair_drain(e) + repair_due(e) + reap_run(&e->reaper) +
-		    repair_reconnects(e) == 0)
+		unsigned work = events_run(e) + repair_drain(e) + repair_due(e) +
+				repair_flights_run(e) + repair_reconnects(e);
+
+		/* Not while a handshake is in flight: its endpoint must stay. */
+		if (!ctl_calls_active(e->repair.calls))
+			work += reap_run(&e->reaper);
+		if (e->repair.landed) { /* the old halves of QPs replaced, ... */
+			e->repair.landed = false;
+			seg_disconnect_flush(e);
+		}
+		if (!work)
 			repair_wait(e);
 	}
+	ctl_calls_cancel(e->repair.calls, -ECANCELED); /* their new QPs destroyed */
+	seg_disconnect_flush(e);
 	reap_run(&e->reaper);
 	urcu_qsbr_thread_online();
 	urcu_qsbr_unregister_thread();
@@ -397,6 +519,10 @@ int repair_start(struct ferry_engine *e)
 	int rc;
 
 	e->repair.later_max = REPAIR_LATER_MAX;
+	e->repair.calls = ctl_calls_new(&e->client);
+	e->repair.flights = calloc(CTL_CALLS_MAX, sizeof(*e->repair.flights));
+	if (!e->repair.calls || !e->repair.flights)
+		return -ENOMEM; /* freed by repair_stop */
 	e->repair.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (e->repair.wake_fd < 0)
 		return -errno;
@@ -410,12 +536,16 @@ int repair_start(struct ferry_engine *e)
 
 void repair_stop(struct ferry_engine *e)
 {
-	if (!e->repair.started)
-		return;
-	store_release(e->repair.stop, 1); /* pairs with: load_acquire in repair_main */
-	eventfd_write(e->repair.wake_fd, 1);
-	pthread_join(e->repair.thread, NULL);
-	e->repair.started = 0;
-	close(e->repair.wake_fd);
-	e->repair.wake_fd = -1;
+	if (e->repair.started) {
+		store_release(e->repair.stop, 1); /* pairs with: load_acquire in repair_main */
+		eventfd_write(e->repair.wake_fd, 1);
+		pthread_join(e->repair.thread, NULL);
+		e->repair.started = 0;
+		close(e->repair.wake_fd);
+		e->repair.wake_fd = -1;
+	}
+	ctl_calls_free(e->repair.calls); /* none in flight: the thread ended them */
+	e->repair.calls = NULL;
+	free(e->repair.flights);
+	e->repair.flights = NULL;
 }

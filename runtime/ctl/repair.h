@@ -8,11 +8,14 @@
 #define FERRY_RUNTIME_CTL_REPAIR_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "runtime/core/core.h"
 
 struct ferry_engine;
+struct ctl_calls;
+struct repair_flight;
 
 #define REPAIR_LATER_MAX 256
 
@@ -25,6 +28,9 @@ struct repair {
 	unsigned later_max;            /* REPAIR_LATER_MAX; tests lower it */
 	int wake_fd;                   /* eventfd: repair_kick wakes the thread */
 	uint32_t sleeping;             /* store_sc/fetch_or_sc: see repair_wait */
+	struct ctl_calls *calls;       /* repair handshakes in flight (runtime/ctl/call.h) */
+	struct repair_flight *flights; /* what each needs when it lands: CTL_CALLS_MAX */
+	bool landed;                   /* a handshake ended since the last DISCONNECT flush */
 	uint64_t handshakes;           /* repairs tried (statistics, for tests) */
 	uint64_t refuse_until_ms;      /* tests: repairs are refused until then (ferry_now_ms),
 	                                * as by a peer whose control port is closed a while */

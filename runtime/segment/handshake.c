@@ -39,9 +39,9 @@ void seg_peer_of(const struct ferry_seg *s, uint16_t remote_nic, struct seg_peer
 	out->tx = s->tx;
 }
 
-static void handshake_req(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
-			  struct qpx *const *qps, unsigned n, uint64_t token,
-			  struct wire_connect_req *req)
+void seg_handshake_req(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
+		       struct qpx *const *qps, unsigned n, uint64_t token,
+		       struct wire_connect_req *req)
 {
 	const struct qctx *q = &e->cores[i]->tx[p->tx];
 
@@ -69,13 +69,11 @@ static void handshake_req(struct ferry_engine *e, unsigned i, const struct seg_p
 int seg_handshake(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
 		  struct qpx *const *qps, unsigned n, uint64_t token, bool quiet)
 {
-	const struct qctx *q = &e->cores[i]->tx[p->tx];
 	struct wire_connect_req req;
 	struct wire_connect_rep rep;
-	char here[160];
 	int rc;
 
-	handshake_req(e, i, p, qps, n, token, &req);
+	seg_handshake_req(e, i, p, qps, n, token, &req);
 	rc = (quiet ? ctl_connect_quiet : ctl_connect)(&e->client, p->address, SEG_CTL_TIMEOUT_MS,
 						       &req, &rep);
 	if (rc) {
@@ -84,8 +82,19 @@ int seg_handshake(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
 				strerror(-rc));
 		return rc;
 	}
+	return seg_handshake_apply(e, i, p, qps, n, token, &rep, quiet);
+}
+
+int seg_handshake_apply(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
+			struct qpx *const *qps, unsigned n, uint64_t token,
+			const struct wire_connect_rep *rep, bool quiet)
+{
+	const struct qctx *q = &e->cores[i]->tx[p->tx];
+	char here[160];
+	int rc = 0;
+
 	for (unsigned k = 0; k < n && !rc; k++)
-		rc = q->prov->qp_connect(qps[k]->nqp, &p->raddr, &rep.qps[k]);
+		rc = q->prov->qp_connect(qps[k]->nqp, &p->raddr, &rep->qps[k]);
 	if (rc) {
 		seg_disconnect_later(e, p->address, token, n);
 		if (!quiet) {

@@ -183,6 +183,16 @@ void seg_peer_of(const struct ferry_seg *s, uint16_t remote_nic, struct seg_peer
  * failed.  No lock held. */
 int seg_handshake(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
 		  struct qpx *const *qps, unsigned n, uint64_t token, bool quiet);
+/* Its two halves, for a caller that sends the CONNECT_REQ itself (the
+ * repair thread, many at once): the request, then, with the peer's reply,
+ * our QPs connected (-ENETUNREACH, the peer's halves queued for DISCONNECT,
+ * when our provider cannot reach them). */
+void seg_handshake_req(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
+		       struct qpx *const *qps, unsigned n, uint64_t token,
+		       struct wire_connect_req *req);
+int seg_handshake_apply(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
+			struct qpx *const *qps, unsigned n, uint64_t token,
+			const struct wire_connect_rep *rep, bool quiet);
 /* handshake.c: the peer's QPs token .. token + n - 1 are to be freed (any
  * thread, any lock); seg_disconnect_flush sends the DISCONNECTs (no lock). */
 void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t token,

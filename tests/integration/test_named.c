@@ -15,7 +15,7 @@
 
 #define LEN (256 * 1024)
 /* Leases: short where a test waits for one to run out (etcd grants at
- * least ~2 s anyway), else long enough that a starved repair thread on a
+ * least ~2 s anyway), else long enough that a starved lease thread on a
  * loaded 2-CPU machine does not lose its record meanwhile. */
 #define TTL_SHORT_MS 2000
 #define TTL_MS 6000

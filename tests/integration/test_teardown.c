@@ -827,6 +827,67 @@ static void test_close_with_mute_peers(void **state)
 }
 
 /*
+ * A repair does not wait behind another peer's: while the handshake that
+ * would repair a mute peer's QPs is in flight (10 s before it times out),
+ * the live peer's QPs, all broken, are repaired and its next request is
+ * DONE -- before the mute peer's handshake has even failed.  One handshake
+ * after the other, the live peer's repair came after it (10.0 s).
+ */
+static void test_repair_beside_mute_peer(void **state)
+{
+	struct ferry_opts io, mo;
+	struct ferry_req_status st;
+	struct ferry_engine *m;
+	struct ferry_port *port;
+	uint8_t *mbuf = aligned_alloc(4096, 4096);
+	char address[64];
+	ferry_seg_t mseg;
+	uint64_t hs;
+	double t;
+	int mfd;
+
+	(void)state;
+	need_loop();
+	pair_opts(&io, "0-1");
+	io.keepalive_ms = 0;
+	pair_setup(&P, &io, &io, BUF);
+	pair_opts(&mo, "0-1");
+	assert_int_equal(ferry_engine_create(&mo, &m), 0);
+	assert_non_null(mbuf);
+	assert_int_equal(ferry_mem_register(m, mbuf, 4096), 0);
+	snprintf(address, sizeof(address), "%s", ferry_engine_address(m));
+	assert_int_equal(ferry_segment_open(P.init, address, &mseg), 0);
+	assert_int_equal(ferry_mem_unregister(m, mbuf), 0);
+	mfd = mute_in_place_of(m, address);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+
+	/* The mute peer's QPs break (its memory is gone with it): their
+	 * repair's handshake goes out and gets no answer. */
+	hs = READ_ONCE(P.init->repair.handshakes);
+	st = run_one_on(port, mkreq(FERRY_OP_WRITE, P.lbuf, mseg, mbuf, 4096), WAIT_MS);
+	assert_int_equal(st.state, FERRY_FAILED);
+	WAIT_UNTIL(READ_ONCE(P.init->repair.handshakes) > hs, WAIT_MS,
+		   "a repair handshake to the mute peer");
+	/* Every QP of the live peer breaks too. */
+	set_faults(P.init, &(struct loop_faults){ .qp_fatal_ppm = 1000000 });
+	(void)run_one_on(port, mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 4096), WAIT_MS);
+	set_faults(P.init, NULL);
+	t = now_s();
+	st = run_one_on(port, mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 4096), WAIT_MS);
+	print_message("the live peer's request after its QPs broke: %s in %.3f s, with the mute "
+		      "peer's repair in flight\n", ferry_state_name(st.state), now_s() - t);
+	assert_int_equal(st.state, FERRY_DONE);
+	assert_int_equal(repairs_failed(P.init, mseg), 0); /* its handshake still waits */
+
+	close(mfd); /* refused from now on: its repairs and close end at once */
+	assert_int_equal(ferry_port_destroy(port), 0);
+	assert_int_equal(ferry_segment_close(P.init, mseg), 0);
+	free(mbuf);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+/*
  * Engines destroyed with segments open in both directions and requests
  * ended (batch destroyed, port left to the engine): the peer's half of
  * every QP, the descriptors and the endpoints must all be freed.  The
@@ -1093,6 +1154,7 @@ int main(void)
 		cmocka_unit_test(test_lease),
 		cmocka_unit_test(test_lease_with_mute_peers),
 		cmocka_unit_test(test_close_with_mute_peers),
+		cmocka_unit_test(test_repair_beside_mute_peer),
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_submit_while_reopening),
 	};

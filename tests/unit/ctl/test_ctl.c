@@ -29,6 +29,10 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 
 #include "ring/base/atomics.h"
 #include "runtime/ctl/ctl.h"
@@ -2143,6 +2147,93 @@ static void test_disconnect_many(void **state)
 	ctl_stop(&b);
 }
 
+/*
+ * A keepalive round to more peers than the process has free file
+ * descriptors: one after the other needs one socket at a time and reaches
+ * every peer, and so must the round (the peers past the limit wait for a
+ * socket instead of failing -EMFILE every round, the same ones each time:
+ * the lease thread sorts the addresses, and they would free our QPs when
+ * their lease ran out).  Found by an independent review.  The server runs
+ * in a child process so that its accepted sockets do not count against
+ * our limit.
+ */
+static void test_keepalive_many_fd_limit(void **state)
+{
+	enum { N = 64, FREE_FDS = 16 };
+	const char *peers[N];
+	struct rlimit rl, low;
+	struct ctl_client cl;
+	char addr[64] = "";
+	unsigned ok_many = 0, ok_serial = 0, emfile = 0;
+	int pfd[2], rcs[N], maxfd = 0, fill[4096], nfill = 0;
+	pid_t pid;
+	DIR *d;
+	struct dirent *de;
+
+	(void)state;
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct ctl c;
+		struct ctx x;
+
+		close(pfd[0]);
+		next_cfg.keepalive = on_keepalive;
+		start_ops(&c, &x, 1, 1, NULL, NULL);
+		if (write(pfd[1], c.address, strlen(c.address) + 1) < 0)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(pfd[1]);
+	assert_true(read(pfd[0], addr, sizeof(addr)) > 0);
+	close(pfd[0]);
+	assert_int_equal(ctl_client_init(&cl, NULL), 0);
+	for (unsigned i = 0; i < N; i++)
+		peers[i] = addr;
+	d = opendir("/proc/self/fd");
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		if (atoi(de->d_name) > maxfd)
+			maxfd = atoi(de->d_name);
+	closedir(d);
+	/* Fill the holes below the highest fd: FREE_FDS free, no more. */
+	for (;;) {
+		int f = dup(0);
+
+		assert_true(f >= 0 && nfill < 4096);
+		if (f > maxfd) {
+			close(f);
+			break;
+		}
+		fill[nfill++] = f;
+	}
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	low = rl;
+	low.rlim_cur = (rlim_t)maxfd + 1 + FREE_FDS;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+
+	assert_int_equal(ctl_keepalive_many(&cl, peers, N, 3000, 0x77, rcs), 0);
+	for (unsigned i = 0; i < N; i++) {
+		ok_many += rcs[i] == 0;
+		emfile += rcs[i] == -EMFILE;
+	}
+	for (unsigned i = 0; i < N; i++)
+		ok_serial += ctl_keepalive(&cl, addr, 3000, 0x77) == 0;
+
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	while (nfill)
+		close(fill[--nfill]);
+	ctl_client_fini(&cl);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	print_message("%u peers, ~%u free fds: one after the other %u answered; at once %u "
+		      "answered, %u -EMFILE\n", N, FREE_FDS, ok_serial, ok_many, emfile);
+	assert_int_equal(ok_serial, N);
+	assert_int_equal(ok_many, N);
+}
+
 static void write_file(const char *path, const char *content, mode_t mode)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -2367,6 +2458,7 @@ int main(void)
 		cmocka_unit_test(test_bad_address),
 		cmocka_unit_test(test_keepalive),
 		cmocka_unit_test(test_keepalive_many),
+		cmocka_unit_test(test_keepalive_many_fd_limit),
 		cmocka_unit_test(test_disconnect_many),
 		cmocka_unit_test(test_start_stop),
 		cmocka_unit_test(test_many_clients),

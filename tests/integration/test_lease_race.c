@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The lease thread sizes its list of peers while an open adds segment
+ * slots: it must size it under ctl_lock, as it walks the slots.  (Sized
+ * before, an open that grew the table and finished in between made the
+ * lease thread write past the list: ASan's heap-buffer-overflow, found by
+ * an independent review.)  The open's two steps under ctl_lock
+ * (slot_reserve -> seg_table_grow, then SEG_OPEN) are played here by hand
+ * while the lease thread waits for the lock, so the window is hit every
+ * time.
+ */
+#include <pthread.h>
+#include <unistd.h>
+
+#include "tests/harness/harness.h"
+
+static void fake_open(struct ferry_engine *e, uint32_t slot)
+{
+	struct ferry_seg *s = seg_at(&e->segs, slot);
+
+	/* Port 1 on loopback: refused at once, the rounds stay short. */
+	snprintf(s->address, sizeof(s->address), "127.0.0.%u:1", 1 + slot % 250);
+	if (slot >= 250)
+		snprintf(s->address, sizeof(s->address), "127.0.1.%u:1", 1 + slot % 250);
+	s->stale = 0;
+	store_sc(s->state, SEG_OPEN);
+}
+
+static void test_slots_grow_during_round(void **state)
+{
+	struct ferry_opts o;
+	struct ferry_engine *e;
+	uint64_t rounds;
+
+	(void)state;
+	ferry_opts_default(&o);
+	o.cores = "0";
+	o.nics = "loop";
+	o.keepalive_ms = 10;
+	assert_int_equal(ferry_engine_create(&o, &e), 0);
+
+	/* 64 open segments: one full chunk of slots. */
+	pthread_mutex_lock(&e->ctl_lock);
+	assert_int_equal(seg_table_grow(&e->segs), 0);
+	for (uint32_t i = 0; i < SEG_CHUNK; i++)
+		fake_open(e, i);
+	pthread_mutex_unlock(&e->ctl_lock);
+	rounds = READ_ONCE(e->lease.rounds);
+	WAIT_UNTIL(READ_ONCE(e->lease.rounds) >= rounds + 2, 10000, "two keepalive rounds");
+
+	/* Hold ctl_lock: the lease thread sizes its buffer for 64 slots, then
+	 * waits for the lock; meanwhile an open grows the table and finishes. */
+	pthread_mutex_lock(&e->ctl_lock);
+	usleep(200 * 1000);
+	assert_int_equal(seg_table_grow(&e->segs), 0);
+	fake_open(e, SEG_CHUNK);
+	pthread_mutex_unlock(&e->ctl_lock);
+	rounds = READ_ONCE(e->lease.rounds);
+	WAIT_UNTIL(READ_ONCE(e->lease.rounds) >= rounds + 2, 10000, "two keepalive rounds");
+
+	pthread_mutex_lock(&e->ctl_lock);
+	for (uint32_t i = 0; i <= SEG_CHUNK; i++)
+		store_sc(seg_at(&e->segs, i)->state, SEG_FREE);
+	pthread_mutex_unlock(&e->ctl_lock);
+	ferry_engine_destroy(e);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_slots_grow_during_round),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
