@@ -57,8 +57,10 @@ struct ctl_pipe {
 	const char *address;
 	const uint8_t *frames;
 	size_t len;
-	unsigned count; /* >= 1 */
+	unsigned count;              /* >= 1 */
 	int *rcs;
+	const struct ctl_call *call; /* NULL: ctl_call_many's */
+	void *const *outs;           /* answer k decoded into outs[k] (NULL: call->out) */
 };
 
 /*
@@ -92,7 +94,8 @@ unsigned ctl_calls_run(struct ctl_calls *s);
 void ctl_calls_cancel(struct ctl_calls *s, int rc);
 
 /* Every pipe's requests to its peer at once (up to CTL_CALLS_MAX under
- * way), blocking until all are over; call says what is asked.  0 once
+ * way), blocking until all are over; call says what is asked (unless a
+ * pipe has its own).  0 once
  * every rcs is set, -EINVAL, -ENOMEM (none sent). */
 int ctl_call_many(struct ctl_client *cl, struct ctl_pipe *pipes, unsigned n, int timeout_ms,
 		  const struct ctl_call *call);

@@ -146,7 +146,11 @@ static int64_t call_read_deadline(const struct call_slot *c)
 static void call_answer(struct ctl_calls *s, struct call_slot *c)
 {
 	enum ex_state st;
-	int rc = ctl_read_answer(c->fd, call_read_deadline(c), s->cl->stop_fd, &c->call, &st);
+	int rc;
+
+	if (c->pipe->outs)
+		c->call.out = c->pipe->outs[c->answered];
+	rc = ctl_read_answer(c->fd, call_read_deadline(c), s->cl->stop_fd, &c->call, &st);
 
 	if (st != EX_SYNCED) {
 		call_broke(s, c, rc, st);
@@ -351,7 +355,9 @@ int ctl_call_many(struct ctl_client *cl, struct ctl_pipe *pipes, unsigned n, int
 
 		while (next < n && ctl_calls_active(s) < CTL_CALLS_MAX) {
 			unsigned before = ctl_calls_active(s);
-			int rc = ctl_calls_start(s, &pipes[next], call, timeout_ms, NULL, NULL);
+			const struct ctl_call *what = pipes[next].call ? pipes[next].call : call;
+			int rc = what ? ctl_calls_start(s, &pipes[next], what, timeout_ms, NULL, NULL)
+				      : -EINVAL;
 
 			if (rc) /* a pipe the caller got wrong: it alone fails */
 				for (unsigned i = 0; i < pipes[next].count; i++)

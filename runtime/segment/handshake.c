@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "ring/base/log.h"
+#include "runtime/ctl/call.h"
 #include "runtime/ctl/ctl.h"
 #include "runtime/engine/engine.h"
 
@@ -57,32 +58,148 @@ void seg_handshake_req(struct ferry_engine *e, unsigned i, const struct seg_peer
 		q->prov->qp_info(qps[k]->nqp, &req->qps[k]);
 }
 
-/*
- * Connect n QPs of core i to new responder QPs on the peer's NIC: one
- * CONNECT_REQ (QP k named token + k), then ours here.  -ENETUNREACH when
- * our provider could not reach the peer's address (the control plane
- * worked: another transport may); the peer's halves are then queued for
- * DISCONNECT.  quiet: the caller logs the failure in its own words (the
- * repair thread, which tries again and again while a peer is dead).  No
- * lock held: a round trip.
- */
-int seg_handshake(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
-		  struct qpx *const *qps, unsigned n, uint64_t token, bool quiet)
+/* Why handshake k failed, unless the caller says it itself. */
+static void handshake_failed(const struct seg_hs *h, int rc, bool quiet)
 {
-	struct wire_connect_req req;
-	struct wire_connect_rep rep;
-	int rc;
+	if (!quiet && rc != -ENETUNREACH) /* (seg_handshake_apply said that one) */
+		log_err("segment %s: endpoint handshake for core %u: %s", h->peer->address,
+			h->core, strerror(-rc));
+}
 
-	seg_handshake_req(e, i, p, qps, n, token, &req);
-	rc = (quiet ? ctl_connect_quiet : ctl_connect)(&e->client, p->address, SEG_CTL_TIMEOUT_MS,
-						       &req, &rep);
-	if (rc) {
-		if (!quiet)
-			log_err("segment %s: endpoint handshake for core %u: %s", p->address, i,
-				strerror(-rc));
-		return rc;
+/* The handshakes' requests and answers, grouped per peer address. */
+struct hs_batch {
+	struct wire_connect_req *req;
+	struct wire_connect_rep *rep;
+	void **outs;         /* &rep[order[i]], in pipe order */
+	unsigned *order;     /* handshake index of each frame, grouped per peer */
+	int *got;            /* answers in pipe order */
+	uint8_t *frames;     /* every CONNECT_REQ, in pipe order */
+	struct ctl_pipe *pipes;
+};
+
+static void hs_batch_free(struct hs_batch *b)
+{
+	free(b->req);
+	free(b->rep);
+	free(b->outs);
+	free(b->order);
+	free(b->got);
+	free(b->frames);
+	free(b->pipes);
+}
+
+static int hs_batch_alloc(struct hs_batch *b, unsigned n)
+{
+	static const struct wire_connect_req full = { .n_qps = WIRE_MAX_EP_QPS };
+	size_t most = WIRE_HDR_LEN + wire_connect_req_size(&full);
+
+	b->req = calloc(n, sizeof(*b->req));
+	b->rep = calloc(n, sizeof(*b->rep));
+	b->outs = calloc(n, sizeof(*b->outs));
+	b->order = calloc(n, sizeof(*b->order));
+	b->got = calloc(n, sizeof(*b->got));
+	b->frames = malloc(n * most);
+	b->pipes = calloc(n, sizeof(*b->pipes));
+	return b->req && b->rep && b->outs && b->order && b->got && b->frames && b->pipes
+		       ? 0 : -ENOMEM;
+}
+
+/* The pipes: one per peer address, its CONNECT_REQs back to back (the
+ * peer answers a connection's requests in their order).  How many; rcs[k]
+ * set for the handshakes refused before they went. */
+static unsigned hs_batch_pipes(struct ferry_engine *e, const struct seg_hs *hs, unsigned n,
+			       struct hs_batch *b, int *rcs)
+{
+	bool *taken = calloc(n, sizeof(*taken));
+	size_t off = 0;
+	unsigned np = 0, m = 0;
+
+	for (unsigned k = 0; taken && k < n; k++) {
+		struct ctl_pipe *p = &b->pipes[np];
+
+		if (taken[k])
+			continue;
+		*p = (struct ctl_pipe){ .address = hs[k].peer->address, .frames = b->frames + off,
+					.rcs = &b->got[m], .outs = &b->outs[m] };
+		for (unsigned j = k; j < n; j++) {
+			const struct seg_hs *h = &hs[j];
+			size_t len;
+
+			if (taken[j] || strcmp(h->peer->address, p->address))
+				continue;
+			taken[j] = true;
+			seg_handshake_req(e, h->core, h->peer, h->qps, h->nqps, h->token, &b->req[j]);
+			len = wire_connect_req_size(&b->req[j]);
+			rcs[j] = wire_connect_req_encode(&b->req[j], b->frames + off + WIRE_HDR_LEN,
+							 len);
+			if (rcs[j])
+				continue; /* what the peer would refuse: not sent */
+			wire_hdr_encode(b->frames + off, WIRE_CONNECT_REQ, (uint32_t)len);
+			off += WIRE_HDR_LEN + len;
+			p->len += WIRE_HDR_LEN + len;
+			b->order[m] = j;
+			b->outs[m++] = &b->rep[j];
+			p->count++;
+		}
+		np += p->count > 0;
 	}
-	return seg_handshake_apply(e, i, p, qps, n, token, &rep, quiet);
+	if (!taken)
+		for (unsigned k = 0; k < n; k++)
+			rcs[k] = -ENOMEM;
+	free(taken);
+	return np;
+}
+
+/*
+ * Connect each hs[k]'s QPs of its core to new responder QPs on the peer's
+ * NIC: one CONNECT_REQ (QP j named token + j), then ours here.  All of a
+ * peer's go back to back on one connection (one round trip for all the
+ * cores, no extra connection), peers side by side: a peer that does not
+ * answer costs one timeout, not one per core.  -ENETUNREACH when our
+ * provider could not reach the peer's address (the control plane worked:
+ * another transport may); the peer's halves are then queued for
+ * DISCONNECT.  quiet: the caller logs failures in its own words.  No lock
+ * held.
+ */
+void seg_handshake_many(struct ferry_engine *e, const struct seg_hs *hs, unsigned n, int *rcs,
+			bool quiet)
+{
+	struct hs_batch b = { 0 };
+	struct wire_connect_rep unused;
+	struct ctl_call call;
+	unsigned np = 0, sent = 0;
+	int rc = n ? hs_batch_alloc(&b, n) : 0;
+
+	for (unsigned k = 0; k < n; k++)
+		rcs[k] = rc;
+	if (!rc)
+		np = hs_batch_pipes(e, hs, n, &b, rcs);
+	for (unsigned i = 0; i < np; i++)
+		sent += b.pipes[i].count;
+	/* The call's shape (its frame unused: the pipes carry the requests,
+	 * the answers go to outs). */
+	rc = np ? ctl_connect_prepare(&b.req[b.order[0]], &unused, quiet, &call) : 0;
+	if (np && !rc) {
+		free(call.frame);
+		call.frame = NULL;
+		rc = ctl_call_many(&e->client, b.pipes, np, SEG_CTL_TIMEOUT_MS, &call);
+	}
+	for (unsigned m = 0; rc && m < sent; m++)
+		b.got[m] = rc;
+	for (unsigned m = 0; m < sent; m++)
+		rcs[b.order[m]] = b.got[m];
+	for (unsigned k = 0; k < n; k++) {
+		const struct seg_hs *h = &hs[k];
+
+		if (!rcs[k])
+			rcs[k] = ctl_check_rep(&b.req[k], &b.rep[k]);
+		if (!rcs[k])
+			rcs[k] = seg_handshake_apply(e, h->core, h->peer, h->qps, h->nqps, h->token,
+						     &b.rep[k], quiet);
+		if (rcs[k])
+			handshake_failed(h, rcs[k], quiet);
+	}
+	hs_batch_free(&b);
 }
 
 int seg_handshake_apply(struct ferry_engine *e, unsigned i, const struct seg_peer *p,

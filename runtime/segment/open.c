@@ -139,21 +139,30 @@ static int prepare_all(struct ferry_engine *e, struct ferry_seg *s, uint32_t slo
 	return 0;
 }
 
-/* The round trips of every prepared endpoint; no lock held. */
+/*
+ * The handshakes of every prepared endpoint, side by side (one round trip
+ * for all cores; a peer that stops answering costs one timeout, not one
+ * per core); each that worked is connected.  0, or the first core's
+ * error.  No lock held.
+ */
 static int connect_all(struct ferry_engine *e, struct ep_prep *pp)
 {
-	for (unsigned i = 0; i < e->ncores; i++) {
-		struct ep_prep *p = &pp[i];
-		int rc;
+	struct seg_hs hs[FERRY_MAX_CORES] = { { 0 } };
+	int rcs[FERRY_MAX_CORES], rc = 0;
+	unsigned n = 0;
 
-		if (!p->ep)
-			continue;
-		rc = seg_handshake(e, i, &p->peer, p->ep->qps, p->ep->nqps, p->token, false);
-		if (rc)
-			return rc;
-		p->connected = true;
+	for (unsigned i = 0; i < e->ncores; i++)
+		if (pp[i].ep)
+			hs[n++] = (struct seg_hs){ .core = i, .peer = &pp[i].peer,
+						   .qps = pp[i].ep->qps, .nqps = pp[i].ep->nqps,
+						   .token = pp[i].token };
+	seg_handshake_many(e, hs, n, rcs, false);
+	for (unsigned k = 0; k < n; k++) {
+		pp[hs[k].core].connected = rcs[k] == 0;
+		if (rcs[k] && !rc)
+			rc = rcs[k];
 	}
-	return 0;
+	return rc;
 }
 
 /* Publish every connected endpoint; ctl_lock held. */
@@ -447,13 +456,11 @@ int seg_reconnect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, ui
 			if (!s->eps[i])
 				rc = ep_prepare(e, s, slot, i, &pp[i]);
 	pthread_mutex_unlock(&e->ctl_lock);
-	for (unsigned i = 0; i < e->ncores; i++) {
-		if (!pp[i].ep)
-			continue;
-		rc = seg_handshake(e, i, &pp[i].peer, pp[i].ep->qps, pp[i].ep->nqps, pp[i].token,
-				   false);
-		pp[i].connected = rc == 0;
-	}
+	for (unsigned i = 0; i < e->ncores; i++)
+		if (pp[i].ep) { /* some to connect: the handshakes say how it went */
+			rc = connect_all(e, pp);
+			break;
+		}
 	pthread_mutex_lock(&e->ctl_lock);
 	/* Closed, reopened or destroyed meanwhile: what we made goes. */
 	live = s->state == SEG_OPEN && s->gen == gen && !e->destroying;

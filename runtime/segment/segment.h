@@ -178,11 +178,21 @@ void seg_disconnect_all(struct ferry_engine *e);
 
 /* handshake.c: what a handshake to the peer's entry remote_nic needs; ctl_lock held. */
 void seg_peer_of(const struct ferry_seg *s, uint16_t remote_nic, struct seg_peer *out);
-/* handshake.c: connect n QPs of core i to new responder QPs on the peer, in
- * one CONNECT_REQ (QP k is token + k there); quiet: the caller logs why it
+/* handshake.c: connect hs[k].nqps QPs of core hs[k].core to new responder
+ * QPs on the peer, in one CONNECT_REQ each (QP j is token + j there), all
+ * at once: a peer that does not answer costs one timeout, not one per
+ * core.  rcs[k]: 0, -ENETUNREACH (our provider cannot reach the peer's
+ * NIC), or the control call's error.  quiet: the caller logs why it
  * failed.  No lock held. */
-int seg_handshake(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
-		  struct qpx *const *qps, unsigned n, uint64_t token, bool quiet);
+struct seg_hs {
+	unsigned core;
+	const struct seg_peer *peer;
+	struct qpx *const *qps;
+	unsigned nqps;
+	uint64_t token;
+};
+void seg_handshake_many(struct ferry_engine *e, const struct seg_hs *hs, unsigned n, int *rcs,
+			bool quiet);
 /* Its two halves, for a caller that sends the CONNECT_REQ itself (the
  * repair thread, many at once): the request, then, with the peer's reply,
  * our QPs connected (-ENETUNREACH, the peer's halves queued for DISCONNECT,
