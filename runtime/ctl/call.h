@@ -79,8 +79,9 @@ struct ctl_calls *ctl_calls_new(struct ctl_client *cl);
 void ctl_calls_free(struct ctl_calls *s);
 /* Start pipe's requests (call says what is asked; its out takes a single
  * answer, its frame is unused): 0, or -EBUSY (CTL_CALLS_MAX in flight),
- * -EINVAL.  done(arg) once every pipe->rcs is set (maybe before this
- * returns: an address that does not parse, a refused connect). */
+ * -EINVAL, -ECANCELED (from a done() that ctl_calls_cancel called).
+ * done(arg) once every pipe->rcs is set (maybe before this returns: an
+ * address that does not parse, a refused connect). */
 int ctl_calls_start(struct ctl_calls *s, struct ctl_pipe *pipe, const struct ctl_call *call,
 		    int timeout_ms, ctl_done_fn done, void *arg);
 unsigned ctl_calls_active(const struct ctl_calls *s);

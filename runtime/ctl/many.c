@@ -52,6 +52,7 @@ struct call_slot {
 struct ctl_calls {
 	struct ctl_client *cl;
 	unsigned active;
+	bool cancelling;   /* ctl_calls_cancel under way: a done() starts nothing */
 	struct call_slot slot[CTL_CALLS_MAX];
 };
 
@@ -94,6 +95,10 @@ static void call_dial(struct ctl_calls *s, struct call_slot *c)
 {
 	c->reused = false;
 	c->fd = ctl_dial_begin(&c->sin);
+	/* Idle connections in the pool (calls that ended well park theirs
+	 * there) may hold every descriptor left: they give way. */
+	if ((c->fd == -EMFILE || c->fd == -ENFILE) && ctl_pool_shed(s->cl))
+		c->fd = ctl_dial_begin(&c->sin);
 	c->step = STEP_CONNECT;
 	if (c->fd < 0)
 		call_dial_failed(s, c, c->fd);
@@ -200,12 +205,17 @@ static void call_step(struct ctl_calls *s, struct call_slot *c, short revents)
 	case STEP_AUTH:
 		call_authenticate(s, c);
 		break;
-	case STEP_EXCHANGE:
+	case STEP_EXCHANGE: {
+		unsigned gen = c->gen;
+
 		if ((revents & POLLOUT) && c->sent < c->pipe->len)
 			call_send(s, c);
-		if (c->step == STEP_EXCHANGE && (revents & ~POLLOUT))
+		/* Ended by the send and started again by its done(): these
+		 * revents are not the new call's. */
+		if (c->gen == gen && c->step == STEP_EXCHANGE && (revents & ~POLLOUT))
 			call_answer(s, c);
 		break;
+	}
 	case STEP_FREE:
 		break;
 	}
@@ -248,6 +258,8 @@ int ctl_calls_start(struct ctl_calls *s, struct ctl_pipe *pipe, const struct ctl
 
 	if (!pipe || !call || !pipe->count || !pipe->len || timeout_ms <= 0)
 		return -EINVAL;
+	if (s->cancelling)
+		return -ECANCELED; /* a done() during ctl_calls_cancel: it would outlive it */
 	for (unsigned i = 0; i < CTL_CALLS_MAX && !c; i++)
 		if (s->slot[i].step == STEP_FREE)
 			c = &s->slot[i];
@@ -332,9 +344,13 @@ unsigned ctl_calls_run(struct ctl_calls *s)
 
 void ctl_calls_cancel(struct ctl_calls *s, int rc)
 {
+	bool nested = s->cancelling;
+
+	s->cancelling = true;
 	for (unsigned i = 0; i < CTL_CALLS_MAX; i++)
 		if (s->slot[i].step != STEP_FREE)
 			call_end(s, &s->slot[i], rc, EX_BROKEN);
+	s->cancelling = nested;
 }
 
 int ctl_call_many(struct ctl_client *cl, struct ctl_pipe *pipes, unsigned n, int timeout_ms,

@@ -80,6 +80,9 @@ int ctl_dial(struct ctl_client *cl, const struct sockaddr_in *sin, const char *a
 	int fd = dial_tcp(sin, deadline, stop_fd);
 	int rc;
 
+	if ((fd == -EMFILE || fd == -ENFILE) && cl && ctl_pool_shed(cl))
+		fd = dial_tcp(sin, deadline, stop_fd); /* idle connections held them */
+
 	if (fd < 0 || !cl)
 		return fd;
 	fetch_add_relaxed(cl->dials, 1); /* statistics */
@@ -175,6 +178,18 @@ void ctl_pool_put(struct ctl_client *cl, const struct sockaddr_in *sin, int fd)
 	cl->idle[cl->n_idle++] = (struct ctl_pconn){ .sin = *sin, .fd = fd,
 						     .last_ms = sock_now_ms() };
 	pthread_mutex_unlock(&cl->lock);
+}
+
+unsigned ctl_pool_shed(struct ctl_client *cl)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&cl->lock);
+	n = cl->n_idle;
+	while (cl->n_idle)
+		pool_drop(cl, cl->n_idle - 1);
+	pthread_mutex_unlock(&cl->lock);
+	return n;
 }
 
 int ctl_client_init(struct ctl_client *cl, const struct auth_key *key)

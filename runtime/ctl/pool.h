@@ -32,5 +32,8 @@ int ctl_pool_get(struct ctl_client *cl, const struct sockaddr_in *sin, const cha
 		 int64_t deadline, bool *reused);
 /* Give a connection back after a clean exchange (it may be closed instead). */
 void ctl_pool_put(struct ctl_client *cl, const struct sockaddr_in *sin, int fd);
+/* Close every idle connection (no file descriptor left for a dial: the
+ * pool is a cache, it gives way); how many. */
+unsigned ctl_pool_shed(struct ctl_client *cl);
 
 #endif /* FERRY_RUNTIME_CTL_POOL_H */

@@ -120,23 +120,62 @@ static struct ferry_ep *repair_target(struct ferry_engine *e, const struct repai
 	return s->eps[j->core];
 }
 
-/* The new QP q is connected to the peer at address (its half there is
- * token): have the core take it in place of the broken one, if the
- * endpoint is still there; ctl_lock held. */
-static int repair_install(struct ferry_engine *e, const struct repair_job *j,
-			  struct ferry_ep *ep, struct qpx *q, uint64_t token, const char *address)
+/*
+ * A repair handshake in flight.  f->ep is only compared, never followed,
+ * until repair_flight_target found it published again: the endpoint may be
+ * retired and freed meanwhile (the reaper does not wait for flights), and
+ * another endpoint may then take its address -- so the peer's token of
+ * the QP being replaced (unique, never reused) says whether it is still
+ * the same one.
+ */
+struct repair_flight {
+	struct ferry_engine *e;
+	struct repair_job j;
+	struct ferry_ep *ep;
+	uint64_t old_token;         /* f->ep->peer_tokens[j.qp] when it went */
+	unsigned tx;                /* f->ep->tx */
+	struct qpx *q;              /* the new QP */
+	uint64_t token;
+	struct seg_peer peer;
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	struct ctl_call call;       /* its frame: the CONNECT_REQ (malloc'd) */
+	struct ctl_pipe pipe;
+	int rc;
+	bool busy;
+};
+
+/* The flight's endpoint, if it is still there (and still the same one:
+ * see above); ctl_lock held. */
+static struct ferry_ep *repair_flight_target(struct ferry_engine *e,
+					     const struct repair_flight *f)
 {
+	struct ferry_ep *ep = repair_target(e, &f->j);
+
+	return ep && ep == f->ep && ep->peer_tokens[f->j.qp] == f->old_token ? ep : NULL;
+}
+
+/* The new QP f->q is connected to the peer (its half there is f->token):
+ * have the core take it in place of the broken one, if the endpoint is
+ * still there; ctl_lock held. */
+static int repair_install(struct ferry_engine *e, const struct repair_flight *f)
+{
+	const struct repair_job *j = &f->j;
+	struct ferry_ep *ep = f->ep;
+	struct qpx *q = f->q;
+	uint64_t token = f->token;
+	const char *address = f->peer.address;
 	struct ferry_seg *s = seg_at(&e->segs, j->slot);
 	struct core_cmd cmd = { .type = CMD_QP_REPLACE, .slot = j->slot, .ep = ep, .qp = q,
 				.index = j->qp };
 	int rc = 0;
 
-	if (repair_target(e, j) != ep)
+	if (!repair_flight_target(e, f))
 		rc = -ENOENT; /* the segment or endpoint went meanwhile: nothing to repair */
 	if (!rc)
 		rc = core_command(e->cores[j->core], &cmd);
 	if (rc) {
-		qpx_destroy(&e->cores[j->core]->tx[ep->tx], q);
+		qpx_destroy(&e->cores[j->core]->tx[f->tx], q);
 		/* Not s->address: a segment closed meanwhile has none any more. */
 		seg_disconnect_later(e, address, token, 1);
 		/* Gone, or replaced by a job before this one: done, not retried. */
@@ -149,28 +188,6 @@ static int repair_install(struct ferry_engine *e, const struct repair_job *j,
 	repair_say_done(s, j->core);
 	return 0;
 }
-
-/*
- * A repair handshake in flight.  Its endpoint cannot be freed meanwhile:
- * retired endpoints are queued for call_rcu by this very thread
- * (reap_run), and not while a handshake is in flight (repair_main), so
- * f->ep stays valid memory and no new endpoint can take its address.
- */
-struct repair_flight {
-	struct ferry_engine *e;
-	struct repair_job j;
-	struct ferry_ep *ep;
-	unsigned tx;                /* f->ep->tx */
-	struct qpx *q;              /* the new QP */
-	uint64_t token;
-	struct seg_peer peer;
-	struct wire_connect_req req;
-	struct wire_connect_rep rep;
-	struct ctl_call call;       /* its frame: the CONNECT_REQ (malloc'd) */
-	struct ctl_pipe pipe;
-	int rc;
-	bool busy;
-};
 
 /*
  * First half of replacing QP j->qp of core j->core's endpoint, under
@@ -195,6 +212,7 @@ static int repair_prepare(struct ferry_engine *e, struct repair_flight *f)
 	rc = f->ep ? qpx_create(&c->tx[f->ep->tx], e->opts.wrs_per_qp, f->ep, &f->q) : 0;
 	if (f->ep && !rc) {
 		f->tx = f->ep->tx;
+		f->old_token = f->ep->peer_tokens[j->qp];
 		f->token = ++e->next_token;
 		seg_peer_of(s, (uint16_t)f->ep->remote_nic, &f->peer);
 	} else if (f->ep) {
@@ -218,7 +236,7 @@ static int repair_conclude(struct ferry_engine *e, struct repair_flight *f, int 
 	pthread_mutex_lock(&e->ctl_lock);
 	if (rc) {
 		qpx_destroy(&e->cores[j->core]->tx[f->tx], f->q);
-		if (repair_target(e, j) == f->ep) {
+		if (repair_flight_target(e, f)) {
 			bool stale = rc == -ESTALE; /* the peer restarted: its keys are gone */
 			bool all_down;
 
@@ -234,7 +252,7 @@ static int repair_conclude(struct ferry_engine *e, struct repair_flight *f, int 
 				repair_say_failed(s, j->core, rc, all_down);
 		}
 	} else {
-		rc = repair_install(e, j, f->ep, f->q, f->token, f->peer.address);
+		rc = repair_install(e, f);
 	}
 	pthread_mutex_unlock(&e->ctl_lock);
 	return rc;
@@ -444,8 +462,8 @@ static bool repair_has_work(struct ferry_engine *e)
 	for (unsigned i = 0; i < e->ncores; i++)
 		if (ferry_ring_count(&e->cores[i]->repairs))
 			return true;
-	if (READ_ONCE(e->reaper.retired) && !ctl_calls_active(e->repair.calls))
-		return true; /* (reaped once no handshake is in flight: repair_main) */
+	if (READ_ONCE(e->reaper.retired))
+		return true;
 	for (uint32_t slot = 0; slot < seg_slots(&e->segs); slot++)
 		if (READ_ONCE(seg_at(&e->segs, slot)->want_eps))
 			return true;
@@ -493,12 +511,10 @@ static void *repair_main(void *arg)
 	urcu_qsbr_register_thread();
 	urcu_qsbr_thread_offline();
 	while (!load_acquire(e->repair.stop)) { /* pairs with: store_release in repair_stop */
+		/* (A flight's endpoint may go meanwhile: repair_flight_target.) */
 		unsigned work = events_run(e) + repair_drain(e) + repair_due(e) +
-				repair_flights_run(e) + repair_reconnects(e);
-
-		/* Not while a handshake is in flight: its endpoint must stay. */
-		if (!ctl_calls_active(e->repair.calls))
-			work += reap_run(&e->reaper);
+				repair_flights_run(e) + repair_reconnects(e) +
+				reap_run(&e->reaper);
 		if (e->repair.landed) { /* the old halves of QPs replaced, ... */
 			e->repair.landed = false;
 			seg_disconnect_flush(e);
@@ -507,7 +523,8 @@ static void *repair_main(void *arg)
 			repair_wait(e);
 	}
 	ctl_calls_cancel(e->repair.calls, -ECANCELED); /* their new QPs destroyed */
-	seg_disconnect_flush(e);
+	/* No flush here: the client is cancelled (engine_stop_opens), it would
+	 * drop what is queued; the destroy sends it once the client resumes. */
 	reap_run(&e->reaper);
 	urcu_qsbr_thread_online();
 	urcu_qsbr_unregister_thread();

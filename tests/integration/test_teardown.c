@@ -888,6 +888,61 @@ static void test_repair_beside_mute_peer(void **state)
 }
 
 /*
+ * Retired endpoints are freed while a repair handshake waits on a mute
+ * peer: a flight holds its own endpoint, not every other one.  (8db3fb9
+ * deferred every reap while any handshake was in flight: with flights
+ * that overlap -- mute peers probed again and again -- never.)
+ */
+static void test_reap_beside_mute_peer(void **state)
+{
+	struct ferry_opts io, mo;
+	struct ferry_req_status st;
+	struct ferry_engine *m, *l;
+	struct ferry_port *port;
+	uint8_t *mbuf = aligned_alloc(4096, 4096);
+	char address[64];
+	ferry_seg_t mseg, lseg;
+	uint64_t hs;
+	int mfd;
+
+	(void)state;
+	need_loop();
+	pair_opts(&io, "0-1");
+	io.keepalive_ms = 0;
+	pair_setup(&P, &io, &io, BUF);
+	pair_opts(&mo, "0-1");
+	assert_int_equal(ferry_engine_create(&mo, &m), 0);
+	assert_non_null(mbuf);
+	assert_int_equal(ferry_mem_register(m, mbuf, 4096), 0);
+	snprintf(address, sizeof(address), "%s", ferry_engine_address(m));
+	assert_int_equal(ferry_segment_open(P.init, address, &mseg), 0);
+	assert_int_equal(ferry_mem_unregister(m, mbuf), 0);
+	mfd = mute_in_place_of(m, address);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	hs = READ_ONCE(P.init->repair.handshakes);
+	st = run_one_on(port, mkreq(FERRY_OP_WRITE, P.lbuf, mseg, mbuf, 4096), WAIT_MS);
+	assert_int_equal(st.state, FERRY_FAILED);
+	WAIT_UNTIL(READ_ONCE(P.init->repair.handshakes) > hs, WAIT_MS,
+		   "a repair handshake to the mute peer");
+
+	/* A live peer's segment closes: its endpoints are retired. */
+	assert_int_equal(ferry_engine_create(&mo, &l), 0);
+	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(l), &lseg), 0);
+	assert_int_equal(ferry_segment_close(P.init, lseg), 0);
+	WAIT_UNTIL(READ_ONCE(P.init->reaper.retired) == NULL, 2000,
+		   "the closed segment's endpoints queued for freeing beside the mute handshake");
+	assert_int_equal(repairs_failed(P.init, mseg), 0); /* its handshake still waits */
+
+	close(mfd);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	assert_int_equal(ferry_segment_close(P.init, mseg), 0);
+	ferry_engine_destroy(l);
+	free(mbuf);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+/*
  * Engines destroyed with segments open in both directions and requests
  * ended (batch destroyed, port left to the engine): the peer's half of
  * every QP, the descriptors and the endpoints must all be freed.  The
@@ -1155,6 +1210,7 @@ int main(void)
 		cmocka_unit_test(test_lease_with_mute_peers),
 		cmocka_unit_test(test_close_with_mute_peers),
 		cmocka_unit_test(test_repair_beside_mute_peer),
+		cmocka_unit_test(test_reap_beside_mute_peer),
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_submit_while_reopening),
 	};

@@ -35,6 +35,7 @@
 #include <sys/wait.h>
 
 #include "ring/base/atomics.h"
+#include "runtime/ctl/call.h"
 #include "runtime/ctl/ctl.h"
 #include "tests/harness/wait.h"
 
@@ -2234,6 +2235,150 @@ static void test_keepalive_many_fd_limit(void **state)
 	assert_int_equal(ok_many, N);
 }
 
+/*
+ * The same round to N distinct peers (one server on 0.0.0.0, reached under
+ * N loopback addresses, as the lease thread's list is: one entry per
+ * address).  The calls that end well park their sockets in the client's
+ * pool (up to CTL_POOL_MAX, 32 > FREE_FDS): the peers past the limit must
+ * not find every descriptor held by idle connections and fail -EMFILE.
+ */
+static void test_keepalive_many_fd_limit_distinct(void **state)
+{
+	enum { N = 64, FREE_FDS = 16 };
+	static char names[N][64];
+	const char *peers[N];
+	struct rlimit rl, low;
+	struct ctl_client cl;
+	char addr[64] = "";
+	unsigned ok_many = 0, emfile = 0, port;
+	int pfd[2], rcs[N], maxfd = 0, fill[4096], nfill = 0;
+	pid_t pid;
+	DIR *d;
+	struct dirent *de;
+
+	(void)state;
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct ctl c;
+		struct ctx x;
+
+		close(pfd[0]);
+		memset(&x, 0, sizeof(x));
+		pthread_mutex_init(&x.lock, NULL);
+		x.n_nics = 1;
+		x.n_regions = 1;
+		memset(&c, 0, sizeof(c));
+		ctl_set_limits(&c, 0, 0);
+		ctl_set_keepalive(&c, on_keepalive);
+		if (ctl_start(&c, "0.0.0.0:0", describe, &x) ||
+		    write(pfd[1], c.address, strlen(c.address) + 1) < 0)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(pfd[1]);
+	assert_true(read(pfd[0], addr, sizeof(addr)) > 0);
+	close(pfd[0]);
+	port = (unsigned)atoi(strrchr(addr, ':') + 1);
+	for (unsigned i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "127.0.1.%u:%u", i + 1, port);
+		peers[i] = names[i];
+	}
+	assert_int_equal(ctl_client_init(&cl, NULL), 0);
+	d = opendir("/proc/self/fd");
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		if (atoi(de->d_name) > maxfd)
+			maxfd = atoi(de->d_name);
+	closedir(d);
+	for (;;) {
+		int f = dup(0);
+
+		assert_true(f >= 0 && nfill < 4096);
+		if (f > maxfd) {
+			close(f);
+			break;
+		}
+		fill[nfill++] = f;
+	}
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	low = rl;
+	low.rlim_cur = (rlim_t)maxfd + 1 + FREE_FDS;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+
+	assert_int_equal(ctl_keepalive_many(&cl, peers, N, 3000, 0x77, rcs), 0);
+	for (unsigned i = 0; i < N; i++) {
+		ok_many += rcs[i] == 0;
+		emfile += rcs[i] == -EMFILE;
+	}
+
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	while (nfill)
+		close(fill[--nfill]);
+	ctl_client_fini(&cl);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	print_message("%u distinct peers, ~%u free fds: at once %u answered, %u -EMFILE\n", N,
+		      FREE_FDS, ok_many, emfile);
+	assert_int_equal(ok_many, N);
+}
+
+/* A done() that starts the call again, once (a retry). */
+struct again {
+	struct ctl_calls *s;
+	struct ctl_pipe *pipe;
+	const struct ctl_call *call;
+	unsigned dones, starts;
+};
+
+static void start_again(void *arg)
+{
+	struct again *a = arg;
+
+	if (a->dones++ == 0 &&
+	    ctl_calls_start(a->s, a->pipe, a->call, 5000, start_again, a) == 0)
+		a->starts++;
+}
+
+/*
+ * ctl_calls_cancel (and so ctl_calls_free) ends every call, also one that
+ * a done() started meanwhile in a slot the cancel had passed: none is
+ * left in flight (its socket open, its done never called, its memory
+ * freed under it by ctl_calls_free).
+ */
+static void test_calls_cancel_reentrant(void **state)
+{
+	uint8_t frame[CTL_KEEPALIVE_FRAME];
+	struct ctl_call call = CTL_KEEPALIVE_CALL(frame);
+	struct ctl_client cl;
+	struct ctl_calls *s;
+	char address[64];
+	int rc = 1, lfd = mute_listener(address, sizeof(address));
+	struct ctl_pipe pipe = { .address = address, .frames = frame, .len = sizeof(frame),
+				 .count = 1, .rcs = &rc };
+	struct again a = { .pipe = &pipe, .call = &call };
+
+	(void)state;
+	ctl_keepalive_encode(frame, 0x77);
+	wire_hdr_encode(frame, WIRE_KEEPALIVE, WIRE_KEEPALIVE_LEN);
+	assert_int_equal(ctl_client_init(&cl, NULL), 0);
+	s = ctl_calls_new(&cl);
+	assert_non_null(s);
+	a.s = s;
+	assert_int_equal(ctl_calls_start(s, &pipe, &call, 5000, start_again, &a), 0);
+	assert_int_equal(ctl_calls_active(s), 1);
+	ctl_calls_cancel(s, -ECANCELED);
+	print_message("after the cancel: %u in flight, done called %u times, %u restarted\n",
+		      ctl_calls_active(s), a.dones, a.starts);
+	assert_int_equal(ctl_calls_active(s), 0);
+	assert_int_equal(a.dones, 1 + a.starts);
+	ctl_calls_free(s);
+	ctl_client_fini(&cl);
+	close(lfd);
+}
+
 static void write_file(const char *path, const char *content, mode_t mode)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -2459,6 +2604,8 @@ int main(void)
 		cmocka_unit_test(test_keepalive),
 		cmocka_unit_test(test_keepalive_many),
 		cmocka_unit_test(test_keepalive_many_fd_limit),
+		cmocka_unit_test(test_keepalive_many_fd_limit_distinct),
+		cmocka_unit_test(test_calls_cancel_reentrant),
 		cmocka_unit_test(test_disconnect_many),
 		cmocka_unit_test(test_start_stop),
 		cmocka_unit_test(test_many_clients),
