@@ -75,34 +75,114 @@ static unsigned disc_pipes(const struct disc_ref *ref, const struct wire_disconn
 	return np;
 }
 
+/* A batch of DISCONNECTs, grouped per peer (one pipe each). */
+struct disc_batch {
+	struct disc_ref *ref;
+	struct ctl_pipe *pipes;
+	uint8_t *frames;
+	int *got;
+	unsigned n, np, most;   /* most: DISCONNECTs to the busiest peer */
+	unsigned pending;       /* pipes in flight (ctl_disconnect_start) */
+	uint8_t unused[CTL_DISCONNECT_FRAME];
+	struct ctl_call call;
+	ctl_done_fn done;
+	void *arg;
+};
+
+static void disc_batch_free(struct disc_batch *b)
+{
+	free(b->got);
+	free(b->frames);
+	free(b->pipes);
+	free(b->ref);
+	free(b);
+}
+
+/* The pipes of d[0..n) to addresses[]; NULL: -EINVAL or -ENOMEM in *rc. */
+static struct disc_batch *disc_batch_new(const char *const *addresses,
+					 const struct wire_disconnect *d, unsigned n, int *rc)
+{
+	struct disc_batch *b = calloc(1, sizeof(*b));
+
+	*rc = b ? 0 : -ENOMEM;
+	if (!*rc && (!addresses || !d || !n))
+		*rc = -EINVAL;
+	if (!*rc) {
+		b->ref = calloc(n, sizeof(*b->ref));
+		b->pipes = calloc(n, sizeof(*b->pipes));
+		b->frames = malloc(n * (size_t)CTL_DISCONNECT_FRAME);
+		b->got = calloc(n, sizeof(*b->got));
+		*rc = b->ref && b->pipes && b->frames && b->got ? 0 : -ENOMEM;
+	}
+	for (unsigned k = 0; !*rc && k < n; k++) {
+		b->ref[k] = (struct disc_ref){ .address = addresses[k], .i = k };
+		if (!addresses[k])
+			*rc = -EINVAL;
+	}
+	if (*rc) {
+		if (b)
+			disc_batch_free(b);
+		return NULL;
+	}
+	b->n = n;
+	b->call = (struct ctl_call)CTL_DISCONNECT_CALL(b->unused);
+	qsort(b->ref, n, sizeof(*b->ref), disc_ref_cmp);
+	b->np = disc_pipes(b->ref, d, n, b->frames, b->got, b->pipes);
+	for (unsigned i = 0; i < b->np; i++)
+		b->most = b->pipes[i].count > b->most ? b->pipes[i].count : b->most;
+	return b;
+}
+
 int ctl_disconnect_many(struct ctl_client *cl, const char *const *addresses,
 			const struct wire_disconnect *d, unsigned n, int timeout_ms, int *rcs)
 {
-	uint8_t unused[CTL_DISCONNECT_FRAME];
-	struct ctl_call call = CTL_DISCONNECT_CALL(unused);
-	struct disc_ref *ref = calloc(n ? n : 1, sizeof(*ref));
-	struct ctl_pipe *pipes = calloc(n ? n : 1, sizeof(*pipes));
-	uint8_t *frames = malloc((n ? n : 1) * (size_t)CTL_DISCONNECT_FRAME);
-	int *got = calloc(n ? n : 1, sizeof(*got));
-	int rc = ref && pipes && frames && got ? 0 : -ENOMEM;
+	int rc;
+	struct disc_batch *b = rcs ? disc_batch_new(addresses, d, n, &rc) : NULL;
 
-	if (!addresses || !d || !rcs || !n)
-		rc = -EINVAL;
-	for (unsigned k = 0; !rc && k < n; k++) {
-		ref[k] = (struct disc_ref){ .address = addresses[k], .i = k };
-		if (!addresses[k])
-			rc = -EINVAL;
-	}
-	if (!rc) {
-		qsort(ref, n, sizeof(*ref), disc_ref_cmp);
-		rc = ctl_call_many(cl, pipes, disc_pipes(ref, d, n, frames, got, pipes), timeout_ms,
-				   &call);
-	}
+	if (!rcs)
+		return -EINVAL;
+	if (!b)
+		return rc;
+	/* 1 ms more per DISCONNECT to the busiest peer: its work. */
+	rc = ctl_call_many(cl, b->pipes, b->np, timeout_ms + (int)b->most, &b->call);
 	for (unsigned k = 0; !rc && k < n; k++)
-		rcs[ref[k].i] = got[k];
-	free(got);
-	free(frames);
-	free(pipes);
-	free(ref);
+		rcs[b->ref[k].i] = b->got[k];
+	disc_batch_free(b);
 	return rc;
+}
+
+/* One peer's DISCONNECTs landed; the last ends the batch. */
+static void disc_pipe_landed(void *arg)
+{
+	struct disc_batch *b = arg;
+
+	if (--b->pending)
+		return;
+	if (b->done)
+		b->done(b->arg);
+	disc_batch_free(b);
+}
+
+int ctl_disconnect_start(struct ctl_calls *calls, const char *const *addresses,
+			 const struct wire_disconnect *d, unsigned n, int timeout_ms,
+			 ctl_done_fn done, void *arg)
+{
+	int rc;
+	struct disc_batch *b = disc_batch_new(addresses, d, n, &rc);
+
+	if (!b)
+		return rc;
+	if (ctl_calls_active(calls) + b->np > CTL_CALLS_MAX) {
+		disc_batch_free(b);
+		return -EBUSY;
+	}
+	b->done = done;
+	b->arg = arg;
+	b->pending = b->np + 1; /* a pipe that lands at once does not end it early */
+	for (unsigned i = 0; i < b->np; i++)
+		if (ctl_calls_start(calls, &b->pipes[i], &b->call, timeout_ms + (int)b->most,
+				    disc_pipe_landed, b))
+			b->pending--; /* (cannot be: room was checked) best effort */
+	disc_pipe_landed(b);
+	return 0;
 }

@@ -171,7 +171,8 @@ int ctl_keepalive(struct ctl_client *cl, const char *address, int timeout_ms,
 int ctl_keepalive_many(struct ctl_client *cl, const char *const *addresses, unsigned n,
 		       int timeout_ms, uint64_t incarnation, int *rcs);
 /* DISCONNECT d[i] to the engine at addresses[i] (items to one address go
- * on one connection, in their order). */
+ * on one connection, in their order; each peer gets timeout_ms plus 1 ms
+ * per DISCONNECT to the busiest peer). */
 int ctl_disconnect_many(struct ctl_client *cl, const char *const *addresses,
 			const struct wire_disconnect *d, unsigned n, int timeout_ms, int *rcs);
 

@@ -419,24 +419,98 @@ static unsigned repair_drain(struct ferry_engine *e)
 	return got;
 }
 
-/* Segments whose endpoints were evicted and that a request waits for. */
+/* A reconnect of slot ended (rc): the requests parked for it look again. */
+static void reconnect_done(struct ferry_engine *e, struct ferry_seg *s, int rc)
+{
+	WRITE_ONCE(s->connect_err, rc < 0 ? rc : 0); /* published by the release below */
+	/* pairs with: load_acquire of connect_round in core_park/park_state */
+	fetch_add_release(s->connect_round, 1);
+	for (unsigned i = 0; i < e->ncores; i++)
+		core_kick(e->cores[i]);
+}
+
+/* A reconnect whose handshakes are in flight. */
+struct reconn_flight {
+	struct ferry_engine *e;
+	struct seg_reconn *r;
+	uint32_t slot;
+};
+
+static bool reconnecting(const struct repair *r, uint32_t slot)
+{
+	for (unsigned k = 0; k < r->n_reconn; k++)
+		if (r->reconn_slots[k] == slot)
+			return true;
+	return false;
+}
+
+static void reconnect_landed(void *arg, const int *rcs)
+{
+	struct reconn_flight *f = arg;
+	struct ferry_engine *e = f->e;
+	struct repair *r = &e->repair;
+	int rc = seg_reconnect_end(e, f->r, rcs);
+
+	for (unsigned k = 0; k < r->n_reconn; k++)
+		if (r->reconn_slots[k] == f->slot) {
+			r->reconn_slots[k] = r->reconn_slots[r->n_reconn - 1];
+			WRITE_ONCE(r->n_reconn, r->n_reconn - 1); /* tests read it */
+			break;
+		}
+	reconnect_done(e, seg_at(&e->segs, f->slot), rc);
+	r->landed = true; /* the DISCONNECTs of what it made and dropped */
+	free(f);
+}
+
+/*
+ * Reconnect slot's evicted rails: their handshakes go beside the repairs
+ * in flight (a peer that does not answer holds up no other work of this
+ * thread); without room for them, one round trip here.
+ */
+static void reconnect_start(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
+{
+	struct repair *r = &e->repair;
+	struct seg_reconn *rec = seg_reconnect_begin(e, s, slot, load_sc(s->gen));
+	struct reconn_flight *f = rec ? malloc(sizeof(*f)) : NULL;
+	int rcs[FERRY_MAX_CORES];
+	const struct seg_hs *hs;
+	unsigned n = 0;
+
+	if (!rec) {
+		reconnect_done(e, s, -ENOMEM);
+		return;
+	}
+	hs = seg_reconnect_hs(rec, &n);
+	if (n && f && r->n_reconn < REPAIR_RECONN_MAX) {
+		*f = (struct reconn_flight){ .e = e, .r = rec, .slot = slot };
+		r->reconn_slots[r->n_reconn] = slot;
+		WRITE_ONCE(r->n_reconn, r->n_reconn + 1); /* tests read it */
+		if (!seg_handshake_start(e, r->calls, hs, n, false, reconnect_landed, f))
+			return;
+		WRITE_ONCE(r->n_reconn, r->n_reconn - 1);
+	}
+	free(f);
+	seg_handshake_many(e, hs, n, rcs, false); /* (n 0: nothing to send) */
+	reconnect_done(e, s, seg_reconnect_end(e, rec, rcs));
+	r->landed = true;
+}
+
+/* Segments whose endpoints were evicted and that a request waits for
+ * (one reconnect in flight per segment: a request that parks meanwhile
+ * leaves want_eps set, seen once it lands). */
 static unsigned repair_reconnects(struct ferry_engine *e)
 {
 	unsigned n = 0;
 
 	for (uint32_t slot = 0; slot < seg_slots(&e->segs); slot++) {
 		struct ferry_seg *s = seg_at(&e->segs, slot);
-		int rc;
 
+		if (reconnecting(&e->repair, slot))
+			continue;
 		/* pairs with: store_release in core_park / rq_rails */
 		if (!load_acquire(s->want_eps) || !xchg_acq_rel(s->want_eps, 0))
 			continue;
-		rc = seg_reconnect(e, s, slot, load_sc(s->gen));
-		WRITE_ONCE(s->connect_err, rc < 0 ? rc : 0); /* published by the release below */
-		/* pairs with: load_acquire of connect_round in core_park/park_state */
-		fetch_add_release(s->connect_round, 1);
-		for (unsigned i = 0; i < e->ncores; i++)
-			core_kick(e->cores[i]);
+		reconnect_start(e, s, slot);
 		n++;
 	}
 	return n;
@@ -465,7 +539,7 @@ static bool repair_has_work(struct ferry_engine *e)
 	if (READ_ONCE(e->reaper.retired))
 		return true;
 	for (uint32_t slot = 0; slot < seg_slots(&e->segs); slot++)
-		if (READ_ONCE(seg_at(&e->segs, slot)->want_eps))
+		if (READ_ONCE(seg_at(&e->segs, slot)->want_eps) && !reconnecting(&e->repair, slot))
 			return true;
 	return false;
 }
@@ -517,7 +591,7 @@ static void *repair_main(void *arg)
 				reap_run(&e->reaper);
 		if (e->repair.landed) { /* the old halves of QPs replaced, ... */
 			e->repair.landed = false;
-			seg_disconnect_flush(e);
+			seg_disconnect_start(e, e->repair.calls); /* ... not waited for */
 		}
 		if (!work)
 			repair_wait(e);

@@ -18,6 +18,7 @@ struct ctl_calls;
 struct repair_flight;
 
 #define REPAIR_LATER_MAX 256
+#define REPAIR_RECONN_MAX 64
 
 struct repair {
 	pthread_t thread;
@@ -31,6 +32,8 @@ struct repair {
 	struct ctl_calls *calls;       /* repair handshakes in flight (runtime/ctl/call.h) */
 	struct repair_flight *flights; /* what each needs when it lands: CTL_CALLS_MAX */
 	bool landed;                   /* a handshake ended since the last DISCONNECT flush */
+	uint32_t reconn_slots[REPAIR_RECONN_MAX]; /* segments whose reconnect is in flight */
+	unsigned n_reconn;             /* WRITE_ONCE: tests read it */
 	uint64_t handshakes;           /* repairs tried (statistics, for tests) */
 	uint64_t refuse_until_ms;      /* tests: repairs are refused until then (ferry_now_ms),
 	                                * as by a peer whose control port is closed a while */

@@ -258,7 +258,7 @@ void ferry_engine_destroy(struct ferry_engine *e)
 		if (e->ports[i]) /* its thread never destroyed it: no core reads it now */
 			port_free(e->ports[i]);
 	reap_wait(&e->reaper); /* endpoints queued for call_rcu are freed */
-	seg_disconnect_flush(e);
+	seg_disconnect_flush_all(e);
 	ctl_client_fini(&e->client);
 	ctl_set_auth(&e->ctl, NULL); /* wipes the server's copy of the key */
 	pthread_rwlock_destroy(&e->regions_lock);

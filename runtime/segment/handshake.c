@@ -16,6 +16,7 @@
  * not one per QP.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ struct disc_item {
 	struct disc_item *next;
 	char address[64];
 	uint64_t token;
+	pthread_t by;      /* the thread that queued it sends it */
 };
 
 void seg_peer_of(const struct ferry_seg *s, uint16_t remote_nic, struct seg_peer *out)
@@ -161,45 +163,127 @@ static unsigned hs_batch_pipes(struct ferry_engine *e, const struct seg_hs *hs, 
  * DISCONNECT.  quiet: the caller logs failures in its own words.  No lock
  * held.
  */
-void seg_handshake_many(struct ferry_engine *e, const struct seg_hs *hs, unsigned n, int *rcs,
-			bool quiet)
+/* Build the pipes and the call's shape (its frame unused: the pipes carry
+ * the requests, the answers go to outs).  How many pipes; rcs[k] set for
+ * the handshakes that do not go, *sent: the answers expected. */
+static unsigned hs_batch_build(struct ferry_engine *e, const struct seg_hs *hs, unsigned n,
+			       bool quiet, struct hs_batch *b, struct ctl_call *call, int *rcs,
+			       unsigned *sent)
 {
-	struct hs_batch b = { 0 };
 	struct wire_connect_rep unused;
-	struct ctl_call call;
-	unsigned np = 0, sent = 0;
-	int rc = n ? hs_batch_alloc(&b, n) : 0;
+	int rc = n ? hs_batch_alloc(b, n) : 0;
+	unsigned np = 0;
 
+	*sent = 0;
 	for (unsigned k = 0; k < n; k++)
 		rcs[k] = rc;
 	if (!rc)
-		np = hs_batch_pipes(e, hs, n, &b, rcs);
+		np = hs_batch_pipes(e, hs, n, b, rcs);
 	for (unsigned i = 0; i < np; i++)
-		sent += b.pipes[i].count;
-	/* The call's shape (its frame unused: the pipes carry the requests,
-	 * the answers go to outs). */
-	rc = np ? ctl_connect_prepare(&b.req[b.order[0]], &unused, quiet, &call) : 0;
-	if (np && !rc) {
-		free(call.frame);
-		call.frame = NULL;
-		rc = ctl_call_many(&e->client, b.pipes, np, SEG_CTL_TIMEOUT_MS, &call);
+		*sent += b->pipes[i].count;
+	rc = np ? ctl_connect_prepare(&b->req[b->order[0]], &unused, quiet, call) : 0;
+	if (rc) {
+		for (unsigned m = 0; m < *sent; m++)
+			rcs[b->order[m]] = rc;
+		return 0;
 	}
-	for (unsigned m = 0; rc && m < sent; m++)
-		b.got[m] = rc;
+	if (np) {
+		free(call->frame);
+		call->frame = NULL;
+	}
+	return np;
+}
+
+/* The answers in: each handshake's reply checked and our QPs connected;
+ * rcs[k] what seg_handshake_many documents. */
+static void hs_batch_finish(struct ferry_engine *e, const struct seg_hs *hs, unsigned n,
+			    struct hs_batch *b, unsigned sent, int *rcs, bool quiet)
+{
 	for (unsigned m = 0; m < sent; m++)
-		rcs[b.order[m]] = b.got[m];
+		rcs[b->order[m]] = b->got[m];
 	for (unsigned k = 0; k < n; k++) {
 		const struct seg_hs *h = &hs[k];
 
 		if (!rcs[k])
-			rcs[k] = ctl_check_rep(&b.req[k], &b.rep[k]);
+			rcs[k] = ctl_check_rep(&b->req[k], &b->rep[k]);
 		if (!rcs[k])
 			rcs[k] = seg_handshake_apply(e, h->core, h->peer, h->qps, h->nqps, h->token,
-						     &b.rep[k], quiet);
+						     &b->rep[k], quiet);
 		if (rcs[k])
 			handshake_failed(h, rcs[k], quiet);
 	}
-	hs_batch_free(&b);
+	hs_batch_free(b);
+}
+
+void seg_handshake_many(struct ferry_engine *e, const struct seg_hs *hs, unsigned n, int *rcs,
+			bool quiet)
+{
+	struct hs_batch b = { 0 };
+	struct ctl_call call;
+	unsigned sent;
+	unsigned np = hs_batch_build(e, hs, n, quiet, &b, &call, rcs, &sent);
+	int rc = np ? ctl_call_many(&e->client, b.pipes, np, SEG_CTL_TIMEOUT_MS, &call) : 0;
+
+	for (unsigned m = 0; rc && m < sent; m++)
+		b.got[m] = rc;
+	hs_batch_finish(e, hs, n, &b, sent, rcs, quiet);
+}
+
+/* seg_handshake_start's handshakes in flight. */
+struct hs_flight {
+	struct ferry_engine *e;
+	const struct seg_hs *hs;
+	unsigned n, sent;
+	unsigned pending;            /* pipes not landed, + 1 while starting */
+	bool quiet;
+	struct hs_batch b;
+	struct ctl_call call;
+	seg_hs_done_fn done;
+	void *arg;
+	int rcs[];
+};
+
+/* One pipe landed; the last one ends the flight. */
+static void hs_pipe_landed(void *arg)
+{
+	struct hs_flight *f = arg;
+
+	if (--f->pending)
+		return;
+	hs_batch_finish(f->e, f->hs, f->n, &f->b, f->sent, f->rcs, f->quiet);
+	f->done(f->arg, f->rcs);
+	free(f);
+}
+
+int seg_handshake_start(struct ferry_engine *e, struct ctl_calls *calls, const struct seg_hs *hs,
+			unsigned n, bool quiet, seg_hs_done_fn done, void *arg)
+{
+	struct hs_flight *f = calloc(1, sizeof(*f) + (n ? n : 1) * sizeof(int));
+	unsigned np;
+
+	if (!f)
+		return -ENOMEM;
+	*f = (struct hs_flight){ .e = e, .hs = hs, .n = n, .quiet = quiet, .done = done,
+				 .arg = arg };
+	np = hs_batch_build(e, hs, n, quiet, &f->b, &f->call, f->rcs, &f->sent);
+	if (ctl_calls_active(calls) + np > CTL_CALLS_MAX) {
+		hs_batch_free(&f->b);
+		free(f);
+		return -EBUSY;
+	}
+	f->pending = np + 1; /* a pipe that lands at once does not end it early */
+	for (unsigned i = 0; i < np; i++) {
+		int rc = ctl_calls_start(calls, &f->b.pipes[i], &f->call, SEG_CTL_TIMEOUT_MS,
+					 hs_pipe_landed, f);
+
+		if (rc) { /* (cannot be: room was checked) its handshakes fail */
+			for (unsigned m = 0; m < f->b.pipes[i].count; m++)
+				f->b.pipes[i].rcs[m] = rc;
+			f->pending--;
+		}
+	}
+	hs_pipe_landed(f);
+	return 0;
 }
 
 int seg_handshake_apply(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
@@ -238,6 +322,7 @@ void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t 
 		}
 		snprintf(d->address, sizeof(d->address), "%s", address);
 		d->token = token + k;
+		d->by = pthread_self();
 		pthread_mutex_lock(&e->disc_lock);
 		d->next = e->disc_head;
 		e->disc_head = d;
@@ -247,15 +332,23 @@ void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t 
 
 /* The queued DISCONNECTs, taken off the list into arrays (freed by the
  * caller); how many, 0 when none (or no memory: the leases free them). */
-static unsigned disconnects_take(struct ferry_engine *e, const char ***addr,
+static unsigned disconnects_take(struct ferry_engine *e, bool all, const char ***addr,
 				 struct wire_disconnect **w, struct disc_item **items)
 {
-	struct disc_item *d;
+	struct disc_item *d, **pp;
 	unsigned n = 0;
 
+	*items = NULL;
 	pthread_mutex_lock(&e->disc_lock);
-	*items = e->disc_head;
-	e->disc_head = NULL;
+	for (pp = &e->disc_head; (d = *pp);) {
+		if (all || pthread_equal(d->by, pthread_self())) {
+			*pp = d->next;
+			d->next = *items;
+			*items = d;
+		} else {
+			pp = &d->next;
+		}
+	}
 	pthread_mutex_unlock(&e->disc_lock);
 	for (d = *items; d; d = d->next)
 		n++;
@@ -274,26 +367,33 @@ static unsigned disconnects_take(struct ferry_engine *e, const char ***addr,
 }
 
 /*
- * Send the queued DISCONNECTs: every peer at once, each peer's on one
- * connection, the whole bounded by SEG_CTL_TIMEOUT_MS (plus 1 ms per
- * DISCONNECT, the peer's work for a large batch).  One after the other
- * with 10 s each, a peer that does not answer made a segment's close take
- * 10 s per QP (40 s with two cores) and an engine's destroy that long per
- * such peer.
+ * Send queued DISCONNECTs (the caller's, or all): every peer at once, each
+ * peer's on one connection, each peer bounded by SEG_CTL_TIMEOUT_MS (plus
+ * 1 ms per DISCONNECT to the busiest peer, its work for a large batch),
+ * up to 64 peers at a time.  One after the other with 10 s each, a peer
+ * that does not answer made a segment's close take 10 s per QP (40 s with
+ * two cores) and an engine's destroy that long per such peer.  Only the
+ * caller's own: taking another thread's (a close's) would let that one
+ * return before its peer freed its halves, and hold this one meanwhile.
  */
-void seg_disconnect_flush(struct ferry_engine *e)
+static int disc_timeout_ms(struct ferry_engine *e)
+{
+	uint32_t t = READ_ONCE(e->disc_timeout_ms);
+
+	return (int)(t ? t : SEG_CTL_TIMEOUT_MS);
+}
+
+static void disconnects_send(struct ferry_engine *e, bool all)
 {
 	struct disc_item *items, *next;
 	struct wire_disconnect *w;
 	const char **addr;
 	int *rcs = NULL;
-	unsigned n = disconnects_take(e, &addr, &w, &items);
-	uint32_t t = READ_ONCE(e->disc_timeout_ms) ? READ_ONCE(e->disc_timeout_ms)
-						    : SEG_CTL_TIMEOUT_MS;
+	unsigned n = disconnects_take(e, all, &addr, &w, &items);
 
 	if (n)
 		rcs = malloc(n * sizeof(*rcs));
-	if (rcs && ctl_disconnect_many(&e->client, addr, w, n, (int)t + (int)n, rcs) == 0 &&
+	if (rcs && ctl_disconnect_many(&e->client, addr, w, n, disc_timeout_ms(e), rcs) == 0 &&
 	    e->opts.verbose)
 		for (unsigned i = 0; i < n; i++)
 			if (rcs[i]) /* a peer that is gone has nothing left to free */
@@ -307,4 +407,59 @@ void seg_disconnect_flush(struct ferry_engine *e)
 		next = items->next;
 		free(items);
 	}
+}
+
+/* What a DISCONNECT batch in flight holds until it lands. */
+struct disc_flight {
+	struct disc_item *items;
+	const char **addr;
+	struct wire_disconnect *w;
+};
+
+static void disc_flight_landed(void *arg)
+{
+	struct disc_flight *f = arg;
+	struct disc_item *next;
+
+	free(f->addr);
+	free(f->w);
+	for (; f->items; f->items = next) {
+		next = f->items->next;
+		free(f->items);
+	}
+	free(f);
+}
+
+void seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls)
+{
+	struct disc_flight *f = calloc(1, sizeof(*f));
+	unsigned n;
+
+	if (!f) {
+		seg_disconnect_flush(e);
+		return;
+	}
+	n = disconnects_take(e, false, &f->addr, &f->w, &f->items);
+	if (!n || ctl_disconnect_start(calls, f->addr, f->w, n, disc_timeout_ms(e),
+				       disc_flight_landed, f)) {
+		/* Nothing, or no room for them in flight: here and now. */
+		struct wire_disconnect *w = f->w;
+		const char **addr = f->addr;
+		int *rcs = n ? malloc(n * sizeof(*rcs)) : NULL;
+
+		if (rcs)
+			(void)ctl_disconnect_many(&e->client, addr, w, n, disc_timeout_ms(e), rcs);
+		free(rcs);
+		disc_flight_landed(f);
+	}
+}
+
+void seg_disconnect_flush(struct ferry_engine *e)
+{
+	disconnects_send(e, false);
+}
+
+void seg_disconnect_flush_all(struct ferry_engine *e)
+{
+	disconnects_send(e, true);
 }

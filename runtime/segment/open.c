@@ -442,42 +442,75 @@ int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t 
 	return seg_open_address(e, address, NULL, out);
 }
 
-int seg_reconnect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, uint32_t gen)
-{
-	struct ep_prep *pp = calloc(FERRY_MAX_CORES, sizeof(*pp));
-	int rc = -EHOSTDOWN, added = 0;
-	bool live;
+/* A reconnect between its two halves (seg_reconnect_begin/_end). */
+struct seg_reconn {
+	struct ferry_seg *s;
+	uint32_t slot, gen;
+	int rc;                        /* ep_prepare's, when nothing is connected */
+	unsigned n;                    /* handshakes in hs */
+	struct seg_hs hs[FERRY_MAX_CORES];
+	struct ep_prep pp[FERRY_MAX_CORES];
+};
 
-	if (!pp)
-		return -ENOMEM;
+struct seg_reconn *seg_reconnect_begin(struct ferry_engine *e, struct ferry_seg *s,
+				       uint32_t slot, uint32_t gen)
+{
+	struct seg_reconn *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	*r = (struct seg_reconn){ .s = s, .slot = slot, .gen = gen, .rc = -EHOSTDOWN };
 	pthread_mutex_lock(&e->ctl_lock);
 	if (s->state == SEG_OPEN && s->gen == gen && !e->destroying)
 		for (unsigned i = 0; i < e->ncores; i++)
 			if (!s->eps[i])
-				rc = ep_prepare(e, s, slot, i, &pp[i]);
+				r->rc = ep_prepare(e, s, slot, i, &r->pp[i]);
 	pthread_mutex_unlock(&e->ctl_lock);
 	for (unsigned i = 0; i < e->ncores; i++)
-		if (pp[i].ep) { /* some to connect: the handshakes say how it went */
-			rc = connect_all(e, pp);
-			break;
-		}
+		if (r->pp[i].ep)
+			r->hs[r->n++] = (struct seg_hs){ .core = i, .peer = &r->pp[i].peer,
+							 .qps = r->pp[i].ep->qps,
+							 .nqps = r->pp[i].ep->nqps,
+							 .token = r->pp[i].token };
+	return r;
+}
+
+const struct seg_hs *seg_reconnect_hs(const struct seg_reconn *r, unsigned *n)
+{
+	*n = r->n;
+	return r->hs;
+}
+
+int seg_reconnect_end(struct ferry_engine *e, struct seg_reconn *r, const int *rcs)
+{
+	struct ferry_seg *s = r->s;
+	int rc = r->rc, added = 0;
+	bool live;
+
+	if (r->n) /* the handshakes say how it went: 0, or the first error */
+		rc = 0;
+	for (unsigned k = 0; k < r->n; k++) {
+		r->pp[r->hs[k].core].connected = rcs[k] == 0;
+		if (rcs[k] && !rc)
+			rc = rcs[k];
+	}
 	pthread_mutex_lock(&e->ctl_lock);
 	/* Closed, reopened or destroyed meanwhile: what we made goes. */
-	live = s->state == SEG_OPEN && s->gen == gen && !e->destroying;
+	live = s->state == SEG_OPEN && s->gen == r->gen && !e->destroying;
 	for (unsigned i = 0; i < e->ncores; i++) {
-		if (!pp[i].ep)
+		if (!r->pp[i].ep)
 			continue;
-		if (live && pp[i].connected && !s->eps[i]) {
-			rc = ep_publish(e, s, slot, i, &pp[i]);
+		if (live && r->pp[i].connected && !s->eps[i]) {
+			rc = ep_publish(e, s, r->slot, i, &r->pp[i]);
 			added += rc == 0;
 		}
-		ep_unprepare(e, i, &pp[i]);
+		ep_unprepare(e, i, &r->pp[i]);
 	}
 	pthread_mutex_unlock(&e->ctl_lock);
-	seg_disconnect_flush(e);
-	free(pp);
+	free(r);
 	return added ? added : rc;
 }
+
 
 /* The refreshed descriptor d of s (generation gen), if still wanted; ctl_lock held. */
 static int refresh_install(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot,

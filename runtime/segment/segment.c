@@ -253,7 +253,7 @@ void seg_disconnect_all(struct ferry_engine *e)
 			if (s->eps[i])
 				ep_disconnect_peer(e, s, s->eps[i]);
 	}
-	seg_disconnect_flush(e);
+	seg_disconnect_flush_all(e);
 }
 
 void seg_release(struct ferry_seg *s)

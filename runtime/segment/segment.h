@@ -162,11 +162,21 @@ void seg_rail_set_down(struct ferry_engine *e, struct ferry_seg *s, unsigned i, 
 		       int down);
 /* The peer restarted: fail the segment's requests fast (-ESTALE); ctl_lock held. */
 void seg_mark_stale(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot);
-/* Connect the rails of segment slot (generation gen) that have no endpoint
- * (evicted); takes ctl_lock (not across the handshakes), does nothing
- * unless the segment is still open in that generation (the repair thread,
- * for parked requests).  Rails added, or -errno. */
-int seg_reconnect(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, uint32_t gen);
+/*
+ * Connect the rails of segment slot (generation gen) that have no endpoint
+ * (evicted), for parked requests (the repair thread), in two halves
+ * around handshakes sent without waiting (seg_handshake_start): begin
+ * prepares the endpoints under ctl_lock, if the segment is still open in
+ * that generation (NULL: no memory), and says which handshakes to send
+ * (seg_reconnect_hs: none when there is nothing to connect); end takes
+ * their results (rcs[k] for hs[k]), publishes what connected and frees r:
+ * rails added, or -errno.  The caller flushes the DISCONNECTs.
+ */
+struct seg_reconn;
+struct seg_reconn *seg_reconnect_begin(struct ferry_engine *e, struct ferry_seg *s,
+				       uint32_t slot, uint32_t gen);
+const struct seg_hs *seg_reconnect_hs(const struct seg_reconn *r, unsigned *n);
+int seg_reconnect_end(struct ferry_engine *e, struct seg_reconn *r, const int *rcs);
 /* Room in core i's endpoint cache, evicting with SIEVE if it is full;
  * -EBUSY when every cached endpoint is in use.  ctl_lock held. */
 int seg_make_room(struct ferry_engine *e, unsigned i);
@@ -193,6 +203,14 @@ struct seg_hs {
 };
 void seg_handshake_many(struct ferry_engine *e, const struct seg_hs *hs, unsigned n, int *rcs,
 			bool quiet);
+/* The same without waiting, on a set of calls a poll loop drives (the
+ * repair thread's): done(arg, rcs) once every handshake ended (rcs valid
+ * during the call; hs must stay until then).  0, -EBUSY (no room in
+ * calls: nothing started), -ENOMEM. */
+struct ctl_calls;
+typedef void (*seg_hs_done_fn)(void *arg, const int *rcs);
+int seg_handshake_start(struct ferry_engine *e, struct ctl_calls *calls, const struct seg_hs *hs,
+			unsigned n, bool quiet, seg_hs_done_fn done, void *arg);
 /* Its two halves, for a caller that sends the CONNECT_REQ itself (the
  * repair thread, many at once): the request, then, with the peer's reply,
  * our QPs connected (-ENETUNREACH, the peer's halves queued for DISCONNECT,
@@ -207,7 +225,10 @@ int seg_handshake_apply(struct ferry_engine *e, unsigned i, const struct seg_pee
  * thread, any lock); seg_disconnect_flush sends the DISCONNECTs (no lock). */
 void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t token,
 			  unsigned n);
-void seg_disconnect_flush(struct ferry_engine *e);
+void seg_disconnect_flush(struct ferry_engine *e);   /* the calling thread's */
+void seg_disconnect_flush_all(struct ferry_engine *e); /* every thread's (engine destroy) */
+/* The calling thread's, without waiting, on calls (the repair thread's). */
+void seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls);
 /* Free a slot's descriptors (engine destroy). */
 void seg_release(struct ferry_seg *s);
 

@@ -943,6 +943,78 @@ static void test_reap_beside_mute_peer(void **state)
 }
 
 /*
+ * A reconnect (a request to a segment whose endpoints were evicted) to a
+ * peer that does not answer holds up no other segment's: with one
+ * endpoint per core, a request to the mute peer's segment takes the
+ * cache from the live one and waits for its handshakes (10 s before they
+ * time out); the live segment's next request reconnects beside it and is
+ * DONE.  One reconnect after the other on the repair thread, it waited
+ * behind the mute one and its parked request timed out (timeout_ms).
+ */
+static void test_reconnect_beside_mute_peer(void **state)
+{
+	struct ferry_opts io, mo;
+	struct ferry_req_status st;
+	struct ferry_engine *m, *other;
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	uint8_t *obuf = aligned_alloc(4096, 4096), *mbuf = aligned_alloc(4096, 4096);
+	char address[64];
+	ferry_seg_t mseg, oseg;
+	struct ferry_req r;
+	double t;
+	int mfd;
+
+	(void)state;
+	need_loop();
+	pair_opts(&io, "0-1");
+	io.keepalive_ms = 0;
+	io.ep_cache = 1;
+	pair_setup(&P, &io, &io, BUF);
+	pair_opts(&mo, "0-1");
+	assert_int_equal(ferry_engine_create(&mo, &m), 0);
+	assert_non_null(mbuf);
+	assert_int_equal(ferry_mem_register(m, mbuf, 4096), 0);
+	snprintf(address, sizeof(address), "%s", ferry_engine_address(m));
+	assert_int_equal(ferry_segment_open(P.init, address, &mseg), 0); /* evicts P.seg's */
+	/* A third segment takes the cache from it; then its peer goes mute. */
+	assert_int_equal(ferry_engine_create(&mo, &other), 0);
+	assert_non_null(obuf);
+	assert_int_equal(ferry_mem_register(other, obuf, 4096), 0);
+	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(other), &oseg), 0);
+	assert_int_equal(ferry_mem_unregister(m, mbuf), 0);
+	mfd = mute_in_place_of(m, address);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+
+	/* A request to the mute segment waits for handshakes that will not be
+	 * answered; the live one's next request needs a reconnect of its own
+	 * meanwhile. */
+	r = mkreq(FERRY_OP_WRITE, P.lbuf, mseg, mbuf, 4096);
+	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
+	assert_int_equal(ferry_submit(b, &r, 1), 0);
+	WAIT_UNTIL(READ_ONCE(P.init->repair.n_reconn) == 1, WAIT_MS,
+		   "the mute segment's reconnect in flight");
+	t = now_s();
+	st = run_one_on(port, mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 4096), WAIT_MS);
+	print_message("the live segment's request, reconnected beside a mute peer's reconnect: "
+		      "%s (%d) in %.3f s\n", ferry_state_name(st.state), st.error, now_s() - t);
+	assert_int_equal(st.state, FERRY_DONE);
+	ferry_batch_wait(b, WAIT_MS);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+
+	close(mfd);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	assert_int_equal(ferry_segment_close(P.init, mseg), 0);
+	assert_int_equal(ferry_segment_close(P.init, oseg), 0);
+	assert_int_equal(ferry_mem_unregister(other, obuf), 0);
+	ferry_engine_destroy(other);
+	free(obuf);
+	free(mbuf);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+/*
  * Engines destroyed with segments open in both directions and requests
  * ended (batch destroyed, port left to the engine): the peer's half of
  * every QP, the descriptors and the endpoints must all be freed.  The
@@ -1210,6 +1282,7 @@ int main(void)
 		cmocka_unit_test(test_lease_with_mute_peers),
 		cmocka_unit_test(test_close_with_mute_peers),
 		cmocka_unit_test(test_repair_beside_mute_peer),
+		cmocka_unit_test(test_reconnect_beside_mute_peer),
 		cmocka_unit_test(test_reap_beside_mute_peer),
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_submit_while_reopening),
