@@ -826,6 +826,66 @@ static void test_close_with_mute_peers(void **state)
 		close(mfd[i]);
 }
 
+/* A peer of P.init that goes mute (mute_in_place_of): its segment, the
+ * buffer it had registered (addresses for requests), the socket in its place. */
+struct mute_peer {
+	struct ferry_engine *e;
+	char address[64];
+	uint8_t *buf;
+	ferry_seg_t seg;
+	int fd;
+};
+
+/* P (keepalives off, ep_cache as given) and a peer of P.init, still live. */
+static void mute_setup(struct mute_peer *mp, uint32_t ep_cache)
+{
+	struct ferry_opts io, mo;
+
+	pair_opts(&io, "0-1");
+	io.keepalive_ms = 0; /* the mute peer's socket sees handshakes only */
+	io.ep_cache = ep_cache;
+	pair_setup(&P, &io, &io, BUF);
+	pair_opts(&mo, "0-1");
+	memset(mp, 0, sizeof(*mp));
+	mp->buf = aligned_alloc(4096, 4096);
+	assert_non_null(mp->buf);
+	assert_int_equal(ferry_engine_create(&mo, &mp->e), 0);
+	assert_int_equal(ferry_mem_register(mp->e, mp->buf, 4096), 0);
+	snprintf(mp->address, sizeof(mp->address), "%s", ferry_engine_address(mp->e));
+	assert_int_equal(ferry_segment_open(P.init, mp->address, &mp->seg), 0);
+}
+
+static void mute_now(struct mute_peer *mp)
+{
+	assert_int_equal(ferry_mem_unregister(mp->e, mp->buf), 0);
+	mp->fd = mute_in_place_of(mp->e, mp->address);
+	mp->e = NULL;
+}
+
+/* The mute peer's QPs break (its memory is gone with it): their repair's
+ * handshake goes out and gets no answer. */
+static void mute_repair_in_flight(struct mute_peer *mp, struct ferry_port *port)
+{
+	uint64_t hs = READ_ONCE(P.init->repair.handshakes);
+	struct ferry_req_status st;
+
+	st = run_one_on(port, mkreq(FERRY_OP_WRITE, P.lbuf, mp->seg, mp->buf, 4096), WAIT_MS);
+	assert_int_equal(st.state, FERRY_FAILED);
+	WAIT_UNTIL(READ_ONCE(P.init->repair.handshakes) > hs, WAIT_MS,
+		   "a repair handshake to the mute peer");
+}
+
+/* Refused from now on (its repairs and close end at once); P torn down. */
+static void mute_teardown(struct mute_peer *mp, struct ferry_port *port)
+{
+	close(mp->fd);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	assert_int_equal(ferry_segment_close(P.init, mp->seg), 0);
+	free(mp->buf);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
 /*
  * A repair does not wait behind another peer's: while the handshake that
  * would repair a mute peer's QPs is in flight (10 s before it times out),
@@ -835,39 +895,17 @@ static void test_close_with_mute_peers(void **state)
  */
 static void test_repair_beside_mute_peer(void **state)
 {
-	struct ferry_opts io, mo;
 	struct ferry_req_status st;
-	struct ferry_engine *m;
 	struct ferry_port *port;
-	uint8_t *mbuf = aligned_alloc(4096, 4096);
-	char address[64];
-	ferry_seg_t mseg;
-	uint64_t hs;
+	struct mute_peer mp;
 	double t;
-	int mfd;
 
 	(void)state;
 	need_loop();
-	pair_opts(&io, "0-1");
-	io.keepalive_ms = 0;
-	pair_setup(&P, &io, &io, BUF);
-	pair_opts(&mo, "0-1");
-	assert_int_equal(ferry_engine_create(&mo, &m), 0);
-	assert_non_null(mbuf);
-	assert_int_equal(ferry_mem_register(m, mbuf, 4096), 0);
-	snprintf(address, sizeof(address), "%s", ferry_engine_address(m));
-	assert_int_equal(ferry_segment_open(P.init, address, &mseg), 0);
-	assert_int_equal(ferry_mem_unregister(m, mbuf), 0);
-	mfd = mute_in_place_of(m, address);
+	mute_setup(&mp, 128);
+	mute_now(&mp);
 	assert_int_equal(ferry_port_create(P.init, &port), 0);
-
-	/* The mute peer's QPs break (its memory is gone with it): their
-	 * repair's handshake goes out and gets no answer. */
-	hs = READ_ONCE(P.init->repair.handshakes);
-	st = run_one_on(port, mkreq(FERRY_OP_WRITE, P.lbuf, mseg, mbuf, 4096), WAIT_MS);
-	assert_int_equal(st.state, FERRY_FAILED);
-	WAIT_UNTIL(READ_ONCE(P.init->repair.handshakes) > hs, WAIT_MS,
-		   "a repair handshake to the mute peer");
+	mute_repair_in_flight(&mp, port);
 	/* Every QP of the live peer breaks too. */
 	set_faults(P.init, &(struct loop_faults){ .qp_fatal_ppm = 1000000 });
 	(void)run_one_on(port, mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 4096), WAIT_MS);
@@ -877,14 +915,8 @@ static void test_repair_beside_mute_peer(void **state)
 	print_message("the live peer's request after its QPs broke: %s in %.3f s, with the mute "
 		      "peer's repair in flight\n", ferry_state_name(st.state), now_s() - t);
 	assert_int_equal(st.state, FERRY_DONE);
-	assert_int_equal(repairs_failed(P.init, mseg), 0); /* its handshake still waits */
-
-	close(mfd); /* refused from now on: its repairs and close end at once */
-	assert_int_equal(ferry_port_destroy(port), 0);
-	assert_int_equal(ferry_segment_close(P.init, mseg), 0);
-	free(mbuf);
-	assert_quiet_and_close(P.init, &P.seg);
-	pair_teardown(&P);
+	assert_int_equal(repairs_failed(P.init, mp.seg), 0); /* its handshake still waits */
+	mute_teardown(&mp, port);
 }
 
 /*
@@ -895,51 +927,28 @@ static void test_repair_beside_mute_peer(void **state)
  */
 static void test_reap_beside_mute_peer(void **state)
 {
-	struct ferry_opts io, mo;
-	struct ferry_req_status st;
-	struct ferry_engine *m, *l;
 	struct ferry_port *port;
-	uint8_t *mbuf = aligned_alloc(4096, 4096);
-	char address[64];
-	ferry_seg_t mseg, lseg;
-	uint64_t hs;
-	int mfd;
+	struct ferry_engine *l;
+	struct ferry_opts lo;
+	struct mute_peer mp;
+	ferry_seg_t lseg;
 
 	(void)state;
 	need_loop();
-	pair_opts(&io, "0-1");
-	io.keepalive_ms = 0;
-	pair_setup(&P, &io, &io, BUF);
-	pair_opts(&mo, "0-1");
-	assert_int_equal(ferry_engine_create(&mo, &m), 0);
-	assert_non_null(mbuf);
-	assert_int_equal(ferry_mem_register(m, mbuf, 4096), 0);
-	snprintf(address, sizeof(address), "%s", ferry_engine_address(m));
-	assert_int_equal(ferry_segment_open(P.init, address, &mseg), 0);
-	assert_int_equal(ferry_mem_unregister(m, mbuf), 0);
-	mfd = mute_in_place_of(m, address);
+	mute_setup(&mp, 128);
+	mute_now(&mp);
 	assert_int_equal(ferry_port_create(P.init, &port), 0);
-	hs = READ_ONCE(P.init->repair.handshakes);
-	st = run_one_on(port, mkreq(FERRY_OP_WRITE, P.lbuf, mseg, mbuf, 4096), WAIT_MS);
-	assert_int_equal(st.state, FERRY_FAILED);
-	WAIT_UNTIL(READ_ONCE(P.init->repair.handshakes) > hs, WAIT_MS,
-		   "a repair handshake to the mute peer");
-
+	mute_repair_in_flight(&mp, port);
 	/* A live peer's segment closes: its endpoints are retired. */
-	assert_int_equal(ferry_engine_create(&mo, &l), 0);
+	pair_opts(&lo, "0-1");
+	assert_int_equal(ferry_engine_create(&lo, &l), 0);
 	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(l), &lseg), 0);
 	assert_int_equal(ferry_segment_close(P.init, lseg), 0);
 	WAIT_UNTIL(READ_ONCE(P.init->reaper.retired) == NULL, 2000,
 		   "the closed segment's endpoints queued for freeing beside the mute handshake");
-	assert_int_equal(repairs_failed(P.init, mseg), 0); /* its handshake still waits */
-
-	close(mfd);
-	assert_int_equal(ferry_port_destroy(port), 0);
-	assert_int_equal(ferry_segment_close(P.init, mseg), 0);
+	assert_int_equal(repairs_failed(P.init, mp.seg), 0); /* its handshake still waits */
 	ferry_engine_destroy(l);
-	free(mbuf);
-	assert_quiet_and_close(P.init, &P.seg);
-	pair_teardown(&P);
+	mute_teardown(&mp, port);
 }
 
 /*
@@ -953,43 +962,33 @@ static void test_reap_beside_mute_peer(void **state)
  */
 static void test_reconnect_beside_mute_peer(void **state)
 {
-	struct ferry_opts io, mo;
 	struct ferry_req_status st;
-	struct ferry_engine *m, *other;
+	struct ferry_engine *other;
 	struct ferry_port *port;
 	struct ferry_batch *b;
-	uint8_t *obuf = aligned_alloc(4096, 4096), *mbuf = aligned_alloc(4096, 4096);
-	char address[64];
-	ferry_seg_t mseg, oseg;
+	struct ferry_opts oo;
+	struct mute_peer mp;
+	uint8_t *obuf = aligned_alloc(4096, 4096);
+	ferry_seg_t oseg;
 	struct ferry_req r;
 	double t;
-	int mfd;
 
 	(void)state;
 	need_loop();
-	pair_opts(&io, "0-1");
-	io.keepalive_ms = 0;
-	io.ep_cache = 1;
-	pair_setup(&P, &io, &io, BUF);
-	pair_opts(&mo, "0-1");
-	assert_int_equal(ferry_engine_create(&mo, &m), 0);
-	assert_non_null(mbuf);
-	assert_int_equal(ferry_mem_register(m, mbuf, 4096), 0);
-	snprintf(address, sizeof(address), "%s", ferry_engine_address(m));
-	assert_int_equal(ferry_segment_open(P.init, address, &mseg), 0); /* evicts P.seg's */
+	mute_setup(&mp, 1); /* its open evicts P.seg's endpoints */
 	/* A third segment takes the cache from it; then its peer goes mute. */
-	assert_int_equal(ferry_engine_create(&mo, &other), 0);
+	pair_opts(&oo, "0-1");
+	assert_int_equal(ferry_engine_create(&oo, &other), 0);
 	assert_non_null(obuf);
 	assert_int_equal(ferry_mem_register(other, obuf, 4096), 0);
 	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(other), &oseg), 0);
-	assert_int_equal(ferry_mem_unregister(m, mbuf), 0);
-	mfd = mute_in_place_of(m, address);
+	mute_now(&mp);
 	assert_int_equal(ferry_port_create(P.init, &port), 0);
 
 	/* A request to the mute segment waits for handshakes that will not be
 	 * answered; the live one's next request needs a reconnect of its own
 	 * meanwhile. */
-	r = mkreq(FERRY_OP_WRITE, P.lbuf, mseg, mbuf, 4096);
+	r = mkreq(FERRY_OP_WRITE, P.lbuf, mp.seg, mp.buf, 4096);
 	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
 	assert_int_equal(ferry_submit(b, &r, 1), 0);
 	WAIT_UNTIL(READ_ONCE(P.init->repair.n_reconn) == 1, WAIT_MS,
@@ -1001,17 +1000,11 @@ static void test_reconnect_beside_mute_peer(void **state)
 	assert_int_equal(st.state, FERRY_DONE);
 	ferry_batch_wait(b, WAIT_MS);
 	assert_int_equal(ferry_batch_destroy(b), 0);
-
-	close(mfd);
-	assert_int_equal(ferry_port_destroy(port), 0);
-	assert_int_equal(ferry_segment_close(P.init, mseg), 0);
 	assert_int_equal(ferry_segment_close(P.init, oseg), 0);
 	assert_int_equal(ferry_mem_unregister(other, obuf), 0);
 	ferry_engine_destroy(other);
 	free(obuf);
-	free(mbuf);
-	assert_quiet_and_close(P.init, &P.seg);
-	pair_teardown(&P);
+	mute_teardown(&mp, port);
 }
 
 /*

@@ -2148,115 +2148,13 @@ static void test_disconnect_many(void **state)
 	ctl_stop(&b);
 }
 
-/*
- * A keepalive round to more peers than the process has free file
- * descriptors: one after the other needs one socket at a time and reaches
- * every peer, and so must the round (the peers past the limit wait for a
- * socket instead of failing -EMFILE every round, the same ones each time:
- * the lease thread sorts the addresses, and they would free our QPs when
- * their lease ran out).  Found by an independent review.  The server runs
- * in a child process so that its accepted sockets do not count against
- * our limit.
- */
-static void test_keepalive_many_fd_limit(void **state)
+/* A keepalive server in a child process (its accepted sockets do not
+ * count against our descriptors), on 0.0.0.0: its address in addr. */
+static pid_t keepalive_server_child(char *addr, size_t len)
 {
-	enum { N = 64, FREE_FDS = 16 };
-	const char *peers[N];
-	struct rlimit rl, low;
-	struct ctl_client cl;
-	char addr[64] = "";
-	unsigned ok_many = 0, ok_serial = 0, emfile = 0;
-	int pfd[2], rcs[N], maxfd = 0, fill[4096], nfill = 0;
+	int pfd[2];
 	pid_t pid;
-	DIR *d;
-	struct dirent *de;
 
-	(void)state;
-	assert_int_equal(pipe(pfd), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		struct ctl c;
-		struct ctx x;
-
-		close(pfd[0]);
-		next_cfg.keepalive = on_keepalive;
-		start_ops(&c, &x, 1, 1, NULL, NULL);
-		if (write(pfd[1], c.address, strlen(c.address) + 1) < 0)
-			_exit(1);
-		for (;;)
-			pause();
-	}
-	close(pfd[1]);
-	assert_true(read(pfd[0], addr, sizeof(addr)) > 0);
-	close(pfd[0]);
-	assert_int_equal(ctl_client_init(&cl, NULL), 0);
-	for (unsigned i = 0; i < N; i++)
-		peers[i] = addr;
-	d = opendir("/proc/self/fd");
-	assert_non_null(d);
-	while ((de = readdir(d)))
-		if (atoi(de->d_name) > maxfd)
-			maxfd = atoi(de->d_name);
-	closedir(d);
-	/* Fill the holes below the highest fd: FREE_FDS free, no more. */
-	for (;;) {
-		int f = dup(0);
-
-		assert_true(f >= 0 && nfill < 4096);
-		if (f > maxfd) {
-			close(f);
-			break;
-		}
-		fill[nfill++] = f;
-	}
-	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
-	low = rl;
-	low.rlim_cur = (rlim_t)maxfd + 1 + FREE_FDS;
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
-
-	assert_int_equal(ctl_keepalive_many(&cl, peers, N, 3000, 0x77, rcs), 0);
-	for (unsigned i = 0; i < N; i++) {
-		ok_many += rcs[i] == 0;
-		emfile += rcs[i] == -EMFILE;
-	}
-	for (unsigned i = 0; i < N; i++)
-		ok_serial += ctl_keepalive(&cl, addr, 3000, 0x77) == 0;
-
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
-	while (nfill)
-		close(fill[--nfill]);
-	ctl_client_fini(&cl);
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-	print_message("%u peers, ~%u free fds: one after the other %u answered; at once %u "
-		      "answered, %u -EMFILE\n", N, FREE_FDS, ok_serial, ok_many, emfile);
-	assert_int_equal(ok_serial, N);
-	assert_int_equal(ok_many, N);
-}
-
-/*
- * The same round to N distinct peers (one server on 0.0.0.0, reached under
- * N loopback addresses, as the lease thread's list is: one entry per
- * address).  The calls that end well park their sockets in the client's
- * pool (up to CTL_POOL_MAX, 32 > FREE_FDS): the peers past the limit must
- * not find every descriptor held by idle connections and fail -EMFILE.
- */
-static void test_keepalive_many_fd_limit_distinct(void **state)
-{
-	enum { N = 64, FREE_FDS = 16 };
-	static char names[N][64];
-	const char *peers[N];
-	struct rlimit rl, low;
-	struct ctl_client cl;
-	char addr[64] = "";
-	unsigned ok_many = 0, emfile = 0, port;
-	int pfd[2], rcs[N], maxfd = 0, fill[4096], nfill = 0;
-	pid_t pid;
-	DIR *d;
-	struct dirent *de;
-
-	(void)state;
 	assert_int_equal(pipe(pfd), 0);
 	pid = fork();
 	assert_true(pid >= 0);
@@ -2279,50 +2177,115 @@ static void test_keepalive_many_fd_limit_distinct(void **state)
 			pause();
 	}
 	close(pfd[1]);
-	assert_true(read(pfd[0], addr, sizeof(addr)) > 0);
+	memset(addr, 0, len);
+	assert_true(read(pfd[0], addr, len - 1) > 0);
 	close(pfd[0]);
-	port = (unsigned)atoi(strrchr(addr, ':') + 1);
-	for (unsigned i = 0; i < N; i++) {
-		snprintf(names[i], sizeof(names[i]), "127.0.1.%u:%u", i + 1, port);
-		peers[i] = names[i];
-	}
-	assert_int_equal(ctl_client_init(&cl, NULL), 0);
-	d = opendir("/proc/self/fd");
+	return pid;
+}
+
+/* Leave exactly free descriptors free (the holes below the highest fd
+ * filled, the limit lowered); fds_restore undoes it. */
+struct fd_squeeze {
+	struct rlimit saved;
+	int fill[4096];
+	int n;
+};
+
+static void fds_leave_free(struct fd_squeeze *q, unsigned free_fds)
+{
+	struct rlimit low;
+	struct dirent *de;
+	int maxfd = 0;
+	DIR *d = opendir("/proc/self/fd");
+
 	assert_non_null(d);
 	while ((de = readdir(d)))
 		if (atoi(de->d_name) > maxfd)
 			maxfd = atoi(de->d_name);
 	closedir(d);
-	for (;;) {
+	for (q->n = 0;;) {
 		int f = dup(0);
 
-		assert_true(f >= 0 && nfill < 4096);
+		assert_true(f >= 0 && q->n < 4096);
 		if (f > maxfd) {
 			close(f);
 			break;
 		}
-		fill[nfill++] = f;
+		q->fill[q->n++] = f;
 	}
-	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
-	low = rl;
-	low.rlim_cur = (rlim_t)maxfd + 1 + FREE_FDS;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &q->saved), 0);
+	low = q->saved;
+	low.rlim_cur = (rlim_t)maxfd + 1 + free_fds;
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+}
 
+static void fds_restore(struct fd_squeeze *q)
+{
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &q->saved), 0);
+	while (q->n)
+		close(q->fill[--q->n]);
+}
+
+/*
+ * A keepalive round to more peers than the process has free file
+ * descriptors: one after the other needs one socket at a time and reaches
+ * every peer, and so must the round (the peers past the limit wait for a
+ * socket instead of failing -EMFILE every round, the same ones each time:
+ * the lease thread sorts the addresses, and they would free our QPs when
+ * their lease ran out).  distinct: N addresses of one server (0.0.0.0),
+ * as the lease thread's list is, one entry per address: the calls that end
+ * well park their sockets in the client's pool (up to 32 > FREE_FDS), and
+ * the peers past the limit must not find every descriptor held there.
+ * Found by independent reviews.
+ */
+static void keepalive_fd_limit(bool distinct)
+{
+	enum { N = 64, FREE_FDS = 16 };
+	static char names[N][64];
+	static struct fd_squeeze q;
+	const char *peers[N];
+	struct ctl_client cl;
+	unsigned ok_many = 0, ok_serial = 0, emfile = 0;
+	char addr[64];
+	int rcs[N];
+	pid_t pid = keepalive_server_child(addr, sizeof(addr));
+	unsigned port = (unsigned)atoi(strrchr(addr, ':') + 1);
+
+	for (unsigned i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "127.0.%u.%u:%u", distinct ? 1 : 0,
+			 distinct ? i + 1 : 1, port);
+		peers[i] = names[i];
+	}
+	assert_int_equal(ctl_client_init(&cl, NULL), 0);
+	fds_leave_free(&q, FREE_FDS);
 	assert_int_equal(ctl_keepalive_many(&cl, peers, N, 3000, 0x77, rcs), 0);
 	for (unsigned i = 0; i < N; i++) {
 		ok_many += rcs[i] == 0;
 		emfile += rcs[i] == -EMFILE;
 	}
-
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
-	while (nfill)
-		close(fill[--nfill]);
+	for (unsigned i = 0; i < N; i++)
+		ok_serial += ctl_keepalive(&cl, peers[i], 3000, 0x77) == 0;
+	fds_restore(&q);
 	ctl_client_fini(&cl);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
-	print_message("%u distinct peers, ~%u free fds: at once %u answered, %u -EMFILE\n", N,
-		      FREE_FDS, ok_many, emfile);
+	print_message("%u %s, ~%u free fds: one after the other %u answered; at once %u "
+		      "answered, %u -EMFILE\n", N, distinct ? "distinct peers" : "times one peer",
+		      FREE_FDS, ok_serial, ok_many, emfile);
+	assert_int_equal(ok_serial, N);
 	assert_int_equal(ok_many, N);
+}
+
+static void test_keepalive_many_fd_limit(void **state)
+{
+	(void)state;
+	keepalive_fd_limit(false);
+}
+
+static void test_keepalive_many_fd_limit_distinct(void **state)
+{
+	(void)state;
+	keepalive_fd_limit(true);
 }
 
 /* A done() that starts the call again, once (a retry). */
