@@ -420,8 +420,13 @@ static unsigned repair_drain(struct ferry_engine *e)
 }
 
 /* A reconnect of slot ended (rc): the requests parked for it look again. */
-static void reconnect_done(struct ferry_engine *e, struct ferry_seg *s, int rc)
+static void reconnect_done(struct ferry_engine *e, struct ferry_seg *s, uint32_t gen, int rc)
 {
+	/* Closed (and maybe reopened) meanwhile: none of its requests is
+	 * parked any more (the close waited for them); a new generation's
+	 * are not told of the old one's result. */
+	if (load_sc(s->gen) != gen)
+		return;
 	WRITE_ONCE(s->connect_err, rc < 0 ? rc : 0); /* published by the release below */
 	/* pairs with: load_acquire of connect_round in core_park/park_state */
 	fetch_add_release(s->connect_round, 1);
@@ -433,13 +438,13 @@ static void reconnect_done(struct ferry_engine *e, struct ferry_seg *s, int rc)
 struct reconn_flight {
 	struct ferry_engine *e;
 	struct seg_reconn *r;
-	uint32_t slot;
+	uint32_t slot, gen;
 };
 
-static bool reconnecting(const struct repair *r, uint32_t slot)
+static bool reconnecting(const struct repair *r, uint32_t slot, uint32_t gen)
 {
 	for (unsigned k = 0; k < r->n_reconn; k++)
-		if (r->reconn_slots[k] == slot)
+		if (r->reconn_slots[k] == slot && r->reconn_gens[k] == gen)
 			return true;
 	return false;
 }
@@ -452,12 +457,13 @@ static void reconnect_landed(void *arg, const int *rcs)
 	int rc = seg_reconnect_end(e, f->r, rcs);
 
 	for (unsigned k = 0; k < r->n_reconn; k++)
-		if (r->reconn_slots[k] == f->slot) {
+		if (r->reconn_slots[k] == f->slot && r->reconn_gens[k] == f->gen) {
 			r->reconn_slots[k] = r->reconn_slots[r->n_reconn - 1];
+			r->reconn_gens[k] = r->reconn_gens[r->n_reconn - 1];
 			WRITE_ONCE(r->n_reconn, r->n_reconn - 1); /* tests read it */
 			break;
 		}
-	reconnect_done(e, seg_at(&e->segs, f->slot), rc);
+	reconnect_done(e, seg_at(&e->segs, f->slot), f->gen, rc);
 	r->landed = true; /* the DISCONNECTs of what it made and dropped */
 	free(f);
 }
@@ -467,23 +473,25 @@ static void reconnect_landed(void *arg, const int *rcs)
  * in flight (a peer that does not answer holds up no other work of this
  * thread); without room for them, one round trip here.
  */
-static void reconnect_start(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
+static void reconnect_start(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot,
+			    uint32_t gen)
 {
 	struct repair *r = &e->repair;
-	struct seg_reconn *rec = seg_reconnect_begin(e, s, slot, load_sc(s->gen));
+	struct seg_reconn *rec = seg_reconnect_begin(e, s, slot, gen);
 	struct reconn_flight *f = rec ? malloc(sizeof(*f)) : NULL;
 	int rcs[FERRY_MAX_CORES];
 	const struct seg_hs *hs;
 	unsigned n = 0;
 
 	if (!rec) {
-		reconnect_done(e, s, -ENOMEM);
+		reconnect_done(e, s, gen, -ENOMEM);
 		return;
 	}
 	hs = seg_reconnect_hs(rec, &n);
 	if (n && f && r->n_reconn < REPAIR_RECONN_MAX) {
-		*f = (struct reconn_flight){ .e = e, .r = rec, .slot = slot };
+		*f = (struct reconn_flight){ .e = e, .r = rec, .slot = slot, .gen = gen };
 		r->reconn_slots[r->n_reconn] = slot;
+		r->reconn_gens[r->n_reconn] = gen;
 		WRITE_ONCE(r->n_reconn, r->n_reconn + 1); /* tests read it */
 		if (!seg_handshake_start(e, r->calls, hs, n, false, reconnect_landed, f))
 			return;
@@ -491,7 +499,7 @@ static void reconnect_start(struct ferry_engine *e, struct ferry_seg *s, uint32_
 	}
 	free(f);
 	seg_handshake_many(e, hs, n, rcs, false); /* (n 0: nothing to send) */
-	reconnect_done(e, s, seg_reconnect_end(e, rec, rcs));
+	reconnect_done(e, s, gen, seg_reconnect_end(e, rec, rcs));
 	r->landed = true;
 }
 
@@ -504,13 +512,21 @@ static unsigned repair_reconnects(struct ferry_engine *e)
 
 	for (uint32_t slot = 0; slot < seg_slots(&e->segs); slot++) {
 		struct ferry_seg *s = seg_at(&e->segs, slot);
+		uint32_t gen;
 
-		if (reconnecting(&e->repair, slot))
+		if (!load_acquire(s->want_eps) || /* pairs with: store_release in core_park */
+		    reconnecting(&e->repair, slot, load_sc(s->gen)) ||
+		    !xchg_acq_rel(s->want_eps, 0)) /* pairs with: store_release in core_park */
 			continue;
-		/* pairs with: store_release in core_park / rq_rails */
-		if (!load_acquire(s->want_eps) || !xchg_acq_rel(s->want_eps, 0))
+		/* Read after the flag: the generation of the request that set it
+		 * (the slot may have been reopened since the check above). */
+		gen = load_sc(s->gen);
+		if (reconnecting(&e->repair, slot, gen)) {
+			/* Seen once that one lands; pairs with: the load_acquire above. */
+			store_release(s->want_eps, 1);
 			continue;
-		reconnect_start(e, s, slot);
+		}
+		reconnect_start(e, s, slot, gen);
 		n++;
 	}
 	return n;
@@ -538,9 +554,12 @@ static bool repair_has_work(struct ferry_engine *e)
 			return true;
 	if (READ_ONCE(e->reaper.retired))
 		return true;
-	for (uint32_t slot = 0; slot < seg_slots(&e->segs); slot++)
-		if (READ_ONCE(seg_at(&e->segs, slot)->want_eps) && !reconnecting(&e->repair, slot))
+	for (uint32_t slot = 0; slot < seg_slots(&e->segs); slot++) {
+		struct ferry_seg *s = seg_at(&e->segs, slot);
+
+		if (s && READ_ONCE(s->want_eps) && !reconnecting(&e->repair, slot, load_sc(s->gen)))
 			return true;
+	}
 	return false;
 }
 
@@ -577,6 +596,19 @@ void repair_kick(struct ferry_engine *e)
 		eventfd_write(e->repair.wake_fd, 1);
 }
 
+/* Engine destroy began: the client is cancelled, a DISCONNECT sent now
+ * would only be dropped; left queued, the destroy sends it once the
+ * client resumes (seg_disconnect_all). */
+static bool repair_destroying(struct ferry_engine *e)
+{
+	bool d;
+
+	pthread_mutex_lock(&e->ctl_lock);
+	d = e->destroying;
+	pthread_mutex_unlock(&e->ctl_lock);
+	return d;
+}
+
 static void *repair_main(void *arg)
 {
 	struct ferry_engine *e = arg;
@@ -589,7 +621,7 @@ static void *repair_main(void *arg)
 		unsigned work = events_run(e) + repair_drain(e) + repair_due(e) +
 				repair_flights_run(e) + repair_reconnects(e) +
 				reap_run(&e->reaper);
-		if (e->repair.landed) { /* the old halves of QPs replaced, ... */
+		if (e->repair.landed && !repair_destroying(e)) { /* the old halves of QPs ... */
 			e->repair.landed = false;
 			seg_disconnect_start(e, e->repair.calls); /* ... not waited for */
 		}

@@ -862,6 +862,47 @@ static void mute_now(struct mute_peer *mp)
 	mp->e = NULL;
 }
 
+/* Another live peer of P.init: its engine, a registered 4 KiB buffer, a segment. */
+struct live_peer {
+	struct ferry_engine *e;
+	uint8_t *buf;
+	ferry_seg_t seg;
+};
+
+static void live_open(struct live_peer *lp)
+{
+	struct ferry_opts o;
+
+	pair_opts(&o, "0-1");
+	lp->buf = aligned_alloc(4096, 4096);
+	assert_non_null(lp->buf);
+	assert_int_equal(ferry_engine_create(&o, &lp->e), 0);
+	assert_int_equal(ferry_mem_register(lp->e, lp->buf, 4096), 0);
+	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(lp->e), &lp->seg), 0);
+}
+
+static void live_close(struct live_peer *lp)
+{
+	assert_int_equal(ferry_segment_close(P.init, lp->seg), 0);
+	assert_int_equal(ferry_mem_unregister(lp->e, lp->buf), 0);
+	ferry_engine_destroy(lp->e);
+	free(lp->buf);
+}
+
+/* A request to the mute peer's segment (its endpoints evicted) parks and
+ * its reconnect goes out, unanswered (10 s); the batch holding it. */
+static struct ferry_batch *mute_reconnect_in_flight(struct mute_peer *mp, struct ferry_port *port)
+{
+	struct ferry_req r = mkreq(FERRY_OP_WRITE, P.lbuf, mp->seg, mp->buf, 4096);
+	struct ferry_batch *b;
+
+	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
+	assert_int_equal(ferry_submit(b, &r, 1), 0);
+	WAIT_UNTIL(READ_ONCE(P.init->repair.n_reconn) == 1, WAIT_MS,
+		   "the mute segment's reconnect in flight");
+	return b;
+}
+
 /* The mute peer's QPs break (its memory is gone with it): their repair's
  * handshake goes out and gets no answer. */
 static void mute_repair_in_flight(struct mute_peer *mp, struct ferry_port *port)
@@ -880,7 +921,8 @@ static void mute_teardown(struct mute_peer *mp, struct ferry_port *port)
 {
 	close(mp->fd);
 	assert_int_equal(ferry_port_destroy(port), 0);
-	assert_int_equal(ferry_segment_close(P.init, mp->seg), 0);
+	if (mp->seg) /* (unless the test closed it) */
+		assert_int_equal(ferry_segment_close(P.init, mp->seg), 0);
 	free(mp->buf);
 	assert_quiet_and_close(P.init, &P.seg);
 	pair_teardown(&P);
@@ -963,36 +1005,20 @@ static void test_reap_beside_mute_peer(void **state)
 static void test_reconnect_beside_mute_peer(void **state)
 {
 	struct ferry_req_status st;
-	struct ferry_engine *other;
 	struct ferry_port *port;
 	struct ferry_batch *b;
-	struct ferry_opts oo;
+	struct live_peer other;
 	struct mute_peer mp;
-	uint8_t *obuf = aligned_alloc(4096, 4096);
-	ferry_seg_t oseg;
-	struct ferry_req r;
 	double t;
 
 	(void)state;
 	need_loop();
 	mute_setup(&mp, 1); /* its open evicts P.seg's endpoints */
-	/* A third segment takes the cache from it; then its peer goes mute. */
-	pair_opts(&oo, "0-1");
-	assert_int_equal(ferry_engine_create(&oo, &other), 0);
-	assert_non_null(obuf);
-	assert_int_equal(ferry_mem_register(other, obuf, 4096), 0);
-	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(other), &oseg), 0);
+	live_open(&other); /* takes the cache from it; then its peer goes mute */
 	mute_now(&mp);
 	assert_int_equal(ferry_port_create(P.init, &port), 0);
-
-	/* A request to the mute segment waits for handshakes that will not be
-	 * answered; the live one's next request needs a reconnect of its own
-	 * meanwhile. */
-	r = mkreq(FERRY_OP_WRITE, P.lbuf, mp.seg, mp.buf, 4096);
-	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
-	assert_int_equal(ferry_submit(b, &r, 1), 0);
-	WAIT_UNTIL(READ_ONCE(P.init->repair.n_reconn) == 1, WAIT_MS,
-		   "the mute segment's reconnect in flight");
+	b = mute_reconnect_in_flight(&mp, port);
+	/* The live segment's next request needs a reconnect of its own. */
 	t = now_s();
 	st = run_one_on(port, mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 4096), WAIT_MS);
 	print_message("the live segment's request, reconnected beside a mute peer's reconnect: "
@@ -1000,10 +1026,50 @@ static void test_reconnect_beside_mute_peer(void **state)
 	assert_int_equal(st.state, FERRY_DONE);
 	ferry_batch_wait(b, WAIT_MS);
 	assert_int_equal(ferry_batch_destroy(b), 0);
-	assert_int_equal(ferry_segment_close(P.init, oseg), 0);
-	assert_int_equal(ferry_mem_unregister(other, obuf), 0);
-	ferry_engine_destroy(other);
-	free(obuf);
+	live_close(&other);
+	mute_teardown(&mp, port);
+}
+
+/*
+ * A segment closed while its reconnect is in flight (a mute peer: 10 s)
+ * and its slot reused by another open: the new segment's cache miss must
+ * reconnect at once, not wait for the old generation's handshakes (and
+ * then end with their error).
+ */
+static void test_reconnect_after_slot_reuse(void **state)
+{
+	struct ferry_req_status st;
+	struct live_peer other, third;
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	struct mute_peer mp;
+	double t;
+
+	(void)state;
+	need_loop();
+	mute_setup(&mp, 1);
+	live_open(&other);
+	mute_now(&mp);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	b = mute_reconnect_in_flight(&mp, port);
+	ferry_batch_wait(b, WAIT_MS); /* TIMEOUT after timeout_ms */
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_segment_close(P.init, mp.seg), 0); /* its reconnect still flies */
+	mp.seg = 0;
+
+	/* A live segment takes the slot (a new generation)... */
+	live_open(&third);
+	/* ... and is evicted by the other one's reconnect. */
+	st = run_one_on(port, mkreq(FERRY_OP_WRITE, P.lbuf, other.seg, other.buf, 4096), WAIT_MS);
+	assert_int_equal(st.state, FERRY_DONE);
+	t = now_s();
+	st = run_one_on(port, mkreq(FERRY_OP_WRITE, P.lbuf, third.seg, third.buf, 4096), WAIT_MS);
+	print_message("the new segment in the reused slot, reconnected while the closed one's "
+		      "reconnect flies: %s (%d) in %.3f s\n", ferry_state_name(st.state),
+		      st.error, now_s() - t);
+	assert_int_equal(st.state, FERRY_DONE);
+	live_close(&third);
+	live_close(&other);
 	mute_teardown(&mp, port);
 }
 
@@ -1276,10 +1342,13 @@ int main(void)
 		cmocka_unit_test(test_close_with_mute_peers),
 		cmocka_unit_test(test_repair_beside_mute_peer),
 		cmocka_unit_test(test_reconnect_beside_mute_peer),
+		cmocka_unit_test(test_reconnect_after_slot_reuse),
 		cmocka_unit_test(test_reap_beside_mute_peer),
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_submit_while_reopening),
 	};
 
+	if (getenv("FERRY_TEST_ONLY")) /* one test by name (a pattern) */
+		cmocka_set_test_filter(getenv("FERRY_TEST_ONLY"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
