@@ -109,6 +109,8 @@ int ctl_disconnect_start(struct ctl_calls *calls, const char *const *addresses,
 int ctl_call_many(struct ctl_client *cl, struct ctl_pipe *pipes, unsigned n, int timeout_ms,
 		  const struct ctl_call *call);
 
+/* The CONNECT_REQ call's shape, its reply decoded into rep (frame unset). */
+void ctl_connect_call_init(struct ctl_call *call, struct wire_connect_rep *rep, int quiet);
 /* The CONNECT_REQ call for req, its reply decoded into rep (zeroed): its
  * frame malloc'd, header encoded (the caller frees it).  0, -EINVAL (what
  * the target would refuse), -ENOMEM. */

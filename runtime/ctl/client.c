@@ -285,17 +285,23 @@ int ctl_check_rep(const struct wire_connect_req *req, const struct wire_connect_
 	return -EPROTO;
 }
 
-int ctl_connect_prepare(const struct wire_connect_req *req, struct wire_connect_rep *rep,
-			int quiet, struct ctl_call *call)
+void ctl_connect_call_init(struct ctl_call *call, struct wire_connect_rep *rep, int quiet)
 {
 	static const struct wire_connect_rep full = { .n_qps = WIRE_MAX_EP_QPS };
-	int rc;
 
 	*call = (struct ctl_call){
 		.what = "connect", .quiet = quiet, .req_type = WIRE_CONNECT_REQ,
 		.rep_type = WIRE_CONNECT_REP, .rep_max = (uint32_t)wire_connect_rep_size(&full),
 		.decode = decode_connect_rep, .out = rep,
 	};
+}
+
+int ctl_connect_prepare(const struct wire_connect_req *req, struct wire_connect_rep *rep,
+			int quiet, struct ctl_call *call)
+{
+	int rc;
+
+	ctl_connect_call_init(call, rep, quiet);
 	if (!rep)
 		return -EINVAL;
 	memset(rep, 0, sizeof(*rep));
@@ -316,12 +322,11 @@ int ctl_connect_prepare(const struct wire_connect_req *req, struct wire_connect_
 	return 0;
 }
 
-static int ctl_connect_call(struct ctl_client *cl, const char *address, int timeout_ms,
-			    const struct wire_connect_req *req, struct wire_connect_rep *rep,
-			    int quiet)
+int ctl_connect(struct ctl_client *cl, const char *address, int timeout_ms,
+		const struct wire_connect_req *req, struct wire_connect_rep *rep)
 {
 	struct ctl_call call;
-	int rc = ctl_connect_prepare(req, rep, quiet, &call);
+	int rc = ctl_connect_prepare(req, rep, 0, &call);
 
 	if (!rc)
 		rc = ctl_call(cl, address, timeout_ms, &call);
@@ -331,18 +336,6 @@ static int ctl_connect_call(struct ctl_client *cl, const char *address, int time
 		memset(rep, 0, sizeof(*rep));
 	free(call.frame);
 	return rc;
-}
-
-int ctl_connect(struct ctl_client *cl, const char *address, int timeout_ms,
-		const struct wire_connect_req *req, struct wire_connect_rep *rep)
-{
-	return ctl_connect_call(cl, address, timeout_ms, req, rep, 0);
-}
-
-int ctl_connect_quiet(struct ctl_client *cl, const char *address, int timeout_ms,
-		      const struct wire_connect_req *req, struct wire_connect_rep *rep)
-{
-	return ctl_connect_call(cl, address, timeout_ms, req, rep, 1);
 }
 
 int ctl_disconnect(struct ctl_client *cl, const char *address, int timeout_ms,

@@ -150,10 +150,6 @@ int ctl_fetch_desc(struct ctl_client *cl, const char *address, int timeout_ms,
  * and n_qps checked against req). */
 int ctl_connect(struct ctl_client *cl, const char *address, int timeout_ms,
 		const struct wire_connect_req *req, struct wire_connect_rep *rep);
-/* ctl_connect that logs nothing when the peer cannot be reached (refused,
- * reset, timed out): for a caller that says it in its own words (repairs). */
-int ctl_connect_quiet(struct ctl_client *cl, const char *address, int timeout_ms,
-		      const struct wire_connect_req *req, struct wire_connect_rep *rep);
 /* Ask the engine at address to tear down an endpoint's QP. */
 int ctl_disconnect(struct ctl_client *cl, const char *address, int timeout_ms,
 		   const struct wire_disconnect *d);

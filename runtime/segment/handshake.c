@@ -163,14 +163,13 @@ static unsigned hs_batch_pipes(struct ferry_engine *e, const struct seg_hs *hs, 
  * DISCONNECT.  quiet: the caller logs failures in its own words.  No lock
  * held.
  */
-/* Build the pipes and the call's shape (its frame unused: the pipes carry
- * the requests, the answers go to outs).  How many pipes; rcs[k] set for
+/* Build the pipes and the call's shape (no frame: the pipes carry the
+ * requests, the answers go to outs).  How many pipes; rcs[k] set for
  * the handshakes that do not go, *sent: the answers expected. */
 static unsigned hs_batch_build(struct ferry_engine *e, const struct seg_hs *hs, unsigned n,
 			       bool quiet, struct hs_batch *b, struct ctl_call *call, int *rcs,
 			       unsigned *sent)
 {
-	struct wire_connect_rep unused;
 	int rc = n ? hs_batch_alloc(b, n) : 0;
 	unsigned np = 0;
 
@@ -181,16 +180,7 @@ static unsigned hs_batch_build(struct ferry_engine *e, const struct seg_hs *hs, 
 		np = hs_batch_pipes(e, hs, n, b, rcs);
 	for (unsigned i = 0; i < np; i++)
 		*sent += b->pipes[i].count;
-	rc = np ? ctl_connect_prepare(&b->req[b->order[0]], &unused, quiet, call) : 0;
-	if (rc) {
-		for (unsigned m = 0; m < *sent; m++)
-			rcs[b->order[m]] = rc;
-		return 0;
-	}
-	if (np) {
-		free(call->frame);
-		call->frame = NULL;
-	}
+	ctl_connect_call_init(call, NULL, quiet); /* the answers go to the pipes' outs */
 	return np;
 }
 
