@@ -61,7 +61,17 @@ struct ctl_pipe {
 	int *rcs;
 	const struct ctl_call *call; /* NULL: ctl_call_many's */
 	void *const *outs;           /* answer k decoded into outs[k] (NULL: call->out) */
+	/* Set by the call (zeroed at its start): */
+	size_t sent;                 /* most bytes of frames one connection took */
+	unsigned answered;           /* answers read: rcs[0..answered) are the peer's */
 };
+
+/* Whether request k of a pipe that ended may have been served by the peer
+ * though no answer says so: written whole, never answered (timed out,
+ * cancelled, the connection broke).  A CONNECT_REQ in that state may have
+ * left responder QPs at the peer that only a DISCONNECT (or its lease)
+ * frees. */
+bool ctl_pipe_unanswered_sent(const struct ctl_pipe *p, unsigned k);
 
 /*
  * Calls in flight side by side (many.c), for a thread that has a poll loop

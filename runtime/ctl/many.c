@@ -123,9 +123,11 @@ static void call_send(struct ctl_calls *s, struct call_slot *c)
 	ssize_t n = send(c->fd, c->pipe->frames + c->sent, c->pipe->len - c->sent,
 			 MSG_DONTWAIT | MSG_NOSIGNAL);
 
-	if (n >= 0)
+	if (n >= 0) {
 		c->sent += (size_t)n;
-	else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		if (c->sent > c->pipe->sent) /* a redial writes from 0 again */
+			c->pipe->sent = c->sent;
+	} else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 		call_broke(s, c, ctl_io_error(-errno), ex_unanswered(-errno));
 }
 
@@ -162,6 +164,7 @@ static void call_answer(struct ctl_calls *s, struct call_slot *c)
 		return;
 	}
 	c->pipe->rcs[c->answered++] = rc;
+	c->pipe->answered = c->answered;
 	if (c->answered == c->pipe->count)
 		call_end(s, c, 0, EX_SYNCED);
 }
@@ -269,6 +272,8 @@ int ctl_calls_start(struct ctl_calls *s, struct ctl_pipe *pipe, const struct ctl
 				 .call = *call, .done = done, .arg = arg, .fd = -1,
 				 .deadline = sock_now_ms() + timeout_ms };
 	s->active++;
+	pipe->sent = 0;
+	pipe->answered = 0;
 	if (ctl_resolve(pipe->address, call, &c->sin)) {
 		c->said = true;
 		call_end(s, c, -EINVAL, EX_BROKEN);
@@ -340,6 +345,22 @@ unsigned ctl_calls_run(struct ctl_calls *s)
 		if (s->slot[i].step != STEP_FREE && s->slot[i].deadline <= now)
 			call_end(s, &s->slot[i], -ETIMEDOUT, EX_BROKEN);
 	return before > s->active ? before - s->active : 0;
+}
+
+bool ctl_pipe_unanswered_sent(const struct ctl_pipe *p, unsigned k)
+{
+	size_t end = 0;
+
+	if (k < p->answered || k >= p->count)
+		return false;
+	for (unsigned i = 0; i <= k; i++) { /* frames back to back: their headers say how long */
+		struct wire_hdr h;
+
+		if (end + WIRE_HDR_LEN > p->len || wire_hdr_decode(p->frames + end, WIRE_HDR_LEN, &h))
+			return end < p->sent; /* (not ours: cannot be) any byte out counts */
+		end += WIRE_HDR_LEN + h.payload_len;
+	}
+	return end <= p->sent;
 }
 
 void ctl_calls_cancel(struct ctl_calls *s, int rc)

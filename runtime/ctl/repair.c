@@ -266,9 +266,18 @@ static void repair_landed(void *arg)
 	struct repair_flight *f = arg;
 	struct ferry_engine *e = f->e;
 	int rc = f->rc;
+	/* Our request out, the answer not in (timed out, cancelled at
+	 * destroy): the peer may yet make the QP, and keep it for as long as
+	 * our keepalives renew our lease.  Its token is freed like a replaced
+	 * QP's (a peer that never made it answers -ENOENT). */
+	bool peer_may_hold = rc && ctl_pipe_unanswered_sent(&f->pipe, 0);
 
-	if (!rc)
+	if (!rc) {
 		rc = ctl_check_rep(&f->req, &f->rep);
+		peer_may_hold = rc != 0; /* made, but its answer is not for this QP */
+	}
+	if (peer_may_hold)
+		seg_disconnect_later(e, f->peer.address, f->token, 1);
 	if (!rc)
 		rc = seg_handshake_apply(e, f->j.core, &f->peer, &f->q, 1, f->token, &f->rep, true);
 	rc = repair_conclude(e, f, rc);
@@ -322,7 +331,7 @@ static void repair_run(struct ferry_engine *e, struct repair_job *j)
 				     .len = WIRE_HDR_LEN + f->call.req_len, .count = 1,
 				     .rcs = &f->rc };
 	if (!rc)
-		rc = ctl_calls_start(r->calls, &f->pipe, &f->call, SEG_CTL_TIMEOUT_MS,
+		rc = ctl_calls_start(r->calls, &f->pipe, &f->call, seg_hs_timeout_ms(e),
 				     repair_landed, f);
 	if (rc) {
 		f->rc = rc;
@@ -621,6 +630,9 @@ static void *repair_main(void *arg)
 		unsigned work = events_run(e) + repair_drain(e) + repair_due(e) +
 				repair_flights_run(e) + repair_reconnects(e) +
 				reap_run(&e->reaper);
+		/* pairs with: store_release in seg_disconnect_background (items queued) */
+		if (xchg_acquire(e->repair.disc_queued, 0))
+			e->repair.landed = true; /* their DISCONNECTs go with the next flush */
 		if (e->repair.landed && !repair_destroying(e)) { /* the old halves of QPs ... */
 			e->repair.landed = false;
 			seg_disconnect_start(e, e->repair.calls); /* ... not waited for */

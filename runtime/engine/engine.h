@@ -92,6 +92,7 @@ struct ferry_engine {
 	unsigned n_ports_hw;           /* high-water mark of ports[] (store_release) */
 	uint64_t next_token;           /* endpoint ids for handshakes (ctl_lock) */
 	uint32_t disc_timeout_ms;      /* DISCONNECTs' bound; 0 = SEG_CTL_TIMEOUT_MS (tests lower it) */
+	uint32_t hs_timeout_ms;        /* handshakes' bound; 0 = SEG_CTL_TIMEOUT_MS (tests lower it) */
 	pthread_mutex_t passive_lock;  /* the control thread vs engine destroy */
 	struct passive_ep *passive;    /* peer QPs we serve as a target */
 	struct repair repair;

@@ -77,6 +77,7 @@ struct hs_batch {
 	int *got;            /* answers in pipe order */
 	uint8_t *frames;     /* every CONNECT_REQ, in pipe order */
 	struct ctl_pipe *pipes;
+	unsigned np;
 };
 
 static void hs_batch_free(struct hs_batch *b)
@@ -178,6 +179,7 @@ static unsigned hs_batch_build(struct ferry_engine *e, const struct seg_hs *hs, 
 		rcs[k] = rc;
 	if (!rc)
 		np = hs_batch_pipes(e, hs, n, b, rcs);
+	b->np = np;
 	for (unsigned i = 0; i < np; i++)
 		*sent += b->pipes[i].count;
 	ctl_connect_call_init(call, NULL, quiet); /* the answers go to the pipes' outs */
@@ -186,16 +188,44 @@ static unsigned hs_batch_build(struct ferry_engine *e, const struct seg_hs *hs, 
 
 /* The answers in: each handshake's reply checked and our QPs connected;
  * rcs[k] what seg_handshake_many documents. */
+/* The peer's halves of handshake hs[k], which it may have made though we
+ * cannot use them, go back (a peer that never made them answers -ENOENT). */
+static void hs_peer_may_hold(struct ferry_engine *e, const struct seg_hs *h)
+{
+	seg_disconnect_background(e, h->peer->address, h->token, h->nqps);
+}
+
+/* The handshakes whose CONNECT_REQ went out whole and got no answer (timed
+ * out, cancelled at destroy, the connection broke): a slow peer may still
+ * make their QPs, and keep them for as long as our keepalives renew our
+ * lease. */
+static void hs_unanswered_back(struct ferry_engine *e, const struct seg_hs *hs,
+			       const struct hs_batch *b)
+{
+	for (unsigned i = 0; i < b->np; i++) {
+		const struct ctl_pipe *p = &b->pipes[i];
+		unsigned m0 = (unsigned)(p->rcs - b->got);
+
+		for (unsigned k = 0; k < p->count; k++)
+			if (ctl_pipe_unanswered_sent(p, k))
+				hs_peer_may_hold(e, &hs[b->order[m0 + k]]);
+	}
+}
+
 static void hs_batch_finish(struct ferry_engine *e, const struct seg_hs *hs, unsigned n,
 			    struct hs_batch *b, unsigned sent, int *rcs, bool quiet)
 {
 	for (unsigned m = 0; m < sent; m++)
 		rcs[b->order[m]] = b->got[m];
+	hs_unanswered_back(e, hs, b);
 	for (unsigned k = 0; k < n; k++) {
 		const struct seg_hs *h = &hs[k];
 
-		if (!rcs[k])
+		if (!rcs[k]) {
 			rcs[k] = ctl_check_rep(&b->req[k], &b->rep[k]);
+			if (rcs[k]) /* made, but the answer is not for these QPs */
+				hs_peer_may_hold(e, h);
+		}
 		if (!rcs[k])
 			rcs[k] = seg_handshake_apply(e, h->core, h->peer, h->qps, h->nqps, h->token,
 						     &b->rep[k], quiet);
@@ -212,7 +242,7 @@ void seg_handshake_many(struct ferry_engine *e, const struct seg_hs *hs, unsigne
 	struct ctl_call call;
 	unsigned sent;
 	unsigned np = hs_batch_build(e, hs, n, quiet, &b, &call, rcs, &sent);
-	int rc = np ? ctl_call_many(&e->client, b.pipes, np, SEG_CTL_TIMEOUT_MS, &call) : 0;
+	int rc = np ? ctl_call_many(&e->client, b.pipes, np, seg_hs_timeout_ms(e), &call) : 0;
 
 	for (unsigned m = 0; rc && m < sent; m++)
 		b.got[m] = rc;
@@ -263,7 +293,7 @@ int seg_handshake_start(struct ferry_engine *e, struct ctl_calls *calls, const s
 	}
 	f->pending = np + 1; /* a pipe that lands at once does not end it early */
 	for (unsigned i = 0; i < np; i++) {
-		int rc = ctl_calls_start(calls, &f->b.pipes[i], &f->call, SEG_CTL_TIMEOUT_MS,
+		int rc = ctl_calls_start(calls, &f->b.pipes[i], &f->call, seg_hs_timeout_ms(e),
 					 hs_pipe_landed, f);
 
 		if (rc) { /* (cannot be: room was checked) its handshakes fail */
@@ -298,8 +328,8 @@ int seg_handshake_apply(struct ferry_engine *e, unsigned i, const struct seg_pee
 	return rc;
 }
 
-void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t token,
-			  unsigned n)
+static void disconnect_queue(struct ferry_engine *e, const char *address, uint64_t token,
+			     unsigned n, pthread_t by)
 {
 	for (unsigned k = 0; token && k < n; k++) {
 		struct disc_item *d = malloc(sizeof(*d));
@@ -312,12 +342,28 @@ void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t 
 		}
 		snprintf(d->address, sizeof(d->address), "%s", address);
 		d->token = token + k;
-		d->by = pthread_self();
+		d->by = by;
 		pthread_mutex_lock(&e->disc_lock);
 		d->next = e->disc_head;
 		e->disc_head = d;
 		pthread_mutex_unlock(&e->disc_lock);
 	}
+}
+
+void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t token,
+			  unsigned n)
+{
+	disconnect_queue(e, address, token, n, pthread_self());
+}
+
+void seg_disconnect_background(struct ferry_engine *e, const char *address, uint64_t token,
+			       unsigned n)
+{
+	disconnect_queue(e, address, token, n, e->repair.thread);
+	/* After the unlock: the repair thread that sees the flag finds the items.
+	 * pairs with: xchg_acquire in repair_main */
+	store_release(e->repair.disc_queued, 1);
+	repair_kick(e);
 }
 
 /* The queued DISCONNECTs, taken off the list into arrays (freed by the
@@ -366,6 +412,13 @@ static unsigned disconnects_take(struct ferry_engine *e, bool all, const char **
  * caller's own: taking another thread's (a close's) would let that one
  * return before its peer freed its halves, and hold this one meanwhile.
  */
+int seg_hs_timeout_ms(struct ferry_engine *e)
+{
+	uint32_t t = READ_ONCE(e->hs_timeout_ms);
+
+	return (int)(t ? t : SEG_CTL_TIMEOUT_MS);
+}
+
 static int disc_timeout_ms(struct ferry_engine *e)
 {
 	uint32_t t = READ_ONCE(e->disc_timeout_ms);

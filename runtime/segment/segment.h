@@ -225,6 +225,13 @@ int seg_handshake_apply(struct ferry_engine *e, unsigned i, const struct seg_pee
  * thread, any lock); seg_disconnect_flush sends the DISCONNECTs (no lock). */
 void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t token,
 			  unsigned n);
+/* Like seg_disconnect_later, but sent by the repair thread without
+ * waiting: for a peer that got a handshake and no answer came back (it
+ * may be mute: the caller already waited out one timeout). */
+void seg_disconnect_background(struct ferry_engine *e, const char *address, uint64_t token,
+			       unsigned n);
+/* A handshake's bound: SEG_CTL_TIMEOUT_MS unless a test lowered it (hs_timeout_ms). */
+int seg_hs_timeout_ms(struct ferry_engine *e);
 void seg_disconnect_flush(struct ferry_engine *e);   /* the calling thread's */
 void seg_disconnect_flush_all(struct ferry_engine *e); /* every thread's (engine destroy) */
 /* The calling thread's, without waiting, on calls (the repair thread's). */

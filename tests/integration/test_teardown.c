@@ -1328,6 +1328,186 @@ static void test_submit_while_reopening(void **state)
 	pair_teardown(&P);
 }
 
+/*
+ * A peer whose control thread is held up: P.target's passive_lock taken
+ * by a thread of the test, so the CONNECT_REQ it serves waits at the end
+ * (its QPs made) and those after it wait their turn, until released.
+ */
+struct stall {
+	pthread_t thread;
+	struct ferry_engine *peer;
+	struct ferry_engine *until_destroying; /* released once its destroy began, */
+	int release;                           /* ... or once this is set */
+	int held;
+};
+
+static bool destroy_began(struct ferry_engine *e)
+{
+	bool d;
+
+	pthread_mutex_lock(&e->ctl_lock);
+	d = e->destroying;
+	pthread_mutex_unlock(&e->ctl_lock);
+	return d;
+}
+
+static void *stall_main(void *arg)
+{
+	struct stall *st = arg;
+
+	pthread_mutex_lock(&st->peer->passive_lock);
+	__atomic_store_n(&st->held, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&st->release, __ATOMIC_ACQUIRE) &&
+	       !(st->until_destroying && destroy_began(st->until_destroying)))
+		usleep(1000);
+	if (st->until_destroying)
+		usleep(200 * 1000); /* the destroy's cancel comes first */
+	pthread_mutex_unlock(&st->peer->passive_lock);
+	return NULL;
+}
+
+static void stall_begin(struct stall *st, struct ferry_engine *peer, struct ferry_engine *until)
+{
+	*st = (struct stall){ .peer = peer, .until_destroying = until };
+	assert_int_equal(pthread_create(&st->thread, NULL, stall_main, st), 0);
+	WAIT_UNTIL(__atomic_load_n(&st->held, __ATOMIC_ACQUIRE), WAIT_MS, "the peer held up");
+}
+
+/* P.seg's QPs break under a request (in b, not waited for: it waits for
+ * their repair); the repairs' handshakes go out. */
+static void break_qps(struct ferry_batch *b)
+{
+	struct ferry_req r = mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 4096);
+	uint64_t hs = READ_ONCE(P.init->repair.handshakes);
+
+	set_faults(P.init, &(struct loop_faults){ .qp_fatal_ppm = 1000000 });
+	assert_int_equal(ferry_submit(b, &r, 1), 0);
+	WAIT_UNTIL(READ_ONCE(P.init->repair.handshakes) > hs, WAIT_MS, "a repair handshake");
+	set_faults(P.init, NULL);
+}
+
+/*
+ * A handshake answered too late still made its QP at the peer: the peer
+ * served the CONNECT_REQ after our timeout.  Nothing freed that QP while
+ * we lived (our keepalives renew the lease of all our QPs there); now a
+ * request that went out whole and got no answer is followed by its
+ * DISCONNECT (the repair thread's, without waiting).
+ */
+static void test_late_handshake_answer(void **state)
+{
+	struct ferry_req_status st = { 0 };
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	struct stall hold;
+	unsigned base;
+	double t;
+
+	(void)state;
+	need_loop();
+	setup_pair(200);
+	P.init->hs_timeout_ms = 300;
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
+	base = passive_count_of(P.target, P.init->incarnation);
+	stall_begin(&hold, P.target, NULL);
+	break_qps(b);
+	WAIT_UNTIL(repairs_failed(P.init, P.seg) >= 1, WAIT_MS, "a repair handshake to time out");
+	__atomic_store_n(&hold.release, 1, __ATOMIC_RELEASE);
+	pthread_join(hold.thread, NULL);
+	(void)ferry_batch_wait(b, WAIT_MS); /* DONE or not: its QPs broke */
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	/* The next tries are answered in time: requests move again. */
+	t = now_s();
+	while (st.state != FERRY_DONE && now_s() - t < WAIT_MS / 1000.0)
+		st = run_one_on(port, mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 4096), WAIT_MS);
+	assert_int_equal(st.state, FERRY_DONE);
+	WAIT_UNTIL(passive_count_of(P.target, P.init->incarnation) == base, WAIT_MS,
+		   "the peer's QPs of the handshakes answered too late freed");
+	print_message("QPs at the peer after the late answers: %u (as before: %u)\n",
+		      passive_count_of(P.target, P.init->incarnation), base);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+/*
+ * An open whose handshakes the peer serves too late fails (-ETIMEDOUT)
+ * and returns at its timeout; the QPs the peer made then are freed by the
+ * repair thread's DISCONNECTs, not by the opener (it would wait out a
+ * mute peer once more) nor only by the peer's lease.
+ */
+static void test_open_late_answer(void **state)
+{
+	struct ferry_engine *o;
+	struct ferry_opts oo;
+	struct stall hold;
+	ferry_seg_t seg;
+	int rc;
+
+	(void)state;
+	need_loop();
+	setup_pair(200);
+	pair_opts(&oo, "0-1");
+	assert_int_equal(ferry_engine_create(&oo, &o), 0);
+	o->hs_timeout_ms = 300;
+	stall_begin(&hold, P.target, NULL);
+	rc = ferry_segment_open(o, ferry_engine_address(P.target), &seg);
+	__atomic_store_n(&hold.release, 1, __ATOMIC_RELEASE);
+	pthread_join(hold.thread, NULL);
+	assert_int_equal(rc, -ETIMEDOUT);
+	/* A round trip through the peer's control thread after the release:
+	 * the late CONNECT_REQs, read before, are served by then. */
+	assert_int_equal(ctl_keepalive(&P.init->client, ferry_engine_address(P.target), WAIT_MS,
+				       P.init->incarnation), 0);
+	/* Well within the peer's lease (30 s): our DISCONNECTs, not its expiry. */
+	WAIT_UNTIL(passive_count_of(P.target, o->incarnation) == 0, 5000,
+		   "the QPs of the open's handshakes answered too late freed");
+	ferry_engine_destroy(o);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+/*
+ * Engine destroy while repair handshakes wait on a peer held up: the
+ * destroy cancels them, the peer serves them later and makes their QPs.
+ * Their DISCONNECTs go with the destroy's own, so once it returns the
+ * peer holds none of ours (before, they stayed for the peer's lease).
+ */
+static void test_destroy_beside_unanswered_handshake(void **state)
+{
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	struct stall hold;
+	uint64_t inc;
+	unsigned left;
+
+	(void)state;
+	need_loop();
+	setup_pair(200);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
+	inc = P.init->incarnation;
+	stall_begin(&hold, P.target, P.init);
+	break_qps(b);
+	assert_int_equal(ferry_batch_cancel(b), 0);
+	assert_true(ferry_batch_wait(b, WAIT_MS) != -ETIMEDOUT);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	wait_slices_zero(P.init);
+	ferry_engine_destroy(P.init);
+	P.init = NULL;
+	P.seg = 0;
+	pthread_join(hold.thread, NULL);
+	left = passive_count_of(P.target, inc);
+	print_message("QPs of a destroyed engine left at the peer: %u\n", left);
+	assert_int_equal(left, 0);
+	ferry_engine_destroy(P.target);
+	P.target = NULL;
+	free(P.lbuf);
+	free(P.rbuf);
+	P = (struct pair){ 0 };
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1345,6 +1525,9 @@ int main(void)
 		cmocka_unit_test(test_reconnect_after_slot_reuse),
 		cmocka_unit_test(test_reap_beside_mute_peer),
 		cmocka_unit_test(test_destroy_with_open_segments),
+		cmocka_unit_test(test_late_handshake_answer),
+		cmocka_unit_test(test_open_late_answer),
+		cmocka_unit_test(test_destroy_beside_unanswered_handshake),
 		cmocka_unit_test(test_submit_while_reopening),
 	};
 

@@ -2085,6 +2085,36 @@ static int disc_count(struct ctx *x, uint64_t *last_token)
  * handler's errno, no answer, refused); more mute peers than go at once
  * still end, and a live peer after them is served.
  */
+/*
+ * Which requests of a pipe may have been served unanswered: written whole
+ * (the frames' headers say where each ends), no answer read.  A frame cut
+ * short never reached the server; an answered one is the peer's word.
+ */
+static void test_pipe_unanswered_sent(void **state)
+{
+	uint8_t frames[3 * CTL_DISCONNECT_FRAME];
+	int rcs[3] = { 0 };
+	struct ctl_pipe p = { .address = "127.0.0.1:1", .frames = frames, .len = sizeof(frames),
+			      .count = 3, .rcs = rcs };
+
+	(void)state;
+	for (unsigned k = 0; k < 3; k++)
+		wire_hdr_encode(frames + k * CTL_DISCONNECT_FRAME, WIRE_DISCONNECT,
+				WIRE_DISCONNECT_LEN);
+	assert_false(ctl_pipe_unanswered_sent(&p, 0)); /* nothing went */
+	p.sent = CTL_DISCONNECT_FRAME - 1;
+	assert_false(ctl_pipe_unanswered_sent(&p, 0)); /* cut short */
+	p.sent = CTL_DISCONNECT_FRAME + 1;
+	assert_true(ctl_pipe_unanswered_sent(&p, 0));
+	assert_false(ctl_pipe_unanswered_sent(&p, 1));
+	p.sent = sizeof(frames);
+	p.answered = 2;
+	assert_false(ctl_pipe_unanswered_sent(&p, 0)); /* answered */
+	assert_false(ctl_pipe_unanswered_sent(&p, 1));
+	assert_true(ctl_pipe_unanswered_sent(&p, 2));
+	assert_false(ctl_pipe_unanswered_sent(&p, 3)); /* no such request */
+}
+
 static void test_disconnect_many(void **state)
 {
 	static char mutes[MUTES][64];
@@ -2569,6 +2599,7 @@ int main(void)
 		cmocka_unit_test(test_keepalive_many_fd_limit),
 		cmocka_unit_test(test_keepalive_many_fd_limit_distinct),
 		cmocka_unit_test(test_calls_cancel_reentrant),
+		cmocka_unit_test(test_pipe_unanswered_sent),
 		cmocka_unit_test(test_disconnect_many),
 		cmocka_unit_test(test_start_stop),
 		cmocka_unit_test(test_many_clients),
