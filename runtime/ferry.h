@@ -263,7 +263,8 @@ FERRY_API int ferry_engine_create(const struct ferry_opts *o, struct ferry_engin
  * if any, is removed from the metadata store).  Requests
  * still in flight end FAILED (-ECANCELED) first.  The peers of the
  * segments still open are asked to free their halves of the QPs, up to 64
- * peers at once: ~10 s for each 64 that do not answer.  Must not race
+ * peers at once: ~10 s for each 64 that do not answer (and ~250 ms more
+ * for the QPs of handshakes it cut short).  Must not race
  * with any other call on the engine.  NULL is ignored.
  */
 FERRY_API void ferry_engine_destroy(struct ferry_engine *e);

@@ -54,10 +54,10 @@ static int disc_ref_cmp(const void *a, const void *b)
 	return c ? c : (x->i > y->i) - (x->i < y->i); /* in their order per peer */
 }
 
-/* The pipes of a sorted batch: one per address, its frames and answers
- * contiguous in frames[] and got[].  How many. */
+/* The pipes of a sorted batch: one per address (each: one per DISCONNECT),
+ * its frames and answers contiguous in frames[] and got[].  How many. */
 static unsigned disc_pipes(const struct disc_ref *ref, const struct wire_disconnect *d,
-			   unsigned n, uint8_t *frames, int *got, struct ctl_pipe *pipes)
+			   unsigned n, uint8_t *frames, int *got, struct ctl_pipe *pipes, bool each)
 {
 	unsigned np = 0;
 
@@ -66,7 +66,7 @@ static unsigned disc_pipes(const struct disc_ref *ref, const struct wire_disconn
 
 		wire_hdr_encode(f, WIRE_DISCONNECT, WIRE_DISCONNECT_LEN);
 		(void)wire_disconnect_encode(&d[ref[k].i], f + WIRE_HDR_LEN, WIRE_DISCONNECT_LEN);
-		if (k == 0 || strcmp(ref[k - 1].address, ref[k].address))
+		if (k == 0 || each || strcmp(ref[k - 1].address, ref[k].address))
 			pipes[np++] = (struct ctl_pipe){ .address = ref[k].address, .frames = f,
 							 .rcs = &got[k] };
 		pipes[np - 1].len += CTL_DISCONNECT_FRAME;
@@ -100,7 +100,8 @@ static void disc_batch_free(struct disc_batch *b)
 
 /* The pipes of d[0..n) to addresses[]; NULL: -EINVAL or -ENOMEM in *rc. */
 static struct disc_batch *disc_batch_new(const char *const *addresses,
-					 const struct wire_disconnect *d, unsigned n, int *rc)
+					 const struct wire_disconnect *d, unsigned n, bool each,
+					 int *rc)
 {
 	struct disc_batch *b = calloc(1, sizeof(*b));
 
@@ -127,17 +128,18 @@ static struct disc_batch *disc_batch_new(const char *const *addresses,
 	b->n = n;
 	b->call = (struct ctl_call)CTL_DISCONNECT_CALL(b->unused);
 	qsort(b->ref, n, sizeof(*b->ref), disc_ref_cmp);
-	b->np = disc_pipes(b->ref, d, n, b->frames, b->got, b->pipes);
+	b->np = disc_pipes(b->ref, d, n, b->frames, b->got, b->pipes, each);
 	for (unsigned i = 0; i < b->np; i++)
 		b->most = b->pipes[i].count > b->most ? b->pipes[i].count : b->most;
 	return b;
 }
 
-int ctl_disconnect_many(struct ctl_client *cl, const char *const *addresses,
-			const struct wire_disconnect *d, unsigned n, int timeout_ms, int *rcs)
+static int disconnect_many(struct ctl_client *cl, const char *const *addresses,
+			   const struct wire_disconnect *d, unsigned n, int timeout_ms, int *rcs,
+			   bool each)
 {
 	int rc;
-	struct disc_batch *b = rcs ? disc_batch_new(addresses, d, n, &rc) : NULL;
+	struct disc_batch *b = rcs ? disc_batch_new(addresses, d, n, each, &rc) : NULL;
 
 	if (!rcs)
 		return -EINVAL;
@@ -149,6 +151,18 @@ int ctl_disconnect_many(struct ctl_client *cl, const char *const *addresses,
 		rcs[b->ref[k].i] = b->got[k];
 	disc_batch_free(b);
 	return rc;
+}
+
+int ctl_disconnect_many(struct ctl_client *cl, const char *const *addresses,
+			const struct wire_disconnect *d, unsigned n, int timeout_ms, int *rcs)
+{
+	return disconnect_many(cl, addresses, d, n, timeout_ms, rcs, false);
+}
+
+int ctl_disconnect_each(struct ctl_client *cl, const char *const *addresses,
+			const struct wire_disconnect *d, unsigned n, int timeout_ms, int *rcs)
+{
+	return disconnect_many(cl, addresses, d, n, timeout_ms, rcs, true);
 }
 
 /* One peer's DISCONNECTs landed; the last ends the batch. */
@@ -168,11 +182,11 @@ int ctl_disconnect_start(struct ctl_calls *calls, const char *const *addresses,
 			 ctl_done_fn done, void *arg)
 {
 	int rc;
-	struct disc_batch *b = disc_batch_new(addresses, d, n, &rc);
+	struct disc_batch *b = disc_batch_new(addresses, d, n, false, &rc);
 
 	if (!b)
 		return rc;
-	if (ctl_calls_active(calls) + b->np > CTL_CALLS_MAX) {
+	if (b->np > ctl_calls_room(calls)) {
 		disc_batch_free(b);
 		return -EBUSY;
 	}

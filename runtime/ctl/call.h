@@ -95,6 +95,11 @@ void ctl_calls_free(struct ctl_calls *s);
 int ctl_calls_start(struct ctl_calls *s, struct ctl_pipe *pipe, const struct ctl_call *call,
 		    int timeout_ms, ctl_done_fn done, void *arg);
 unsigned ctl_calls_active(const struct ctl_calls *s);
+/* Calls that may start now (CTL_CALLS_MAX, or a test's lower limit, less
+ * those in flight). */
+unsigned ctl_calls_room(const struct ctl_calls *s);
+/* Tests: at most limit calls at once (0: CTL_CALLS_MAX). */
+void ctl_calls_set_limit(struct ctl_calls *s, unsigned limit);
 /* The fds to poll (at most CTL_CALLS_MAX + 1: the client's cancel too), and
  * in *next_ms the ms until the earliest deadline (-1: nothing in flight). */
 unsigned ctl_calls_fds(const struct ctl_calls *s, struct pollfd *p, int *next_ms);

@@ -171,6 +171,12 @@ int ctl_keepalive_many(struct ctl_client *cl, const char *const *addresses, unsi
  * per DISCONNECT to the busiest peer). */
 int ctl_disconnect_many(struct ctl_client *cl, const char *const *addresses,
 			const struct wire_disconnect *d, unsigned n, int timeout_ms, int *rcs);
+/* The same, each DISCONNECT on a connection of its own: for a peer that
+ * may read them only after we gave up (timeout_ms short).  A connection
+ * we closed with requests unread loses all but the first: the peer's
+ * answer to it meets our closed socket, and the reset drops the rest. */
+int ctl_disconnect_each(struct ctl_client *cl, const char *const *addresses,
+			const struct wire_disconnect *d, unsigned n, int timeout_ms, int *rcs);
 
 /* Hand a notification to the engine at address: 0 once it is queued there;
  * -EAGAIN when its queue is full (nothing queued: try again later). */

@@ -52,6 +52,7 @@ struct call_slot {
 struct ctl_calls {
 	struct ctl_client *cl;
 	unsigned active;
+	unsigned limit;    /* CTL_CALLS_MAX, or lower (tests) */
 	bool cancelling;   /* ctl_calls_cancel under way: a done() starts nothing */
 	struct call_slot slot[CTL_CALLS_MAX];
 };
@@ -237,9 +238,21 @@ struct ctl_calls *ctl_calls_new(struct ctl_client *cl)
 {
 	struct ctl_calls *s = cl ? calloc(1, sizeof(*s)) : NULL;
 
-	if (s)
+	if (s) {
 		s->cl = cl;
+		s->limit = CTL_CALLS_MAX;
+	}
 	return s;
+}
+
+void ctl_calls_set_limit(struct ctl_calls *s, unsigned limit)
+{
+	s->limit = limit && limit < CTL_CALLS_MAX ? limit : CTL_CALLS_MAX;
+}
+
+unsigned ctl_calls_room(const struct ctl_calls *s)
+{
+	return s->active < s->limit ? s->limit - s->active : 0;
 }
 
 void ctl_calls_free(struct ctl_calls *s)
@@ -263,6 +276,8 @@ int ctl_calls_start(struct ctl_calls *s, struct ctl_pipe *pipe, const struct ctl
 		return -EINVAL;
 	if (s->cancelling)
 		return -ECANCELED; /* a done() during ctl_calls_cancel: it would outlive it */
+	if (!ctl_calls_room(s))
+		return -EBUSY;
 	for (unsigned i = 0; i < CTL_CALLS_MAX && !c; i++)
 		if (s->slot[i].step == STEP_FREE)
 			c = &s->slot[i];
@@ -390,7 +405,7 @@ int ctl_call_many(struct ctl_client *cl, struct ctl_pipe *pipes, unsigned n, int
 		int wait_ms;
 		unsigned k;
 
-		while (next < n && ctl_calls_active(s) < CTL_CALLS_MAX) {
+		while (next < n && ctl_calls_room(s)) {
 			unsigned before = ctl_calls_active(s);
 			const struct ctl_call *what = pipes[next].call ? pipes[next].call : call;
 			int rc = what ? ctl_calls_start(s, &pipes[next], what, timeout_ms, NULL, NULL)

@@ -277,7 +277,7 @@ static void repair_landed(void *arg)
 		peer_may_hold = rc != 0; /* made, but its answer is not for this QP */
 	}
 	if (peer_may_hold)
-		seg_disconnect_later(e, f->peer.address, f->token, 1);
+		seg_disconnect_background(e, f->peer.address, f->token, 1, rc);
 	if (!rc)
 		rc = seg_handshake_apply(e, f->j.core, &f->peer, &f->q, 1, f->token, &f->rep, true);
 	rc = repair_conclude(e, f, rc);
@@ -310,8 +310,8 @@ static void repair_run(struct ferry_engine *e, struct repair_job *j)
 	struct repair_flight *f = repair_free_flight(r);
 	int rc;
 
-	if (!f) {
-		repair_later(r, j); /* CTL_CALLS_MAX in flight: a slot frees within their timeout */
+	if (!f || !ctl_calls_room(r->calls)) {
+		repair_later(r, j); /* no room in flight: a slot frees within their timeout */
 		return;
 	}
 	*f = (struct repair_flight){ .e = e, .j = *j, .busy = true };
@@ -343,7 +343,11 @@ static void repair_run(struct ferry_engine *e, struct repair_job *j)
  * answered (or out of time) are concluded.  How many ended. */
 static unsigned repair_flights_run(struct ferry_engine *e)
 {
-	return ctl_calls_active(e->repair.calls) ? ctl_calls_run(e->repair.calls) : 0;
+	unsigned ended = ctl_calls_active(e->repair.calls) ? ctl_calls_run(e->repair.calls) : 0;
+
+	if (ended)
+		e->repair.reconn_deferred = false; /* room again: deferred reconnects go */
+	return ended;
 }
 
 static void repair_later(struct repair *r, struct repair_job *j)
@@ -477,39 +481,78 @@ static void reconnect_landed(void *arg, const int *rcs)
 	free(f);
 }
 
+/* The endpoints rec made, none connected (rc: why no handshake went),
+ * go; nothing of the peer's to free. */
+static void reconnect_unmake(struct ferry_engine *e, struct seg_reconn *rec, unsigned n, int rc)
+{
+	int rcs[FERRY_MAX_CORES];
+
+	for (unsigned k = 0; k < n; k++)
+		rcs[k] = rc;
+	(void)seg_reconnect_end(e, rec, rcs);
+}
+
+/* No room in flight: the reconnect waits, its requests parked, until a
+ * call lands (repair_flights_run). */
+static void reconnect_later(struct repair *r, struct ferry_seg *s)
+{
+	r->reconn_deferred = true;
+	/* pairs with: load_acquire in repair_reconnects (seen again then) */
+	store_release(s->want_eps, 1);
+}
+
 /*
  * Reconnect slot's evicted rails: their handshakes go beside the repairs
  * in flight (a peer that does not answer holds up no other work of this
- * thread); without room for them, one round trip here.
+ * thread).  Without room for them (CTL_CALLS_MAX calls or
+ * REPAIR_RECONN_MAX reconnects in flight) it waits for a call to land:
+ * one round trip here would stop this thread -- every call in flight,
+ * every repair -- for as long as the peer took to answer, 10 s if it did
+ * not.
  */
 static void reconnect_start(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot,
 			    uint32_t gen)
 {
 	struct repair *r = &e->repair;
-	struct seg_reconn *rec = seg_reconnect_begin(e, s, slot, gen);
-	struct reconn_flight *f = rec ? malloc(sizeof(*f)) : NULL;
-	int rcs[FERRY_MAX_CORES];
+	struct reconn_flight *f;
+	struct seg_reconn *rec;
 	const struct seg_hs *hs;
 	unsigned n = 0;
+	int rc;
 
+	/* Checked first: making the endpoints may evict others' for nothing. */
+	if (!ctl_calls_room(r->calls) || r->n_reconn == REPAIR_RECONN_MAX) {
+		reconnect_later(r, s);
+		return;
+	}
+	rec = seg_reconnect_begin(e, s, slot, gen);
 	if (!rec) {
 		reconnect_done(e, s, gen, -ENOMEM);
 		return;
 	}
 	hs = seg_reconnect_hs(rec, &n);
-	if (n && f && r->n_reconn < REPAIR_RECONN_MAX) {
+	if (!n) { /* nothing to send: closed meanwhile, or no endpoint could be made */
+		reconnect_done(e, s, gen, seg_reconnect_end(e, rec, NULL));
+		return;
+	}
+	f = malloc(sizeof(*f));
+	rc = f ? 0 : -ENOMEM;
+	if (f) {
 		*f = (struct reconn_flight){ .e = e, .r = rec, .slot = slot, .gen = gen };
 		r->reconn_slots[r->n_reconn] = slot;
 		r->reconn_gens[r->n_reconn] = gen;
 		WRITE_ONCE(r->n_reconn, r->n_reconn + 1); /* tests read it */
-		if (!seg_handshake_start(e, r->calls, hs, n, false, reconnect_landed, f))
+		rc = seg_handshake_start(e, r->calls, hs, n, false, reconnect_landed, f);
+		if (!rc)
 			return;
 		WRITE_ONCE(r->n_reconn, r->n_reconn - 1);
+		free(f);
 	}
-	free(f);
-	seg_handshake_many(e, hs, n, rcs, false); /* (n 0: nothing to send) */
-	reconnect_done(e, s, gen, seg_reconnect_end(e, rec, rcs));
-	r->landed = true;
+	reconnect_unmake(e, rec, n, rc);
+	if (rc == -EBUSY) /* more peers than room */
+		reconnect_later(r, s);
+	else
+		reconnect_done(e, s, gen, rc);
 }
 
 /* Segments whose endpoints were evicted and that a request waits for
@@ -518,6 +561,9 @@ static void reconnect_start(struct ferry_engine *e, struct ferry_seg *s, uint32_
 static unsigned repair_reconnects(struct ferry_engine *e)
 {
 	unsigned n = 0;
+
+	if (e->repair.reconn_deferred)
+		return 0; /* no room in flight: until a call lands */
 
 	for (uint32_t slot = 0; slot < seg_slots(&e->segs); slot++) {
 		struct ferry_seg *s = seg_at(&e->segs, slot);
@@ -536,6 +582,8 @@ static unsigned repair_reconnects(struct ferry_engine *e)
 			continue;
 		}
 		reconnect_start(e, s, slot, gen);
+		if (e->repair.reconn_deferred)
+			break; /* the others wait too */
 		n++;
 	}
 	return n;
@@ -561,12 +609,13 @@ static bool repair_has_work(struct ferry_engine *e)
 	for (unsigned i = 0; i < e->ncores; i++)
 		if (ferry_ring_count(&e->cores[i]->repairs))
 			return true;
-	if (READ_ONCE(e->reaper.retired))
+	if (READ_ONCE(e->reaper.retired) || READ_ONCE(e->repair.disc_queued))
 		return true;
 	for (uint32_t slot = 0; slot < seg_slots(&e->segs); slot++) {
 		struct ferry_seg *s = seg_at(&e->segs, slot);
 
-		if (s && READ_ONCE(s->want_eps) && !reconnecting(&e->repair, slot, load_sc(s->gen)))
+		if (s && READ_ONCE(s->want_eps) && !e->repair.reconn_deferred &&
+		    !reconnecting(&e->repair, slot, load_sc(s->gen)))
 			return true;
 	}
 	return false;
@@ -633,10 +682,9 @@ static void *repair_main(void *arg)
 		/* pairs with: store_release in seg_disconnect_background (items queued) */
 		if (xchg_acquire(e->repair.disc_queued, 0))
 			e->repair.landed = true; /* their DISCONNECTs go with the next flush */
-		if (e->repair.landed && !repair_destroying(e)) { /* the old halves of QPs ... */
-			e->repair.landed = false;
-			seg_disconnect_start(e, e->repair.calls); /* ... not waited for */
-		}
+		if (e->repair.landed && !repair_destroying(e)) /* the old halves of QPs ... */
+			/* ... not waited for; without room, again after the next landing */
+			e->repair.landed = seg_disconnect_start(e, e->repair.calls) == -EBUSY;
 		if (!work)
 			repair_wait(e);
 	}

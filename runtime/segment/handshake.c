@@ -31,7 +31,18 @@ struct disc_item {
 	char address[64];
 	uint64_t token;
 	pthread_t by;      /* the thread that queued it sends it */
+	bool brief;        /* sent at destroy with DISC_BRIEF_MS (disconnect_queue) */
 };
+
+/* The bound of the DISCONNECTs that engine destroy sends for handshakes it
+ * cancelled: a peer that does not answer must not make the destroy wait
+ * 10 s for QPs its lease frees anyway, and a live one serves a request
+ * written whole even after we closed its connection -- one per connection
+ * (ctl_disconnect_each). */
+#define DISC_BRIEF_MS 250
+
+/* Which queued DISCONNECTs disconnects_take takes. */
+enum disc_kind { DISC_ANY, DISC_BRIEF, DISC_FULL };
 
 void seg_peer_of(const struct ferry_seg *s, uint16_t remote_nic, struct seg_peer *out)
 {
@@ -190,9 +201,9 @@ static unsigned hs_batch_build(struct ferry_engine *e, const struct seg_hs *hs, 
  * rcs[k] what seg_handshake_many documents. */
 /* The peer's halves of handshake hs[k], which it may have made though we
  * cannot use them, go back (a peer that never made them answers -ENOENT). */
-static void hs_peer_may_hold(struct ferry_engine *e, const struct seg_hs *h)
+static void hs_peer_may_hold(struct ferry_engine *e, const struct seg_hs *h, int why)
 {
-	seg_disconnect_background(e, h->peer->address, h->token, h->nqps);
+	seg_disconnect_background(e, h->peer->address, h->token, h->nqps, why);
 }
 
 /* The handshakes whose CONNECT_REQ went out whole and got no answer (timed
@@ -208,7 +219,7 @@ static void hs_unanswered_back(struct ferry_engine *e, const struct seg_hs *hs,
 
 		for (unsigned k = 0; k < p->count; k++)
 			if (ctl_pipe_unanswered_sent(p, k))
-				hs_peer_may_hold(e, &hs[b->order[m0 + k]]);
+				hs_peer_may_hold(e, &hs[b->order[m0 + k]], p->rcs[k]);
 	}
 }
 
@@ -224,7 +235,7 @@ static void hs_batch_finish(struct ferry_engine *e, const struct seg_hs *hs, uns
 		if (!rcs[k]) {
 			rcs[k] = ctl_check_rep(&b->req[k], &b->rep[k]);
 			if (rcs[k]) /* made, but the answer is not for these QPs */
-				hs_peer_may_hold(e, h);
+				hs_peer_may_hold(e, h, rcs[k]);
 		}
 		if (!rcs[k])
 			rcs[k] = seg_handshake_apply(e, h->core, h->peer, h->qps, h->nqps, h->token,
@@ -286,7 +297,7 @@ int seg_handshake_start(struct ferry_engine *e, struct ctl_calls *calls, const s
 	*f = (struct hs_flight){ .e = e, .hs = hs, .n = n, .quiet = quiet, .done = done,
 				 .arg = arg };
 	np = hs_batch_build(e, hs, n, quiet, &f->b, &f->call, f->rcs, &f->sent);
-	if (ctl_calls_active(calls) + np > CTL_CALLS_MAX) {
+	if (np > ctl_calls_room(calls)) {
 		hs_batch_free(&f->b);
 		free(f);
 		return -EBUSY;
@@ -329,7 +340,7 @@ int seg_handshake_apply(struct ferry_engine *e, unsigned i, const struct seg_pee
 }
 
 static void disconnect_queue(struct ferry_engine *e, const char *address, uint64_t token,
-			     unsigned n, pthread_t by)
+			     unsigned n, pthread_t by, bool brief)
 {
 	for (unsigned k = 0; token && k < n; k++) {
 		struct disc_item *d = malloc(sizeof(*d));
@@ -343,6 +354,7 @@ static void disconnect_queue(struct ferry_engine *e, const char *address, uint64
 		snprintf(d->address, sizeof(d->address), "%s", address);
 		d->token = token + k;
 		d->by = by;
+		d->brief = brief;
 		pthread_mutex_lock(&e->disc_lock);
 		d->next = e->disc_head;
 		e->disc_head = d;
@@ -353,13 +365,13 @@ static void disconnect_queue(struct ferry_engine *e, const char *address, uint64
 void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t token,
 			  unsigned n)
 {
-	disconnect_queue(e, address, token, n, pthread_self());
+	disconnect_queue(e, address, token, n, pthread_self(), false);
 }
 
 void seg_disconnect_background(struct ferry_engine *e, const char *address, uint64_t token,
-			       unsigned n)
+			       unsigned n, int why)
 {
-	disconnect_queue(e, address, token, n, e->repair.thread);
+	disconnect_queue(e, address, token, n, e->repair.thread, why == -ECANCELED);
 	/* After the unlock: the repair thread that sees the flag finds the items.
 	 * pairs with: xchg_acquire in repair_main */
 	store_release(e->repair.disc_queued, 1);
@@ -368,8 +380,9 @@ void seg_disconnect_background(struct ferry_engine *e, const char *address, uint
 
 /* The queued DISCONNECTs, taken off the list into arrays (freed by the
  * caller); how many, 0 when none (or no memory: the leases free them). */
-static unsigned disconnects_take(struct ferry_engine *e, bool all, const char ***addr,
-				 struct wire_disconnect **w, struct disc_item **items)
+static unsigned disconnects_take(struct ferry_engine *e, bool all, enum disc_kind kind,
+				 const char ***addr, struct wire_disconnect **w,
+				 struct disc_item **items)
 {
 	struct disc_item *d, **pp;
 	unsigned n = 0;
@@ -377,7 +390,8 @@ static unsigned disconnects_take(struct ferry_engine *e, bool all, const char **
 	*items = NULL;
 	pthread_mutex_lock(&e->disc_lock);
 	for (pp = &e->disc_head; (d = *pp);) {
-		if (all || pthread_equal(d->by, pthread_self())) {
+		if ((all || pthread_equal(d->by, pthread_self())) &&
+		    (kind == DISC_ANY || d->brief == (kind == DISC_BRIEF))) {
 			*pp = d->next;
 			d->next = *items;
 			*items = d;
@@ -426,17 +440,19 @@ static int disc_timeout_ms(struct ferry_engine *e)
 	return (int)(t ? t : SEG_CTL_TIMEOUT_MS);
 }
 
-static void disconnects_send(struct ferry_engine *e, bool all)
+static void disconnects_send(struct ferry_engine *e, bool all, enum disc_kind kind)
 {
 	struct disc_item *items, *next;
 	struct wire_disconnect *w;
 	const char **addr;
 	int *rcs = NULL;
-	unsigned n = disconnects_take(e, all, &addr, &w, &items);
+	unsigned n = disconnects_take(e, all, kind, &addr, &w, &items);
+	int timeout_ms = kind == DISC_BRIEF ? DISC_BRIEF_MS : disc_timeout_ms(e);
 
 	if (n)
 		rcs = malloc(n * sizeof(*rcs));
-	if (rcs && ctl_disconnect_many(&e->client, addr, w, n, disc_timeout_ms(e), rcs) == 0 &&
+	if (rcs && (kind == DISC_BRIEF ? ctl_disconnect_each : ctl_disconnect_many)(
+			   &e->client, addr, w, n, timeout_ms, rcs) == 0 &&
 	    e->opts.verbose)
 		for (unsigned i = 0; i < n; i++)
 			if (rcs[i]) /* a peer that is gone has nothing left to free */
@@ -473,19 +489,47 @@ static void disc_flight_landed(void *arg)
 	free(f);
 }
 
-void seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls)
+/* A batch that found no room in flight: its items queued again. */
+static void disc_flight_putback(struct ferry_engine *e, struct disc_flight *f)
 {
-	struct disc_flight *f = calloc(1, sizeof(*f));
-	unsigned n;
+	struct disc_item *last = f->items;
 
+	while (last && last->next)
+		last = last->next;
+	if (last) {
+		pthread_mutex_lock(&e->disc_lock);
+		last->next = e->disc_head;
+		e->disc_head = f->items;
+		pthread_mutex_unlock(&e->disc_lock);
+	}
+	f->items = NULL;
+	disc_flight_landed(f);
+}
+
+int seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls)
+{
+	struct disc_flight *f;
+	unsigned n;
+	int rc;
+
+	/* Without room they wait, queued: a round trip here would stop the
+	 * caller's poll loop as long as a peer takes to answer (10 s if mute). */
+	if (!ctl_calls_room(calls))
+		return -EBUSY;
+	f = calloc(1, sizeof(*f));
 	if (!f) {
 		seg_disconnect_flush(e);
-		return;
+		return 0;
 	}
-	n = disconnects_take(e, false, &f->addr, &f->w, &f->items);
-	if (!n || ctl_disconnect_start(calls, f->addr, f->w, n, disc_timeout_ms(e),
-				       disc_flight_landed, f)) {
-		/* Nothing, or no room for them in flight: here and now. */
+	n = disconnects_take(e, false, DISC_ANY, &f->addr, &f->w, &f->items);
+	rc = n ? ctl_disconnect_start(calls, f->addr, f->w, n, disc_timeout_ms(e),
+				      disc_flight_landed, f) : 0;
+	if (rc == -EBUSY) { /* more peers than room */
+		disc_flight_putback(e, f);
+		return -EBUSY;
+	}
+	if (!n || rc) {
+		/* Nothing, or no memory to send them without waiting: here and now. */
 		struct wire_disconnect *w = f->w;
 		const char **addr = f->addr;
 		int *rcs = n ? malloc(n * sizeof(*rcs)) : NULL;
@@ -495,14 +539,17 @@ void seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls)
 		free(rcs);
 		disc_flight_landed(f);
 	}
+	return 0;
 }
 
 void seg_disconnect_flush(struct ferry_engine *e)
 {
-	disconnects_send(e, false);
+	disconnects_send(e, false, DISC_BRIEF);
+	disconnects_send(e, false, DISC_FULL);
 }
 
 void seg_disconnect_flush_all(struct ferry_engine *e)
 {
-	disconnects_send(e, true);
+	disconnects_send(e, true, DISC_BRIEF);
+	disconnects_send(e, true, DISC_FULL);
 }

@@ -226,16 +226,18 @@ int seg_handshake_apply(struct ferry_engine *e, unsigned i, const struct seg_pee
 void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t token,
 			  unsigned n);
 /* Like seg_disconnect_later, but sent by the repair thread without
- * waiting: for a peer that got a handshake and no answer came back (it
- * may be mute: the caller already waited out one timeout). */
+ * waiting: for a peer that got a handshake and no answer came back (why:
+ * the handshake's error; -ECANCELED, engine destroy's cancel, is sent by
+ * the destroy with a brief bound: the peer may be mute). */
 void seg_disconnect_background(struct ferry_engine *e, const char *address, uint64_t token,
-			       unsigned n);
+			       unsigned n, int why);
 /* A handshake's bound: SEG_CTL_TIMEOUT_MS unless a test lowered it (hs_timeout_ms). */
 int seg_hs_timeout_ms(struct ferry_engine *e);
 void seg_disconnect_flush(struct ferry_engine *e);   /* the calling thread's */
 void seg_disconnect_flush_all(struct ferry_engine *e); /* every thread's (engine destroy) */
-/* The calling thread's, without waiting, on calls (the repair thread's). */
-void seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls);
+/* The calling thread's, without waiting, on calls (the repair thread's):
+ * 0, or -EBUSY when calls has no room for them (they stay queued). */
+int seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls);
 /* Free a slot's descriptors (engine destroy). */
 void seg_release(struct ferry_seg *s);
 

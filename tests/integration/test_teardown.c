@@ -33,6 +33,7 @@
 #include <time.h>
 
 #include "ring/base/clock.h"
+#include "runtime/ctl/call.h"
 #include "runtime/ctl/wire.h"
 #include "tests/harness/harness.h"
 
@@ -1337,8 +1338,9 @@ struct stall {
 	pthread_t thread;
 	struct ferry_engine *peer;
 	struct ferry_engine *until_destroying; /* released once its destroy began, */
-	int release;                           /* ... or once this is set */
-	int held;
+	int release;                           /* ... or once this is set, */
+	double until;                          /* ... or at this now_s() (0: never) */
+	int held, released;
 };
 
 static bool destroy_began(struct ferry_engine *e)
@@ -1358,17 +1360,21 @@ static void *stall_main(void *arg)
 	pthread_mutex_lock(&st->peer->passive_lock);
 	__atomic_store_n(&st->held, 1, __ATOMIC_RELEASE);
 	while (!__atomic_load_n(&st->release, __ATOMIC_ACQUIRE) &&
-	       !(st->until_destroying && destroy_began(st->until_destroying)))
+	       !(st->until_destroying && destroy_began(st->until_destroying)) &&
+	       !(st->until && now_s() > st->until))
 		usleep(1000);
 	if (st->until_destroying)
 		usleep(200 * 1000); /* the destroy's cancel comes first */
 	pthread_mutex_unlock(&st->peer->passive_lock);
+	__atomic_store_n(&st->released, 1, __ATOMIC_RELEASE);
 	return NULL;
 }
 
-static void stall_begin(struct stall *st, struct ferry_engine *peer, struct ferry_engine *until)
+static void stall_begin(struct stall *st, struct ferry_engine *peer, struct ferry_engine *until,
+			double for_s)
 {
-	*st = (struct stall){ .peer = peer, .until_destroying = until };
+	*st = (struct stall){ .peer = peer, .until_destroying = until,
+			      .until = for_s ? now_s() + for_s : 0 };
 	assert_int_equal(pthread_create(&st->thread, NULL, stall_main, st), 0);
 	WAIT_UNTIL(__atomic_load_n(&st->held, __ATOMIC_ACQUIRE), WAIT_MS, "the peer held up");
 }
@@ -1409,7 +1415,7 @@ static void test_late_handshake_answer(void **state)
 	assert_int_equal(ferry_port_create(P.init, &port), 0);
 	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
 	base = passive_count_of(P.target, P.init->incarnation);
-	stall_begin(&hold, P.target, NULL);
+	stall_begin(&hold, P.target, NULL, 0);
 	break_qps(b);
 	WAIT_UNTIL(repairs_failed(P.init, P.seg) >= 1, WAIT_MS, "a repair handshake to time out");
 	__atomic_store_n(&hold.release, 1, __ATOMIC_RELEASE);
@@ -1428,6 +1434,65 @@ static void test_late_handshake_answer(void **state)
 	assert_int_equal(ferry_port_destroy(port), 0);
 	assert_quiet_and_close(P.init, &P.seg);
 	pair_teardown(&P);
+}
+
+/*
+ * A reconnect that finds no room in flight (here the repair thread's calls
+ * limited to one, a live segment's reconnect holding it while its peer is
+ * held up) waits for a call to land.  Before, it went as one round trip on
+ * the repair thread: to a mute peer that stopped the thread for the
+ * handshake timeout, so the live segment's answer, come meanwhile, waited
+ * with it -- the live request ended only after the mute one had failed.
+ */
+static void test_reconnect_without_room(void **state)
+{
+	struct ferry_batch *blive, *bmute;
+	struct ferry_req rlive;
+	struct ferry_req_status st;
+	struct live_peer o1, o2;
+	struct ferry_port *port;
+	struct mute_peer mp;
+	struct stall hold;
+	struct ferry_req r;
+
+	(void)state;
+	need_loop();
+	/* Two endpoints per core: o1's and o2's opens evict the oldest, P.seg's
+	 * and then the mute peer's (no request has touched either). */
+	mute_setup(&mp, 2);
+	live_open(&o1);
+	live_open(&o2);
+	mute_now(&mp);
+	P.init->hs_timeout_ms = 2000;
+	ctl_calls_set_limit(P.init->repair.calls, 1);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, 1, &blive), 0);
+	assert_int_equal(ferry_batch_create(port, 1, &bmute), 0);
+	stall_begin(&hold, P.target, NULL, 0);
+	rlive = mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 4096);
+	assert_int_equal(ferry_submit(blive, &rlive, 1), 0);
+	WAIT_UNTIL(READ_ONCE(P.init->repair.n_reconn) == 1, WAIT_MS,
+		   "the live segment's reconnect in flight, its answer held");
+	r = mkreq(FERRY_OP_WRITE, P.lbuf, mp.seg, mp.buf, 4096);
+	assert_int_equal(ferry_submit(bmute, &r, 1), 0);
+	usleep(100 * 1000); /* the repair thread meets the mute segment's reconnect */
+	__atomic_store_n(&hold.release, 1, __ATOMIC_RELEASE);
+	pthread_join(hold.thread, NULL);
+	assert_int_equal(ferry_batch_wait(blive, WAIT_MS), 0);
+	/* The mute segment's reconnect went once room came: its handshake waits. */
+	assert_int_equal(ferry_batch_wait(bmute, 0), -ETIMEDOUT);
+	assert_int_equal(ferry_req_status(blive, 0, &st), 0);
+	assert_int_equal(st.state, FERRY_DONE);
+	(void)ferry_batch_wait(bmute, WAIT_MS);
+	assert_int_equal(ferry_req_status(bmute, 0, &st), 0);
+	print_message("the mute segment's request, reconnected after the live one: %s (%d)\n",
+		      ferry_state_name(st.state), st.error);
+	assert_int_not_equal(st.state, FERRY_DONE); /* FAILED, or TIMEOUT first */
+	assert_int_equal(ferry_batch_destroy(blive), 0);
+	assert_int_equal(ferry_batch_destroy(bmute), 0);
+	live_close(&o1);
+	live_close(&o2);
+	mute_teardown(&mp, port);
 }
 
 /*
@@ -1450,7 +1515,7 @@ static void test_open_late_answer(void **state)
 	pair_opts(&oo, "0-1");
 	assert_int_equal(ferry_engine_create(&oo, &o), 0);
 	o->hs_timeout_ms = 300;
-	stall_begin(&hold, P.target, NULL);
+	stall_begin(&hold, P.target, NULL, 0);
 	rc = ferry_segment_open(o, ferry_engine_address(P.target), &seg);
 	__atomic_store_n(&hold.release, 1, __ATOMIC_RELEASE);
 	pthread_join(hold.thread, NULL);
@@ -1487,7 +1552,7 @@ static void test_destroy_beside_unanswered_handshake(void **state)
 	assert_int_equal(ferry_port_create(P.init, &port), 0);
 	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
 	inc = P.init->incarnation;
-	stall_begin(&hold, P.target, P.init);
+	stall_begin(&hold, P.target, P.init, 0);
 	break_qps(b);
 	assert_int_equal(ferry_batch_cancel(b), 0);
 	assert_true(ferry_batch_wait(b, WAIT_MS) != -ETIMEDOUT);
@@ -1498,14 +1563,75 @@ static void test_destroy_beside_unanswered_handshake(void **state)
 	P.init = NULL;
 	P.seg = 0;
 	pthread_join(hold.thread, NULL);
-	left = passive_count_of(P.target, inc);
+	/* Well within the peer's lease (30 s): our DISCONNECTs, not its expiry. */
+	WAIT_UNTIL((left = passive_count_of(P.target, inc)) == 0, 5000,
+		   "the peer to free the QPs of the cancelled handshakes");
 	print_message("QPs of a destroyed engine left at the peer: %u\n", left);
-	assert_int_equal(left, 0);
 	ferry_engine_destroy(P.target);
 	P.target = NULL;
 	free(P.lbuf);
 	free(P.rbuf);
 	P = (struct pair){ 0 };
+}
+
+struct open_arg {
+	struct ferry_engine *e;
+	const char *address;
+	int rc;
+};
+
+static void *open_main(void *arg)
+{
+	struct open_arg *a = arg;
+	ferry_seg_t seg;
+
+	a->rc = ferry_segment_open(a->e, a->address, &seg);
+	return NULL;
+}
+
+/*
+ * Engine destroy while an open's handshakes wait on a peer held up (it
+ * served the descriptor, not yet the CONNECT_REQs), no segment of ours
+ * open to it: the cancelled handshakes' DISCONNECTs go with a brief bound
+ * (the frames are written whole; a live peer serves them after we closed),
+ * so the destroy returns while the peer is still held.  With the
+ * DISCONNECT timeout it waited 10 s for that peer (the review of d0424b8;
+ * the peer here held 5 s).
+ */
+static void test_destroy_beside_open(void **state)
+{
+	struct open_arg a;
+	struct ferry_engine *o;
+	struct ferry_opts oo;
+	struct stall hold;
+	pthread_t th;
+	uint64_t inc;
+
+	(void)state;
+	need_loop();
+	setup_pair(200);
+	pair_opts(&oo, "0-1");
+	assert_int_equal(ferry_engine_create(&oo, &o), 0);
+	inc = o->incarnation;
+	stall_begin(&hold, P.target, NULL, 5.0);
+	a = (struct open_arg){ .e = o, .address = ferry_engine_address(P.target) };
+	assert_int_equal(pthread_create(&th, NULL, open_main, &a), 0);
+	WAIT_UNTIL(READ_ONCE(o->client.dials) + READ_ONCE(o->client.reuses) >= 2, WAIT_MS,
+		   "the open's handshakes on their way (after the descriptor's fetch)");
+	usleep(100 * 1000); /* written */
+	ferry_engine_destroy(o);
+	pthread_join(th, NULL);
+	print_message("open: %d; the peer still held when the destroy returned: %s\n", a.rc,
+		      __atomic_load_n(&hold.released, __ATOMIC_ACQUIRE) ? "no" : "yes");
+	assert_false(__atomic_load_n(&hold.released, __ATOMIC_ACQUIRE));
+	assert_int_equal(a.rc, -ECANCELED);
+	__atomic_store_n(&hold.release, 1, __ATOMIC_RELEASE);
+	pthread_join(hold.thread, NULL);
+	/* Served once the peer goes on: nothing of ours left there. */
+	WAIT_UNTIL(passive_count_of(P.target, inc) == 0, 5000,
+		   "the peer to free the QPs of the cancelled handshakes");
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
 }
 
 int main(void)
@@ -1526,8 +1652,10 @@ int main(void)
 		cmocka_unit_test(test_reap_beside_mute_peer),
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_late_handshake_answer),
+		cmocka_unit_test(test_reconnect_without_room),
 		cmocka_unit_test(test_open_late_answer),
 		cmocka_unit_test(test_destroy_beside_unanswered_handshake),
+		cmocka_unit_test(test_destroy_beside_open),
 		cmocka_unit_test(test_submit_while_reopening),
 	};
 

@@ -2080,12 +2080,6 @@ static int disc_count(struct ctx *x, uint64_t *last_token)
 #define MUTES 70 /* more than go at once (64): the rest wait for a slot */
 
 /*
- * DISCONNECTs to many peers at once: each peer's on one connection, in
- * their order; each gets what ctl_disconnect would have said (served,
- * handler's errno, no answer, refused); more mute peers than go at once
- * still end, and a live peer after them is served.
- */
-/*
  * Which requests of a pipe may have been served unanswered: written whole
  * (the frames' headers say where each ends), no answer read.  A frame cut
  * short never reached the server; an answered one is the peer's word.
@@ -2115,6 +2109,12 @@ static void test_pipe_unanswered_sent(void **state)
 	assert_false(ctl_pipe_unanswered_sent(&p, 3)); /* no such request */
 }
 
+/*
+ * DISCONNECTs to many peers at once: each peer's on one connection, in
+ * their order; each gets what ctl_disconnect would have said (served,
+ * handler's errno, no answer, refused); more mute peers than go at once
+ * still end, and a live peer after them is served.
+ */
 static void test_disconnect_many(void **state)
 {
 	static char mutes[MUTES][64];
@@ -2171,6 +2171,15 @@ static void test_disconnect_many(void **state)
 	assert_int_equal(rcs[MUTES], 0);
 	assert_int_equal(disc_count(&x, &last), 5);
 	assert_int_equal(ctl_disconnect_many(&cl, addr, d, 0, 200, rcs), -EINVAL);
+	/* ctl_disconnect_each: a connection per DISCONNECT, served alike. */
+	for (unsigned i = 0; i < 3; i++)
+		addr[i] = b.address;
+	last = counter(&cl.dials);
+	assert_int_equal(ctl_disconnect_each(&cl, addr, d, 3, 300, rcs), 0);
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(rcs[i], 0);
+	assert_true(counter(&cl.dials) - last >= 2); /* the kept one, two new */
+	assert_int_equal(disc_count(&y, &last), 5);
 	ctl_client_fini(&cl);
 	for (unsigned i = 0; i < MUTES; i++)
 		close(mfd[i]);
