@@ -530,6 +530,7 @@ static void reconnect_start(struct ferry_engine *e, struct ferry_seg *s, uint32_
 		reconnect_done(e, s, gen, -ENOMEM);
 		return;
 	}
+	r->landed = true; /* making room may have evicted others' endpoints: their DISCONNECTs */
 	hs = seg_reconnect_hs(rec, &n);
 	if (!n) { /* nothing to send: closed meanwhile, or no endpoint could be made */
 		reconnect_done(e, s, gen, seg_reconnect_end(e, rec, NULL));

@@ -380,22 +380,47 @@ void seg_disconnect_background(struct ferry_engine *e, const char *address, uint
 
 /* The queued DISCONNECTs, taken off the list into arrays (freed by the
  * caller); how many, 0 when none (or no memory: the leases free them). */
-static unsigned disconnects_take(struct ferry_engine *e, bool all, enum disc_kind kind,
-				 const char ***addr, struct wire_disconnect **w,
-				 struct disc_item **items)
+/* Whether d's peer is one of the peers_max (0: any number) whose items
+ * are being taken, adding it to seen[] if there is room. */
+static bool disc_peer_fits(const struct disc_item *d, const char **seen, unsigned *n_seen,
+			   unsigned peers_max)
 {
+	if (!peers_max)
+		return true;
+	for (unsigned i = 0; i < *n_seen; i++)
+		if (!strcmp(seen[i], d->address))
+			return true;
+	if (*n_seen == peers_max)
+		return false;
+	seen[(*n_seen)++] = d->address;
+	return true;
+}
+
+/* Take the queued DISCONNECTs (the caller's, or all; of kind; to at most
+ * peers_max peers, 0: any; *more when some of them stay queued). */
+static unsigned disconnects_take(struct ferry_engine *e, bool all, enum disc_kind kind,
+				 unsigned peers_max, bool *more, const char ***addr,
+				 struct wire_disconnect **w, struct disc_item **items)
+{
+	const char *seen[CTL_CALLS_MAX];
 	struct disc_item *d, **pp;
-	unsigned n = 0;
+	unsigned n = 0, n_seen = 0;
 
 	*items = NULL;
+	*more = false;
+	if (peers_max > CTL_CALLS_MAX)
+		peers_max = CTL_CALLS_MAX;
 	pthread_mutex_lock(&e->disc_lock);
 	for (pp = &e->disc_head; (d = *pp);) {
-		if ((all || pthread_equal(d->by, pthread_self())) &&
-		    (kind == DISC_ANY || d->brief == (kind == DISC_BRIEF))) {
+		bool mine = (all || pthread_equal(d->by, pthread_self())) &&
+			    (kind == DISC_ANY || d->brief == (kind == DISC_BRIEF));
+
+		if (mine && disc_peer_fits(d, seen, &n_seen, peers_max)) {
 			*pp = d->next;
 			d->next = *items;
 			*items = d;
 		} else {
+			*more |= mine;
 			pp = &d->next;
 		}
 	}
@@ -446,7 +471,8 @@ static void disconnects_send(struct ferry_engine *e, bool all, enum disc_kind ki
 	struct wire_disconnect *w;
 	const char **addr;
 	int *rcs = NULL;
-	unsigned n = disconnects_take(e, all, kind, &addr, &w, &items);
+	bool more;
+	unsigned n = disconnects_take(e, all, kind, 0, &more, &addr, &w, &items);
 	int timeout_ms = kind == DISC_BRIEF ? DISC_BRIEF_MS : disc_timeout_ms(e);
 
 	if (n)
@@ -508,23 +534,25 @@ static void disc_flight_putback(struct ferry_engine *e, struct disc_flight *f)
 
 int seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls)
 {
+	unsigned room = ctl_calls_room(calls), n;
 	struct disc_flight *f;
-	unsigned n;
+	bool more = false;
 	int rc;
 
-	/* Without room they wait, queued: a round trip here would stop the
-	 * caller's poll loop as long as a peer takes to answer (10 s if mute). */
-	if (!ctl_calls_room(calls))
+	/* What room allows goes now, the rest waits, queued: a round trip here
+	 * would stop the caller's poll loop as long as a peer takes to answer
+	 * (10 s if mute). */
+	if (!room)
 		return -EBUSY;
 	f = calloc(1, sizeof(*f));
 	if (!f) {
 		seg_disconnect_flush(e);
 		return 0;
 	}
-	n = disconnects_take(e, false, DISC_ANY, &f->addr, &f->w, &f->items);
+	n = disconnects_take(e, false, DISC_ANY, room, &more, &f->addr, &f->w, &f->items);
 	rc = n ? ctl_disconnect_start(calls, f->addr, f->w, n, disc_timeout_ms(e),
 				      disc_flight_landed, f) : 0;
-	if (rc == -EBUSY) { /* more peers than room */
+	if (rc == -EBUSY) { /* (cannot be: one call per peer, room checked) */
 		disc_flight_putback(e, f);
 		return -EBUSY;
 	}
@@ -539,7 +567,7 @@ int seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls)
 		free(rcs);
 		disc_flight_landed(f);
 	}
-	return 0;
+	return more ? -EBUSY : 0;
 }
 
 void seg_disconnect_flush(struct ferry_engine *e)

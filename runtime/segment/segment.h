@@ -235,8 +235,9 @@ void seg_disconnect_background(struct ferry_engine *e, const char *address, uint
 int seg_hs_timeout_ms(struct ferry_engine *e);
 void seg_disconnect_flush(struct ferry_engine *e);   /* the calling thread's */
 void seg_disconnect_flush_all(struct ferry_engine *e); /* every thread's (engine destroy) */
-/* The calling thread's, without waiting, on calls (the repair thread's):
- * 0, or -EBUSY when calls has no room for them (they stay queued). */
+/* The calling thread's, without waiting, on calls (the repair thread's),
+ * to as many peers as it has room for: 0, or -EBUSY when some stay queued
+ * (call again once a call landed). */
 int seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls);
 /* Free a slot's descriptors (engine destroy). */
 void seg_release(struct ferry_seg *s);
