@@ -83,6 +83,7 @@ struct disc_batch {
 	int *got;
 	unsigned n, np, most;   /* most: DISCONNECTs to the busiest peer */
 	unsigned pending;       /* pipes in flight (ctl_disconnect_start) */
+	int *rcs;               /* the caller's, in its order (ctl_disconnect_start) */
 	uint8_t unused[CTL_DISCONNECT_FRAME];
 	struct ctl_call call;
 	ctl_done_fn done;
@@ -172,17 +173,19 @@ static void disc_pipe_landed(void *arg)
 
 	if (--b->pending)
 		return;
+	for (unsigned k = 0; b->rcs && k < b->n; k++)
+		b->rcs[b->ref[k].i] = b->got[k];
 	if (b->done)
 		b->done(b->arg);
 	disc_batch_free(b);
 }
 
 int ctl_disconnect_start(struct ctl_calls *calls, const char *const *addresses,
-			 const struct wire_disconnect *d, unsigned n, int timeout_ms,
-			 ctl_done_fn done, void *arg)
+			 const struct wire_disconnect *d, unsigned n, int timeout_ms, bool each,
+			 int *rcs, ctl_done_fn done, void *arg)
 {
 	int rc;
-	struct disc_batch *b = disc_batch_new(addresses, d, n, false, &rc);
+	struct disc_batch *b = disc_batch_new(addresses, d, n, each, &rc);
 
 	if (!b)
 		return rc;
@@ -192,6 +195,7 @@ int ctl_disconnect_start(struct ctl_calls *calls, const char *const *addresses,
 	}
 	b->done = done;
 	b->arg = arg;
+	b->rcs = rcs;
 	b->pending = b->np + 1; /* a pipe that lands at once does not end it early */
 	for (unsigned i = 0; i < b->np; i++)
 		if (ctl_calls_start(calls, &b->pipes[i], &b->call, timeout_ms + (int)b->most,

@@ -676,10 +676,15 @@ static void *repair_main(void *arg)
 	urcu_qsbr_register_thread();
 	urcu_qsbr_thread_offline();
 	while (!load_acquire(e->repair.stop)) { /* pairs with: store_release in repair_stop */
-		/* (A flight's endpoint may go meanwhile: repair_flight_target.) */
-		unsigned work = events_run(e) + repair_drain(e) + repair_due(e) +
-				repair_flights_run(e) + repair_reconnects(e) +
-				reap_run(&e->reaper);
+		/* (A flight's endpoint may go meanwhile: repair_flight_target.)
+		 * In this order: calls that land make room for the reconnects. */
+		unsigned work = events_run(e);
+
+		work += repair_drain(e);
+		work += repair_due(e);
+		work += repair_flights_run(e);
+		work += repair_reconnects(e);
+		work += reap_run(&e->reaper);
 		/* pairs with: store_release in seg_disconnect_background (items queued) */
 		if (xchg_acquire(e->repair.disc_queued, 0))
 			e->repair.landed = true; /* their DISCONNECTs go with the next flush */

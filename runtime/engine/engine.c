@@ -184,6 +184,7 @@ int ferry_engine_create_knobs(const struct ferry_opts *o, const struct ferry_kno
 	pthread_mutex_init(&e->ctl_lock, NULL);
 	pthread_cond_init(&e->seg_cond, NULL);
 	pthread_mutex_init(&e->disc_lock, NULL);
+	TAILQ_INIT(&e->disc_items);
 	pthread_mutex_init(&e->passive_lock, NULL);
 	e->client.stop_fd = -1; /* ctl_client_fini is a no-op until engine_auth */
 	e->notify.wake_fd = -1; /* notify_close_bell is a no-op until notify_start */

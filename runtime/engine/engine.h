@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/queue.h>
 
 #include "ep/teardown.h"
 #include "qp/nic.h"
@@ -80,8 +81,9 @@ struct ferry_engine {
 	pthread_cond_t seg_cond;       /* a segment left SEG_OPENING (with ctl_lock) */
 	unsigned opening;              /* opens between their steps (ctl_lock) */
 	int destroying;                /* engine destroy began: opens stop (ctl_lock) */
-	pthread_mutex_t disc_lock;     /* disc_head */
-	struct disc_item *disc_head;   /* peers' QPs to free (segment/handshake.c) */
+	pthread_mutex_t disc_lock;     /* disc_items */
+	TAILQ_HEAD(disc_list, disc_item) disc_items; /* peers' QPs to free, oldest first
+						      * (segment/handshake.c) */
 	pthread_rwlock_t regions_lock; /* submitters read, register/unregister write */
 	struct mem_region **regions;   /* sorted by addr */
 	unsigned n_regions, cap_regions;

@@ -27,12 +27,17 @@
 #include "runtime/engine/engine.h"
 
 struct disc_item {
-	struct disc_item *next;
+	TAILQ_ENTRY(disc_item) queued; /* in e->disc_items */
+	struct disc_item *next;        /* in a batch taken off it */
 	char address[64];
 	uint64_t token;
 	pthread_t by;      /* the thread that queued it sends it */
 	bool brief;        /* sent at destroy with DISC_BRIEF_MS (disconnect_queue) */
+	uint8_t tries;     /* sent and not answered so far (disc_unanswered_again) */
 };
+
+/* How many times a DISCONNECT goes unanswered before only the lease frees it. */
+#define DISC_TRIES 3
 
 /* The bound of the DISCONNECTs that engine destroy sends for handshakes it
  * cancelled: a peer that does not answer must not make the destroy wait
@@ -41,8 +46,10 @@ struct disc_item {
  * (ctl_disconnect_each). */
 #define DISC_BRIEF_MS 250
 
-/* Which queued DISCONNECTs disconnects_take takes. */
-enum disc_kind { DISC_ANY, DISC_BRIEF, DISC_FULL };
+/* Which queued DISCONNECTs disconnects_take takes: the brief ones go each
+ * on a connection of its own (ctl_disconnect_each), the others back to
+ * back on one connection per peer. */
+enum disc_kind { DISC_BRIEF, DISC_FULL };
 
 void seg_peer_of(const struct ferry_seg *s, uint16_t remote_nic, struct seg_peer *out)
 {
@@ -343,7 +350,7 @@ static void disconnect_queue(struct ferry_engine *e, const char *address, uint64
 			     unsigned n, pthread_t by, bool brief)
 {
 	for (unsigned k = 0; token && k < n; k++) {
-		struct disc_item *d = malloc(sizeof(*d));
+		struct disc_item *d = calloc(1, sizeof(*d));
 
 		if (!d) {
 			/* The peer's lease frees it when our keepalives stop. */
@@ -356,8 +363,7 @@ static void disconnect_queue(struct ferry_engine *e, const char *address, uint64
 		d->by = by;
 		d->brief = brief;
 		pthread_mutex_lock(&e->disc_lock);
-		d->next = e->disc_head;
-		e->disc_head = d;
+		TAILQ_INSERT_TAIL(&e->disc_items, d, queued);
 		pthread_mutex_unlock(&e->disc_lock);
 	}
 }
@@ -378,50 +384,51 @@ void seg_disconnect_background(struct ferry_engine *e, const char *address, uint
 	repair_kick(e);
 }
 
-/* The queued DISCONNECTs, taken off the list into arrays (freed by the
- * caller); how many, 0 when none (or no memory: the leases free them). */
-/* Whether d's peer is one of the peers_max (0: any number) whose items
- * are being taken, adding it to seen[] if there is room. */
-static bool disc_peer_fits(const struct disc_item *d, const char **seen, unsigned *n_seen,
-			   unsigned peers_max)
+/* Whether d fits in the calls_max (0: any number) calls the items taken
+ * so far need (seen[]: theirs, one per peer, or one each when brief). */
+static bool disc_fits(const struct disc_item *d, const char **seen, unsigned *n_seen,
+		      unsigned calls_max)
 {
-	if (!peers_max)
+	if (!calls_max)
 		return true;
-	for (unsigned i = 0; i < *n_seen; i++)
+	for (unsigned i = 0; !d->brief && i < *n_seen; i++)
 		if (!strcmp(seen[i], d->address))
-			return true;
-	if (*n_seen == peers_max)
+			return true; /* on that peer's call */
+	if (*n_seen == calls_max)
 		return false;
 	seen[(*n_seen)++] = d->address;
 	return true;
 }
 
-/* Take the queued DISCONNECTs (the caller's, or all; of kind; to at most
- * peers_max peers, 0: any; *more when some of them stay queued). */
+/* Take the queued DISCONNECTs (the caller's, or all) of kind, as many as
+ * calls_max calls carry (0: all), off the list into arrays (freed by the
+ * caller); how many, 0 when none (or no memory: the leases free them);
+ * *more when some of them stay queued. */
 static unsigned disconnects_take(struct ferry_engine *e, bool all, enum disc_kind kind,
-				 unsigned peers_max, bool *more, const char ***addr,
+				 unsigned calls_max, bool *more, const char ***addr,
 				 struct wire_disconnect **w, struct disc_item **items)
 {
 	const char *seen[CTL_CALLS_MAX];
-	struct disc_item *d, **pp;
+	struct disc_item *d, *next, **tail = items;
 	unsigned n = 0, n_seen = 0;
 
 	*items = NULL;
 	*more = false;
-	if (peers_max > CTL_CALLS_MAX)
-		peers_max = CTL_CALLS_MAX;
+	if (calls_max > CTL_CALLS_MAX)
+		calls_max = CTL_CALLS_MAX;
 	pthread_mutex_lock(&e->disc_lock);
-	for (pp = &e->disc_head; (d = *pp);) {
+	for (d = TAILQ_FIRST(&e->disc_items); d; d = next) { /* the oldest peers first */
 		bool mine = (all || pthread_equal(d->by, pthread_self())) &&
-			    (kind == DISC_ANY || d->brief == (kind == DISC_BRIEF));
+			    d->brief == (kind == DISC_BRIEF);
 
-		if (mine && disc_peer_fits(d, seen, &n_seen, peers_max)) {
-			*pp = d->next;
-			d->next = *items;
-			*items = d;
+		next = TAILQ_NEXT(d, queued);
+		if (mine && disc_fits(d, seen, &n_seen, calls_max)) {
+			TAILQ_REMOVE(&e->disc_items, d, queued);
+			d->next = NULL;
+			*tail = d;
+			tail = &d->next;
 		} else {
 			*more |= mine;
-			pp = &d->next;
 		}
 	}
 	pthread_mutex_unlock(&e->disc_lock);
@@ -439,6 +446,45 @@ static unsigned disconnects_take(struct ferry_engine *e, bool all, enum disc_kin
 		(*w)[n] = (struct wire_disconnect){ .incarnation = e->incarnation, .token = d->token };
 	}
 	return n;
+}
+
+/*
+ * Items whose DISCONNECT got no answer (rcs[k] for the k-th of the list)
+ * are queued again for the repair thread, up to DISC_TRIES sends, the
+ * others freed.  A peer slow beyond our timeout serves, once it reads
+ * them, only the first request of the connection we closed (its answer
+ * meets the closed socket; the reset drops the rest): the others' QPs
+ * would stay for as long as our keepalives renew our lease there.  At
+ * destroy they would go to nobody: the leases free them.
+ */
+static void disc_unanswered_again(struct ferry_engine *e, struct disc_item *items,
+				  const int *rcs, bool again)
+{
+	struct disc_item *next;
+	bool queued = false;
+
+	for (unsigned k = 0; items; items = next, k++) {
+		int rc = rcs ? rcs[k] : 0;
+
+		next = items->next;
+		if (!again || items->tries + 1 >= DISC_TRIES ||
+		    (rc != -ETIMEDOUT && rc != -ECANCELED && rc != -ECONNRESET)) {
+			free(items);
+			continue;
+		}
+		items->tries++;
+		items->brief = true; /* each on its own connection; at destroy 250 ms */
+		items->by = e->repair.thread;
+		pthread_mutex_lock(&e->disc_lock);
+		TAILQ_INSERT_TAIL(&e->disc_items, items, queued);
+		pthread_mutex_unlock(&e->disc_lock);
+		queued = true;
+	}
+	if (!queued)
+		return;
+	/* pairs with: xchg_acquire in repair_main */
+	store_release(e->repair.disc_queued, 1);
+	repair_kick(e);
 }
 
 /*
@@ -467,94 +513,89 @@ static int disc_timeout_ms(struct ferry_engine *e)
 
 static void disconnects_send(struct ferry_engine *e, bool all, enum disc_kind kind)
 {
-	struct disc_item *items, *next;
+	struct disc_item *items;
 	struct wire_disconnect *w;
 	const char **addr;
-	int *rcs = NULL;
+	int *rcs = NULL, rc = 0;
 	bool more;
 	unsigned n = disconnects_take(e, all, kind, 0, &more, &addr, &w, &items);
 	int timeout_ms = kind == DISC_BRIEF ? DISC_BRIEF_MS : disc_timeout_ms(e);
 
 	if (n)
 		rcs = malloc(n * sizeof(*rcs));
-	if (rcs && (kind == DISC_BRIEF ? ctl_disconnect_each : ctl_disconnect_many)(
-			   &e->client, addr, w, n, timeout_ms, rcs) == 0 &&
-	    e->opts.verbose)
-		for (unsigned i = 0; i < n; i++)
-			if (rcs[i]) /* a peer that is gone has nothing left to free */
-				log_info("segment %s: disconnect: %s", addr[i], strerror(-rcs[i]));
 	if (n && !rcs)
 		log_warn("no memory to free %u of the peers' QPs: their leases will", n);
+	if (rcs)
+		rc = (kind == DISC_BRIEF ? ctl_disconnect_each : ctl_disconnect_many)(
+			&e->client, addr, w, n, timeout_ms, rcs);
+	for (unsigned i = 0; rcs && !rc && e->opts.verbose && i < n; i++)
+		if (rcs[i]) /* a peer that is gone has nothing left to free */
+			log_info("segment %s: disconnect: %s", addr[i], strerror(-rcs[i]));
+	disc_unanswered_again(e, items, rcs && !rc ? rcs : NULL, !all);
 	free(rcs);
 	free(addr);
 	free(w);
-	for (; items; items = next) {
-		next = items->next;
-		free(items);
-	}
 }
 
 /* What a DISCONNECT batch in flight holds until it lands. */
 struct disc_flight {
+	struct ferry_engine *e;
 	struct disc_item *items;
 	const char **addr;
 	struct wire_disconnect *w;
+	int *rcs;
 };
 
 static void disc_flight_landed(void *arg)
 {
 	struct disc_flight *f = arg;
-	struct disc_item *next;
 
+	/* (Cancelled at destroy: queued again, the destroy sends them.) */
+	disc_unanswered_again(f->e, f->items, f->rcs, f->rcs != NULL);
+	free(f->rcs);
 	free(f->addr);
 	free(f->w);
-	for (; f->items; f->items = next) {
-		next = f->items->next;
-		free(f->items);
-	}
 	free(f);
 }
 
 /* A batch that found no room in flight: its items queued again. */
 static void disc_flight_putback(struct ferry_engine *e, struct disc_flight *f)
 {
-	struct disc_item *last = f->items;
+	struct disc_item *d, *at = NULL;
 
-	while (last && last->next)
-		last = last->next;
-	if (last) {
-		pthread_mutex_lock(&e->disc_lock);
-		last->next = e->disc_head;
-		e->disc_head = f->items;
-		pthread_mutex_unlock(&e->disc_lock);
-	}
+	pthread_mutex_lock(&e->disc_lock);
+	for (d = f->items; d; at = d, d = d->next) /* back first, in their order: the oldest */
+		if (at)
+			TAILQ_INSERT_AFTER(&e->disc_items, at, d, queued);
+		else
+			TAILQ_INSERT_HEAD(&e->disc_items, d, queued);
+	pthread_mutex_unlock(&e->disc_lock);
 	f->items = NULL;
 	disc_flight_landed(f);
 }
 
-int seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls)
+/* Start the caller's queued DISCONNECTs of kind that room calls carry;
+ * how many calls went (*more: some stay queued). */
+static unsigned disc_flight_start(struct ferry_engine *e, struct ctl_calls *calls,
+				  enum disc_kind kind, unsigned room, bool *more)
 {
-	unsigned room = ctl_calls_room(calls), n;
-	struct disc_flight *f;
-	bool more = false;
+	struct disc_flight *f = calloc(1, sizeof(*f));
+	unsigned n, used = ctl_calls_active(calls);
 	int rc;
 
-	/* What room allows goes now, the rest waits, queued: a round trip here
-	 * would stop the caller's poll loop as long as a peer takes to answer
-	 * (10 s if mute). */
-	if (!room)
-		return -EBUSY;
-	f = calloc(1, sizeof(*f));
 	if (!f) {
 		seg_disconnect_flush(e);
 		return 0;
 	}
-	n = disconnects_take(e, false, DISC_ANY, room, &more, &f->addr, &f->w, &f->items);
+	f->e = e;
+	n = disconnects_take(e, false, kind, room, more, &f->addr, &f->w, &f->items);
+	f->rcs = n ? malloc(n * sizeof(*f->rcs)) : NULL;
 	rc = n ? ctl_disconnect_start(calls, f->addr, f->w, n, disc_timeout_ms(e),
-				      disc_flight_landed, f) : 0;
-	if (rc == -EBUSY) { /* (cannot be: one call per peer, room checked) */
+				      kind == DISC_BRIEF, f->rcs, disc_flight_landed, f) : 0;
+	if (rc == -EBUSY) { /* (cannot be: room checked) */
 		disc_flight_putback(e, f);
-		return -EBUSY;
+		*more = true;
+		return 0;
 	}
 	if (!n || rc) {
 		/* Nothing, or no memory to send them without waiting: here and now. */
@@ -565,9 +606,30 @@ int seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls)
 		if (rcs)
 			(void)ctl_disconnect_many(&e->client, addr, w, n, disc_timeout_ms(e), rcs);
 		free(rcs);
+		free(f->rcs);
+		f->rcs = NULL; /* never filled: what went out is not tried again */
 		disc_flight_landed(f);
 	}
-	return more ? -EBUSY : 0;
+	return ctl_calls_active(calls) - used;
+}
+
+int seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls)
+{
+	bool more_brief = false, more = false;
+	/* At most half the room: DISCONNECTs to mute peers hold their calls
+	 * 10 s, and repairs and reconnects matter more (leases free the rest). */
+	unsigned room = (ctl_calls_room(calls) + 1) / 2;
+
+	/* What room allows goes now, the rest waits, queued: a round trip here
+	 * would stop the caller's poll loop as long as a peer takes to answer
+	 * (10 s if mute).  Those sent again first, each on its own connection. */
+	if (room)
+		room -= disc_flight_start(e, calls, DISC_BRIEF, room, &more_brief);
+	if (room)
+		(void)disc_flight_start(e, calls, DISC_FULL, room, &more);
+	else
+		more = true; /* (maybe none: found next time) */
+	return more || more_brief ? -EBUSY : 0;
 }
 
 void seg_disconnect_flush(struct ferry_engine *e)

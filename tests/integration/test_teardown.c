@@ -745,7 +745,7 @@ static void test_lease_with_mute_peers(void **state)
 }
 
 /* What the initiator sent a mute peer (listener lfd) after it gave up:
- * how many connections, and how many DISCONNECT frames in all. */
+ * how many connections, and how many DISCONNECT frames on the first. */
 static void mute_got(int lfd, unsigned *conns, unsigned *discs)
 {
 	static uint8_t b[1 << 16];
@@ -764,7 +764,7 @@ static void mute_got(int lfd, unsigned *conns, unsigned *discs)
 			struct wire_hdr h;
 
 			assert_int_equal(wire_hdr_decode(b + off, got - off, &h), 0);
-			*discs += h.type == WIRE_DISCONNECT;
+			*discs += !*conns && h.type == WIRE_DISCONNECT;
 			off += WIRE_HDR_LEN + h.payload_len;
 		}
 		*conns += 1;
@@ -811,7 +811,9 @@ static void test_close_with_mute_peers(void **state)
 	assert_int_equal(ferry_segment_close(init, mseg[0]), 0);
 	print_message("segment to a mute peer closed in %.2f s\n", now_s() - t);
 	mute_got(mfd[0], &conns, &discs);
-	assert_int_equal(conns, 1);
+	/* (Then, unanswered, each again on a connection of its own: the
+	 * repair thread's, up to twice.) */
+	assert_true(conns >= 1);
 	assert_true(discs >= 2); /* one per QP: two cores, each an endpoint of its own */
 	t = now_s();
 	ferry_engine_destroy(init);
@@ -1638,6 +1640,42 @@ static void test_destroy_beside_open(void **state)
 	pair_teardown(&P);
 }
 
+/*
+ * A peer slower than our DISCONNECT timeout (its control thread held
+ * while a segment to it closes): the close returns at its timeout; the
+ * peer, once it goes on, serves only the first request of the connection
+ * we closed (its answer meets our closed socket; the reset drops the
+ * rest).  The DISCONNECTs it did not answer go again from the repair
+ * thread (up to 3 sends): every QP of ours there is freed.  Before, all but
+ * the first stayed until its lease ran out -- for ever while our
+ * keepalives renewed it.
+ */
+static void test_close_to_slow_peer(void **state)
+{
+	struct stall hold;
+	unsigned before, left;
+	uint64_t inc;
+
+	(void)state;
+	need_loop();
+	setup_pair(200);
+	P.init->disc_timeout_ms = 300;
+	inc = P.init->incarnation;
+	before = passive_count_of(P.target, inc);
+	assert_true(before > 1); /* a DISCONNECT each, on one connection */
+	stall_begin(&hold, P.target, NULL, 0);
+	assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
+	P.seg = 0;
+	__atomic_store_n(&hold.release, 1, __ATOMIC_RELEASE);
+	pthread_join(hold.thread, NULL);
+	/* Well within the peer's lease (30 s): our DISCONNECTs, not its expiry. */
+	WAIT_UNTIL((left = passive_count_of(P.target, inc)) == 0, 5000,
+		   "the slow peer to free every QP of the closed segment");
+	print_message("QPs of the closed segment left at the slow peer: %u of %u\n", left, before);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
 /* A socket on 127.0.0.1 that listens and never accepts: a peer that
  * does not answer; its address in address. */
 static int listener_never_accepts(char *address, size_t len)
@@ -1729,6 +1767,7 @@ int main(void)
 		cmocka_unit_test(test_destroy_beside_unanswered_handshake),
 		cmocka_unit_test(test_destroy_beside_open),
 		cmocka_unit_test(test_disconnects_beyond_room),
+		cmocka_unit_test(test_close_to_slow_peer),
 		cmocka_unit_test(test_submit_while_reopening),
 	};
 

@@ -1107,7 +1107,7 @@ static void test_twoproc_peer_exits(void **state)
 	nic_wr_chain(wrs, 32);
 	t0 = now_s();
 	post_ok(s.qp, wrs);
-	poll_n(s.cq, wc, 1); /* a poll copies ~1-2 MiB: the first 8 MiB WR, or less */
+	poll_n(s.cq, wc, 1); /* a poll copies at most CMA_POLL_BYTES_MAX (768 KiB) */
 	assert_int_equal(kill(s.ch.pid, SIGKILL), 0);
 	assert_int_equal(waitpid(s.ch.pid, &st, 0), s.ch.pid);
 	assert_true(WIFSIGNALED(st));
