@@ -23,25 +23,34 @@ bool core_park(struct ferry_core *c, const struct cut_part *pt)
 		return false;
 	p = &c->parked[c->n_parked++];
 	p->pt = *pt;
-	p->round = load_acquire(s->connect_round); /* pairs with: fetch_add_release in repair_reconnects */
+	p->round = load_acquire(s->connect_round); /* pairs with: fetch_add_release in reconnect_done */
 	p->since = c->now;
 	store_release(s->want_eps, 1); /* pairs with: load_acquire in repair_reconnects */
 	repair_kick(c->e);
 	return true;
 }
 
-/* Parked part p: 0 to go back to cutting, 1 to keep waiting, or -errno. */
+/*
+ * Parked part p: 0 to go back to cutting, 1 to keep waiting, or -errno.
+ * The round is read before the endpoint: a reconnect publishes the
+ * endpoint, then ends the round, so one read after a new round is seen is
+ * that reconnect's.  Read the other way round, an endpoint published
+ * between the two reads looked missing, and a reconnect that worked
+ * failed the part -EBUSY (test_many_segments, once in a CI run).
+ */
 static int park_state(struct ferry_core *c, const struct parked_part *p)
 {
 	struct ferry_rq *rq = p->pt.rq;
 	struct ferry_seg *s = rq->seg;
+	/* pairs with: fetch_add_release of connect_round in reconnect_done */
+	uint32_t round = load_acquire(s->connect_round);
 	struct ferry_ep *ep = core_rq_ep(c, rq);
 
 	if (ep && !ep->closing) /* a closing one is on its way out (evicted) */
 		return ep->seg_gen == rq->seg_gen ? 0 : -EBADF;
 	if (load_acquire(s->state) != SEG_OPEN) /* pairs with: store_sc in segment.c */
 		return -EBADF;
-	if (load_acquire(s->connect_round) != p->round) { /* pairs with: repair_reconnects */
+	if (round != p->round) {
 		int err = READ_ONCE(s->connect_err);
 
 		return err ? err : -EBUSY; /* reconnected, but no room on this core */
