@@ -168,9 +168,13 @@ int ctl_keepalive_many(struct ctl_client *cl, const char *const *addresses, unsi
 		       int timeout_ms, uint64_t incarnation, int *rcs);
 /* DISCONNECT d[i] to the engine at addresses[i] (items to one address go
  * on one connection, in their order; each peer gets timeout_ms plus 1 ms
- * per DISCONNECT to the busiest peer). */
+ * per DISCONNECT to the busiest peer).  behind[i] (behind may be NULL):
+ * sent whole behind an unanswered request of its connection, so a peer
+ * that reads it only after we closed that connection will not serve it
+ * (see ctl_disconnect_each). */
 int ctl_disconnect_many(struct ctl_client *cl, const char *const *addresses,
-			const struct wire_disconnect *d, unsigned n, int timeout_ms, int *rcs);
+			const struct wire_disconnect *d, unsigned n, int timeout_ms, int *rcs,
+			bool *behind);
 /* The same, each DISCONNECT on a connection of its own: for a peer that
  * may read them only after we gave up (timeout_ms short).  A connection
  * we closed with requests unread loses all but the first: the peer's

@@ -33,6 +33,7 @@ struct repair {
 	struct repair_flight *flights; /* what each needs when it lands: CTL_CALLS_MAX */
 	bool landed;                   /* a handshake ended since the last DISCONNECT flush */
 	uint32_t disc_queued;          /* seg_disconnect_background queued some */
+	unsigned disc_calls;           /* calls DISCONNECTs hold (WRITE_ONCE: tests read it) */
 	bool reconn_deferred;          /* a reconnect found no room: none start until a call lands */
 	uint32_t reconn_slots[REPAIR_RECONN_MAX]; /* segments whose reconnect is in flight */
 	uint32_t reconn_gens[REPAIR_RECONN_MAX];  /* ... in that generation */

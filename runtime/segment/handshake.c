@@ -32,12 +32,8 @@ struct disc_item {
 	char address[64];
 	uint64_t token;
 	pthread_t by;      /* the thread that queued it sends it */
-	bool brief;        /* sent at destroy with DISC_BRIEF_MS (disconnect_queue) */
-	uint8_t tries;     /* sent and not answered so far (disc_unanswered_again) */
+	bool brief;        /* each on its own connection; at destroy DISC_BRIEF_MS */
 };
-
-/* How many times a DISCONNECT goes unanswered before only the lease frees it. */
-#define DISC_TRIES 3
 
 /* The bound of the DISCONNECTs that engine destroy sends for handshakes it
  * cancelled: a peer that does not answer must not make the destroy wait
@@ -405,7 +401,7 @@ static bool disc_fits(const struct disc_item *d, const char **seen, unsigned *n_
  * caller); how many, 0 when none (or no memory: the leases free them);
  * *more when some of them stay queued. */
 static unsigned disconnects_take(struct ferry_engine *e, bool all, enum disc_kind kind,
-				 unsigned calls_max, bool *more, const char ***addr,
+				 unsigned calls_max, bool *more, unsigned *calls, const char ***addr,
 				 struct wire_disconnect **w, struct disc_item **items)
 {
 	const char *seen[CTL_CALLS_MAX];
@@ -432,6 +428,7 @@ static unsigned disconnects_take(struct ferry_engine *e, bool all, enum disc_kin
 		}
 	}
 	pthread_mutex_unlock(&e->disc_lock);
+	*calls = n_seen; /* (calls_max 0: not counted) */
 	for (d = *items; d; d = d->next)
 		n++;
 	*addr = n ? malloc(n * sizeof(**addr)) : NULL;
@@ -449,31 +446,29 @@ static unsigned disconnects_take(struct ferry_engine *e, bool all, enum disc_kin
 }
 
 /*
- * Items whose DISCONNECT got no answer (rcs[k] for the k-th of the list)
- * are queued again for the repair thread, up to DISC_TRIES sends, the
- * others freed.  A peer slow beyond our timeout serves, once it reads
- * them, only the first request of the connection we closed (its answer
- * meets the closed socket; the reset drops the rest): the others' QPs
- * would stay for as long as our keepalives renew our lease there.  At
- * destroy they would go to nobody: the leases free them.
+ * Items whose DISCONNECT went out whole behind an unanswered request of
+ * its connection (behind[k] for the k-th of the list) are queued again
+ * for the repair thread, each to go on a connection of its own; the
+ * others are freed.  A peer slower than our timeout serves, once it
+ * reads them, only the first unanswered request of a connection we
+ * closed (its answer meets the closed socket; the reset drops the rest):
+ * the others' QPs would stay for as long as our keepalives renew our
+ * lease there.  Not at destroy (again false) nor for a send cancelled by
+ * it: no keepalive renews the lease after that.
  */
 static void disc_unanswered_again(struct ferry_engine *e, struct disc_item *items,
-				  const int *rcs, bool again)
+				  const int *rcs, const bool *behind, bool again)
 {
 	struct disc_item *next;
 	bool queued = false;
 
 	for (unsigned k = 0; items; items = next, k++) {
-		int rc = rcs ? rcs[k] : 0;
-
 		next = items->next;
-		if (!again || items->tries + 1 >= DISC_TRIES ||
-		    (rc != -ETIMEDOUT && rc != -ECANCELED && rc != -ECONNRESET)) {
+		if (!again || !rcs || !behind || !behind[k] || rcs[k] == -ECANCELED) {
 			free(items);
 			continue;
 		}
-		items->tries++;
-		items->brief = true; /* each on its own connection; at destroy 250 ms */
+		items->brief = true;
 		items->by = e->repair.thread;
 		pthread_mutex_lock(&e->disc_lock);
 		TAILQ_INSERT_TAIL(&e->disc_items, items, queued);
@@ -517,21 +512,26 @@ static void disconnects_send(struct ferry_engine *e, bool all, enum disc_kind ki
 	struct wire_disconnect *w;
 	const char **addr;
 	int *rcs = NULL, rc = 0;
-	bool more;
-	unsigned n = disconnects_take(e, all, kind, 0, &more, &addr, &w, &items);
+	bool more, *behind = NULL;
+	unsigned calls;
+	unsigned n = disconnects_take(e, all, kind, 0, &more, &calls, &addr, &w, &items);
 	int timeout_ms = kind == DISC_BRIEF ? DISC_BRIEF_MS : disc_timeout_ms(e);
 
-	if (n)
+	if (n) {
 		rcs = malloc(n * sizeof(*rcs));
+		behind = calloc(n, sizeof(*behind));
+	}
 	if (n && !rcs)
 		log_warn("no memory to free %u of the peers' QPs: their leases will", n);
-	if (rcs)
-		rc = (kind == DISC_BRIEF ? ctl_disconnect_each : ctl_disconnect_many)(
-			&e->client, addr, w, n, timeout_ms, rcs);
+	if (rcs && kind == DISC_BRIEF)
+		rc = ctl_disconnect_each(&e->client, addr, w, n, timeout_ms, rcs);
+	else if (rcs)
+		rc = ctl_disconnect_many(&e->client, addr, w, n, timeout_ms, rcs, behind);
 	for (unsigned i = 0; rcs && !rc && e->opts.verbose && i < n; i++)
 		if (rcs[i]) /* a peer that is gone has nothing left to free */
 			log_info("segment %s: disconnect: %s", addr[i], strerror(-rcs[i]));
-	disc_unanswered_again(e, items, rcs && !rc ? rcs : NULL, !all);
+	disc_unanswered_again(e, items, rcs && !rc ? rcs : NULL, behind, !all);
+	free(behind);
 	free(rcs);
 	free(addr);
 	free(w);
@@ -544,14 +544,18 @@ struct disc_flight {
 	const char **addr;
 	struct wire_disconnect *w;
 	int *rcs;
+	bool *behind;
+	unsigned calls;         /* counted in e->repair.disc_calls while in flight */
 };
 
 static void disc_flight_landed(void *arg)
 {
 	struct disc_flight *f = arg;
+	struct repair *r = &f->e->repair;
 
-	/* (Cancelled at destroy: queued again, the destroy sends them.) */
-	disc_unanswered_again(f->e, f->items, f->rcs, f->rcs != NULL);
+	WRITE_ONCE(r->disc_calls, r->disc_calls - f->calls); /* tests read it */
+	disc_unanswered_again(f->e, f->items, f->rcs, f->behind, true);
+	free(f->behind);
 	free(f->rcs);
 	free(f->addr);
 	free(f->w);
@@ -588,10 +592,14 @@ static unsigned disc_flight_start(struct ferry_engine *e, struct ctl_calls *call
 		return 0;
 	}
 	f->e = e;
-	n = disconnects_take(e, false, kind, room, more, &f->addr, &f->w, &f->items);
+	n = disconnects_take(e, false, kind, room, more, &f->calls, &f->addr, &f->w, &f->items);
 	f->rcs = n ? malloc(n * sizeof(*f->rcs)) : NULL;
+	f->behind = n ? calloc(n, sizeof(*f->behind)) : NULL;
+	/* Counted before the start: a call that ends at once lands inside it. */
+	WRITE_ONCE(e->repair.disc_calls, e->repair.disc_calls + f->calls);
 	rc = n ? ctl_disconnect_start(calls, f->addr, f->w, n, disc_timeout_ms(e),
-				      kind == DISC_BRIEF, f->rcs, disc_flight_landed, f) : 0;
+				      kind == DISC_BRIEF, f->rcs, f->behind, disc_flight_landed, f)
+	       : 0;
 	if (rc == -EBUSY) { /* (cannot be: room checked) */
 		disc_flight_putback(e, f);
 		*more = true;
@@ -604,7 +612,8 @@ static unsigned disc_flight_start(struct ferry_engine *e, struct ctl_calls *call
 		int *rcs = n ? malloc(n * sizeof(*rcs)) : NULL;
 
 		if (rcs)
-			(void)ctl_disconnect_many(&e->client, addr, w, n, disc_timeout_ms(e), rcs);
+			(void)ctl_disconnect_many(&e->client, addr, w, n, disc_timeout_ms(e), rcs,
+						  NULL);
 		free(rcs);
 		free(f->rcs);
 		f->rcs = NULL; /* never filled: what went out is not tried again */
@@ -616,9 +625,14 @@ static unsigned disc_flight_start(struct ferry_engine *e, struct ctl_calls *call
 int seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls)
 {
 	bool more_brief = false, more = false;
-	/* At most half the room: DISCONNECTs to mute peers hold their calls
-	 * 10 s, and repairs and reconnects matter more (leases free the rest). */
-	unsigned room = (ctl_calls_room(calls) + 1) / 2;
+	/* At most half the calls (counted in flight): DISCONNECTs to mute peers
+	 * hold theirs 10 s, and repairs and reconnects matter more (leases free
+	 * the rest). */
+	unsigned half = (ctl_calls_active(calls) + ctl_calls_room(calls) + 1) / 2;
+	unsigned room = e->repair.disc_calls < half ? half - e->repair.disc_calls : 0;
+
+	if (room > ctl_calls_room(calls))
+		room = ctl_calls_room(calls);
 
 	/* What room allows goes now, the rest waits, queued: a round trip here
 	 * would stop the caller's poll loop as long as a peer takes to answer

@@ -1744,6 +1744,43 @@ static void test_disconnects_beyond_room(void **state)
 	pair_teardown(&P);
 }
 
+#define HALF_PEERS 16
+
+/*
+ * The repair thread's DISCONNECTs hold at most half its calls (8 here):
+ * to peers that do not answer each holds its call 10 s, and repairs and
+ * reconnects need the rest.  A first version gave them half of the room
+ * left each time it looked -- 4, then 2, 1, 1 -- and they held all 8 (the
+ * review of ffb7748).
+ */
+static void test_disconnects_half_room(void **state)
+{
+	char addr[HALF_PEERS][64];
+	int lfd[HALF_PEERS];
+	unsigned most = 0;
+
+	(void)state;
+	setup_pair(200);
+	P.init->disc_timeout_ms = 3000;
+	ctl_calls_set_limit(P.init->repair.calls, 8);
+	for (unsigned i = 0; i < HALF_PEERS; i++)
+		lfd[i] = listener_never_accepts(addr[i], sizeof(addr[i]));
+	for (unsigned i = 0; i < HALF_PEERS; i++)
+		seg_disconnect_background(P.init, addr[i], 1000 + i, 1, -ETIMEDOUT);
+	for (double t = now_s(); now_s() - t < 1.0;) {
+		unsigned held = READ_ONCE(P.init->repair.disc_calls);
+
+		most = held > most ? held : most;
+		usleep(1000);
+	}
+	print_message("the repair thread's calls held by DISCONNECTs: at most %u of 8\n", most);
+	assert_in_range(most, 1, 4);
+	for (unsigned i = 0; i < HALF_PEERS; i++)
+		close(lfd[i]);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1768,6 +1805,7 @@ int main(void)
 		cmocka_unit_test(test_destroy_beside_open),
 		cmocka_unit_test(test_disconnects_beyond_room),
 		cmocka_unit_test(test_close_to_slow_peer),
+		cmocka_unit_test(test_disconnects_half_room),
 		cmocka_unit_test(test_submit_while_reopening),
 	};
 

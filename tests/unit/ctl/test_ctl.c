@@ -2141,7 +2141,7 @@ static void test_disconnect_many(void **state)
 		d[i] = (struct wire_disconnect){ .incarnation = 3, .token = i + 1 };
 		addr[i] = i < 5 ? (i % 2 ? b.address : a.address) : i == 5 ? mutes[0] : gone;
 	}
-	assert_int_equal(ctl_disconnect_many(&cl, addr, d, 7, 300, rcs), 0);
+	assert_int_equal(ctl_disconnect_many(&cl, addr, d, 7, 300, rcs, NULL), 0);
 	for (unsigned i = 0; i < 5; i++)
 		assert_int_equal(rcs[i], 0);
 	assert_int_equal(rcs[5], -ETIMEDOUT);
@@ -2153,7 +2153,7 @@ static void test_disconnect_many(void **state)
 	assert_int_equal(counter(&cl.dials), 3); /* a, b, the mute one */
 	/* The handler's errno comes back, on the kept connection. */
 	set_ep_mode(&x, EP_FAIL);
-	assert_int_equal(ctl_disconnect_many(&cl, addr, d, 1, 300, rcs), 0);
+	assert_int_equal(ctl_disconnect_many(&cl, addr, d, 1, 300, rcs, NULL), 0);
 	assert_int_equal(rcs[0], -ENOENT);
 	set_ep_mode(&x, EP_OK);
 	/* More mute peers than go at once, then a live one. */
@@ -2163,14 +2163,14 @@ static void test_disconnect_many(void **state)
 		addr[i] = mutes[i];
 	addr[MUTES] = a.address;
 	t0 = now_ms();
-	assert_int_equal(ctl_disconnect_many(&cl, addr, d, MUTES + 1, 200, rcs), 0);
+	assert_int_equal(ctl_disconnect_many(&cl, addr, d, MUTES + 1, 200, rcs, NULL), 0);
 	print_message("DISCONNECTs to %d mute peers and a live one, timeout 200 ms: %lld ms\n",
 		      MUTES, (long long)(now_ms() - t0));
 	for (unsigned i = 0; i < MUTES; i++)
 		assert_int_equal(rcs[i], -ETIMEDOUT);
 	assert_int_equal(rcs[MUTES], 0);
 	assert_int_equal(disc_count(&x, &last), 5);
-	assert_int_equal(ctl_disconnect_many(&cl, addr, d, 0, 200, rcs), -EINVAL);
+	assert_int_equal(ctl_disconnect_many(&cl, addr, d, 0, 200, rcs, NULL), -EINVAL);
 	/* ctl_disconnect_each: a connection per DISCONNECT, served alike. */
 	for (unsigned i = 0; i < 3; i++)
 		addr[i] = b.address;
