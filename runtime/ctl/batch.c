@@ -84,7 +84,7 @@ struct disc_batch {
 	unsigned n, np, most;   /* most: DISCONNECTs to the busiest peer */
 	unsigned pending;       /* pipes in flight (ctl_disconnect_start) */
 	int *rcs;               /* the caller's, in its order (ctl_disconnect_start) */
-	bool *behind;           /* ... likewise (disc_results) */
+	uint8_t *fate;          /* ... likewise (disc_results) */
 	uint8_t unused[CTL_DISCONNECT_FRAME];
 	struct ctl_call call;
 	ctl_done_fn done;
@@ -136,14 +136,9 @@ static struct disc_batch *disc_batch_new(const char *const *addresses,
 	return b;
 }
 
-/*
- * Each item's result in the caller's order: rcs[i], and behind[i] (if not
- * NULL) when it went out whole behind a request of its connection that
- * was not answered: once the peer reads them after we closed the
- * connection, it serves that first one only (its answer meets our closed
- * socket; the reset drops the rest).
- */
-static void disc_results(const struct disc_batch *b, int *rcs, bool *behind)
+/* Each item's result in the caller's order: rcs[i], and fate[i] (if not
+ * NULL, an enum disc_fate). */
+static void disc_results(const struct disc_batch *b, int *rcs, uint8_t *fate)
 {
 	for (unsigned i = 0; i < b->np; i++) {
 		const struct ctl_pipe *p = &b->pipes[i];
@@ -153,15 +148,21 @@ static void disc_results(const struct disc_batch *b, int *rcs, bool *behind)
 			unsigned item = b->ref[m0 + k].i;
 
 			rcs[item] = b->got[m0 + k];
-			if (behind)
-				behind[item] = k > p->answered && ctl_pipe_unanswered_sent(p, k);
+			if (!fate)
+				continue;
+			if (k < p->answered || !rcs[item])
+				fate[item] = DISC_ANSWERED;
+			else if (!ctl_pipe_unanswered_sent(p, k))
+				fate[item] = DISC_NOT_SENT;
+			else
+				fate[item] = k == p->answered ? DISC_UNREAD_FIRST : DISC_UNREAD_BEHIND;
 		}
 	}
 }
 
 static int disconnect_many(struct ctl_client *cl, const char *const *addresses,
 			   const struct wire_disconnect *d, unsigned n, int timeout_ms, int *rcs,
-			   bool *behind, bool each)
+			   uint8_t *fate, bool each)
 {
 	int rc;
 	struct disc_batch *b = rcs ? disc_batch_new(addresses, d, n, each, &rc) : NULL;
@@ -173,16 +174,16 @@ static int disconnect_many(struct ctl_client *cl, const char *const *addresses,
 	/* 1 ms more per DISCONNECT to the busiest peer: its work. */
 	rc = ctl_call_many(cl, b->pipes, b->np, timeout_ms + (int)b->most, &b->call);
 	if (!rc)
-		disc_results(b, rcs, behind);
+		disc_results(b, rcs, fate);
 	disc_batch_free(b);
 	return rc;
 }
 
 int ctl_disconnect_many(struct ctl_client *cl, const char *const *addresses,
 			const struct wire_disconnect *d, unsigned n, int timeout_ms, int *rcs,
-			bool *behind)
+			uint8_t *fate)
 {
-	return disconnect_many(cl, addresses, d, n, timeout_ms, rcs, behind, false);
+	return disconnect_many(cl, addresses, d, n, timeout_ms, rcs, fate, false);
 }
 
 int ctl_disconnect_each(struct ctl_client *cl, const char *const *addresses,
@@ -199,7 +200,7 @@ static void disc_pipe_landed(void *arg)
 	if (--b->pending)
 		return;
 	if (b->rcs)
-		disc_results(b, b->rcs, b->behind);
+		disc_results(b, b->rcs, b->fate);
 	if (b->done)
 		b->done(b->arg);
 	disc_batch_free(b);
@@ -207,7 +208,7 @@ static void disc_pipe_landed(void *arg)
 
 int ctl_disconnect_start(struct ctl_calls *calls, const char *const *addresses,
 			 const struct wire_disconnect *d, unsigned n, int timeout_ms, bool each,
-			 int *rcs, bool *behind, ctl_done_fn done, void *arg)
+			 int *rcs, uint8_t *fate, ctl_done_fn done, void *arg)
 {
 	int rc;
 	struct disc_batch *b = disc_batch_new(addresses, d, n, each, &rc);
@@ -221,7 +222,7 @@ int ctl_disconnect_start(struct ctl_calls *calls, const char *const *addresses,
 	b->done = done;
 	b->arg = arg;
 	b->rcs = rcs;
-	b->behind = rcs ? behind : NULL;
+	b->fate = rcs ? fate : NULL;
 	b->pending = b->np + 1; /* a pipe that lands at once does not end it early */
 	for (unsigned i = 0; i < b->np; i++)
 		if (ctl_calls_start(calls, &b->pipes[i], &b->call, timeout_ms + (int)b->most,

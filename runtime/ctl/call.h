@@ -111,12 +111,12 @@ void ctl_calls_cancel(struct ctl_calls *s, int rc);
 
 /* ctl_disconnect_many (each: ctl_disconnect_each) without waiting, on
  * calls (a poll loop's): done(arg) once every DISCONNECT ended, their
- * results in rcs[0..n) and behind[0..n) then (rcs may be NULL, behind
- * too).  addresses, rcs and behind must stay until then.  0, -EBUSY (no
+ * results in rcs[0..n) and fate[0..n) then (rcs may be NULL, fate
+ * too).  addresses, rcs and fate must stay until then.  0, -EBUSY (no
  * room: nothing sent), -EINVAL, -ENOMEM. */
 int ctl_disconnect_start(struct ctl_calls *calls, const char *const *addresses,
 			 const struct wire_disconnect *d, unsigned n, int timeout_ms, bool each,
-			 int *rcs, bool *behind, ctl_done_fn done, void *arg);
+			 int *rcs, uint8_t *fate, ctl_done_fn done, void *arg);
 
 /* Every pipe's requests to its peer at once (up to CTL_CALLS_MAX under
  * way), blocking until all are over; call says what is asked (unless a

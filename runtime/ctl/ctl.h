@@ -166,15 +166,23 @@ int ctl_keepalive(struct ctl_client *cl, const char *address, int timeout_ms,
  */
 int ctl_keepalive_many(struct ctl_client *cl, const char *const *addresses, unsigned n,
 		       int timeout_ms, uint64_t incarnation, int *rcs);
+/* What became of a DISCONNECT (ctl_disconnect_many's fate[]).  A peer
+ * that reads a connection's requests only after we closed it serves the
+ * first unanswered one alone: its answer meets our closed socket, and the
+ * reset drops the rest. */
+enum disc_fate {
+	DISC_ANSWERED,     /* rcs[i] is the peer's word (or it was never tried) */
+	DISC_UNREAD_FIRST, /* written whole, first unanswered: served when read */
+	DISC_UNREAD_BEHIND, /* written whole behind it: not served if read late */
+	DISC_NOT_SENT,     /* not written whole (connect, authentication, send) */
+};
 /* DISCONNECT d[i] to the engine at addresses[i] (items to one address go
  * on one connection, in their order; each peer gets timeout_ms plus 1 ms
- * per DISCONNECT to the busiest peer).  behind[i] (behind may be NULL):
- * sent whole behind an unanswered request of its connection, so a peer
- * that reads it only after we closed that connection will not serve it
- * (see ctl_disconnect_each). */
+ * per DISCONNECT to the busiest peer); fate[i] (fate may be NULL): an
+ * enum disc_fate. */
 int ctl_disconnect_many(struct ctl_client *cl, const char *const *addresses,
 			const struct wire_disconnect *d, unsigned n, int timeout_ms, int *rcs,
-			bool *behind);
+			uint8_t *fate);
 /* The same, each DISCONNECT on a connection of its own: for a peer that
  * may read them only after we gave up (timeout_ms short).  A connection
  * we closed with requests unread loses all but the first: the peer's

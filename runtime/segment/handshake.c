@@ -33,7 +33,12 @@ struct disc_item {
 	uint64_t token;
 	pthread_t by;      /* the thread that queued it sends it */
 	bool brief;        /* each on its own connection; at destroy DISC_BRIEF_MS */
+	uint8_t sends;     /* tries that never reached the peer (disc_unanswered_again) */
 };
+
+/* Tries of a DISCONNECT that never reaches its peer whole (connect or
+ * authentication timed out) before the peer's lease is left to free it. */
+#define DISC_SENDS 3
 
 /* The bound of the DISCONNECTs that engine destroy sends for handshakes it
  * cancelled: a peer that does not answer must not make the destroy wait
@@ -445,26 +450,36 @@ static unsigned disconnects_take(struct ferry_engine *e, bool all, enum disc_kin
 	return n;
 }
 
+/* Whether item d, whose DISCONNECT ended with rc and fate, goes again. */
+static bool disc_again(struct disc_item *d, int rc, uint8_t fate)
+{
+	if (rc == -ECANCELED) /* at destroy: no keepalive renews the lease now */
+		return false;
+	if (fate == DISC_UNREAD_BEHIND)
+		return true; /* once: alone on its connection, it is served when read */
+	/* Never reached the peer whole: a stalled or cut off one, which may
+	 * come back and then keep its QPs while our keepalives renew them. */
+	return fate == DISC_NOT_SENT && rc == -ETIMEDOUT && ++d->sends < DISC_SENDS;
+}
+
 /*
- * Items whose DISCONNECT went out whole behind an unanswered request of
- * its connection (behind[k] for the k-th of the list) are queued again
- * for the repair thread, each to go on a connection of its own; the
- * others are freed.  A peer slower than our timeout serves, once it
- * reads them, only the first unanswered request of a connection we
- * closed (its answer meets the closed socket; the reset drops the rest):
- * the others' QPs would stay for as long as our keepalives renew our
- * lease there.  Not at destroy (again false) nor for a send cancelled by
- * it: no keepalive renews the lease after that.
+ * Items whose DISCONNECT did not get through (rcs[k] and fate[k] for the
+ * k-th of the list) go again from the repair thread, each on a connection
+ * of its own; the others are freed.  A peer slower than our timeout
+ * serves, once it reads them, only the first unanswered request of a
+ * connection we closed (its answer meets the closed socket; the reset
+ * drops the rest), and the QPs of the others would stay for as long as
+ * our keepalives renew our lease there.  Not at destroy (again false).
  */
 static void disc_unanswered_again(struct ferry_engine *e, struct disc_item *items,
-				  const int *rcs, const bool *behind, bool again)
+				  const int *rcs, const uint8_t *fate, bool again)
 {
 	struct disc_item *next;
 	bool queued = false;
 
 	for (unsigned k = 0; items; items = next, k++) {
 		next = items->next;
-		if (!again || !rcs || !behind || !behind[k] || rcs[k] == -ECANCELED) {
+		if (!again || !rcs || !fate || !disc_again(items, rcs[k], fate[k])) {
 			free(items);
 			continue;
 		}
@@ -512,26 +527,28 @@ static void disconnects_send(struct ferry_engine *e, bool all, enum disc_kind ki
 	struct wire_disconnect *w;
 	const char **addr;
 	int *rcs = NULL, rc = 0;
-	bool more, *behind = NULL;
+	bool more;
+	uint8_t *fate = NULL;
 	unsigned calls;
 	unsigned n = disconnects_take(e, all, kind, 0, &more, &calls, &addr, &w, &items);
 	int timeout_ms = kind == DISC_BRIEF ? DISC_BRIEF_MS : disc_timeout_ms(e);
 
 	if (n) {
 		rcs = malloc(n * sizeof(*rcs));
-		behind = calloc(n, sizeof(*behind));
+		fate = calloc(n, sizeof(*fate));
 	}
 	if (n && !rcs)
 		log_warn("no memory to free %u of the peers' QPs: their leases will", n);
 	if (rcs && kind == DISC_BRIEF)
 		rc = ctl_disconnect_each(&e->client, addr, w, n, timeout_ms, rcs);
 	else if (rcs)
-		rc = ctl_disconnect_many(&e->client, addr, w, n, timeout_ms, rcs, behind);
+		rc = ctl_disconnect_many(&e->client, addr, w, n, timeout_ms, rcs, fate);
 	for (unsigned i = 0; rcs && !rc && e->opts.verbose && i < n; i++)
 		if (rcs[i]) /* a peer that is gone has nothing left to free */
 			log_info("segment %s: disconnect: %s", addr[i], strerror(-rcs[i]));
-	disc_unanswered_again(e, items, rcs && !rc ? rcs : NULL, behind, !all);
-	free(behind);
+	/* (Brief ones, each: no fate, none again; only destroy sends them so.) */
+	disc_unanswered_again(e, items, rcs && !rc ? rcs : NULL, fate, !all && kind != DISC_BRIEF);
+	free(fate);
 	free(rcs);
 	free(addr);
 	free(w);
@@ -544,7 +561,7 @@ struct disc_flight {
 	const char **addr;
 	struct wire_disconnect *w;
 	int *rcs;
-	bool *behind;
+	uint8_t *fate;
 	unsigned calls;         /* counted in e->repair.disc_calls while in flight */
 };
 
@@ -554,8 +571,8 @@ static void disc_flight_landed(void *arg)
 	struct repair *r = &f->e->repair;
 
 	WRITE_ONCE(r->disc_calls, r->disc_calls - f->calls); /* tests read it */
-	disc_unanswered_again(f->e, f->items, f->rcs, f->behind, true);
-	free(f->behind);
+	disc_unanswered_again(f->e, f->items, f->rcs, f->fate, true);
+	free(f->fate);
 	free(f->rcs);
 	free(f->addr);
 	free(f->w);
@@ -594,11 +611,11 @@ static unsigned disc_flight_start(struct ferry_engine *e, struct ctl_calls *call
 	f->e = e;
 	n = disconnects_take(e, false, kind, room, more, &f->calls, &f->addr, &f->w, &f->items);
 	f->rcs = n ? malloc(n * sizeof(*f->rcs)) : NULL;
-	f->behind = n ? calloc(n, sizeof(*f->behind)) : NULL;
+	f->fate = n ? calloc(n, sizeof(*f->fate)) : NULL;
 	/* Counted before the start: a call that ends at once lands inside it. */
 	WRITE_ONCE(e->repair.disc_calls, e->repair.disc_calls + f->calls);
 	rc = n ? ctl_disconnect_start(calls, f->addr, f->w, n, disc_timeout_ms(e),
-				      kind == DISC_BRIEF, f->rcs, f->behind, disc_flight_landed, f)
+				      kind == DISC_BRIEF, f->rcs, f->fate, disc_flight_landed, f)
 	       : 0;
 	if (rc == -EBUSY) { /* (cannot be: room checked) */
 		disc_flight_putback(e, f);
