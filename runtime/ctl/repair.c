@@ -685,7 +685,7 @@ static void *repair_main(void *arg)
 		work += repair_flights_run(e);
 		work += repair_reconnects(e);
 		work += reap_run(&e->reaper);
-		/* pairs with: store_release in seg_disconnect_background (items queued) */
+		/* pairs with: store_release in disc_wake_repair (items queued) */
 		if (xchg_acquire(e->repair.disc_queued, 0))
 			e->repair.landed = true; /* their DISCONNECTs go with the next flush */
 		if (e->repair.landed && !repair_destroying(e)) /* the old halves of QPs ... */

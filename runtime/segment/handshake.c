@@ -52,6 +52,13 @@ struct disc_item {
  * back on one connection per peer. */
 enum disc_kind { DISC_BRIEF, DISC_FULL };
 
+int seg_hs_timeout_ms(struct ferry_engine *e)
+{
+	uint32_t t = READ_ONCE(e->hs_timeout_ms);
+
+	return (int)(t ? t : SEG_CTL_TIMEOUT_MS);
+}
+
 void seg_peer_of(const struct ferry_seg *s, uint16_t remote_nic, struct seg_peer *out)
 {
 	memcpy(out->address, s->address, sizeof(out->address));
@@ -205,8 +212,6 @@ static unsigned hs_batch_build(struct ferry_engine *e, const struct seg_hs *hs, 
 	return np;
 }
 
-/* The answers in: each handshake's reply checked and our QPs connected;
- * rcs[k] what seg_handshake_many documents. */
 /* The peer's halves of handshake hs[k], which it may have made though we
  * cannot use them, go back (a peer that never made them answers -ENOENT). */
 static void hs_peer_may_hold(struct ferry_engine *e, const struct seg_hs *h, int why)
@@ -231,6 +236,8 @@ static void hs_unanswered_back(struct ferry_engine *e, const struct seg_hs *hs,
 	}
 }
 
+/* The answers in: each handshake's reply checked and our QPs connected;
+ * rcs[k] what seg_handshake_many documents. */
 static void hs_batch_finish(struct ferry_engine *e, const struct seg_hs *hs, unsigned n,
 			    struct hs_batch *b, unsigned sent, int *rcs, bool quiet)
 {
@@ -375,14 +382,20 @@ void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t 
 	disconnect_queue(e, address, token, n, pthread_self(), false);
 }
 
+/* Items were queued for the repair thread: it sends them on its next pass.
+ * After the unlock: the repair thread that sees the flag finds the items. */
+static void disc_wake_repair(struct ferry_engine *e)
+{
+	/* pairs with: xchg_acquire in repair_main */
+	store_release(e->repair.disc_queued, 1);
+	repair_kick(e);
+}
+
 void seg_disconnect_background(struct ferry_engine *e, const char *address, uint64_t token,
 			       unsigned n, int why)
 {
 	disconnect_queue(e, address, token, n, e->repair.thread, why == -ECANCELED);
-	/* After the unlock: the repair thread that sees the flag finds the items.
-	 * pairs with: xchg_acquire in repair_main */
-	store_release(e->repair.disc_queued, 1);
-	repair_kick(e);
+	disc_wake_repair(e);
 }
 
 /* Whether d fits in the calls_max (0: any number) calls the items taken
@@ -490,11 +503,8 @@ static void disc_unanswered_again(struct ferry_engine *e, struct disc_item *item
 		pthread_mutex_unlock(&e->disc_lock);
 		queued = true;
 	}
-	if (!queued)
-		return;
-	/* pairs with: xchg_acquire in repair_main */
-	store_release(e->repair.disc_queued, 1);
-	repair_kick(e);
+	if (queued)
+		disc_wake_repair(e);
 }
 
 /*
@@ -507,13 +517,6 @@ static void disc_unanswered_again(struct ferry_engine *e, struct disc_item *item
  * caller's own: taking another thread's (a close's) would let that one
  * return before its peer freed its halves, and hold this one meanwhile.
  */
-int seg_hs_timeout_ms(struct ferry_engine *e)
-{
-	uint32_t t = READ_ONCE(e->hs_timeout_ms);
-
-	return (int)(t ? t : SEG_CTL_TIMEOUT_MS);
-}
-
 static int disc_timeout_ms(struct ferry_engine *e)
 {
 	uint32_t t = READ_ONCE(e->disc_timeout_ms);
@@ -533,10 +536,10 @@ static void disconnects_send(struct ferry_engine *e, bool all, enum disc_kind ki
 	unsigned n = disconnects_take(e, all, kind, 0, &more, &calls, &addr, &w, &items);
 	int timeout_ms = kind == DISC_BRIEF ? DISC_BRIEF_MS : disc_timeout_ms(e);
 
-	if (n) {
+	if (n)
 		rcs = malloc(n * sizeof(*rcs));
+	if (n && kind == DISC_FULL) /* (brief ones go each alone: first on theirs) */
 		fate = calloc(n, sizeof(*fate));
-	}
 	if (n && !rcs)
 		log_warn("no memory to free %u of the peers' QPs: their leases will", n);
 	if (rcs && kind == DISC_BRIEF)

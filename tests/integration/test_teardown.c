@@ -1727,6 +1727,22 @@ static int listener_never_accepts(char *address, size_t len)
 	return fd;
 }
 
+/* n such listeners, and a DISCONNECT of one token queued for the repair
+ * thread to each. */
+static void disconnects_to_listeners(unsigned n, char (*addr)[64], int *lfd)
+{
+	for (unsigned i = 0; i < n; i++)
+		lfd[i] = listener_never_accepts(addr[i], sizeof(addr[i]));
+	for (unsigned i = 0; i < n; i++)
+		seg_disconnect_background(P.init, addr[i], 1000 + i, 1, -ETIMEDOUT);
+}
+
+static void listeners_close(unsigned n, const int *lfd)
+{
+	for (unsigned i = 0; i < n; i++)
+		close(lfd[i]);
+}
+
 #define DISC_PEERS 5
 
 /*
@@ -1747,15 +1763,12 @@ static void test_disconnects_beyond_room(void **state)
 	setup_pair(200);
 	P.init->disc_timeout_ms = 200;
 	ctl_calls_set_limit(P.init->repair.calls, 2);
-	for (unsigned i = 0; i < DISC_PEERS; i++)
-		lfd[i] = listener_never_accepts(addr[i], sizeof(addr[i]));
 	/* All queued before the repair thread looks (it sends none while a
 	 * destroy is under way), as after a burst of repairs. */
 	pthread_mutex_lock(&P.init->ctl_lock);
 	P.init->destroying = 1;
 	pthread_mutex_unlock(&P.init->ctl_lock);
-	for (unsigned i = 0; i < DISC_PEERS; i++)
-		seg_disconnect_background(P.init, addr[i], 1000 + i, 1, -ETIMEDOUT);
+	disconnects_to_listeners(DISC_PEERS, addr, lfd);
 	usleep(100 * 1000);
 	pthread_mutex_lock(&P.init->ctl_lock);
 	P.init->destroying = 0;
@@ -1773,8 +1786,7 @@ static void test_disconnects_beyond_room(void **state)
 	print_message("peers the repair thread's DISCONNECTs reached: %u of %u\n", reached,
 		      DISC_PEERS);
 	assert_int_equal(reached, DISC_PEERS);
-	for (unsigned i = 0; i < DISC_PEERS; i++)
-		close(lfd[i]);
+	listeners_close(DISC_PEERS, lfd);
 	assert_quiet_and_close(P.init, &P.seg);
 	pair_teardown(&P);
 }
@@ -1798,10 +1810,7 @@ static void test_disconnects_half_room(void **state)
 	setup_pair(200);
 	P.init->disc_timeout_ms = 3000;
 	ctl_calls_set_limit(P.init->repair.calls, 8);
-	for (unsigned i = 0; i < HALF_PEERS; i++)
-		lfd[i] = listener_never_accepts(addr[i], sizeof(addr[i]));
-	for (unsigned i = 0; i < HALF_PEERS; i++)
-		seg_disconnect_background(P.init, addr[i], 1000 + i, 1, -ETIMEDOUT);
+	disconnects_to_listeners(HALF_PEERS, addr, lfd);
 	for (double t = now_s(); now_s() - t < 1.0;) {
 		unsigned held = READ_ONCE(P.init->repair.disc_calls);
 
@@ -1810,8 +1819,7 @@ static void test_disconnects_half_room(void **state)
 	}
 	print_message("the repair thread's calls held by DISCONNECTs: at most %u of 8\n", most);
 	assert_in_range(most, 1, 4);
-	for (unsigned i = 0; i < HALF_PEERS; i++)
-		close(lfd[i]);
+	listeners_close(HALF_PEERS, lfd);
 	assert_quiet_and_close(P.init, &P.seg);
 	pair_teardown(&P);
 }
