@@ -442,6 +442,20 @@ static int64_t conn_deadline(const struct ctl_conn *cn)
 	return d;
 }
 
+/*
+ * Bytes of a next request already wait in conn's socket.  Looked at before
+ * an idle close: after this thread was held up (a handler that took longer
+ * than idle_ms) the timers run before the events, and closing over a
+ * request that came meanwhile drops it unread -- the client sees a reset,
+ * and a pipelined batch (DISCONNECTs) loses every request behind it.
+ */
+static bool conn_has_input(const struct ctl_conn *cn)
+{
+	uint8_t b;
+
+	return recv(cn->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
 /* Close conn if one of its deadlines passed; true if it did. */
 static bool conn_expire(struct ctl *c, struct ctl_conn *cn, int64_t now)
 {
@@ -457,6 +471,10 @@ static bool conn_expire(struct ctl *c, struct ctl_conn *cn, int64_t now)
 				      "(%zu of %u bytes)", CTL_IO_TIMEOUT_MS, cn->got,
 				      cn->have_hdr ? cn->h.payload_len : WIRE_HDR_LEN);
 	} else if (!cn->tx && !cn->have_hdr && cn->got == 0 && cn->idle_deadline <= now) {
+		if (conn_has_input(cn)) { /* not idle: read by the next epoll_wait */
+			cn->idle_deadline = now + c->cfg.idle_ms;
+			return false;
+		}
 		/* Idle: nothing to say, the client redials when it needs us. */
 	} else {
 		return false;

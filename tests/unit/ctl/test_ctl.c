@@ -41,7 +41,7 @@
 
 #define FETCH_MS 3000
 
-enum mode { MODE_OK, MODE_FAIL, MODE_INVALID, MODE_HUGE };
+enum mode { MODE_OK, MODE_FAIL, MODE_INVALID, MODE_HUGE, MODE_HOLD /* until MODE_OK */ };
 
 /* What the endpoint callbacks do. */
 enum ep_mode {
@@ -107,6 +107,11 @@ static int describe(void *arg, struct seg_desc *out)
 		return 0;
 	case MODE_HUGE:
 		fill_desc(out, WIRE_MAX_NICS, WIRE_MAX_REGIONS);
+		return 0;
+	case MODE_HOLD: /* the server's thread stays here: a slow handler */
+		while (__atomic_load_n(&x->mode, __ATOMIC_RELAXED) == MODE_HOLD)
+			usleep(1000);
+		fill_desc(out, x->n_nics, x->n_regions);
 		return 0;
 	default:
 		fill_desc(out, x->n_nics, x->n_regions);
@@ -1628,6 +1633,59 @@ static void test_idle_timeout(void **state)
 	ctl_stop(&c);
 }
 
+/* Read a WIRE_DESC reply from fd and check it. */
+static void raw_expect_desc(int fd, uint16_t n_nics, uint32_t n_regions)
+{
+	uint8_t hb[WIRE_HDR_LEN], *payload;
+	struct wire_hdr h;
+	struct seg_desc d;
+
+	raw_recv(fd, hb, sizeof(hb));
+	assert_int_equal(wire_hdr_decode(hb, sizeof(hb), &h), 0);
+	assert_int_equal(h.type, WIRE_DESC);
+	payload = malloc(h.payload_len);
+	assert_non_null(payload);
+	raw_recv(fd, payload, h.payload_len);
+	assert_int_equal(wire_desc_decode(payload, h.payload_len, &d), 0);
+	expect_desc(&d, n_nics, n_regions);
+	seg_desc_free(&d);
+	free(payload);
+}
+
+/*
+ * A request that arrives on an idle connection while the server's thread
+ * is held up (a handler slower than idle_ms) is answered when the thread
+ * comes back, not dropped by the idle close: the timers run first then,
+ * and the connection's idle deadline has passed (before: closed unread,
+ * the client saw a reset).
+ */
+static void test_idle_close_spares_queued(void **state)
+{
+	struct ctl c;
+	struct ctx x;
+	int a, b;
+
+	(void)state;
+	next_cfg.idle_ms = 200;
+	start(&c, &x, 2, 5);
+	a = raw_connect(c.address);
+	b = raw_connect(c.address);
+	WAIT_UNTIL(READ_ONCE(c.n_conns) == 2, WAIT_DEADLINE_MS, "both connections accepted");
+	__atomic_store_n(&x.mode, MODE_HOLD, __ATOMIC_RELAXED);
+	send_hdr(b, WIRE_VERSION, WIRE_GET_DESC, 0);
+	WAIT_UNTIL(__atomic_load_n(&x.calls, __ATOMIC_RELAXED) == 1, WAIT_DEADLINE_MS,
+		   "the server's thread held in describe");
+	send_hdr(a, WIRE_VERSION, WIRE_GET_DESC, 0); /* queued while a's deadline passes */
+	usleep(3 * 200 * 1000);
+	__atomic_store_n(&x.mode, MODE_OK, __ATOMIC_RELAXED);
+	raw_expect_desc(b, 2, 5);
+	raw_expect_desc(a, 2, 5);
+	close(a);
+	close(b);
+	assert_int_equal(counter(&c.refused), 0);
+	ctl_stop(&c);
+}
+
 /* The client keeps its connection: one dial for many calls, one server
  * connection; the server closing it while idle costs a new dial, no error. */
 static void test_client_reuse(void **state)
@@ -2615,6 +2673,7 @@ int main(void)
 		cmocka_unit_test(test_trickler_delays_nobody),
 		cmocka_unit_test(test_conn_cap),
 		cmocka_unit_test(test_idle_timeout),
+		cmocka_unit_test(test_idle_close_spares_queued),
 		cmocka_unit_test(test_client_reuse),
 		cmocka_unit_test(test_client_redial),
 		cmocka_unit_test(test_notify_many),
