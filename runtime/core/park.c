@@ -5,7 +5,8 @@
  * waits here, without
  * blocking anything, while the repair thread reconnects; every sweep asks
  * again, and the part goes back to cutting or ends with the reconnect's
- * error, -EBUSY (reconnected, but no room on this core) or -ETIMEDOUT.
+ * error, -EBUSY (reconnected, but no room on this core) or -ETIMEDOUT; a
+ * reconnect that did not try its core (park_again) is not its verdict.
  */
 #include <errno.h>
 
@@ -31,6 +32,22 @@ bool core_park(struct ferry_core *c, const struct cut_part *pt)
 }
 
 /*
+ * A reconnect ended that did not try this core: it had an endpoint when
+ * that reconnect began, evicted since (the segment idle meanwhile).  Its
+ * result says nothing about this core: wait for the next one, asked for
+ * here, instead of failing -EBUSY for a reconnect nobody made.
+ */
+static int park_again(struct ferry_core *c, struct parked_part *p, uint32_t round)
+{
+	struct ferry_seg *s = p->pt.rq->seg;
+
+	p->round = round;
+	store_release(s->want_eps, 1); /* pairs with: load_acquire in repair_reconnects */
+	repair_kick(c->e);
+	return 1;
+}
+
+/*
  * Parked part p: 0 to go back to cutting, 1 to keep waiting, or -errno.
  * The round is read before the endpoint: a reconnect publishes the
  * endpoint, then ends the round, so one read after a new round is seen is
@@ -38,7 +55,7 @@ bool core_park(struct ferry_core *c, const struct cut_part *pt)
  * between the two reads looked missing, and a reconnect that worked
  * failed the part -EBUSY (test_many_segments, once in a CI run).
  */
-static int park_state(struct ferry_core *c, const struct parked_part *p)
+static int park_state(struct ferry_core *c, struct parked_part *p)
 {
 	struct ferry_rq *rq = p->pt.rq;
 	struct ferry_seg *s = rq->seg;
@@ -53,6 +70,8 @@ static int park_state(struct ferry_core *c, const struct parked_part *p)
 	if (round != p->round) {
 		int err = READ_ONCE(s->connect_err);
 
+		if (!(READ_ONCE(s->connect_cores) & (1ull << c->index)))
+			return park_again(c, p, round);
 		return err ? err : -EBUSY; /* reconnected, but no room on this core */
 	}
 	if (c->timeout_ticks && c->now - p->since > c->timeout_ticks)

@@ -432,8 +432,10 @@ static unsigned repair_drain(struct ferry_engine *e)
 	return got;
 }
 
-/* A reconnect of slot ended (rc): the requests parked for it look again. */
-static void reconnect_done(struct ferry_engine *e, struct ferry_seg *s, uint32_t gen, int rc)
+/* A reconnect of slot ended (rc), having tried the cores in mask cores:
+ * the requests parked for it look again. */
+static void reconnect_done(struct ferry_engine *e, struct ferry_seg *s, uint32_t gen,
+			   uint64_t cores, int rc)
 {
 	/* Closed (and maybe reopened) meanwhile: none of its requests is
 	 * parked any more (the close waited for them); a new generation's
@@ -441,6 +443,7 @@ static void reconnect_done(struct ferry_engine *e, struct ferry_seg *s, uint32_t
 	if (load_sc(s->gen) != gen)
 		return;
 	WRITE_ONCE(s->connect_err, rc < 0 ? rc : 0); /* published by the release below */
+	WRITE_ONCE(s->connect_cores, cores);         /* likewise */
 	/* pairs with: load_acquire of connect_round in core_park/park_state */
 	fetch_add_release(s->connect_round, 1);
 	for (unsigned i = 0; i < e->ncores; i++)
@@ -467,6 +470,7 @@ static void reconnect_landed(void *arg, const int *rcs)
 	struct reconn_flight *f = arg;
 	struct ferry_engine *e = f->e;
 	struct repair *r = &e->repair;
+	uint64_t cores = seg_reconnect_cores(f->r);
 	int rc = seg_reconnect_end(e, f->r, rcs);
 
 	for (unsigned k = 0; k < r->n_reconn; k++)
@@ -476,7 +480,7 @@ static void reconnect_landed(void *arg, const int *rcs)
 			WRITE_ONCE(r->n_reconn, r->n_reconn - 1); /* tests read it */
 			break;
 		}
-	reconnect_done(e, seg_at(&e->segs, f->slot), f->gen, rc);
+	reconnect_done(e, seg_at(&e->segs, f->slot), f->gen, cores, rc);
 	r->landed = true; /* the DISCONNECTs of what it made and dropped */
 	free(f);
 }
@@ -517,6 +521,7 @@ static void reconnect_start(struct ferry_engine *e, struct ferry_seg *s, uint32_
 	struct reconn_flight *f;
 	struct seg_reconn *rec;
 	const struct seg_hs *hs;
+	uint64_t cores;
 	unsigned n = 0;
 	int rc;
 
@@ -527,13 +532,14 @@ static void reconnect_start(struct ferry_engine *e, struct ferry_seg *s, uint32_
 	}
 	rec = seg_reconnect_begin(e, s, slot, gen);
 	if (!rec) {
-		reconnect_done(e, s, gen, -ENOMEM);
+		reconnect_done(e, s, gen, ~0ull, -ENOMEM);
 		return;
 	}
+	cores = seg_reconnect_cores(rec);
 	r->landed = true; /* making room may have evicted others' endpoints: their DISCONNECTs */
 	hs = seg_reconnect_hs(rec, &n);
 	if (!n) { /* nothing to send: closed meanwhile, or no endpoint could be made */
-		reconnect_done(e, s, gen, seg_reconnect_end(e, rec, NULL));
+		reconnect_done(e, s, gen, cores, seg_reconnect_end(e, rec, NULL));
 		return;
 	}
 	f = malloc(sizeof(*f));
@@ -553,7 +559,7 @@ static void reconnect_start(struct ferry_engine *e, struct ferry_seg *s, uint32_
 	if (rc == -EBUSY) /* more peers than room */
 		reconnect_later(r, s);
 	else
-		reconnect_done(e, s, gen, rc);
+		reconnect_done(e, s, gen, cores, rc);
 }
 
 /* Segments whose endpoints were evicted and that a request waits for

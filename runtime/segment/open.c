@@ -447,6 +447,7 @@ struct seg_reconn {
 	struct ferry_seg *s;
 	uint32_t slot, gen;
 	int rc;                        /* ep_prepare's, when nothing is connected */
+	uint64_t cores;                /* the cores it tried (no endpoint at begin) */
 	unsigned n;                    /* handshakes in hs */
 	struct seg_hs hs[FERRY_MAX_CORES];
 	struct ep_prep pp[FERRY_MAX_CORES];
@@ -463,8 +464,10 @@ struct seg_reconn *seg_reconnect_begin(struct ferry_engine *e, struct ferry_seg 
 	pthread_mutex_lock(&e->ctl_lock);
 	if (s->state == SEG_OPEN && s->gen == gen && !e->destroying)
 		for (unsigned i = 0; i < e->ncores; i++)
-			if (!s->eps[i])
+			if (!s->eps[i]) {
+				r->cores |= 1ull << i;
 				r->rc = ep_prepare(e, s, slot, i, &r->pp[i]);
+			}
 	pthread_mutex_unlock(&e->ctl_lock);
 	for (unsigned i = 0; i < e->ncores; i++)
 		if (r->pp[i].ep)
@@ -479,6 +482,11 @@ const struct seg_hs *seg_reconnect_hs(const struct seg_reconn *r, unsigned *n)
 {
 	*n = r->n;
 	return r->hs;
+}
+
+uint64_t seg_reconnect_cores(const struct seg_reconn *r)
+{
+	return r->cores;
 }
 
 int seg_reconnect_end(struct ferry_engine *e, struct seg_reconn *r, const int *rcs)

@@ -57,6 +57,7 @@ struct ferry_seg {
 	uint32_t want_eps;             /* a request waits for evicted endpoints */
 	uint32_t connect_round;        /* reconnects the repair thread finished */
 	int32_t connect_err;           /* the last one's result (0 or -errno) */
+	uint64_t connect_cores;        /* the cores it tried (had no endpoint at its start) */
 	/* The repair thread's alone (under ctl_lock): how it tells a dead peer
 	 * once, not at every probe (repair.c). */
 	uint32_t repairs_failed;       /* failed in a row since the last success */
@@ -176,6 +177,8 @@ struct seg_reconn;
 struct seg_reconn *seg_reconnect_begin(struct ferry_engine *e, struct ferry_seg *s,
 				       uint32_t slot, uint32_t gen);
 const struct seg_hs *seg_reconnect_hs(const struct seg_reconn *r, unsigned *n);
+/* The cores r tried: those with no endpoint when it began. */
+uint64_t seg_reconnect_cores(const struct seg_reconn *r);
 int seg_reconnect_end(struct ferry_engine *e, struct seg_reconn *r, const int *rcs);
 /* Room in core i's endpoint cache, evicting with SIEVE if it is full;
  * -EBUSY when every cached endpoint is in use.  ctl_lock held. */

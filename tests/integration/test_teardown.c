@@ -1501,6 +1501,79 @@ static void test_reconnect_without_room(void **state)
 	mute_teardown(&mp, port);
 }
 
+/* Evict P.seg's endpoint on core i (its cache holds one: it goes), as an
+ * open or a reconnect making room there does. */
+static void evict_on(unsigned i)
+{
+	pthread_mutex_lock(&P.init->ctl_lock);
+	assert_int_equal(seg_make_room(P.init, i), 0);
+	pthread_mutex_unlock(&P.init->ctl_lock);
+}
+
+/*
+ * Two cores.  A reconnect tries only the cores without an endpoint when it
+ * begins; here core j's, while core k (where a request to a segment with
+ * no endpoint waits: slot % cores) still has one.  While its handshake is
+ * in flight (the peer held up), core k's endpoint is evicted too and a
+ * request parks there.  The reconnect ends, having made core j's: the
+ * parked part must wait for the next one, which tries core k, not fail
+ * -EBUSY ("no room on this core") for a reconnect that never tried it
+ * (before: FAILED -EBUSY).
+ */
+static void test_park_beside_other_cores_reconnect(void **state)
+{
+	struct ferry_req_status st;
+	struct ferry_opts o;
+	struct ferry_port *port;
+	struct stall hold;
+	struct ferry_seg *s;
+	struct ferry_req r;
+	struct ferry_batch *b;
+	unsigned j, k;
+	uint32_t slot;
+
+	(void)state;
+	need_loop();
+	pair_opts(&o, "0-1");
+	o.ep_cache = 1;
+	o.timeout_ms = 20000; /* the park waits out the held peer */
+	pair_setup(&P, &o, &o, BUF);
+	s = seg_lookup(P.init, P.seg, &slot);
+	assert_non_null(s);
+	k = slot % 2;
+	j = 1 - k;
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
+	evict_on(j);
+	stall_begin(&hold, P.target, NULL, 0);
+	/* What a part parked on core j asks: a reconnect, of core j alone. */
+	store_release(s->want_eps, 1);
+	repair_kick(P.init);
+	WAIT_UNTIL(READ_ONCE(P.init->repair.n_reconn) == 1, WAIT_MS,
+		   "core j's reconnect in flight, its answer held");
+	evict_on(k); /* the segment idle: nothing keeps it */
+	fill_pattern(P.lbuf, 4096, 77);
+	r = mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 4096);
+	assert_int_equal(ferry_submit(b, &r, 1), 0); /* no endpoint: it parks on core k */
+	usleep(100 * 1000);
+	/* The flag its park left would begin the next reconnect as soon as
+	 * this one lands, and the part fail only if its core looked in
+	 * between (a CI run's odds): taken here, so it looks in between. */
+	xchg_acq_rel(s->want_eps, 0);
+	__atomic_store_n(&hold.release, 1, __ATOMIC_RELEASE);
+	pthread_join(hold.thread, NULL);
+	(void)ferry_batch_wait(b, WAIT_MS); /* -EIO before: FAILED -EBUSY */
+	assert_int_equal(ferry_req_status(b, 0, &st), 0);
+	print_message("the request parked on core %u beside core %u's reconnect: %s (%d)\n", k, j,
+		      ferry_state_name(st.state), st.error);
+	assert_int_equal(st.state, FERRY_DONE);
+	assert_memory_equal(P.lbuf, P.rbuf, 4096);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
 /*
  * An open whose handshakes the peer serves too late fails (-ETIMEDOUT)
  * and returns at its timeout; the QPs the peer made then are freed by the
@@ -1843,6 +1916,7 @@ int main(void)
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_late_handshake_answer),
 		cmocka_unit_test(test_reconnect_without_room),
+		cmocka_unit_test(test_park_beside_other_cores_reconnect),
 		cmocka_unit_test(test_open_late_answer),
 		cmocka_unit_test(test_destroy_beside_unanswered_handshake),
 		cmocka_unit_test(test_destroy_beside_open),
