@@ -69,7 +69,8 @@ TSAN_TESTS := tests/unit/ring/test_ring tests/integration/test_integration \
               tests/integration/test_calls tests/integration/test_cluster \
               tests/integration/test_named tests/integration/test_notify \
               tests/integration/test_mixed tests/integration/test_peer_faults \
-              tests/integration/test_caller tests/integration/test_teardown
+              tests/integration/test_caller tests/integration/test_teardown \
+              tests/integration/test_slow_peers
 
 .PHONY: all test test-all test-plain test-transports test-caller test-asan test-tsan test-verbs run-tests install check-install \
         clean bench bench-run bench-tools fuzz callgrind deps deps-check check-layers check-exports

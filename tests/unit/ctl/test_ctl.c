@@ -327,6 +327,25 @@ static void send_hdr(int fd, uint16_t version, uint16_t type, uint32_t payload_l
 	raw_send(fd, b, sizeof(b));
 }
 
+/* Read a WIRE_DESC reply from fd and check it. */
+static void raw_expect_desc(int fd, uint16_t n_nics, uint32_t n_regions)
+{
+	uint8_t hb[WIRE_HDR_LEN], *payload;
+	struct wire_hdr h;
+	struct seg_desc d;
+
+	raw_recv(fd, hb, sizeof(hb));
+	assert_int_equal(wire_hdr_decode(hb, sizeof(hb), &h), 0);
+	assert_int_equal(h.type, WIRE_DESC);
+	payload = malloc(h.payload_len);
+	assert_non_null(payload);
+	raw_recv(fd, payload, h.payload_len);
+	assert_int_equal(wire_desc_decode(payload, h.payload_len, &d), 0);
+	expect_desc(&d, n_nics, n_regions);
+	seg_desc_free(&d);
+	free(payload);
+}
+
 /* ---- tests ------------------------------------------------------------ */
 
 static void test_fetch(void **state)
@@ -544,9 +563,6 @@ static void test_several_requests(void **state)
 {
 	struct ctl c;
 	struct ctx x;
-	uint8_t hb[WIRE_HDR_LEN], *payload;
-	struct wire_hdr h;
-	struct seg_desc d;
 	int fd, i;
 
 	(void)state;
@@ -558,16 +574,7 @@ static void test_several_requests(void **state)
 	for (i = 0; i < 3; i++) {
 		if (i == 2)
 			send_hdr(fd, WIRE_VERSION, WIRE_GET_DESC, 0);
-		raw_recv(fd, hb, sizeof(hb));
-		assert_int_equal(wire_hdr_decode(hb, sizeof(hb), &h), 0);
-		assert_int_equal(h.type, WIRE_DESC);
-		payload = malloc(h.payload_len);
-		assert_non_null(payload);
-		raw_recv(fd, payload, h.payload_len);
-		assert_int_equal(wire_desc_decode(payload, h.payload_len, &d), 0);
-		expect_desc(&d, 2, 5);
-		seg_desc_free(&d);
-		free(payload);
+		raw_expect_desc(fd, 2, 5);
 	}
 	close(fd);
 	wait_served(&c, 3);
@@ -1631,25 +1638,6 @@ static void test_idle_timeout(void **state)
 	close(fd);
 	assert_int_equal(counter(&c.refused), 0);
 	ctl_stop(&c);
-}
-
-/* Read a WIRE_DESC reply from fd and check it. */
-static void raw_expect_desc(int fd, uint16_t n_nics, uint32_t n_regions)
-{
-	uint8_t hb[WIRE_HDR_LEN], *payload;
-	struct wire_hdr h;
-	struct seg_desc d;
-
-	raw_recv(fd, hb, sizeof(hb));
-	assert_int_equal(wire_hdr_decode(hb, sizeof(hb), &h), 0);
-	assert_int_equal(h.type, WIRE_DESC);
-	payload = malloc(h.payload_len);
-	assert_non_null(payload);
-	raw_recv(fd, payload, h.payload_len);
-	assert_int_equal(wire_desc_decode(payload, h.payload_len, &d), 0);
-	expect_desc(&d, n_nics, n_regions);
-	seg_desc_free(&d);
-	free(payload);
 }
 
 /*
