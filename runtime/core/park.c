@@ -68,10 +68,17 @@ static int park_state(struct ferry_core *c, struct parked_part *p)
 	if (load_acquire(s->state) != SEG_OPEN) /* pairs with: store_sc in segment.c */
 		return -EBADF;
 	if (round != p->round) {
+		/* pairs with: store_release of connect_cores in reconnect_done */
+		uint64_t cores = load_acquire(s->connect_cores);
 		int err = READ_ONCE(s->connect_err);
 
-		if (!(READ_ONCE(s->connect_cores) & (1ull << c->index)))
+		if (!(cores & (1ull << c->index)))
 			return park_again(c, p, round);
+		/* A later round than the one read above may have tried this
+		 * core meanwhile: its endpoint is seen now if it made one. */
+		ep = core_rq_ep(c, rq);
+		if (ep && !ep->closing)
+			return ep->seg_gen == rq->seg_gen ? 0 : -EBADF;
 		return err ? err : -EBUSY; /* reconnected, but no room on this core */
 	}
 	if (c->timeout_ticks && c->now - p->since > c->timeout_ticks)

@@ -442,8 +442,9 @@ static void reconnect_done(struct ferry_engine *e, struct ferry_seg *s, uint32_t
 	 * are not told of the old one's result. */
 	if (load_sc(s->gen) != gen)
 		return;
-	WRITE_ONCE(s->connect_err, rc < 0 ? rc : 0); /* published by the release below */
-	WRITE_ONCE(s->connect_cores, cores);         /* likewise */
+	WRITE_ONCE(s->connect_err, rc < 0 ? rc : 0); /* published by the releases below */
+	/* After the endpoints it published; pairs with: load_acquire in park_state */
+	store_release(s->connect_cores, cores);
 	/* pairs with: load_acquire of connect_round in core_park/park_state */
 	fetch_add_release(s->connect_round, 1);
 	for (unsigned i = 0; i < e->ncores; i++)

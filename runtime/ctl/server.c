@@ -40,6 +40,8 @@
 #define CTL_ACCEPT_BURST 64  /* connections accepted per wake-up */
 #define CTL_EVENTS 64
 #define CTL_PAUSE_MS 100     /* accept paused when out of fds or memory */
+#define CTL_SLOW_PASS_MS 10  /* a pass this long is followed by a catch-up (ctl_thread) */
+#define CTL_CATCHUP_MAX 8    /* catch-up passes in a row at most */
 #define CTL_DRAIN_MAX 65536  /* unread bytes discarded before a close, so it is no reset */
 
 static void ctl_count(uint64_t *counter)
@@ -526,25 +528,47 @@ static void ctl_event(struct ctl *c, const struct epoll_event *ev)
 	conn_readable(c, cn);
 }
 
+/* Wait up to timeout ms for events and handle them: 1 once the stop
+ * eventfd is seen, -1 when epoll_wait fails, else 0; *slow: handling
+ * them took longer than CTL_SLOW_PASS_MS. */
+static int ctl_pass(struct ctl *c, int timeout, bool *slow)
+{
+	struct epoll_event evs[CTL_EVENTS];
+	int n = epoll_wait(c->epoll_fd, evs, CTL_EVENTS, timeout);
+	int64_t t0 = sock_now_ms();
+
+	*slow = false;
+	if (n < 0 && errno != EINTR) {
+		ctl_log("epoll_wait: %s", strerror(errno));
+		return -1;
+	}
+	for (int k = 0; k < n; k++) {
+		if (evs[k].data.ptr == c) /* the stop eventfd */
+			return 1;
+	}
+	for (int k = 0; k < n; k++)
+		ctl_event(c, &evs[k]);
+	*slow = sock_now_ms() - t0 > CTL_SLOW_PASS_MS;
+	return 0;
+}
+
+/*
+ * The loop: deadlines, then events.  After a slow pass (a handler held
+ * this thread: a lock, a slow callback) what came in meanwhile is handled
+ * before any deadline is judged -- a request that went whole, a reply
+ * taken, an authentication in time, a next request on an idle connection
+ * all arrived while nobody read, and the timers alone would close them.
+ */
 static void *ctl_thread(void *arg)
 {
 	struct ctl *c = arg;
-	struct epoll_event evs[CTL_EVENTS];
-	int n, timeout;
+	bool slow;
+	int rc = 0;
 
-	for (;;) {
-		timeout = ctl_timers(c);
-		n = epoll_wait(c->epoll_fd, evs, CTL_EVENTS, timeout);
-		if (n < 0 && errno != EINTR) {
-			ctl_log("epoll_wait: %s", strerror(errno));
-			break;
-		}
-		for (int k = 0; k < n; k++) {
-			if (evs[k].data.ptr == c) /* the stop eventfd */
-				return NULL;
-		}
-		for (int k = 0; k < n; k++)
-			ctl_event(c, &evs[k]);
+	while (!rc) {
+		rc = ctl_pass(c, ctl_timers(c), &slow);
+		for (int k = 0; !rc && slow && k < CTL_CATCHUP_MAX; k++)
+			rc = ctl_pass(c, 0, &slow);
 	}
 	return NULL;
 }

@@ -462,7 +462,9 @@ struct seg_reconn *seg_reconnect_begin(struct ferry_engine *e, struct ferry_seg 
 		return NULL;
 	*r = (struct seg_reconn){ .s = s, .slot = slot, .gen = gen, .rc = -EHOSTDOWN };
 	pthread_mutex_lock(&e->ctl_lock);
-	if (s->state == SEG_OPEN && s->gen == gen && !e->destroying)
+	if (s->state != SEG_OPEN || s->gen != gen || e->destroying)
+		r->cores = ~0ull; /* the verdict (-EHOSTDOWN) is every core's */
+	else
 		for (unsigned i = 0; i < e->ncores; i++)
 			if (!s->eps[i]) {
 				r->cores |= 1ull << i;

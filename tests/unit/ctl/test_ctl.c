@@ -1674,6 +1674,42 @@ static void test_idle_close_spares_queued(void **state)
 	ctl_stop(&c);
 }
 
+/*
+ * Likewise a request whose first bytes were read before the server's
+ * thread was held up and whose rest came meanwhile: it is whole, and
+ * answered, though its 2 s deadline passed during the hold-up (before:
+ * refused "not whole", the client saw a reset).
+ */
+static void test_rx_deadline_spares_whole(void **state)
+{
+	uint8_t hb[WIRE_HDR_LEN];
+	struct ctl c;
+	struct ctx x;
+	int a, b;
+
+	(void)state;
+	start(&c, &x, 2, 5);
+	a = raw_connect(c.address);
+	b = raw_connect(c.address);
+	WAIT_UNTIL(READ_ONCE(c.n_conns) == 2, WAIT_DEADLINE_MS, "both connections accepted");
+	wire_hdr_encode(hb, WIRE_GET_DESC, 0);
+	raw_send(a, hb, 3); /* read at once: its deadline is 2 s from now */
+	usleep(100 * 1000);
+	__atomic_store_n(&x.mode, MODE_HOLD, __ATOMIC_RELAXED);
+	send_hdr(b, WIRE_VERSION, WIRE_GET_DESC, 0);
+	WAIT_UNTIL(__atomic_load_n(&x.calls, __ATOMIC_RELAXED) == 1, WAIT_DEADLINE_MS,
+		   "the server's thread held in describe");
+	raw_send(a, hb + 3, sizeof(hb) - 3); /* whole 0.1 s after its first byte */
+	usleep(2500 * 1000);
+	__atomic_store_n(&x.mode, MODE_OK, __ATOMIC_RELAXED);
+	raw_expect_desc(b, 2, 5);
+	raw_expect_desc(a, 2, 5);
+	close(a);
+	close(b);
+	assert_int_equal(counter(&c.refused), 0);
+	ctl_stop(&c);
+}
+
 /* The client keeps its connection: one dial for many calls, one server
  * connection; the server closing it while idle costs a new dial, no error. */
 static void test_client_reuse(void **state)
@@ -2662,6 +2698,7 @@ int main(void)
 		cmocka_unit_test(test_conn_cap),
 		cmocka_unit_test(test_idle_timeout),
 		cmocka_unit_test(test_idle_close_spares_queued),
+		cmocka_unit_test(test_rx_deadline_spares_whole),
 		cmocka_unit_test(test_client_reuse),
 		cmocka_unit_test(test_client_redial),
 		cmocka_unit_test(test_notify_many),
