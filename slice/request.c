@@ -63,9 +63,24 @@ static inline int batch_requests_ended(struct rq_batch *b, uint32_t failed, uint
 	return 0;
 }
 
-static int rq_finish(struct ferry_rq *rq)
+/*
+ * The request's final error, err its error word.  A cancel marks every
+ * pending request, but one whose bytes all moved meanwhile (its slices
+ * were posted already) completed: DONE, as ferry_batch_cancel promises
+ * (the error word keeps -ECANCELED; ferry_req_status says 0 for DONE).
+ * Only a whole success counts every byte: a slice that failed or was
+ * dropped adds none.
+ */
+static int rq_outcome(const struct ferry_rq *rq, int err)
 {
-	int err = load_acquire(rq->error); /* pairs with: cas_release in rq_account */
+	if (unlikely(err == -ECANCELED) && rq->len && READ_ONCE(rq->ok_bytes) == rq->len)
+		return 0;
+	return err;
+}
+
+/* rq ended with final error err. */
+static int rq_finish(struct ferry_rq *rq, int err)
+{
 	struct rq_batch *b = rq->batch;
 
 	if (rq->lreg_refs)
@@ -80,9 +95,10 @@ int rq_end(struct ferry_rq *rq, int err)
 {
 	int32_t none = 0;
 
-	if (err)
-		cas_release(rq->error, &none, err); /* a cancel's error stays; pairs with: rq_finish */
-	return rq_finish(rq);
+	if (!err) /* it happened: a cancel that came meanwhile is too late */
+		return rq_finish(rq, 0);
+	cas_release(rq->error, &none, err); /* a cancel's error stays */
+	return rq_finish(rq, load_acquire(rq->error)); /* pairs with: the cas_release above */
 }
 
 void rq_refuse(struct ferry_rq *rq, int err)
@@ -161,7 +177,7 @@ static struct ferry_rq **ends_finish(struct ferry_rq **r, struct ferry_rq **end,
 			store_release((*r)->state, RQ_DONE);
 	} else {
 		for (; r < q; r++) {
-			int err = READ_ONCE((*r)->error); /* acquired above */
+			int err = rq_outcome(*r, READ_ONCE((*r)->error)); /* acquired above */
 
 			failed += err != 0;
 			/* pairs with: load_acquire in ferry_req_status */
@@ -185,5 +201,8 @@ int rq_ends_flush(struct rq_ends *x)
 
 int rq_account(struct ferry_rq *rq, uint64_t len, int err)
 {
-	return rq_fold(rq, len, err) ? rq_finish(rq) : 0;
+	if (!rq_fold(rq, len, err))
+		return 0;
+	/* pairs with: cas_release in rq_fold and ferry_batch_cancel */
+	return rq_finish(rq, rq_outcome(rq, load_acquire(rq->error)));
 }

@@ -143,7 +143,9 @@ int ferry_req_status(const struct ferry_batch *b, uint32_t i, struct ferry_req_s
 	state = load_acquire(rq->state); /* pairs with: store_release in rq_finish/rq_refuse */
 	error = READ_ONCE(rq->error);
 	st->state = state;
-	st->error = state == FERRY_PENDING ? 0 : error; /* final only once the request is */
+	/* final only once the request is; a DONE one's may hold a cancel that
+	 * came too late (rq_outcome) */
+	st->error = state == FERRY_PENDING || state == FERRY_DONE ? 0 : error;
 	st->bytes = READ_ONCE(rq->ok_bytes);
 	return 0;
 }

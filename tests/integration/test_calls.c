@@ -71,7 +71,9 @@ static void test_try_submit(void **state)
 	assert_int_equal(ferry_batch_destroy(b), 0);
 }
 
-static uint64_t bytes_done(struct ferry_batch *b, uint32_t n, uint32_t *done, uint32_t *canceled)
+/* The n requests of b (len bytes each) ended: how many DONE, how many cancelled. */
+static uint64_t bytes_done(struct ferry_batch *b, uint32_t n, uint64_t len, uint32_t *done,
+			   uint32_t *canceled)
 {
 	uint64_t sum = 0;
 
@@ -86,6 +88,8 @@ static uint64_t bytes_done(struct ferry_batch *b, uint32_t n, uint32_t *done, ui
 		} else {
 			assert_int_equal(st.state, FERRY_FAILED);
 			assert_int_equal(st.error, -ECANCELED);
+			/* One whose bytes all moved completed: DONE, cancel or not. */
+			assert_true(st.bytes < len);
 			(*canceled)++;
 		}
 		sum += st.bytes;
@@ -117,7 +121,7 @@ static void test_cancel(void **state)
 	assert_int_equal(ferry_submit(b, r, N), 0);
 	assert_int_equal(ferry_batch_cancel(b), 0);
 	wait_all(b);
-	bytes_done(b, N, &done, &canceled);
+	bytes_done(b, N, LEN, &done, &canceled);
 	/* 16 MiB behind a 16-entry CQ: most is still waiting when the cancel
 	 * comes -- unless a loaded machine runs this thread again only after
 	 * the cores moved it all (then every request is DONE).  That is
@@ -165,7 +169,7 @@ static void test_cancel_races(void **state)
 			ferry_cpu_relax();
 		assert_int_equal(ferry_batch_cancel(b), 0);
 		wait_all(b);
-		bytes_done(b, N, &d, &c);
+		bytes_done(b, N, LEN, &d, &c);
 		done += d;
 		canceled += c;
 		assert_int_equal(ferry_batch_reset(b), 0);
@@ -251,7 +255,7 @@ static void test_cancel_gauge(void **state)
 			ferry_cpu_relax();
 		assert_int_equal(ferry_batch_cancel(b), 0);
 		wait_all(b);
-		bytes_done(b, N, &d, &k);
+		bytes_done(b, N, LEN, &d, &k);
 		canceled += k;
 		/* Every request has ended: the core runs out of work and sleeps
 		 * (nothing kicks it until the next round). */

@@ -554,6 +554,47 @@ static void test_cancel(void **state)
 	duo_down(&d);
 }
 
+/* A KEEPALIVE to the receiver: its control thread then waits for the
+ * passive_lock the test holds, and serves nothing else meanwhile. */
+static void *keepalive_main(void *arg)
+{
+	(void)ctl_keepalive(NULL, arg, 10000, 1);
+	return NULL;
+}
+
+/*
+ * A cancel that comes while the notification's send waits for the
+ * receiver's answer (its control thread held up): the receiver queues it,
+ * so it ends DONE -- a FAILED -ECANCELED one that the receiver has would
+ * be sent again by the application, and arrive twice (before: FAILED
+ * -ECANCELED, the receiver polled it).
+ */
+static void test_cancel_during_send(void **state)
+{
+	struct ferry_notif n;
+	pthread_t ka;
+	struct duo d;
+	int s;
+
+	(void)state;
+	duo_up(&d, "loop", NULL, 0, 4);
+	pthread_mutex_lock(&d.rcv->passive_lock);
+	assert_int_equal(pthread_create(&ka, NULL, keepalive_main,
+					(void *)ferry_engine_address(d.rcv)), 0);
+	usleep(100 * 1000); /* its control thread waits in the keepalive now */
+	s = ferry_notify(d.b, d.seg, "blocks ready", 12);
+	WAIT_UNTIL(READ_ONCE(d.snd->notify.sends) >= 1, WAIT_DEADLINE_MS, "the send");
+	usleep(20 * 1000);
+	assert_int_equal(ferry_batch_cancel(d.b), 0);
+	pthread_mutex_unlock(&d.rcv->passive_lock);
+	pthread_join(ka, NULL);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), 0);
+	expect_state(d.b, s, FERRY_DONE, 0);
+	assert_int_equal(ferry_notif_poll(d.rcv, &n, 1), 1);
+	assert_memory_equal(n.msg, "blocks ready", 12);
+	duo_down(&d);
+}
+
 /* A receiver that never polls: the notification ends TIMEOUT after timeout_ms of refusals. */
 static void test_full_timeout(void **state)
 {
@@ -632,6 +673,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cluster_key),
 		cmocka_unit_test(test_from_name),
 		cmocka_unit_test(test_cancel),
+		cmocka_unit_test(test_cancel_during_send),
 		cmocka_unit_test(test_full_timeout),
 		cmocka_unit_test(test_mute_peer),
 	};
