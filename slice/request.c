@@ -97,7 +97,7 @@ int rq_end(struct ferry_rq *rq, int err)
 
 	if (!err) /* it happened: a cancel that came meanwhile is too late */
 		return rq_finish(rq, 0);
-	cas_release(rq->error, &none, err); /* a cancel's error stays */
+	cas_release(rq->error, &none, err); /* a cancel's error stays; pairs with: load_acquire below */
 	return rq_finish(rq, load_acquire(rq->error)); /* pairs with: the cas_release above */
 }
 
