@@ -213,46 +213,12 @@ static void batch_call(struct ferry_engine *e, struct lead_batch *lb)
 	nt->sending--;
 }
 
-/* One job alone (a retry after a pause), as an exchange of one. */
-static int lane_call_one(struct ferry_engine *e, struct notify_job *j)
-{
-	struct lead_batch lb = { .j = { j }, .msg = { &j->msg }, .n = 1 };
-
-	batch_call(e, &lb);
-	return lb.rc[0];
-}
-
 /* Asleep until the monotonic ms `until`, or a stop (lock held). */
 static void pause_until(struct notify *nt, int64_t until)
 {
 	struct timespec ts = { until / 1000, (until % 1000) * 1000000 };
 
 	(void)pthread_cond_timedwait(&nt->pause_cond, &nt->lanes_lock, &ts);
-}
-
-/* A lane's own thread: send j until it is delivered, refused for good,
- * cancelled or the engine stops (rc: a first attempt's answer, or 1 for
- * none yet); then end it.  Lock held. */
-static void lane_send(struct ferry_engine *e, struct notify_job *j, int rc)
-{
-	struct notify *nt = &e->notify;
-
-	for (;;) {
-		if (rc == -EAGAIN)
-			rc = job_busy(e, j, sock_now_ms());
-		if (rc <= 0)
-			break;
-		rc = job_stopped(nt, j);
-		if (rc)
-			break;
-		if (sock_now_ms() < j->next_ms) {
-			pause_until(nt, j->next_ms);
-			rc = 1;
-			continue;
-		}
-		rc = lane_call_one(e, j);
-	}
-	notify_job_end(nt, j, rc);
 }
 
 /* ---- the roles ---------------------------------------------------------- */
@@ -291,23 +257,6 @@ static void deputy_ensure(struct ferry_engine *e)
 		(void)thread_start(e);
 }
 
-/* The deposed leader: the rest of its lane, an exchange at a time (each
- * answer taken in order, a full receiver's pause here), then the lane goes
- * (lock held). */
-static void lane_serve(struct ferry_engine *e, struct notify_lane *l)
-{
-	struct lead_batch lb;
-
-	while (l->head) {
-		batch_take(&e->notify, l, &lb);
-		if (lb.n)
-			batch_call(e, &lb);
-		for (unsigned i = 0; i < lb.n; i++)
-			lane_send(e, lb.j[i], lb.rc[i]);
-	}
-	lane_done(&e->notify, l);
-}
-
 /* The leader, after the exchange: the delivered and the failed end; those
  * the receiver refused as full go back first on l, in order, until the
  * first one's pause ends (lock held). */
@@ -341,6 +290,35 @@ static void batch_done(struct ferry_engine *e, struct notify_lane *l, struct lea
 	l->head = refused;
 }
 
+/*
+ * The deposed leader: the rest of its lane, an exchange at a time, then
+ * the lane goes (lock held).  Each exchange settles as the leader's does
+ * (batch_done): what the receiver queued ends at once, what it refused as
+ * full goes back first, and the lane pauses until the first one's retry.
+ * Sending the refused one again alone until it got in held the others of
+ * its exchange PENDING -- delivered, up to timeout_ms.
+ */
+static void lane_serve(struct ferry_engine *e, struct notify_lane *l, struct lead_batch *lb)
+{
+	int64_t wait_us = -1; /* batch_done's report for a leader: not read here */
+
+	for (;;) {
+		batch_done(e, l, lb, &wait_us);
+		if (!l->head)
+			break;
+		if (sock_now_ms() < l->next_ms && !load_acquire(e->notify.stop)) {
+			/* pairs with: store_release in notify_stop_begin */
+			pause_until(&e->notify, l->next_ms);
+			lb->n = 0;
+			continue;
+		}
+		batch_take(&e->notify, l, lb);
+		if (lb->n)
+			batch_call(e, lb);
+	}
+	lane_done(&e->notify, l);
+}
+
 int notify_lead_send(struct ferry_engine *e, unsigned gen, int64_t *wait_us)
 {
 	struct notify *nt = &e->notify;
@@ -363,9 +341,7 @@ int notify_lead_send(struct ferry_engine *e, unsigned gen, int64_t *wait_us)
 		if (nt->lead_gen != gen) {
 			/* The deputy leads now (the watch and the flag are its
 			 * sends' now); this lane stays with this thread. */
-			for (unsigned i = 0; i < lb.n; i++)
-				lane_send(e, lb.j[i], lb.rc[i]);
-			lane_serve(e, l);
+			lane_serve(e, l, &lb);
 			return -1;
 		}
 		watch_arm(nt, 0);

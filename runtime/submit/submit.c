@@ -295,18 +295,23 @@ static int rq_prepare(struct ferry_port *p, struct submit_hold *h, struct ferry_
 	struct ferry_engine *e = p->e;
 	const struct seg_desc *d;
 	struct ferry_seg *s;
-	int rc = rq_check_args(r);
+	int rc;
 
+	/* What ferry_notify looks at (job_deps), written before any refusal:
+	 * a WRITE to its segment refused even for its arguments did not
+	 * succeed, so the notification must not go (-EIO). */
+	rq->op = (uint8_t)r->op; /* FERRY_OP_READ or _WRITE once checked below */
+	rq->seg_slot = (uint32_t)r->seg - 1;
+	rq->seg_gen = (uint32_t)(r->seg >> 32);
+	rc = rq_check_args(r);
 	if (rc)
 		return rc;
 	rq->local = (uintptr_t)r->local;
 	rq->remote = r->remote;
 	rq->len = r->len;
-	rq->op = (uint8_t)r->op; /* checked: FERRY_OP_READ or _WRITE */
 	s = hold_seg(e, h, reqs, i, n, &rq->seg_slot);
 	if (!s)
 		return -EBADF;
-	rq->seg_gen = (uint32_t)(r->seg >> 32);
 	if (READ_ONCE(s->stale))
 		return -ESTALE; /* the peer restarted: open its address again */
 	d = load_acquire(s->desc); /* pairs with: store_release in seg_refresh_locked */
@@ -336,7 +341,7 @@ static int rq_prepare(struct ferry_port *p, struct submit_hold *h, struct ferry_
 static inline void rq_begin(struct ferry_rq *rq, struct rq_batch *b)
 {
 	rq->batch = b;
-	rq->seg_slot = UINT32_MAX; /* no segment until validation finds one (ferry_notify looks) */
+	rq->seg_slot = UINT32_MAX; /* no segment until rq_prepare names one (ferry_notify looks) */
 	rq_outcome_clear(rq);
 }
 

@@ -595,6 +595,122 @@ static void test_cancel_during_send(void **state)
 	duo_down(&d);
 }
 
+/* ---- a delivered notification beside a refused one, after a takeover ---- */
+
+static struct {
+	struct ferry_engine *snd;   /* whose takeovers end the hold-up */
+	int phase;                  /* 0: both refused; 1: one exchange */
+	int j0_calls, held, release;
+} hq;                               /* atomics */
+
+/* The receiver's NOTIFY handler, wrapped: "j0" and "j1" are refused (as
+ * by a full queue) until both wait on the sender's lane; then, in the
+ * exchange that carries both, j0's frame holds this thread until the
+ * sender's deputy takes the lead over (the leader deposed mid-send), and
+ * j0 is refused until the test releases it, while j1 is queued. */
+static int held_notify(void *arg, const struct wire_notify *n)
+{
+	bool j0 = n->len == 2 && !memcmp(n->msg, "j0", 2);
+	bool j1 = n->len == 2 && !memcmp(n->msg, "j1", 2);
+
+	if (j0)
+		__atomic_add_fetch(&hq.j0_calls, 1, __ATOMIC_SEQ_CST);
+	if ((j0 || j1) && !__atomic_load_n(&hq.phase, __ATOMIC_SEQ_CST))
+		return -EAGAIN;
+	if (j0 && !__atomic_exchange_n(&hq.held, 1, __ATOMIC_SEQ_CST))
+		for (int k = 0; k < 2000 && !READ_ONCE(hq.snd->notify.takeovers); k++)
+			usleep(1000);
+	if (j0 && !__atomic_load_n(&hq.release, __ATOMIC_SEQ_CST))
+		return -EAGAIN;
+	return notify_receive(arg, n);
+}
+
+/* j0 first on the sender's lane, j1 behind it: the next exchange takes both. */
+static bool lane_holds_j0_j1(struct ferry_engine *e)
+{
+	struct notify *nt = &e->notify;
+	bool two = false;
+
+	pthread_mutex_lock(&nt->lanes_lock);
+	for (struct notify_lane *l = nt->lanes; l; l = l->next) {
+		unsigned k = 0;
+
+		for (struct notify_job *j = l->head; j; j = j->next)
+			k++;
+		two |= k == 2 && !memcmp(l->head->msg.msg, "j0", 2);
+	}
+	pthread_mutex_unlock(&nt->lanes_lock);
+	return two;
+}
+
+/*
+ * The deposed leader of an exchange in which the receiver queued j1 and
+ * refused j0 (full) ends j1 at once and retries j0 later (found by an
+ * audit of the notify path).  Before, it sent j0 again alone until it
+ * got in, j1 PENDING meanwhile -- delivered, up to timeout_ms; a cancel
+ * then ended it FAILED.
+ */
+static void test_delivered_beside_refused(void **state)
+{
+	struct ferry_notif n;
+	struct duo d;
+
+	(void)state;
+	memset(&hq, 0, sizeof(hq));
+	duo_up(&d, "loop", NULL, 0, 4);
+	hq.snd = d.snd;
+	ctl_set_notify(&d.rcv->ctl, held_notify);
+	/* Ordered before the control thread's next read of it (TSan does not
+	 * see the sockets): it serves a KEEPALIVE under passive_lock. */
+	pthread_mutex_lock(&d.rcv->passive_lock);
+	pthread_mutex_unlock(&d.rcv->passive_lock);
+	(void)ctl_keepalive(NULL, ferry_engine_address(d.rcv), 10000, 1); /* answered or not */
+	assert_int_equal(ferry_notify(d.b, d.seg, "j0", 2), 0);
+	WAIT_UNTIL(__atomic_load_n(&hq.j0_calls, __ATOMIC_SEQ_CST) >= 1, WAIT_DEADLINE_MS,
+		   "j0 refused");
+	assert_int_equal(ferry_notify(d.b, d.seg, "j1", 2), 1);
+	WAIT_UNTIL(lane_holds_j0_j1(d.snd), WAIT_DEADLINE_MS, "j0 and j1 on the lane");
+	__atomic_store_n(&hq.phase, 1, __ATOMIC_SEQ_CST);
+	WAIT_UNTIL(READ_ONCE(d.rcv->notify.received) >= 1, WAIT_DEADLINE_MS, "j1 queued");
+	assert_int_equal(ferry_notif_poll(d.rcv, &n, 1), 1);
+	assert_memory_equal(n.msg, "j1", 2);
+	WAIT_UNTIL(slot_state(d.b, 1) != FERRY_PENDING || slot_state(d.b, 0) != FERRY_PENDING,
+		   WAIT_DEADLINE_MS, "j1's slot to end");
+	print_message("takeovers %llu; j1 %s while j0 %s\n",
+		      (unsigned long long)READ_ONCE(d.snd->notify.takeovers),
+		      ferry_state_name(slot_state(d.b, 1)), ferry_state_name(slot_state(d.b, 0)));
+	assert_true(READ_ONCE(d.snd->notify.takeovers) >= 1);
+	expect_state(d.b, 1, FERRY_DONE, 0);
+	assert_int_equal(slot_state(d.b, 0), FERRY_PENDING); /* still refused */
+	__atomic_store_n(&hq.release, 1, __ATOMIC_SEQ_CST);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), 0);
+	assert_int_equal(ferry_notif_poll(d.rcv, &n, 1), 1);
+	assert_memory_equal(n.msg, "j0", 2);
+	duo_down(&d);
+}
+
+/* A WRITE to the segment refused at submit for its arguments did not
+ * succeed either: its notification ends FAILED -EIO, the peer is not
+ * told (before: DONE, delivered). */
+static void test_refused_write_holds_notification(void **state)
+{
+	struct ferry_notif n;
+	struct ferry_req r;
+	struct duo d;
+	int s;
+
+	(void)state;
+	duo_up(&d, "loop", NULL, 0, 4);
+	r = mkreq(FERRY_OP_WRITE, d.lbuf, d.seg, d.rbuf, 0); /* len 0: -EINVAL */
+	assert_int_equal(ferry_submit(d.b, &r, 1), 0);
+	expect_state(d.b, 0, FERRY_FAILED, -EINVAL);
+	s = ferry_notify(d.b, d.seg, "ready", 5);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), -EIO);
+	expect_state(d.b, s, FERRY_FAILED, -EIO);
+	assert_int_equal(ferry_notif_poll(d.rcv, &n, 1), 0);
+	duo_down(&d);
+}
+
 /* A receiver that never polls: the notification ends TIMEOUT after timeout_ms of refusals. */
 static void test_full_timeout(void **state)
 {
@@ -674,6 +790,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_from_name),
 		cmocka_unit_test(test_cancel),
 		cmocka_unit_test(test_cancel_during_send),
+		cmocka_unit_test(test_delivered_beside_refused),
+		cmocka_unit_test(test_refused_write_holds_notification),
 		cmocka_unit_test(test_full_timeout),
 		cmocka_unit_test(test_mute_peer),
 	};
