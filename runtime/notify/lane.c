@@ -306,8 +306,8 @@ static void lane_serve(struct ferry_engine *e, struct notify_lane *l, struct lea
 		batch_done(e, l, lb, &wait_us);
 		if (!l->head)
 			break;
+		/* pairs with: store_release in notify_stop_begin */
 		if (sock_now_ms() < l->next_ms && !load_acquire(e->notify.stop)) {
-			/* pairs with: store_release in notify_stop_begin */
 			pause_until(&e->notify, l->next_ms);
 			lb->n = 0;
 			continue;
