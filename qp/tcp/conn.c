@@ -14,8 +14,9 @@
  * big frames.
  *
  * Work per call is bounded: epoll_wait takes TCP_EVENTS events, each
- * connection makes at most TCP_IO_CALLS recv and send calls per turn, each
- * of at most TCP_IO_BYTES; the
+ * connection makes at most TCP_IO_CALLS recv calls per turn and twice as
+ * many sends (the target sends before and after it reads; the initiator
+ * again once the peer's HELLO is in), each of at most TCP_IO_BYTES; the
  * epoll set is level-triggered, so whatever is left is reported again by
  * the next poll.  Interest follows need (tcp_want): EPOLLOUT only while
  * something waits to be sent, EPOLLIN off while the target cannot take

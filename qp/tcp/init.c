@@ -213,6 +213,25 @@ static bool resp_index(struct tcp_qp *qp, uint32_t seq, uint32_t *i)
 	return true;
 }
 
+/*
+ * A refusal of the WRITE still going out (*i): the target refuses a WRITE
+ * on its header, and its answer may come while we are still sending the
+ * payload (a large WR, a full socket).  Before it, all WRITEs, answered by
+ * the same ACK.
+ */
+static bool resp_refuses_sending(struct tcp_qp *qp, const struct tcp_frame *f, uint32_t *i)
+{
+	*i = f->seq - qp->psn;
+	if (f->type != TCP_F_ACK || f->status == TCP_ST_OK || *i != qp->sent ||
+	    qp->sent == qp->tail || qp->tx_off < TCP_HDR_LEN ||
+	    sq_at(qp, *i)->op != NIC_OP_WRITE)
+		return false;
+	for (uint32_t k = qp->head; k != *i; k++)
+		if (sq_at(qp, k)->op != NIC_OP_WRITE)
+			return false;
+	return true;
+}
+
 /* The target's HELLO: our own qpn and secret, as we gave them, and its
  * proof of the cluster key. */
 static int init_hello(struct tcp_qp *qp)
@@ -244,7 +263,7 @@ static int init_frame(struct tcp_qp *qp)
 	}
 	if (f->type != TCP_F_ACK && f->type != TCP_F_READ_RESP)
 		return -EPROTO;
-	if (!resp_index(qp, f->seq, &i))
+	if (!resp_index(qp, f->seq, &i) && !resp_refuses_sending(qp, f, &i))
 		return -EPROTO;
 	w = sq_at(qp, i);
 	if (f->type == TCP_F_ACK ? w->op != NIC_OP_WRITE : w->op != NIC_OP_READ)

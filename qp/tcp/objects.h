@@ -63,7 +63,7 @@
 #define TCP_SMALL 256        /* a payload this small: the next header is read in
                               * bulk, so a run of small WRITEs costs one recv each */
 #define TCP_IOV 64           /* iovecs per sendmsg */
-#define TCP_IO_CALLS 4       /* recv or send calls per connection per turn */
+#define TCP_IO_CALLS 4       /* recv calls (and each send burst) per connection per turn */
 #define TCP_IO_BYTES (2u << 20) /* bytes one recvmsg or sendmsg is given at most */
 
 /* epoll data: tag << 32 | id */
@@ -242,6 +242,7 @@ struct tcp_ctx {
 	uint32_t mr_cursor;        /* where reg_mr looks for a free slot (ctx->lock) */
 	uint32_t qp_cursor;        /* where qp_create looks (ctx->lock) */
 	bool has_key;              /* set_key: before any QP, then read-only */
+	uint32_t hello_ms;         /* TCP_HELLO_MS; tests shorten it (tcp_set_hello_ms) */
 	struct auth_key key;       /* the cluster key every HELLO proves */
 
 	/* Rate limit of the connection-level messages (any thread, relaxed). */

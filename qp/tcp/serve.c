@@ -64,6 +64,10 @@ void tcp_accept(struct tcp_cq *cq)
 		}
 		cq->cnt[TC_ACCEPTED]++;
 		slot = pending_slot(cq);
+		if (slot < 0) { /* those past their deadline go first (a core asleep did not sweep) */
+			tcp_pending_sweep(cq);
+			slot = pending_slot(cq);
+		}
 		ev.data.u64 = tcp_tag(TCP_TAG_PEND, (uint32_t)slot);
 		if (slot < 0 || tcp_sock_opts(fd) || epoll_ctl(cq->epfd, EPOLL_CTL_ADD, fd, &ev)) {
 			cq->cnt[TC_REFUSED]++;
@@ -74,7 +78,7 @@ void tcp_accept(struct tcp_cq *cq)
 		}
 		cq->pend[slot] = (struct tcp_pending){
 			.fd = fd,
-			.deadline_ns = ferry_now_ns() + (uint64_t)TCP_HELLO_MS * 1000000u,
+			.deadline_ns = ferry_now_ns() + (uint64_t)READ_ONCE(ctx->hello_ms) * 1000000u,
 		};
 		cq->npend++;
 	}
@@ -287,8 +291,10 @@ static int serve_frame(struct tcp_qp *qp)
 			qp->rx_phase = RX_FENCE;
 		return 0;
 	}
+	/* A zero-length READ names no memory (as verbs): no key to look at. */
 	rsp_push(qp, &(struct tcp_frame){ .type = TCP_F_READ_RESP, .seq = f->seq, .len = f->len },
-		 (const uint8_t *)(uintptr_t)f->addr, f->len, f->rkey);
+		 f->len ? (const uint8_t *)(uintptr_t)f->addr : NULL, f->len,
+		 f->len ? f->rkey : 0);
 	qp->reads_queued++;
 	qp->ack_pending = false; /* the READ_RESP acknowledges the WRITEs before it */
 	qp->bulk = true;

@@ -184,6 +184,7 @@ static int tcp_open(const char *dev, struct nic **out)
 	pthread_mutex_init(&ctx->lock, NULL);
 	CDS_INIT_LIST_HEAD(&ctx->cqs);
 	ctx->lfd = -1;
+	ctx->hello_ms = TCP_HELLO_MS;
 	rc = tcp_parse_dev(dev ? dev : "tcp", &ctx->sa);
 	if (rc) {
 		log_err("tcp: '%s': expected tcp@<IPv4 address>[:port]", dev ? dev : "");
@@ -401,12 +402,19 @@ int tcp_set_mr_access(struct nic *n, const struct nic_mr *mr, unsigned access)
 	pthread_mutex_lock(&ctx->lock);
 	s = tcp_mr_find_locked(ctx, mr->lkey);
 	if (s) {
-		WRITE_ONCE(s->access, access);
+		/* Before the look at the cores' busy_seq (seq_cst both, as
+		 * dereg's key): a core that entered after it sees the change. */
+		store_sc(s->access, access);
 		/* A WRITE already checked may still land: wait it out. */
 		tcp_wait_all_locked(ctx);
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	return s ? 0 : -EINVAL;
+}
+
+void tcp_set_hello_ms(struct nic *n, unsigned ms)
+{
+	WRITE_ONCE(tcp_ctx_of(n)->hello_ms, ms);
 }
 
 /* ------------------------------------------------------------------- CQs */

@@ -17,6 +17,8 @@
 
 /* Change what peers may do to mr (control path); -EINVAL if it is not ours. */
 int tcp_set_mr_access(struct nic *nic, const struct nic_mr *mr, unsigned access);
+/* How long a new connection may take to say HELLO (tests; TCP_HELLO_MS). */
+void tcp_set_hello_ms(struct nic *nic, unsigned ms);
 
 struct tcp_counters {
 	uint64_t frames_tx;     /* frames sent, requests and responses */

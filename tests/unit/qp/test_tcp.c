@@ -522,6 +522,65 @@ static void test_write_refused(void **state)
 	assert_int_equal(P->dereg_mr(e->b, &ro), 0);
 }
 
+/*
+ * The target refuses a WRITE on its header (a read-only region) while the
+ * initiator is still sending its payload (4 MiB: more than the socket
+ * takes at once).  As RC: the WRITE before it succeeds, the refused one
+ * fails REM_ACCESS_ERR.  Before, the refusal came for a WR not yet sent
+ * whole, was taken for a protocol violation, and the executed WRITE got
+ * RETRY_EXC_ERR, the refused one FLUSH_ERR (found by an audit of qp/tcp).
+ */
+static void test_write_refused_while_sending(void **state)
+{
+	struct env *e = *state;
+	struct nic_wr first = mkwr(e, NIC_OP_WRITE, 9, 0, 0, 8, 1);
+	struct nic_wr wrs[2] = {
+		mkwr(e, NIC_OP_WRITE, 0, 0, 0, 4096, 1),
+		mkwr(e, NIC_OP_WRITE, 1, 0, BUF_LEN / 2, BUF_LEN / 2, 1),
+	};
+	struct tcp_counters c;
+	struct nic_mr ro;
+
+	assert_int_equal(P->reg_mr(e->b, e->rbuf + BUF_LEN / 2, BUF_LEN / 2, NIC_ACCESS_ALL, &ro), 0);
+	assert_int_equal(tcp_set_mr_access(e->b, &ro, TCP_ACCESS_REMOTE_READ), 0);
+	post_ok(e, &first); /* the HELLO round trip first: the next post sends at once */
+	pump_until(e, 1);
+	e->nwc = 0;
+	fill(e->lbuf, 4096, 5);
+	wrs[1].rkey = ro.rkey;
+	nic_wr_chain(wrs, 2);
+	post_ok(e, wrs);
+	pump_until(e, 2);
+	pump_for(e, 5);
+	assert_wc(&e->wc[0], 0, NIC_WC_SUCCESS);
+	assert_wc(&e->wc[1], 1, NIC_WC_REM_ACCESS_ERR);
+	assert_memory_equal(e->rbuf, e->lbuf, 4096);
+	tcp_get_counters(e->a, &c);
+	assert_int_equal(c.violations, 0);
+	assert_int_equal(P->dereg_mr(e->b, &ro), 0);
+}
+
+/* A zero-length READ names no memory (as verbs, as a zero-length WRITE):
+ * whatever its key and address, it succeeds.  Before, the target checked
+ * the key again when sending the empty response and closed the
+ * connection (RETRY_EXC_ERR). */
+static void test_zero_read_names_nothing(void **state)
+{
+	struct env *e = *state;
+	struct nic_wr wrs[2] = {
+		mkwr(e, NIC_OP_READ, 1, 0, 0, 0, 1),
+		mkwr(e, NIC_OP_READ, 2, 0, 0, 0, 1),
+	};
+
+	wrs[0].rkey ^= 0x30000; /* no such key */
+	wrs[1].remote = (uintptr_t)e->rbuf + BUF_LEN + 4096; /* outside the region */
+	nic_wr_chain(wrs, 2);
+	post_ok(e, wrs);
+	pump_until(e, 2);
+	assert_wc(&e->wc[0], 1, NIC_WC_SUCCESS);
+	assert_wc(&e->wc[1], 2, NIC_WC_SUCCESS);
+}
+
 static void test_bad_lkey(void **state)
 {
 	struct env *e = *state;
@@ -779,6 +838,39 @@ static void test_no_hello(void **state)
 		assert_wc(&e->wc[0], 9, NIC_WC_SUCCESS);
 	}
 	free(snap);
+}
+
+/*
+ * Connections that never say HELLO hold the target's waiting slots (32)
+ * past their deadline while its core sleeps (nothing polls the CQ to
+ * sweep them); the next real connection still gets in: an accept with no
+ * slot left sweeps first.  Before, it was refused and its first WR failed
+ * RETRY_EXC_ERR.
+ */
+static void test_silent_dials_past_deadline(void **state)
+{
+	struct env *e = *state;
+	struct nic_qp *qa, *qb;
+	struct nic_wr w;
+	int fds[32];
+
+	tcp_set_hello_ms(e->b, 100);
+	for (int i = 0; i < 32; i++)
+		fds[i] = dial(e->b);
+	pump_for(e, 50);  /* accepted into the waiting slots */
+	usleep(200 * 1000); /* past their deadline, the target not polled */
+	assert_int_equal(P->qp_create(e->a, e->cqa, QP_LEN, &qa), 0);
+	assert_int_equal(P->qp_create(e->b, e->cqb, 1, &qb), 0);
+	handshake(e->a, qa, e->b, qb);
+	w = mkwr(e, NIC_OP_WRITE, 5, 0, 0, 64, 1);
+	assert_int_equal(P->post(qa, &w, NULL), 0);
+	e->nwc = 0;
+	pump_until(e, 1);
+	assert_wc(&e->wc[0], 5, NIC_WC_SUCCESS);
+	for (int i = 0; i < 32; i++)
+		close(fds[i]);
+	P->qp_destroy(qa);
+	P->qp_destroy(qb);
 }
 
 /* After a good HELLO, a malformed frame or a wrong sequence closes the connection. */
@@ -1099,11 +1191,14 @@ int main(void)
 		T(test_bad_rkey),
 		T(test_bad_range),
 		T(test_write_refused),
+		T(test_write_refused_while_sending),
+		T(test_zero_read_names_nothing),
 		T(test_bad_lkey),
 		T(test_set_error),
 		T(test_peer_closes),
 		T(test_hello_wrong_secret),
 		T(test_no_hello),
+		T(test_silent_dials_past_deadline),
 		T(test_violation_after_hello),
 		T(test_read_too_big),
 		T(test_backpressure),
