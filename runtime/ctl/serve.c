@@ -223,14 +223,21 @@ static void serve_small(struct ctl *c, struct ctl_conn *cn)
 static void serve_notify(struct ctl *c, struct ctl_conn *cn)
 {
 	struct wire_notify n;
+	uint8_t *rep;
 	int rc;
 
 	if (wire_notify_decode(cn->payload, cn->h.payload_len, &n)) {
 		(void)ctl_conn_refuse(c, cn, "malformed NOTIFY");
 		return;
 	}
-	rc = c->cfg.notify ? c->cfg.notify(c->arg, &n) : -EOPNOTSUPP;
-	ctl_conn_reply(cn, rc, WIRE_NOTIFY_REP, rc ? NULL : malloc(WIRE_HDR_LEN), 0);
+	/* The reply's memory first: a notification queued and then answered
+	 * -ENOMEM would be sent again, and arrive twice. */
+	rep = malloc(WIRE_HDR_LEN);
+	if (!rep)
+		rc = -ENOMEM;
+	else
+		rc = c->cfg.notify ? c->cfg.notify(c->arg, &n) : -EOPNOTSUPP;
+	ctl_conn_reply(cn, rc, WIRE_NOTIFY_REP, rep, 0); /* frees rep for an error */
 }
 
 void ctl_handle(struct ctl *c, struct ctl_conn *cn)
