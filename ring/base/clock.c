@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "ring/base/clock.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -74,7 +75,18 @@ uint64_t ferry_now_ms(void)
 
 void ferry_sleep_us(long us)
 {
-	struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
+	struct timespec ts;
 
-	nanosleep(&ts, NULL);
+	/* To an absolute deadline, again after a signal: a caller that waits
+	 * out a lease (cma's grace before memory may go) must not return
+	 * early because a handler ran (nanosleep is never restarted). */
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += us / 1000000;
+	ts.tv_nsec += (us % 1000000) * 1000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
 }

@@ -21,7 +21,7 @@ uint64_t ferry_ms_to_tsc(uint64_t ms);
 uint64_t ferry_now_ns(void);
 /* CLOCK_MONOTONIC in ms. */
 uint64_t ferry_now_ms(void);
-/* Sleep for us microseconds (control paths only, never a core). */
+/* Sleep at least us microseconds, signals or not (control paths only, never a core). */
 void ferry_sleep_us(long us);
 
 #endif /* FERRY_BASE_CLOCK_H */

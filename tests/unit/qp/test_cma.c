@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -627,6 +628,40 @@ static void test_dereg_stale_key(void **state)
 	assert_int_equal(P->reg_mr(e->b, e->rbuf, BUF_LEN, NIC_ACCESS_ALL, &e->rmr), 0);
 	assert_int_not_equal(e->rmr.rkey, old);
 	assert_int_equal(run1(e, mkwr(e, NIC_OP_WRITE, 1, 0, 0, 64, 1)), NIC_WC_SUCCESS);
+}
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+/*
+ * A signal during dereg's wait (a SIGALRM, a SIGCHLD handler of the
+ * application) does not cut it short: the peer's cached key is refused
+ * once dereg returns, so the memory may go.  Before, the wait was one
+ * nanosleep that a handler ended: dereg returned after ~0.4 ms and the
+ * peer's next WRITE under the old key overwrote memory the application
+ * had taken back (found by an audit of qp/cma).
+ */
+static void test_dereg_wait_survives_signal(void **state)
+{
+	struct env *e = *state;
+	struct itimerval it = { { 0, 0 }, { 0, 300 } }; /* one SIGALRM 300 us in */
+	struct sigaction sa = { .sa_handler = on_alarm, .sa_flags = SA_RESTART }, old;
+	uint32_t key = e->rmr.rkey;
+	struct nic_wr w;
+
+	assert_int_equal(sigaction(SIGALRM, &sa, &old), 0);
+	assert_int_equal(run1(e, mkwr(e, NIC_OP_WRITE, 1, 0, 0, 64, 1)), NIC_WC_SUCCESS);
+	assert_int_equal(setitimer(ITIMER_REAL, &it, NULL), 0);
+	assert_int_equal(P->dereg_mr(e->b, &e->rmr), 0);
+	memset(e->rbuf, 0x5a, PAGE); /* the application's again */
+	w = mkwr(e, NIC_OP_WRITE, 2, 0, 0, 64, 1);
+	w.rkey = key;
+	assert_int_equal(run1(e, w), NIC_WC_REM_ACCESS_ERR);
+	assert_int_equal(e->rbuf[0], 0x5a);
+	assert_int_equal(sigaction(SIGALRM, &old, NULL), 0);
+	assert_int_equal(P->reg_mr(e->b, e->rbuf, BUF_LEN, NIC_ACCESS_ALL, &e->rmr), 0);
 }
 
 /* The target destroyed our responder QP: the next key fetch says so. */
@@ -1245,6 +1280,7 @@ int main(void)
 		T(test_access),
 		T(test_set_error_flushes),
 		T(test_dereg_stale_key),
+		T(test_dereg_wait_survives_signal),
 		T(test_responder_gone),
 		T(test_overflow),
 		T(test_connect_checks),
