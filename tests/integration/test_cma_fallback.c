@@ -28,7 +28,7 @@
 
 #define BUF (8u << 20)
 
-enum refusal { BY_SECCOMP, BY_UID };
+enum refusal { BY_SECCOMP, BY_UID, BY_SECCOMP_WRITES };
 
 /* What the initiator's log callback saw (any thread of the library). */
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -58,12 +58,13 @@ static unsigned refusals_seen(char *msg, size_t len)
 	return n;
 }
 
-/* process_vm_readv/writev fail EPERM; everything else is allowed. */
-static int deny_cma(void)
+/* process_vm_writev, and process_vm_readv unless reads_ok, fail EPERM;
+ * everything else is allowed. */
+static int deny_cma(bool reads_ok)
 {
 	struct sock_filter f[] = {
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 2, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, reads_ok ? ~0u : SYS_process_vm_readv, 2, 0),
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 1, 0),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
@@ -122,7 +123,7 @@ static int move_bytes(struct ferry_engine *e, ferry_seg_t seg, struct target *t,
 
 static int initiator(struct target *t, enum refusal how)
 {
-	const char *reason = how == BY_SECCOMP ? "a seccomp filter" : "different users";
+	const char *reason = how == BY_UID ? "different users" : "a seccomp filter";
 	uint8_t *lbuf = aligned_alloc(4096, BUF);
 	struct ferry_engine *e;
 	struct ferry_opts o;
@@ -131,7 +132,7 @@ static int initiator(struct target *t, enum refusal how)
 	int rc;
 
 	CHECK(lbuf);
-	rc = how == BY_SECCOMP ? deny_cma() : drop_uid();
+	rc = how == BY_UID ? drop_uid() : deny_cma(how == BY_SECCOMP_WRITES);
 	if (rc) {
 		fprintf(stderr, "initiator: cannot set up the refusal: %s\n", strerror(-rc));
 		return 200;
@@ -193,6 +194,15 @@ static void test_refused_by_seccomp(void **state)
 	refused(BY_SECCOMP);
 }
 
+/* Reads allowed, writes refused (a profiler's profile): cma reads would
+ * work, every WRITE would fail -EPERM, so the segment goes over tcp
+ * (before: cma was taken, its WRITEs failed; found by an audit of qp/cma). */
+static void test_writes_refused_by_seccomp(void **state)
+{
+	(void)state;
+	refused(BY_SECCOMP_WRITES);
+}
+
 static void test_refused_other_uid(void **state)
 {
 	(void)state;
@@ -203,6 +213,7 @@ int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_refused_by_seccomp),
+		cmocka_unit_test(test_writes_refused_by_seccomp),
 		cmocka_unit_test(test_refused_other_uid),
 	};
 
