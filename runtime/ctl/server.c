@@ -41,7 +41,7 @@
 #define CTL_EVENTS 64
 #define CTL_PAUSE_MS 100     /* accept paused when out of fds or memory */
 #define CTL_SLOW_PASS_MS 10  /* a pass this long is followed by a catch-up (ctl_thread) */
-#define CTL_CATCHUP_MAX 8    /* catch-up passes in a row at most */
+#define CTL_CATCHUP_MAX 32   /* catch-up passes in a row at most (2048 events) */
 #define CTL_DRAIN_MAX 65536  /* unread bytes discarded before a close, so it is no reset */
 
 static void ctl_count(uint64_t *counter)
@@ -529,15 +529,16 @@ static void ctl_event(struct ctl *c, const struct epoll_event *ev)
 }
 
 /* Wait up to timeout ms for events and handle them: 1 once the stop
- * eventfd is seen, -1 when epoll_wait fails, else 0; *slow: handling
- * them took longer than CTL_SLOW_PASS_MS. */
-static int ctl_pass(struct ctl *c, int timeout, bool *slow)
+ * eventfd is seen, -1 when epoll_wait fails, else 0; *behind: handling
+ * them took longer than CTL_SLOW_PASS_MS, or more may be ready than one
+ * pass takes (CTL_EVENTS of them). */
+static int ctl_pass(struct ctl *c, int timeout, bool *behind)
 {
 	struct epoll_event evs[CTL_EVENTS];
 	int n = epoll_wait(c->epoll_fd, evs, CTL_EVENTS, timeout);
 	int64_t t0 = sock_now_ms();
 
-	*slow = false;
+	*behind = false;
 	if (n < 0 && errno != EINTR) {
 		ctl_log("epoll_wait: %s", strerror(errno));
 		return -1;
@@ -548,27 +549,28 @@ static int ctl_pass(struct ctl *c, int timeout, bool *slow)
 	}
 	for (int k = 0; k < n; k++)
 		ctl_event(c, &evs[k]);
-	*slow = sock_now_ms() - t0 > CTL_SLOW_PASS_MS;
+	*behind = sock_now_ms() - t0 > CTL_SLOW_PASS_MS || n == CTL_EVENTS;
 	return 0;
 }
 
 /*
  * The loop: deadlines, then events.  After a slow pass (a handler held
  * this thread: a lock, a slow callback) what came in meanwhile is handled
- * before any deadline is judged -- a request that went whole, a reply
+ * -- pass after pass while each is slow or full -- before any deadline is
+ * judged -- a request that went whole, a reply
  * taken, an authentication in time, a next request on an idle connection
  * all arrived while nobody read, and the timers alone would close them.
  */
 static void *ctl_thread(void *arg)
 {
 	struct ctl *c = arg;
-	bool slow;
+	bool behind;
 	int rc = 0;
 
 	while (!rc) {
-		rc = ctl_pass(c, ctl_timers(c), &slow);
-		for (int k = 0; !rc && slow && k < CTL_CATCHUP_MAX; k++)
-			rc = ctl_pass(c, 0, &slow);
+		rc = ctl_pass(c, ctl_timers(c), &behind);
+		for (int k = 0; !rc && behind && k < CTL_CATCHUP_MAX; k++)
+			rc = ctl_pass(c, 0, &behind);
 	}
 	return NULL;
 }
