@@ -140,6 +140,13 @@ struct nic_provider {
 	int (*reg_mr)(struct nic *nic, void *addr, size_t len, unsigned access,
 		      struct nic_mr *out);
 	int (*dereg_mr)(struct nic *nic, struct nic_mr *mr);
+	/* Optional (NULL: dereg_mr alone): dereg_mr in two halves, so that a
+	 * caller with many contexts or regions waits once.  begin makes mr
+	 * unusable to peers and says until when (*until_ns, ferry_now_ns's
+	 * clock; 0: no wait) its memory may still be touched by them; end,
+	 * called after that time, frees mr's slot. */
+	int (*dereg_mr_begin)(struct nic *nic, struct nic_mr *mr, uint64_t *until_ns);
+	void (*dereg_mr_end)(struct nic *nic, struct nic_mr *mr);
 	int (*cq_create)(struct nic *nic, uint32_t cqe, struct nic_cq **out);
 	void (*cq_destroy)(struct nic_cq *cq);
 	int (*qp_create)(struct nic *nic, struct nic_cq *cq, uint32_t max_wr, struct nic_qp **out);

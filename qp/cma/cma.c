@@ -194,10 +194,11 @@ static bool mr_live_locked(struct cma_ctx *ctx, const struct nic_mr *mr)
 	return mr->lkey && READ_ONCE(ctx->tab->mr[CMA_IDX(mr->lkey)].key) == mr->lkey;
 }
 
-static int cma_dereg_mr(struct nic *n, struct nic_mr *mr)
+/* The key goes; a peer that cached it may use it until *until_ns (0: no
+ * peer did).  The slot stays out of the free list until the end half. */
+static int cma_dereg_mr_begin(struct nic *n, struct nic_mr *mr, uint64_t *until_ns)
 {
 	struct cma_ctx *ctx = cma_ctx_of(n);
-	uint32_t idx = CMA_IDX(mr->lkey);
 	bool shared;
 
 	pthread_mutex_lock(&ctx->lock);
@@ -205,14 +206,32 @@ static int cma_dereg_mr(struct nic *n, struct nic_mr *mr)
 		pthread_mutex_unlock(&ctx->lock);
 		return -EINVAL;
 	}
-	shared = mr_clear_locked(ctx, idx);
+	shared = mr_clear_locked(ctx, CMA_IDX(mr->lkey));
 	wait_pollers_locked(ctx);
 	pthread_mutex_unlock(&ctx->lock);
-	if (shared)
-		grace(); /* unlocked: the slot stays out of the free list meanwhile */
+	*until_ns = shared ? ferry_now_ns() + (uint64_t)CMA_GRACE_MS * 1000000u : 0;
+	return 0;
+}
+
+static void cma_dereg_mr_end(struct nic *n, struct nic_mr *mr)
+{
+	struct cma_ctx *ctx = cma_ctx_of(n);
+
 	pthread_mutex_lock(&ctx->lock);
-	mr_free_locked(ctx, idx);
+	mr_free_locked(ctx, CMA_IDX(mr->lkey));
 	pthread_mutex_unlock(&ctx->lock);
+}
+
+static int cma_dereg_mr(struct nic *n, struct nic_mr *mr)
+{
+	uint64_t until;
+	int rc = cma_dereg_mr_begin(n, mr, &until);
+
+	if (rc)
+		return rc;
+	if (until)
+		grace(); /* unlocked: the slot stays out of the free list meanwhile */
+	cma_dereg_mr_end(n, mr);
 	return 0;
 }
 
@@ -512,6 +531,8 @@ const struct nic_provider nic_cma_provider = {
 	.addr = cma_addr,
 	.reg_mr = cma_reg_mr,
 	.dereg_mr = cma_dereg_mr,
+	.dereg_mr_begin = cma_dereg_mr_begin,
+	.dereg_mr_end = cma_dereg_mr_end,
 	.cq_create = cma_cq_create,
 	.cq_destroy = cma_cq_destroy,
 	.qp_create = cma_qp_create,

@@ -89,6 +89,7 @@ struct ferry_engine {
 	unsigned n_regions, cap_regions;
 	uint64_t regions_gen;          /* bumped by every unregister (store_sc): ports' caches */
 	struct mem_region *region_pool; /* unregistered, for reuse (ctl_lock) */
+	uint64_t mem_dereg_waits;       /* waits for peers to drop cached keys (mem.c; tests) */
 	struct seg_table segs;         /* slots, allocated in chunks (segment.h) */
 	struct ferry_port *ports[FERRY_MAX_PORTS]; /* RCU-published */
 	unsigned n_ports_hw;           /* high-water mark of ports[] (store_release) */

@@ -11,21 +11,61 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ring/base/clock.h"
 #include "ring/base/log.h"
 #include "runtime/engine/engine.h"
 
-/* The NICs forget r; its memory stays a mem_region (see engine.h). */
-static void region_dereg(struct ferry_engine *e, struct mem_region *r)
+/* Region r's MR on core i's context t begins to go (dereg_mr_begin) or
+ * goes (dereg_mr); false when it is gone already (zeroed). */
+static bool mr_begin_dereg(struct ferry_engine *e, struct mem_region *r, unsigned i,
+			   unsigned t, uint64_t *until)
 {
-	for (unsigned i = 0; i < e->ncores; i++) {
-		for (unsigned t = 0; t < e->cores[i]->ntx; t++) {
-			struct qctx *q = &e->cores[i]->tx[t];
+	struct qctx *q = &e->cores[i]->tx[t];
+	struct nic_mr *mr = &r->mr[i][t];
+	uint64_t u = 0;
 
-			if (r->mr[i][t].priv || r->mr[i][t].lkey)
-				q->prov->dereg_mr(q->nic, &r->mr[i][t]);
-			r->mr[i][t] = (struct nic_mr){ 0 };
-		}
+	if (!mr->priv && !mr->lkey)
+		return false;
+	if (q->prov->dereg_mr_begin && q->prov->dereg_mr_begin(q->nic, mr, &u) == 0) {
+		*until = u > *until ? u : *until;
+		return true;
 	}
+	if (!q->prov->dereg_mr_begin)
+		q->prov->dereg_mr(q->nic, mr);
+	*mr = (struct nic_mr){ 0 };
+	return false;
+}
+
+/*
+ * The NICs forget the n regions rs; their memory stays mem_regions (see
+ * engine.h).  Every MR begins to go first, then one wait covers them all
+ * (cma: a peer may use a key it cached for 10 ms), then they end: one
+ * wait per region and context made an unregister cost cores x 10 ms and
+ * an engine destroy regions x cores x 10 ms.
+ */
+static void regions_dereg(struct ferry_engine *e, struct mem_region **rs, unsigned n)
+{
+	uint64_t until = 0, now;
+
+	for (unsigned k = 0; k < n; k++)
+		for (unsigned i = 0; i < e->ncores; i++)
+			for (unsigned t = 0; t < e->cores[i]->ntx; t++)
+				(void)mr_begin_dereg(e, rs[k], i, t, &until);
+	now = ferry_now_ns();
+	if (until > now) {
+		ferry_sleep_us((long)((until - now + 999) / 1000));
+		WRITE_ONCE(e->mem_dereg_waits, e->mem_dereg_waits + 1); /* tests read it */
+	}
+	for (unsigned k = 0; k < n; k++)
+		for (unsigned i = 0; i < e->ncores; i++)
+			for (unsigned t = 0; t < e->cores[i]->ntx; t++) {
+				struct qctx *q = &e->cores[i]->tx[t];
+				struct nic_mr *mr = &rs[k]->mr[i][t];
+
+				if (mr->priv || mr->lkey)
+					q->prov->dereg_mr_end(q->nic, mr);
+				*mr = (struct nic_mr){ 0 };
+			}
 }
 
 /* A region struct for a registration: from the pool, or new.  Its refs is
@@ -44,17 +84,16 @@ static struct mem_region *region_alloc(struct ferry_engine *e)
 /* Back to the pool (ctl_lock held). */
 static void region_retire(struct ferry_engine *e, struct mem_region *r)
 {
-	region_dereg(e, r);
+	regions_dereg(e, &r, 1);
 	r->next_free = e->region_pool;
 	e->region_pool = r;
 }
 
 void mem_release_all(struct ferry_engine *e)
 {
-	for (unsigned i = 0; i < e->n_regions; i++) {
-		region_dereg(e, e->regions[i]);
+	regions_dereg(e, e->regions, e->n_regions);
+	for (unsigned i = 0; i < e->n_regions; i++)
 		free(e->regions[i]);
-	}
 	free(e->regions);
 	e->regions = NULL;
 	e->n_regions = 0;

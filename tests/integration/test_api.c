@@ -438,6 +438,56 @@ static void test_read_only_region(void **state)
 	free(ro);
 }
 
+/*
+ * Unregistering memory that cma peers may still reach (keys they cached on
+ * each of the target's cores) waits once, not once per core: every
+ * context's key goes first, then one wait covers them all (found by an
+ * audit of qp/cma: an unregister cost cores x 10 ms under ctl_lock and an
+ * engine destroy regions x cores x 10 ms).  After it, the peer's WRITEs
+ * to that memory are refused.
+ */
+static void test_unregister_waits_once(void **state)
+{
+	const size_t len = 1 << 20;
+	struct ferry_opts o;
+	struct pair q;
+	uint8_t *extra;
+	uint64_t waits;
+
+	(void)state;
+	pair_opts(&o, "0-1");
+	o.nics = "cma";
+	pair_setup(&q, &o, &o, 4 << 20);
+	if (strcmp(ferry_segment_transport(q.init, q.seg), "cma") != 0) {
+		pair_teardown(&q);
+		skip(); /* cma not allowed here (a seccomp profile, Yama) */
+	}
+	extra = aligned_alloc(4096, len);
+	assert_non_null(extra);
+	assert_int_equal(ferry_mem_register(q.target, extra, len), 0);
+	assert_int_equal(ferry_segment_refresh(q.init, q.seg), 0);
+	/* Striped over both cores: each of the target's contexts hands its key out. */
+	{
+		struct ferry_req_status st;
+		struct ferry_port *port;
+
+		assert_int_equal(ferry_port_create(q.init, &port), 0);
+		st = run_one_on(port, mkreq(FERRY_OP_WRITE, q.lbuf, q.seg, extra, len), 10000);
+		assert_int_equal(st.state, FERRY_DONE);
+		waits = READ_ONCE(q.target->mem_dereg_waits);
+		assert_int_equal(ferry_mem_unregister(q.target, extra), 0);
+		print_message("waits for the unregister: %llu\n",
+			      (unsigned long long)(READ_ONCE(q.target->mem_dereg_waits) - waits));
+		assert_int_equal(READ_ONCE(q.target->mem_dereg_waits) - waits, 1);
+		/* The initiator's descriptor still names it: the target refuses. */
+		st = run_one_on(port, mkreq(FERRY_OP_WRITE, q.lbuf, q.seg, extra, 4096), 10000);
+		assert_int_equal(st.state, FERRY_FAILED);
+		assert_int_equal(ferry_port_destroy(port), 0);
+	}
+	pair_teardown(&q);
+	free(extra);
+}
+
 /* Which transport a segment took, and nics lists that cannot work. */
 static void test_transport_and_nics(void **state)
 {
@@ -477,6 +527,7 @@ int main(void)
 		cmocka_unit_test(test_transport_and_nics),
 		cmocka_unit_test(test_region_cache_vs_unregister),
 		cmocka_unit_test(test_read_only_region),
+		cmocka_unit_test(test_unregister_waits_once),
 	};
 
 	return cmocka_run_group_tests(tests, setup, pair_group_teardown);
