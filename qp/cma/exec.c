@@ -47,7 +47,7 @@
 struct budget {
 	uint64_t now;   /* TSC at the poll's start: the rkey leases' clock */
 	uint32_t bytes; /* left to copy in this poll */
-	uint32_t calls; /* copy system calls left */
+	uint32_t calls; /* system calls left: copies and key lookups */
 };
 
 static inline void cma_cqe(struct cma_cq *cq, const struct cma_qp *qp, const struct cma_wqe *w,
@@ -170,8 +170,12 @@ static bool qp_turn(struct cma_cq *cq, struct cma_qp *qp, struct budget *b)
 	uint64_t want = 0;
 	ssize_t got;
 
-	for (k = 0; k < qp->sq_count && n < CMA_IOV && want < b->bytes; k++) {
+	/* Key lookups are system calls too: they count against the poll's
+	 * calls, and once those are spent only what is gathered is copied. */
+	for (k = 0; k < qp->sq_count && n < CMA_IOV && want < b->bytes && (!n || b->calls > 1);
+	     k++) {
 		struct cma_wqe *w = sq_at(qp, k);
+		uint64_t fetches = cq->cnt[CMA_CNT_FETCHES];
 		enum nic_wc_status st;
 		uint64_t take;
 
@@ -180,6 +184,8 @@ static bool qp_turn(struct cma_cq *cq, struct cma_qp *qp, struct budget *b)
 		if (w->wr.op != op)
 			break;
 		st = wqe_check(cq, qp, w, b->now);
+		fetches = cq->cnt[CMA_CNT_FETCHES] - fetches;
+		b->calls -= fetches < b->calls ? (uint32_t)fetches : b->calls - 1; /* one for the copy */
 		if (unlikely(st != NIC_WC_SUCCESS)) {
 			if (k == 0) {
 				qp_fail(cq, qp, st);

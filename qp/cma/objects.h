@@ -79,7 +79,7 @@
  */
 #define CMA_LEASE_MS 2u
 #define CMA_GRACE_MS 10u
-#define CMA_RKEY_CACHE 64u /* direct-mapped by key index, power of two */
+#define CMA_RKEY_CACHE 128u /* 2-way: sets of two by key index, power of two */
 
 #define CMA_PROBE_VALUE 0xc3u /* the byte reachable() reads in the peer */
 

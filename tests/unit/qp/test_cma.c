@@ -664,6 +664,73 @@ static void test_dereg_wait_survives_signal(void **state)
 	assert_int_equal(P->reg_mr(e->b, e->rbuf, BUF_LEN, NIC_ACCESS_ALL, &e->rmr), 0);
 }
 
+/*
+ * Key lookups are system calls: one poll makes at most CMA_POLL_CALLS of
+ * them, lookups and copies together (before: 256 8-byte WRITEs over 160
+ * regions made ~256 lookups in one poll); and two live keys whose slots
+ * share the cache's low bits (1 and 65) do not evict each other at every
+ * WR (before: a lookup per WR).  Found by an audit of qp/cma.
+ */
+static void test_key_lookups_bounded(void **state)
+{
+	enum { NREG = 160, NWR = QP_LEN };
+	static struct nic_mr mrs[NREG];
+	static struct nic_wr wrs[NWR];
+	struct env *e = *state;
+	struct cma_counters c0, c1;
+	struct nic_wc wc[64];
+	int got;
+
+	for (unsigned i = 0; i < NREG; i++)
+		assert_int_equal(P->reg_mr(e->b, e->rbuf + (size_t)i * PAGE, PAGE, NIC_ACCESS_ALL,
+					   &mrs[i]), 0);
+	for (int i = 0; i < NWR; i++)
+		wrs[i] = nic_wr_of(NIC_OP_WRITE, (uint64_t)i, e->lbuf + (size_t)i * 8,
+				   e->rbuf + (size_t)(i % NREG) * PAGE + 8 * (size_t)(i / NREG), 8,
+				   e->lmr.lkey, mrs[i % NREG].rkey, i == NWR - 1);
+	nic_wr_chain(wrs, NWR);
+	counters(e->a, &c0);
+	post_ok(e->qp, wrs);
+	got = P->poll(e->cq, 1, wc);
+	counters(e->a, &c1);
+	print_message("one poll: %llu key lookups, %llu copies\n",
+		      (unsigned long long)(c1.key_fetches - c0.key_fetches),
+		      (unsigned long long)(c1.copy_calls - c0.copy_calls));
+	assert_true(c1.key_fetches - c0.key_fetches + c1.copy_calls - c0.copy_calls <=
+		    CMA_POLL_CALLS);
+	if (got == 0)
+		poll_n(e->cq, wc, 1);
+	assert_int_equal(wc[0].status, NIC_WC_SUCCESS);
+	for (unsigned i = 0; i < NREG; i++)
+		assert_int_equal(P->dereg_mr(e->b, &mrs[i]), 0);
+
+	/* Two live keys in slots 64 apart: the rest registered and let go. */
+	for (unsigned i = 0; i < 65; i++)
+		assert_int_equal(P->reg_mr(e->b, e->rbuf + (size_t)i * PAGE, PAGE, NIC_ACCESS_ALL,
+					   &mrs[i]), 0);
+	for (unsigned i = 1; i < 64; i++)
+		assert_int_equal(P->dereg_mr(e->b, &mrs[i]), 0); /* never used: no wait */
+	assert_int_equal(CMA_IDX(mrs[64].rkey) - CMA_IDX(mrs[0].rkey), 64);
+	for (int i = 0; i < NWR; i++) {
+		unsigned r = i & 1 ? 64 : 0;
+
+		wrs[i] = nic_wr_of(NIC_OP_WRITE, (uint64_t)i, e->lbuf + (size_t)i * 8,
+				   e->rbuf + (size_t)r * PAGE + 8 * (size_t)(i / 2), 8, e->lmr.lkey,
+				   mrs[r].rkey, i == NWR - 1);
+	}
+	nic_wr_chain(wrs, NWR);
+	counters(e->a, &c0);
+	post_ok(e->qp, wrs);
+	poll_n(e->cq, wc, 1);
+	assert_int_equal(wc[0].status, NIC_WC_SUCCESS);
+	counters(e->a, &c1);
+	print_message("two keys sharing a set, %d alternating WRITEs: %llu key lookups\n", NWR,
+		      (unsigned long long)(c1.key_fetches - c0.key_fetches));
+	assert_true(c1.key_fetches - c0.key_fetches < 32); /* a lease renewal now and then */
+	assert_int_equal(P->dereg_mr(e->b, &mrs[0]), 0);
+	assert_int_equal(P->dereg_mr(e->b, &mrs[64]), 0);
+}
+
 /* The target destroyed our responder QP: the next key fetch says so. */
 static void test_responder_gone(void **state)
 {
@@ -1281,6 +1348,7 @@ int main(void)
 		T(test_set_error_flushes),
 		T(test_dereg_stale_key),
 		T(test_dereg_wait_survives_signal),
+		T(test_key_lookups_bounded),
 		T(test_responder_gone),
 		T(test_overflow),
 		T(test_connect_checks),
