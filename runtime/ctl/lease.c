@@ -126,6 +126,8 @@ static int lease_next_ms(struct ferry_engine *e)
 		next = l->next_keepalive_ms;
 	if (e->opts.lease_ms && l->next_expire_ms < next)
 		next = l->next_expire_ms;
+	if (e->named.published && e->named.next_ms < next) /* the name's renewal or its retry */
+		next = e->named.next_ms;
 	return next > now ? (int)(next - now) : 0;
 }
 

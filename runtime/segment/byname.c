@@ -37,18 +37,13 @@ static void seg_stale_others(struct ferry_engine *e, const char *name, uint64_t 
 	}
 }
 
-int seg_open_named(struct ferry_engine *e, const char *name, ferry_seg_t *out)
+/* Resolve name and open what the store names (engine destroy waits). */
+static int open_named(struct ferry_engine *e, const char *name, ferry_seg_t *out)
 {
 	struct meta_record rec;
 	struct seg_want want;
-	int rc;
+	int rc = named_resolve(e, name, &rec);
 
-	if (!ferry_name_valid(name)) {
-		log_err("segment '%s': neither host:port nor a name (1..%d of [A-Za-z0-9._-])", name,
-			FERRY_NAME_MAX);
-		return -EINVAL;
-	}
-	rc = named_resolve(e, name, &rec);
 	if (rc)
 		return rc;
 	want.name = name;
@@ -59,9 +54,36 @@ int seg_open_named(struct ferry_engine *e, const char *name, ferry_seg_t *out)
 		seg_stale_others(e, name, rec.incarnation);
 		pthread_mutex_unlock(&e->ctl_lock);
 	}
-	if (rc && rc != -ESTALE)
+	if (rc && rc != -ESTALE && rc != -ECANCELED)
 		log_err("segment '%s': the engine the store names (%s, incarnation %016llx) cannot "
 			"be opened: %s", name, rec.addr, (unsigned long long)rec.incarnation,
 			strerror(-rc));
+	return rc;
+}
+
+int seg_open_named(struct ferry_engine *e, const char *name, ferry_seg_t *out)
+{
+	int rc;
+
+	if (!ferry_name_valid(name)) {
+		log_err("segment '%s': neither host:port nor a name (1..%d of [A-Za-z0-9._-])", name,
+			FERRY_NAME_MAX);
+		return -EINVAL;
+	}
+	/* Counted as an open from the store's lookup on: engine destroy waits
+	 * for it (e->opening) before the store's handle, and e, go. */
+	pthread_mutex_lock(&e->ctl_lock);
+	if (e->destroying) {
+		pthread_mutex_unlock(&e->ctl_lock);
+		return -ECANCELED;
+	}
+	e->opening++;
+	pthread_mutex_unlock(&e->ctl_lock);
+	rc = open_named(e, name, out);
+	/* The last touch of e: engine destroy may go on once we are out. */
+	pthread_mutex_lock(&e->ctl_lock);
+	e->opening--;
+	pthread_cond_broadcast(&e->seg_cond);
+	pthread_mutex_unlock(&e->ctl_lock);
 	return rc;
 }

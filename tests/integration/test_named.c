@@ -7,8 +7,12 @@
  * stale (on a new address and on the same one), and the store killed and
  * restarted while transfers run.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "tests/harness/harness.h"
 #include "tests/harness/servers.h"
@@ -440,6 +444,76 @@ static void test_store_down(void **state)
 	node_destroy(&tgt);
 }
 
+/* ---- engine destroy beside an open by name still asking the store ---- */
+
+/* A store (Redis's protocol) that answers its one GET "no such key" after 1 s. */
+static void *slow_store_main(void *arg)
+{
+	int lfd = *(int *)arg, fd = accept(lfd, NULL, NULL);
+	char buf[4096];
+
+	if (fd >= 0) {
+		if (read(fd, buf, sizeof(buf)) > 0) {
+			usleep(1000 * 1000); /* within the open's 2 s */
+			(void)!write(fd, "$-1\r\n", 5);
+		}
+		close(fd);
+	}
+	return NULL;
+}
+
+struct named_open {
+	struct ferry_engine *e;
+	int rc;
+};
+
+static void *named_open_main(void *arg)
+{
+	struct named_open *o = arg;
+	ferry_seg_t seg;
+
+	o->rc = ferry_segment_open(o->e, "somebody", &seg);
+	return NULL;
+}
+
+/*
+ * As test_slow_peers' test_destroy_beside_open, with the open by name and
+ * still waiting for the store's answer: the destroy waits for it (an open
+ * is counted from the store's lookup on).  Before, the destroy freed the
+ * store's handle under the lookup (ASan: heap-use-after-free in hiredis;
+ * found by an audit of the metadata store clients).
+ */
+static void test_destroy_beside_named_open(void **state)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	struct named_open o = { 0 };
+	struct ferry_opts io;
+	pthread_t store, th;
+	char url[64];
+	int lfd;
+
+	(void)state;
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(lfd >= 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(lfd, 8), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &len), 0);
+	assert_int_equal(pthread_create(&store, NULL, slow_store_main, &lfd), 0);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%u", ntohs(a.sin_port));
+	pair_opts(&io, "0");
+	io.metadata = url; /* no name of its own: it only resolves */
+	assert_int_equal(ferry_engine_create(&io, &o.e), 0);
+	assert_int_equal(pthread_create(&th, NULL, named_open_main, &o), 0);
+	usleep(300 * 1000); /* the GET is out, its answer 0.7 s away */
+	ferry_engine_destroy(o.e);
+	pthread_join(th, NULL);
+	print_message("the open by name beside the destroy: %d\n", o.rc);
+	assert_true(o.rc < 0); /* no such name, or cancelled */
+	pthread_join(store, NULL);
+	close(lfd);
+}
+
 #define BOTH(t) { "redis_" #t, t, NULL, NULL, &fx_redis }, { "etcd_" #t, t, NULL, NULL, &fx_etcd }
 
 int main(void)
@@ -450,6 +524,7 @@ int main(void)
 		BOTH(test_crash_new_address),
 		BOTH(test_crash_same_address),
 		BOTH(test_store_down),
+		cmocka_unit_test(test_destroy_beside_named_open),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

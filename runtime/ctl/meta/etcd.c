@@ -311,6 +311,8 @@ static int etcd_init(struct meta *m)
 		return -ENOMEM;
 	}
 	curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
+	/* the store itself: never a proxy named by http_proxy/ALL_PROXY */
+	curl_easy_setopt(c->h, CURLOPT_PROXY, "");
 	curl_easy_setopt(c->h, CURLOPT_PROTOCOLS_STR, "http");
 	curl_easy_setopt(c->h, CURLOPT_FOLLOWLOCATION, 0L);
 	curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, c->headers);

@@ -115,6 +115,14 @@ static cJSON *parse_body(const char *body, size_t len)
 
 	if (len == 0 || len >= ETCD_BODY_MAX || memchr(body, 0, len))
 		return NULL;
+	/* cJSON turns "\u0000" into a NUL that ends the string early: what
+	 * follows it would be ignored, not refused */
+	for (size_t i = 0; i + 1 < len; i++)
+		if (body[i] == '\\') {
+			if (body[i + 1] == 'u' && len - i >= 6 && memcmp(body + i + 2, "0000", 4) == 0)
+				return NULL;
+			i++;
+		}
 	copy = malloc(len + 1);
 	if (!copy)
 		return NULL;

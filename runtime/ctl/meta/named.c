@@ -98,6 +98,7 @@ int named_start(struct ferry_engine *e, uint32_t ttl_ms)
 	}
 	n->published = true;
 	n->next_ms = ferry_now_ms() + n->ttl_ms / 3;
+	n->held_until_ms = ferry_now_ms() + n->ttl_ms;
 	if (e->opts.verbose)
 		log_info("name '%s' published in %s: %s (lease %u ms)", n->name, n->url, n->value,
 			 n->ttl_ms);
@@ -150,6 +151,19 @@ static void named_renew_failed(struct named *n, uint64_t now, int rc)
 	if (n->backoff_ms > period)
 		n->backoff_ms = period;
 	n->next_ms = now + n->backoff_ms;
+	/* While the record still lives, the back-off never skips past its
+	 * end: the last stretch is tried every NAMED_RETRY_MIN_MS, leaving
+	 * room for a try's timeout. */
+	if (n->held_until_ms > now) {
+		uint32_t to = period / 2 < NAMED_KEEPALIVE_TIMEOUT_MS ? period / 2
+								 : NAMED_KEEPALIVE_TIMEOUT_MS;
+		uint64_t last = n->held_until_ms > (uint64_t)to + NAMED_RETRY_MIN_MS
+					? n->held_until_ms - to - NAMED_RETRY_MIN_MS
+					: now;
+
+		if (n->next_ms > last)
+			n->next_ms = last > now + NAMED_RETRY_MIN_MS ? last : now + NAMED_RETRY_MIN_MS;
+	}
 }
 
 void named_keepalive(struct ferry_engine *e)
@@ -158,7 +172,7 @@ void named_keepalive(struct ferry_engine *e)
 	uint32_t period = n->ttl_ms / 3;
 	int timeout = period / 2 < NAMED_KEEPALIVE_TIMEOUT_MS ? (int)(period / 2)
 							      : NAMED_KEEPALIVE_TIMEOUT_MS;
-	uint64_t now;
+	uint64_t now, t0;
 	int rc;
 
 	if (!n->published || READ_ONCE(n->frozen))
@@ -166,6 +180,7 @@ void named_keepalive(struct ferry_engine *e)
 	now = ferry_now_ms();
 	if (now < n->next_ms)
 		return;
+	t0 = now;
 	rc = meta_keepalive(n->store, timeout > 0 ? timeout : 1);
 	now = ferry_now_ms();
 	if (rc < 0) {
@@ -186,6 +201,7 @@ void named_keepalive(struct ferry_engine *e)
 	WRITE_ONCE(n->failures, 0);
 	n->backoff_ms = 0;
 	n->next_ms = now + period;
+	n->held_until_ms = t0 + n->ttl_ms; /* counted from when the renewal went out */
 }
 
 int named_resolve(struct ferry_engine *e, const char *name, struct meta_record *rec)

@@ -40,6 +40,7 @@ struct named {
 	uint32_t frozen;               /* test hook: READ_ONCE/WRITE_ONCE */
 	/* the lease thread's: */
 	uint64_t next_ms;              /* next renewal */
+	uint64_t held_until_ms;        /* our record's lease ends (as of the last success) */
 	uint32_t backoff_ms;           /* retry delay while renewals fail */
 	uint32_t failures;             /* renewals failed in a row (WRITE_ONCE: tests read it) */
 	uint64_t failing_since_ms;

@@ -19,6 +19,7 @@
  * new one, time permitting: every command here is idempotent.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,55 @@ static int redis_connect(struct meta *m, struct redis_conn *rc, int64_t deadline
 	return 0;
 }
 
+#define REDIS_REPLY_MAX 4096 /* bytes of a reply: ours are an integer or a value < 256 */
+
+/*
+ * Write the command and read its one reply within the deadline: poll()
+ * before each read, so that a server trickling its answer cannot hold us
+ * past it (SO_RCVTIMEO bounds each read, not the reply), and no more than
+ * REDIS_REPLY_MAX bytes buffered.  A reply followed by more bytes is
+ * refused: they would answer our next command.
+ */
+static int redis_roundtrip(redisContext *c, int argc, const char **argv, const size_t *lens,
+			   int64_t deadline, redisReply **out)
+{
+	void *r = NULL;
+	int done = 0;
+
+	*out = NULL;
+	if (redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK)
+		return -ENOMEM;
+	while (!done)
+		if (redisBufferWrite(c, &done) != REDIS_OK)
+			return 1; /* c->err says */
+	for (;;) {
+		struct pollfd p = { .fd = c->fd, .events = POLLIN };
+		int left = meta_left_ms(deadline), n;
+
+		if (redisGetReplyFromReader(c, &r) != REDIS_OK)
+			return 1;
+		if (r)
+			break;
+		if (left == 0)
+			return -ETIMEDOUT;
+		n = poll(&p, 1, left);
+		if (n == 0)
+			return -ETIMEDOUT;
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		if (n > 0 && redisBufferRead(c) != REDIS_OK)
+			return 1;
+		if (c->reader->len - c->reader->pos > REDIS_REPLY_MAX)
+			return -EPROTO;
+	}
+	if (c->reader->len != c->reader->pos) {
+		freeReplyObject(r);
+		return -EPROTO;
+	}
+	*out = r;
+	return 0;
+}
+
 /*
  * One command (argv), its reply in *out (free with freeReplyObject).  A
  * Redis error reply is refused here, with its text logged: -EACCES for
@@ -119,12 +169,15 @@ static int redis_cmd(struct meta *m, int argc, const char **argv, const size_t *
 			return -ETIMEDOUT;
 		}
 		errno = 0;
-		r = redisCommandArgv(rc->ctx, argc, argv, lens);
-		if (r)
+		err = redis_roundtrip(rc->ctx, argc, argv, lens, deadline, &r);
+		if (err == 0)
 			break;
-		err = redis_errno(rc->ctx, errno);
+		if (err == 1)
+			err = redis_errno(rc->ctx, errno);
 		redis_drop(rc);
-		if (!reused || err == -ETIMEDOUT || meta_left_ms(deadline) == 0)
+		if (err == -EPROTO)
+			meta_log(m, "%s: a reply that is too long, or more than one reply", argv[0]);
+		if (!reused || err == -ETIMEDOUT || err == -EPROTO || meta_left_ms(deadline) == 0)
 			return err;
 	}
 	if (r->type == REDIS_REPLY_ERROR) {
@@ -132,6 +185,10 @@ static int redis_cmd(struct meta *m, int argc, const char **argv, const size_t *
 				  ? -EACCES
 				  : -EPROTO;
 
+		/* the text is the server's: keep it printable for the log */
+		for (size_t i = 0; i < r->len; i++)
+			if (r->str[i] < 0x20 || r->str[i] > 0x7e)
+				r->str[i] = '?';
 		meta_log(m, "%s: the server answered: %.160s", argv[0], r->str);
 		freeReplyObject(r);
 		return err;

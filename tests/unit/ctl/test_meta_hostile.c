@@ -1,0 +1,378 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The metadata store clients (runtime/ctl/meta/) against stores that
+ * misbehave: fake Redis and etcd servers, threads of this process on
+ * loopback.  Each case failed before its fix (found by an audit):
+ *
+ *  - a Redis reply trickled a byte at a time ends at the call's deadline
+ *    (before: each read's timeout only; 3 s for a 500 ms resolve);
+ *  - a Redis reply larger than any of ours is refused before it is
+ *    buffered (before: 32 MiB read into memory);
+ *  - etcd requests never go to a proxy named by http_proxy (before: the
+ *    proxy's answer was taken for the store's);
+ *  - "\u0000" in etcd's JSON is refused (before: it cut a string short
+ *    and what followed was ignored);
+ *  - a Redis error's text reaches the log printable only;
+ *  - a surplus Redis reply is refused, not taken for the next command's.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "runtime/ferry.h"
+#include "runtime/ctl/meta/etcd_json.h"
+#include "runtime/ctl/meta/meta.h"
+#include "tests/harness/wait.h"
+
+/* ---- a fake store: one handler per accepted connection ----------------- */
+
+struct fake {
+	int lfd;
+	uint16_t port;
+	pthread_t th;
+	void (*serve)(struct fake *f, int fd, unsigned conn);
+	volatile int stop;
+	char seen[4096]; /* the first request of the first connection */
+	size_t seen_len;
+};
+
+static void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+
+	for (unsigned conn = 0; !f->stop; conn++) {
+		int fd = accept(f->lfd, NULL, NULL);
+
+		if (fd < 0)
+			break;
+		f->serve(f, fd, conn);
+		close(fd);
+	}
+	return NULL;
+}
+
+static void fake_start(struct fake *f, void (*serve)(struct fake *, int, unsigned))
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+
+	memset(f, 0, sizeof(*f));
+	f->serve = serve;
+	f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(f->lfd >= 0);
+	assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(f->lfd, 8), 0);
+	assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&a, &len), 0);
+	f->port = ntohs(a.sin_port);
+	assert_int_equal(pthread_create(&f->th, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(struct fake *f)
+{
+	f->stop = 1;
+	shutdown(f->lfd, SHUT_RDWR);
+	close(f->lfd);
+	pthread_join(f->th, NULL);
+}
+
+/* Read what the client sent (one request: it fits in one read on loopback). */
+static ssize_t read_req(struct fake *f, int fd, char *buf, size_t cap)
+{
+	ssize_t n = read(fd, buf, cap - 1);
+
+	if (n > 0) {
+		buf[n] = '\0';
+		if (!f->seen_len) {
+			memcpy(f->seen, buf, (size_t)n < sizeof(f->seen) ? (size_t)n : sizeof(f->seen) - 1);
+			f->seen_len = (size_t)n;
+		}
+	}
+	return n;
+}
+
+static void sleep_ms(int ms)
+{
+	nanosleep(&(struct timespec){ ms / 1000, (long)(ms % 1000) * 1000000 }, NULL);
+}
+
+static struct meta *open_url(const char *scheme, uint16_t port)
+{
+	char url[64];
+	struct meta *m;
+
+	snprintf(url, sizeof(url), "%s://127.0.0.1:%u", scheme, port);
+	assert_int_equal(meta_open(url, &m), 0);
+	return m;
+}
+
+/* ---- a Redis reply trickled a byte at a time --------------------------- */
+
+static void serve_trickle(struct fake *f, int fd, unsigned conn)
+{
+	static const char body[] = "v1 abcdefg"; /* 10 bytes */
+	char buf[2048];
+
+	(void)conn;
+	if (read_req(f, fd, buf, sizeof(buf)) <= 0)
+		return;
+	(void)!write(fd, "$10\r\n", 5);
+	for (size_t i = 0; i < 10 && !f->stop; i++) {
+		sleep_ms(300); /* each byte well within the read timeout */
+		(void)!write(fd, body + i, 1);
+	}
+	(void)!write(fd, "\r\n", 2);
+}
+
+static void test_redis_trickle_deadline(void **state)
+{
+	struct fake f;
+	struct meta *m;
+	char v[META_VALUE_MAX];
+	int64_t t0, took;
+	int rc;
+
+	(void)state;
+	fake_start(&f, serve_trickle);
+	m = open_url("redis", f.port);
+	t0 = wait_now_ms();
+	rc = meta_resolve(m, "x", v, sizeof(v), 500);
+	took = wait_now_ms() - t0;
+	print_message("redis resolve with a 500 ms deadline: rc %d after %lld ms\n", rc,
+		      (long long)took);
+	meta_close(m);
+	fake_stop(&f);
+	/* meta.h: "Every call blocks, each for at most its timeout_ms": the
+	 * answer takes 3 s, so the call ends at its deadline instead */
+	assert_int_equal(rc, -ETIMEDOUT);
+}
+
+/* ---- a Redis reply of 32 MiB ----------------------------------------- */
+
+#define BIG (32u << 20)
+
+static void serve_big(struct fake *f, int fd, unsigned conn)
+{
+	char buf[2048], hdr[32];
+	static char chunk[65536];
+
+	(void)conn;
+	if (read_req(f, fd, buf, sizeof(buf)) <= 0)
+		return;
+	memset(chunk, 'a', sizeof(chunk));
+	snprintf(hdr, sizeof(hdr), "$%u\r\n", BIG);
+	(void)!write(fd, hdr, strlen(hdr));
+	for (size_t sent = 0; sent < BIG;) {
+		ssize_t n = write(fd, chunk, sizeof(chunk));
+
+		if (n <= 0)
+			return;
+		sent += (size_t)n;
+	}
+	(void)!write(fd, "\r\n", 2);
+}
+
+static long maxrss_kb(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_maxrss;
+}
+
+static void test_redis_reply_unbounded(void **state)
+{
+	struct fake f;
+	struct meta *m;
+	char v[META_VALUE_MAX];
+	long before = maxrss_kb(), grew;
+	int rc;
+
+	(void)state;
+	fake_start(&f, serve_big);
+	m = open_url("redis", f.port);
+	rc = meta_resolve(m, "x", v, sizeof(v), 2000);
+	grew = maxrss_kb() - before;
+	print_message("redis resolve of a %u MiB value: rc %d, peak RSS grew %ld KiB\n", BIG >> 20,
+		      rc, grew);
+	meta_close(m);
+	fake_stop(&f);
+	assert_int_equal(rc, -EPROTO);
+	/* a value is < 256 bytes: etcd's replies are capped at 64 KiB; Redis's are not */
+	assert_true(grew < 4096);
+}
+
+/* ---- etcd with http_proxy set in the environment -------------------- */
+
+static void serve_proxy(struct fake *f, int fd, unsigned conn)
+{
+	/* "ferry/segments/x" and "v1 addr=6.6.6.6:666 inc=0000000000000bad tx=tcp" */
+	static const char body[] =
+		"{\"kvs\":[{\"key\":\"ZmVycnkvc2VnbWVudHMveA==\",\"value\":"
+		"\"djEgYWRkcj02LjYuNi42OjY2NiBpbmM9MDAwMDAwMDAwMDAwMGJhZCB0eD10Y3A=\"}],\"count\":\"1\"}";
+	char buf[4096], resp[512];
+
+	(void)conn;
+	if (read_req(f, fd, buf, sizeof(buf)) <= 0)
+		return;
+	snprintf(resp, sizeof(resp),
+		 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+		 "Connection: close\r\n\r\n%s", strlen(body), body);
+	(void)!write(fd, resp, strlen(resp));
+}
+
+static void test_etcd_env_proxy(void **state)
+{
+	struct fake f;
+	struct meta *m;
+	char v[META_VALUE_MAX], proxy[64];
+	int rc;
+
+	(void)state;
+	fake_start(&f, serve_proxy);
+	snprintf(proxy, sizeof(proxy), "http://127.0.0.1:%u", f.port);
+	setenv("http_proxy", proxy, 1);
+	m = open_url("etcd", 1); /* nothing listens on port 1 */
+	rc = meta_resolve(m, "x", v, sizeof(v), 2000);
+	unsetenv("http_proxy");
+	print_message("etcd://127.0.0.1:1 with http_proxy set: rc %d value '%s'; the proxy saw: "
+		      "%.80s\n", rc, v, f.seen);
+	meta_close(m);
+	fake_stop(&f);
+	/* the store is 127.0.0.1:1 (nothing there): nobody else may answer for it */
+	assert_int_equal(f.seen_len, 0);
+	assert_int_not_equal(rc, 0);
+}
+
+/* ---- etcd JSON with "\u0000" in its strings -------------------------- */
+
+static void test_etcd_nul_escape(void **state)
+{
+	char v[META_VALUE_MAX];
+	int64_t id = 0, ttl = 0;
+	const char *s;
+	int rc1, rc2, rc3;
+
+	(void)state;
+	s = "{\"kvs\":[{\"key\":\"ZmVycnkvc2VnbWVudHMveA==\\u0000junk\",\"value\":"
+	    "\"djEgaGVsbG8=\\u0000!!not base64!!\"}],\"count\":\"1\"}";
+	rc1 = etcd_parse_range(s, strlen(s), "ferry/segments/x", v, sizeof(v));
+	print_message("range with \\u0000 then junk in key and value: rc %d value '%s'\n", rc1, v);
+	s = "{\"ID\":\"5\\u0000-7\",\"TTL\":\"10\\u0000x\"}";
+	rc2 = etcd_parse_grant(s, strlen(s), &id, &ttl);
+	print_message("grant with \"5\\u0000-7\": rc %d id %lld ttl %lld\n", rc2, (long long)id,
+		      (long long)ttl);
+	s = "{\"result\":{\"ID\":\"5\\u0000junk\",\"TTL\":\"10\"}}";
+	rc3 = etcd_parse_keepalive(s, strlen(s), 5, &ttl);
+	/* etcd_json.h: strict base64 and digits-only decimal strings */
+	assert_int_equal(rc1, -EPROTO);
+	assert_int_equal(rc2, -EPROTO);
+	assert_int_equal(rc3, -EPROTO);
+}
+
+/* ---- a Redis error whose text would forge log lines ------------------ */
+
+static char logged[1024];
+
+static void log_keep(void *arg, enum ferry_log_level level, const char *msg)
+{
+	(void)arg;
+	(void)level;
+	if (strstr(msg, "the server answered"))
+		snprintf(logged, sizeof(logged), "%s", msg);
+}
+
+static void serve_evil_error(struct fake *f, int fd, unsigned conn)
+{
+	static const char r[] = "-ERR x\nferry: name 'prefill-0' published\x1b[2K\r\n";
+	char buf[2048];
+
+	(void)conn;
+	if (read_req(f, fd, buf, sizeof(buf)) > 0)
+		(void)!write(fd, r, sizeof(r) - 1);
+}
+
+static void test_redis_error_log(void **state)
+{
+	struct fake f;
+	struct meta *m;
+	char v[META_VALUE_MAX];
+
+	(void)state;
+	fake_start(&f, serve_evil_error);
+	ferry_log_set(log_keep, NULL);
+	m = open_url("redis", f.port);
+	assert_int_equal(meta_resolve(m, "x", v, sizeof(v), 2000), -EPROTO);
+	meta_close(m);
+	ferry_log_set(NULL, NULL);
+	fake_stop(&f);
+	print_message("logged: '%s'\n", logged);
+	for (const char *p = logged; *p; p++)
+		assert_true(*p >= 0x20 && *p <= 0x7e); /* as etcd_parse_error does */
+}
+
+/* ---- a Redis server that answers one GET twice ---------------------- */
+
+#define VAL_A "v1 addr=127.0.0.1:7000 inc=0123456789abcdef tx=loop"
+#define VAL_B "v1 addr=10.6.6.6:7001 inc=fedcba9876543210 tx=tcp"
+
+static void serve_extra(struct fake *f, int fd, unsigned conn)
+{
+	char buf[2048], r[512];
+
+	(void)conn;
+	/* first GET: its answer and one more; later GETs: nil */
+	if (read_req(f, fd, buf, sizeof(buf)) <= 0)
+		return;
+	snprintf(r, sizeof(r), "$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(VAL_A), VAL_A, strlen(VAL_B),
+		 VAL_B);
+	(void)!write(fd, r, strlen(r));
+	while (read_req(f, fd, buf, sizeof(buf)) > 0)
+		(void)!write(fd, "$-1\r\n", 5);
+}
+
+static void test_redis_surplus_reply(void **state)
+{
+	struct fake f;
+	struct meta *m;
+	char v[META_VALUE_MAX];
+	int rc;
+
+	(void)state;
+	fake_start(&f, serve_extra);
+	m = open_url("redis", f.port);
+	(void)meta_resolve(m, "a", v, sizeof(v), 2000); /* refusing this one is fine */
+	rc = meta_resolve(m, "b", v, sizeof(v), 2000);
+	print_message("GET b after a reply with a surplus: rc %d value '%s'\n", rc, v);
+	meta_close(m);
+	fake_stop(&f);
+	assert_int_not_equal(rc, 0); /* the store said nil for b */
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_redis_trickle_deadline),
+		cmocka_unit_test(test_redis_reply_unbounded),
+		cmocka_unit_test(test_etcd_env_proxy),
+		cmocka_unit_test(test_etcd_nul_escape),
+		cmocka_unit_test(test_redis_error_log),
+		cmocka_unit_test(test_redis_surplus_reply),
+	};
+
+	signal(SIGPIPE, SIG_IGN); /* the fake stores write to clients that gave up */
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
