@@ -171,9 +171,9 @@ static bool qp_turn(struct cma_cq *cq, struct cma_qp *qp, struct budget *b)
 	ssize_t got;
 
 	/* Key lookups are system calls too: they count against the poll's
-	 * calls, and once those are spent only what is gathered is copied. */
-	for (k = 0; k < qp->sq_count && n < CMA_IOV && want < b->bytes && (!n || b->calls > 1);
-	     k++) {
+	 * calls; near the end of those, a WR whose key is not cached waits
+	 * for the next turn, and what is gathered is copied. */
+	for (k = 0; k < qp->sq_count && n < CMA_IOV && want < b->bytes; k++) {
 		struct cma_wqe *w = sq_at(qp, k);
 		uint64_t fetches = cq->cnt[CMA_CNT_FETCHES];
 		enum nic_wc_status st;
@@ -182,6 +182,9 @@ static bool qp_turn(struct cma_cq *cq, struct cma_qp *qp, struct budget *b)
 		if (wqe_empty(w))
 			continue; /* retired in order below, whatever its op */
 		if (w->wr.op != op)
+			break;
+		/* A lookup may cost up to CMA_KEY_CALLS_MAX; one call stays for the copy. */
+		if (n && b->calls <= CMA_KEY_CALLS_MAX && !cma_rkey_cached(qp, w->wr.rkey, b->now))
 			break;
 		st = wqe_check(cq, qp, w, b->now);
 		fetches = cq->cnt[CMA_CNT_FETCHES] - fetches;

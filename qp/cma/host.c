@@ -385,15 +385,17 @@ void cma_explain(int err, const struct cma_id *peer, char *why, size_t len)
 static int probe_writev(const struct cma_id *p, char *why, size_t len)
 {
 	struct iovec none = { NULL, 0 };
+	int err;
 
 	if (process_vm_writev((pid_t)p->pid, &none, 0, &none, 0, 0) == 0)
 		return 0;
-	if (errno == EPERM || errno == EACCES)
+	err = errno;
+	if (err == EPERM || err == EACCES)
 		snprintf(why, len, "process_vm_writev is refused here (EPERM) though "
 			 "process_vm_readv is not: a seccomp filter that allows reads only");
 	else
-		snprintf(why, len, "process_vm_writev: %s", strerror(errno));
-	return -errno;
+		snprintf(why, len, "process_vm_writev: %s", strerror(err));
+	return -err;
 }
 
 int cma_reachable(const struct nic *n, const struct nic_addr *peer, char *why, size_t len)

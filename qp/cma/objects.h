@@ -224,6 +224,16 @@ int cma_poll(struct nic_cq *ncq, int n, struct nic_wc *wc);
 int cma_qp_set_error(struct nic_qp *nqp);
 uint32_t cma_qp_num(const struct nic_qp *nqp);
 
+/* Is rkey cached on qp, its lease running at now (no system call needed)? */
+static inline bool cma_rkey_cached(const struct cma_qp *qp, uint32_t rkey, uint64_t now)
+{
+	const struct cma_rkey *set = &qp->rkeys[(CMA_IDX(rkey) * 2) & (CMA_RKEY_CACHE - 1)];
+
+	return (set[0].key == rkey && now < set[0].expiry) ||
+	       (set[1].key == rkey && now < set[1].expiry);
+}
+#define CMA_KEY_CALLS_MAX 3u /* a key's first use: fetch, mark, read again */
+
 /* Remote keys (rkey.c): the status a WR on qp with rkey gets, the cache
  * entry filled on success.  now: the poll's TSC. */
 enum nic_wc_status cma_rkey_get(struct cma_cq *cq, struct cma_qp *qp, uint32_t rkey, uint64_t now,
