@@ -229,8 +229,8 @@ static inline bool cma_rkey_cached(const struct cma_qp *qp, uint32_t rkey, uint6
 {
 	const struct cma_rkey *set = &qp->rkeys[(CMA_IDX(rkey) * 2) & (CMA_RKEY_CACHE - 1)];
 
-	return (set[0].key == rkey && now < set[0].expiry) ||
-	       (set[1].key == rkey && now < set[1].expiry);
+	return rkey && ((set[0].key == rkey && now < set[0].expiry) ||
+			(set[1].key == rkey && now < set[1].expiry));
 }
 #define CMA_KEY_CALLS_MAX 3u /* a key's first use: fetch, mark, read again */
 

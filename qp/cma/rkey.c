@@ -141,6 +141,9 @@ enum nic_wc_status cma_rkey_get(struct cma_cq *cq, struct cma_qp *qp, uint32_t r
 	struct cma_mr_slot ms;
 	enum nic_wc_status st;
 
+	/* 0 names no key (a way a failed refill left with its old expiry) */
+	if (unlikely(!rkey))
+		return NIC_WC_REM_ACCESS_ERR;
 	if (likely(set[0].key == rkey && now < set[0].expiry)) {
 		*out = &set[0];
 		return NIC_WC_SUCCESS;
@@ -154,8 +157,6 @@ enum nic_wc_status cma_rkey_get(struct cma_cq *cq, struct cma_qp *qp, uint32_t r
 	if (set[1].key == rkey || (set[0].key != rkey && set[1].expiry < set[0].expiry))
 		e = &set[1];
 	e->key = 0;
-	if (unlikely(!rkey))
-		return NIC_WC_REM_ACCESS_ERR;
 	st = rkey_fetch(cq, qp, rkey, &ms);
 	if (unlikely(st != NIC_WC_SUCCESS))
 		return st;

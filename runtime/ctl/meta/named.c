@@ -70,6 +70,7 @@ int named_start(struct ferry_engine *e, uint32_t ttl_ms)
 	struct named *n = &e->named;
 	const char *m = e->opts.metadata;
 	char who[128];
+	uint64_t t0;
 	int rc;
 
 	if (!m || strcmp(m, "p2p") == 0)
@@ -85,6 +86,7 @@ int named_start(struct ferry_engine *e, uint32_t ttl_ms)
 	rc = named_record(e, n->value, sizeof(n->value));
 	if (rc)
 		return rc;
+	t0 = ferry_now_ms(); /* the record's lease counts from before the request */
 	rc = meta_publish(n->store, n->name, n->value, n->ttl_ms, NAMED_PUBLISH_TIMEOUT_MS);
 	if (rc == -EEXIST) {
 		named_holder(n, who, sizeof(who));
@@ -98,7 +100,7 @@ int named_start(struct ferry_engine *e, uint32_t ttl_ms)
 	}
 	n->published = true;
 	n->next_ms = ferry_now_ms() + n->ttl_ms / 3;
-	n->held_until_ms = ferry_now_ms() + n->ttl_ms;
+	n->held_until_ms = t0 + n->ttl_ms;
 	if (e->opts.verbose)
 		log_info("name '%s' published in %s: %s (lease %u ms)", n->name, n->url, n->value,
 			 n->ttl_ms);
@@ -161,8 +163,10 @@ static void named_renew_failed(struct named *n, uint64_t now, int rc)
 					? n->held_until_ms - to - NAMED_RETRY_MIN_MS
 					: now;
 
-		if (n->next_ms > last)
-			n->next_ms = last > now + NAMED_RETRY_MIN_MS ? last : now + NAMED_RETRY_MIN_MS;
+		uint64_t latest = last > now + NAMED_RETRY_MIN_MS ? last : now + NAMED_RETRY_MIN_MS;
+
+		if (n->next_ms > latest) /* only ever sooner than the back-off */
+			n->next_ms = latest;
 	}
 }
 

@@ -10,11 +10,13 @@
  * overwritten).  Removing is a compare-and-delete script for the same
  * reason: an engine never deletes its successor's record.
  *
- * Deadlines: the connect waits at most the time left, and every command
- * runs with SO_RCVTIMEO/SO_SNDTIMEO set to the time left (hiredis has no
- * deadline of its own; our values are small, so a command is one write
- * and one read).  After any failure the context is dropped and the next
- * call connects again.  A command that fails on a connection made by an
+ * Deadlines: the connect waits at most the time left; a command is
+ * written (SO_SNDTIMEO set to the time left) and its one reply read with
+ * poll() before each read, to the call's deadline however slowly it comes
+ * (hiredis has no deadline of its own), at most REDIS_REPLY_MAX bytes,
+ * nothing after it; a kept connection with bytes waiting is not reused
+ * (a late reply would answer the next command).  After any failure the
+ * context is dropped and the next call connects again.  A command that fails on a connection made by an
  * earlier call (the server restarted meanwhile) is tried once more on a
  * new one, time permitting: every command here is idempotent.
  */
@@ -80,8 +82,14 @@ static int redis_connect(struct meta *m, struct redis_conn *rc, int64_t deadline
 {
 	int left = meta_left_ms(deadline), err;
 
-	if (rc->ctx)
-		return 0;
+	if (rc->ctx) {
+		struct pollfd p = { .fd = rc->ctx->fd, .events = POLLIN };
+
+		/* idle: nothing may be waiting (a late reply, or the server's EOF) */
+		if (rc->ctx->reader->len == rc->ctx->reader->pos && poll(&p, 1, 0) == 0)
+			return 0;
+		redis_drop(rc);
+	}
 	if (left == 0)
 		return -ETIMEDOUT;
 	errno = 0;
@@ -102,13 +110,15 @@ static int redis_connect(struct meta *m, struct redis_conn *rc, int64_t deadline
  * Write the command and read its one reply within the deadline: poll()
  * before each read, so that a server trickling its answer cannot hold us
  * past it (SO_RCVTIMEO bounds each read, not the reply), and no more than
- * REDIS_REPLY_MAX bytes buffered.  A reply followed by more bytes is
- * refused: they would answer our next command.
+ * REDIS_REPLY_MAX bytes read.  A reply followed by more bytes is
+ * refused: they would answer our next command.  1: c->err says why;
+ * -EMSGSIZE: too long, or more than one reply.
  */
 static int redis_roundtrip(redisContext *c, int argc, const char **argv, const size_t *lens,
 			   int64_t deadline, redisReply **out)
 {
 	void *r = NULL;
+	size_t got = 0;
 	int done = 0;
 
 	*out = NULL;
@@ -132,14 +142,19 @@ static int redis_roundtrip(redisContext *c, int argc, const char **argv, const s
 			return -ETIMEDOUT;
 		if (n < 0 && errno != EINTR)
 			return -errno;
-		if (n > 0 && redisBufferRead(c) != REDIS_OK)
-			return 1;
-		if (c->reader->len - c->reader->pos > REDIS_REPLY_MAX)
-			return -EPROTO;
+		if (n > 0) {
+			size_t before = c->reader->len;
+
+			if (redisBufferRead(c) != REDIS_OK)
+				return 1;
+			got += c->reader->len - before;
+		}
+		if (got > REDIS_REPLY_MAX) /* counted as read: an array's parsed */
+			return -EMSGSIZE;  /* elements leave the reader's buffer */
 	}
 	if (c->reader->len != c->reader->pos) {
 		freeReplyObject(r);
-		return -EPROTO;
+		return -EMSGSIZE;
 	}
 	*out = r;
 	return 0;
@@ -172,11 +187,15 @@ static int redis_cmd(struct meta *m, int argc, const char **argv, const size_t *
 		err = redis_roundtrip(rc->ctx, argc, argv, lens, deadline, &r);
 		if (err == 0)
 			break;
-		if (err == 1)
+		if (err == 1) {
 			err = redis_errno(rc->ctx, errno);
-		redis_drop(rc);
-		if (err == -EPROTO)
+			if (err == -EPROTO) /* hiredis's reader says what it did not take */
+				meta_log(m, "%s: %s", argv[0], rc->ctx->errstr);
+		} else if (err == -EMSGSIZE) {
 			meta_log(m, "%s: a reply that is too long, or more than one reply", argv[0]);
+			err = -EPROTO;
+		}
+		redis_drop(rc);
 		if (!reused || err == -ETIMEDOUT || err == -EPROTO || meta_left_ms(deadline) == 0)
 			return err;
 	}

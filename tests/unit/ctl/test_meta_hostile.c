@@ -13,11 +13,14 @@
  *  - "\u0000" in etcd's JSON is refused (before: it cut a string short
  *    and what followed was ignored);
  *  - a Redis error's text reaches the log printable only;
- *  - a surplus Redis reply is refused, not taken for the next command's.
+ *  - a surplus Redis reply is refused, not taken for the next command's,
+ *    whether it comes with the reply or later; an array reply is bounded
+ *    by the bytes read, not by what is left unparsed.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -362,6 +365,94 @@ static void test_redis_surplus_reply(void **state)
 	assert_int_not_equal(rc, 0); /* the store said nil for b */
 }
 
+/* ---- a Redis reply that answers late, after the real one ------------ */
+
+static void serve_late_extra(struct fake *f, int fd, unsigned conn)
+{
+	char buf[2048], r[512];
+
+	if (conn > 0) { /* a new connection: nil for whatever it asks */
+		while (read_req(f, fd, buf, sizeof(buf)) > 0)
+			(void)!write(fd, "$-1\r\n", 5);
+		return;
+	}
+	if (read_req(f, fd, buf, sizeof(buf)) <= 0)
+		return;
+	snprintf(r, sizeof(r), "$%zu\r\n%s\r\n", strlen(VAL_A), VAL_A);
+	(void)!write(fd, r, strlen(r));
+	sleep_ms(50); /* then a second answer, as a separate segment */
+	snprintf(r, sizeof(r), "$%zu\r\n%s\r\n", strlen(VAL_B), VAL_B);
+	(void)!write(fd, r, strlen(r));
+	while (read_req(f, fd, buf, sizeof(buf)) > 0)
+		(void)!write(fd, "$-1\r\n", 5);
+}
+
+/* A kept connection with bytes waiting is not reused: the late surplus
+ * must not answer the next GET (before: GET b returned a's successor's
+ * record -- found by a review). */
+static void test_redis_late_surplus(void **state)
+{
+	struct fake f;
+	struct meta *m;
+	char v[META_VALUE_MAX];
+	int rc;
+
+	(void)state;
+	fake_start(&f, serve_late_extra);
+	m = open_url("redis", f.port);
+	assert_int_equal(meta_resolve(m, "a", v, sizeof(v), 2000), 0);
+	sleep_ms(200); /* the surplus is in our socket now */
+	rc = meta_resolve(m, "b", v, sizeof(v), 2000);
+	print_message("GET b after a late surplus: rc %d\n", rc);
+	meta_close(m);
+	fake_stop(&f);
+	assert_int_not_equal(rc, 0); /* the store said nil for b */
+}
+
+/* ---- a Redis array reply sent in pieces under 4 KiB ------------------- */
+
+static void serve_array(struct fake *f, int fd, unsigned conn)
+{
+	char buf[2048], chunk[1360];
+	int one = 1;
+
+	(void)conn;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (read_req(f, fd, buf, sizeof(buf)) <= 0)
+		return;
+	for (size_t i = 0; i < sizeof(chunk); i += 4)
+		memcpy(chunk + i, ":1\r\n", 4);
+	(void)!write(fd, "*1000000\r\n", 10);
+	for (unsigned sent = 0; sent < 1000000 && !f->stop; sent += sizeof(chunk) / 4) {
+		if (write(fd, chunk, sizeof(chunk)) <= 0)
+			return;
+		nanosleep(&(struct timespec){ 0, 200000 }, NULL);
+	}
+}
+
+/* The 4 KiB bound counts what was read, not what is left unparsed: an
+ * array's parsed elements leave the reader's buffer (before: a million
+ * one-byte integers, ~70 MB of reply objects -- found by a review). */
+static void test_redis_array_bounded(void **state)
+{
+	struct fake f;
+	struct meta *m;
+	char v[META_VALUE_MAX];
+	long before = maxrss_kb(), grew;
+	int rc;
+
+	(void)state;
+	fake_start(&f, serve_array);
+	m = open_url("redis", f.port);
+	rc = meta_resolve(m, "x", v, sizeof(v), 5000);
+	grew = maxrss_kb() - before;
+	print_message("an array reply in pieces: rc %d, peak RSS grew %ld KiB\n", rc, grew);
+	meta_close(m);
+	fake_stop(&f);
+	assert_int_equal(rc, -EPROTO);
+	assert_true(grew < 4096);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -371,6 +462,8 @@ int main(void)
 		cmocka_unit_test(test_etcd_nul_escape),
 		cmocka_unit_test(test_redis_error_log),
 		cmocka_unit_test(test_redis_surplus_reply),
+		cmocka_unit_test(test_redis_late_surplus),
+		cmocka_unit_test(test_redis_array_bounded),
 	};
 
 	signal(SIGPIPE, SIG_IGN); /* the fake stores write to clients that gave up */
