@@ -116,8 +116,12 @@ static uint32_t xfer_backlogs(struct ferry_core *c)
 		xfer_return(c, f);
 		n++;
 	}
-	while ((f = c->xfer_wait.head) && xfer_take(c, f)) {
-		slice_list_pop(&c->xfer_wait);
+	/* Off the list before xfer_take: its return may link f into xfer_back. */
+	while ((f = slice_list_pop(&c->xfer_wait))) {
+		if (!xfer_take(c, f)) {
+			slice_list_push_front(&c->xfer_wait, f);
+			break;
+		}
 		n++;
 	}
 	return n;

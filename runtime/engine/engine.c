@@ -248,6 +248,11 @@ void ferry_engine_destroy(struct ferry_engine *e)
 	for (unsigned i = 0; i < e->ncores; i++)
 		if (e->cores[i])
 			core_stop(e->cores[i]);
+	/* A core still running handed slices to one stopped before it (after
+	 * its drain): all threads are gone now, end them here. */
+	for (unsigned i = 0; i < e->ncores; i++)
+		if (e->cores[i] && e->cores[i]->xfer_in)
+			core_drain_xfer_at_stop(e->cores[i]);
 	notify_close_bell(e); /* no core rings it any more */
 	passive_destroy_all(e);
 	for (uint32_t s = 0; s < seg_slots(&e->segs); s++)
