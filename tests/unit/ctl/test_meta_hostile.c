@@ -332,6 +332,15 @@ static void test_redis_error_log(void **state)
 #define VAL_A "v1 addr=127.0.0.1:7000 inc=0123456789abcdef tx=loop"
 #define VAL_B "v1 addr=10.6.6.6:7001 inc=fedcba9876543210 tx=tcp"
 
+/* Every further GET on fd: nil (no such key). */
+static void answer_nil(struct fake *f, int fd)
+{
+	char buf[2048];
+
+	while (read_req(f, fd, buf, sizeof(buf)) > 0)
+		(void)!write(fd, "$-1\r\n", 5);
+}
+
 static void serve_extra(struct fake *f, int fd, unsigned conn)
 {
 	char buf[2048], r[512];
@@ -343,8 +352,7 @@ static void serve_extra(struct fake *f, int fd, unsigned conn)
 	snprintf(r, sizeof(r), "$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(VAL_A), VAL_A, strlen(VAL_B),
 		 VAL_B);
 	(void)!write(fd, r, strlen(r));
-	while (read_req(f, fd, buf, sizeof(buf)) > 0)
-		(void)!write(fd, "$-1\r\n", 5);
+	answer_nil(f, fd);
 }
 
 static void test_redis_surplus_reply(void **state)
@@ -372,8 +380,7 @@ static void serve_late_extra(struct fake *f, int fd, unsigned conn)
 	char buf[2048], r[512];
 
 	if (conn > 0) { /* a new connection: nil for whatever it asks */
-		while (read_req(f, fd, buf, sizeof(buf)) > 0)
-			(void)!write(fd, "$-1\r\n", 5);
+		answer_nil(f, fd);
 		return;
 	}
 	if (read_req(f, fd, buf, sizeof(buf)) <= 0)
@@ -383,8 +390,7 @@ static void serve_late_extra(struct fake *f, int fd, unsigned conn)
 	sleep_ms(50); /* then a second answer, as a separate segment */
 	snprintf(r, sizeof(r), "$%zu\r\n%s\r\n", strlen(VAL_B), VAL_B);
 	(void)!write(fd, r, strlen(r));
-	while (read_req(f, fd, buf, sizeof(buf)) > 0)
-		(void)!write(fd, "$-1\r\n", 5);
+	answer_nil(f, fd);
 }
 
 /* A kept connection with bytes waiting is not reused: the late surplus
