@@ -360,23 +360,44 @@ int ctl_keepalive(struct ctl_client *cl, const char *address, int timeout_ms,
 	return ctl_call(cl, address, timeout_ms, &call);
 }
 
+/*
+ * n's whole frame (header included) into f, of WIRE_HDR_LEN +
+ * WIRE_NOTIFY_TO_MAX_LEN bytes: a NOTIFY_TO, or a NOTIFY when n names no
+ * incarnation (a peer whose descriptor said 0).  Its length, or -EINVAL for
+ * what the receiver would refuse, before any connection.
+ */
+static long notify_frame(const struct wire_notify *n, uint8_t *f)
+{
+	bool to = n->to_incarnation != 0;
+	size_t len = to ? wire_notify_to_size(n) : wire_notify_size(n);
+	int rc;
+
+	if (to)
+		rc = wire_notify_to_encode(n, f + WIRE_HDR_LEN, WIRE_NOTIFY_TO_MAX_LEN);
+	else
+		rc = wire_notify_encode(n, f + WIRE_HDR_LEN, WIRE_NOTIFY_TO_MAX_LEN);
+	if (rc)
+		return rc;
+	wire_hdr_encode(f, to ? WIRE_NOTIFY_TO : WIRE_NOTIFY, (uint32_t)len);
+	return (long)(WIRE_HDR_LEN + len);
+}
+
 int ctl_notify(struct ctl_client *cl, const char *address, int timeout_ms,
 	       const struct wire_notify *n)
 {
-	uint8_t frame[WIRE_HDR_LEN + WIRE_NOTIFY_MAX_LEN];
+	uint8_t frame[WIRE_HDR_LEN + WIRE_NOTIFY_TO_MAX_LEN];
 	struct ctl_call call = {
-		.what = "notify", .frame = frame, .req_type = WIRE_NOTIFY,
-		.rep_type = WIRE_NOTIFY_REP, .rep_max = 0,
+		.what = "notify", .frame = frame, .rep_type = WIRE_NOTIFY_REP, .rep_max = 0,
 	};
-	int rc;
+	long len;
 
 	if (!n)
 		return -EINVAL;
-	/* Refuses (-EINVAL) what the receiver would refuse, before any connection. */
-	rc = wire_notify_encode(n, frame + WIRE_HDR_LEN, WIRE_NOTIFY_MAX_LEN);
-	if (rc)
-		return rc;
-	call.req_len = wire_notify_size(n);
+	len = notify_frame(n, frame);
+	if (len < 0)
+		return (int)len;
+	call.req_type = n->to_incarnation ? WIRE_NOTIFY_TO : WIRE_NOTIFY;
+	call.req_len = (size_t)len - WIRE_HDR_LEN;
 	return ctl_call(cl, address, timeout_ms, &call);
 }
 
@@ -442,7 +463,7 @@ static void notify_pipe_once(struct ctl_client *cl, const struct sockaddr_in *si
 int ctl_notify_many(struct ctl_client *cl, const char *address, int timeout_ms,
 		    const struct wire_notify *const *n, unsigned count, int *rcs)
 {
-	struct ctl_call call = { .what = "notify", .req_type = WIRE_NOTIFY,
+	struct ctl_call call = { .what = "notify", .req_type = WIRE_NOTIFY_TO,
 				 .rep_type = WIRE_NOTIFY_REP, .rep_max = 0 };
 	struct notify_pipe p = { .rcs = rcs, .count = count };
 	struct sockaddr_in sin;
@@ -451,18 +472,20 @@ int ctl_notify_many(struct ctl_client *cl, const char *address, int timeout_ms,
 
 	if (!cl || !n || !rcs || !count || count > CTL_NOTIFY_MANY || timeout_ms <= 0)
 		return -EINVAL;
-	p.frames = malloc(count * (WIRE_HDR_LEN + WIRE_NOTIFY_MAX_LEN));
+	p.frames = malloc(count * (WIRE_HDR_LEN + WIRE_NOTIFY_TO_MAX_LEN));
 	if (!p.frames)
 		return -ENOMEM;
 	for (unsigned i = 0; i < count && !rc; i++) {
 		uint8_t *f = p.frames + p.len;
 
 		/* Refuses (-EINVAL) what the receiver would refuse, before any connection. */
-		rc = n[i] ? wire_notify_encode(n[i], f + WIRE_HDR_LEN, WIRE_NOTIFY_MAX_LEN) : -EINVAL;
-		if (rc)
+		long len = n[i] ? notify_frame(n[i], f) : -EINVAL;
+
+		if (len < 0) {
+			rc = (int)len;
 			break;
-		wire_hdr_encode(f, WIRE_NOTIFY, (uint32_t)wire_notify_size(n[i]));
-		p.len += WIRE_HDR_LEN + wire_notify_size(n[i]);
+		}
+		p.len += (size_t)len;
 		if (i == 0)
 			p.first = p.len;
 	}

@@ -36,6 +36,8 @@ static const char *type_name(uint16_t type)
 		return "KEEPALIVE";
 	case WIRE_NOTIFY:
 		return "NOTIFY";
+	case WIRE_NOTIFY_TO:
+		return "NOTIFY_TO";
 	case WIRE_AUTH_HELLO:
 		return "AUTH_HELLO";
 	case WIRE_AUTH_PROOF:
@@ -65,6 +67,8 @@ long ctl_req_max(uint16_t type)
 		return WIRE_KEEPALIVE_LEN;
 	case WIRE_NOTIFY:
 		return WIRE_NOTIFY_MAX_LEN;
+	case WIRE_NOTIFY_TO:
+		return WIRE_NOTIFY_TO_MAX_LEN;
 	case WIRE_AUTH_HELLO:
 		return WIRE_AUTH_HELLO_LEN;
 	case WIRE_AUTH_PROOF:
@@ -219,14 +223,19 @@ static void serve_small(struct ctl *c, struct ctl_conn *cn)
 }
 
 /* A notification: into the engine's queue, or -EAGAIN when it is full
- * (back-pressure: the sender keeps it and tries again; nothing is dropped). */
+ * (back-pressure: the sender keeps it and tries again; nothing is dropped),
+ * or -ESTALE when it is for another incarnation (the engine checks). */
 static void serve_notify(struct ctl *c, struct ctl_conn *cn)
 {
 	struct wire_notify n;
 	uint8_t *rep;
 	int rc;
 
-	if (wire_notify_decode(cn->payload, cn->h.payload_len, &n)) {
+	if (cn->h.type == WIRE_NOTIFY_TO)
+		rc = wire_notify_to_decode(cn->payload, cn->h.payload_len, &n);
+	else
+		rc = wire_notify_decode(cn->payload, cn->h.payload_len, &n);
+	if (rc) {
 		(void)ctl_conn_refuse(c, cn, "malformed NOTIFY");
 		return;
 	}
@@ -256,6 +265,7 @@ void ctl_handle(struct ctl *c, struct ctl_conn *cn)
 		serve_connect(c, cn);
 		break;
 	case WIRE_NOTIFY:
+	case WIRE_NOTIFY_TO:
 		serve_notify(c, cn);
 		break;
 	default:

@@ -89,7 +89,7 @@ void wire_hdr_encode(uint8_t *buf, uint16_t type, uint32_t payload_len)
 static bool wire_type_known(uint16_t type)
 {
 	/* The types are dense; a new one must extend this range. */
-	return type >= WIRE_GET_DESC && type <= WIRE_NOTIFY_REP;
+	return type >= WIRE_GET_DESC && type <= WIRE_TYPE_LAST;
 }
 
 int wire_hdr_decode(const uint8_t *buf, size_t len, struct wire_hdr *out)
@@ -667,6 +667,38 @@ int wire_notify_decode(const uint8_t *buf, size_t len, struct wire_notify *out)
 	if (mlen)
 		memcpy(out->msg, buf + WIRE_NOTIFY_FIXED_LEN + flen, mlen);
 	return 0;
+}
+
+size_t wire_notify_to_size(const struct wire_notify *n)
+{
+	return 8 + wire_notify_size(n);
+}
+
+int wire_notify_to_encode(const struct wire_notify *n, uint8_t *buf, size_t cap)
+{
+	if (!n->to_incarnation)
+		return -EINVAL;
+	if (cap < 8)
+		return -ENOSPC;
+	put_le64(buf, n->to_incarnation);
+	return wire_notify_encode(n, buf + 8, cap - 8);
+}
+
+int wire_notify_to_decode(const uint8_t *buf, size_t len, struct wire_notify *out)
+{
+	uint64_t inc;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (len < 8)
+		return wire_refuse("notify_to: %zu bytes, at least %u", len, 8 + WIRE_NOTIFY_FIXED_LEN);
+	inc = get_le64(buf);
+	if (!inc)
+		return wire_refuse("notify_to: incarnation 0");
+	rc = wire_notify_decode(buf + 8, len - 8, out);
+	if (!rc)
+		out->to_incarnation = inc;
+	return rc;
 }
 
 /* ---- authentication ------------------------------------------------- */

@@ -53,6 +53,13 @@
  * from is 1..WIRE_NOTIFY_FROM_MAX characters of [A-Za-z0-9._:-] (the
  * sender's name or "host:port"), msg_len at most WIRE_NOTIFY_MAX, and the
  * payload exactly 8 + from_len + msg_len bytes.
+ * NOTIFY_TO:    to_incarnation u64 (nonzero) | a NOTIFY's payload
+ *               -> as NOTIFY, or WIRE_ERROR -ESTALE when the receiver is
+ *               not that incarnation (it restarted at the same address
+ *               since the sender fetched its descriptor: the WRITEs the
+ *               notification vouches for went to the process before it)
+ * What ferry sends is NOTIFY_TO; a NOTIFY (from a sender before it) is still
+ * taken, unchecked.  A receiver before it refuses NOTIFY_TO (-EPROTO).
  */
 #ifndef FERRY_RUNTIME_WIRE_H
 #define FERRY_RUNTIME_WIRE_H
@@ -84,6 +91,8 @@ enum wire_type {
 	WIRE_AUTH_PROOF = 11,
 	WIRE_NOTIFY = 12,
 	WIRE_NOTIFY_REP = 13,
+	WIRE_NOTIFY_TO = 14,
+	WIRE_TYPE_LAST = WIRE_NOTIFY_TO,
 };
 
 #define WIRE_MAX_EP_QPS 16
@@ -188,7 +197,10 @@ int wire_auth_proof_decode(const uint8_t *buf, size_t len, struct wire_auth_proo
 #define WIRE_NOTIFY_FIXED_LEN 8u
 #define WIRE_NOTIFY_MAX_LEN (WIRE_NOTIFY_FIXED_LEN + WIRE_NOTIFY_FROM_MAX + WIRE_NOTIFY_MAX)
 
+#define WIRE_NOTIFY_TO_MAX_LEN (8u + WIRE_NOTIFY_MAX_LEN)
+
 struct wire_notify {
+	uint64_t to_incarnation;             /* NOTIFY_TO's; 0 from a NOTIFY (not checked) */
 	char from[WIRE_NOTIFY_FROM_MAX + 1]; /* NUL-terminated */
 	uint16_t len;
 	uint8_t msg[WIRE_NOTIFY_MAX];
@@ -197,6 +209,10 @@ struct wire_notify {
 size_t wire_notify_size(const struct wire_notify *n);
 int wire_notify_encode(const struct wire_notify *n, uint8_t *buf, size_t cap);
 int wire_notify_decode(const uint8_t *buf, size_t len, struct wire_notify *out);
+/* NOTIFY_TO: the same, after n->to_incarnation (nonzero). */
+size_t wire_notify_to_size(const struct wire_notify *n);
+int wire_notify_to_encode(const struct wire_notify *n, uint8_t *buf, size_t cap);
+int wire_notify_to_decode(const uint8_t *buf, size_t len, struct wire_notify *out);
 
 /* Region of d that contains [addr, addr+len), or NULL.  Binary search. */
 const struct seg_region *seg_desc_find(const struct seg_desc *d, uint64_t addr, uint64_t len);

@@ -192,6 +192,8 @@ int ferry_engine_create_knobs(const struct ferry_opts *o, const struct ferry_kno
 	/* A new incarnation per engine: peers can tell a restarted process. */
 	if (getrandom(&e->incarnation, sizeof(e->incarnation), 0) != sizeof(e->incarnation))
 		e->incarnation = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)e;
+	if (!e->incarnation) /* 0 stands for "any" in a NOTIFY (wire.h) */
+		e->incarnation = 1;
 	ferry_tsc_hz();
 	rc = seg_table_init(&e->segs);
 	if (rc == 0)

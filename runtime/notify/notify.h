@@ -95,6 +95,7 @@ struct notify {
 	uint32_t q_size;               /* power of 2 */
 	uint64_t received;             /* queued (relaxed counters, for tests) */
 	uint64_t refused_full;         /* -EAGAIN answers */
+	uint64_t refused_stale;        /* -ESTALE answers: for another incarnation */
 	/* sender */
 	struct notify_job *inbox;      /* lock-free stack: ports push, the thread takes all */
 	int wake_fd;                   /* eventfd: a job came, or stop */

@@ -84,6 +84,12 @@ int notify_receive(void *arg, const struct wire_notify *n)
 	struct notif_queue *q = READ_ONCE(nt->q); /* this thread is its only writer */
 	int rc;
 
+	/* For the process that was at our address before us: its sender's
+	 * WRITEs went there, not here.  (0: a NOTIFY, which cannot say.) */
+	if (n->to_incarnation && n->to_incarnation != e->incarnation) {
+		fetch_add_relaxed(nt->refused_stale, 1);
+		return -ESTALE;
+	}
 	if (!q) {
 		q = queue_make(nt->q_size);
 		if (!q)

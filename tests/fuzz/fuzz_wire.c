@@ -3,7 +3,8 @@
  * libFuzzer target for the control-plane wire format (`make fuzz`).
  *
  * Every input goes to wire_hdr_decode and to every payload decoder (the
- * descriptor, the handshake, the authentication messages, NOTIFY), twice:
+ * descriptor, the handshake, the authentication messages, NOTIFY and
+ * NOTIFY_TO), twice:
  * as a whole, and (when it starts with a valid header) as the payload after
  * that header, so seed frames steer mutations towards each decoder.  What a
  * decoder accepts must hold the format's invariants and re-encode to the
@@ -226,12 +227,33 @@ static void fuzz_notify(const uint8_t *in, size_t len)
 	for (size_t i = 0; i < flen; i++)
 		CHECK(n.from[i] > ' ' && n.from[i] < 0x7f);
 	CHECK(wire_notify_size(&n) == len && len <= WIRE_NOTIFY_MAX_LEN);
+	CHECK(n.to_incarnation == 0);
 	check_reencode(enc_notify, &n, in, len);
+}
+
+static int enc_notify_to(const void *m, uint8_t *b, size_t cap)
+{
+	return wire_notify_to_encode(m, b, cap);
+}
+
+/* NOTIFY_TO: a NOTIFY after a nonzero incarnation, nothing else. */
+static void fuzz_notify_to(const uint8_t *in, size_t len)
+{
+	struct wire_notify n;
+
+	if (wire_notify_to_decode(in, len, &n)) {
+		CHECK(all_zero(&n, sizeof(n)));
+		return;
+	}
+	CHECK(n.to_incarnation != 0 && len >= 8);
+	CHECK(wire_notify_to_size(&n) == len && len <= WIRE_NOTIFY_TO_MAX_LEN);
+	check_reencode(enc_notify_to, &n, in, len);
 }
 
 static void fuzz_payload(const uint8_t *in, size_t len)
 {
 	fuzz_notify(in, len);
+	fuzz_notify_to(in, len);
 	fuzz_auth(in, len);
 	fuzz_desc(in, len);
 	fuzz_connect_req(in, len);
@@ -322,7 +344,7 @@ static void seed_auth(const char *dir)
 static void seed_notify(const char *dir)
 {
 	struct wire_notify n = { .from = "127.0.0.1:7000", .len = 5, .msg = "ready" };
-	uint8_t buf[WIRE_NOTIFY_MAX_LEN];
+	uint8_t buf[WIRE_NOTIFY_TO_MAX_LEN];
 
 	if (wire_notify_encode(&n, buf, sizeof(buf)))
 		exit(1);
@@ -334,6 +356,10 @@ static void seed_notify(const char *dir)
 		exit(1);
 	seed_write(dir, "notify-max", WIRE_NOTIFY, buf, wire_notify_size(&n));
 	seed_write(dir, "notify-rep", WIRE_NOTIFY_REP, NULL, 0);
+	n.to_incarnation = 0x0123456789abcdefull;
+	if (wire_notify_to_encode(&n, buf, sizeof(buf)))
+		exit(1);
+	seed_write(dir, "notify-to", WIRE_NOTIFY_TO, buf, wire_notify_to_size(&n));
 }
 
 static void seed_ep(const char *dir)

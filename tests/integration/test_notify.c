@@ -20,6 +20,8 @@
  *  - from: a sender with a name (a redis-server the test starts) is named
  *    by it; ferry_batch_cancel ends a notification that waits for room; one
  *    that never gets room ends TIMEOUT after timeout_ms;
+ *  - a receiver restarted at the same address (a new incarnation) refuses
+ *    a notification on a segment opened to the one before (-ESTALE);
  *  - a mute peer (a target process stopped with SIGSTOP): the sends to it
  *    wait for their reply, and a notification to another peer, queued
  *    after them, arrives while they still wait.
@@ -712,6 +714,44 @@ static void test_refused_write_holds_notification(void **state)
 }
 
 /* A receiver that never polls: the notification ends TIMEOUT after timeout_ms of refusals. */
+/*
+ * A receiver restarted at the same address is a new incarnation that got
+ * none of the WRITEs made to the segment (opened to the one before): a
+ * notification on that segment ends FAILED -ESTALE and the new receiver
+ * queues nothing.  (Before NOTIFY_TO it was delivered; the same holds for
+ * one that waited for room across the restart, by the same check.)
+ */
+static void test_restarted_receiver(void **state)
+{
+	struct ferry_knobs k = { .notif_queue = 2 };
+	struct ferry_engine *rcv2;
+	struct ferry_notif n;
+	struct ferry_opts o;
+	char addr[64];
+	struct duo d;
+	int s;
+
+	(void)state;
+	duo_up(&d, "loop", NULL, 2, 8);
+	snprintf(addr, sizeof(addr), "%s", ferry_engine_address(d.rcv));
+	ferry_engine_destroy(d.rcv);
+	pair_opts(&o, "1");
+	o.listen = addr;
+	assert_int_equal(ferry_engine_create_knobs(&o, &k, &rcv2), 0);
+	d.rcv = rcv2;
+	s = ferry_notify(d.b, d.seg, "blocks 0..64K ready", 19);
+	assert_true(s >= 0 || s == -ESTALE); /* (-ESTALE: a keepalive told already) */
+	if (s >= 0) {
+		assert_int_equal(ferry_batch_wait(d.b, 10000), -EIO);
+		expect_state(d.b, s, FERRY_FAILED, -ESTALE);
+		assert_true(READ_ONCE(rcv2->notify.refused_stale) >= 1);
+	}
+	assert_int_equal(ferry_notif_poll(rcv2, &n, 1), 0);
+	assert_int_equal(READ_ONCE(rcv2->notify.received), 0);
+	assert_int_equal(ferry_segment_close(d.snd, d.seg), 0);
+	duo_down(&d);
+}
+
 static void test_full_timeout(void **state)
 {
 	struct duo d;
@@ -792,6 +832,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cancel_during_send),
 		cmocka_unit_test(test_delivered_beside_refused),
 		cmocka_unit_test(test_refused_write_holds_notification),
+		cmocka_unit_test(test_restarted_receiver),
 		cmocka_unit_test(test_full_timeout),
 		cmocka_unit_test(test_mute_peer),
 	};

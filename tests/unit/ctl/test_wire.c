@@ -311,7 +311,7 @@ static void test_hdr_refused(void **state)
 	memcpy(m, b, sizeof(m));
 	le(m + 6, 0, 2); /* type */
 	assert_int_equal(hdr_decode_quiet(m, sizeof(m)), -EPROTO);
-	le(m + 6, WIRE_NOTIFY_REP + 1, 2); /* past the last type */
+	le(m + 6, WIRE_TYPE_LAST + 1, 2); /* past the last type */
 	assert_int_equal(hdr_decode_quiet(m, sizeof(m)), -EPROTO);
 	le(m + 6, 0xffff, 2);
 	assert_int_equal(hdr_decode_quiet(m, sizeof(m)), -EPROTO);
@@ -1372,6 +1372,52 @@ static void test_notify_msgs(void **state)
 	assert_memory_equal(&out, &n, sizeof(n));
 }
 
+/* NOTIFY_TO: a NOTIFY after its receiver's incarnation (never 0). */
+static void test_notify_to_msgs(void **state)
+{
+	struct wire_notify n = { .to_incarnation = 0x1122334455667788ull, .from = "h:1",
+				 .len = 2, .msg = "ok" }, out;
+	uint8_t buf[WIRE_NOTIFY_TO_MAX_LEN], bad[WIRE_NOTIFY_TO_MAX_LEN];
+	size_t len = wire_notify_to_size(&n);
+
+	(void)state;
+	assert_int_equal(len, 8 + 8 + 3 + 2);
+	assert_int_equal(wire_notify_to_encode(&n, buf, len - 1), -ENOSPC);
+	assert_int_equal(wire_notify_to_encode(&n, buf, len), 0);
+	assert_int_equal(buf[0], 0x88); /* little-endian, first */
+	assert_int_equal(wire_notify_to_decode(buf, len, &out), 0);
+	assert_memory_equal(&out, &n, sizeof(n));
+	/* A plain NOTIFY's decoder leaves the incarnation 0 (not checked). */
+	assert_int_equal(wire_notify_decode(buf + 8, len - 8, &out), 0);
+	assert_true(out.to_incarnation == 0);
+	/* Refused: short, trailing, incarnation 0, a bad NOTIFY inside. */
+	assert_int_equal(wire_notify_to_decode(buf, 7, &out), -EPROTO);
+	assert_int_equal(wire_notify_to_decode(buf, len - 1, &out), -EPROTO);
+	assert_int_equal(wire_notify_to_decode(buf, len + 1, &out), -EPROTO);
+	memcpy(bad, buf, len);
+	memset(bad, 0, 8);
+	assert_int_equal(wire_notify_to_decode(bad, len, &out), -EPROTO);
+	assert_true(out.to_incarnation == 0 && out.len == 0);
+	memcpy(bad, buf, len);
+	bad[8 + 1] = 1; /* a reserved byte */
+	assert_int_equal(wire_notify_to_decode(bad, len, &out), -EPROTO);
+	assert_true(out.to_incarnation == 0);
+	/* The encoder refuses incarnation 0 and what a NOTIFY's refuses. */
+	n.to_incarnation = 0;
+	assert_int_equal(wire_notify_to_encode(&n, buf, sizeof(buf)), -EINVAL);
+	n.to_incarnation = 1;
+	n.len = WIRE_NOTIFY_MAX + 1;
+	assert_int_equal(wire_notify_to_encode(&n, buf, sizeof(buf)), -EINVAL);
+	/* Largest. */
+	memset(n.from, 'y', WIRE_NOTIFY_FROM_MAX);
+	n.from[WIRE_NOTIFY_FROM_MAX] = 0;
+	n.len = WIRE_NOTIFY_MAX;
+	assert_int_equal(wire_notify_to_size(&n), WIRE_NOTIFY_TO_MAX_LEN);
+	assert_int_equal(wire_notify_to_encode(&n, buf, WIRE_NOTIFY_TO_MAX_LEN), 0);
+	assert_int_equal(wire_notify_to_decode(buf, WIRE_NOTIFY_TO_MAX_LEN, &out), 0);
+	assert_memory_equal(&out, &n, sizeof(n));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1397,6 +1443,7 @@ int main(void)
 		cmocka_unit_test(test_disconnect_refused),
 		cmocka_unit_test(test_auth_msgs),
 		cmocka_unit_test(test_notify_msgs),
+		cmocka_unit_test(test_notify_to_msgs),
 		cmocka_unit_test(test_ep_encode_errors),
 		cmocka_unit_test(test_ep_mutations),
 	};
