@@ -390,7 +390,12 @@ static void serve_ack(struct tcp_qp *qp)
 
 /* ---- responses ----------------------------------------------------------- */
 
-/* iovecs for the queued responses; -EFAULT if a READ's region went away. */
+/*
+ * iovecs for the queued responses, up to the first whose READ region went
+ * away; -EFAULT when that one is first (nothing left to send before the
+ * connection closes).  The responses ahead of it were served while their
+ * regions were there: they go first, as a NIC's would.
+ */
 static int rsp_gather(struct tcp_qp *qp, struct iovec *iov)
 {
 	uint32_t off = qp->rsp_off, bytes = 0;
@@ -402,7 +407,7 @@ static int rsp_gather(struct tcp_qp *qp, struct iovec *iov)
 
 		if (r->key && !tcp_mr_ok(qp->ctx, r->key, (uintptr_t)r->data, r->len,
 					 TCP_ACCESS_REMOTE_READ))
-			return -EFAULT;
+			return n ? n : -EFAULT;
 		n = tcp_frame_iov(iov, n, &bytes, r->hdr, off, (uintptr_t)r->data, r->len);
 	}
 	return n;

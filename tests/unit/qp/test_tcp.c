@@ -581,6 +581,60 @@ static void test_zero_read_names_nothing(void **state)
 	assert_wc(&e->wc[1], 2, NIC_WC_SUCCESS);
 }
 
+/*
+ * A READ whose region is deregistered while its response waits behind
+ * others: the responses queued ahead of it still go (they were served
+ * before the region went); only it and what follows fail.  Before, the
+ * target looked at every queued response's region each time it gathered
+ * them and closed the connection at once, so the 16 MiB of READs ahead
+ * (more than the sockets hold, so still queued) failed too.
+ */
+static void test_read_region_gone_behind_others(void **state)
+{
+	enum { AHEAD = 16 };
+	struct env *e = *state;
+	struct nic_wr first = mkwr(e, NIC_OP_WRITE, 99, 0, 0, 8, 1);
+	struct nic_wr wrs[AHEAD + 1];
+	uint8_t *xbuf = aligned_alloc(4096, 4096);
+	struct tcp_counters c;
+	struct nic_mr x;
+
+	assert_non_null(xbuf);
+	assert_int_equal(P->reg_mr(e->b, xbuf, 4096, NIC_ACCESS_ALL, &x), 0);
+	post_ok(e, &first); /* the HELLO round trip first: the next post sends at once */
+	pump_until(e, 1);
+	e->nwc = 0;
+	for (int i = 0; i < AHEAD; i++)
+		wrs[i] = mkwr(e, NIC_OP_READ, (uint64_t)i, (size_t)(i % 4) << 20,
+			      (size_t)(i % 8) << 20, 1 << 20, 1);
+	wrs[AHEAD] = nic_wr_of(NIC_OP_READ, AHEAD, e->lbuf + (5u << 20), xbuf, 4096, e->lmr.lkey,
+			       x.rkey, 1);
+	nic_wr_chain(wrs, AHEAD + 1);
+	post_ok(e, wrs);
+	/* The target alone: it takes every request and queues their responses
+	 * (the initiator reads none, so most stay queued). */
+	for (int i = 0; i < 200; i++) {
+		struct nic_wc tmp[4];
+
+		assert_int_equal(P->poll(e->cqb, 4, tmp), 0);
+		tcp_get_counters(e->b, &c);
+		if (c.frames_rx >= 1 + AHEAD + 1) /* the first WRITE, the READs */
+			break;
+		usleep(1000);
+	}
+	tcp_get_counters(e->b, &c);
+	assert_true(c.frames_rx >= 1 + AHEAD + 1);
+	assert_true(c.frames_tx < 1 + AHEAD); /* most READs' responses still queued */
+	assert_int_equal(P->dereg_mr(e->b, &x), 0);
+	pump_until(e, AHEAD + 1);
+	for (int i = 0; i < AHEAD; i++)
+		assert_wc(&e->wc[i], (uint64_t)i, NIC_WC_SUCCESS);
+	assert_int_equal(e->wc[AHEAD].wr_id, AHEAD);
+	assert_true(e->wc[AHEAD].status != NIC_WC_SUCCESS);
+	assert_memory_equal(e->lbuf, e->rbuf + (4u << 20), 1u << 20); /* READ 12: rbuf 4 MiB */
+	free(xbuf);
+}
+
 static void test_bad_lkey(void **state)
 {
 	struct env *e = *state;
@@ -1193,6 +1247,7 @@ int main(void)
 		T(test_write_refused),
 		T(test_write_refused_while_sending),
 		T(test_zero_read_names_nothing),
+		T(test_read_region_gone_behind_others),
 		T(test_bad_lkey),
 		T(test_set_error),
 		T(test_peer_closes),
