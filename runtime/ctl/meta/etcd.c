@@ -32,6 +32,10 @@
 #include "ring/base/log.h"
 #include "runtime/ctl/meta/backend.h"
 #include "runtime/ctl/meta/etcd_json.h"
+#include "runtime/ctl/sock.h"
+
+/* A failed claim's clean-up: at most this long (engine create waits it). */
+#define ETCD_UNDO_MS 500
 
 struct etcd_conn {
 	CURL *h;
@@ -200,7 +204,11 @@ static int etcd_claim(struct meta *m, int64_t deadline)
 		}
 	}
 	if (rc) {
-		etcd_revoke(m, id, deadline);
+		/* The record may be there (a reply lost or late): revoking the
+		 * lease takes it back, so it cannot refuse the next create of
+		 * the name.  With a deadline of its own: the claim's may be
+		 * over, and the revoke would never go. */
+		etcd_revoke(m, id, sock_now_ms() + ETCD_UNDO_MS);
 		return rc;
 	}
 	m->pub.lease = id;

@@ -31,6 +31,7 @@
 
 #include "ring/base/log.h"
 #include "runtime/ctl/meta/backend.h"
+#include "runtime/ctl/sock.h"
 
 /* 1: renewed (it held our value), 2: created (it was absent), 0: another value holds it. */
 static const char claim_lua[] =
@@ -38,6 +39,9 @@ static const char claim_lua[] =
 	"if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end "
 	"if not v then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 2 end "
 	"return 0";
+
+/* A failed publish's clean-up: at most this long (engine create waits it). */
+#define REDIS_UNDO_MS 500
 
 /* 1: deleted (it held our value), 0: left alone. */
 static const char drop_lua[] =
@@ -248,11 +252,28 @@ static int redis_claim(struct meta *m, int64_t deadline, long long *res)
 	return redis_eval(m, claim_lua, m->pub.key, m->pub.value, ttl, deadline, res);
 }
 
+/*
+ * A claim that failed after it was sent may have been executed (its reply
+ * lost or late): the record would name an engine whose create failed, and
+ * refuse the next one under the name (-EEXIST) until its lease ran out.
+ * Take it back if it holds our value; a store that just refused us does
+ * nothing (the compare-and-delete finds another value, or none).
+ */
+static void redis_undo_claim(struct meta *m)
+{
+	long long res = -1;
+
+	(void)redis_eval(m, drop_lua, m->pub.key, m->pub.value, NULL,
+			 sock_now_ms() + REDIS_UNDO_MS, &res);
+}
+
 static int redis_publish(struct meta *m, int64_t deadline)
 {
 	long long res = -1;
 	int err = redis_claim(m, deadline, &res);
 
+	if (err && err != -ECONNREFUSED)
+		redis_undo_claim(m);
 	if (err)
 		return err;
 	if (res == 1 || res == 2)

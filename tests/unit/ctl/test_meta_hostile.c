@@ -13,6 +13,9 @@
  *  - "\u0000" in etcd's JSON is refused (before: it cut a string short
  *    and what followed was ignored);
  *  - a Redis error's text reaches the log printable only;
+ *  - a publish that timed out takes back the record it may have left (a
+ *    retried engine create was refused -EEXIST by it): Redis deletes it
+ *    if it holds our value, etcd revokes its lease;
  *  - a surplus Redis reply is refused, not taken for the next command's,
  *    whether it comes with the reply or later; an array reply is bounded
  *    by the bytes read, not by what is left unparsed.
@@ -459,6 +462,103 @@ static void test_redis_array_bounded(void **state)
 	assert_true(grew < 4096);
 }
 
+/* ---- a Redis publish whose reply never comes ----------------------------- */
+
+static volatile int undo_seen; /* 1: a conditional DEL of our value came */
+
+static void serve_lost_publish(struct fake *f, int fd, unsigned conn)
+{
+	char buf[4096];
+
+	if (conn == 0) { /* the claim: executed (say), never answered */
+		while (read_req(f, fd, buf, sizeof(buf)) > 0)
+			;
+		return;
+	}
+	while (read(fd, buf, sizeof(buf) - 1) > 0) {
+		if (strstr(buf, "DEL") && strstr(buf, VAL_A))
+			undo_seen = 1;
+		(void)!write(fd, ":1\r\n", 4);
+	}
+}
+
+/*
+ * A publish that timed out may have landed: the record names an engine
+ * whose create failed, and a retry (a new incarnation) found it and was
+ * refused -EEXIST, naming that dead attempt, until its lease ran out (10 s
+ * by default).  The failed publish now takes back what it may have left
+ * (only if it holds our value: the store's compare-and-delete).
+ */
+static void test_redis_lost_publish_undone(void **state)
+{
+	struct fake f;
+	struct meta *m;
+	int rc;
+
+	(void)state;
+	undo_seen = 0;
+	fake_start(&f, serve_lost_publish);
+	m = open_url("redis", f.port);
+	rc = meta_publish(m, "n1", VAL_A, 10000, 300);
+	meta_close(m);
+	fake_stop(&f);
+	assert_int_equal(rc, -ETIMEDOUT);
+	assert_true(strstr(f.seen, "EVAL") != NULL); /* the claim went */
+	assert_int_equal(undo_seen, 1);
+}
+
+static volatile int revoke_seen; /* 1: the lease of the lost claim was revoked */
+
+static void http_reply(int fd, const char *body)
+{
+	char resp[512];
+
+	snprintf(resp, sizeof(resp),
+		 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+		 "Connection: close\r\n\r\n%s", strlen(body), body);
+	(void)!write(fd, resp, strlen(resp));
+}
+
+/* etcd: a lease granted, the claim's transaction never answered. */
+static void serve_lost_claim(struct fake *f, int fd, unsigned conn)
+{
+	char buf[4096];
+
+	(void)conn;
+	if (read(fd, buf, sizeof(buf) - 1) <= 0)
+		return;
+	buf[sizeof(buf) - 1] = 0;
+	if (strstr(buf, "/v3/lease/grant")) {
+		http_reply(fd, "{\"ID\":\"7\",\"TTL\":\"10\"}");
+	} else if (strstr(buf, "/v3/lease/revoke")) {
+		revoke_seen = 1;
+		http_reply(fd, "{}");
+	} else { /* the transaction: taken, never answered */
+		while (read_req(f, fd, buf, sizeof(buf)) > 0)
+			;
+	}
+}
+
+/* The same on etcd: the claim's lease is revoked (the record goes with
+ * it).  Before, the revoke was given the claim's deadline, which had
+ * passed, and never went. */
+static void test_etcd_lost_publish_undone(void **state)
+{
+	struct fake f;
+	struct meta *m;
+	int rc;
+
+	(void)state;
+	revoke_seen = 0;
+	fake_start(&f, serve_lost_claim);
+	m = open_url("etcd", f.port);
+	rc = meta_publish(m, "n1", VAL_A, 10000, 300);
+	meta_close(m);
+	fake_stop(&f);
+	assert_int_equal(rc, -ETIMEDOUT);
+	assert_int_equal(revoke_seen, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -470,6 +570,8 @@ int main(void)
 		cmocka_unit_test(test_redis_surplus_reply),
 		cmocka_unit_test(test_redis_late_surplus),
 		cmocka_unit_test(test_redis_array_bounded),
+		cmocka_unit_test(test_redis_lost_publish_undone),
+		cmocka_unit_test(test_etcd_lost_publish_undone),
 	};
 
 	signal(SIGPIPE, SIG_IGN); /* the fake stores write to clients that gave up */
