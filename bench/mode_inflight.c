@@ -215,13 +215,20 @@ static uint64_t flight_bytes(const struct bench_port *bp)
 	return sum;
 }
 
-/* Submit more now?  Not when draining, past the limit, or (without --iters) the deadline. */
+/*
+ * Submit more now?  Not when draining, past the limit, or (without --iters)
+ * the deadline -- except for the first round: like --sync's first batch it
+ * runs even when the thread starts past a tiny duration, else the row
+ * would show nothing moved and the run still end well.
+ */
 static bool refill_ok(const struct bench_port *bp, uint64_t now, bool drain)
 {
 	const struct bench *b = bp->b;
 	const struct flight *f = bp->flight;
 
-	return !drain && f->submitted < f->limit && (b->cfg.iters || now < b->deadline_ns);
+	if (drain || f->submitted >= f->limit)
+		return false;
+	return b->cfg.iters || now < b->deadline_ns || f->submitted < b->nreq;
 }
 
 /*

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit tests of ferry_bench's runs end to end, in this process on the loop
+ * NIC: a command line parsed, set up and run as main() does, then what the
+ * ports counted looked at before teardown.  The Makefile links tests with
+ * libferry.a only, so the bench's files are included (all but main's, and
+ * --opens', which no test here runs).
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "bench/batch.c"
+#include "bench/bench_cfg.c"
+#include "bench/bench_opts.c"
+#include "bench/bench_out.c"
+#include "bench/bench_usage.c"
+#include "bench/bench_util.c"
+#include "bench/counters.c"
+#include "bench/mode_bw.c"
+#include "bench/mode_idle.c"
+#include "bench/mode_inflight.c"
+#include "bench/mode_lat.c"
+#include "bench/mode_notify.c"
+#include "bench/mode_pingpong.c"
+#include "bench/mode_target.c"
+#include "bench/outputs.c"
+#include "bench/port.c"
+#include "bench/pp_peer.c"
+#include "bench/progress.c"
+#include "bench/report.c"
+#include "bench/run.c"
+#include "bench/setup.c"
+#include "bench/softnic.c"
+#include "bench/verify.c"
+#include "bench/wakefloor.c"
+
+/* ferry_bench.c's, which also holds main(). */
+int report(const char *what, int rc)
+{
+	fprintf(stderr, "ferry_bench: %s: %s\n", what, strerror(-rc));
+	return rc;
+}
+
+/* Parse argv (NULL-terminated, after the program name) and set b up. */
+static void bench_start(struct bench *b, const char **args)
+{
+	char *argv[32] = { "ferry_bench" }, err[512];
+	int argc = 1;
+
+	while (*args)
+		argv[argc++] = (char *)*args++;
+	memset(b, 0, sizeof(*b));
+	assert_int_equal(bench_parse_args(argc, argv, &b->cfg, err, sizeof(err)), 0);
+	assert_int_equal(bench_setup(b), 0);
+}
+
+static uint64_t ports_ok(const struct bench *b)
+{
+	uint64_t ok = 0;
+
+	for (unsigned p = 0; p < b->cfg.ports; p++)
+		ok += b->ports[p].ok;
+	return ok;
+}
+
+/*
+ * In flight (the default mode), a duration over before a port's first
+ * pass: the port still runs one round of --batch requests, as --sync runs
+ * one batch; it must not print a row of nothing and exit 0.
+ */
+static void test_inflight_one_round(void **state)
+{
+	const char *args[] = { "--nics", "loop", "--cores", "0", "--size", "4K", "--batch", "8",
+			       "--duration", "0.000001", "--json", NULL };
+	static struct bench b;
+
+	(void)state;
+	bench_start(&b, args);
+	assert_int_equal(bench_run(&b), 0);
+	assert_true(ports_ok(&b) >= 8);
+	bench_teardown(&b);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_inflight_one_round),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
