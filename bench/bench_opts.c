@@ -290,8 +290,12 @@ static int take_seconds(const char *flag, const char *v, double *out, char *err,
 	char *end;
 	double d;
 
-	/* strtod takes "inf", "nan", hex and blanks: want a plain number. */
-	if (!isdigit((unsigned char)*v) && *v != '.')
+	/*
+	 * strtod takes "inf", "nan", hex ("0x10" is 16 s), exponents and
+	 * blanks: want a plain decimal number, digits and one point.
+	 */
+	if (strspn(v, "0123456789.") != strlen(v) || strchr(v, '.') != strrchr(v, '.') ||
+	    !strpbrk(v, "0123456789"))
 		return bad_arg(err, errlen, "%s '%s': not a number of seconds", flag, v);
 	errno = 0;
 	d = strtod(v, &end);

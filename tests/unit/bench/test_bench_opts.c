@@ -301,6 +301,12 @@ static void test_duration(void **state)
 	BAD("--duration 'inf'", "--duration", "inf");
 	BAD("--duration '3s'", "--duration", "3s");
 	BAD("--duration '1e9'", "-D", "1e9");
+	/* strtod's other forms: hex (16 s, a quarter second), an exponent. */
+	BAD("--duration '0x10': not a number", "--duration", "0x10");
+	BAD("--duration '0x0.4': not a number", "--duration", "0x0.4");
+	BAD("--duration '1e1': not a number", "--duration", "1e1");
+	BAD("--idle '0x1': not a number", "--idle", "0x1");
+	BAD("--duration '.': not a number", "--duration", ".");
 	BAD("--duration and --iters", "--duration", "2", "--iters", "5");
 }
 
