@@ -376,5 +376,6 @@ uint64_t bench_next_size(const struct bench_cfg *cfg, uint64_t s)
 
 uint64_t bench_write_seed(const struct bench_cfg *cfg, unsigned k)
 {
-	return cfg->seed + 1 + k;
+	/* The nonce above the low byte: k < 64 sizes never brings it back to seed. */
+	return cfg->seed + 1 + k + (cfg->write_nonce << 8);
 }

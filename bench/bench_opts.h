@@ -100,6 +100,7 @@ struct bench_cfg {
 	uint64_t buffer;          /* each side's buffer; 0 = derived (bench_buffer_bytes) */
 	uint64_t remote_addr;     /* --connect: the target's buffer; 0 = BENCH_TARGET_ADDR */
 	uint64_t seed;            /* pattern seed of the target's buffer (default 1) */
+	uint64_t write_nonce;     /* this run's, in its WRITE patterns (bench_setup; 0 here) */
 	bool lat;                 /* latency rows: --lat (one request at a time), --pingpong */
 	bool sweep;               /* sizes size, 2 size, ... size_max (one row each) */
 	/* how a port submits and what it measures */
@@ -187,7 +188,11 @@ const char *bench_run_name(const struct bench_cfg *cfg);
 /* The size after s in the run (doubling), or 0 after the last. */
 uint64_t bench_next_size(const struct bench_cfg *cfg, uint64_t s);
 
-/* The pattern seed of the data written at sweep step k (differs from cfg->seed). */
+/*
+ * The pattern seed of the data written at sweep step k: differs from
+ * cfg->seed, and with cfg->write_nonce from one run to the next, so that
+ * what an earlier run left in a long-lived --target does not pass --verify.
+ */
 uint64_t bench_write_seed(const struct bench_cfg *cfg, unsigned k);
 
 const char *bench_mode_name(enum bench_mode m);

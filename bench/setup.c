@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "runtime/engine/knobs.h"
@@ -284,6 +285,10 @@ static int bench_alloc(struct bench *b)
 int bench_setup(struct bench *b)
 {
 	int rc;
+
+	/* --verify reads WRITEs back from a --target that may have served an
+	 * identical run before: this run's bytes must be its own. */
+	b->cfg.write_nonce = bench_mix64(now_ns() ^ ((uint64_t)getpid() << 32));
 
 	rc = outputs_open(b);
 	if (!rc)

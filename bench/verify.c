@@ -15,8 +15,9 @@
 /*
  * Once, before the first size.  The target's buffer, when it is in this
  * process, holds the cfg.seed pattern: --verify checks READs against it
- * (and WRITEs use other seeds, bench_write_seed, so bytes that never
- * arrived show), and without --verify a READ source may hold anything.
+ * (and WRITEs use other seeds, bench_write_seed, new in every run, so
+ * bytes that never arrived show, even where an earlier run against the
+ * same --target wrote), and without --verify a READ source may hold anything.
  * WRITE sources get a constant without --verify (the pattern is filled per
  * size with it).  A --connect READ reads what --target filled.
  */
