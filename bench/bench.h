@@ -88,6 +88,8 @@ struct bench {
 	pthread_barrier_t start;
 	uint64_t start_ns, deadline_ns, end_ns;
 	uint64_t cores_cpu_ns;        /* CPU time of this process's engine cores over the size */
+	unsigned core_threads;        /* how many threads that is (every engine's: one-process
+	                               * mode counts the target's too) */
 	unsigned ncores;
 	bool pin;                    /* port threads run on port_cpus */
 	cpu_set_t port_cpus;
@@ -262,8 +264,9 @@ void stats_snap(const struct bench *b, struct ferry_core_stats *s);
 void stats_settle(const struct bench *b, struct ferry_core_stats *s);
 void stats_final(struct bench *b);
 int stats_alloc(struct bench *b);
-/* CPU time so far of this process's engine core threads ("ferry-core*"), in ns. */
-uint64_t cores_cpu_ns(void);
+/* CPU time so far of this process's engine core threads ("ferry-core*", of
+ * every engine), in ns; how many threads in *threads. */
+uint64_t cores_cpu_ns(unsigned *threads);
 
 /* progress.c: the progress line */
 void progress_start(struct bench *b);

@@ -65,12 +65,13 @@ void stats_final(struct bench *b)
  * over the threads named by runtime/core (ferry-core<k>); their schedstat's
  * first field is the time they ran, steal time excluded.
  */
-uint64_t cores_cpu_ns(void)
+uint64_t cores_cpu_ns(unsigned *threads)
 {
 	DIR *d = opendir("/proc/self/task");
 	struct dirent *e;
 	uint64_t sum = 0;
 
+	*threads = 0;
 	if (!d)
 		return 0;
 	while ((e = readdir(d))) {
@@ -91,8 +92,10 @@ uint64_t cores_cpu_ns(void)
 			continue;
 		snprintf(path, sizeof(path), "/proc/self/task/%.16s/schedstat", e->d_name);
 		f = fopen(path, "r");
-		if (f && fscanf(f, "%llu", &ran) == 1)
+		if (f && fscanf(f, "%llu", &ran) == 1) {
 			sum += ran;
+			(*threads)++;
+		}
 		if (f)
 			fclose(f);
 	}

@@ -140,7 +140,7 @@ int ports_run(struct bench *b)
 		}
 	}
 	stats_snap(b, b->before);
-	b->cores_cpu_ns = cores_cpu_ns();
+	b->cores_cpu_ns = cores_cpu_ns(&b->core_threads);
 	b->start_ns = now_ns();
 	b->deadline_ns = b->start_ns + (uint64_t)(b->cfg.duration * 1e9);
 	pthread_barrier_wait(&b->start);
@@ -149,7 +149,7 @@ int ports_run(struct bench *b)
 	for (p = 0; p < b->cfg.ports; p++)
 		if (b->ports[p].end_ns > b->end_ns)
 			b->end_ns = b->ports[p].end_ns;
-	b->cores_cpu_ns = cores_cpu_ns() - b->cores_cpu_ns;
+	b->cores_cpu_ns = cores_cpu_ns(&b->core_threads) - b->cores_cpu_ns;
 	stats_settle(b, b->after);
 	pthread_barrier_destroy(&b->start);
 	return 0;
