@@ -26,6 +26,9 @@
 
 /* Nothing seen ended for this long: check that bytes still move. */
 #define STALL_CHECK_NS 1000000000ull
+/* A sub-batch whose reset was refused (-EBUSY) is tried again this soon
+ * (pause_ns yields): the core drops its count a moment later. */
+#define RESET_RETRY_NS 2000ull
 
 struct flight {
 	struct ferry_batch **sub;  /* nsub_max sub-batches of cfg.refill slots */
@@ -259,6 +262,11 @@ static int pump(struct bench_port *bp, uint64_t n, uint64_t until, bool drain)
 				return bp->err;
 			if (f->open[g] && f->look_ns[g] < next)
 				next = f->look_ns[g];
+			/* Its reset was refused: nothing of it is open, yet it is due
+			 * again at once (else, with no other sub-batch open, the pause
+			 * below was POLL_MAX_NS, 10 ms of a run with nothing in flight). */
+			if (refill && !f->open[g] && f->sent[g] == cnt && now + RESET_RETRY_NS < next)
+				next = now + RESET_RETRY_NS;
 		}
 		if (seen)
 			f->quiet_ns = now; /* before returning: the next turn's pauses start here */
