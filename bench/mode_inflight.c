@@ -102,6 +102,22 @@ static uint32_t sub_count(const struct flight *f, uint32_t nreq, uint32_t g, uin
 	return nreq - *first < f->width ? nreq - *first : f->width;
 }
 
+/*
+ * Reset sub-batch g after the last size's drain: its requests were all
+ * seen ended, but a core may not have dropped its count yet (-EBUSY, see
+ * sub_fill): wait for it, as long as a stalled batch is waited for.
+ */
+static int sub_reset_drained(struct bench_port *bp, uint32_t g)
+{
+	uint64_t t0 = now_ns();
+	int rc;
+
+	while ((rc = ferry_batch_reset(bp->flight->sub[g])) == -EBUSY &&
+	       now_ns() - t0 < bp->b->stall_ns)
+		pause_ns(RESET_RETRY_NS);
+	return rc;
+}
+
 /* The first turn of a size: every sub-batch empty (the last size drained). */
 static int flight_begin(struct bench_port *bp)
 {
@@ -114,7 +130,7 @@ static int flight_begin(struct bench_port *bp)
 	f->limit = b->cfg.iters ? b->cfg.iters * b->nreq : UINT64_MAX;
 	f->quiet_ns = now_ns();
 	for (uint32_t g = 0; g < f->nsub; g++) {
-		int rc = ferry_batch_reset(f->sub[g]);
+		int rc = sub_reset_drained(bp, g);
 
 		if (rc)
 			return port_stop(bp, 0, "ferry_batch_reset", rc);

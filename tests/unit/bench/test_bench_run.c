@@ -183,6 +183,29 @@ static void test_inflight_reset_busy(void **state)
 	bench_teardown(&b);
 }
 
+/*
+ * A sweep in flight: the next size's first turn resets the sub-batches the
+ * last size drained; a reset refused for a moment (the same window) must
+ * be waited out, not stop the port.
+ */
+static void test_sweep_reset_busy(void **state)
+{
+	const char *args[] = { "--nics", "loop", "--cores", "0", "--size", "4K:8K", "--batch",
+			       "4", "--iters", "3", "--json", NULL };
+	static struct bench b;
+
+	(void)state;
+	bench_start(&b, args);
+	busy_resets = true;
+	reset_calls = 0;
+	assert_int_equal(bench_run(&b), 0);
+	busy_resets = false;
+	assert_int_equal(b.nrows, 2);
+	assert_int_equal(b.rows[1].requests, 12);
+	assert_int_equal(b.ports[0].err, 0);
+	bench_teardown(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -190,6 +213,7 @@ int main(void)
 		cmocka_unit_test(test_verify_not_stale),
 		cmocka_unit_test(test_cores_cpu_threads),
 		cmocka_unit_test(test_inflight_reset_busy),
+		cmocka_unit_test(test_sweep_reset_busy),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
