@@ -81,6 +81,14 @@ softroce_pair() {
 	read -r -a addrs <<<"${SOFTROCE_ADDRS:-10.99.0.1 10.99.0.2}"
 	GID=${SOFTROCE_GID_INDEX:-1}
 	SRV_DEV=${devs[0]} CLI_DEV=${devs[1]:-${devs[0]}} SRV_ADDR=${addrs[0]}
+	# The tools send to SRV_ADDR: only to an address of this machine (the
+	# VM's vethI), never out to a network that happens to have an rxe0.
+	if ! ip -o -4 addr show 2>/dev/null | awk '{ sub("/.*", "", $4); print $4 }' |
+		grep -qxF "$SRV_ADDR"; then
+		echo "${0##*/}: $SRV_ADDR is not an address of this machine: run it where" \
+			"vm-run set up the Soft-RoCE pair (../shared/softroce/vm-run -- $0)" >&2
+		exit 2
+	fi
 }
 
 # ---- rounds: every tool once per round, the table shows medians ----------

@@ -40,6 +40,10 @@ MC=${MOONCAKE_BENCH:-}
 SIZES=${COMPARE_SIZES:-64K 1M}
 OPS=${COMPARE_OPS-write read}
 DUR=${COMPARE_DURATION:-5}
+# Mooncake's bench takes whole seconds: every tool runs the same whole number.
+case $DUR in
+'' | *[!0-9]* | 0) echo "${0##*/}: COMPARE_DURATION '$DUR': a whole number of seconds, 1 or more" >&2; exit 2 ;;
+esac
 DEPTH=${COMPARE_DEPTH:-32}
 ROUNDS=${COMPARE_ROUNDS:-1}
 LOGDIR=${COMPARE_LOGDIR:-$B/compare-mooncake}
@@ -79,7 +83,7 @@ mooncake_pair() {
 	timeout "$TMO" "$MC" --mode=initiator --protocol=rdma --device_name="$CLI_DEV" \
 		--metadata_server=P2PHANDSHAKE --local_server_name=127.0.0.1:$((FERRY_PORT + 11)) \
 		--segment_id="$seg" --operation="$op" --threads=1 --batch_size="$DEPTH" \
-		--block_size="$size" --buffer_size="$BUFFER" --duration="${DUR%.*}" --report_unit=MB --report_precision=1 >"$LOGDIR/$name.out" 2>&1
+		--block_size="$size" --buffer_size="$BUFFER" --duration="$DUR" --report_unit=MB --report_precision=1 >"$LOGDIR/$name.out" 2>&1
 	kill -INT "$tpid" 2>/dev/null
 	wait "$tpid" 2>/dev/null
 	i=$(sed -n 's/.*Test completed:.*throughput \([0-9.]*\) MB\/s.*/\1/p' "$LOGDIR/$name.out" | tail -n 1)
@@ -125,7 +129,7 @@ for s in $SIZES; do
 done
 echo
 echo "(MB/s = 10^6 bytes/s, medians of $ROUNDS round(s); Mooncake: --protocol=rdma --threads=1" \
-	"--batch_size=$DEPTH --duration=${DUR%.*}, P2PHANDSHAKE, MC_GID_INDEX=$GID," \
+	"--batch_size=$DEPTH --duration=$DUR, P2PHANDSHAKE, MC_GID_INDEX=$GID," \
 	"MC_WORKERS_PER_CTX=$MC_WORKERS; ferry: --cores $FERRY_CORES --batch $DEPTH -D $DUR," \
 	"--sync = batch-synchronous like Mooncake, in flight = $DEPTH outstanding)"
 [ "$failed" = 0 ] || echo "$CMP_NAME: some runs failed, see $LOGDIR" >&2

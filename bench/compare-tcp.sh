@@ -56,13 +56,17 @@ PINGPONG=$B/tcp_pingpong
 MEMCPY=$B/memcpy_bw
 read -r -a SIZES <<<"${COMPARE_SIZES:-64K 1M}"
 DUR=${COMPARE_DURATION:-3}
+# Mooncake's bench takes whole seconds: every tool runs the same whole number.
+case $DUR in
+'' | *[!0-9]* | 0) echo "${0##*/}: COMPARE_DURATION '$DUR': a whole number of seconds, 1 or more" >&2; exit 2 ;;
+esac
 ROUNDS=${COMPARE_ROUNDS:-1}
 PP_ITERS=${COMPARE_PP_ITERS:-20000}
 read -r -a LAT_ARGS <<<"${COMPARE_LAT_ARGS---caller}"
 MC=${MOONCAKE_BENCH:-}
 MC_BATCH=${MOONCAKE_BATCH:-32}
 LOGDIR=${COMPARE_LOGDIR:-$B/compare-tcp}
-TMO=$((${DUR%.*} + 90))
+TMO=$((DUR + 90))
 POOL=$((256 << 20))
 HP=()
 [ "${COMPARE_HUGEPAGES:-0}" = 1 ] && HP=(--hugepages)
@@ -143,7 +147,7 @@ run_mooncake() {
 		--metadata_server=P2PHANDSHAKE --local_server_name="127.0.0.1:$(free_port)" \
 		--segment_id="$seg" --operation=write --threads=1 \
 		--batch_size="$MC_BATCH" --block_size="$(bytes "$s")" --buffer_size="$POOL" \
-		--duration="${DUR%.*}" >"$LOGDIR/$name.out" 2>&1
+		--duration="$DUR" >"$LOGDIR/$name.out" 2>&1
 	kill -INT "$BG_PID" 2>/dev/null
 	wait "$BG_PID" 2>/dev/null
 	sed -n 's/.*Test completed:.*throughput \([0-9.]*\) GB\/s.*/\1/p' "$LOGDIR/$name.out" | tail -n 1

@@ -44,7 +44,13 @@ ferry_target_up() {
 		--listen 127.0.0.1:0 "$@" >"$log" 2>&1 &
 	TARGET_PID=$!
 	pids+=("$TARGET_PID")
-	TARGET_ADDR=$(target_address "$log" "$TARGET_PID")
+	# pids does not outlive a $(...) around the caller (compare-tcp's
+	# run_ferry): a target that gave no address is stopped here.
+	TARGET_ADDR=$(target_address "$log" "$TARGET_PID") || {
+		kill "$TARGET_PID" 2>/dev/null
+		wait "$TARGET_PID" 2>/dev/null
+		return 1
+	}
 }
 
 # Stop the target started last (SIGINT: it prints its CPU and counters).
