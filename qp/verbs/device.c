@@ -129,6 +129,11 @@ void fv_addr_pack(const struct fv_addr *a, struct nic_addr *out)
 	b[25] = (uint8_t)(a->lid >> 8);
 	b[26] = a->gid_index;
 	b[27] = a->rd_atomic;
+	if (a->has_alt) {
+		memcpy(b + 32, a->alt_gid, 16);
+		b[48] = 1;
+		b[49] = a->alt_gid_index;
+	}
 }
 
 int fv_addr_unpack(const struct nic_addr *in, struct fv_addr *a)
@@ -146,6 +151,9 @@ int fv_addr_unpack(const struct nic_addr *in, struct fv_addr *a)
 	a->lid = (uint16_t)(b[24] | b[25] << 8);
 	a->gid_index = b[26];
 	a->rd_atomic = b[27];
+	a->has_alt = b[48] & 1;
+	memcpy(a->alt_gid, b + 32, 16);
+	a->alt_gid_index = b[49];
 	return 0;
 }
 
@@ -159,6 +167,9 @@ static void nic_to_addr(const struct fv_nic *nic, struct fv_addr *a)
 	a->link_layer = nic->link_layer;
 	a->gid_index = (uint8_t)nic->gid_index;
 	a->rd_atomic = (uint8_t)nic->max_dest_rd_atomic;
+	a->has_alt = nic->has_alt;
+	memcpy(a->alt_gid, nic->alt_gid.raw, 16);
+	a->alt_gid_index = (uint8_t)nic->alt_gid_index;
 }
 
 void fv_addr(const struct nic *n, struct nic_addr *out)

@@ -34,6 +34,11 @@ static bool gid_is_v4mapped(const uint8_t g[16])
 	return g[10] == 0xff && g[11] == 0xff;
 }
 
+bool fv_gid_is_v4mapped(const uint8_t g[16])
+{
+	return gid_is_v4mapped(g);
+}
+
 static bool gid_is_link_local(const uint8_t g[16])
 {
 	return g[0] == 0xfe && (g[1] & 0xc0) == 0x80;
@@ -127,6 +132,27 @@ int fv_choose_gid(const struct fv_gid *tbl, int n, int forced_index, char *why, 
 	return best;
 }
 
+int fv_choose_alt_gid(const struct fv_gid *tbl, int n, int chosen)
+{
+	bool v4 = gid_is_v4mapped(tbl[chosen].gid);
+	enum gid_rank best_rank = GID_RANK_V1;
+	int best = -1;
+
+	if (tbl[chosen].type != IBV_GID_TYPE_ROCE_V2)
+		return -ENOENT; /* RoCE v1 is not IP-routed: no family to match */
+	for (int i = 0; i < n; i++) {
+		enum gid_rank r = gid_rank(&tbl[i]);
+
+		if (r >= GID_RANK_V1 || gid_is_v4mapped(tbl[i].gid) == v4)
+			continue;
+		if (r < best_rank || (r == best_rank && tbl[i].index < tbl[best].index)) {
+			best_rank = r;
+			best = i;
+		}
+	}
+	return best < 0 ? -ENOENT : best;
+}
+
 /* FERRY_GID_INDEX: *out = -1 when unset or empty. */
 static int gid_index_from_env(const struct fv_nic *nic, int *out)
 {
@@ -204,12 +230,18 @@ static void log_gid_choice(const struct fv_nic *nic, const char *why)
 {
 	char key[96], a[INET6_ADDRSTRLEN];
 
-	snprintf(key, sizeof(key), "%s:%u:%d", nic->name, nic->port, nic->gid_index);
+	snprintf(key, sizeof(key), "%s:%u:%d:%d", nic->name, nic->port, nic->gid_index,
+		 nic->has_alt ? nic->alt_gid_index : -1);
 	if (!fv_first_time(key))
 		return;
 	fv_gid_str(nic->gid.raw, a, sizeof(a));
 	vinfo(nic, "GID index %d %s (%s) chosen: %s", nic->gid_index, a,
 	     fv_gid_kind(nic->gid.raw, nic->gid_type), why);
+	if (!nic->has_alt)
+		return;
+	fv_gid_str(nic->alt_gid.raw, a, sizeof(a));
+	vinfo(nic, "GID index %d %s (%s) for peers that have only the other IP family",
+	      nic->alt_gid_index, a, fv_gid_kind(nic->alt_gid.raw, IBV_GID_TYPE_ROCE_V2));
 }
 
 int fv_select_gid(struct fv_nic *nic, int tbl_len)
@@ -235,6 +267,13 @@ int fv_select_gid(struct fv_nic *nic, int tbl_len)
 	nic->gid_index = tbl[pos].index;
 	nic->gid_type = (uint8_t)tbl[pos].type;
 	memcpy(nic->gid.raw, tbl[pos].gid, 16);
+	/* A forced index is the only one used. */
+	pos = forced >= 0 ? -ENOENT : fv_choose_alt_gid(tbl, n, pos);
+	nic->has_alt = pos >= 0;
+	if (nic->has_alt) {
+		nic->alt_gid_index = tbl[pos].index;
+		memcpy(nic->alt_gid.raw, tbl[pos].gid, 16);
+	}
 	free(tbl);
 	log_gid_choice(nic, why);
 	return 0;

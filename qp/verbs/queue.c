@@ -299,6 +299,29 @@ uint32_t fv_qp_num(const struct nic_qp *q)
 	return cqp_of(q)->qp->qp_num;
 }
 
+/*
+ * The GIDs a RoCE v2 QP pair uses: both of one IP family.  Each side picks
+ * IPv4-mapped first, so a host with both families meeting a peer with IPv6
+ * only would pair an IPv4 source with an IPv6 destination, which no packet
+ * can carry (rxe refuses the RTR, a NIC retries until RETRY_EXC).  Then the
+ * host with both uses its IPv6 GID (its alternate), and so does the peer
+ * when it talks back: both sides reach the same pair.
+ */
+static void roce_gids(const struct fv_nic *nic, const struct fv_addr *ra, int *sgid_index,
+		      const uint8_t **dgid)
+{
+	bool v4 = fv_gid_is_v4mapped(nic->gid.raw), rv4 = fv_gid_is_v4mapped(ra->gid);
+
+	*sgid_index = nic->gid_index;
+	*dgid = ra->gid;
+	if (v4 == rv4 || nic->gid_type != IBV_GID_TYPE_ROCE_V2)
+		return;
+	if (nic->has_alt && fv_gid_is_v4mapped(nic->alt_gid.raw) == rv4)
+		*sgid_index = nic->alt_gid_index;
+	else if (ra->has_alt && fv_gid_is_v4mapped(ra->alt_gid) == v4)
+		*dgid = ra->alt_gid;
+}
+
 static void rtr_attr(const struct fv_qp *qp, const struct fv_addr *ra,
 		     const struct nic_qp_info *rqp, struct ibv_qp_attr *a, int *mask)
 {
@@ -314,10 +337,14 @@ static void rtr_attr(const struct fv_qp *qp, const struct fv_addr *ra,
 	a->min_rnr_timer = 12;
 	a->ah_attr.port_num = nic->port;
 	if (nic->link_layer == IBV_LINK_LAYER_ETHERNET) {
+		const uint8_t *dgid;
+		int sgid_index;
+
 		/* RoCE has no LIDs: every packet carries a GRH. */
+		roce_gids(nic, ra, &sgid_index, &dgid);
 		a->ah_attr.is_global = 1;
-		memcpy(a->ah_attr.grh.dgid.raw, ra->gid, 16);
-		a->ah_attr.grh.sgid_index = (uint8_t)nic->gid_index;
+		memcpy(a->ah_attr.grh.dgid.raw, dgid, 16);
+		a->ah_attr.grh.sgid_index = (uint8_t)sgid_index;
 		a->ah_attr.grh.hop_limit = 64;
 	} else {
 		a->ah_attr.dlid = ra->lid;
@@ -379,6 +406,8 @@ static void log_connect_failure(const struct fv_qp *qp, const char *step, int er
 {
 	const struct fv_nic *nic = qp->nic;
 	char lg[INET6_ADDRSTRLEN], rg[INET6_ADDRSTRLEN];
+	const uint8_t *sgid, *dgid;
+	int sgid_index;
 
 	if (nic->link_layer != IBV_LINK_LAYER_ETHERNET) {
 		vlog(nic, "QP 0x%x %s failed: %s (errno %d); local LID 0x%x MTU %u; "
@@ -387,15 +416,18 @@ static void log_connect_failure(const struct fv_qp *qp, const char *step, int er
 		     mtu_bytes(nic->active_mtu), rqp->qpn, ra->lid, mtu_bytes(ra->mtu), ra->port);
 		return;
 	}
-	fv_gid_str(nic->gid.raw, lg, sizeof(lg));
-	fv_gid_str(ra->gid, rg, sizeof(rg));
+	roce_gids(nic, ra, &sgid_index, &dgid);
+	sgid = sgid_index == nic->gid_index ? nic->gid.raw : nic->alt_gid.raw;
+	fv_gid_str(sgid, lg, sizeof(lg));
+	fv_gid_str(dgid, rg, sizeof(rg));
 	vlog(nic, "QP 0x%x %s failed: %s (errno %d); local GID[%d] %s (%s) MTU %u; "
 	     "peer QPN 0x%x GID %s (its index %u) LID 0x%x MTU %u: a wrong GID is the most "
 	     "common cause: both GIDs must be RoCE v2 addresses that reach each other "
 	     "(same subnet/VLAN or routed); set FERRY_GID_INDEX on either side to override",
-	     qp->qp->qp_num, step, strerror(err), err, nic->gid_index, lg,
-	     fv_gid_kind(nic->gid.raw, nic->gid_type), mtu_bytes(nic->active_mtu), rqp->qpn,
-	     rg, ra->gid_index, ra->lid, mtu_bytes(ra->mtu));
+	     qp->qp->qp_num, step, strerror(err), err, sgid_index, lg,
+	     fv_gid_kind(sgid, nic->gid_type), mtu_bytes(nic->active_mtu), rqp->qpn,
+	     rg, dgid == ra->gid ? ra->gid_index : ra->alt_gid_index, ra->lid,
+	     mtu_bytes(ra->mtu));
 }
 
 static int check_remote(const struct fv_qp *qp, const struct nic_addr *remote,

@@ -74,6 +74,17 @@ struct fv_gid {
 int fv_choose_gid(const struct fv_gid *tbl, int n, int forced_index,
 		     char *why, size_t whylen);
 
+/*
+ * A second RoCE v2 GID for peers of the other IP family: tbl[chosen] is
+ * IPv4-mapped and a peer has IPv6 only (or the reverse), a pair of GIDs of
+ * two families cannot carry RoCE v2.  The best RoCE v2 entry of the other
+ * family (same ranking); its position in tbl, or -ENOENT.
+ */
+int fv_choose_alt_gid(const struct fv_gid *tbl, int n, int chosen);
+
+/* ::ffff:a.b.c.d */
+bool fv_gid_is_v4mapped(const uint8_t gid[16]);
+
 /* "RoCE v2, IPv4-mapped", "RoCE v2, link-local", "RoCE v1", ... */
 const char *fv_gid_kind(const uint8_t gid[16], int type);
 /* inet_ntop of a GID: "::ffff:10.99.0.1", "fe80::1". */
@@ -82,7 +93,7 @@ void fv_gid_str(const uint8_t gid[16], char *buf, size_t len);
 /* ------------------------------------------------------------ addresses */
 
 /*
- * What a peer needs to connect to one of our QPs, carried in the 32-byte
+ * What a peer needs to connect to one of our QPs, carried in the 64-byte
  * struct nic_addr.  Layout (multi-byte fields little endian):
  *
  *   0..3   magic "VRBS" (loop addresses start "LOOP": never confused)
@@ -97,6 +108,9 @@ void fv_gid_str(const uint8_t gid[16], char *buf, size_t len);
  *          max_qp_rd_atom): the peer sets its QP's max_rd_atomic to the
  *          smaller of this and its own max_qp_init_rd_atom
  *   28..31 zero
+ *   32..47 alternate GID (RoCE v2, the other IP family than 8..23), when
+ *          byte 48 bit 0 is set; 49 its index.  Older peers leave these
+ *          zero and ignore them.
  */
 struct fv_addr {
 	uint8_t gid[16];
@@ -106,6 +120,9 @@ struct fv_addr {
 	uint8_t link_layer; /* IBV_LINK_LAYER_* */
 	uint8_t gid_index;
 	uint8_t rd_atomic;
+	bool has_alt;       /* alt_gid is valid */
+	uint8_t alt_gid_index;
+	uint8_t alt_gid[16];
 };
 
 #define VERBS_ADDR_VERSION 1
@@ -130,6 +147,9 @@ struct fv_nic {
 	uint16_t lid;
 	int gid_index;
 	union ibv_gid gid;
+	bool has_alt;        /* alt_gid: for peers of the other IP family */
+	int alt_gid_index;
+	union ibv_gid alt_gid;
 	int numa_node;
 	uint32_t max_qp_wr;
 	uint32_t max_cqe;

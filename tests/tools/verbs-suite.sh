@@ -106,4 +106,9 @@ FERRY_TEST_IDLE=caller FERRY_TEST_INIT_NICS=${devs[0]} FERRY_TEST_TARGET_NICS=${
 if [ "${#devs[@]}" -ge 4 ] && [ "${FERRY_FAULT_VM:-1}" != 0 ]; then
 	run env B="$B" tests/tools/fault-vm.sh
 fi
+# Peers of different IP families (IPv4 + IPv6 against IPv6 only): only in
+# vm-run's VM, whose network this step rearranges for a while (~10 s).
+if [ -n "${SOFTROCE_DEVICES:-}" ] && [ "${#devs[@]}" -ge 4 ]; then
+	run env B="$B" tests/tools/gid-family-vm.sh 2 3
+fi
 exit $fail

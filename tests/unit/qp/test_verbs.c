@@ -145,6 +145,29 @@ static void test_gid_forced(void **state)
 	assert_non_null(strstr(why, "empty"));
 }
 
+/* The alternate GID: the best RoCE v2 one of the other IP family. */
+static void test_gid_alt(void **state)
+{
+	struct fv_gid t[] = {
+		ent(0, GID_LL, IBV_GID_TYPE_ROCE_V2),
+		ent(1, GID_V4, IBV_GID_TYPE_ROCE_V2),
+		ent(2, GID_V6, IBV_GID_TYPE_ROCE_V1),
+		ent(3, GID_V6, IBV_GID_TYPE_ROCE_V2),
+		ent(4, GID_ZERO, IBV_GID_TYPE_ROCE_V2),
+	};
+	struct fv_gid only4[] = { ent(1, GID_V4, IBV_GID_TYPE_ROCE_V2) };
+	struct fv_gid v1[] = { ent(0, GID_V4, IBV_GID_TYPE_ROCE_V1),
+			       ent(1, GID_V6, IBV_GID_TYPE_ROCE_V1) };
+
+	(void)state;
+	assert_int_equal(fv_choose_alt_gid(t, 5, 1), 3);  /* IPv4 chosen: global IPv6 */
+	assert_int_equal(fv_choose_alt_gid(t, 5, 3), 1);  /* IPv6 chosen: the IPv4 one */
+	t[3] = ent(3, GID_ZERO, IBV_GID_TYPE_ROCE_V2);
+	assert_int_equal(fv_choose_alt_gid(t, 5, 1), 0);  /* then link-local, never v1 */
+	assert_int_equal(fv_choose_alt_gid(only4, 1, 0), -ENOENT);
+	assert_int_equal(fv_choose_alt_gid(v1, 2, 0), -ENOENT); /* v1: not IP-routed */
+}
+
 /* ------------------------------------------------------------ stubs */
 
 #define MAX_CALLS 8
@@ -346,11 +369,16 @@ static void test_select_gid_from_port(void **state)
 	assert_int_equal(nic.gid_index, 2);
 	assert_memory_equal(nic.gid.raw, GID_V4, 16);
 	assert_int_equal(nic.gid_type, IBV_GID_TYPE_ROCE_V2);
+	/* For IPv6-only peers: the link-local one (index 3 is RoCE v1). */
+	assert_true(nic.has_alt);
+	assert_int_equal(nic.alt_gid_index, 0);
+	assert_memory_equal(nic.alt_gid.raw, GID_LL, 16);
 
 	setenv("FERRY_GID_INDEX", "0", 1);
 	assert_int_equal(fv_select_gid(&nic, 8), 0);
 	assert_int_equal(nic.gid_index, 0);
 	assert_memory_equal(nic.gid.raw, GID_LL, 16);
+	assert_false(nic.has_alt); /* forced: that one only */
 
 	setenv("FERRY_GID_INDEX", "1", 1); /* the hole */
 	assert_int_equal(fv_select_gid(&nic, 8), -EINVAL);
@@ -495,6 +523,58 @@ static void test_qp_connect_roce(void **state)
 	/* RC connects once. */
 	assert_int_equal(P->qp_connect(nqp(), &na, &r), -EISCONN);
 	assert_int_equal(S.nmod, 2);
+}
+
+/*
+ * IPv4 and IPv6 on this port, IPv6 only at the peer (or the reverse): both
+ * ends use the IPv6 pair -- an IPv4 source with an IPv6 destination cannot
+ * be carried (rxe refuses the RTR).
+ */
+static void test_qp_connect_family(void **state)
+{
+	struct nic_qp_info r = { .qpn = 0x456, .psn = 1 };
+	struct fv_addr ra = { .port = 1, .mtu = IBV_MTU_4096, .link_layer = IBV_LINK_LAYER_ETHERNET,
+			      .gid_index = 1, .rd_atomic = 8 }, back;
+	struct nic_addr na;
+
+	(void)state;
+	nic.has_alt = true;
+	nic.alt_gid_index = 5;
+	memcpy(nic.alt_gid.raw, GID_V6, 16);
+	memcpy(ra.gid, GID_LL, 16);
+	fv_addr_pack(&ra, &na);
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), 0);
+	assert_int_equal(S.attr[0].ah_attr.grh.sgid_index, 5); /* our IPv6 one */
+	assert_memory_equal(S.attr[0].ah_attr.grh.dgid.raw, GID_LL, 16);
+
+	/* Our address carries the alternate for the peer's side. */
+	P->addr((const struct nic *)(const void *)&nic, &na);
+	assert_int_equal(fv_addr_unpack(&na, &back), 0);
+	assert_true(back.has_alt);
+	assert_int_equal(back.alt_gid_index, 5);
+	assert_memory_equal(back.alt_gid, GID_V6, 16);
+
+	/* The peer's side: IPv6 only, we (now the remote) offer IPv4 + IPv6. */
+	qp.connected = false;
+	S.nmod = 0;
+	nic.has_alt = false;
+	memcpy(nic.gid.raw, GID_LL, 16);
+	nic.gid_index = 0;
+	memcpy(ra.gid, GID_V4, 16);
+	ra.has_alt = true;
+	memcpy(ra.alt_gid, GID_V6, 16);
+	fv_addr_pack(&ra, &na);
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), 0);
+	assert_int_equal(S.attr[0].ah_attr.grh.sgid_index, 0);
+	assert_memory_equal(S.attr[0].ah_attr.grh.dgid.raw, GID_V6, 16);
+
+	/* One family each and no alternate: nothing to fix, the primaries. */
+	qp.connected = false;
+	S.nmod = 0;
+	ra.has_alt = false;
+	fv_addr_pack(&ra, &na);
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), 0);
+	assert_memory_equal(S.attr[0].ah_attr.grh.dgid.raw, GID_V4, 16);
 }
 
 static void test_qp_connect_mtu_and_caps(void **state)
@@ -961,11 +1041,13 @@ int main(void)
 		cmocka_unit_test(test_gid_v2_every_order),
 		cmocka_unit_test(test_gid_ties_and_empty),
 		cmocka_unit_test(test_gid_forced),
+		cmocka_unit_test(test_gid_alt),
 		cmocka_unit_test_setup_teardown(test_select_gid_from_port, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_addr_round_trip, setup, teardown),
 		cmocka_unit_test(test_addr_magic),
 		cmocka_unit_test_setup_teardown(test_qp_init_attr, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_roce, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_qp_connect_family, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_mtu_and_caps, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rd_atomic_bound, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_ib, setup, teardown),
