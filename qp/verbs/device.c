@@ -549,6 +549,14 @@ static int mr_track_locked(struct fv_nic *nic, struct ibv_mr *mr)
 	return 0;
 }
 
+/* Without REMOTE_WRITE the responder NIC itself refuses a peer's WRITE. */
+static int mr_flags(unsigned access, bool local_write)
+{
+	return (local_write ? IBV_ACCESS_LOCAL_WRITE : 0) |
+	       (access & NIC_ACCESS_REMOTE_READ ? IBV_ACCESS_REMOTE_READ : 0) |
+	       (access & NIC_ACCESS_REMOTE_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0);
+}
+
 int fv_reg_mr(struct nic *n, void *addr, size_t len, unsigned access, struct nic_mr *out)
 {
 	struct fv_nic *nic = nic_of(n);
@@ -558,10 +566,15 @@ int fv_reg_mr(struct nic *n, void *addr, size_t len, unsigned access, struct nic
 	if (!addr || !len)
 		return -EINVAL;
 	pthread_mutex_lock(&nic->lock);
-	/* Without REMOTE_WRITE the responder NIC itself refuses a peer's WRITE. */
-	mr = ibv_reg_mr(nic->pd, addr, len, IBV_ACCESS_LOCAL_WRITE |
-			(access & NIC_ACCESS_REMOTE_READ ? IBV_ACCESS_REMOTE_READ : 0) |
-			(access & NIC_ACCESS_REMOTE_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0));
+	mr = ibv_reg_mr(nic->pd, addr, len, mr_flags(access, true));
+	/*
+	 * Read-only memory (a file mapped PROT_READ) cannot be pinned for
+	 * writing: EFAULT.  Peers may only read it and here it can only be a
+	 * WRITE's source, neither needs LOCAL_WRITE (a READ into it completes
+	 * LOC_PROT_ERR, as it should).  REMOTE_WRITE requires LOCAL_WRITE.
+	 */
+	if (!mr && errno == EFAULT && !(access & NIC_ACCESS_REMOTE_WRITE))
+		mr = ibv_reg_mr(nic->pd, addr, len, mr_flags(access, false));
 	if (!mr) {
 		err = null_errno(ENOMEM);
 		pthread_mutex_unlock(&nic->lock);

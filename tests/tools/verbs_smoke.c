@@ -17,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "qp/nic.h"
 #include "qp/verbs/verbs.h"
@@ -380,6 +382,60 @@ static void test_wrong_gid(struct side *a, struct side *b, const char *gid4)
 	b->p->qp_destroy(qb);
 }
 
+/*
+ * Read-only memory (a file mapped PROT_READ, MAP_PRIVATE): registered for remote READ
+ * only, a peer READs it and it is the source of a local WRITE.
+ */
+static void test_readonly(struct side *a, struct side *b)
+{
+	char path[] = "/tmp/verbs_smoke_roXXXXXX";
+	struct nic_wr w, *bad = NULL;
+	struct nic_wc wc[4];
+	struct nic_mr mr;
+	struct pair ba, ab;
+	uint8_t *ro;
+	int fd, rc, n;
+
+	fd = mkstemp(path);
+	CHECK(fd >= 0);
+	unlink(path);
+	fill(b->buf, WR_LEN, 8);
+	CHECK(write(fd, b->buf, WR_LEN) == (ssize_t)WR_LEN);
+	ro = mmap(NULL, WR_LEN, PROT_READ, MAP_PRIVATE, fd, 0);
+	CHECK(ro != MAP_FAILED);
+	rc = a->p->reg_mr(a->nic, ro, WR_LEN, NIC_ACCESS_REMOTE_READ, &mr);
+	if (rc)
+		fprintf(stderr, "verbs_smoke: FAIL: a read-only mapping: reg_mr %s\n", strerror(-rc));
+	CHECK(rc == 0);
+	/* The peer READs it. */
+	pair_connect(&ba, b, a);
+	memset(b->buf, 0, WR_LEN);
+	w = (struct nic_wr){ .wr_id = 8000, .local = (uintptr_t)b->buf, .remote = (uintptr_t)ro,
+			     .len = WR_LEN, .lkey = b->mr.lkey, .rkey = mr.rkey,
+			     .op = NIC_OP_READ, .signaled = 1 };
+	CHECK(b->p->post(ba.qa, &w, &bad) == 0);
+	n = wait_for(b, 8000, wc, 4);
+	CHECK(n == 1 && wc[0].status == NIC_WC_SUCCESS);
+	CHECK(memcmp(b->buf, ro, WR_LEN) == 0);
+	/* It is the source of our WRITE. */
+	pair_connect(&ab, a, b);
+	memset(b->buf, 0, WR_LEN);
+	w = (struct nic_wr){ .wr_id = 8001, .local = (uintptr_t)ro, .remote = (uintptr_t)b->buf,
+			     .len = WR_LEN, .lkey = mr.lkey, .rkey = b->mr.rkey,
+			     .op = NIC_OP_WRITE, .signaled = 1 };
+	CHECK(a->p->post(ab.qa, &w, &bad) == 0);
+	n = wait_for(a, 8001, wc, 4);
+	CHECK(n == 1 && wc[0].status == NIC_WC_SUCCESS);
+	CHECK(memcmp(b->buf, ro, WR_LEN) == 0);
+	pair_destroy(&ab);
+	pair_destroy(&ba);
+	CHECK(a->p->dereg_mr(a->nic, &mr) == 0);
+	munmap(ro, WR_LEN);
+	close(fd);
+	printf("verbs_smoke: read-only mapping: registered for remote READ, READ by the peer "
+	       "and WRITTEN from: verified\n");
+}
+
 /* A loop address is refused; close() frees what the caller left. */
 static void test_misc(struct side *a)
 {
@@ -434,6 +490,7 @@ int main(int argc, char **argv)
 	test_flush(&pr);
 	pair_destroy(&pr);
 	test_bad_rkey(&a, &b);
+	test_readonly(&a, &b);
 	if (!getenv("FERRY_GID_INDEX")) {
 		test_wrong_gid(&a, &b, "10.99.0.99");  /* on the subnet, no such host */
 		test_wrong_gid(&a, &b, "192.0.2.1");   /* no route */
