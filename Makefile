@@ -118,6 +118,10 @@ $(BENCH_TOOLS): $(B)/%: bench/tools/%.c bench/tools/tool.c bench/tools/tool.h
 $(B)/verbs_smoke: $(B)/obj/tests/tools/verbs_smoke.o $(B)/libferry.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# qp/post's depth accounting over real devices (tests/tools/verbs_depth.c).
+$(B)/verbs_depth: $(B)/obj/tests/tools/verbs_depth.o $(B)/libferry.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # Target and streaming initiator of the fault tests on RDMA (tests/tools/fault-vm.sh).
 $(B)/fault_peer: $(B)/obj/tests/tools/fault_peer.o $(B)/libferry.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
