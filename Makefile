@@ -214,7 +214,7 @@ check-install:
 # they be skipped, and then loudly.
 SOFTROCE ?= ../shared/softroce
 VERBS_TESTS := $(B)/tests/integration/test_integration $(B)/tests/integration/test_twoproc \
-               $(B)/tests/integration/test_api $(B)/verbs_smoke $(B)/fault_peer
+               $(B)/tests/integration/test_api $(B)/verbs_smoke $(B)/verbs_depth $(B)/fault_peer
 test-verbs: $(VERBS_TESTS)
 	@if ls /sys/class/infiniband/* >/dev/null 2>&1; then \
 	  B=$(B) tests/tools/verbs-suite.sh; \

@@ -88,6 +88,8 @@ else
 	init="${devs[0]}" target="${devs[1]}"
 fi
 run "$B/verbs_smoke" "${devs[0]}" "${devs[1]}"
+# qp/post's depth, quota and signalling over the real device (~5 s).
+run "$B/verbs_depth" "${devs[0]}" "${devs[1]}"
 FERRY_TEST_INIT_NICS=$init FERRY_TEST_TARGET_NICS=$target run "$B/tests/integration/test_integration"
 FERRY_TEST_INIT_NICS=${devs[0]} FERRY_TEST_TARGET_NICS=${devs[1]} run "$B/tests/integration/test_twoproc"
 FERRY_TEST_INIT_NICS=${devs[0]} FERRY_TEST_TARGET_NICS=${devs[1]} run "$B/tests/integration/test_api"
