@@ -127,6 +127,13 @@ uint32_t ep_depth(const struct ferry_ep *ep)
 	return d;
 }
 
+void ep_abandon(struct qctx *ctx, struct ferry_ep *ep, int err)
+{
+	for (uint32_t i = 0; i < ep->nqps; i++)
+		if (ep->qps[i]->depth.depth)
+			qpx_abandon(ctx, ep->qps[i], err);
+}
+
 void ep_set_error(struct qctx *ctx, struct ferry_ep *ep)
 {
 	for (uint32_t i = 0; i < ep->nqps; i++) {

@@ -97,6 +97,8 @@ bool ep_all_broken(const struct ferry_ep *ep);
 
 /* WRs outstanding on all QPs of ep. */
 uint32_t ep_depth(const struct ferry_ep *ep);
+/* Its QPs' WRs will never come back (the device died): end them with err. */
+void ep_abandon(struct qctx *ctx, struct ferry_ep *ep, int err);
 
 /* Move every QP of ep to the error state (their WRs flush). */
 void ep_set_error(struct qctx *ctx, struct ferry_ep *ep);

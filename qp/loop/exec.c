@@ -348,6 +348,8 @@ int loop_poll(struct nic_cq *ncq, int n, struct nic_wc *wc)
 
 	if (unlikely(n <= 0))
 		return n < 0 ? -EINVAL : 0;
+	if (unlikely(READ_ONCE(cq->ctx->dead)))
+		return 0;
 	if (!cds_list_empty(&cq->active))
 		loop_cq_run(cq, (uint32_t)n);
 	return soft_cq_poll(&cq->wcq, (uint32_t)n, wc);

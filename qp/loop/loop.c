@@ -446,6 +446,7 @@ void loop_set_faults(struct nic *n, const struct loop_faults *f)
 	WRITE_ONCE(ctx->seed, f->seed ? f->seed : LOOP_DEFAULT_SEED);
 	WRITE_ONCE(ctx->no_new_qps, f->no_new_qps);
 	WRITE_ONCE(ctx->silent_peer, f->silent_peer);
+	WRITE_ONCE(ctx->dead, f->dead);
 	/* Release: a poll that sees the new epoch sees the new plan (and reseeds). */
 	fetch_add_release(ctx->fault_epoch, 1); /* pairs with: load_acquire in loop_poll */
 	pthread_mutex_unlock(&loop_lock);

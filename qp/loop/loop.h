@@ -28,6 +28,9 @@ struct loop_faults {
 	uint32_t silent_peer;  /* a WR the peer refuses (its region is gone: it died)
 				* stalls its QP, no completion, as a dead RDMA peer
 				* answers nothing, instead of REM_ACCESS_ERR */
+	uint32_t dead;         /* the device died under its WRs: polls return
+				* nothing, not even the flushes of a QP set to
+				* error (a NIC unplugged, a fatal device error) */
 	uint64_t seed;         /* PRNG seed (0 = fixed default) */
 };
 

@@ -56,6 +56,7 @@ struct loop_ctx {
 	int nocopy;
 	uint32_t no_new_qps;         /* loop_faults.no_new_qps (READ_ONCE) */
 	uint32_t silent_peer;        /* loop_faults.silent_peer */
+	uint32_t dead;               /* loop_faults.dead (READ_ONCE) */
 
 	/* Device events injected by tests (loop_lock), announced on event_fd. */
 	int event_fd;

@@ -61,6 +61,22 @@ int qctx_attach(struct qctx *ctx, struct qpx *q)
 	return 0;
 }
 
+void qpx_abandon(struct qctx *ctx, struct qpx *q, int err)
+{
+	uint32_t n = q->tail - q->head;
+
+	for (uint32_t seq = q->head; seq != q->tail; seq++) {
+		struct slice *s = q->fifo[seq & q->fifo_mask]; /* NULL: a drain marker */
+
+		if (s)
+			ctx->ev->slice_done(ctx->owner, s, err);
+	}
+	q->head = q->tail;
+	q->reads = 0;
+	wr_depth_sub(&q->depth, n);
+	cq_quota_sub(&ctx->cq_quota, n);
+}
+
 void qpx_destroy(struct qctx *ctx, struct qpx *q)
 {
 	assert(q->depth.depth == 0);

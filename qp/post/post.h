@@ -98,6 +98,14 @@ struct qctx {
 
 #define QPX_UNATTACHED 0xffff
 
+/*
+ * The device will not give q's WRs back (it died: no completion, no flush)
+ * and the core is stopping: end every outstanding slice with err and give
+ * back its depth and CQ room.  Only just before the CQ goes: a completion
+ * that came later would find its sequence retired and be dropped.
+ */
+void qpx_abandon(struct qctx *ctx, struct qpx *q, int err);
+
 /* Create a QP on ctx's NIC and CQ, not yet connected (control path: it
  * reads only ctx's immutable fields and does not touch the QP table). */
 int qpx_create(struct qctx *ctx, uint32_t max_wr, void *owner, struct qpx **out);

@@ -352,6 +352,31 @@ __attribute__((noinline)) static uint32_t core_pass(struct ferry_core *c)
 }
 
 /* On stop: fail what was queued, flush what was posted, free the endpoints. */
+/*
+ * WRs the device did not give back within DRAIN_NS, not even as flushes:
+ * it died under them (unplugged, a fatal error).  Their requests end
+ * FAILED -ECANCELED like the rest of a stopping core's, instead of staying
+ * PENDING with their QPs' depth held (core_destroy could not free them).
+ */
+static void core_drain_abandon(struct ferry_core *c)
+{
+	uint32_t wrs = 0;
+
+	for (unsigned t = 0; t < c->ntx; t++)
+		wrs += c->tx[t].cq_quota.depth;
+	if (!wrs)
+		return;
+	log_warn("core %u: %u work requests never came back from the device in %llu ms "
+		 "(not even flushed): their requests end FAILED -ECANCELED",
+		 c->index, wrs, DRAIN_NS / 1000000);
+	for (uint32_t k = 0; k < c->eps.cap; k++) {
+		struct ferry_ep *ep = core_ep_at(c, k);
+
+		if (ep && !ep->qps_gone && ep_depth(ep))
+			ep_abandon(&c->tx[ep->tx], ep, -ECANCELED);
+	}
+}
+
 static void core_drain(struct ferry_core *c)
 {
 	struct ferry_engine *e = c->e;
@@ -395,6 +420,7 @@ static void core_drain(struct ferry_core *c)
 	for (unsigned t = 0; t < c->ntx; t++)
 		while (c->tx[t].cq_quota.depth && ferry_now_ns() < deadline)
 			qctx_poll(&c->tx[t]);
+	core_drain_abandon(c);
 	core_acct_flush(c);
 	for (uint32_t k = 0; k < c->eps.cap; k++) {
 		struct ferry_ep *ep = core_ep_at(c, k);

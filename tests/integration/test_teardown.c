@@ -363,6 +363,49 @@ static void test_peer_killed_silent(void **state)
 	P = (struct pair){ 0 };
 }
 
+/*
+ * A device that dies under its WRs gives nothing back, not even the
+ * flushes of the QPs set to error.  ferry_engine_destroy waits 2 s for
+ * them, then ends their requests FAILED -ECANCELED like every other
+ * request in flight at destroy.  Before, the QPs kept their depth and
+ * core_destroy's qpx_destroy asserted it was 0: the process aborted.
+ */
+static void test_destroy_beside_dead_device(void **state)
+{
+	struct ferry_req reqs[4];
+	struct ferry_port *port;
+	struct ferry_batch *b;
+
+	(void)state;
+	need_loop();
+	setup_pair(0); /* no slice timeout: nothing ends them before destroy */
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, 4, &b), 0);
+	set_faults(P.init, &(struct loop_faults){ .dead = 1 });
+	for (unsigned i = 0; i < 4; i++)
+		reqs[i] = mkreq(FERRY_OP_WRITE, P.lbuf + i * SLOT, P.seg, P.rbuf + i * SLOT, SLOT);
+	assert_int_equal(ferry_submit(b, reqs, 4), 0);
+	WAIT_UNTIL(wrs_posted(P.init) >= 4, WAIT_MS, "the slices posted");
+	assert_int_equal(ferry_batch_wait(b, 100), -ETIMEDOUT); /* nothing comes back */
+	ferry_log_set(log_count, NULL);
+	ferry_engine_destroy(P.init);
+	ferry_log_set(NULL, NULL);
+	for (unsigned i = 0; i < 4; i++) {
+		struct ferry_req_status st;
+
+		assert_int_equal(ferry_req_status(b, i, &st), 0);
+		assert_int_equal(st.state, FERRY_FAILED);
+		assert_int_equal(st.error, -ECANCELED);
+	}
+	/* The batch outlived its engine (its port went with it): its memory only. */
+	free(b->rqs);
+	free(b);
+	ferry_engine_destroy(P.target);
+	free(P.lbuf);
+	free(P.rbuf);
+	P = (struct pair){ 0 };
+}
+
 /* Every rail of seg usable again (repaired, not down, not paused). */
 static bool rails_all_up(struct ferry_engine *e, ferry_seg_t seg)
 {
@@ -725,6 +768,7 @@ int main(void)
 		cmocka_unit_test(test_close_stalled),
 		cmocka_unit_test(test_peer_restart),
 		cmocka_unit_test(test_peer_killed_silent),
+		cmocka_unit_test(test_destroy_beside_dead_device),
 		cmocka_unit_test(test_peer_refuses_then_answers),
 		cmocka_unit_test(test_lease),
 		cmocka_unit_test(test_destroy_with_open_segments),
