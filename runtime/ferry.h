@@ -195,6 +195,9 @@ struct ferry_core_stats {
 	uint64_t caller_passes;    /**< loop passes run by application threads
 	                            *   (FERRY_IDLE_CALLER; adaptive: a waiter's pass
 	                            *   of a sleeping core), counted in loops too */
+	/* Added in 0.5. */
+	uint64_t qp_abandons;      /**< broken QPs whose WRs never came back (a dead
+	                            *   device): given up, their slices retried or failed */
 };
 
 struct ferry_engine;

@@ -55,6 +55,7 @@ int qctx_attach(struct qctx *ctx, struct qpx *q)
 	if (idx == QP_MAX_PER_CORE)
 		return -ENOSPC;
 	q->index = (uint16_t)idx;
+	q->wr_hi = ((uint64_t)(ctx->qp_gen[idx] & QPX_GEN_MASK) << QPX_INDEX_BITS | idx) << 32;
 	ctx->qps[idx] = q;
 	if (idx >= ctx->n_qps)
 		ctx->n_qps = idx + 1;
@@ -75,13 +76,16 @@ void qpx_abandon(struct qctx *ctx, struct qpx *q, int err)
 	q->reads = 0;
 	wr_depth_sub(&q->depth, n);
 	cq_quota_sub(&ctx->cq_quota, n);
+	depth_store(&ctx->cq_quota.max, ctx->cq_quota.max - n);
 }
 
 void qpx_destroy(struct qctx *ctx, struct qpx *q)
 {
 	assert(q->depth.depth == 0);
-	if (q->index != QPX_UNATTACHED)
+	if (q->index != QPX_UNATTACHED) {
 		ctx->qps[q->index] = NULL;
+		ctx->qp_gen[q->index]++; /* the next QP here: other wr_ids */
+	}
 	ctx->prov->qp_destroy(q->nqp);
 	free(q->fifo);
 	free(q);
@@ -133,7 +137,7 @@ static void fill_wr(struct nic_wr *w, const struct slice *s, uint64_t wr_id)
  */
 static void post_drain_marker(struct qctx *ctx, struct qpx *q, uint32_t seq)
 {
-	struct nic_wr w = { .wr_id = (uint64_t)q->index << 32 | seq, .signaled = 1 };
+	struct nic_wr w = { .wr_id = q->wr_hi | seq, .signaled = 1 };
 	struct nic_wr *bad = NULL;
 
 	q->fifo[seq & q->fifo_mask] = NULL; /* retire_upto skips the marker */
@@ -174,7 +178,7 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 		return 0;
 	/* The QP's counters in locals: the stores through s and wrs below
 	 * would make the compiler reload them for every slice. */
-	uint64_t id = (uint64_t)q->index << 32;
+	uint64_t id = q->wr_hi;
 	uint32_t seq = q->tail, mask = q->fifo_mask, every = ctx->signal_every;
 	uint32_t reads = q->reads, max_reads = ctx->max_reads;
 	struct slice **fifo = q->fifo;
@@ -279,15 +283,17 @@ static void retire_upto(struct qctx *ctx, struct qpx *q, uint32_t seq, int err,
 
 static struct qpx *wc_qp(struct qctx *ctx, const struct nic_wc *wc, uint32_t *seq)
 {
-	uint64_t idx = wc->wr_id >> 32;
+	uint64_t idx = (wc->wr_id >> 32) & (QP_MAX_PER_CORE - 1);
 	struct qpx *q;
 
 	if (unlikely(idx >= ctx->n_qps))
 		return NULL;
 	q = ctx->qps[idx];
 	*seq = (uint32_t)wc->wr_id;
-	/* Only sequences in [head, tail) are outstanding. */
-	if (unlikely(!q || *seq - q->head >= q->tail - q->head))
+	/* This QP's (not an earlier one's at the index), and only sequences
+	 * in [head, tail) are outstanding. */
+	if (unlikely(!q || (wc->wr_id & ~0xffffffffull) != q->wr_hi ||
+		     *seq - q->head >= q->tail - q->head))
 		return NULL;
 	return q;
 }

@@ -20,8 +20,15 @@
 #define POLL_BURST 64
 #define POST_MAX_CHAIN 256
 
-/* wr_id = QP index << 32 | sequence: the index must fit the upper half. */
-_Static_assert(QP_MAX_PER_CORE <= (1ull << 32), "a QP index fits the wr_id's upper half");
+/*
+ * wr_id = (generation << QPX_INDEX_BITS | QP index) << 32 | sequence.  The
+ * generation counts the QPs that held the index before: a completion that
+ * comes after its QP was given up (qpx_abandon) and the index reused can
+ * never retire the new QP's slices.
+ */
+#define QPX_INDEX_BITS 10
+#define QPX_GEN_MASK ((1u << (32 - QPX_INDEX_BITS)) - 1)
+_Static_assert(QP_MAX_PER_CORE == 1u << QPX_INDEX_BITS, "a QP index is QPX_INDEX_BITS wide");
 
 /*
  * What the posting context reports upward, to its owner (a core): calls,
@@ -71,6 +78,9 @@ struct qpx {
 	uint32_t reads;             /* RDMA READs outstanding: bounded by max_rd_atomic */
 	uint64_t oldest_tsc;        /* when the WR at head was posted (approx.) */
 	uint16_t index;             /* in the core's QP table */
+	uint64_t wr_hi;             /* its wr_ids' upper half (generation, index) */
+	uint32_t stuck_head;        /* broken: head when the sweep last saw it move */
+	uint64_t stuck_since;       /* ... and when (ticks; 0: not watched yet) */
 	uint8_t broken;             /* saw an error: no more posting */
 	uint8_t in_burst;
 	uint8_t timed_out;           /* set in error by the timeout check */
@@ -94,15 +104,18 @@ struct qctx {
 	uint64_t now;               /* the core's clock for this loop pass */
 	uint32_t n_qps;             /* high-water mark of qps[] */
 	struct qpx *qps[QP_MAX_PER_CORE];
+	uint32_t qp_gen[QP_MAX_PER_CORE]; /* QPs that held each index before (wr_id) */
 };
 
 #define QPX_UNATTACHED 0xffff
 
 /*
- * The device will not give q's WRs back (it died: no completion, no flush)
- * and the core is stopping: end every outstanding slice with err and give
- * back its depth and CQ room.  Only just before the CQ goes: a completion
- * that came later would find its sequence retired and be dropped.
+ * The device does not give q's WRs back (it died: no completion, not even
+ * the flushes of q set to error): end every outstanding slice with err and
+ * give back q's depth.  Their CQ credits are given back too, and the CQ's
+ * room shrinks by as many for good: a completion that comes after all
+ * (a device slower than we waited for) has its entry, and its wr_id
+ * (retired sequence, or an older generation of the index) retires nothing.
  */
 void qpx_abandon(struct qctx *ctx, struct qpx *q, int err);
 

@@ -33,6 +33,8 @@
                                  * by passes (a core asleep on its CQ passes rarely) */
 #define DRAIN_NS (2ull * 1000 * 1000 * 1000)
 #define REPAIR_REASK_MS 1000    /* a repair that did not happen is asked for again */
+#define ABANDON_MS 5000         /* a broken QP's flushes come at once; none in this
+                                 * long: the device died under them */
 
 /* ---- repair requests ---- */
 
@@ -285,6 +287,27 @@ static void core_sweep_rails(struct ferry_core *c)
  * flush; their slices retry or end TIMEOUT), and broken, drained QPs are
  * handed to the repair thread.
  */
+/*
+ * A QP in error gives its WRs back as flushes at once; one whose WRs stay
+ * out ABANDON_MS without any coming back sits on a device that died (no
+ * completion, no flush): its slices go on (retried elsewhere, or ended)
+ * instead of holding their requests PENDING for as long as we run.
+ */
+static void core_watch_broken(struct ferry_core *c, struct qctx *q, struct qpx *qp)
+{
+	if (!qp->stuck_since || qp->head != qp->stuck_head) {
+		qp->stuck_head = qp->head;
+		qp->stuck_since = c->now ? c->now : 1;
+		return;
+	}
+	if (c->now - qp->stuck_since <= c->abandon_ticks)
+		return;
+	stat_add(&c->ctr, qp_abandons, 1);
+	qpx_abandon(q, qp, -EIO);
+	core_acct_flush(c);
+	qp->stuck_since = 0;
+}
+
 static void core_sweep_qps(struct ferry_core *c, struct qctx *q)
 {
 	for (uint32_t i = 0; i < q->n_qps; i++) {
@@ -298,6 +321,8 @@ static void core_sweep_qps(struct ferry_core *c, struct qctx *q)
 			if (!qp->depth.depth &&
 			    (!qp->repair_asked || c->now - qp->repair_asked_at > c->reask_ticks))
 				core_ask_repair(c, qp);
+			else if (qp->depth.depth)
+				core_watch_broken(c, q, qp);
 			continue;
 		}
 		if (c->timeout_ticks && qp->depth.depth && q->now - qp->oldest_tsc > c->timeout_ticks) {
@@ -544,6 +569,7 @@ static void core_set_limits(struct ferry_core *c, const struct ferry_opts *o)
 	c->timeout_ticks = ferry_ms_to_tsc(o->timeout_ms);
 	c->sweep_ticks = ferry_ms_to_tsc(SWEEP_MS);
 	c->reask_ticks = ferry_ms_to_tsc(REPAIR_REASK_MS);
+	c->abandon_ticks = ferry_ms_to_tsc(ABANDON_MS);
 	c->linger_ticks = ferry_ms_to_tsc(o->idle_linger_us) / 1000;
 	c->caller_mode = o->idle == FERRY_IDLE_CALLER;
 	c->waiters_drive = o->idle == FERRY_IDLE_ADAPTIVE;

@@ -55,6 +55,7 @@ struct core_counters {
 	uint64_t idle_ticks;
 	uint64_t loops;
 	uint64_t caller_passes;    /* passes run by application threads */
+	uint64_t qp_abandons;      /* broken QPs given up: their WRs never came back */
 };
 
 /* Commands from the control path, through the core's command ring. */
@@ -117,6 +118,7 @@ struct ferry_core {
 	uint64_t next_sweep;           /* ticks: next timeout/repair/pause sweep */
 	uint64_t sweep_ticks;
 	uint64_t reask_ticks;
+	uint64_t abandon_ticks;        /* a broken QP's WRs out this long: given up */
 	uint64_t slices_out;
 	struct ferry_rq *acct_rq;      /* bytes of its slices done, not yet accounted: */
 	uint64_t acct_len;             /* core_on_slices_ok, core_acct_flush */

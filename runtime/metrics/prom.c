@@ -76,6 +76,8 @@ static const struct prom_row ferry_rows[] = {
 	    "Device events handled: port down or up, device fatal, QP fatal."),
 	CTR(caller_passes, "ferry_caller_passes_total",
 	    "Loop passes run by application threads (idle policy caller)."),
+	CTR(qp_abandons, "ferry_qp_abandons_total",
+	    "Broken QPs whose work requests never came back (a dead device), given up."),
 };
 
 static const struct prom_table ferry_table = {

@@ -61,7 +61,7 @@ static void stats_fill(struct ferry_core *c, struct ferry_core_stats *out)
 	QP(qp_full); QP(cq_full); QP(wr_errors); QP(provider_errors);
 	CORE(bytes); CORE(pool_empty); CORE(slices_in_flight); CORE(retries); CORE(qp_resets);
 	CORE(handovers); CORE(rail_pauses); CORE(reqs_done); CORE(sleeps); CORE(wakeups);
-	CORE(loops); CORE(caller_passes);
+	CORE(loops); CORE(caller_passes); CORE(qp_abandons);
 #undef QP
 #undef CORE
 	/* The core counts time in clock ticks; convert on the reader's side. */

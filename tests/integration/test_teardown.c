@@ -406,6 +406,49 @@ static void test_destroy_beside_dead_device(void **state)
 	P = (struct pair){ 0 };
 }
 
+/*
+ * The same device dead while the engine runs (core 1's; core 0's works):
+ * core 1's QPs time out and are set to error, and no flush ever comes.
+ * After 5 s of that the core gives the QPs up (qp_abandons), and their
+ * slices go again on core 0's rail: every request ends DONE.  Before,
+ * they stayed PENDING for as long as the engine ran.
+ */
+static void test_dead_device_while_running(void **state)
+{
+	struct ferry_req reqs[4];
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	struct ferry_core_stats st;
+
+	(void)state;
+	need_loop();
+	setup_pair(200);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, 4, &b), 0);
+	loop_set_faults(ferry_engine_nic(P.init, 1), &(struct loop_faults){ .dead = 1 });
+	for (unsigned i = 0; i < 4; i++) {
+		fill_pattern(P.lbuf + i * SLOT, SLOT, i + 1);
+		reqs[i] = mkreq(FERRY_OP_WRITE, P.lbuf + i * SLOT, P.seg, P.rbuf + i * SLOT, SLOT);
+	}
+	ferry_log_set(log_count, NULL);
+	assert_int_equal(ferry_submit(b, reqs, 4), 0);
+	assert_int_equal(ferry_batch_wait(b, 20000), 0);
+	ferry_log_set(NULL, NULL);
+	for (unsigned i = 0; i < 4; i++)
+		assert_memory_equal(P.rbuf + i * SLOT, P.lbuf + i * SLOT, SLOT);
+	assert_int_equal(ferry_core_stats(P.init, 1, &st), 0);
+	print_message("core 1 dead: %llu QPs given up, %llu handovers\n",
+		      (unsigned long long)st.qp_abandons, (unsigned long long)st.handovers);
+	assert_true(st.qp_abandons >= 1);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	ferry_engine_destroy(P.init); /* the device is still dead: its repaired QPs too */
+	ferry_engine_destroy(P.target);
+	free(P.lbuf);
+	free(P.rbuf);
+	P = (struct pair){ 0 };
+}
+
 /* Every rail of seg usable again (repaired, not down, not paused). */
 static bool rails_all_up(struct ferry_engine *e, ferry_seg_t seg)
 {
@@ -769,6 +812,7 @@ int main(void)
 		cmocka_unit_test(test_peer_restart),
 		cmocka_unit_test(test_peer_killed_silent),
 		cmocka_unit_test(test_destroy_beside_dead_device),
+		cmocka_unit_test(test_dead_device_while_running),
 		cmocka_unit_test(test_peer_refuses_then_answers),
 		cmocka_unit_test(test_lease),
 		cmocka_unit_test(test_destroy_with_open_segments),

@@ -782,6 +782,49 @@ static void fake_post_jobs(struct harness *h, uint32_t i, uint32_t n)
 	assert_int_equal(do_post(h, i, UINT32_MAX), n);
 }
 
+/*
+ * qpx_abandon: every outstanding slice ends with the error, the QP's depth
+ * and the CQ credits come back, the CQ's room shrinks by as many for good.
+ * A QP attached later at the same index has other wr_ids: a completion of
+ * the abandoned one that comes after all retires nothing of the new one.
+ */
+static void test_abandon_and_generation(void **state)
+{
+	struct harness hs, *h = &hs;
+	uint64_t stale;
+
+	(void)state;
+	fake_init(h, 1, 16, 64, 4);
+	fake_post_jobs(h, 0, 8);
+	stale = F.wrs[3].wr_id;
+	qpx_abandon(h->ctx, h->q[0], -EIO);
+	for (uint32_t k = 0; k < 8; k++) {
+		assert_int_equal(h->jobs[k].state, J_DONE);
+		assert_int_equal(h->jobs[k].err, -EIO);
+	}
+	assert_int_equal(h->q[0]->depth.depth, 0);
+	assert_int_equal(h->ctx->cq_quota.depth, 0);
+	assert_int_equal(h->ctx->cq_quota.max, 64 - 8);
+	/* Replaced at the same index: a new generation in its wr_ids. */
+	qpx_destroy(h->ctx, h->q[0]);
+	add_qp(h, 0);
+	fake_post_jobs(h, 0, 4);
+	assert_true(F.wrs[8 + 3].wr_id != stale);
+	assert_true((uint32_t)F.wrs[8 + 3].wr_id == (uint32_t)stale); /* same sequence */
+	F.script[F.nscript].wr_id = stale; /* the old QP's, late */
+	F.script[F.nscript++].status = NIC_WC_SUCCESS;
+	assert_int_equal(poll_once(h), 1);
+	assert_int_equal(h->ctx->ctr.provider_errors, 1);
+	assert_int_equal(h->q[0]->depth.depth, 4); /* nothing of the new QP retired */
+	F.script[F.nscript].wr_id = F.wrs[8 + 3].wr_id;
+	F.script[F.nscript++].status = NIC_WC_SUCCESS;
+	assert_int_equal(poll_once(h), 1);
+	assert_int_equal(h->q[0]->depth.depth, 0);
+	for (uint32_t k = 8; k < 12; k++)
+		assert_int_equal(h->jobs[k].err, 0);
+	harness_fini(h);
+}
+
 static void test_wc_status_errno(void **state)
 {
 	(void)state;
@@ -1285,6 +1328,7 @@ int main(void)
 		cmocka_unit_test(test_post_failure_mid_chain),
 		cmocka_unit_test(test_wc_status_errno),
 		cmocka_unit_test(test_bogus_cqes),
+		cmocka_unit_test(test_abandon_and_generation),
 		cmocka_unit_test(test_timed_out_errors),
 		cmocka_unit_test(test_post_refused),
 		cmocka_unit_test(test_attach_table),
