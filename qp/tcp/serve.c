@@ -435,6 +435,31 @@ static void rsp_advance(struct tcp_qp *qp, size_t r)
 	}
 }
 
+/*
+ * The READ at the head lost its region: nothing more goes.  FIN after what
+ * went, then read and drop until the peer closes -- a close() now, with
+ * requests still unread (those behind it, a WRITE's payload behind the
+ * fence), would send a reset, and the reset drops the responses ahead of
+ * it that our socket has not sent yet.
+ */
+static void serve_cut(struct tcp_qp *qp)
+{
+	qp->cq->cnt[TC_BROKEN]++;
+	tcp_log(qp->ctx, LOG_WARN, "QP %u (from QP %u): a READ's region was deregistered while it "
+		"went out; connection closed", qp->qpn, qp->peer_qpn);
+	qp->rsp_head = qp->rsp_tail;
+	qp->rsp_off = 0;
+	qp->reads_queued = 0;
+	qp->ack_pending = false;
+	qp->draining = false;
+	if (shutdown(qp->fd, SHUT_WR)) {
+		serve_close(qp, -1, NULL, 0);
+		return;
+	}
+	qp->rx_phase = RX_DRAIN;
+	qp->st_off = qp->st_len = 0;
+}
+
 static void serve_tx(struct tcp_qp *qp)
 {
 	struct iovec iov[TCP_IOV];
@@ -445,7 +470,7 @@ static void serve_tx(struct tcp_qp *qp)
 		ssize_t r;
 
 		if (n < 0) {
-			serve_close(qp, TC_BROKEN, "a READ's region was deregistered while it went out", 0);
+			serve_cut(qp);
 			return;
 		}
 		m.msg_iovlen = (size_t)n;

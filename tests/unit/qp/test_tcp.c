@@ -635,6 +635,78 @@ static void test_read_region_gone_behind_others(void **state)
 	free(xbuf);
 }
 
+/*
+ * The same with a WRITE behind the bad READ: its payload waits unread in
+ * the target's socket (behind the READs' fence).  The target's close()
+ * with unread bytes sent a reset, and the reset dropped what its socket
+ * had not sent yet: the tail of the 16 MiB ahead (READs 13..15 failed, 4
+ * runs of 6).  The initiator reads now and then, so the target's socket
+ * holds responses when the bad one comes up.
+ */
+static void test_read_region_gone_requests_behind(void **state)
+{
+	enum { AHEAD = 16, BEHIND = 1 };
+	struct env *e = *state;
+	struct nic_wr first = mkwr(e, NIC_OP_WRITE, 99, 0, 0, 8, 1);
+	struct nic_wr wrs[AHEAD + 1 + BEHIND];
+	uint8_t *xbuf = aligned_alloc(4096, 4096);
+	struct tcp_counters c;
+	struct nic_mr x;
+	int ok = 0;
+
+	assert_non_null(xbuf);
+	assert_int_equal(P->reg_mr(e->b, xbuf, 4096, NIC_ACCESS_ALL, &x), 0);
+	post_ok(e, &first);
+	pump_until(e, 1);
+	e->nwc = 0;
+	for (int i = 0; i < AHEAD; i++)
+		wrs[i] = mkwr(e, NIC_OP_READ, (uint64_t)i, (size_t)(i % 4) << 20,
+			      (size_t)(i % 8) << 20, 1 << 20, 1);
+	wrs[AHEAD] = nic_wr_of(NIC_OP_READ, AHEAD, e->lbuf + (5u << 20), xbuf, 4096, e->lmr.lkey,
+			       x.rkey, 1);
+	for (int i = AHEAD + 1; i < AHEAD + 1 + BEHIND; i++)
+		wrs[i] = mkwr(e, NIC_OP_WRITE, (uint64_t)i, 6u << 20, 6u << 20, 256 << 10, 1);
+	nic_wr_chain(wrs, AHEAD + 1 + BEHIND);
+	post_ok(e, wrs);
+	for (int i = 0; i < 200; i++) {
+		struct nic_wc tmp[4];
+
+		assert_int_equal(P->poll(e->cqb, 4, tmp), 0);
+		tcp_get_counters(e->b, &c);
+		if (c.frames_rx >= 1 + AHEAD + 1)
+			break;
+		usleep(1000);
+	}
+	usleep(20000); /* and the WRITE behind them */
+	for (int i = 0; i < 20; i++) {
+		struct nic_wc tmp[4];
+
+		assert_int_equal(P->poll(e->cqb, 4, tmp), 0);
+	}
+	tcp_get_counters(e->b, &c);
+	assert_true(c.frames_tx < 1 + AHEAD);
+	assert_int_equal(P->dereg_mr(e->b, &x), 0);
+	for (uint64_t end = now_ms() + 5000; e->nwc < AHEAD + 1 + BEHIND && now_ms() < end;) {
+		struct nic_wc tmp[4];
+		int m = P->poll(e->cqa, 64, e->wc + e->nwc);
+
+		assert_true(m >= 0);
+		e->nwc += m;
+		for (int i = 0; i < 100; i++) {
+			assert_int_equal(P->poll(e->cqb, 4, tmp), 0);
+			usleep(50);
+		}
+	}
+	assert_int_equal(e->nwc, AHEAD + 1 + BEHIND);
+	for (int i = 0; i < AHEAD; i++)
+		ok += e->wc[i].wr_id == (uint64_t)i && e->wc[i].status == NIC_WC_SUCCESS;
+	assert_int_equal(ok, AHEAD);
+	assert_int_equal(e->wc[AHEAD].wr_id, AHEAD);
+	assert_true(e->wc[AHEAD].status != NIC_WC_SUCCESS);
+	assert_memory_equal(e->lbuf, e->rbuf + (4u << 20), 1u << 20); /* READ 12: rbuf 4 MiB */
+	free(xbuf);
+}
+
 static void test_bad_lkey(void **state)
 {
 	struct env *e = *state;
@@ -1248,6 +1320,7 @@ int main(void)
 		T(test_write_refused_while_sending),
 		T(test_zero_read_names_nothing),
 		T(test_read_region_gone_behind_others),
+		T(test_read_region_gone_requests_behind),
 		T(test_bad_lkey),
 		T(test_set_error),
 		T(test_peer_closes),
