@@ -59,7 +59,8 @@
  *               since the sender fetched its descriptor: the WRITEs the
  *               notification vouches for went to the process before it)
  * What ferry sends is NOTIFY_TO; a NOTIFY (from a sender before it) is still
- * taken, unchecked.  A receiver before it refuses NOTIFY_TO (-EPROTO).
+ * taken, unchecked.  A receiver before it closes the connection unanswered
+ * (unknown type): the sender sees -ECONNRESET.
  */
 #ifndef FERRY_RUNTIME_WIRE_H
 #define FERRY_RUNTIME_WIRE_H

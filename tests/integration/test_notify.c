@@ -713,7 +713,6 @@ static void test_refused_write_holds_notification(void **state)
 	duo_down(&d);
 }
 
-/* A receiver that never polls: the notification ends TIMEOUT after timeout_ms of refusals. */
 /*
  * A receiver restarted at the same address is a new incarnation that got
  * none of the WRITEs made to the segment (opened to the one before): a
@@ -752,6 +751,7 @@ static void test_restarted_receiver(void **state)
 	duo_down(&d);
 }
 
+/* A receiver that never polls: the notification ends TIMEOUT after timeout_ms of refusals. */
 static void test_full_timeout(void **state)
 {
 	struct duo d;
