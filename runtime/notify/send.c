@@ -86,7 +86,9 @@ static int job_make(struct ferry_batch *b, uint32_t slot, ferry_seg_t seg, const
 	}
 	rc = READ_ONCE(s->stale) ? -ESTALE : 0;
 	memcpy(j->address, s->address, sizeof(j->address)); /* fixed while we hold the reference */
-	j->msg.to_incarnation = s->desc->incarnation;        /* likewise */
+	/* A refresh may swap the descriptor (same incarnation; the old one is
+	 * kept): pairs with: store_release in refresh_install. */
+	j->msg.to_incarnation = load_acquire(s->desc)->incarnation;
 	seg_release_ref(s);
 	if (!rc)
 		rc = job_deps(j, b, slot, sslot, (uint32_t)(seg >> 32));
