@@ -475,7 +475,7 @@ static void serve_lost_publish(struct fake *f, int fd, unsigned conn)
 			;
 		return;
 	}
-	while (read(fd, buf, sizeof(buf) - 1) > 0) {
+	while (read_req(f, fd, buf, sizeof(buf)) > 0) { /* (NUL-terminated) */
 		if (strstr(buf, "DEL") && strstr(buf, VAL_A))
 			undo_seen = 1;
 		(void)!write(fd, ":1\r\n", 4);
@@ -525,9 +525,8 @@ static void serve_lost_claim(struct fake *f, int fd, unsigned conn)
 	char buf[4096];
 
 	(void)conn;
-	if (read(fd, buf, sizeof(buf) - 1) <= 0)
+	if (read_req(f, fd, buf, sizeof(buf)) <= 0) /* (NUL-terminated) */
 		return;
-	buf[sizeof(buf) - 1] = 0;
 	if (strstr(buf, "/v3/lease/grant")) {
 		http_reply(fd, "{\"ID\":\"7\",\"TTL\":\"10\"}");
 	} else if (strstr(buf, "/v3/lease/revoke")) {
