@@ -34,6 +34,14 @@ static uint64_t tv_ns(struct timeval tv)
 	return (uint64_t)tv.tv_sec * 1000000000ull + (uint64_t)tv.tv_usec * 1000ull;
 }
 
+/* The process's and the thread's times are sampled apart (and the kernel
+ * accounts them at tick granularity): over a short window the difference
+ * can shrink, which must read as 0, not wrap. */
+static uint64_t ns_delta(uint64_t now, uint64_t then)
+{
+	return now > then ? now - then : 0;
+}
+
 /* The process's CPU so far apart from this thread's.  cpu_since on the same thread. */
 void cpu_snap(struct cpu_use *c)
 {
@@ -42,16 +50,11 @@ void cpu_snap(struct cpu_use *c)
 	getrusage(RUSAGE_SELF, &all);
 	getrusage(RUSAGE_THREAD, &me);
 	c->wall_ns = now_ns();
-	c->user_ns = tv_ns(all.ru_utime) - tv_ns(me.ru_utime);
-	c->sys_ns = tv_ns(all.ru_stime) - tv_ns(me.ru_stime);
-}
-
-/* The process's and the thread's times are sampled apart (and the kernel
- * accounts them at tick granularity): over a short window the difference
- * can shrink, which must read as 0, not wrap. */
-static uint64_t ns_delta(uint64_t now, uint64_t then)
-{
-	return now > then ? now - then : 0;
+	/* The kernel splits a thread's and its process's time into user and
+	 * system apart: this thread's user (or system) time can read more
+	 * than the process's, which must read 0, not wrap. */
+	c->user_ns = ns_delta(tv_ns(all.ru_utime), tv_ns(me.ru_utime));
+	c->sys_ns = ns_delta(tv_ns(all.ru_stime), tv_ns(me.ru_stime));
 }
 
 /* c (a cpu_snap) becomes what the others used since. */

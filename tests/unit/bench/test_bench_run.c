@@ -25,7 +25,35 @@
 #include "bench/bench_util.c"
 #include "bench/counters.c"
 #include "bench/mode_bw.c"
+#include <sys/resource.h>
+
+/*
+ * cpu_snap's getrusage through this stub: with rusage_step 1 and then 2,
+ * two fixed snapshots, in the second of which the calling thread's user
+ * time reads more than its process's -- as the kernel's separate scaling
+ * of a thread's and of its process's user/system split gives now and then
+ * (a --target once printed 'user 18446744073709.5 ms').
+ */
+static int rusage_step; /* 0: the real getrusage */
+
+static int rusage_stub(int who, struct rusage *ru)
+{
+	static const long us[2][2][2] = { /* [step-1][thread][user, sys] */
+		{ { 5000, 5000 }, { 1000, 1000 } },
+		{ { 6000, 9000 }, { 7000, 1000 } },
+	};
+	const long *v;
+
+	if (!rusage_step)
+		return getrusage(who, ru);
+	v = us[rusage_step - 1][who == RUSAGE_THREAD];
+	*ru = (struct rusage){ .ru_utime = { .tv_usec = v[0] }, .ru_stime = { .tv_usec = v[1] } };
+	return 0;
+}
+
+#define getrusage rusage_stub
 #include "bench/mode_idle.c"
+#undef getrusage
 
 /*
  * The in-flight mode's resets go through this stub: with busy_resets on,
@@ -159,6 +187,22 @@ static void test_cores_cpu_threads(void **state)
 	bench_teardown(&b);
 }
 
+/* The others' CPU never reads negative (2^64 ns) when this thread's user
+ * time reads ahead of the process's. */
+static void test_cpu_thread_ahead(void **state)
+{
+	struct cpu_use c;
+
+	(void)state;
+	rusage_step = 1; /* others: user 4 ms, system 4 ms */
+	cpu_snap(&c);
+	rusage_step = 2; /* others: user -1 ms (0), system 8 ms */
+	cpu_since(&c);
+	rusage_step = 0;
+	assert_int_equal(c.user_ns, 0);
+	assert_int_equal(c.sys_ns, 4000000);
+}
+
 /*
  * In flight with one sub-batch (--refill = --batch): a refused reset is
  * tried again at once, not after the longest pause (10 ms per refusal
@@ -212,6 +256,7 @@ int main(void)
 		cmocka_unit_test(test_inflight_one_round),
 		cmocka_unit_test(test_verify_not_stale),
 		cmocka_unit_test(test_cores_cpu_threads),
+		cmocka_unit_test(test_cpu_thread_ahead),
 		cmocka_unit_test(test_inflight_reset_busy),
 		cmocka_unit_test(test_sweep_reset_busy),
 	};
