@@ -283,17 +283,14 @@ static void retire_upto(struct qctx *ctx, struct qpx *q, uint32_t seq, int err,
 
 static struct qpx *wc_qp(struct qctx *ctx, const struct nic_wc *wc, uint32_t *seq)
 {
-	uint64_t idx = (wc->wr_id >> 32) & (QP_MAX_PER_CORE - 1);
-	struct qpx *q;
+	uint64_t hi = wc->wr_id >> 32;
+	/* Any index is inside qps[] (a slot past n_qps is NULL): no bound check. */
+	struct qpx *q = ctx->qps[hi & (QP_MAX_PER_CORE - 1)];
 
-	if (unlikely(idx >= ctx->n_qps))
-		return NULL;
-	q = ctx->qps[idx];
 	*seq = (uint32_t)wc->wr_id;
-	/* This QP's (not an earlier one's at the index), and only sequences
-	 * in [head, tail) are outstanding. */
-	if (unlikely(!q || (wc->wr_id & ~0xffffffffull) != q->wr_hi ||
-		     *seq - q->head >= q->tail - q->head))
+	/* This QP's (not an earlier one's at the index: the generation is in
+	 * hi too), and only sequences in [head, tail) are outstanding. */
+	if (unlikely(!q || hi != q->wr_hi >> 32 || *seq - q->head >= q->tail - q->head))
 		return NULL;
 	return q;
 }
