@@ -93,7 +93,10 @@ struct ferry_opts {
 	                        *   without disconnecting); >= 3x the peers' keepalive_ms
 	                        *   (default 30000; 0 = never) */
 	uint32_t ep_cache;     /**< endpoints kept per core, 1..FERRY_MAX_SEGMENTS (default 128);
-	                        *   beyond, the least useful idle one is evicted (SIEVE) */
+	                        *   beyond, the least useful idle one is evicted (SIEVE).
+	                        *   At most 1024 / qps_per_ep - 1 are kept (the QPs a core's
+	                        *   context holds, one spare for a repair): a larger value
+	                        *   is lowered to that (said when verbose) */
 	enum ferry_idle idle;  /**< idle policy (default adaptive) */
 	int verbose;           /**< log start-up decisions to stderr */
 	int counters;          /**< 1 (default): per-core latency histogram and hardware

@@ -611,6 +611,20 @@ static int core_open_nics(struct ferry_core *c, const char *const *nics, unsigne
 	return 0;
 }
 
+/*
+ * Endpoints the core keeps: ep_cache, but no more than a context's QP
+ * table holds with one QP to spare, which a repair needs (it attaches the
+ * new QP before the broken one goes).  Beyond, an open with room in the
+ * cache failed -ENOSPC, and with the table exactly full no broken QP was
+ * ever replaced (test_epcache's test_cache_full_of_qps).
+ */
+static uint32_t core_ep_cap(const struct ferry_opts *o)
+{
+	uint32_t fits = QP_MAX_PER_CORE / o->qps_per_ep - 1; /* qps_per_ep 1..16 */
+
+	return o->ep_cache < fits ? o->ep_cache : fits;
+}
+
 /* Every context's slices come from one pool of 2 x cqes per context. */
 static int core_init(struct ferry_core *c, const char *const *nics, unsigned n, int node)
 {
@@ -618,7 +632,11 @@ static int core_init(struct ferry_core *c, const char *const *nics, unsigned n, 
 	int rc;
 
 	c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	rc = c->wake_fd < 0 ? -errno : ep_table_init(&c->eps, o->ep_cache);
+	rc = c->wake_fd < 0 ? -errno : ep_table_init(&c->eps, core_ep_cap(o));
+	if (rc == 0 && c->eps.cap < o->ep_cache && c->index == 0 && o->verbose)
+		log_info("ep_cache %u lowered to %u: a core's context holds %u QPs, %u per endpoint "
+			 "and one spare for a repair", o->ep_cache, c->eps.cap, QP_MAX_PER_CORE,
+			 o->qps_per_ep);
 	if (rc == 0)
 		rc = ferry_ring_init(&c->cmds, CMD_RING);
 	if (rc == 0)

@@ -133,7 +133,7 @@ static int prepare_all(struct ferry_engine *e, struct ferry_seg *s, uint32_t slo
 	}
 	if (n == 0) {
 		log_err("segment %s: every core's endpoint cache (ep_cache %u) is full of endpoints "
-			"in use", s->address, e->opts.ep_cache);
+			"in use", s->address, e->cores[0]->eps.cap);
 		return -EBUSY;
 	}
 	return 0;

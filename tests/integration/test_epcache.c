@@ -19,6 +19,7 @@
  */
 #include <pthread.h>
 
+#include "ring/base/clock.h"
 #include "tests/harness/harness.h"
 
 #define NPEERS 3
@@ -80,17 +81,37 @@ static void open_peer(int i)
 	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.t[i]), &P.seg[i]), 0);
 }
 
-static uint64_t evictions(void)
+static uint64_t evictions_of(struct ferry_engine *e)
 {
 	uint64_t n = 0;
 
-	for (unsigned c = 0; c < ferry_engine_cores(P.init); c++) {
+	for (unsigned c = 0; c < ferry_engine_cores(e); c++) {
 		struct ferry_core_stats st;
 
-		ferry_core_stats(P.init, c, &st);
+		ferry_core_stats(e, c, &st);
 		n += st.ep_evictions;
 	}
 	return n;
+}
+
+/* WRITE len bytes from local to remote on seg; the state it ended in. */
+static int write_seg(struct ferry_batch *b, void *local, ferry_seg_t seg, void *remote,
+		     size_t len, int *err)
+{
+	struct ferry_req r = mkreq(FERRY_OP_WRITE, local, seg, remote, len);
+	struct ferry_req_status st;
+
+	assert_int_equal(ferry_submit(b, &r, 1), 0);
+	ferry_batch_wait(b, 30000);
+	assert_int_equal(ferry_req_status(b, 0, &st), 0);
+	assert_int_equal(ferry_batch_reset(b), 0);
+	*err = st.error;
+	return st.state;
+}
+
+static uint64_t evictions(void)
+{
+	return evictions_of(P.init);
 }
 
 /* Cores of the initiator holding an endpoint to peer i. */
@@ -299,6 +320,87 @@ static void test_all_busy(void **state)
 	peers_teardown();
 }
 
+/*
+ * ep_cache against what a core's context holds: each cached endpoint has
+ * qps_per_ep QPs in the context's QP table (QP_MAX_PER_CORE, 1024), and
+ * replacing a broken QP attaches the new one before the old goes.  With
+ * ep_cache segments open (16 QPs each) every open works (evicting when
+ * the table would overflow) and a broken QP of the last one is replaced.
+ * (Before: with ep_cache 65 the 65th open failed -ENOSPC; with 64,
+ * exactly a full table, no broken QP was ever replaced: the repair's
+ * attach failed -ENOSPC, again and again, for as long as it stayed full.)
+ */
+static void cache_full_of_qps(uint32_t ep_cache)
+{
+	struct ferry_engine *t, *in;
+	struct ferry_opts o;
+	struct ferry_port *p;
+	struct ferry_batch *b;
+	ferry_seg_t *seg = calloc(ep_cache, sizeof(*seg));
+	uint8_t *lbuf = aligned_alloc(4096, 4096), *rbuf = aligned_alloc(4096, 4096);
+	struct loop_faults errs = { .err_ppm = 1000000, .seed = 5 };
+	struct ferry_core_stats st;
+	unsigned port;
+	int rc, err;
+
+	assert_non_null(seg);
+	pair_opts(&o, "0");
+	o.qps_per_ep = 16;
+	o.ep_cache = ep_cache;
+	assert_int_equal(ferry_engine_create(&o, &in), 0);
+	pair_opts(&o, "1");
+	o.listen = "0.0.0.0:0"; /* one target under ep_cache loopback addresses */
+	assert_int_equal(ferry_engine_create(&o, &t), 0);
+	port = (unsigned)atoi(strrchr(ferry_engine_address(t), ':') + 1);
+	assert_int_equal(ferry_mem_register(in, lbuf, 4096), 0);
+	assert_int_equal(ferry_mem_register(t, rbuf, 4096), 0);
+	for (uint32_t i = 0; i < ep_cache; i++) {
+		char addr[64];
+
+		snprintf(addr, sizeof(addr), "127.0.1.%u:%u", 1 + i, port);
+		rc = ferry_segment_open(in, addr, &seg[i]);
+		if (rc)
+			fail_msg("ep_cache %u: open %u: %d", ep_cache, i + 1, rc);
+	}
+	/* Break the QPs a request to the last one tries (it ends as it may),
+	 * then let the repairs replace them. */
+	assert_int_equal(ferry_port_create(in, &p), 0);
+	assert_int_equal(ferry_batch_create(p, 1, &b), 0);
+	loop_set_faults(ferry_engine_nic(in, 0), &errs);
+	(void)write_seg(b, lbuf, seg[ep_cache - 1], rbuf, 4096, &err);
+	loop_set_faults(ferry_engine_nic(in, 0), NULL);
+	for (int ms = 0; ms < 5000; ms += 10) {
+		ferry_core_stats(in, 0, &st);
+		if (st.qp_resets)
+			break;
+		ferry_sleep_us(10000);
+	}
+	ferry_core_stats(in, 0, &st);
+	if (!st.qp_resets)
+		fail_msg("ep_cache %u x 16 QPs: no broken QP replaced in 5 s", ep_cache);
+	assert_int_equal(write_seg(b, lbuf, seg[ep_cache - 1], rbuf, 4096, &err), FERRY_DONE);
+	assert_int_equal(write_seg(b, lbuf, seg[0], rbuf, 4096, &err), FERRY_DONE);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(p), 0);
+	for (uint32_t i = 0; i < ep_cache; i++)
+		assert_int_equal(ferry_segment_close(in, seg[i]), 0);
+	ferry_mem_unregister(in, lbuf);
+	ferry_mem_unregister(t, rbuf);
+	ferry_engine_destroy(in);
+	ferry_engine_destroy(t);
+	free(seg);
+	free(lbuf);
+	free(rbuf);
+}
+
+static void test_cache_full_of_qps(void **state)
+{
+	(void)state;
+	cache_full_of_qps(63); /* 63 x 16 and a spare fit the table of 1024 */
+	cache_full_of_qps(64); /* the table exactly full: no spare */
+	cache_full_of_qps(65); /* more than it holds */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -306,6 +408,7 @@ int main(void)
 		cmocka_unit_test(test_miss_on_dead_peer),
 		cmocka_unit_test(test_churn),
 		cmocka_unit_test(test_all_busy),
+		cmocka_unit_test(test_cache_full_of_qps),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
