@@ -28,11 +28,18 @@ static void cmd_ep_add(struct ferry_core *c, struct core_cmd *cmd)
 
 /* Teardown, phase one (ep/teardown.h): -EBUSY until the QPs are drained and
  * destroyed; the control path asks again.  Normally nothing is in flight
- * (the segment is idle or closing). */
+ * (the segment is idle or closing).  An eviction found the segment unused,
+ * but a request that took its reference just after and found every rail
+ * gone was sent here to wait for a reconnect, and cut on the endpoint
+ * while it was still open: evicted, its slices failed -ECANCELED.  Such
+ * an endpoint stays (test_epcache's test_evict_races_submit); once closing
+ * is set, later parts see it and wait for the reconnect. */
 static void cmd_ep_remove(struct ferry_core *c, struct core_cmd *cmd)
 {
 	struct ferry_ep *ep = cmd->ep;
 
+	if (cmd->rc == EP_EVICT && !ep->closing && (ep->pending.count || ep_depth(ep)))
+		return cmd_done(cmd, -EADDRINUSE);
 	if (!ep->qps_gone) {
 		ep->closing = 1;
 		core_fail_pending(c, ep, -ECANCELED);

@@ -68,13 +68,18 @@ enum core_cmd_type { CMD_EP_ADD = 1, CMD_EP_REMOVE, CMD_QP_REPLACE, CMD_EP_DOWN,
  * repaired: the segment is stale for good). */
 enum ep_down { EP_UP = 0, EP_DOWN = 1, EP_PEER_GONE = 2, EP_STALE = 3 };
 
+/* CMD_EP_REMOVE's flag: tear down whatever it holds (a close); or only an
+ * idle endpoint (an eviction: -EADDRINUSE, and nothing done, when work
+ * reached it after the control path found its segment unused). */
+enum ep_remove { EP_REMOVE = 0, EP_EVICT = 1 };
+
 struct core_cmd {
 	int type;
 	uint32_t slot;                 /* CMD_QP_FATAL: the QP's number */
 	struct ferry_ep *ep;
 	struct qpx *qp;                /* CMD_QP_REPLACE: the new QP, for ep->qps[index] */
 	uint32_t index;                /* CMD_QP_FATAL: the context */
-	int rc;                        /* in: CMD_EP_DOWN's flag; out: the result */
+	int rc;                        /* in: CMD_EP_DOWN's, CMD_EP_REMOVE's flag; out: the result */
 	int done;                      /* set by the core (store_release) */
 };
 

@@ -97,31 +97,45 @@ static void ep_disconnect_peer(struct ferry_engine *e, struct ferry_seg *s, stru
 /*
  * Tear down core i's endpoint to s (ctl_lock held).  Phase one on the
  * owner core: stop, flush, drain, destroy the QPs (-EBUSY until then);
- * phase two here: unpublish, free after a grace period.
+ * phase two here: unpublish, free after a grace period.  An eviction
+ * (EP_EVICT) leaves an endpoint that work reached meanwhile alone, its
+ * rail usable again: -EADDRINUSE.
  */
-static void seg_drop_ep(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, unsigned i)
+static int seg_drop_ep(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, unsigned i,
+		       enum ep_remove how)
 {
 	struct ferry_core *c = e->cores[i];
 	struct ferry_ep *ep = s->eps[i];
 	struct core_cmd cmd = { .type = CMD_EP_REMOVE, .slot = slot, .ep = ep };
+	int rc;
 
 	store_sc(s->rail_gone[i], 1); /* submitters stop picking the rail (rails_pick) */
 	if (!ep)
-		return;
-	while (core_command(c, &cmd) == -EBUSY)
+		return 0;
+	for (;;) {
+		cmd.rc = how; /* the core writes its result there */
+		rc = core_command(c, &cmd);
+		if (rc != -EBUSY)
+			break;
 		ferry_sleep_us(100);
+	}
+	if (rc == -EADDRINUSE) {
+		store_sc(s->rail_gone[i], 0);
+		return rc;
+	}
 	ep_table_del(&c->eps, ep);
 	seg_ep_set(s, i, NULL);
 	ep_disconnect_peer(e, s, ep);
 	ep_retire(&e->reaper, ep);
 	repair_kick(e); /* it queues the free for after a grace period */
+	return 0;
 }
 
 /* Remove slot's endpoint from every core; ctl_lock held. */
 void seg_remove_eps(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
 {
 	for (unsigned i = 0; i < e->ncores; i++)
-		seg_drop_ep(e, s, slot, i);
+		(void)seg_drop_ep(e, s, slot, i, EP_REMOVE);
 }
 
 struct evict_arg {
@@ -161,15 +175,22 @@ int seg_make_room(struct ferry_engine *e, unsigned i)
 	uint32_t idx, slot;
 	int rc;
 
-	if (!sieve_full(&c->eps.cache))
-		return 0;
-	rc = sieve_evict(&c->eps.cache, ep_keep, &x, &idx);
-	if (rc)
-		return rc;
-	/* Out of SIEVE's list already; seg_drop_ep unpublishes the index. */
-	slot = c->eps.eps[idx]->seg_slot;
-	seg_drop_ep(e, seg_at(&e->segs, slot), slot, i);
-	WRITE_ONCE(c->eps.evictions, c->eps.evictions + 1); /* one writer: ctl_lock */
+	for (uint32_t tries = 0; sieve_full(&c->eps.cache); tries++) {
+		if (tries == c->eps.cap)
+			return -EBUSY;
+		rc = sieve_evict(&c->eps.cache, ep_keep, &x, &idx);
+		if (rc)
+			return rc;
+		/* Out of SIEVE's list already; seg_drop_ep unpublishes the index. */
+		slot = c->eps.eps[idx]->seg_slot;
+		rc = seg_drop_ep(e, seg_at(&e->segs, slot), slot, i, EP_EVICT);
+		if (rc == 0) {
+			WRITE_ONCE(c->eps.evictions, c->eps.evictions + 1); /* one writer: ctl_lock */
+			return 0;
+		}
+		/* In use after all (seg_drop_ep): back in, as new; try another. */
+		(void)sieve_insert(&c->eps.cache, idx);
+	}
 	return 0;
 }
 

@@ -401,6 +401,93 @@ static void test_cache_full_of_qps(void **state)
 	cache_full_of_qps(65); /* more than it holds */
 }
 
+/*
+ * An eviction that races a submission.  ep_keep marks the rail gone, then
+ * finds the segment without references; a submitter that takes its
+ * reference just after finds every rail gone and sends its part to a core
+ * to wait for a reconnect (rq_rails_pick) -- the core whose endpoint is
+ * being evicted, which still has it published and not yet closing, so it
+ * cuts and posts the part there.  The request must not pay for that: it is
+ * served (the eviction leaves an endpoint in use alone, or the part waits
+ * for the reconnect).  Before, the eviction failed its slices -ECANCELED.
+ * One core (so no other rail), ep_cache 1; the interleaving is made
+ * deterministic by hiding the request's reference from ep_keep, as if it
+ * had been taken just after ep_keep looked; completions are held back so
+ * that the slices are still on the endpoint when the eviction comes.
+ */
+static void test_evict_races_submit(void **state)
+{
+	struct loop_faults lost = { .lost_ppm = 1000000, .seed = 9 };
+	struct ferry_engine *in, *t[2];
+	struct ferry_req_status st;
+	struct ferry_opts o;
+	struct ferry_port *p;
+	struct ferry_batch *b;
+	struct ferry_seg *s;
+	ferry_seg_t seg[2];
+	struct ferry_req r;
+	size_t len = 256 << 10;
+	uint8_t *lbuf = aligned_alloc(4096, len), *rbuf = aligned_alloc(4096, len);
+	int rc, err;
+
+	(void)state;
+	pair_opts(&o, "0");
+	o.ep_cache = 1;
+	o.timeout_ms = 300; /* the held-back completions' QPs are failed then */
+	assert_int_equal(ferry_engine_create(&o, &in), 0);
+	pair_opts(&o, "1");
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(ferry_engine_create(&o, &t[i]), 0);
+	assert_int_equal(ferry_mem_register(in, lbuf, len), 0);
+	assert_int_equal(ferry_mem_register(t[0], rbuf, len), 0);
+	assert_int_equal(ferry_segment_open(in, ferry_engine_address(t[0]), &seg[0]), 0);
+	assert_int_equal(ferry_port_create(in, &p), 0);
+	assert_int_equal(ferry_batch_create(p, 1, &b), 0);
+	assert_int_equal(write_seg(b, lbuf, seg[0], rbuf, 4096, &err), FERRY_DONE);
+
+	loop_set_faults(ferry_engine_nic(in, 0), &lost);
+	fill_pattern(lbuf, len, 77);
+	r = mkreq(FERRY_OP_WRITE, lbuf, seg[0], rbuf, len);
+	assert_int_equal(ferry_submit(b, &r, 1), 0);
+	for (int ms = 0; ms < 2000 && slices_in_flight(in, 0) == 0; ms++)
+		ferry_sleep_us(1000);
+	assert_true(slices_in_flight(in, 0) > 0); /* posted, completions held */
+
+	/* The eviction that looked before the request took its reference. */
+	s = seg_at(&in->segs, (uint32_t)seg[0] - 1);
+	pthread_mutex_lock(&in->ctl_lock);
+	fetch_sub_sc(s->inflight, 1);
+	rc = seg_make_room(in, 0);
+	fetch_add_sc(s->inflight, 1);
+	pthread_mutex_unlock(&in->ctl_lock);
+	seg_disconnect_flush(in);
+	loop_set_faults(ferry_engine_nic(in, 0), NULL);
+
+	ferry_batch_wait(b, 30000);
+	assert_int_equal(ferry_req_status(b, 0, &st), 0);
+	if (st.state != FERRY_DONE)
+		fail_msg("request beside the eviction (make_room %d): state %d error %d", rc,
+			 st.state, st.error);
+	assert_memory_equal(lbuf, rbuf, len);
+	assert_int_equal(ferry_batch_reset(b), 0);
+	/* The cache is whole: another open still finds room (evicting). */
+	assert_int_equal(ferry_segment_open(in, ferry_engine_address(t[1]), &seg[1]), 0);
+	assert_int_equal(write_seg(b, lbuf, seg[0], rbuf, 4096, &err), FERRY_DONE);
+
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(p), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(ferry_segment_close(in, seg[i]), 0);
+	wait_slices_zero(in);
+	ferry_mem_unregister(in, lbuf);
+	ferry_mem_unregister(t[0], rbuf);
+	ferry_engine_destroy(in);
+	for (int i = 0; i < 2; i++)
+		ferry_engine_destroy(t[i]);
+	free(lbuf);
+	free(rbuf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -409,6 +496,7 @@ int main(void)
 		cmocka_unit_test(test_churn),
 		cmocka_unit_test(test_all_busy),
 		cmocka_unit_test(test_cache_full_of_qps),
+		cmocka_unit_test(test_evict_races_submit),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
