@@ -173,10 +173,15 @@ void core_fail_pending(struct ferry_core *c, struct ferry_ep *ep, int err)
 }
 
 /* A batch was cancelled: slices waiting for room whose request failed
- * (cancelled, or failed on another core) are dropped, not posted. */
+ * (cancelled, or failed on another core) are dropped, not posted, and
+ * parts parked for a reconnect end now (park_state), not when it lands
+ * or times out (test_epcache's test_cancel_parked: before, up to
+ * timeout_ms after the cancel). */
 static __attribute__((noinline, cold)) void core_drop_failed(struct ferry_core *c)
 {
 	c->cancel_seen = READ_ONCE(c->e->cancel_epoch);
+	if (c->n_parked)
+		core_sweep_parked(c);
 	for (struct ferry_ep *ep = c->active; ep; ep = ep->next_active) {
 		uint32_t k = ep->pending.count;
 		struct slice *s;

@@ -62,7 +62,10 @@ static int park_state(struct ferry_core *c, struct parked_part *p)
 	/* pairs with: fetch_add_release of connect_round in reconnect_done */
 	uint32_t round = load_acquire(s->connect_round);
 	struct ferry_ep *ep = core_rq_ep(c, rq);
+	int err = READ_ONCE(rq->error);
 
+	if (err) /* failed elsewhere, or cancelled: it waits for nothing */
+		return err;
 	if (ep && !ep->closing) /* a closing one is on its way out (evicted) */
 		return ep->seg_gen == rq->seg_gen ? 0 : -EBADF;
 	if (load_acquire(s->state) != SEG_OPEN) /* pairs with: store_sc in segment.c */
@@ -70,7 +73,8 @@ static int park_state(struct ferry_core *c, struct parked_part *p)
 	if (round != p->round) {
 		/* pairs with: store_release of connect_cores in reconnect_done */
 		uint64_t cores = load_acquire(s->connect_cores);
-		int err = READ_ONCE(s->connect_err);
+
+		err = READ_ONCE(s->connect_err);
 
 		if (!(cores & (1ull << c->index)))
 			return park_again(c, p, round);

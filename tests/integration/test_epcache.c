@@ -488,6 +488,69 @@ static void test_evict_races_submit(void **state)
 	free(rbuf);
 }
 
+/*
+ * ferry_batch_cancel of a request parked for a reconnect (a cache miss):
+ * it ends FAILED -ECANCELED within a loop pass, like any part not yet cut,
+ * without waiting for the reconnect's verdict.  Held back here by holding
+ * ctl_lock (the reconnect needs it), as a peer that answers slowly would.
+ * Before, the part stayed parked until the reconnect ended or timeout_ms
+ * (10 s) ran out: ferry_batch_wait after the cancel timed out.
+ */
+static void test_cancel_parked(void **state)
+{
+	struct ferry_engine *in, *t[2];
+	struct ferry_req_status st;
+	struct ferry_opts o;
+	struct ferry_port *p;
+	struct ferry_batch *b;
+	ferry_seg_t seg[2];
+	struct ferry_req r;
+	uint8_t *lbuf = aligned_alloc(4096, 4096), *rbuf = aligned_alloc(4096, 4096);
+	int rc;
+
+	(void)state;
+	pair_opts(&o, "0");
+	o.ep_cache = 1;
+	o.timeout_ms = 10000;
+	assert_int_equal(ferry_engine_create(&o, &in), 0);
+	pair_opts(&o, "1");
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(ferry_engine_create(&o, &t[i]), 0);
+	assert_int_equal(ferry_mem_register(in, lbuf, 4096), 0);
+	assert_int_equal(ferry_mem_register(t[0], rbuf, 4096), 0);
+	for (int i = 0; i < 2; i++) /* the second evicts the first */
+		assert_int_equal(ferry_segment_open(in, ferry_engine_address(t[i]), &seg[i]), 0);
+	assert_int_equal(ferry_port_create(in, &p), 0);
+	assert_int_equal(ferry_batch_create(p, 1, &b), 0);
+
+	pthread_mutex_lock(&in->ctl_lock); /* no reconnect meanwhile */
+	r = mkreq(FERRY_OP_WRITE, lbuf, seg[0], rbuf, 4096);
+	assert_int_equal(ferry_submit(b, &r, 1), 0);
+	assert_int_equal(ferry_batch_wait(b, 50), -ETIMEDOUT); /* parked */
+	assert_int_equal(ferry_batch_cancel(b), 0);
+	rc = ferry_batch_wait(b, 1000);
+	assert_int_equal(ferry_req_status(b, 0, &st), 0);
+	pthread_mutex_unlock(&in->ctl_lock);
+	if (rc != -EIO || st.state != FERRY_FAILED || st.error != -ECANCELED)
+		fail_msg("cancelled while parked: wait %d, state %d error %d", rc, st.state,
+			 st.error);
+	assert_int_equal(st.bytes, 0);
+	assert_int_equal(ferry_batch_reset(b), 0);
+
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(p), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(ferry_segment_close(in, seg[i]), 0);
+	wait_slices_zero(in);
+	ferry_mem_unregister(in, lbuf);
+	ferry_mem_unregister(t[0], rbuf);
+	ferry_engine_destroy(in);
+	for (int i = 0; i < 2; i++)
+		ferry_engine_destroy(t[i]);
+	free(lbuf);
+	free(rbuf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -497,6 +560,7 @@ int main(void)
 		cmocka_unit_test(test_all_busy),
 		cmocka_unit_test(test_cache_full_of_qps),
 		cmocka_unit_test(test_evict_races_submit),
+		cmocka_unit_test(test_cancel_parked),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
