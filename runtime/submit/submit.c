@@ -193,12 +193,17 @@ static const struct seg_region *rq_find_remote(struct ferry_port *p, const struc
  * The rails (cores) to stripe over, read after the references were taken
  * (an eviction then sees them, or we see the rail gone): those with an
  * endpoint that are neither down nor paused; else every one with an
- * endpoint (their cores fail fast or serve slowly); 0 when none.
+ * endpoint (their cores fail fast or serve slowly); 0 when none -- or
+ * when each of them is down by itself (its device or its path: EP_DOWN,
+ * not the peer gone) and some rail has no endpoint (evicted): a reconnect
+ * of that one may reach the peer, so it is a miss, not a verdict.  Before,
+ * such requests failed -EHOSTDOWN for as long as the down rail stayed
+ * down (test_epcache's test_down_rail_beside_evicted).
  */
 static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg *s,
 			   uint32_t *count)
 {
-	uint64_t good = 0, live = 0;
+	uint64_t good = 0, live = 0, own_down = 0;
 	uint32_t ngood = 0, nlive = 0;
 
 	for (unsigned i = 0; i < e->ncores; i++) {
@@ -209,10 +214,29 @@ static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg 
 		if (!rail_unusable(s, i)) {
 			good |= 1ull << i;
 			ngood++;
+		} else if (READ_ONCE(s->rail_down[i]) == EP_DOWN) {
+			own_down |= 1ull << i;
 		}
 	}
+	if (!good && live == own_down && nlive < e->ncores)
+		live = nlive = 0;
 	*count = good ? ngood : nlive; /* counted here: popcount is a call on x86-64 v1 */
 	return good ? good : live;
+}
+
+/* The core a miss waits on: one whose rail has no endpoint, which the
+ * reconnect makes (from the segment's own core on, to spread them). */
+static unsigned rails_miss_core(const struct ferry_engine *e, const struct ferry_rq *rq)
+{
+	unsigned first = rq->seg_slot % e->ncores;
+
+	for (unsigned k = 0; k < e->ncores; k++) {
+		unsigned i = (first + k) % e->ncores;
+
+		if (rail_gone(rq->seg, i))
+			return i;
+	}
+	return first;
 }
 
 /*
@@ -231,7 +255,7 @@ void rq_rails_pick(struct ferry_engine *e, struct ferry_rq *rq, struct rails_sna
 		return;
 	store_release(rq->seg->want_eps, 1); /* pairs with: load_acquire in repair_reconnects */
 	repair_kick(e);
-	rq->rails = 1ull << (rq->seg_slot % e->ncores);
+	rq->rails = 1ull << rails_miss_core(e, rq);
 	rq->nparts = 1;
 }
 

@@ -551,6 +551,81 @@ static void test_cancel_parked(void **state)
 	free(rbuf);
 }
 
+/*
+ * A rail whose device died beside one that was evicted: core 0's NIC can
+ * make no QP any more (its rail goes down, by itself), core 1's endpoint
+ * to the segment was evicted (its cache needed the room).  The peer is
+ * not unreachable: core 1's rail, reconnected, reaches it, and new
+ * requests are served there.  Before, the segment looked down on every
+ * rail (only rails with an endpoint were counted) and every request
+ * failed -EHOSTDOWN for as long as core 0's device stayed dead.
+ */
+static void test_down_rail_beside_evicted(void **state)
+{
+	struct loop_faults dead = { .err_ppm = 1000000, .no_new_qps = 1, .seed = 3 };
+	struct loop_faults still_dead = { .no_new_qps = 1, .seed = 3 };
+	struct ferry_engine *in, *t;
+	struct ferry_req_status st;
+	struct ferry_opts o;
+	struct ferry_port *p;
+	struct ferry_seg *s;
+	ferry_seg_t seg;
+	struct ferry_req r;
+	size_t len = 1 << 20;
+	uint8_t *lbuf = aligned_alloc(4096, len), *rbuf = aligned_alloc(4096, len);
+
+	(void)state;
+	pair_opts(&o, "0-1");
+	o.ep_cache = 1;
+	o.timeout_ms = 500;
+	assert_int_equal(ferry_engine_create(&o, &in), 0);
+	pair_opts(&o, "1");
+	assert_int_equal(ferry_engine_create(&o, &t), 0);
+	assert_int_equal(ferry_mem_register(in, lbuf, len), 0);
+	assert_int_equal(ferry_mem_register(t, rbuf, len), 0);
+	assert_int_equal(ferry_segment_open(in, ferry_engine_address(t), &seg), 0);
+	s = seg_at(&in->segs, (uint32_t)seg - 1);
+	assert_int_equal(ferry_port_create(in, &p), 0);
+	r = mkreq(FERRY_OP_WRITE, lbuf, seg, rbuf, len);
+	assert_int_equal(run_one_on(p, r, 10000).state, FERRY_DONE);
+
+	/* Core 1's endpoint evicted, as an open that needed its room does. */
+	pthread_mutex_lock(&in->ctl_lock);
+	assert_int_equal(seg_make_room(in, 1), 0);
+	pthread_mutex_unlock(&in->ctl_lock);
+	seg_disconnect_flush(in);
+	assert_null(s->eps[1]);
+
+	/* Core 0's device dies: the request on it ends as it may. */
+	loop_set_faults(ferry_engine_nic(in, 0), &dead);
+	(void)run_one_on(p, r, 20000);
+	loop_set_faults(ferry_engine_nic(in, 0), &still_dead);
+	for (int ms = 0; ms < 5000 && READ_ONCE(s->rail_down[0]) != EP_DOWN; ms += 10)
+		ferry_sleep_us(10000);
+	assert_int_equal(READ_ONCE(s->rail_down[0]), EP_DOWN);
+
+	for (int i = 0; i < 3; i++) {
+		fill_pattern(lbuf, len, 100 + i);
+		st = run_one_on(p, r, 20000);
+		if (st.state != FERRY_DONE)
+			fail_msg("request %d with core 0's rail down: state %d error %d", i,
+				 st.state, st.error);
+		assert_memory_equal(lbuf, rbuf, len);
+	}
+	assert_non_null(s->eps[1]); /* reconnected */
+
+	loop_set_faults(ferry_engine_nic(in, 0), NULL);
+	assert_int_equal(ferry_port_destroy(p), 0);
+	assert_int_equal(ferry_segment_close(in, seg), 0);
+	wait_slices_zero(in);
+	ferry_mem_unregister(in, lbuf);
+	ferry_mem_unregister(t, rbuf);
+	ferry_engine_destroy(in);
+	ferry_engine_destroy(t);
+	free(lbuf);
+	free(rbuf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -561,6 +636,7 @@ int main(void)
 		cmocka_unit_test(test_cache_full_of_qps),
 		cmocka_unit_test(test_evict_races_submit),
 		cmocka_unit_test(test_cancel_parked),
+		cmocka_unit_test(test_down_rail_beside_evicted),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
