@@ -15,7 +15,12 @@
  *  - a miss on a peer that died meanwhile ends the request FAILED with the
  *    reconnect's error, without blocking the submitter;
  *  - a cache full of busy endpoints refuses an open with -EBUSY and a
- *    clear message; nothing leaks.
+ *    clear message; nothing leaks;
+ *  - the cache never holds more endpoints than a core's QP table can with
+ *    a spare for a repair; an eviction leaves alone an endpoint a request
+ *    reached after it looked; a cancel ends a parked request at once; a
+ *    rail down by itself beside an evicted one is a miss (reconnect), not
+ *    a verdict.
  */
 #include <pthread.h>
 
