@@ -495,7 +495,7 @@ int seg_reconnect_end(struct ferry_engine *e, struct seg_reconn *r, const int *r
 {
 	struct ferry_seg *s = r->s;
 	int rc = r->rc, added = 0;
-	bool live;
+	bool live, stale = false;
 
 	if (r->n) /* the handshakes say how it went: 0, or the first error */
 		rc = 0;
@@ -503,14 +503,20 @@ int seg_reconnect_end(struct ferry_engine *e, struct seg_reconn *r, const int *r
 		r->pp[r->hs[k].core].connected = rcs[k] == 0;
 		if (rcs[k] && !rc)
 			rc = rcs[k];
+		stale |= rcs[k] == -ESTALE;
 	}
 	pthread_mutex_lock(&e->ctl_lock);
 	/* Closed, reopened or destroyed meanwhile: what we made goes. */
 	live = s->state == SEG_OPEN && s->gen == r->gen && !e->destroying;
+	/* The peer restarted (its keys are gone): marked as a repair's refusal
+	 * marks it, so its requests end -ESTALE at once instead of each
+	 * parking for a handshake of its own (test_miss_on_restarted_peer). */
+	if (live && stale)
+		seg_mark_stale(e, s, r->slot);
 	for (unsigned i = 0; i < e->ncores; i++) {
 		if (!r->pp[i].ep)
 			continue;
-		if (live && r->pp[i].connected && !s->eps[i]) {
+		if (live && !stale && r->pp[i].connected && !s->eps[i]) {
 			rc = ep_publish(e, s, r->slot, i, &r->pp[i]);
 			added += rc == 0;
 		}

@@ -20,7 +20,7 @@
  *    a spare for a repair; an eviction leaves alone an endpoint a request
  *    reached after it looked; a cancel ends a parked request at once; a
  *    rail down by itself beside an evicted one is a miss (reconnect), not
- *    a verdict.
+ *    a verdict; a miss on a restarted peer marks the segment stale.
  */
 #include <pthread.h>
 
@@ -631,6 +631,78 @@ static void test_down_rail_beside_evicted(void **state)
 	free(rbuf);
 }
 
+/*
+ * A miss on a peer that restarted meanwhile (a new incarnation on the same
+ * address): the reconnect's handshake is refused -ESTALE, and the segment
+ * is marked stale as when a repair's handshake is: its requests end
+ * -ESTALE from then on without another reconnect, and opening the address
+ * again gives a new handle.  Before, the segment stayed unmarked: every
+ * request parked and made a handshake of its own to learn it again.
+ */
+static void test_miss_on_restarted_peer(void **state)
+{
+	struct ferry_engine *in, *t[2];
+	struct ferry_req_status st;
+	struct ferry_opts o;
+	struct ferry_port *p;
+	struct ferry_seg *s;
+	ferry_seg_t seg[2], again;
+	struct ferry_req r;
+	uint8_t *lbuf = aligned_alloc(4096, 4096), *rbuf = aligned_alloc(4096, 4096);
+	char addr[64];
+
+	(void)state;
+	pair_opts(&o, "0");
+	o.ep_cache = 1;
+	assert_int_equal(ferry_engine_create(&o, &in), 0);
+	pair_opts(&o, "1");
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(ferry_engine_create(&o, &t[i]), 0);
+	snprintf(addr, sizeof(addr), "%s", ferry_engine_address(t[0]));
+	assert_int_equal(ferry_mem_register(in, lbuf, 4096), 0);
+	assert_int_equal(ferry_mem_register(t[0], rbuf, 4096), 0);
+	for (int i = 0; i < 2; i++) /* the second evicts the first */
+		assert_int_equal(ferry_segment_open(in, ferry_engine_address(t[i]), &seg[i]), 0);
+	s = seg_at(&in->segs, (uint32_t)seg[0] - 1);
+	assert_null(s->eps[0]);
+
+	/* The peer restarts on its address. */
+	ferry_mem_unregister(t[0], rbuf);
+	ferry_engine_destroy(t[0]);
+	pair_opts(&o, "1");
+	o.listen = addr;
+	assert_int_equal(ferry_engine_create(&o, &t[0]), 0);
+	assert_int_equal(ferry_mem_register(t[0], rbuf, 4096), 0);
+
+	assert_int_equal(ferry_port_create(in, &p), 0);
+	r = mkreq(FERRY_OP_WRITE, lbuf, seg[0], rbuf, 4096);
+	st = run_one_on(p, r, 20000);
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(st.error, -ESTALE);
+	if (!READ_ONCE(s->stale))
+		fail_msg("a reconnect refused -ESTALE left the segment unmarked");
+	st = run_one_on(p, r, 20000); /* refused at submit now */
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(st.error, -ESTALE);
+	assert_int_equal(ferry_segment_open(in, addr, &again), 0);
+	assert_true(again != seg[0]);
+	r.seg = again;
+	assert_int_equal(run_one_on(p, r, 20000).state, FERRY_DONE);
+
+	assert_int_equal(ferry_port_destroy(p), 0);
+	assert_int_equal(ferry_segment_close(in, again), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(ferry_segment_close(in, seg[i]), 0);
+	wait_slices_zero(in);
+	ferry_mem_unregister(in, lbuf);
+	ferry_mem_unregister(t[0], rbuf);
+	ferry_engine_destroy(in);
+	for (int i = 0; i < 2; i++)
+		ferry_engine_destroy(t[i]);
+	free(lbuf);
+	free(rbuf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -642,6 +714,7 @@ int main(void)
 		cmocka_unit_test(test_evict_races_submit),
 		cmocka_unit_test(test_cancel_parked),
 		cmocka_unit_test(test_down_rail_beside_evicted),
+		cmocka_unit_test(test_miss_on_restarted_peer),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
