@@ -198,17 +198,27 @@ static const struct seg_region *rq_find_remote(struct ferry_port *p, const struc
  * not the peer gone) and some rail has no endpoint (evicted): a reconnect
  * of that one may reach the peer, so it is a miss, not a verdict.  Before,
  * such requests failed -EHOSTDOWN for as long as the down rail stayed
- * down (test_epcache's test_down_rail_beside_evicted).
+ * down (test_epcache's test_down_rail_beside_evicted).  *miss: the core a
+ * miss waits on, one whose rail has no endpoint (the reconnect makes it),
+ * from core first on; read in the same look, not again: a reconnect that
+ * lands meanwhile must not send the part to a down rail.
  */
 static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg *s,
-			   uint32_t *count)
+			   unsigned first, uint32_t *count, unsigned *miss)
 {
-	uint64_t good = 0, live = 0, own_down = 0;
+	uint64_t good = 0, live = 0, own_down = 0, gone = 0;
 	uint32_t ngood = 0, nlive = 0;
 
-	for (unsigned i = 0; i < e->ncores; i++) {
-		if (rail_gone(s, i))
+	*miss = first;
+	for (unsigned k = 0; k < e->ncores; k++) {
+		unsigned i = (first + k) % e->ncores;
+
+		if (rail_gone(s, i)) {
+			if (!gone)
+				*miss = i;
+			gone |= 1ull << i;
 			continue;
+		}
 		live |= 1ull << i;
 		nlive++;
 		if (!rail_unusable(s, i)) {
@@ -218,25 +228,10 @@ static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg 
 			own_down |= 1ull << i;
 		}
 	}
-	if (!good && live == own_down && nlive < e->ncores)
+	if (!good && live == own_down && gone)
 		live = nlive = 0;
 	*count = good ? ngood : nlive; /* counted here: popcount is a call on x86-64 v1 */
 	return good ? good : live;
-}
-
-/* The core a miss waits on: one whose rail has no endpoint, which the
- * reconnect makes (from the segment's own core on, to spread them). */
-static unsigned rails_miss_core(const struct ferry_engine *e, const struct ferry_rq *rq)
-{
-	unsigned first = rq->seg_slot % e->ncores;
-
-	for (unsigned k = 0; k < e->ncores; k++) {
-		unsigned i = (first + k) % e->ncores;
-
-		if (rail_gone(rq->seg, i))
-			return i;
-	}
-	return first;
 }
 
 /*
@@ -247,7 +242,9 @@ static unsigned rails_miss_core(const struct ferry_engine *e, const struct ferry
  */
 void rq_rails_pick(struct ferry_engine *e, struct ferry_rq *rq, struct rails_snap *snap)
 {
-	snap->rails = rails_pick(e, rq->seg, &snap->n);
+	unsigned miss;
+
+	snap->rails = rails_pick(e, rq->seg, rq->seg_slot % e->ncores, &snap->n, &miss);
 	snap->left = RAILS_REUSE - 1;
 	rq->rails = snap->rails;
 	rq->nparts = snap->n;
@@ -255,7 +252,7 @@ void rq_rails_pick(struct ferry_engine *e, struct ferry_rq *rq, struct rails_sna
 		return;
 	store_release(rq->seg->want_eps, 1); /* pairs with: load_acquire in repair_reconnects */
 	repair_kick(e);
-	rq->rails = 1ull << rails_miss_core(e, rq);
+	rq->rails = 1ull << miss;
 	rq->nparts = 1;
 }
 

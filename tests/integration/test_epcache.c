@@ -613,8 +613,10 @@ static void test_down_rail_beside_evicted(void **state)
 		fill_pattern(lbuf, len, 100 + i);
 		st = run_one_on(p, r, 20000);
 		if (st.state != FERRY_DONE)
-			fail_msg("request %d with core 0's rail down: state %d error %d", i,
-				 st.state, st.error);
+			fail_msg("request %d with core 0's rail down: state %d error %d (rail_down "
+				 "%u %u, rail_gone %u %u, eps %d %d)", i, st.state, st.error,
+				 s->rail_down[0], s->rail_down[1], s->rail_gone[0], s->rail_gone[1],
+				 !!s->eps[0], !!s->eps[1]);
 		assert_memory_equal(lbuf, rbuf, len);
 	}
 	assert_non_null(s->eps[1]); /* reconnected */
