@@ -253,14 +253,18 @@ static void core_ask_repair(struct ferry_core *c, struct qpx *qp)
  * Slices waiting on an endpoint whose QPs are all broken wait for the
  * repair thread -- but not for ever: a rail whose QPs cannot be made again
  * (its device is dead) would hold them.  After the slice timeout they move
- * to another core's rail, or end -ETIMEDOUT.
+ * to another core's rail, or end -ETIMEDOUT.  The same for a context whose
+ * CQ room is all gone with the WRs of QPs given up (core_watch_broken).
  */
 static void core_sweep_stuck(struct ferry_core *c, struct ferry_ep *ep)
 {
+	const CqQuotaBlock *cq = &c->tx[ep->tx].cq_quota;
 	uint32_t k = ep->pending.count;
 	struct slice *s;
 
-	if (!k || !ep_all_broken(ep)) {
+	/* A CQ without room and nothing out that would give some back (the
+	 * QPs given up took it: qpx_abandon) posts nothing again either. */
+	if (!k || !(ep_all_broken(ep) || (!cq->depth && !cq_quota_room(cq)))) {
 		ep->all_broken_since = 0;
 		return;
 	}

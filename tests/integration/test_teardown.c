@@ -461,6 +461,70 @@ static bool rails_all_up(struct ferry_engine *e, ferry_seg_t seg)
 }
 
 /*
+ * A device that gave nothing back while core 1's CQ was full: the QPs
+ * given up took the CQ's whole room with them (qpx_abandon shrinks it for
+ * good).  The device comes back, the QPs are repaired and the rail is up,
+ * but core 1 can post nothing any more: the slices striped to it must not
+ * wait there for ever (they move to core 0 after the slice timeout, like
+ * slices on an endpoint whose QPs are all broken).  Before, the second
+ * batch stayed PENDING.
+ */
+static void test_dead_device_cq_room_gone(void **state)
+{
+	struct ferry_req reqs[4];
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	struct ferry_core_stats st;
+	struct ferry_opts o;
+
+	(void)state;
+	need_loop();
+	pair_opts(&o, "0-1");
+	o.timeout_ms = 200;
+	o.slice_size = 16384;
+	o.wrs_per_qp = 8;
+	o.signal_every = 4;
+	o.cqes = 16; /* two QPs of 8: the dead device holds the whole CQ */
+	pair_setup(&P, &o, &o, BUF);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, 4, &b), 0);
+	loop_set_faults(ferry_engine_nic(P.init, 1), &(struct loop_faults){ .dead = 1 });
+	for (unsigned i = 0; i < 4; i++) {
+		fill_pattern(P.lbuf + i * SLOT, SLOT, i + 1);
+		reqs[i] = mkreq(FERRY_OP_WRITE, P.lbuf + i * SLOT, P.seg, P.rbuf + i * SLOT, SLOT);
+	}
+	ferry_log_set(log_count, NULL);
+	assert_int_equal(ferry_submit(b, reqs, 4), 0);
+	assert_int_equal(ferry_batch_wait(b, 20000), 0);
+	assert_int_equal(ferry_core_stats(P.init, 1, &st), 0);
+	assert_true(st.qp_abandons >= 1);
+	/* The device was only slow: back, its QPs repaired, the rail up. */
+	loop_set_faults(ferry_engine_nic(P.init, 1), &(struct loop_faults){ 0 });
+	WAIT_UNTIL(ferry_core_stats(P.init, 1, &st) == 0 && st.qp_resets >= 2, WAIT_MS,
+		   "core 1's QPs repaired");
+	WAIT_UNTIL(rails_all_up(P.init, P.seg), WAIT_MS, "the rails up");
+	print_message("core 1: %llu QPs given up, CQ room left %u of 16\n",
+		      (unsigned long long)st.qp_abandons, P.init->cores[1]->tx[0].cq_quota.max);
+	assert_int_equal(ferry_batch_reset(b), 0);
+	for (unsigned i = 0; i < 4; i++) {
+		fill_pattern(P.lbuf + i * SLOT, SLOT, i + 11);
+		reqs[i] = mkreq(FERRY_OP_WRITE, P.lbuf + i * SLOT, P.seg, P.rbuf + i * SLOT, SLOT);
+	}
+	assert_int_equal(ferry_submit(b, reqs, 4), 0);
+	assert_int_equal(ferry_batch_wait(b, 10000), 0);
+	ferry_log_set(NULL, NULL);
+	for (unsigned i = 0; i < 4; i++)
+		assert_memory_equal(P.rbuf + i * SLOT, P.lbuf + i * SLOT, SLOT);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	ferry_engine_destroy(P.init);
+	ferry_engine_destroy(P.target);
+	free(P.lbuf);
+	free(P.rbuf);
+	P = (struct pair){ 0 };
+}
+
+/*
  * A peer whose control port refuses for a while though its process lives
  * (the engine's test switch refuses its repairs): the refusal takes every
  * rail down and flushes what was in flight, as for a dead peer; once it
@@ -813,6 +877,7 @@ int main(void)
 		cmocka_unit_test(test_peer_killed_silent),
 		cmocka_unit_test(test_destroy_beside_dead_device),
 		cmocka_unit_test(test_dead_device_while_running),
+		cmocka_unit_test(test_dead_device_cq_room_gone),
 		cmocka_unit_test(test_peer_refuses_then_answers),
 		cmocka_unit_test(test_lease),
 		cmocka_unit_test(test_destroy_with_open_segments),
