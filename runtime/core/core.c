@@ -312,7 +312,9 @@ static void core_watch_broken(struct ferry_core *c, struct qctx *q, struct qpx *
 	if (c->now - qp->stuck_since <= c->abandon_ticks)
 		return;
 	stat_add(&c->ctr, qp_abandons, 1);
-	qpx_abandon(q, qp, -EIO);
+	/* What its flushes would have said (qctx_poll): a QP that timed out
+	 * ends its slices -ETIMEDOUT, a request out of retries TIMEOUT. */
+	qpx_abandon(q, qp, qp->timed_out ? -ETIMEDOUT : -EIO);
 	core_acct_flush(c);
 	qp->stuck_since = 0;
 }

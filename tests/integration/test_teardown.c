@@ -449,6 +449,38 @@ static void test_dead_device_while_running(void **state)
 	P = (struct pair){ 0 };
 }
 
+/*
+ * One rail, its device dead, no retries: the QP times out, no flush comes,
+ * and the QP given up ends its slices as their flushes would have: the
+ * request TIMEOUT -ETIMEDOUT (its QP timed out).  Before, FAILED -EIO.
+ */
+static void test_dead_device_request_times_out(void **state)
+{
+	struct ferry_req_status st;
+	struct ferry_port *port;
+	struct ferry_opts o;
+
+	(void)state;
+	need_loop();
+	pair_opts(&o, "0");
+	o.timeout_ms = 200;
+	o.retries = 0;
+	pair_setup(&P, &o, &o, BUF);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	loop_set_faults(ferry_engine_nic(P.init, 0), &(struct loop_faults){ .dead = 1 });
+	ferry_log_set(log_count, NULL);
+	st = run_one_on(port, mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 65536), 20000);
+	ferry_log_set(NULL, NULL);
+	assert_int_equal(st.state, FERRY_TIMEOUT);
+	assert_int_equal(st.error, -ETIMEDOUT);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	ferry_engine_destroy(P.init);
+	ferry_engine_destroy(P.target);
+	free(P.lbuf);
+	free(P.rbuf);
+	P = (struct pair){ 0 };
+}
+
 /* Every rail of seg usable again (repaired, not down, not paused). */
 static bool rails_all_up(struct ferry_engine *e, ferry_seg_t seg)
 {
@@ -878,6 +910,7 @@ int main(void)
 		cmocka_unit_test(test_destroy_beside_dead_device),
 		cmocka_unit_test(test_dead_device_while_running),
 		cmocka_unit_test(test_dead_device_cq_room_gone),
+		cmocka_unit_test(test_dead_device_request_times_out),
 		cmocka_unit_test(test_peer_refuses_then_answers),
 		cmocka_unit_test(test_lease),
 		cmocka_unit_test(test_destroy_with_open_segments),
