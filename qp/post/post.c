@@ -77,6 +77,7 @@ void qpx_abandon(struct qctx *ctx, struct qpx *q, int err)
 	wr_depth_sub(&q->depth, n);
 	cq_quota_sub(&ctx->cq_quota, n);
 	depth_store(&ctx->cq_quota.max, ctx->cq_quota.max - n);
+	ctx->cq_lent += n;
 }
 
 void qpx_destroy(struct qctx *ctx, struct qpx *q)
@@ -295,6 +296,18 @@ static struct qpx *wc_qp(struct qctx *ctx, const struct nic_wc *wc, uint32_t *se
 	return q;
 }
 
+/* A completion that retires nothing: one a QP given up left behind gives
+ * back the CQ entry qpx_abandon set aside for it; any other is a bug. */
+static void qctx_stray(struct qctx *ctx)
+{
+	if (ctx->cq_lent) {
+		ctx->cq_lent--;
+		depth_store(&ctx->cq_quota.max, ctx->cq_quota.max + 1);
+		return;
+	}
+	stat_add(&ctx->ctr, provider_errors, 1);
+}
+
 int qctx_poll(struct qctx *ctx)
 {
 	struct nic_wc wc[POLL_BURST];
@@ -319,7 +332,7 @@ int qctx_poll(struct qctx *ctx)
 		int err = wc_status_errno(wc[i].status);
 
 		if (unlikely(!q)) {
-			stat_add(&ctx->ctr, provider_errors, 1);
+			qctx_stray(ctx);
 			continue;
 		}
 		if (unlikely(err)) {

@@ -105,6 +105,7 @@ struct qctx {
 	uint32_t n_qps;             /* high-water mark of qps[] */
 	struct qpx *qps[QP_MAX_PER_CORE];
 	uint32_t qp_gen[QP_MAX_PER_CORE]; /* QPs that held each index before (wr_id) */
+	uint32_t cq_lent;           /* CQ room qpx_abandon set aside for late completions */
 };
 
 #define QPX_UNATTACHED 0xffff
@@ -113,9 +114,10 @@ struct qctx {
  * The device does not give q's WRs back (it died: no completion, not even
  * the flushes of q set to error): end every outstanding slice with err and
  * give back q's depth.  Their CQ credits are given back too, and the CQ's
- * room shrinks by as many for good: a completion that comes after all
- * (a device slower than we waited for) has its entry, and its wr_id
- * (retired sequence, or an older generation of the index) retires nothing.
+ * room shrinks by as many until completions that retire nothing (retired
+ * sequence, or an older generation of the index) have come for them: a
+ * device slower than we waited for has an entry for each of its late
+ * completions, and one that recovers gets its room back.
  */
 void qpx_abandon(struct qctx *ctx, struct qpx *q, int err);
 
