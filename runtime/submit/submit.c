@@ -203,19 +203,26 @@ static const struct seg_region *rq_find_remote(struct ferry_port *p, const struc
  * from core first on; read in the same look, not again: a reconnect that
  * lands meanwhile must not send the part to a down rail.
  */
+/* The first core of mask from first on (cyclically); first when none. */
+static unsigned first_of(uint64_t mask, unsigned first, unsigned ncores)
+{
+	for (unsigned k = 0; k < ncores; k++) {
+		unsigned i = (first + k) % ncores;
+
+		if (mask & (1ull << i))
+			return i;
+	}
+	return first;
+}
+
 static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg *s,
-			   unsigned first, uint32_t *count, unsigned *miss)
+			   uint32_t slot, uint32_t *count, unsigned *miss)
 {
 	uint64_t good = 0, live = 0, own_down = 0, gone = 0;
 	uint32_t ngood = 0, nlive = 0;
 
-	*miss = first;
-	for (unsigned k = 0; k < e->ncores; k++) {
-		unsigned i = (first + k) % e->ncores;
-
+	for (unsigned i = 0; i < e->ncores; i++) {
 		if (rail_gone(s, i)) {
-			if (!gone)
-				*miss = i;
 			gone |= 1ull << i;
 			continue;
 		}
@@ -228,10 +235,14 @@ static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg 
 			own_down |= 1ull << i;
 		}
 	}
-	if (!good && live == own_down && gone)
+	*count = ngood; /* counted here: popcount is a call on x86-64 v1 */
+	if (likely(good))
+		return good;
+	if (live == own_down && gone)
 		live = nlive = 0;
-	*count = good ? ngood : nlive; /* counted here: popcount is a call on x86-64 v1 */
-	return good ? good : live;
+	*miss = first_of(gone, slot % e->ncores, e->ncores); /* this same look's */
+	*count = nlive;
+	return live;
 }
 
 /*
@@ -242,9 +253,9 @@ static uint64_t rails_pick(const struct ferry_engine *e, const struct ferry_seg 
  */
 void rq_rails_pick(struct ferry_engine *e, struct ferry_rq *rq, struct rails_snap *snap)
 {
-	unsigned miss;
+	unsigned miss; /* set when no rail is good */
 
-	snap->rails = rails_pick(e, rq->seg, rq->seg_slot % e->ncores, &snap->n, &miss);
+	snap->rails = rails_pick(e, rq->seg, rq->seg_slot, &snap->n, &miss);
 	snap->left = RAILS_REUSE - 1;
 	rq->rails = snap->rails;
 	rq->nparts = snap->n;
