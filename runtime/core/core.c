@@ -292,11 +292,6 @@ static void core_sweep_rails(struct ferry_core *c)
 }
 
 /*
- * A QP that made no progress for the slice timeout is failed (its WRs
- * flush; their slices retry or end TIMEOUT), and broken, drained QPs are
- * handed to the repair thread.
- */
-/*
  * A QP in error gives its WRs back as flushes at once; one whose WRs stay
  * out ABANDON_MS without any coming back sits on a device that died (no
  * completion, no flush): its slices go on (retried elsewhere, or ended)
@@ -319,6 +314,11 @@ static void core_watch_broken(struct ferry_core *c, struct qctx *q, struct qpx *
 	qp->stuck_since = 0;
 }
 
+/*
+ * A QP that made no progress for the slice timeout is failed (its WRs
+ * flush; their slices retry or end TIMEOUT), and broken, drained QPs are
+ * handed to the repair thread.
+ */
 static void core_sweep_qps(struct ferry_core *c, struct qctx *q)
 {
 	for (uint32_t i = 0; i < q->n_qps; i++) {
@@ -387,7 +387,6 @@ __attribute__((noinline)) static uint32_t core_pass(struct ferry_core *c)
 	return work;
 }
 
-/* On stop: fail what was queued, flush what was posted, free the endpoints. */
 /*
  * WRs the device did not give back within DRAIN_NS, not even as flushes:
  * it died under them (unplugged, a fatal error).  Their requests end
@@ -413,6 +412,7 @@ static void core_drain_abandon(struct ferry_core *c)
 	}
 }
 
+/* On stop: fail what was queued, flush what was posted, free the endpoints. */
 static void core_drain(struct ferry_core *c)
 {
 	struct ferry_engine *e = c->e;
