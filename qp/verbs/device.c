@@ -136,6 +136,20 @@ void fv_addr_pack(const struct fv_addr *a, struct nic_addr *out)
 	}
 }
 
+/* What the layout leaves zero is zero (a peer's address is read strictly):
+ * 28..31 and 50..63 always, 32..49 without an alternate GID (byte 48 0),
+ * and an alternate GID that is there is not all zero. */
+static bool fv_addr_rest_ok(const uint8_t *b, bool alt)
+{
+	static const uint8_t zero[NIC_ADDR_LEN];
+
+	if (memcmp(b + 28, zero, 4) || memcmp(b + 50, zero, NIC_ADDR_LEN - 50))
+		return false;
+	if (b[48] > 1)
+		return false;
+	return alt ? memcmp(b + 32, zero, 16) != 0 : !memcmp(b + 32, zero, 18);
+}
+
 int fv_addr_unpack(const struct nic_addr *in, struct fv_addr *a)
 {
 	const uint8_t *b = in->bytes;
@@ -151,10 +165,10 @@ int fv_addr_unpack(const struct nic_addr *in, struct fv_addr *a)
 	a->lid = (uint16_t)(b[24] | b[25] << 8);
 	a->gid_index = b[26];
 	a->rd_atomic = b[27];
-	a->has_alt = b[48] & 1;
+	a->has_alt = b[48] == 1;
 	memcpy(a->alt_gid, b + 32, 16);
 	a->alt_gid_index = b[49];
-	return 0;
+	return fv_addr_rest_ok(b, a->has_alt) ? 0 : -EINVAL;
 }
 
 static void nic_to_addr(const struct fv_nic *nic, struct fv_addr *a)

@@ -450,6 +450,18 @@ static void test_addr_magic(void **state)
 	assert_int_equal(fv_addr_unpack(&na, &b), -EINVAL);
 	na.bytes[7] = IBV_MTU_4096 + 1;
 	assert_int_equal(fv_addr_unpack(&na, &b), -EINVAL);
+	/* What the layout leaves zero must be zero: a peer's bytes are read strictly. */
+	for (int i = 28; i < NIC_ADDR_LEN; i++) {
+		fv_addr_pack(&a, &na);
+		na.bytes[i] = i == 48 ? 2 : 1;
+		assert_int_equal(fv_addr_unpack(&na, &b), -EINVAL);
+	}
+	fv_addr_pack(&a, &na);
+	na.bytes[48] = 1; /* an alternate GID flagged, all zero */
+	assert_int_equal(fv_addr_unpack(&na, &b), -EINVAL);
+	na.bytes[32] = 0xfe; /* one that is there */
+	assert_int_equal(fv_addr_unpack(&na, &b), 0);
+	assert_true(b.has_alt);
 }
 
 /* ------------------------------------------------------------ QP transitions */
