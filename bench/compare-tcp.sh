@@ -56,17 +56,23 @@ PINGPONG=$B/tcp_pingpong
 MEMCPY=$B/memcpy_bw
 read -r -a SIZES <<<"${COMPARE_SIZES:-64K 1M}"
 DUR=${COMPARE_DURATION:-3}
-# Mooncake's bench takes whole seconds: every tool runs the same whole number.
 case $DUR in
-'' | *[!0-9]* | 0) echo "${0##*/}: COMPARE_DURATION '$DUR': a whole number of seconds, 1 or more" >&2; exit 2 ;;
+'' | . | *[!0-9.]* | *.*.*) echo "${0##*/}: COMPARE_DURATION '$DUR': not a number of seconds" >&2; exit 2 ;;
 esac
+# Mooncake's bench takes whole seconds: with it, every tool runs the same whole number.
+if [ -n "${MOONCAKE_BENCH:-}" ]; then
+	case $DUR in
+	*[!0-9]* | 0) echo "${0##*/}: COMPARE_DURATION '$DUR': a whole number of seconds, 1 or" \
+		"more, with MOONCAKE_BENCH (its bench takes whole seconds)" >&2; exit 2 ;;
+	esac
+fi
 ROUNDS=${COMPARE_ROUNDS:-1}
 PP_ITERS=${COMPARE_PP_ITERS:-20000}
 read -r -a LAT_ARGS <<<"${COMPARE_LAT_ARGS---caller}"
 MC=${MOONCAKE_BENCH:-}
 MC_BATCH=${MOONCAKE_BATCH:-32}
 LOGDIR=${COMPARE_LOGDIR:-$B/compare-tcp}
-TMO=$((DUR + 90))
+TMO=$((10#${DUR%.*}0 / 10 + 90)) # whole seconds (".5" is 0, "08" is 8)
 POOL=$((256 << 20))
 HP=()
 [ "${COMPARE_HUGEPAGES:-0}" = 1 ] && HP=(--hugepages)
