@@ -111,6 +111,21 @@ out:
 	eventfd_drain(c->wake_fd);
 }
 
+/*
+ * When broken qp is asked for (again): never on an endpoint that goes or
+ * leads to a gone incarnation (core_ask_repair skips those: a stale
+ * segment's QPs stay broken until it is closed), at once if never asked,
+ * else once its ask is old.
+ */
+static uint64_t qp_reask_at(const struct ferry_core *c, const struct qpx *qp)
+{
+	const struct ferry_ep *ep = qp->owner;
+
+	if (ep->closing || ep->down == EP_STALE)
+		return UINT64_MAX;
+	return qp->repair_asked ? qp->repair_asked_at + c->reask_ticks : 0;
+}
+
 /* When the first broken QP is asked for again (its repair did not come). */
 static uint64_t core_first_reask(const struct ferry_core *c)
 {
@@ -122,8 +137,8 @@ static uint64_t core_first_reask(const struct ferry_core *c)
 		for (uint32_t i = 0; i < q->n_qps; i++) {
 			const struct qpx *qp = q->qps[i];
 
-			if (qp && qp->broken && qp->repair_asked_at + c->reask_ticks < first)
-				first = qp->repair_asked_at + c->reask_ticks;
+			if (qp && qp->broken && qp_reask_at(c, qp) < first)
+				first = qp_reask_at(c, qp);
 		}
 	}
 	return first;
@@ -132,7 +147,11 @@ static uint64_t core_first_reask(const struct ferry_core *c)
 /*
  * How long the core may sleep with nothing in flight: until its first rail
  * pause ends (the sweep publishes the rail usable again) or a broken QP is
- * due to be asked for again, else for ever.
+ * due to be asked for again, else for ever -- and not before the next
+ * sweep, which does both.  Before, a QP never asked for (a stale
+ * segment's: never is) counted as due at 0, and the idle core slept 0 ms
+ * over and over: a CPU spent for as long as the stale handle stayed open
+ * (test_teardown's test_stale_segment_idle).
  */
 static int core_pause_left_ms(struct ferry_core *c)
 {
@@ -146,6 +165,8 @@ static int core_pause_left_ms(struct ferry_core *c)
 	}
 	if (first == UINT64_MAX)
 		return -1;
+	if (first < c->next_sweep) /* only a sweep ends a pause or asks */
+		first = c->next_sweep;
 	if (first <= now)
 		return 0;
 	return (int)(ferry_tsc_to_ns(first - now) / 1000000) + 1;

@@ -308,6 +308,46 @@ static void test_peer_restart(void **state)
 }
 
 /*
+ * A segment left open after its peer restarted (stale: "close it when
+ * convenient") costs an idle engine nothing.  Its endpoints' QPs are set
+ * to error and never repaired (a gone incarnation), so no re-ask is due
+ * for them; before, the idle core computed its sleep from their repair
+ * time anyway (0 ms: never asked) and spun through zero-timeout sleeps,
+ * a CPU each, for as long as the handle stayed open.
+ */
+static void test_stale_segment_idle(void **state)
+{
+	struct ferry_opts o;
+	ferry_seg_t old;
+	uint64_t loops;
+	char addr[64];
+
+	(void)state;
+	setup_pair(2000);
+	assert_batch_done(5); /* endpoints on both cores, used */
+	snprintf(addr, sizeof(addr), "%s", ferry_engine_address(P.target));
+	ferry_engine_destroy(P.target);
+	pair_opts(&o, "0-1");
+	o.listen = addr;
+	assert_int_equal(ferry_engine_create(&o, &P.target), 0);
+	assert_int_equal(ferry_mem_register(P.target, P.rbuf, P.len), 0);
+	old = P.seg;
+	assert_int_equal(ferry_segment_open(P.init, addr, &P.seg), 0);
+	assert_true(P.seg != old); /* the old handle is stale now */
+	ferry_sleep_us(300 * 1000); /* the cores take the news and go idle */
+	loops = ENGINE_STAT_SUM(P.init, loops);
+	ferry_sleep_us(500 * 1000);
+	loops = ENGINE_STAT_SUM(P.init, loops) - loops;
+	print_message("stale segment open: %llu loop passes in 0.5 s of idle\n",
+		      (unsigned long long)loops);
+	assert_int_equal(ferry_segment_close(P.init, old), 0);
+	assert_batch_done(6); /* the new incarnation works */
+	assert_in_range(loops, 0, 2000);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+/*
  * A peer killed on RDMA answers nothing any more (no completion, no error:
  * its NIC is silent), and its control address refuses connections.  Here
  * the software NIC loses every completion, and one slice is in flight, on
@@ -907,6 +947,7 @@ int main(void)
 		cmocka_unit_test(test_close_in_flight_faults),
 		cmocka_unit_test(test_close_stalled),
 		cmocka_unit_test(test_peer_restart),
+		cmocka_unit_test(test_stale_segment_idle),
 		cmocka_unit_test(test_peer_killed_silent),
 		cmocka_unit_test(test_destroy_beside_dead_device),
 		cmocka_unit_test(test_dead_device_while_running),
