@@ -134,7 +134,7 @@ int ferry_notify(struct ferry_batch *b, ferry_seg_t seg, const void *msg, uint32
 	rq->op = RQ_OP_NOTIFY;
 	rq->len = len;
 	rc = job_make(b, slot, seg, msg, len, &j);
-	b->n++;
+	store_release(b->n, slot + 1); /* pairs with: load_acquire in ferry_req_status */
 	if (rc) {
 		rq_refuse(rq, rc);
 		return (int)slot;

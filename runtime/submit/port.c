@@ -153,12 +153,12 @@ int ferry_batch_reset(struct ferry_batch *b)
 		return -EINVAL;
 	if (batch_pending(b))
 		return -EBUSY;
-	b->n = 0;
+	WRITE_ONCE(b->n, 0); /* ferry_req_status (any thread) may read it */
 	WRITE_ONCE(b->acct.failed, 0);
 	return 0;
 }
 
 uint32_t ferry_batch_size(const struct ferry_batch *b)
 {
-	return b ? b->n : 0;
+	return b ? READ_ONCE(b->n) : 0;
 }

@@ -211,11 +211,12 @@ static uint32_t prep_run(struct dispatch *d, const struct rails_snap *rails,
 static void prep_refuse(struct ferry_batch *b, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
-		struct ferry_rq *rq = &b->rqs[b->n++];
+		struct ferry_rq *rq = &b->rqs[b->n + i];
 
 		rq_clear(rq, &b->acct);
 		rq_refuse(rq, -EBADF);
 	}
+	store_release(b->n, b->n + n); /* pairs with: load_acquire in ferry_req_status */
 }
 
 /*
@@ -278,7 +279,7 @@ int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const 
 		rails.left = waited ? 0 : rails.left - (end - i);
 		i = end;
 	}
-	b->n += n;
+	store_release(b->n, b->n + n); /* pairs with: load_acquire in ferry_req_status */
 	dispatch_end(&d);
 	port_publish(b->port);
 	return (int)first;

@@ -539,7 +539,7 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 		return 0;
 	dispatch_begin(&d, p);
 	fetch_add_relaxed(b->acct.pending, n); /* published by the ring's release */
-	/* b->n is stored once at the end: only this thread reads it. */
+	/* b->n is stored once at the end: it publishes the slots. */
 	for (i = 0; i < n; i++, rq++) {
 		int rc;
 
@@ -567,7 +567,8 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 		rq += k;
 		queued += k;
 	}
-	b->n += i;
+	/* the slots' states: ferry_req_status (any thread) reads them from here on */
+	store_release(b->n, b->n + i); /* pairs with: load_acquire in ferry_req_status */
 	dispatch_end(&d);
 	port_publish(p);
 	hold_drop(&h);

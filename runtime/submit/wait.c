@@ -137,7 +137,9 @@ int ferry_req_status(const struct ferry_batch *b, uint32_t i, struct ferry_req_s
 
 	if (!b || !st)
 		return -EINVAL;
-	if (i >= b->n)
+	/* Any thread: the slots below n are filled in.  pairs with: store_release of
+	 * n in submit_some, ferry_prep_submit, prep_refuse, ferry_notify */
+	if (i >= load_acquire(b->n)) /* pairs with: the store_release of n above */
 		return -ERANGE;
 	rq = &b->rqs[i];
 	state = load_acquire(rq->state); /* pairs with: store_release in rq_finish/rq_refuse */
