@@ -179,7 +179,7 @@ void core_fail_pending(struct ferry_core *c, struct ferry_ep *ep, int err)
  * timeout_ms after the cancel). */
 static __attribute__((noinline, cold)) void core_drop_failed(struct ferry_core *c)
 {
-	c->cancel_seen = READ_ONCE(c->e->cancel_epoch);
+	c->cancel_seen = load_acquire(c->e->cancel_epoch); /* pairs with: ferry_batch_cancel's release */
 	if (c->n_parked)
 		core_sweep_parked(c);
 	for (struct ferry_ep *ep = c->active; ep; ep = ep->next_active) {
@@ -368,7 +368,8 @@ __attribute__((noinline)) static uint32_t core_pass(struct ferry_core *c)
 	if (c->xfer_in)
 		work += core_drain_xfer(c);
 	work += core_cut(c);
-	if (unlikely(READ_ONCE(c->e->cancel_epoch) != c->cancel_seen))
+	/* pairs with: fetch_add_release in ferry_batch_cancel */
+	if (unlikely(load_acquire(c->e->cancel_epoch) != c->cancel_seen))
 		core_drop_failed(c);
 	work += core_post(c);
 	for (unsigned t = 0; t < c->ntx; t++) {

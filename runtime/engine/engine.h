@@ -103,7 +103,7 @@ struct ferry_engine {
 	struct named named;            /* our name in the metadata store */
 	struct ep_reaper reaper;       /* unpublished endpoints, freed after a grace period */
 	struct notify notify;          /* notifications sent and received (runtime/notify) */
-	uint32_t cancel_epoch;         /* bumped by ferry_batch_cancel (READ_ONCE by the cores) */
+	uint32_t cancel_epoch;         /* bumped by ferry_batch_cancel (release; the cores acquire) */
 	int tsan_gp;                   /* TSan's model of the RCU grace period */
 };
 

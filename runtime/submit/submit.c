@@ -531,8 +531,8 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 {
 	struct submit_hold h = { .seg = NULL };
 	struct ferry_port *p = b->port;
-	struct ferry_rq *rq = &b->rqs[b->n];
-	uint32_t i, k, queued = 0;
+	uint32_t i, k, queued = 0, first = b->n; /* only this thread writes n */
+	struct ferry_rq *rq = &b->rqs[first];
 	struct dispatch d;
 
 	if (n == 0)
@@ -562,13 +562,13 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 		}
 		if (i + 1 == n) /* the call's last: no run follows (a lone request saves ~90) */
 			continue;
-		k = submit_run(&d, &h, rq, &b->rqs[b->n], reqs, i + 1, n, wait);
+		k = submit_run(&d, &h, rq, &b->rqs[first], reqs, i + 1, n, wait);
 		i += k;
 		rq += k;
 		queued += k;
 	}
 	/* the slots' states: ferry_req_status (any thread) reads them from here on */
-	store_release(b->n, b->n + i); /* pairs with: load_acquire in ferry_req_status */
+	store_release(b->n, first + i); /* pairs with: load_acquire in ferry_req_status */
 	dispatch_end(&d);
 	port_publish(p);
 	hold_drop(&h);
@@ -617,8 +617,10 @@ int ferry_batch_cancel(struct ferry_batch *b)
 			cas_release(rq->error, &none, -ECANCELED); /* pairs with: rq_finish's acquire */
 	}
 	/* The cores look at the epoch once a pass and then drop the slices of
-	 * failed requests that wait for room (their first look after this). */
-	fetch_add_relaxed(b->port->e->cancel_epoch, 1);
+	 * failed requests that wait for room (their first look after this):
+	 * released after the errors, so a core that sees the new epoch sees
+	 * them too and posts none of those slices. */
+	fetch_add_release(b->port->e->cancel_epoch, 1); /* pairs with: load_acquire in core_pass */
 	for (unsigned i = 0; i < b->port->e->ncores; i++)
 		core_kick(b->port->e->cores[i]);
 	return 0;

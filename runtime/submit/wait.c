@@ -146,8 +146,9 @@ int ferry_req_status(const struct ferry_batch *b, uint32_t i, struct ferry_req_s
 	error = READ_ONCE(rq->error);
 	st->state = state;
 	/* final only once the request is; a DONE one's may hold a cancel that
-	 * came too late (rq_outcome) */
-	st->error = state == FERRY_PENDING || state == FERRY_DONE ? 0 : error;
+	 * came too late (rq_outcome).  PENDING 0, DONE 1: one compare. */
+	_Static_assert(FERRY_PENDING == 0 && FERRY_DONE == 1, "the two states without an error");
+	st->error = (uint32_t)state <= FERRY_DONE ? 0 : error;
 	st->bytes = READ_ONCE(rq->ok_bytes);
 	return 0;
 }
