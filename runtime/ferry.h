@@ -347,7 +347,11 @@ FERRY_API int ferry_segment_open(struct ferry_engine *e, const char *address, fe
 /**
  * Refetch the descriptor of an opened segment (after the peer registered
  * more memory).  -ESTALE when the peer restarted (the segment is then
- * stale: open the address again).  Any thread; blocks for the round trip.
+ * stale: open the address again).  A refresh that finds the regions
+ * unchanged keeps nothing (call it as often as needed); -ENOSPC once they
+ * changed 8 times since the open (the replaced descriptors stay while
+ * requests and prepared sets may use them: close and open again).  Any
+ * thread; blocks for the round trip.
  */
 FERRY_API int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg);
 

@@ -528,7 +528,23 @@ int seg_reconnect_end(struct ferry_engine *e, struct seg_reconn *r, const int *r
 }
 
 
-/* The refreshed descriptor d of s (generation gen), if still wanted; ctl_lock held. */
+/* The same regions, rights and keys in both (of the same incarnation). */
+static bool desc_same(const struct seg_desc *a, const struct seg_desc *b)
+{
+	if (a->n_regions != b->n_regions)
+		return false;
+	for (uint32_t i = 0; i < a->n_regions; i++) {
+		const struct seg_region *x = &a->regions[i], *y = &b->regions[i];
+
+		if (x->addr != y->addr || x->len != y->len || x->access != y->access ||
+		    memcmp(x->rkey, y->rkey, a->n_nics * sizeof(x->rkey[0])))
+			return false;
+	}
+	return true;
+}
+
+/* The refreshed descriptor d of s (generation gen), if still wanted: 0
+ * installed, 1 nothing new (d not kept); ctl_lock held. */
 static int refresh_install(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot,
 			   uint32_t gen, struct seg_desc *d)
 {
@@ -539,6 +555,11 @@ static int refresh_install(struct ferry_engine *e, struct ferry_seg *s, uint32_t
 		seg_mark_stale(e, s, slot);
 		return -ESTALE;
 	}
+	/* Nothing to swap: kept, it would take one of the few places for
+	 * replaced descriptors, and a caller refreshing until the peer
+	 * registers its memory would run out of them (-ENOSPC for good). */
+	if (desc_same(d, s->desc))
+		return 1;
 	if (s->n_old == ARRAY_SIZE(s->old_descs))
 		return -ENOSPC;
 	/* Requests in flight may still point into the old regions. */
@@ -560,7 +581,7 @@ int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg)
 	pthread_mutex_lock(&e->ctl_lock);
 	s = seg_lookup(e, seg, &slot);
 	if (s && s->state == SEG_OPEN) {
-		rc = s->n_old == ARRAY_SIZE(s->old_descs) ? -ENOSPC : 0;
+		rc = 0;
 		gen = s->gen;
 		memcpy(address, s->address, sizeof(address));
 	}
@@ -574,5 +595,5 @@ int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg)
 	}
 	if (rc)
 		desc_put(d);
-	return rc;
+	return rc < 0 ? rc : 0;
 }

@@ -171,6 +171,36 @@ static void test_segment_refresh(void **state)
 	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &P.seg), 0);
 }
 
+/*
+ * A refresh that finds nothing new keeps nothing: an application may
+ * refresh until the peer offers the memory it waits for (as
+ * tests/tools/fault_peer.c does), however often.  Each refresh used to
+ * keep the descriptor it fetched, changed or not, in one of the
+ * segment's 8 places for replaced ones: the ninth refresh failed -ENOSPC,
+ * and so did every one after, the peer's new memory never seen.
+ */
+static void test_refresh_unchanged(void **state)
+{
+	uint8_t *extra = aligned_alloc(4096, 65536);
+	int rc = 0;
+	unsigned i;
+
+	(void)state;
+	assert_non_null(extra);
+	for (i = 0; i < 32 && !rc; i++)
+		rc = ferry_segment_refresh(P.init, P.seg);
+	print_message("refreshes with nothing new: %u, the last %d\n", i, rc);
+	assert_int_equal(rc, 0);
+	memset(extra, 0, 65536);
+	assert_int_equal(ferry_mem_register(P.target, extra, 65536), 0);
+	assert_int_equal(ferry_segment_refresh(P.init, P.seg), 0);
+	assert_int_equal(run_one(mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, extra, 100)).state, FERRY_DONE);
+	assert_memory_equal(P.lbuf, extra, 100);
+	assert_int_equal(ferry_mem_unregister(P.target, extra), 0);
+	assert_int_equal(ferry_segment_refresh(P.init, P.seg), 0);
+	free(extra);
+}
+
 static void test_bad_engine_options(void **state)
 {
 	struct ferry_engine *e = NULL;
@@ -520,6 +550,7 @@ int main(void)
 		cmocka_unit_test(test_null_and_capacity),
 		cmocka_unit_test(test_segment_lifecycle),
 		cmocka_unit_test(test_segment_refresh),
+		cmocka_unit_test(test_refresh_unchanged),
 		cmocka_unit_test(test_bad_engine_options),
 		cmocka_unit_test(test_log_sink),
 		cmocka_unit_test(test_opts_not_initialised),
