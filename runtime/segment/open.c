@@ -86,6 +86,22 @@ static void unprepare_all(struct ferry_engine *e, struct ep_prep *pp)
 		ep_unprepare(e, i, &pp[i]);
 }
 
+/*
+ * Release ctl_lock and send the DISCONNECTs this open queued, unless
+ * engine destroy began: it cancelled our client, so they would end
+ * -ECANCELED unsent and the peer keep those QPs for its lease.  They stay
+ * queued then; the destroy sends them (seg_disconnect_all) once its
+ * client works again, after this open is out (e->opening).
+ */
+static void open_flush_unlock(struct ferry_engine *e)
+{
+	int destroying = e->destroying;
+
+	pthread_mutex_unlock(&e->ctl_lock);
+	if (!destroying)
+		seg_disconnect_flush(e);
+}
+
 /* Have core i attach the endpoint, then publish it; ctl_lock held. */
 static int ep_publish(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot, unsigned i,
 		      struct ep_prep *p)
@@ -207,8 +223,7 @@ static int open_connect(struct ferry_engine *e, struct ferry_seg *s, uint32_t sl
 			return rc;
 		pthread_mutex_lock(&e->ctl_lock);
 		unprepare_all(e, pp);
-		pthread_mutex_unlock(&e->ctl_lock);
-		seg_disconnect_flush(e);
+		open_flush_unlock(e);
 		log_warn("segment %s: %s does not reach the peer: trying the next transport",
 			 s->address, s->transport);
 	}
@@ -417,8 +432,7 @@ int seg_open_address(struct ferry_engine *e, const char *address, const struct s
 	if (rc == OPEN_RESERVED) {
 		rc = open_slot(e, slot, want, fresh, pp, out); /* takes fresh */
 		fresh = NULL;
-		pthread_mutex_unlock(&e->ctl_lock);
-		seg_disconnect_flush(e);
+		open_flush_unlock(e);
 		/* The last touch of e: engine destroy may go on once we are out. */
 		pthread_mutex_lock(&e->ctl_lock);
 		e->opening--;

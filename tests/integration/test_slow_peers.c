@@ -828,6 +828,61 @@ static void test_destroy_beside_open(void **state)
 }
 
 /*
+ * Engine destroy begins after an open's handshakes were answered, before
+ * the open publishes: the open gives up (-ECANCELED) and its endpoints
+ * go, with DISCONNECTs for what the peer made for them.  The opener used
+ * to send those itself, on the client the destroy had cancelled: they
+ * ended -ECANCELED, not all served, and the peer kept 2 of our 4 QPs for
+ * its lease (30 s).
+ * The test holds the opener's ctl_lock while the peer answers, then takes
+ * the destroy's first step (engine_stop_opens: destroying, the client
+ * cancelled) before the opener gets the lock back.
+ */
+static void test_destroy_after_answered_handshake(void **state)
+{
+	struct open_arg a;
+	struct ferry_engine *o;
+	struct ferry_opts oo;
+	struct stall hold;
+	pthread_t th;
+	unsigned want, left;
+	uint64_t inc;
+
+	(void)state;
+	need_loop();
+	setup_pair(200);
+	pair_opts(&oo, "0-1");
+	assert_int_equal(ferry_engine_create(&oo, &o), 0);
+	inc = o->incarnation;
+	want = ferry_engine_cores(o) * o->opts.qps_per_ep;
+	stall_begin(&hold, P.target, NULL, 0);
+	a = (struct open_arg){ .e = o, .address = ferry_engine_address(P.target) };
+	assert_int_equal(pthread_create(&th, NULL, open_main, &a), 0);
+	WAIT_UNTIL(READ_ONCE(o->client.dials) + READ_ONCE(o->client.reuses) >= 2, WAIT_MS,
+		   "the open's handshakes on their way (after the descriptor's fetch)");
+	pthread_mutex_lock(&o->ctl_lock); /* the opener is in its round trip: it holds none */
+	__atomic_store_n(&hold.release, 1, __ATOMIC_RELEASE);
+	pthread_join(hold.thread, NULL);
+	WAIT_UNTIL(passive_count_of(P.target, inc) == want, WAIT_MS,
+		   "the peer to make the QPs of the open's handshakes");
+	/* The sleep is what the test observes: the answers reach the opener,
+	 * which then waits for ctl_lock to publish. */
+	usleep(200 * 1000);
+	o->destroying = 1; /* engine_stop_opens, begun now */
+	ctl_client_cancel(&o->client);
+	pthread_mutex_unlock(&o->ctl_lock);
+	ferry_engine_destroy(o);
+	pthread_join(th, NULL);
+	assert_int_equal(a.rc, -ECANCELED);
+	/* Well within the peer's lease (30 s): our DISCONNECTs, not its expiry. */
+	WAIT_UNTIL((left = passive_count_of(P.target, inc)) == 0, 5000,
+		   "the peer to free the QPs of the open the destroy cut short");
+	print_message("QPs of the cut short open left at the peer: %u of %u\n", left, want);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+/*
  * A peer slower than our DISCONNECT timeout (its control thread held
  * while a segment to it closes): the close returns at its timeout; the
  * peer, once it goes on, serves only the first unanswered request of the
@@ -1026,6 +1081,7 @@ int main(void)
 		cmocka_unit_test(test_open_late_answer),
 		cmocka_unit_test(test_destroy_beside_unanswered_handshake),
 		cmocka_unit_test(test_destroy_beside_open),
+		cmocka_unit_test(test_destroy_after_answered_handshake),
 		cmocka_unit_test(test_disconnects_beyond_room),
 		cmocka_unit_test(test_close_to_slow_peer),
 		cmocka_unit_test(test_close_to_slower_keyed_peer),
