@@ -18,7 +18,8 @@
  *
  * Engine destroy sets e->destroying and cancels the client's calls: an
  * open in progress stops at its next step with -ECANCELED, undoes what it
- * made, and destroy waits for e->opening to drop to zero.  DISCONNECTs
+ * made, and destroy waits for e->opening (opens under way, and those
+ * waiting for one of their address) to drop to zero.  DISCONNECTs
  * decided under the lock (evictions, failures) go out after it is released.
  */
 #include <errno.h>
@@ -337,7 +338,14 @@ static int open_reserve(struct ferry_engine *e, const char *address, const struc
 		if (e->destroying)
 			return -ECANCELED;
 		if (seg_find(e, address, SEG_OPENING, slot)) {
-			pthread_cond_wait(&e->seg_cond, &e->ctl_lock); /* one open per address */
+			/* One open per address.  Counted: engine destroy frees
+			 * the lock and condition variable once no open is under
+			 * way, and we have yet to take the lock back. */
+			e->opening++;
+			pthread_cond_wait(&e->seg_cond, &e->ctl_lock);
+			e->opening--;
+			if (e->destroying) /* it waits for e->opening to drop */
+				pthread_cond_broadcast(&e->seg_cond);
 			continue;
 		}
 		s = seg_find(e, address, SEG_OPEN, slot);

@@ -22,7 +22,9 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "runtime/ctl/call.h"
@@ -883,6 +885,160 @@ static void test_destroy_after_answered_handshake(void **state)
 }
 
 /*
+ * An open of an address whose open is under way waits for it (one open
+ * per address) on the engine's condition variable.  Engine destroy must
+ * wait for such an open too, before it takes the engine apart: it frees
+ * the engine, lock and condition variable included, once no open is under
+ * way.  The waiter was not counted: the first open ended (cancelled) and
+ * the destroy went on while the waiter had yet to take the lock back
+ * (only glibc's pthread_cond_destroy, at the very end, waited for it to
+ * leave the condition variable; between that and its taking the freed
+ * lock nothing did).  The test holds the waiter in a signal handler, woken
+ * or not, for a second, and looks whether the destroy took the engine
+ * apart meanwhile (its control server closed).
+ */
+static int waiter_gate; /* 0 holding, 1 let go */
+static int waiter_held;
+static int torn_down;   /* the destroy closed the engine's control server meanwhile */
+
+static void waiter_hold(int sig)
+{
+	const struct timespec ms = { 0, 1000000 };
+
+	(void)sig;
+	__atomic_store_n(&waiter_held, 1, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&waiter_gate, __ATOMIC_ACQUIRE) != 1)
+		nanosleep(&ms, NULL);
+}
+
+struct waiter_open {
+	struct open_arg a;
+	pid_t tid;
+	int done;
+};
+
+static void *waiter_main(void *arg)
+{
+	struct waiter_open *w = arg;
+
+	__atomic_store_n(&w->tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	open_main(&w->a);
+	__atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* Thread tid of ours sleeps (in a futex: the condition variable). */
+static bool thread_sleeps(pid_t tid)
+{
+	char path[64], buf[256], *p;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] == 'S';
+}
+
+/* Whether something listens at address ("ip:port"). */
+static bool listens(const char *address)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	char host[64];
+	unsigned port;
+	int fd, rc;
+
+	if (sscanf(address, "%63[^:]:%u", host, &port) != 2 ||
+	    inet_pton(AF_INET, host, &sin.sin_addr) != 1)
+		return false;
+	sin.sin_port = htons((uint16_t)port);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	rc = connect(fd, (struct sockaddr *)&sin, sizeof(sin));
+	close(fd);
+	return rc == 0;
+}
+
+/* A second after the destroy began: has it taken the engine apart?  Then
+ * the waiter goes on. */
+static void *waiter_release_main(void *arg)
+{
+	usleep(1000 * 1000);
+	__atomic_store_n(&torn_down, !listens(arg), __ATOMIC_RELEASE);
+	__atomic_store_n(&waiter_gate, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static void test_destroy_waits_for_waiting_open(void **state)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sigaction sa = { .sa_handler = waiter_hold }, old;
+	struct waiter_open w = { 0 };
+	struct open_arg first;
+	socklen_t len = sizeof(sin);
+	pthread_t th1, th2, rel;
+	struct ferry_engine *o;
+	struct ferry_opts oo;
+	char address[64];
+	char self[64];
+	int fd;
+
+	(void)state;
+	need_loop();
+	/* A peer that accepts and never answers: the first open waits in its
+	 * descriptor fetch (10 s) until the destroy cancels it. */
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_equal(listen(fd, 64), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sin, &len), 0);
+	snprintf(address, sizeof(address), "127.0.0.1:%u", ntohs(sin.sin_port));
+	pair_opts(&oo, "0");
+	assert_int_equal(ferry_engine_create(&oo, &o), 0);
+	snprintf(self, sizeof(self), "%s", ferry_engine_address(o));
+	assert_true(listens(self));
+	waiter_gate = 0;
+	waiter_held = 0;
+	torn_down = 0;
+	sigemptyset(&sa.sa_mask);
+	assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+
+	first = (struct open_arg){ .e = o, .address = address };
+	assert_int_equal(pthread_create(&th1, NULL, open_main, &first), 0);
+	WAIT_UNTIL(READ_ONCE(o->client.dials) >= 1, WAIT_MS, "the first open's fetch");
+	w.a = (struct open_arg){ .e = o, .address = address };
+	assert_int_equal(pthread_create(&th2, NULL, waiter_main, &w), 0);
+	WAIT_UNTIL(__atomic_load_n(&w.tid, __ATOMIC_ACQUIRE), WAIT_MS, "the waiter's start");
+	/* The sleep is what the test observes: by then the second open waits
+	 * for the first (it has nothing else to do before). */
+	usleep(300 * 1000);
+	assert_true(thread_sleeps(w.tid));
+	assert_false(__atomic_load_n(&w.done, __ATOMIC_ACQUIRE));
+	assert_int_equal(pthread_kill(th2, SIGUSR1), 0);
+	WAIT_UNTIL(__atomic_load_n(&waiter_held, __ATOMIC_ACQUIRE), WAIT_MS, "the waiter held");
+	assert_int_equal(pthread_create(&rel, NULL, waiter_release_main, self), 0);
+
+	ferry_engine_destroy(o);
+	pthread_join(rel, NULL);
+	pthread_join(th1, NULL);
+	pthread_join(th2, NULL);
+	print_message("the destroy took the engine apart while an open waited in it: %s\n",
+		      __atomic_load_n(&torn_down, __ATOMIC_ACQUIRE) ? "yes" : "no");
+	assert_false(__atomic_load_n(&torn_down, __ATOMIC_ACQUIRE));
+	assert_true(__atomic_load_n(&w.done, __ATOMIC_ACQUIRE));
+	assert_int_equal(first.rc, -ECANCELED);
+	assert_int_equal(w.a.rc, -ECANCELED);
+	assert_int_equal(sigaction(SIGUSR1, &old, NULL), 0);
+	close(fd);
+}
+
+/*
  * A peer slower than our DISCONNECT timeout (its control thread held
  * while a segment to it closes): the close returns at its timeout; the
  * peer, once it goes on, serves only the first unanswered request of the
@@ -1082,6 +1238,7 @@ int main(void)
 		cmocka_unit_test(test_destroy_beside_unanswered_handshake),
 		cmocka_unit_test(test_destroy_beside_open),
 		cmocka_unit_test(test_destroy_after_answered_handshake),
+		cmocka_unit_test(test_destroy_waits_for_waiting_open),
 		cmocka_unit_test(test_disconnects_beyond_room),
 		cmocka_unit_test(test_close_to_slow_peer),
 		cmocka_unit_test(test_close_to_slower_keyed_peer),
