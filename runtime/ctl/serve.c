@@ -171,11 +171,24 @@ static void serve_desc(struct ctl *c, struct ctl_conn *cn)
 	ctl_conn_reply(cn, rc, WIRE_DESC, frame, size);
 }
 
+/* A connect made but not answered whole: its QPs go again (an initiator
+ * told an error sends no DISCONNECT for them; our lease would keep them
+ * for as long as its keepalives come). */
+static void connect_undo(struct ctl *c, const struct wire_connect_req *req)
+{
+	for (uint16_t i = 0; i < req->n_qps && c->cfg.disconnect; i++) {
+		struct wire_disconnect d = { .incarnation = req->incarnation, .token = req->token + i };
+
+		(void)c->cfg.disconnect(c->arg, &d);
+	}
+}
+
 static void serve_connect(struct ctl *c, struct ctl_conn *cn)
 {
+	static const struct wire_connect_rep most = { .n_qps = WIRE_MAX_EP_QPS };
 	struct wire_connect_req req;
 	struct wire_connect_rep rep;
-	uint8_t *frame = NULL;
+	uint8_t *frame;
 	size_t size = 0;
 	int rc;
 
@@ -184,17 +197,24 @@ static void serve_connect(struct ctl *c, struct ctl_conn *cn)
 		return;
 	}
 	memset(&rep, 0, sizeof(rep));
-	rc = c->cfg.connect ? c->cfg.connect(c->arg, &req, &rep) : -EOPNOTSUPP;
+	/* The reply's memory first: QPs made and then answered -ENOMEM would
+	 * stay (the initiator frees nothing it was told failed). */
+	frame = malloc(WIRE_HDR_LEN + wire_connect_rep_size(&most));
+	if (!frame)
+		rc = -ENOMEM;
+	else
+		rc = c->cfg.connect ? c->cfg.connect(c->arg, &req, &rep) : -EOPNOTSUPP;
 	if (!rc) {
 		/* Encoding refuses (-EINVAL) a reply the initiator would refuse. */
 		size = wire_connect_rep_size(&rep);
-		frame = malloc(WIRE_HDR_LEN + size);
-		rc = frame ? wire_connect_rep_encode(&rep, frame + WIRE_HDR_LEN, size) : -ENOMEM;
+		rc = wire_connect_rep_encode(&rep, frame + WIRE_HDR_LEN, wire_connect_rep_size(&most));
+		if (rc)
+			connect_undo(c, &req);
 	}
 	if (rc)
 		ctl_log("connect request (token %llu) from %s: %s", (unsigned long long)req.token,
 			cn->peer, strerror(-rc));
-	ctl_conn_reply(cn, rc, WIRE_CONNECT_REP, frame, size);
+	ctl_conn_reply(cn, rc, WIRE_CONNECT_REP, frame, size); /* frees frame for an error */
 }
 
 /* DISCONNECT and KEEPALIVE: same layout, empty answers. */

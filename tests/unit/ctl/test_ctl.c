@@ -937,7 +937,8 @@ static void test_connect(void **state)
 /* The callbacks' errors reach the initiator as their negative errno. */
 static void test_connect_errors(void **state)
 {
-	struct wire_disconnect d = { 1, 2 };
+	struct wire_disconnect d = { 1, 2 }, sd;
+	int before, after;
 	struct wire_connect_req req;
 	struct wire_connect_rep rep;
 	struct ctl c;
@@ -957,9 +958,17 @@ static void test_connect_errors(void **state)
 	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EIO);
 	assert_int_equal(ctl_disconnect(NULL, c.address, FETCH_MS, &d), -EIO);
 
-	/* The server does not send a reply the initiator would refuse. */
+	/* The server does not send a reply the initiator would refuse -- and
+	 * frees what the connect made: told an error, the initiator sends no
+	 * DISCONNECT (before, its QPs stayed for as long as its lease was
+	 * renewed). */
 	set_ep_mode(&x, EP_BAD_REP);
+	(void)seen_disc(&x, &before);
 	assert_int_equal(ctl_connect(NULL, c.address, FETCH_MS, &req, &rep), -EINVAL);
+	sd = seen_disc(&x, &after);
+	assert_int_equal(after - before, 2); /* one per QP of the request */
+	assert_int_equal(sd.incarnation, req.incarnation);
+	assert_int_equal(sd.token, req.token + 1);
 
 	/* A reply for another endpoint, or with other QPs, is not ours. */
 	set_ep_mode(&x, EP_WRONG_TOKEN);
