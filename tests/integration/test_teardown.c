@@ -403,6 +403,28 @@ static void test_peer_killed_silent(void **state)
 	P = (struct pair){ 0 };
 }
 
+/* reqs[0..n): WRITEs of P's first n slots, each filled with seed + i. */
+static void slot_writes(struct ferry_req *reqs, unsigned n, uint64_t seed)
+{
+	for (unsigned i = 0; i < n; i++) {
+		fill_pattern(P.lbuf + i * SLOT, SLOT, seed + i);
+		reqs[i] = mkreq(FERRY_OP_WRITE, P.lbuf + i * SLOT, P.seg, P.rbuf + i * SLOT, SLOT);
+	}
+}
+
+/* P's engines (init already gone when NULL) and buffers, without
+ * pair_teardown's close and unregister: a dead device's pair is torn
+ * down by the destroys alone. */
+static void pair_drop(void)
+{
+	if (P.init)
+		ferry_engine_destroy(P.init);
+	ferry_engine_destroy(P.target);
+	free(P.lbuf);
+	free(P.rbuf);
+	P = (struct pair){ 0 };
+}
+
 /*
  * A device that dies under its WRs gives nothing back, not even the
  * flushes of the QPs set to error.  ferry_engine_destroy waits 2 s for
@@ -422,13 +444,13 @@ static void test_destroy_beside_dead_device(void **state)
 	assert_int_equal(ferry_port_create(P.init, &port), 0);
 	assert_int_equal(ferry_batch_create(port, 4, &b), 0);
 	set_faults(P.init, &(struct loop_faults){ .dead = 1 });
-	for (unsigned i = 0; i < 4; i++)
-		reqs[i] = mkreq(FERRY_OP_WRITE, P.lbuf + i * SLOT, P.seg, P.rbuf + i * SLOT, SLOT);
+	slot_writes(reqs, 4, 1);
 	assert_int_equal(ferry_submit(b, reqs, 4), 0);
 	WAIT_UNTIL(wrs_posted(P.init) >= 4, WAIT_MS, "the slices posted");
 	assert_int_equal(ferry_batch_wait(b, 100), -ETIMEDOUT); /* nothing comes back */
 	ferry_log_set(log_count, NULL);
 	ferry_engine_destroy(P.init);
+	P.init = NULL;
 	ferry_log_set(NULL, NULL);
 	for (unsigned i = 0; i < 4; i++) {
 		struct ferry_req_status st;
@@ -440,10 +462,7 @@ static void test_destroy_beside_dead_device(void **state)
 	/* The batch outlived its engine (its port went with it): its memory only. */
 	free(b->rqs);
 	free(b);
-	ferry_engine_destroy(P.target);
-	free(P.lbuf);
-	free(P.rbuf);
-	P = (struct pair){ 0 };
+	pair_drop();
 }
 
 /*
@@ -466,10 +485,7 @@ static void test_dead_device_while_running(void **state)
 	assert_int_equal(ferry_port_create(P.init, &port), 0);
 	assert_int_equal(ferry_batch_create(port, 4, &b), 0);
 	loop_set_faults(ferry_engine_nic(P.init, 1), &(struct loop_faults){ .dead = 1 });
-	for (unsigned i = 0; i < 4; i++) {
-		fill_pattern(P.lbuf + i * SLOT, SLOT, i + 1);
-		reqs[i] = mkreq(FERRY_OP_WRITE, P.lbuf + i * SLOT, P.seg, P.rbuf + i * SLOT, SLOT);
-	}
+	slot_writes(reqs, 4, 1);
 	ferry_log_set(log_count, NULL);
 	assert_int_equal(ferry_submit(b, reqs, 4), 0);
 	assert_int_equal(ferry_batch_wait(b, 20000), 0);
@@ -482,11 +498,7 @@ static void test_dead_device_while_running(void **state)
 	assert_true(st.qp_abandons >= 1);
 	assert_int_equal(ferry_batch_destroy(b), 0);
 	assert_int_equal(ferry_port_destroy(port), 0);
-	ferry_engine_destroy(P.init); /* the device is still dead: its repaired QPs too */
-	ferry_engine_destroy(P.target);
-	free(P.lbuf);
-	free(P.rbuf);
-	P = (struct pair){ 0 };
+	pair_drop(); /* the device is still dead: its repaired QPs too */
 }
 
 /*
@@ -514,11 +526,7 @@ static void test_dead_device_request_times_out(void **state)
 	assert_int_equal(st.state, FERRY_TIMEOUT);
 	assert_int_equal(st.error, -ETIMEDOUT);
 	assert_int_equal(ferry_port_destroy(port), 0);
-	ferry_engine_destroy(P.init);
-	ferry_engine_destroy(P.target);
-	free(P.lbuf);
-	free(P.rbuf);
-	P = (struct pair){ 0 };
+	pair_drop();
 }
 
 /* Every rail of seg usable again (repaired, not down, not paused). */
@@ -561,10 +569,7 @@ static void test_dead_device_cq_room_gone(void **state)
 	assert_int_equal(ferry_port_create(P.init, &port), 0);
 	assert_int_equal(ferry_batch_create(port, 4, &b), 0);
 	loop_set_faults(ferry_engine_nic(P.init, 1), &(struct loop_faults){ .dead = 1 });
-	for (unsigned i = 0; i < 4; i++) {
-		fill_pattern(P.lbuf + i * SLOT, SLOT, i + 1);
-		reqs[i] = mkreq(FERRY_OP_WRITE, P.lbuf + i * SLOT, P.seg, P.rbuf + i * SLOT, SLOT);
-	}
+	slot_writes(reqs, 4, 1);
 	ferry_log_set(log_count, NULL);
 	assert_int_equal(ferry_submit(b, reqs, 4), 0);
 	assert_int_equal(ferry_batch_wait(b, 20000), 0);
@@ -579,10 +584,7 @@ static void test_dead_device_cq_room_gone(void **state)
 		      (unsigned long long)st.qp_abandons,
 		      depth_load(&P.init->cores[1]->tx[0].cq_quota.max)); /* the core writes it */
 	assert_int_equal(ferry_batch_reset(b), 0);
-	for (unsigned i = 0; i < 4; i++) {
-		fill_pattern(P.lbuf + i * SLOT, SLOT, i + 11);
-		reqs[i] = mkreq(FERRY_OP_WRITE, P.lbuf + i * SLOT, P.seg, P.rbuf + i * SLOT, SLOT);
-	}
+	slot_writes(reqs, 4, 11);
 	assert_int_equal(ferry_submit(b, reqs, 4), 0);
 	assert_int_equal(ferry_batch_wait(b, 10000), 0);
 	ferry_log_set(NULL, NULL);
@@ -590,11 +592,7 @@ static void test_dead_device_cq_room_gone(void **state)
 		assert_memory_equal(P.rbuf + i * SLOT, P.lbuf + i * SLOT, SLOT);
 	assert_int_equal(ferry_batch_destroy(b), 0);
 	assert_int_equal(ferry_port_destroy(port), 0);
-	ferry_engine_destroy(P.init);
-	ferry_engine_destroy(P.target);
-	free(P.lbuf);
-	free(P.rbuf);
-	P = (struct pair){ 0 };
+	pair_drop();
 }
 
 /*
