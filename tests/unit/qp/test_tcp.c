@@ -582,6 +582,41 @@ static void test_zero_read_names_nothing(void **state)
 }
 
 /*
+ * After one round trip (the next post sends at once): wrs[0..ahead) READs
+ * of 1 MiB from rbuf, wrs[ahead] a READ of the 4 KiB region x at xbuf.
+ */
+static void reads_then_x(struct env *e, struct nic_wr *wrs, int ahead, uint8_t *xbuf,
+			 const struct nic_mr *x)
+{
+	struct nic_wr first = mkwr(e, NIC_OP_WRITE, 99, 0, 0, 8, 1);
+
+	post_ok(e, &first); /* the HELLO round trip first: the next post sends at once */
+	pump_until(e, 1);
+	e->nwc = 0;
+	for (int i = 0; i < ahead; i++)
+		wrs[i] = mkwr(e, NIC_OP_READ, (uint64_t)i, (size_t)(i % 4) << 20,
+			      (size_t)(i % 8) << 20, 1 << 20, 1);
+	wrs[ahead] = nic_wr_of(NIC_OP_READ, (uint64_t)ahead, e->lbuf + (5u << 20), xbuf, 4096,
+			       e->lmr.lkey, x->rkey, 1);
+}
+
+/* Poll the target alone until it has read frames frames (200 tries, 1 ms apart). */
+static void target_reads(struct env *e, uint64_t frames)
+{
+	struct tcp_counters c;
+
+	for (int i = 0; i < 200; i++) {
+		struct nic_wc tmp[4];
+
+		assert_int_equal(P->poll(e->cqb, 4, tmp), 0);
+		tcp_get_counters(e->b, &c);
+		if (c.frames_rx >= frames)
+			break;
+		usleep(1000);
+	}
+}
+
+/*
  * A READ whose region is deregistered while its response waits behind
  * others: the responses queued ahead of it still go (they were served
  * before the region went); only it and what follows fail.  Before, the
@@ -593,7 +628,6 @@ static void test_read_region_gone_behind_others(void **state)
 {
 	enum { AHEAD = 16 };
 	struct env *e = *state;
-	struct nic_wr first = mkwr(e, NIC_OP_WRITE, 99, 0, 0, 8, 1);
 	struct nic_wr wrs[AHEAD + 1];
 	uint8_t *xbuf = aligned_alloc(4096, 4096);
 	struct tcp_counters c;
@@ -601,27 +635,12 @@ static void test_read_region_gone_behind_others(void **state)
 
 	assert_non_null(xbuf);
 	assert_int_equal(P->reg_mr(e->b, xbuf, 4096, NIC_ACCESS_ALL, &x), 0);
-	post_ok(e, &first); /* the HELLO round trip first: the next post sends at once */
-	pump_until(e, 1);
-	e->nwc = 0;
-	for (int i = 0; i < AHEAD; i++)
-		wrs[i] = mkwr(e, NIC_OP_READ, (uint64_t)i, (size_t)(i % 4) << 20,
-			      (size_t)(i % 8) << 20, 1 << 20, 1);
-	wrs[AHEAD] = nic_wr_of(NIC_OP_READ, AHEAD, e->lbuf + (5u << 20), xbuf, 4096, e->lmr.lkey,
-			       x.rkey, 1);
+	reads_then_x(e, wrs, AHEAD, xbuf, &x);
 	nic_wr_chain(wrs, AHEAD + 1);
 	post_ok(e, wrs);
 	/* The target alone: it takes every request and queues their responses
 	 * (the initiator reads none, so most stay queued). */
-	for (int i = 0; i < 200; i++) {
-		struct nic_wc tmp[4];
-
-		assert_int_equal(P->poll(e->cqb, 4, tmp), 0);
-		tcp_get_counters(e->b, &c);
-		if (c.frames_rx >= 1 + AHEAD + 1) /* the first WRITE, the READs */
-			break;
-		usleep(1000);
-	}
+	target_reads(e, 1 + AHEAD + 1); /* the first WRITE, the READs */
 	tcp_get_counters(e->b, &c);
 	assert_true(c.frames_rx >= 1 + AHEAD + 1);
 	assert_true(c.frames_tx < 1 + AHEAD); /* most READs' responses still queued */
@@ -647,7 +666,6 @@ static void test_read_region_gone_requests_behind(void **state)
 {
 	enum { AHEAD = 16, BEHIND = 1 };
 	struct env *e = *state;
-	struct nic_wr first = mkwr(e, NIC_OP_WRITE, 99, 0, 0, 8, 1);
 	struct nic_wr wrs[AHEAD + 1 + BEHIND];
 	uint8_t *xbuf = aligned_alloc(4096, 4096);
 	struct tcp_counters c;
@@ -656,27 +674,12 @@ static void test_read_region_gone_requests_behind(void **state)
 
 	assert_non_null(xbuf);
 	assert_int_equal(P->reg_mr(e->b, xbuf, 4096, NIC_ACCESS_ALL, &x), 0);
-	post_ok(e, &first);
-	pump_until(e, 1);
-	e->nwc = 0;
-	for (int i = 0; i < AHEAD; i++)
-		wrs[i] = mkwr(e, NIC_OP_READ, (uint64_t)i, (size_t)(i % 4) << 20,
-			      (size_t)(i % 8) << 20, 1 << 20, 1);
-	wrs[AHEAD] = nic_wr_of(NIC_OP_READ, AHEAD, e->lbuf + (5u << 20), xbuf, 4096, e->lmr.lkey,
-			       x.rkey, 1);
+	reads_then_x(e, wrs, AHEAD, xbuf, &x);
 	for (int i = AHEAD + 1; i < AHEAD + 1 + BEHIND; i++)
 		wrs[i] = mkwr(e, NIC_OP_WRITE, (uint64_t)i, 6u << 20, 6u << 20, 256 << 10, 1);
 	nic_wr_chain(wrs, AHEAD + 1 + BEHIND);
 	post_ok(e, wrs);
-	for (int i = 0; i < 200; i++) {
-		struct nic_wc tmp[4];
-
-		assert_int_equal(P->poll(e->cqb, 4, tmp), 0);
-		tcp_get_counters(e->b, &c);
-		if (c.frames_rx >= 1 + AHEAD + 1)
-			break;
-		usleep(1000);
-	}
+	target_reads(e, 1 + AHEAD + 1);
 	usleep(20000); /* and the WRITE behind them */
 	for (int i = 0; i < 20; i++) {
 		struct nic_wc tmp[4];
