@@ -27,15 +27,14 @@ static int rq_check_args(const struct ferry_req *r)
 	return 0;
 }
 
-/* rq_check_args inside a run: a NULL local fails the range check against
- * the run's region, which never starts at 0 (ferry_mem_register_access). */
-static inline bool run_args_bad(const struct ferry_req *r)
+/* rq_check_args inside a run, but the op (run_fill checks it against the
+ * peer's region's access in the same compare): a NULL local fails the
+ * range check against the run's region, which never starts at 0
+ * (ferry_mem_register_access). */
+static inline bool run_len_bad(const struct ferry_req *r)
 {
-	_Static_assert(FERRY_OP_READ == 0 && FERRY_OP_WRITE == 1, "the ops are 0 and 1");
-	_Static_assert((int)NIC_OP_READ == FERRY_OP_READ && (int)NIC_OP_WRITE == FERRY_OP_WRITE,
-		       "a request's op is its enum nic_op");
-	return (unsigned)r->op > FERRY_OP_WRITE || r->len == 0 ||
-	       (uintptr_t)r->local + r->len < (uintptr_t)r->local || r->remote + r->len < r->remote;
+	return r->len == 0 || (uintptr_t)r->local + r->len < (uintptr_t)r->local ||
+	       r->remote + r->len < r->remote;
 }
 
 /*
@@ -436,8 +435,32 @@ struct run_ctx {
 	const struct ferry_req *reqs;
 	ferry_seg_t handle;
 	uint64_t gbase, gend, lbase, lend;
-	uint32_t allow, slice_size;
+	uint32_t op_lo, op_span;       /* the ops the peer's region allows: op - op_lo <= op_span */
+	uint32_t slice_size;
 };
+
+/* The ops a region's access allows as one range for run_fill's single
+ * compare (an op out of range or not allowed fails it alike); false
+ * when it allows none (then no run: each request is validated alone). */
+static inline bool run_ops(struct run_ctx *c, uint32_t access)
+{
+	/* NIC_ACCESS_REMOTE_READ is bit FERRY_OP_READ, _WRITE bit FERRY_OP_WRITE */
+	_Static_assert(NIC_ACCESS_REMOTE_READ == 1u << FERRY_OP_READ &&
+		       NIC_ACCESS_REMOTE_WRITE == 1u << FERRY_OP_WRITE, "an op's access bit");
+	switch (access & (NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE)) {
+	case NIC_ACCESS_REMOTE_READ:
+		c->op_lo = FERRY_OP_READ, c->op_span = 0;
+		return true;
+	case NIC_ACCESS_REMOTE_WRITE:
+		c->op_lo = FERRY_OP_WRITE, c->op_span = 0;
+		return true;
+	case NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE:
+		c->op_lo = FERRY_OP_READ, c->op_span = 1;
+		return true;
+	default:
+		return false;
+	}
+}
 
 /* dispatch_run's fill for ferry_submit: reqs[i] checked for what can
  * differ from the run's first (its arguments, handle and ranges), then
@@ -448,11 +471,12 @@ static inline bool run_fill(const void *ctx, struct ferry_rq *q, const struct fe
 	const struct run_ctx *c = ctx;
 	const struct ferry_req *r = &c->reqs[i];
 
-	/* NIC_ACCESS_REMOTE_READ is bit FERRY_OP_READ, _WRITE bit FERRY_OP_WRITE */
-	_Static_assert(NIC_ACCESS_REMOTE_READ == 1u << FERRY_OP_READ &&
-		       NIC_ACCESS_REMOTE_WRITE == 1u << FERRY_OP_WRITE, "an op's access bit");
-	if (run_args_bad(r) || r->seg != c->handle || (uintptr_t)r->local < c->lbase ||
-	    (uintptr_t)r->local + r->len > c->lend || !((c->allow >> r->op) & 1) ||
+	_Static_assert(FERRY_OP_READ == 0 && FERRY_OP_WRITE == 1, "the ops are 0 and 1");
+	_Static_assert((int)NIC_OP_READ == FERRY_OP_READ && (int)NIC_OP_WRITE == FERRY_OP_WRITE,
+		       "a request's op is its enum nic_op");
+	/* the op: valid and allowed by the peer's region in one compare (run_ops) */
+	if ((uint32_t)r->op - c->op_lo > c->op_span || run_len_bad(r) || r->seg != c->handle ||
+	    (uintptr_t)r->local < c->lbase || (uintptr_t)r->local + r->len > c->lend ||
 	    r->remote < c->gbase || r->remote + r->len > c->gend)
 		return false;
 	rq_fill(q, r, t, c->slice_size, nrails);
@@ -483,18 +507,17 @@ submit_run(struct dispatch *d, struct submit_hold *h, const struct ferry_rq *rq,
 	bool waited = false, one = h->rails.n == 1;
 	const struct seg_region *g = rq->rreg;
 	uint64_t lbase = READ_ONCE(h->lreg->addr);
-	const struct run_ctx c = {
+	struct run_ctx c = {
 		.reqs = reqs,
 		.handle = h->handle,
 		.gbase = g->addr,
 		.gend = g->addr + g->len,
 		.lbase = lbase,
 		.lend = lbase + READ_ONCE(h->lreg->len),
-		.allow = g->access,
 		.slice_size = d->p->e->opts.slice_size,
 	};
 
-	if (!h->rails.rails)
+	if (!h->rails.rails || !run_ops(&c, g->access))
 		return 0;
 	/* pairs with: store_release in seg_refresh_locked */
 	if (READ_ONCE(s->stale) || load_acquire(s->desc) != h->desc)

@@ -125,11 +125,51 @@ static void test_write_in_run_of_reads(void **state)
 	free(ro);
 }
 
+/* A region its owner lets peers only write: inside a run of WRITEs to
+ * it a READ is refused -EACCES and an op that is none (2, -1) -EINVAL --
+ * the run checks op and access in one compare -- and the WRITEs around
+ * them go on. */
+static void test_read_in_run_of_writes(void **state)
+{
+	const size_t len = 64 << 10;
+	uint8_t *wo = aligned_alloc(4096, len);
+	const int want[] = { 0, -EACCES, 0, -EINVAL, 0, -EINVAL, 0 };
+	const enum ferry_op ops[] = { FERRY_OP_WRITE, FERRY_OP_READ,	  FERRY_OP_WRITE,
+				      (enum ferry_op)2, FERRY_OP_WRITE, (enum ferry_op)-1,
+				      FERRY_OP_WRITE };
+	enum { N = sizeof(want) / sizeof(want[0]) };
+	struct ferry_req reqs[N];
+	struct ferry_req_status st;
+	struct ferry_batch *b;
+
+	(void)state;
+	assert_non_null(wo);
+	memset(wo, 0, len);
+	fill_pattern(P.lbuf, N * 4096, 78);
+	assert_int_equal(ferry_mem_register_access(P.target, wo, len, FERRY_ACCESS_REMOTE_WRITE), 0);
+	assert_int_equal(ferry_segment_refresh(P.init, P.seg), 0);
+	for (uint32_t i = 0; i < N; i++)
+		reqs[i] = mkreq(ops[i], P.lbuf + i * 4096, P.seg, wo + i * 4096, 4096);
+	b = submit_wait(reqs, N, -EIO);
+	for (uint32_t i = 0; i < N; i++) {
+		assert_int_equal(ferry_req_status(b, i, &st), 0);
+		assert_int_equal(st.state, want[i] ? FERRY_FAILED : FERRY_DONE);
+		assert_int_equal(st.error, want[i]);
+		if (!want[i])
+			assert_memory_equal(wo + i * 4096, P.lbuf + i * 4096, 4096);
+	}
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_mem_unregister(P.target, wo), 0);
+	assert_int_equal(ferry_segment_refresh(P.init, P.seg), 0);
+	free(wo);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bad_in_run),
 		cmocka_unit_test(test_write_in_run_of_reads),
+		cmocka_unit_test(test_read_in_run_of_writes),
 	};
 
 	return cmocka_run_group_tests(tests, setup, pair_group_teardown);
