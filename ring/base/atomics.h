@@ -13,6 +13,8 @@
  *   load_sc / store_sc       one side of a Dekker pair (store my flag, then
  *                            load yours): sequentially consistent on both
  *                            sides, or each could miss the other
+ *   smp_mb_after_sc /        the fence such a pair needs where the load
+ *   smp_mb_before_sc         (or the store) of one side is not seq_cst
  *   fetch_* / *_fetch /      read-modify-write, the suffix names the order
  *   xchg_* / cas_*
  *
@@ -53,6 +55,24 @@
 #define xchg_release(x, v) __atomic_exchange_n(&(x), (v), __ATOMIC_RELEASE)
 #define xchg_acq_rel(x, v) __atomic_exchange_n(&(x), (v), __ATOMIC_ACQ_REL)
 #define xchg_sc(x, v) __atomic_exchange_n(&(x), (v), __ATOMIC_SEQ_CST)
+
+/*
+ * A Dekker pair whose side's other access is not seq_cst (a ck ring's
+ * tail, a work list read relaxed): C11 orders a seq_cst store or
+ * read-modify-write against it only through a seq_cst fence, so the flag's
+ * store is followed by smp_mb_after_sc() and the kicker's exchange
+ * preceded by smp_mb_before_sc().  On x86 the seq_cst store or exchange
+ * is a locked instruction (or a store and mfence), a full barrier
+ * already: only the compiler is held there -- and ThreadSanitizer, which
+ * does not model fences, never meets one.
+ */
+#if defined(__x86_64__) || defined(__i386__)
+#define smp_mb_after_sc() __atomic_signal_fence(__ATOMIC_SEQ_CST)
+#define smp_mb_before_sc() __atomic_signal_fence(__ATOMIC_SEQ_CST)
+#else
+#define smp_mb_after_sc() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+#define smp_mb_before_sc() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+#endif
 
 /* Compare-and-swap: true when x held *expected and now holds v; else
  * *expected takes x's value.  The order applies on success. */

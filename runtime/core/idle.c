@@ -92,6 +92,7 @@ static void core_sleep(struct ferry_core *c, int timeout_ms, bool on_cq, bool le
 	nfds_t n = 1;
 
 	store_sc(c->sleeping, 1); /* Dekker pair with core_kick: see there */
+	smp_mb_after_sc(); /* the rings' tails below are ck loads, not seq_cst */
 	if (on_cq && !core_arm_cqs(c, c->slices_out != 0, fds, &n, &armed))
 		goto out;
 	if (core_has_input(c) || load_acquire(c->stop)) /* stop: pairs with core_stop */
@@ -274,10 +275,12 @@ void core_kick(struct ferry_core *c)
 	 * Dekker pair with core_sleep: the submitter enqueues, then reads
 	 * sleeping; the core sets sleeping, then looks for input.  Either it
 	 * sees our entry or we see it asleep.  A seq_cst read-modify-write is
-	 * the full barrier here (TSan understands it where it rejects fences).
-	 * The exchange also clears the flag: of a burst of kicks, only the
-	 * first makes a system call.
+	 * the full barrier here on x86 (TSan understands it where it rejects
+	 * fences); elsewhere C11 needs the fence too, the tail's store being
+	 * ck's, not seq_cst.  The exchange also clears the flag: of a burst
+	 * of kicks, only the first makes a system call.
 	 */
+	smp_mb_before_sc();
 	if (xchg_sc(c->sleeping, 0))
 		eventfd_write(c->wake_fd, 1);
 }

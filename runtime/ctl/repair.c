@@ -649,7 +649,8 @@ static void repair_wait(struct ferry_engine *e)
 	n += ctl_calls_fds(r->calls, p + n, &calls_ms);
 	if (calls_ms >= 0 && calls_ms < wait_ms)
 		wait_ms = calls_ms;
-	store_sc(r->sleeping, 1);
+	store_sc(r->sleeping, 1); /* Dekker pair with repair_kick */
+	smp_mb_after_sc(); /* repair_has_work's reads are not all seq_cst */
 	if (!repair_has_work(e))
 		(void)poll(p, n, wait_ms);
 	WRITE_ONCE(r->sleeping, 0);
@@ -658,6 +659,7 @@ static void repair_wait(struct ferry_engine *e)
 
 void repair_kick(struct ferry_engine *e)
 {
+	smp_mb_before_sc(); /* the work just queued may be a relaxed store */
 	if (xchg_sc(e->repair.sleeping, 0)) /* Dekker pair with repair_wait; one call per burst */
 		eventfd_write(e->repair.wake_fd, 1);
 }
