@@ -7,8 +7,9 @@
  *                 one, then tcp and cma: every transport this host has;
  *   a comma list  device names (verbs devices such as "rxe0" or
  *                 "mlx5_0:1", or "loop") are dealt to the cores round
- *                 robin -- core k gets the (k mod n)-th -- and the words
- *                 "tcp" and "cma" give every core that transport.
+ *                 robin -- core k gets the (k mod n)-th; all of one
+ *                 transport -- and the words "tcp" and "cma" give every
+ *                 core that transport.
  *
  * Every core gets the same transports, in the order device, tcp, cma, so
  * that context t of core i is entry i * ntx + t of the segment descriptor.
@@ -105,6 +106,29 @@ static int parse_list(const char *list, struct nic_words *w)
 	}
 }
 
+/*
+ * The devices of a list are dealt to the cores, so they must be of one
+ * transport: "rxe0,loop" gave core 0 verbs and core 1 loop, a segment took
+ * core 0's transport, and core 1's handshake failed (-EPROTONOSUPPORT).
+ */
+static int check_one_transport(const struct nic_words *w)
+{
+	const struct nic_provider *first = w->ndevs ? nic_provider_for(w->devs[0]) : NULL;
+
+	for (unsigned d = 1; d < w->ndevs; d++) {
+		const struct nic_provider *p = nic_provider_for(w->devs[d]);
+
+		if (p == first)
+			continue;
+		log_err("nics: '%s' (%s) and '%s' (%s) are different transports: the devices "
+			"of a list are dealt to the cores, which must all offer the same "
+			"transports (list devices of one kind; add 'tcp' or 'cma' as words)",
+			w->devs[0], first->name, w->devs[d], p->name);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* "auto": the discovered devices (round robin by NUMA node), tcp, cma. */
 static void parse_auto(const unsigned *cpus, unsigned ncores, struct nic_words *w)
 {
@@ -136,6 +160,8 @@ int engine_pick_nics(const char *list, const unsigned *cpus, unsigned ncores,
 		parse_auto(cpus, ncores, &w);
 	else
 		rc = parse_list(list, &w);
+	if (rc == 0)
+		rc = check_one_transport(&w);
 	if (rc)
 		return rc;
 	for (unsigned i = 0; i < ncores; i++) {

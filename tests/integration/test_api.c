@@ -542,6 +542,41 @@ static void test_transport_and_nics(void **state)
 	}
 }
 
+/*
+ * A device list mixing transports ("rxe0,loop", "loop,tcp@...") gave the
+ * cores different transports: a segment routed by core 0's failed the
+ * other cores' handshakes (-EPROTONOSUPPORT).  Refused at create, naming
+ * both devices; a list of one transport's devices still works.
+ */
+static void test_mixed_device_list(void **state)
+{
+	static const char *const mixed[] = { "loop,tcp@127.0.0.1", "tcp@127.0.0.1,loop0",
+					     "rxe0,loop", "loop,rxe0,tcp" };
+	struct ferry_engine *e = NULL;
+	struct captured c = { 0 };
+	struct ferry_opts o;
+	struct pair q;
+
+	(void)state;
+	ferry_opts_default(&o);
+	o.cores = "0-1";
+	for (unsigned i = 0; i < sizeof(mixed) / sizeof(mixed[0]); i++) {
+		o.nics = mixed[i];
+		ferry_log_set(capture, &c);
+		assert_int_equal(ferry_engine_create(&o, &e), -EINVAL);
+		ferry_log_set(NULL, NULL);
+		assert_null(e);
+		assert_non_null(strstr(c.last, "different transports"));
+	}
+	pair_opts(&o, "0-1");
+	o.nics = "loop0,loop1,tcp";
+	pair_setup(&q, &o, &o, 1 << 20);
+	pair_open_port(&q);
+	assert_int_equal(run_one_on(q.port, mkreq(FERRY_OP_WRITE, q.lbuf, q.seg, q.rbuf, 1 << 20),
+				    10000).state, FERRY_DONE);
+	pair_teardown(&q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -556,6 +591,7 @@ int main(void)
 		cmocka_unit_test(test_opts_not_initialised),
 		cmocka_unit_test(test_stats_size),
 		cmocka_unit_test(test_transport_and_nics),
+		cmocka_unit_test(test_mixed_device_list),
 		cmocka_unit_test(test_region_cache_vs_unregister),
 		cmocka_unit_test(test_read_only_region),
 		cmocka_unit_test(test_unregister_waits_once),
