@@ -528,10 +528,16 @@ FERRY_API int ferry_core_stats(const struct ferry_engine *e, unsigned core,
  */
 FERRY_API int ferry_core_counters_note(const struct ferry_engine *e, unsigned core, char *buf, size_t len);
 
+/** A buffer size that always holds ferry_stats_format_prometheus's text of
+ *  ncores cores (every counter at 20 digits, every histogram bucket). */
+#define FERRY_PROM_BYTES(ncores) (4096 + 14336 * (size_t)(ncores))
+
 /**
  * Every core's counters in the Prometheus text exposition format, labelled
  * with the engine's address and the core: bytes written (without the NUL),
- * or -ENOSPC (buf then holds "").  About 2 KiB + 3 KiB per core.  Any thread.
+ * or -ENOSPC (buf then holds "").  About 3.5 KiB + 6.5 KiB per core; a
+ * buffer of FERRY_PROM_BYTES(ferry_engine_cores(e)) bytes always suffices.
+ * Any thread.
  */
 FERRY_API int ferry_stats_format_prometheus(const struct ferry_engine *e, char *buf, size_t len);
 

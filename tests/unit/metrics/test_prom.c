@@ -574,6 +574,64 @@ static void test_engine_wrapper(void **state)
 	ferry_engine_destroy(e);
 }
 
+/*
+ * The worst record: every counter 20 digits, the largest CPU, a histogram
+ * whose every bucket bound is its own series at tick rate hz.
+ */
+static void worst(struct ferry_core_stats *st, uint64_t hz)
+{
+	const size_t first = offsetof(struct ferry_core_stats, wrs_posted);
+
+	memset(st, 0, sizeof(*st));
+	for (size_t off = first; off < sizeof(*st); off += sizeof(uint64_t))
+		*(uint64_t *)(void *)((char *)st + off) = UINT64_MAX - 1;
+	memset(st->lat, 0, sizeof(st->lat));
+	st->lat[0] = UINT64_MAX - 1; /* every cumulative count: 20 digits */
+	st->lat_hz = hz;
+	st->cpu = 1023;              /* CPU_SETSIZE - 1: the largest core option */
+}
+
+/*
+ * FERRY_PROM_BYTES(n) always holds n cores' text: a live engine's, and
+ * the worst records under the longest engine label (63 characters, the
+ * size of the address) at several tick rates.  ferry.h said "about 2 KiB
+ * + 3 KiB per core", which a fresh one-core engine already exceeded.
+ */
+static void test_buffer_bound(void **state)
+{
+	static const uint64_t hz[] = { 1, 3, 7, 999999937, 3000000000u };
+	static struct ferry_core_stats st[64];
+	static char buf[2u << 20];
+	struct ferry_engine *e;
+	struct ferry_opts o;
+	char label[64];
+	size_t most = 0;
+	int n;
+
+	(void)state;
+	ferry_opts_default(&o);
+	o.cores = "0";
+	o.nics = "loop";
+	assert_int_equal(ferry_engine_create(&o, &e), 0);
+	n = ferry_stats_format_prometheus(e, buf, FERRY_PROM_BYTES(1));
+	print_message("fresh engine, 1 core: %d bytes, bound %zu\n", n, (size_t)FERRY_PROM_BYTES(1));
+	assert_true(n > 0);
+	ferry_engine_destroy(e);
+	memset(label, '9', sizeof(label) - 1);
+	label[sizeof(label) - 1] = '\0';
+	for (unsigned h = 0; h < sizeof(hz) / sizeof(hz[0]); h++) {
+		for (unsigned i = 0; i < 64; i++)
+			worst(&st[i], hz[h]);
+		n = prom_format(buf, sizeof(buf), st, 64, label);
+		assert_true(n > 0);
+		most = (size_t)n > most ? (size_t)n : most;
+		assert_true((size_t)n <= FERRY_PROM_BYTES(64));
+		assert_true((size_t)prom_format(buf, sizeof(buf), st, 1, label) <=
+			    FERRY_PROM_BYTES(1));
+	}
+	print_message("worst 64 cores: %zu bytes, bound %zu\n", most, (size_t)FERRY_PROM_BYTES(64));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -586,6 +644,7 @@ int main(void)
 		cmocka_unit_test(test_histogram),
 		cmocka_unit_test(test_histogram_monotonic),
 		cmocka_unit_test(test_engine_wrapper),
+		cmocka_unit_test(test_buffer_bound),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
