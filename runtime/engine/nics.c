@@ -14,6 +14,7 @@
  * Every core gets the same transports, in the order device, tcp, cma, so
  * that context t of core i is entry i * ntx + t of the segment descriptor.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <numa.h>
 #include <stdio.h>
@@ -89,6 +90,29 @@ static int add_word(struct nic_words *w, const char *tok, size_t len)
 	return 0;
 }
 
+/*
+ * Blanks around a name are not part of it ("loop, tcp"), as in the core
+ * list: kept, ' tcp' was taken for an RDMA device and refused -ENODEV.
+ */
+static void trim(const char **tok, size_t *len)
+{
+	while (*len && isspace((unsigned char)**tok)) {
+		(*tok)++;
+		(*len)--;
+	}
+	while (*len && isspace((unsigned char)(*tok)[*len - 1]))
+		(*len)--;
+}
+
+/* The list is the word "auto", blanks around it aside. */
+static bool is_auto(const char *list)
+{
+	size_t len = strlen(list);
+
+	trim(&list, &len);
+	return len == 4 && strncmp(list, "auto", 4) == 0;
+}
+
 static int parse_list(const char *list, struct nic_words *w)
 {
 	const char *p = list;
@@ -96,8 +120,11 @@ static int parse_list(const char *list, struct nic_words *w)
 	for (;;) {
 		const char *comma = strchr(p, ',');
 		size_t len = comma ? (size_t)(comma - p) : strlen(p);
-		int rc = add_word(w, p, len);
+		const char *tok = p;
+		int rc;
 
+		trim(&tok, &len);
+		rc = add_word(w, tok, len);
 		if (rc)
 			return rc;
 		if (!comma)
@@ -156,7 +183,7 @@ int engine_pick_nics(const char *list, const unsigned *cpus, unsigned ncores,
 	int rc = 0;
 
 	memset(&w, 0, sizeof(w));
-	if (strcmp(list, "auto") == 0)
+	if (is_auto(list))
 		parse_auto(cpus, ncores, &w);
 	else
 		rc = parse_list(list, &w);

@@ -521,7 +521,8 @@ static void test_unregister_waits_once(void **state)
 /* Which transport a segment took, and nics lists that cannot work. */
 static void test_transport_and_nics(void **state)
 {
-	static const char *const bad[] = { "", ",", "loop,", "auto,loop", "loop,auto" };
+	static const char *const bad[] = { "", ",", "loop,", "auto,loop", "loop,auto", " ",
+					   " , " };
 	const char *t = ferry_segment_transport(P.init, P.seg);
 	struct ferry_engine *e = NULL;
 	struct ferry_opts o;
@@ -540,6 +541,16 @@ static void test_transport_and_nics(void **state)
 		assert_true(ferry_engine_create(&o, &e) < 0);
 		assert_null(e);
 	}
+	/* Blanks around a name are not part of it, as in the core list
+	 * (before: ' tcp' was taken for an RDMA device, -ENODEV). */
+	o.nics = " loop , tcp\t";
+	assert_int_equal(ferry_engine_create(&o, &e), 0);
+	assert_string_equal(ferry_core_nic(e, 0), "loop,tcp");
+	ferry_engine_destroy(e);
+	e = NULL;
+	o.nics = "loop, ,tcp";
+	assert_int_equal(ferry_engine_create(&o, &e), -EINVAL);
+	assert_null(e);
 }
 
 /*
