@@ -6,6 +6,7 @@
  * bad engine options.
  */
 #include <pthread.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "tests/harness/harness.h"
@@ -588,6 +589,47 @@ static void test_mixed_device_list(void **state)
 	pair_teardown(&q);
 }
 
+/*
+ * Memory that is not there cannot be registered (-EFAULT, as rdma-core's
+ * registration refuses it): before, loop, tcp and cma took any range, and
+ * a peer's READ of an unmapped one crashed a loop target (SIGSEGV in the
+ * copy) and made a tcp target close the connection (send: EFAULT), failing
+ * every request on it -EHOSTUNREACH.  Nor can a peer be let WRITE into
+ * memory this process may not write.
+ */
+static void assert_fault(int rc)
+{
+	/* rdma-core's registration (the RDMA runs) has its own errno for some */
+	if (!(getenv("FERRY_TEST_TARGET_NICS") && rc < 0))
+		assert_int_equal(rc, -EFAULT);
+}
+
+static void test_register_unmapped(void **state)
+{
+	const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	uint8_t *m = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	(void)state;
+	assert_true(m != MAP_FAILED);
+	/* [m, m+pg) rw, [m+pg, m+2pg) r/o, [m+2pg, m+3pg) none, m+3pg unmapped */
+	assert_int_equal(mprotect(m + pg, pg, PROT_READ), 0);
+	assert_int_equal(mprotect(m + 2 * pg, pg, PROT_NONE), 0);
+	assert_int_equal(munmap(m + 3 * pg, pg), 0);
+	assert_fault(ferry_mem_register(P.target, m + 3 * pg, pg));
+	assert_fault(ferry_mem_register(P.target, m + 2 * pg, pg));
+	assert_fault(ferry_mem_register_access(P.target, m + pg, 2 * pg, FERRY_ACCESS_REMOTE_READ));
+	assert_fault(ferry_mem_register(P.target, m + pg, pg)); /* r/o, remote write */
+	assert_fault(ferry_mem_register(P.target, m, 2 * pg));
+	assert_fault(ferry_mem_register(P.target, m + pg - 1, 2));
+	/* Two mappings side by side are one range; read-only memory a peer only reads. */
+	assert_int_equal(ferry_mem_register_access(P.target, m + 10, 2 * pg - 20,
+						   FERRY_ACCESS_REMOTE_READ), 0);
+	assert_int_equal(ferry_mem_unregister(P.target, m + 10), 0);
+	assert_int_equal(ferry_mem_register(P.target, m, pg), 0);
+	assert_int_equal(ferry_mem_unregister(P.target, m), 0);
+	assert_int_equal(munmap(m, 3 * pg), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -605,6 +647,7 @@ int main(void)
 		cmocka_unit_test(test_mixed_device_list),
 		cmocka_unit_test(test_region_cache_vs_unregister),
 		cmocka_unit_test(test_read_only_region),
+		cmocka_unit_test(test_register_unmapped),
 		cmocka_unit_test(test_unregister_waits_once),
 	};
 
