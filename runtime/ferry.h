@@ -257,9 +257,14 @@ FERRY_API int ferry_opts_from_env(struct ferry_opts *o);
  * worker per core and the control thread listening on o->listen; with
  * o->name, publish the name in the o->metadata store (create-if-absent,
  * under a 10 s lease the engine renews).
- * -EINVAL on bad options (message on stderr names the culprit); -EEXIST
- * when a live engine holds o->name; the store's errors (-ECONNREFUSED,
- * -EHOSTUNREACH, -ETIMEDOUT, ...) when the name cannot be published.
+ * -EINVAL on bad options (message on stderr names the culprit); -ENODEV
+ * when a NIC of o->nics does not exist, -EPROTONOSUPPORT when a transport
+ * is not built in; bind's errors for o->listen (-EADDRINUSE,
+ * -EADDRNOTAVAIL); the key file's (-ENOENT, -EPERM when others may read
+ * it, -EINVAL); -EEXIST when a live engine holds o->name; the store's
+ * errors (-ECONNREFUSED, -EHOSTUNREACH, -ETIMEDOUT, ...) when the name
+ * cannot be published.  On failure nothing is left behind (no thread, no
+ * descriptor) and *out is not written.
  * Any thread; blocks for the store (a few seconds at most).
  */
 FERRY_API int ferry_engine_create(const struct ferry_opts *o, struct ferry_engine **out);

@@ -7,6 +7,7 @@
  */
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/harness/harness.h"
@@ -226,6 +227,25 @@ static void test_bad_engine_options(void **state)
 	assert_true(ferry_engine_create(&o, &e) < 0);
 	assert_null(e);
 	assert_int_equal(ferry_engine_create(NULL, &e), -EINVAL);
+	/* The errnos ferry.h names for the listen address and the key file. */
+	o.listen = ferry_engine_address(P.target);
+	assert_int_equal(ferry_engine_create(&o, &e), -EADDRINUSE);
+	o.listen = "127.0.0.1:0";
+	o.secret_file = "/nonexistent/ferry.key";
+	assert_int_equal(ferry_engine_create(&o, &e), -ENOENT);
+	{
+		char key[] = "/tmp/ferry-key-XXXXXX";
+		int fd = mkstemp(key);
+
+		assert_true(fd >= 0);
+		assert_int_equal(write(fd, key, sizeof(key)), (ssize_t)sizeof(key));
+		assert_int_equal(fchmod(fd, 0644), 0);
+		o.secret_file = key;
+		assert_int_equal(ferry_engine_create(&o, &e), -EPERM);
+		close(fd);
+		unlink(key);
+	}
+	assert_null(e);
 }
 
 struct captured {
