@@ -107,7 +107,7 @@ struct ferry_core {
 	struct core_counters ctr ferry_cache_aligned;
 	struct histo lat ferry_cache_aligned; /* slice latency, clock ticks */
 	struct perf_ctrs perf;         /* opened by the core's thread, read by anyone */
-	uint64_t hw_cache[PERF_CTR_N]; /* last hardware counter read (any reader) */
+	uint64_t hw_cache[PERF_CTR_N]; /* largest hardware counter read + 1, 0 = none (stats.c) */
 	uint64_t hw_cache_ns;          /* when (load_acquire/store_release) */
 	/* core-owned */
 	struct slice_pool pool ferry_cache_aligned;

@@ -18,6 +18,28 @@ _Static_assert(FERRY_LAT_BUCKETS == FERRY_HISTO_BUCKETS, "one histogram layout")
 
 #define HW_REFRESH_NS (100ull * 1000 * 1000)
 
+/*
+ * Raise a cached counter to v + 1 (0 = never read).  Two readers may
+ * refresh at once, or one be preempted between its read and its store
+ * while another refreshes: a plain store put the older value over the
+ * newer one, and the counter stepped back (for Prometheus, a reset).
+ */
+static void hw_cache_raise(uint64_t *slot, uint64_t v)
+{
+	uint64_t cur = READ_ONCE(*slot);
+
+	while (cur < v + 1 && !cas_relaxed(*slot, &cur, v + 1))
+		;
+}
+
+/* A cached counter, UINT64_MAX while never read (refused or not yet open). */
+static uint64_t hw_cache_get(const uint64_t *slot)
+{
+	uint64_t v = READ_ONCE(*slot);
+
+	return v ? v - 1 : UINT64_MAX;
+}
+
 /* A read() of a running worker's counter interrupts its CPU (~20 us in a
  * VM): refresh at most every 100 ms per core, serve the cache between. */
 static void hw_counters(struct ferry_core *c, struct ferry_core_stats *out)
@@ -28,13 +50,14 @@ static void hw_counters(struct ferry_core *c, struct ferry_core_stats *out)
 	if (now - load_acquire(c->hw_cache_ns) > HW_REFRESH_NS) { /* pairs with: below */
 		perf_read(&c->perf, v, ok);
 		for (int i = 0; i < PERF_CTR_N; i++)
-			WRITE_ONCE(c->hw_cache[i], ok[i] ? v[i] : UINT64_MAX);
+			if (ok[i])
+				hw_cache_raise(&c->hw_cache[i], v[i]);
 		store_release(c->hw_cache_ns, now); /* pairs with: load_acquire above */
 	}
-	out->cycles = READ_ONCE(c->hw_cache[PERF_CTR_CYCLES]);
-	out->instructions = READ_ONCE(c->hw_cache[PERF_CTR_INSTRUCTIONS]);
-	out->cache_misses = READ_ONCE(c->hw_cache[PERF_CTR_CACHE_MISSES]);
-	out->ctx_switches = READ_ONCE(c->hw_cache[PERF_CTR_CTX_SWITCHES]);
+	out->cycles = hw_cache_get(&c->hw_cache[PERF_CTR_CYCLES]);
+	out->instructions = hw_cache_get(&c->hw_cache[PERF_CTR_INSTRUCTIONS]);
+	out->cache_misses = hw_cache_get(&c->hw_cache[PERF_CTR_CACHE_MISSES]);
+	out->ctx_switches = hw_cache_get(&c->hw_cache[PERF_CTR_CTX_SWITCHES]);
 }
 
 int ferry_core_counters_note(const struct ferry_engine *e, unsigned core, char *buf, size_t len)

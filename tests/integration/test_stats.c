@@ -179,6 +179,71 @@ static void test_linger_keeps_core_awake(void **state)
 	pair_teardown(&L);
 }
 
+/*
+ * The hardware counters are read through a cache refreshed at most every
+ * 100 ms by whichever reader finds it stale: two readers refreshing at once
+ * (or one preempted between its read and its store) could store an older
+ * value over a newer one, and a counter stepped back (a Prometheus reset).
+ * Four readers sample both engines' cores while one request after another
+ * keeps core 0 switching in and out.
+ */
+#define HW_READERS 4
+#define HW_SECONDS 4
+
+static void *hw_reader_main(void *arg)
+{
+	unsigned *backwards = arg;
+	uint64_t prev[2][4] = { { 0 } };
+
+	while (!__atomic_load_n(&stop_reader, __ATOMIC_ACQUIRE)) {
+		for (unsigned i = 0; i < ferry_engine_cores(P.init); i++) {
+			struct ferry_core_stats s;
+			uint64_t v[4];
+
+			assert_int_equal(ferry_core_stats(P.init, i, &s), 0);
+			v[0] = s.cycles;
+			v[1] = s.instructions;
+			v[2] = s.cache_misses;
+			v[3] = s.ctx_switches;
+			for (unsigned k = 0; k < 4; k++) {
+				if (v[k] == UINT64_MAX) /* not measured */
+					continue;
+				*backwards += v[k] < prev[i][k];
+				prev[i][k] = v[k];
+			}
+		}
+	}
+	return NULL;
+}
+
+static void test_hw_counters_never_back(void **state)
+{
+	unsigned backwards[HW_READERS] = { 0 }, sum = 0;
+	pthread_t readers[HW_READERS];
+	struct ferry_port *port;
+	struct timespec t0, t;
+
+	(void)state;
+	__atomic_store_n(&stop_reader, 0, __ATOMIC_RELEASE);
+	for (unsigned r = 0; r < HW_READERS; r++)
+		assert_int_equal(pthread_create(&readers[r], NULL, hw_reader_main, &backwards[r]), 0);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		assert_int_equal(run_one_on(port, mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 64),
+					    10000).state, FERRY_DONE);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (t.tv_sec - t0.tv_sec < HW_SECONDS);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	__atomic_store_n(&stop_reader, 1, __ATOMIC_RELEASE);
+	for (unsigned r = 0; r < HW_READERS; r++) {
+		pthread_join(readers[r], NULL);
+		sum += backwards[r];
+	}
+	print_message("hardware counters stepped back %u times\n", sum);
+	assert_int_equal(sum, 0);
+}
+
 static void test_stats_bad_args(void **state)
 {
 	struct ferry_core_stats s;
@@ -205,6 +270,7 @@ int main(void)
 		cmocka_unit_test(test_counters_add_up),
 		cmocka_unit_test(test_idle_core_sleeps),
 		cmocka_unit_test(test_linger_keeps_core_awake),
+		cmocka_unit_test(test_hw_counters_never_back),
 		cmocka_unit_test(test_stats_bad_args),
 	};
 
