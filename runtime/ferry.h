@@ -301,7 +301,8 @@ FERRY_API unsigned ferry_engine_cores(const struct ferry_engine *e);
  */
 FERRY_API int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len);
 
-/** What a peer may do to a registered region (local use is always allowed). */
+/** What a peer may do to a registered region (local use is always allowed,
+ *  but a READ into memory this process may not write is refused -EFAULT). */
 #define FERRY_ACCESS_REMOTE_READ 0x1u
 #define FERRY_ACCESS_REMOTE_WRITE 0x2u
 
@@ -311,8 +312,10 @@ FERRY_API int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len)
  * only).  ferry_mem_register allows both.  A peer's WRITE into a region
  * without REMOTE_WRITE is refused before posting (-EACCES in the request's
  * status), and the transport refuses it too (the RDMA registration lacks
- * remote write; tcp and cma targets check).  -EINVAL on unknown bits.  Any
- * thread; may block.
+ * remote write; tcp and cma targets check).  Read-only memory (PROT_READ)
+ * registers for REMOTE_READ (or 0): it can be the local side of a WRITE,
+ * while a READ into it ends FAILED -EFAULT (ferry_prep_create refuses one
+ * -EFAULT), as on a NIC.  -EINVAL on unknown bits.  Any thread; may block.
  */
 FERRY_API int ferry_mem_register_access(struct ferry_engine *e, void *addr, size_t len,
 					unsigned access);

@@ -218,20 +218,24 @@ static bool engine_cpu_copies(const struct ferry_engine *e)
 	return false;
 }
 
-/* The range can be registered with access: mapped, writable if peers write. */
-static int range_check(const struct ferry_engine *e, void *addr, size_t len, unsigned access)
+/* The range can be registered with access: mapped, writable if peers
+ * write; *writable false when this process may not write it either (a
+ * READ into it would fault in the copy).  Verbs alone: not looked at (the
+ * NIC fails such a READ with a protection error). */
+static int range_check(const struct ferry_engine *e, void *addr, size_t len, unsigned access,
+		       bool *writable)
 {
-	bool writable;
 	int rc;
 
+	*writable = true;
 	if (!engine_cpu_copies(e))
 		return 0;
-	rc = range_mapped((uintptr_t)addr, (uintptr_t)addr + len, &writable);
+	rc = range_mapped((uintptr_t)addr, (uintptr_t)addr + len, writable);
 	if (rc) {
 		log_err("registering %zu bytes at %p: not all of it is mapped readable", len, addr);
 		return rc;
 	}
-	if ((access & FERRY_ACCESS_REMOTE_WRITE) && !writable) {
+	if ((access & FERRY_ACCESS_REMOTE_WRITE) && !*writable) {
 		log_err("registering %zu bytes at %p: peers may write (FERRY_ACCESS_REMOTE_WRITE) "
 			"but the memory is not writable", len, addr);
 		return -EFAULT;
@@ -248,13 +252,14 @@ int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len)
 int ferry_mem_register_access(struct ferry_engine *e, void *addr, size_t len, unsigned access)
 {
 	struct mem_region *r;
+	bool writable;
 	int rc;
 
 	if (!e || !addr || len == 0 || (uintptr_t)addr + len < (uintptr_t)addr)
 		return -EINVAL;
 	if (access & ~(unsigned)(FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE))
 		return -EINVAL;
-	rc = range_check(e, addr, len, access);
+	rc = range_check(e, addr, len, access, &writable);
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&e->ctl_lock);
@@ -266,6 +271,7 @@ int ferry_mem_register_access(struct ferry_engine *e, void *addr, size_t len, un
 	WRITE_ONCE(r->addr, (uintptr_t)addr); /* a stale port cache may read them */
 	WRITE_ONCE(r->len, len);
 	r->access = access;
+	r->local_ro = !writable; /* before region_insert publishes it (under regions_lock) */
 	rc = region_register(e, r, addr, len, access);
 	if (rc == 0) {
 		pthread_rwlock_wrlock(&e->regions_lock);

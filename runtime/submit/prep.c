@@ -60,6 +60,8 @@ static int prep_entry_init(struct ferry_engine *e, const struct seg_desc *d,
 		return -EACCES;
 	pthread_rwlock_rdlock(&e->regions_lock);
 	pe->lreg = ferry_region_find(e, t.local, t.len);
+	if (pe->lreg && t.op == NIC_OP_READ && pe->lreg->local_ro)
+		pe->lreg = NULL; /* a READ into memory this process may not write: -EFAULT */
 	if (pe->lreg)
 		fetch_add_relaxed(pe->lreg->refs, 1); /* under the read lock: unregister sees it */
 	pthread_rwlock_unlock(&e->regions_lock);
@@ -97,7 +99,8 @@ int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const struct ferry_
 		rc = prep_entry_init(p->e, load_acquire(s->desc), &pr->entry[i], &reqs[i]); /* pairs with: seg_refresh_locked */
 		if (rc)
 			log_err("ferry_prep_create: request %u: %s", i, rc == -EFAULT ?
-				"a range outside registered memory" : "bad op, address or length");
+				"a range outside registered memory (or a READ into read-only memory)" :
+				"bad op, address or length");
 	}
 	seg_release_ref(s);
 	if (rc) {

@@ -351,6 +351,8 @@ static int rq_prepare(struct ferry_port *p, struct submit_hold *h, struct ferry_
 	rc = rq->rreg ? rq_access_ok(rq) : -EFAULT;
 	if (rc == 0)
 		rc = rq_find_local(e, p, h, rq, reqs, i, n);
+	if (rc == 0 && rq->op == NIC_OP_READ && rq->lreg->local_ro)
+		rc = -EFAULT; /* it would land in memory this process may not write */
 	if (rc)
 		return rc;
 	/* Valid: one reference of each kind is the request's now. */
@@ -517,7 +519,9 @@ submit_run(struct dispatch *d, struct submit_hold *h, const struct ferry_rq *rq,
 		.slice_size = d->p->e->opts.slice_size,
 	};
 
-	if (!h->rails.rails || !run_ops(&c, g->access))
+	/* a READ into a read-only local region is rq_prepare's to refuse */
+	if (!h->rails.rails ||
+	    !run_ops(&c, h->lreg->local_ro ? g->access & NIC_ACCESS_REMOTE_WRITE : g->access))
 		return 0;
 	/* pairs with: store_release in seg_refresh_locked */
 	if (READ_ONCE(s->stale) || load_acquire(s->desc) != h->desc)

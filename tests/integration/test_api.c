@@ -650,6 +650,50 @@ static void test_register_unmapped(void **state)
 	assert_int_equal(munmap(m, 3 * pg), 0);
 }
 
+/*
+ * Local memory this process may only read (PROT_READ, registered for
+ * peers' READs): WRITEs from it go, a READ into it is refused -EFAULT --
+ * alone, inside a run of WRITEs, and at ferry_prep_create -- as on a NIC
+ * (a local protection error).  Found by an audit: loop and tcp copied
+ * into it and the process died of SIGSEGV in the core's memcpy.
+ */
+static void test_read_into_read_only_local(void **state)
+{
+	const size_t pg = (size_t)sysconf(_SC_PAGESIZE), len = 4 * pg;
+	uint8_t *ro = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	const enum ferry_op ops[] = { FERRY_OP_WRITE, FERRY_OP_WRITE, FERRY_OP_READ, FERRY_OP_WRITE };
+	struct ferry_req reqs[4];
+	struct ferry_req_status st;
+	struct ferry_prep *pr;
+	struct ferry_batch *b;
+
+	(void)state;
+	assert_true(ro != MAP_FAILED);
+	fill_pattern(ro, len, 91);
+	assert_int_equal(mprotect(ro, len, PROT_READ), 0);
+	assert_int_equal(ferry_mem_register_access(P.init, ro, len, FERRY_ACCESS_REMOTE_READ), 0);
+	expect_refused(mkreq(FERRY_OP_READ, ro, P.seg, P.rbuf, 512), -EFAULT);
+	for (uint32_t i = 0; i < 4; i++)
+		reqs[i] = mkreq(ops[i], ro + i * pg, P.seg, P.rbuf + i * pg, pg);
+	assert_int_equal(ferry_batch_create(P.port, 4, &b), 0);
+	assert_int_equal(ferry_submit(b, reqs, 4), 0);
+	assert_int_equal(ferry_batch_wait(b, 10000), -EIO);
+	for (uint32_t i = 0; i < 4; i++) {
+		assert_int_equal(ferry_req_status(b, i, &st), 0);
+		assert_int_equal(st.state, i == 2 ? FERRY_FAILED : FERRY_DONE);
+		assert_int_equal(st.error, i == 2 ? -EFAULT : 0);
+		if (i != 2)
+			assert_memory_equal(P.rbuf + i * pg, ro + i * pg, pg);
+	}
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_prep_create(P.port, P.seg, &reqs[2], 1, &pr), -EFAULT);
+	assert_int_equal(ferry_prep_create(P.port, P.seg, reqs, 2, &pr), 0);
+	ferry_prep_destroy(pr);
+	assert_int_equal(ferry_mem_unregister(P.init, ro), 0);
+	assert_int_equal(munmap(ro, len), 0);
+	memset(P.rbuf, 0, len);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -668,6 +712,7 @@ int main(void)
 		cmocka_unit_test(test_region_cache_vs_unregister),
 		cmocka_unit_test(test_read_only_region),
 		cmocka_unit_test(test_register_unmapped),
+		cmocka_unit_test(test_read_into_read_only_local),
 		cmocka_unit_test(test_unregister_waits_once),
 	};
 
