@@ -26,6 +26,7 @@
 #define CTL_IO_TIMEOUT_MS 2000     /* a request, a reply, an authentication */
 #define CTL_IDLE_TIMEOUT_MS 60000  /* a server connection without a request this long is closed */
 #define CTL_MAX_CONNS 1024         /* connections a server holds; more are refused -EBUSY */
+#define CTL_MIN_CONNS 16           /* ... unless half the fds left is less (never below this) */
 #define CTL_ERRNO_MAX 4095 /* largest errno a WIRE_ERROR may carry */
 
 /* A control-plane message, prefixed "ctl: ". */
@@ -92,7 +93,9 @@ void ctl_set_notify(struct ctl *c, ctl_notify_fn notify);
 /* Require every peer to prove it holds key (NULL: no authentication);
  * call before ctl_start. */
 void ctl_set_auth(struct ctl *c, const struct auth_key *key);
-/* Connection cap and idle timeout (0: the defaults); call before ctl_start. */
+/* Connection cap and idle timeout (0: the defaults; the cap's is
+ * CTL_MAX_CONNS or half of the descriptors left under RLIMIT_NOFILE, the
+ * lower); call before ctl_start. */
 void ctl_set_limits(struct ctl *c, unsigned max_conns, int idle_ms);
 /* Stop the thread and close every socket; safe on a never-started ctl. */
 void ctl_stop(struct ctl *c);

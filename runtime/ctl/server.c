@@ -18,6 +18,7 @@
  * others.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -27,6 +28,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -616,6 +618,46 @@ static void ctl_close_fds(struct ctl *c)
 	c->epoll_fd = -1;
 }
 
+/* Descriptors this process has open, or -1 (no /proc). */
+static long ctl_fds_open(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	long n = -1; /* the directory's own descriptor is listed too */
+
+	if (!d)
+		return -1;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n - 2; /* "." and ".." */
+}
+
+/*
+ * The default cap: CTL_MAX_CONNS, or half of the descriptors the process
+ * may still open if that is less.  Peers that hold connections (an idle
+ * one stays idle_ms) must leave the engine descriptors for its own dials,
+ * data connections and eventfds: with the common soft limit of 1024 they
+ * could take them all, and the engine's own socket() calls fail -EMFILE.
+ */
+static unsigned ctl_default_cap(void)
+{
+	struct rlimit rl;
+	long used = ctl_fds_open();
+	rlim_t half;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY)
+		return CTL_MAX_CONNS;
+	half = (used >= 0 && (rlim_t)used < rl.rlim_cur ? rl.rlim_cur - (rlim_t)used :
+							   rl.rlim_cur) / 2;
+	if (half >= CTL_MAX_CONNS)
+		return CTL_MAX_CONNS;
+	if (half < CTL_MIN_CONNS)
+		half = CTL_MIN_CONNS;
+	log_info("ctl: at most %u connections: half of the descriptors left under the "
+		 "limit of %llu (ulimit -n)", (unsigned)half, (unsigned long long)rl.rlim_cur);
+	return (unsigned)half;
+}
+
 /* Zero everything but the configuration the ctl_set_* calls made. */
 static void ctl_reset(struct ctl *c)
 {
@@ -624,7 +666,7 @@ static void ctl_reset(struct ctl *c)
 	memset(c, 0, sizeof(*c));
 	c->cfg = cfg;
 	if (!c->cfg.max_conns)
-		c->cfg.max_conns = CTL_MAX_CONNS;
+		c->cfg.max_conns = ctl_default_cap();
 	if (c->cfg.idle_ms <= 0)
 		c->cfg.idle_ms = CTL_IDLE_TIMEOUT_MS;
 	c->listen_fd = -1;

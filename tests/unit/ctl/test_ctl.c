@@ -37,6 +37,7 @@
 #include "ring/base/atomics.h"
 #include "runtime/ctl/call.h"
 #include "runtime/ctl/ctl.h"
+#include "runtime/ctl/sock.h"
 #include "tests/harness/wait.h"
 
 #define FETCH_MS 3000
@@ -2426,6 +2427,79 @@ static void test_keepalive_many_fd_limit_distinct(void **state)
 	keepalive_fd_limit(true);
 }
 
+/*
+ * The default cap leaves the process descriptors of its own: peers that
+ * open connection after connection (and say nothing) must not take every
+ * descriptor under RLIMIT_NOFILE, or the engine's own dials, data
+ * connections and eventfds fail -EMFILE for as long as they hold them.
+ * The connections come from a child process (its sockets are its own).
+ */
+static void test_conn_cap_leaves_fds(void **state)
+{
+	enum { FREE_FDS = 96, N = 160, MINE = 24 };
+	static struct fd_squeeze q;
+	int mine[MINE], got = 0, mine_got, pfd[2];
+	uint64_t seen = 0;
+	struct ctl c;
+	struct ctx x;
+	pid_t pid;
+	char ok;
+
+	(void)state;
+	memset(&x, 0, sizeof(x));
+	memset(&c, 0, sizeof(c));
+	x.n_nics = 1;
+	x.n_regions = 1;
+	fds_leave_free(&q, FREE_FDS);
+	ctl_set_limits(&c, 0, 0);
+	assert_int_equal(ctl_start(&c, NULL, describe, &x), 0);
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		/* Its own limit back: only the server's descriptors are squeezed. */
+		if (setrlimit(RLIMIT_NOFILE, &q.saved))
+			_exit(1);
+		for (int i = 0; i < N; i++) {
+			struct sockaddr_in sin;
+			int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+			if (fd < 0 || sock_resolve_peer(c.address, &sin) ||
+			    connect(fd, (struct sockaddr *)&sin, sizeof(sin)))
+				_exit(1);
+		}
+		ok = 1;
+		if (write(pfd[1], &ok, 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(pfd[1]);
+	assert_int_equal(read(pfd[0], &ok, 1), 1);
+	close(pfd[0]);
+	/* Until the server has taken (or refused) what it will. */
+	for (int quiet = 0; quiet < 5; usleep(100 * 1000)) {
+		uint64_t now = READ_ONCE(c.n_conns) + counter(&c.capped);
+
+		quiet = now == seen ? quiet + 1 : 0;
+		seen = now;
+	}
+	while (got < MINE && (mine[got] = socket(AF_INET, SOCK_STREAM, 0)) >= 0)
+		got++;
+	print_message("%u free fds, %d connections: the server holds %u, refused %llu; "
+		      "%d of %d sockets of our own\n", FREE_FDS, N, READ_ONCE(c.n_conns),
+		      (unsigned long long)counter(&c.capped), got, MINE);
+	mine_got = got;
+	while (got)
+		close(mine[--got]);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	ctl_stop(&c);
+	fds_restore(&q);
+	assert_int_equal(mine_got, MINE);
+	assert_true(counter(&c.capped) > 0);
+}
+
 /* A done() that starts the call again, once (a retry). */
 struct again {
 	struct ctl_calls *s;
@@ -2713,6 +2787,7 @@ int main(void)
 		cmocka_unit_test(test_many_clients),
 		cmocka_unit_test(test_trickler_delays_nobody),
 		cmocka_unit_test(test_conn_cap),
+		cmocka_unit_test(test_conn_cap_leaves_fds),
 		cmocka_unit_test(test_idle_timeout),
 		cmocka_unit_test(test_idle_close_spares_queued),
 		cmocka_unit_test(test_rx_deadline_spares_whole),
@@ -2727,5 +2802,7 @@ int main(void)
 		cmocka_unit_test(test_key_file),
 	};
 
+	if (getenv("FERRY_TEST_ONLY")) /* one test by name (a pattern) */
+		cmocka_set_test_filter(getenv("FERRY_TEST_ONLY"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
