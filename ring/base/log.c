@@ -3,7 +3,10 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #define LOG_MSG_MAX 512
 
@@ -32,15 +35,73 @@ void log_set_sink(log_sink_fn fn, void *arg)
 	pthread_rwlock_unlock(&sink_lock);
 }
 
+/* The calling thread's limit (log_thread_limit): a window of one second. */
+static __thread struct {
+	unsigned per_sec, used;
+	uint64_t window_ms;
+	unsigned long dropped;
+} lim;
+
+/* CLOCK_MONOTONIC in ms, here: the fuzz targets link this file alone. */
+static uint64_t log_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void log_thread_limit(unsigned per_sec)
+{
+	lim.per_sec = per_sec;
+	lim.used = 0;
+	lim.window_ms = log_now_ms();
+	lim.dropped = 0;
+}
+
+static void log_emit(int level, const char *msg)
+{
+	pthread_rwlock_rdlock(&sink_lock);
+	sink_fn(sink_arg, level, msg);
+	pthread_rwlock_unlock(&sink_lock);
+}
+
+/* May this thread log now?  Says first how many it dropped before. */
+static bool log_admit(void)
+{
+	char note[96];
+	uint64_t now;
+
+	if (!lim.per_sec)
+		return true;
+	now = log_now_ms();
+	if (now - lim.window_ms >= 1000) {
+		lim.window_ms = now;
+		lim.used = 0;
+	}
+	if (lim.used >= lim.per_sec) {
+		lim.dropped++;
+		return false;
+	}
+	lim.used++;
+	if (lim.dropped) {
+		snprintf(note, sizeof(note), "(%lu message(s) of this thread dropped before: "
+			 "over %u a second)", lim.dropped, lim.per_sec);
+		log_emit(LOG_WARN, note);
+		lim.dropped = 0;
+	}
+	return true;
+}
+
 void flog(int level, const char *fmt, ...)
 {
 	char msg[LOG_MSG_MAX];
 	va_list ap;
 
+	if (!log_admit())
+		return;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	pthread_rwlock_rdlock(&sink_lock);
-	sink_fn(sink_arg, level, msg);
-	pthread_rwlock_unlock(&sink_lock);
+	log_emit(level, msg);
 }

@@ -19,6 +19,11 @@ typedef void (*log_sink_fn)(void *arg, int level, const char *msg);
  * calls the previous sink any more.  Any thread, never from inside a sink. */
 void log_set_sink(log_sink_fn fn, void *arg);
 
+/* At most per_sec messages a second from the calling thread (0: no limit),
+ * for a thread that logs what remote peers make it log: those over the
+ * limit are dropped, and the next one that goes says how many were. */
+void log_thread_limit(unsigned per_sec);
+
 /* Format and hand one message to the sink (truncated at 511 bytes). */
 void flog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

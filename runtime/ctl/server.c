@@ -15,7 +15,8 @@
  * connections -- the next ones get a WIRE_ERROR -EBUSY and are closed,
  * logged at most once a second.  A connection serves at most CTL_BURST
  * messages per wake-up, so a client that pipelines many cannot starve the
- * others.
+ * others.  The thread logs at most CTL_LOG_PER_SEC lines a second (peers
+ * decide what it logs), then counts what it drops.
  */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -45,6 +46,7 @@
 #define CTL_SLOW_PASS_MS 10  /* a pass this long is followed by a catch-up (ctl_thread) */
 #define CTL_CATCHUP_MAX 32   /* catch-up passes in a row at most (2048 events) */
 #define CTL_DRAIN_MAX 65536  /* unread bytes discarded before a close, so it is no reset */
+#define CTL_LOG_PER_SEC 20   /* lines this thread logs a second at most (then counted) */
 
 static void ctl_count(uint64_t *counter)
 {
@@ -569,6 +571,9 @@ static void *ctl_thread(void *arg)
 	bool behind;
 	int rc = 0;
 
+	/* What it logs, peers make it log: a flood of refusals must neither
+	 * fill the logs nor hold this thread in a slow sink. */
+	log_thread_limit(CTL_LOG_PER_SEC);
 	while (!rc) {
 		rc = ctl_pass(c, ctl_timers(c), &behind);
 		for (int k = 0; !rc && behind && k < CTL_CATCHUP_MAX; k++)

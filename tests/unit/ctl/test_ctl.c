@@ -35,6 +35,7 @@
 #include <sys/wait.h>
 
 #include "ring/base/atomics.h"
+#include "ring/base/log.h"
 #include "runtime/ctl/call.h"
 #include "runtime/ctl/ctl.h"
 #include "runtime/ctl/sock.h"
@@ -2043,6 +2044,66 @@ static void test_auth_deadline(void **state)
 	ctl_stop(&c);
 }
 
+/* The server's log lines, counted by a sink (any thread: under a lock). */
+static struct {
+	pthread_mutex_t lock;
+	unsigned lines, dropped_notes;
+} srv_log = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void count_line(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	(void)level;
+	pthread_mutex_lock(&srv_log.lock);
+	srv_log.lines++;
+	srv_log.dropped_notes += strstr(msg, "dropped") != NULL;
+	pthread_mutex_unlock(&srv_log.lock);
+}
+
+/*
+ * Peers without the key cannot make the server log without bound: each
+ * refusal was one line on the server's thread, in a sink that may be slow
+ * (a pipe, a file), so a peer could flood the logs and stall every other
+ * peer's service.  N unauthenticated GET_DESCs in well under 2 s are all
+ * refused and counted, but the server's thread logs a bounded number of
+ * lines, and says later how many it dropped.
+ */
+static void test_refusals_log_bounded(void **state)
+{
+	enum { N = 400 };
+	struct ctl c;
+	struct ctx x;
+	unsigned lines, notes;
+	int fd;
+
+	(void)state;
+	start_auth(&c, &x, KEY_A);
+	log_set_sink(count_line, NULL);
+	for (int i = 0; i < N; i++) {
+		fd = raw_connect(c.address);
+		send_hdr(fd, WIRE_VERSION, WIRE_GET_DESC, 0);
+		expect_only_eacces(fd);
+		close(fd);
+	}
+	wait_counter(&c.denied, N, "denied");
+	usleep(1100 * 1000); /* the next second: the next line says what was dropped */
+	fd = raw_connect(c.address);
+	send_hdr(fd, WIRE_VERSION, WIRE_GET_DESC, 0);
+	expect_only_eacces(fd);
+	close(fd);
+	wait_counter(&c.denied, N + 1, "denied");
+	log_set_sink(NULL, NULL);
+	pthread_mutex_lock(&srv_log.lock);
+	lines = srv_log.lines;
+	notes = srv_log.dropped_notes;
+	pthread_mutex_unlock(&srv_log.lock);
+	print_message("%d refusals: %u lines logged, %u saying how many were dropped\n", N + 1,
+		      lines, notes);
+	ctl_stop(&c);
+	assert_true(lines < N / 4);
+	assert_true(notes >= 1);
+}
+
 /* ctl_auth_connect / ctl_auth_accept over a socket pair (the blocking API
  * a provider's data connections would use). */
 struct acceptor {
@@ -2798,6 +2859,7 @@ int main(void)
 		cmocka_unit_test(test_auth_outcomes),
 		cmocka_unit_test(test_auth_nothing_leaks),
 		cmocka_unit_test(test_auth_deadline),
+		cmocka_unit_test(test_refusals_log_bounded),
 		cmocka_unit_test(test_auth_blocking_api),
 		cmocka_unit_test(test_key_file),
 	};
