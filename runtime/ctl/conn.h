@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "qp/auth/auth.h"
+#include "ring/base/atomics.h"
 #include "runtime/ctl/ctl.h"
 #include "runtime/ctl/wire.h"
 
@@ -47,6 +48,24 @@ struct ctl_conn {
 	uint8_t nonce_c[AUTH_NONCE_LEN], nonce_s[AUTH_NONCE_LEN];
 	char peer[32];           /* "a.b.c.d:port", for the logs */
 };
+
+/* Count into a statistic of the server (read by tests and stats: no order). */
+static inline void ctl_count(uint64_t *counter)
+{
+	fetch_add_relaxed(*counter, 1);
+}
+
+/* cap.c: the cap when none was set: CTL_MAX_CONNS, or half of the
+ * descriptors left under RLIMIT_NOFILE if that is less (at least CTL_MIN_CONNS). */
+unsigned ctl_cap_default(void);
+/* cap.c: past the cap: a WIRE_ERROR -EBUSY on fd, then close it. */
+void ctl_cap_refuse(struct ctl *c, int fd);
+/* cap.c: with a key, close the oldest connection not yet authenticated
+ * (-EBUSY) to make room; false if there is none.  Not while an event of
+ * the current pass may still name it. */
+bool ctl_cap_make_room(struct ctl *c);
+/* server.c: close a connection, after reading what it sent unread (drain). */
+void ctl_conn_close(struct ctl *c, struct ctl_conn *cn, bool drain);
 
 /* serve.c: the largest payload a message of this type may have on this
  * connection, or -1 when the type is not a request. */

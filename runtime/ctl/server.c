@@ -12,14 +12,14 @@
  *
  * Limits: per-connection deadlines (conn.h); a request's payload larger
  * than its type allows is refused before it is read; at most max_conns
- * connections -- the next ones get a WIRE_ERROR -EBUSY and are closed,
+ * connections -- the next ones get a WIRE_ERROR -EBUSY and are closed
+ * (with a key, the oldest connection not yet authenticated gives way first),
  * logged at most once a second.  A connection serves at most CTL_BURST
  * messages per wake-up, so a client that pipelines many cannot starve the
  * others.  The thread logs at most CTL_LOG_PER_SEC lines a second (peers
  * decide what it logs), then counts what it drops.
  */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -29,7 +29,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -47,11 +46,6 @@
 #define CTL_CATCHUP_MAX 32   /* catch-up passes in a row at most (2048 events) */
 #define CTL_DRAIN_MAX 65536  /* unread bytes discarded before a close, so it is no reset */
 #define CTL_LOG_PER_SEC 20   /* lines this thread logs a second at most (then counted) */
-
-static void ctl_count(uint64_t *counter)
-{
-	fetch_add_relaxed(*counter, 1); /* statistics: no order */
-}
 
 static void vlog_peer(const struct ctl_conn *cn, const char *what, const char *fmt, va_list ap)
 {
@@ -162,7 +156,7 @@ static void conn_watch(struct ctl *c, struct ctl_conn *cn, uint32_t events)
  * WIRE_ERROR we just sent, so read (and drop) what is there, say we are
  * done (FIN), then close.
  */
-static void conn_close(struct ctl *c, struct ctl_conn *cn, bool drain)
+void ctl_conn_close(struct ctl *c, struct ctl_conn *cn, bool drain)
 {
 	uint8_t sink[4096];
 	size_t dropped = 0;
@@ -216,7 +210,7 @@ static bool conn_flush(struct ctl *c, struct ctl_conn *cn)
 			conn_watch(c, cn, EPOLLOUT);
 			return true;
 		}
-		conn_close(c, cn, false); /* the peer went away */
+		ctl_conn_close(c, cn, false); /* the peer went away */
 		return false;
 	}
 	if (cn->tx) {
@@ -227,7 +221,7 @@ static bool conn_flush(struct ctl *c, struct ctl_conn *cn)
 		cn->tx_deadline = 0;
 	}
 	if (cn->closing) {
-		conn_close(c, cn, true);
+		ctl_conn_close(c, cn, true);
 		return false;
 	}
 	conn_watch(c, cn, EPOLLIN);
@@ -369,30 +363,6 @@ static void conn_new(struct ctl *c, int fd, const struct sockaddr_in *sin)
 	WRITE_ONCE(c->n_conns, c->n_conns + 1); /* read by tests: a statistic */
 }
 
-/* The cap is reached: say so in a frame the client can parse, then close.
- * Logged at most once a second, with how many were refused since. */
-static void ctl_cap_refuse(struct ctl *c, int fd)
-{
-	uint8_t f[WIRE_HDR_LEN + 4], sink[512];
-	int64_t now = sock_now_ms();
-
-	ctl_count(&c->capped);
-	c->cap_unlogged++;
-	if (now - c->cap_log_ms >= 1000) {
-		ctl_log("refused %llu connection(s): %u open, the cap (answered EBUSY)",
-			(unsigned long long)c->cap_unlogged, c->n_conns);
-		c->cap_log_ms = now;
-		c->cap_unlogged = 0;
-	}
-	wire_hdr_encode(f, WIRE_ERROR, 4);
-	sock_put_le32(f + WIRE_HDR_LEN, (uint32_t)(int32_t)-EBUSY);
-	/* Its first request may be in already: read it so the close is no reset. */
-	(void)recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
-	(void)send(fd, f, sizeof(f), MSG_DONTWAIT | MSG_NOSIGNAL); /* fits any socket buffer */
-	(void)shutdown(fd, SHUT_WR);
-	close(fd);
-}
-
 /* Out of fds or memory: poll would report the listener ready at once
  * again, so stop watching it for a moment instead of spinning. */
 static void ctl_pause_accept(struct ctl *c, int err)
@@ -424,7 +394,7 @@ static void ctl_accept(struct ctl *c)
 				ctl_pause_accept(c, errno);
 			return;
 		}
-		if (c->n_conns >= c->cfg.max_conns)
+		if (c->n_conns >= c->cfg.max_conns && !ctl_cap_make_room(c))
 			ctl_cap_refuse(c, fd);
 		else
 			conn_new(c, fd, &sin);
@@ -485,7 +455,7 @@ static bool conn_expire(struct ctl *c, struct ctl_conn *cn, int64_t now)
 	} else {
 		return false;
 	}
-	conn_close(c, cn, false);
+	ctl_conn_close(c, cn, false);
 	return true;
 }
 
@@ -520,10 +490,6 @@ static void ctl_event(struct ctl *c, const struct epoll_event *ev)
 {
 	struct ctl_conn *cn = ev->data.ptr;
 
-	if (!cn) {
-		ctl_accept(c);
-		return;
-	}
 	if (cn->tx) {
 		/* Writable, or broken (EPOLLERR/HUP): the send says which. */
 		if (!conn_flush(c, cn) || cn->tx)
@@ -541,6 +507,7 @@ static int ctl_pass(struct ctl *c, int timeout, bool *behind)
 	struct epoll_event evs[CTL_EVENTS];
 	int n = epoll_wait(c->epoll_fd, evs, CTL_EVENTS, timeout);
 	int64_t t0 = sock_now_ms();
+	bool accept_ready = false;
 
 	*behind = false;
 	if (n < 0 && errno != EINTR) {
@@ -550,9 +517,14 @@ static int ctl_pass(struct ctl *c, int timeout, bool *behind)
 	for (int k = 0; k < n; k++) {
 		if (evs[k].data.ptr == c) /* the stop eventfd */
 			return 1;
+		accept_ready |= !evs[k].data.ptr;
 	}
 	for (int k = 0; k < n; k++)
-		ctl_event(c, &evs[k]);
+		if (evs[k].data.ptr)
+			ctl_event(c, &evs[k]);
+	/* Last: making room closes a connection an event above may name. */
+	if (accept_ready)
+		ctl_accept(c);
 	*behind = sock_now_ms() - t0 > CTL_SLOW_PASS_MS || n == CTL_EVENTS;
 	return 0;
 }
@@ -623,46 +595,6 @@ static void ctl_close_fds(struct ctl *c)
 	c->epoll_fd = -1;
 }
 
-/* Descriptors this process has open, or -1 (no /proc). */
-static long ctl_fds_open(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	long n = -1; /* the directory's own descriptor is listed too */
-
-	if (!d)
-		return -1;
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n - 2; /* "." and ".." */
-}
-
-/*
- * The default cap: CTL_MAX_CONNS, or half of the descriptors the process
- * may still open if that is less.  Peers that hold connections (an idle
- * one stays idle_ms) must leave the engine descriptors for its own dials,
- * data connections and eventfds: with the common soft limit of 1024 they
- * could take them all, and the engine's own socket() calls fail -EMFILE.
- */
-static unsigned ctl_default_cap(void)
-{
-	struct rlimit rl;
-	long used = ctl_fds_open();
-	rlim_t half;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY)
-		return CTL_MAX_CONNS;
-	half = (used >= 0 && (rlim_t)used < rl.rlim_cur ? rl.rlim_cur - (rlim_t)used :
-							   rl.rlim_cur) / 2;
-	if (half >= CTL_MAX_CONNS)
-		return CTL_MAX_CONNS;
-	if (half < CTL_MIN_CONNS)
-		half = CTL_MIN_CONNS;
-	log_info("ctl: at most %u connections: half of the descriptors left under the "
-		 "limit of %llu (ulimit -n)", (unsigned)half, (unsigned long long)rl.rlim_cur);
-	return (unsigned)half;
-}
-
 /* Zero everything but the configuration the ctl_set_* calls made. */
 static void ctl_reset(struct ctl *c)
 {
@@ -671,7 +603,7 @@ static void ctl_reset(struct ctl *c)
 	memset(c, 0, sizeof(*c));
 	c->cfg = cfg;
 	if (!c->cfg.max_conns)
-		c->cfg.max_conns = ctl_default_cap();
+		c->cfg.max_conns = ctl_cap_default();
 	if (c->cfg.idle_ms <= 0)
 		c->cfg.idle_ms = CTL_IDLE_TIMEOUT_MS;
 	c->listen_fd = -1;
@@ -785,7 +717,7 @@ void ctl_stop(struct ctl *c)
 	pthread_join(c->thread, NULL);
 	/* The thread is gone: its connections are ours to close, uncounted. */
 	while (c->n_conns)
-		conn_close(c, c->conns[c->n_conns - 1], false);
+		ctl_conn_close(c, c->conns[c->n_conns - 1], false);
 	ctl_fail_start(c);
 	c->running = 0;
 }

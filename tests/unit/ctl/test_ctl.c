@@ -2044,6 +2044,52 @@ static void test_auth_deadline(void **state)
 	ctl_stop(&c);
 }
 
+/*
+ * With a key, connections that have not proven it cannot lock keyed peers
+ * out: at the cap, a new connection takes the place of the oldest one not
+ * yet authenticated (which gets -EBUSY), never of an authenticated one.
+ * Before, peers without the key that kept the cap's worth of connections
+ * open (each lives 2 s; reconnecting is cheap) made every keyed peer's
+ * call fail -EBUSY.
+ */
+static void test_cap_unproven_give_way(void **state)
+{
+	enum { CAP = 6 };
+	struct ctl_client cl, held;
+	struct seg_desc d;
+	struct auth_key k;
+	uint8_t b[64];
+	struct ctl c;
+	struct ctx x;
+	int fds[CAP];
+
+	(void)state;
+	key_of(KEY_A, &k);
+	next_cfg.max_conns = CAP;
+	start_auth(&c, &x, KEY_A);
+	/* One authenticated connection, kept idle in its client's pool. */
+	assert_int_equal(auth_fetch(c.address, KEY_A, &held), 0);
+	for (int i = 0; i < CAP - 1; i++)
+		fds[i] = raw_connect(c.address);
+	WAIT_UNTIL(READ_ONCE(c.n_conns) == CAP, WAIT_DEADLINE_MS, "the cap's connections");
+	/* A keyed peer is served at once, well before the silent ones' 2 s. */
+	assert_int_equal(ctl_client_init(&cl, &k), 0);
+	assert_int_equal(ctl_fetch_desc(&cl, c.address, 1000, &d), 0);
+	seg_desc_free(&d);
+	/* The oldest silent one made room, told why. */
+	assert_int_equal(read_all(fds[0], b, sizeof(b)), WIRE_HDR_LEN + 4);
+	assert_int_equal(frame_errno(b), -EBUSY);
+	/* The authenticated connections stay: the kept one serves again. */
+	assert_int_equal(ctl_fetch_desc(&held, c.address, 1000, &d), 0);
+	seg_desc_free(&d);
+	assert_int_equal(counter(&held.dials), 1);
+	for (int i = 0; i < CAP - 1; i++)
+		close(fds[i]);
+	ctl_client_fini(&cl);
+	ctl_client_fini(&held);
+	ctl_stop(&c);
+}
+
 /* The server's log lines, counted by a sink (any thread: under a lock). */
 static struct {
 	pthread_mutex_t lock;
@@ -2860,6 +2906,7 @@ int main(void)
 		cmocka_unit_test(test_auth_nothing_leaks),
 		cmocka_unit_test(test_auth_deadline),
 		cmocka_unit_test(test_refusals_log_bounded),
+		cmocka_unit_test(test_cap_unproven_give_way),
 		cmocka_unit_test(test_auth_blocking_api),
 		cmocka_unit_test(test_key_file),
 	};
