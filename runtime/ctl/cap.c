@@ -15,6 +15,8 @@
 #include "runtime/ctl/conn.h"
 #include "runtime/ctl/sock.h"
 
+#define CTL_LOW_CONNS 64 /* a default cap under this is logged */
+
 /* Descriptors this process has open, or -1 (no /proc). */
 static long fds_open(void)
 {
@@ -50,8 +52,12 @@ unsigned ctl_cap_default(void)
 		return CTL_MAX_CONNS;
 	if (half < CTL_MIN_CONNS)
 		half = CTL_MIN_CONNS;
-	log_info("ctl: at most %u connections: half of the descriptors left under the "
-		 "limit of %llu (ulimit -n)", (unsigned)half, (unsigned long long)rl.rlim_cur);
+	/* Said only when it is low: with the common ulimit -n of 1024 the cap
+	 * is ~500 on every start, which needs no line. */
+	if (half < CTL_LOW_CONNS)
+		log_warn("ctl: at most %u connections: half of the descriptors left under "
+			 "the limit of %llu (ulimit -n)", (unsigned)half,
+			 (unsigned long long)rl.rlim_cur);
 	return (unsigned)half;
 }
 
