@@ -272,7 +272,8 @@ FERRY_API int ferry_engine_create(const struct ferry_opts *o, struct ferry_engin
 /**
  * Stop the workers and the control thread and free everything (the name,
  * if any, is removed from the metadata store).  Requests
- * still in flight end FAILED (-ECANCELED) first.  The peers of the
+ * still in flight end FAILED (-ECANCELED) first.  Segments still open are
+ * closed, however many of their opens were not closed.  The peers of the
  * segments still open are asked to free their halves of the QPs, up to 64
  * peers at once: ~10 s for each 64 that do not answer (and ~250 ms more
  * for the QPs of handshakes it cut short).  Must not race
@@ -344,7 +345,23 @@ FERRY_API int ferry_mem_unregister(struct ferry_engine *e, void *addr);
  * process restarted, a new handle: the old one is stale (its requests fail,
  * -ESTALE) and should be closed; likewise, a name that a new incarnation
  * holds now makes the handles opened under it stale.  Keep handles rather
- * than reopening per transfer.  -ECONNREFUSED (nothing listens there),
+ * than reopening per transfer.
+ *
+ * Opens are counted, like dup/close: every successful open, the first or
+ * one that returned a handle open already, is to be matched by one
+ * ferry_segment_close of that handle, and only the last of those closes
+ * the segment.  So independent parts of an application may each open the
+ * same peer and close it when they are done without breaking the others.
+ * An open by name and an open by address that reach the same engine (same
+ * control address, same incarnation) return the same handle and add to
+ * the same count.  A handle that went stale keeps the count it had: each
+ * open that returned it still closes it once (its requests fail -ESTALE
+ * whatever the count), and opens after the restart return the new handle,
+ * counted on its own.  More than UINT32_MAX opens of one handle not
+ * closed: -EOVERFLOW.  ferry_engine_destroy closes every segment still
+ * open, whatever its count.
+ *
+ * -ECONNREFUSED (nothing listens there),
  * -EHOSTUNREACH (no route to it), -ETIMEDOUT, -EPROTO on control-plane
  * failures; -EACCES when authentication failed (another
  * cluster key, or a key on one side only: the log says which); -EBUSY also
@@ -367,9 +384,14 @@ FERRY_API int ferry_segment_open(struct ferry_engine *e, const char *address, fe
 FERRY_API int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg);
 
 /**
- * Close a segment.  Later submissions to it fail with -EBADF; requests in
- * flight on it end (DONE, or FAILED with -ECANCELED) before this returns.
- * -ENOENT for an unknown handle.  Any thread; may block: for those
+ * Close a segment: drop one open of it (see ferry_segment_open).  While
+ * other opens of the handle are not closed yet, this returns 0 at once and
+ * the segment stays open for them: its handle, requests and endpoints are
+ * untouched.  The last close closes it: later submissions to it fail with
+ * -EBADF; requests in flight on it end (DONE, or FAILED with -ECANCELED)
+ * before this returns.  -ENOENT for an unknown handle, or one closed as
+ * often as it was opened (closed for good: a later open of the address
+ * returns a new handle).  Any thread; the last close may block: for those
  * requests, and for the peer to free its halves of the QPs (one round
  * trip; at most ~10 s for a peer that does not answer, whose lease on
  * them then frees them).

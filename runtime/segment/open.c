@@ -8,7 +8,8 @@
  *   1. under the lock: wait while another open of the same address is in
  *      progress; an address open already is checked against its peer (one
  *      descriptor fetch, without the lock: the same incarnation keeps its
- *      handle, a restarted peer marks it stale); else reserve a free slot
+ *      handle, one more open counted, a restarted peer marks it stale);
+ *      else reserve a free slot
  *      (SEG_OPENING: nobody else touches it, its handle is not out yet)
  *   2. without: fetch the descriptor
  *   3. under: choose the transport, create each core's endpoint (making room
@@ -24,6 +25,7 @@
  */
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -365,6 +367,9 @@ static int open_reserve(struct ferry_engine *e, const char *address, const struc
 			continue; /* it may have been closed or reopened meanwhile */
 		}
 		if ((*fresh)->incarnation == s->desc->incarnation) {
+			if (s->opens == UINT32_MAX)
+				return -EOVERFLOW;
+			s->opens++; /* each open is closed once (ferry_segment_close) */
 			name_set(s, want);
 			*out = seg_handle(s->gen, *slot);
 			return OPEN_FOUND;
@@ -418,6 +423,7 @@ static int open_slot(struct ferry_engine *e, uint32_t slot, const struct seg_wan
 		return rc;
 	}
 	name_set(s, want);
+	s->opens = 1;
 	store_sc(s->state, SEG_OPEN); /* pairs with: seg_acquire, core_park */
 	*out = seg_handle(s->gen, slot);
 	return 0;

@@ -237,6 +237,13 @@ int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg)
 		pthread_mutex_unlock(&e->ctl_lock);
 		return -ENOENT;
 	}
+	/* Another open of it is not closed yet: its owner may still use it. */
+	if (s->opens > 1) {
+		s->opens--;
+		pthread_mutex_unlock(&e->ctl_lock);
+		return 0;
+	}
+	s->opens = 0;
 	store_sc(s->state, SEG_CLOSING); /* Dekker pair with seg_acquire: see there */
 	/* Requests in flight end on their own: every slice completes, fails,
 	 * times out or is retried (possibly on a QP the repair thread must

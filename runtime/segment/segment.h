@@ -38,6 +38,7 @@ struct ferry_seg {
 	uint32_t state;                /* enum seg_state: likewise */
 	uint64_t inflight;             /* requests using the segment: Dekker pair, see segment.c */
 	uint32_t stale;                /* the peer restarted: refuse with -ESTALE */
+	uint32_t opens;                /* opens not closed yet (ctl_lock): the last close closes */
 	char address[64];
 	char name[FERRY_NAME_MAX + 1]; /* opened by this name too ("": by address only) */
 	char transport[16];            /* the provider the segment goes over (route.c) */

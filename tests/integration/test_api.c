@@ -131,7 +131,8 @@ static void test_null_and_capacity(void **state)
 	assert_int_equal(ferry_port_create(NULL, &P.port), -EINVAL);
 }
 
-/* Opening twice gives the same handle; a closed segment refuses requests. */
+/* Opening twice gives the same handle, to be closed twice; a closed
+ * segment refuses requests. */
 static void test_segment_lifecycle(void **state)
 {
 	ferry_seg_t again, seg2;
@@ -139,6 +140,7 @@ static void test_segment_lifecycle(void **state)
 	(void)state;
 	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &again), 0);
 	assert_true(again == P.seg);
+	assert_int_equal(ferry_segment_close(P.init, again), 0);
 	assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
 	assert_int_equal(ferry_segment_close(P.init, P.seg), -ENOENT);
 	expect_refused(mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 8), -EBADF);
@@ -148,6 +150,37 @@ static void test_segment_lifecycle(void **state)
 	expect_refused(mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 8), -EBADF);
 	P.seg = seg2;
 	assert_int_equal(run_one(mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 8)).state, FERRY_DONE);
+}
+
+/*
+ * Two parts of an application open the same peer, each for itself, and
+ * each closes what it opened: the first close must not take the segment
+ * from the other (as dup/close).  Before, the second open returned the
+ * same handle uncounted and the first close closed it for both: the
+ * other's next request failed -EBADF.
+ */
+static void test_open_close_pair_up(void **state)
+{
+	const char *addr = ferry_engine_address(P.target);
+	ferry_seg_t a, b;
+
+	(void)state;
+	assert_int_equal(ferry_segment_open(P.init, addr, &a), 0); /* P.seg's is the third */
+	assert_int_equal(ferry_segment_open(P.init, addr, &b), 0);
+	assert_true(a == P.seg && b == P.seg);
+	assert_int_equal(ferry_segment_close(P.init, a), 0);
+	assert_int_equal(run_one(mkreq(FERRY_OP_WRITE, P.lbuf, b, P.rbuf, 8)).state, FERRY_DONE);
+	assert_string_equal(ferry_segment_transport(P.init, b), "loop");
+	assert_int_equal(ferry_segment_close(P.init, b), 0);
+	assert_int_equal(run_one(mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 8)).state,
+			 FERRY_DONE);
+	/* the last close closes: the handle is dead, a close more -ENOENT */
+	assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
+	assert_int_equal(ferry_segment_close(P.init, P.seg), -ENOENT);
+	expect_refused(mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, P.rbuf, 8), -EBADF);
+	assert_null(ferry_segment_transport(P.init, P.seg));
+	assert_int_equal(ferry_segment_open(P.init, addr, &P.seg), 0);
+	assert_true(P.seg != a); /* a new handle: the old one stays dead */
 }
 
 /* Memory registered after the peer opened us is seen after a refresh. */
@@ -701,6 +734,7 @@ int main(void)
 		cmocka_unit_test(test_mixed_batch),
 		cmocka_unit_test(test_null_and_capacity),
 		cmocka_unit_test(test_segment_lifecycle),
+		cmocka_unit_test(test_open_close_pair_up),
 		cmocka_unit_test(test_segment_refresh),
 		cmocka_unit_test(test_refresh_unchanged),
 		cmocka_unit_test(test_bad_engine_options),

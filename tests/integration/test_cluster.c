@@ -248,7 +248,13 @@ static void test_same_address_at_once(void **state)
 		assert_int_equal(o[i].seg, o[0].seg);
 	}
 	assert_int_equal(passive_count(t), 2); /* one endpoint of 2 QPs */
-	assert_int_equal(ferry_segment_close(init, o[0].seg), 0);
+	/* Eight opens, eight closes: the last one closes (the peer frees its QPs). */
+	for (int i = 0; i < 7; i++)
+		assert_int_equal(ferry_segment_close(init, o[i].seg), 0);
+	assert_int_equal(passive_count(t), 2);
+	assert_int_equal(ferry_segment_close(init, o[7].seg), 0);
+	assert_int_equal(passive_count(t), 0);
+	assert_int_equal(ferry_segment_close(init, o[0].seg), -ENOENT);
 	ferry_engine_destroy(init);
 	ferry_engine_destroy(t);
 }

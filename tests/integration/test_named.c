@@ -232,7 +232,8 @@ static void test_open_by_name(void **state)
 		   "two lease renewals");
 	assert_int_equal(READ_ONCE(tgt.e->named.republished), 0);
 	assert_int_equal(store_lookup(f, "prefill-0"), 0);
-	/* the same engine by name or by address: the same handle */
+	/* the same engine by name or by address: the same handle, once
+	 * more to close for each open (below) */
 	assert_int_equal(ferry_segment_open(init.e, "prefill-0", &again), 0);
 	assert_true(again == seg);
 	assert_int_equal(ferry_segment_open(init.e, ferry_engine_address(tgt.e), &again), 0);
@@ -247,7 +248,13 @@ static void test_open_by_name(void **state)
 	assert_int_equal(ferry_segment_open(p2p.e, "prefill-0", &again), -EINVAL);
 	node_destroy(&p2p);
 	mover_fini(&m);
+	/* three opens, three closes: the first two leave it open */
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(ferry_segment_close(init.e, seg), 0);
+		assert_string_equal(ferry_segment_transport(init.e, seg), "loop");
+	}
 	assert_int_equal(ferry_segment_close(init.e, seg), 0);
+	assert_int_equal(ferry_segment_close(init.e, seg), -ENOENT);
 	node_destroy(&init);
 	node_destroy(&tgt);
 }
@@ -439,6 +446,7 @@ static void test_store_down(void **state)
 	print_message("%s down for %lld ms: %u round trips done meanwhile, %u failed\n",
 		      f->srv.url, (long long)(wait_now_ms() - t0), s.done - done_before, s.failed);
 	assert_int_equal(s.failed, 0);
+	assert_int_equal(ferry_segment_close(init.e, again), 0); /* two opens: two closes */
 	assert_int_equal(ferry_segment_close(init.e, seg), 0);
 	node_destroy(&init);
 	node_destroy(&tgt);

@@ -289,6 +289,7 @@ static void test_peer_restart(void **state)
 	assert_true(P.seg != old);
 	assert_int_equal(ferry_segment_open(P.init, addr, &again), 0);
 	assert_true(again == P.seg); /* same incarnation: same handle */
+	assert_int_equal(ferry_segment_close(P.init, again), 0); /* that open's: still open */
 	prepare(reqs, 1, old, P.lbuf, P.rbuf, SLOT, &seed);
 	assert_int_equal(ferry_submit(b, reqs, 1), 0);
 	ferry_batch_wait(b, WAIT_MS);
