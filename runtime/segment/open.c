@@ -325,6 +325,27 @@ static int slot_reserve(struct ferry_engine *e, const char *address, uint32_t *s
 	return OPEN_RESERVED;
 }
 
+/* The open segment a reopen check fetched its descriptor for. */
+struct reopen_check {
+	uint32_t slot, gen;
+	bool marked;                   /* the answer showed it restarted: marked stale */
+};
+
+/*
+ * The descriptor c fetched still tells something about s, the address's
+ * open segment now (NULL: none): it was fetched for s, or it marked the
+ * one it was for stale (the newest answer there is: a new slot takes it).
+ * Otherwise the segment it was for was closed or marked stale by another
+ * open meanwhile, which may have opened s to a newer incarnation than the
+ * answer's: taken for news about s, it would mark a live segment stale.
+ * ctl_lock held.
+ */
+static bool check_still_valid(const struct reopen_check *c, const struct ferry_seg *s,
+			      uint32_t slot)
+{
+	return s ? slot == c->slot && s->gen == c->gen : c->marked;
+}
+
 /*
  * Step 1, ctl_lock held (dropped around the reopen check's fetch): the
  * handle of the address open already (OPEN_FOUND), or a reserved slot
@@ -333,6 +354,7 @@ static int slot_reserve(struct ferry_engine *e, const char *address, uint32_t *s
 static int open_reserve(struct ferry_engine *e, const char *address, const struct seg_want *want,
 			struct seg_desc **fresh, uint32_t *slot, ferry_seg_t *out)
 {
+	struct reopen_check chk = { 0 };
 	struct ferry_seg *s;
 	int rc;
 
@@ -351,9 +373,14 @@ static int open_reserve(struct ferry_engine *e, const char *address, const struc
 			continue;
 		}
 		s = seg_find(e, address, SEG_OPEN, slot);
+		if (*fresh && !check_still_valid(&chk, s, *slot)) {
+			desc_put(*fresh); /* ask again (or let the new slot's open ask) */
+			*fresh = NULL;
+		}
 		if (!s)
 			return slot_reserve(e, address, slot);
 		if (!*fresh) {
+			chk = (struct reopen_check){ .slot = *slot, .gen = s->gen };
 			e->opening++; /* engine destroy waits for us */
 			pthread_mutex_unlock(&e->ctl_lock);
 			rc = fetch_desc(e, address, fresh);
@@ -376,6 +403,7 @@ static int open_reserve(struct ferry_engine *e, const char *address, const struc
 		}
 		/* The peer restarted: its keys and QPs belong to a dead process. */
 		seg_mark_stale(e, s, *slot);
+		chk.marked = true;
 	}
 }
 

@@ -12,7 +12,10 @@
  *  - no engine lock across a round trip: an open stuck on a peer that never
  *    answers does not hold up the open of another peer; engine destroy
  *    ends the stuck open (-ECANCELED);
- *  - opens of the same address at once share one segment.
+ *  - opens of the same address at once share one segment, each counted;
+ *  - an open that checked an open segment against its peer just before
+ *    the peer restarted does not take that old answer for news about the
+ *    segment a later open made to the new incarnation.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -23,6 +26,7 @@
 #include <netinet/in.h>
 
 #include "tests/harness/harness.h"
+#include "tests/harness/proxy.h"
 
 #define BUF (1u << 20)
 
@@ -259,6 +263,74 @@ static void test_same_address_at_once(void **state)
 	ferry_engine_destroy(t);
 }
 
+/*
+ * An open of an address open already fetches the peer's descriptor
+ * without the engine lock.  Here that fetch is answered by the old
+ * incarnation (t1), whose reply the relay in front of it holds; t1 then
+ * "restarts" as t2 on the same address (the relay now leads there), and
+ * another open sees the restart: the old handle goes stale, a new one is
+ * made to t2.  Then the held reply arrives.  It says nothing about the new
+ * segment, fetched before it existed: the late open must not mark it
+ * stale (before, it compared t1's incarnation with t2's, marked the live
+ * segment stale, its requests failing -ESTALE, and failed itself trying
+ * to open t1's descriptor again).
+ */
+static void test_late_answer_beside_restart(void **state)
+{
+	struct ferry_engine *t1 = engine("0", NULL, 0), *t2 = engine("0", NULL, 0);
+	struct ferry_engine *init = engine("1", NULL, 0);
+	uint8_t *lbuf = aligned_alloc(4096, BUF), *rbuf = aligned_alloc(4096, BUF);
+	struct ferry_req_status st;
+	struct opener late = { .e = init };
+	struct ferry_port *port;
+	ferry_seg_t old, seg;
+	struct proxy px;
+	pthread_t th;
+
+	(void)state;
+	assert_int_equal(ferry_mem_register(init, lbuf, BUF), 0);
+	assert_int_equal(ferry_mem_register(t1, rbuf, BUF), 0);
+	assert_int_equal(ferry_mem_register(t2, rbuf, BUF), 0);
+	assert_int_equal(ferry_port_create(init, &port), 0);
+	proxy_start(&px, ferry_engine_address(t1));
+	assert_int_equal(ferry_segment_open(init, px.addr, &old), 0);
+	assert_int_equal(run_one_on(port, mkreq(FERRY_OP_WRITE, lbuf, old, rbuf, 4096), 10000).state,
+			 FERRY_DONE);
+	/* The late open's check: t1 answers, the answer waits in the relay. */
+	proxy_hold(&px, ferry_engine_address(t1));
+	late.address = px.addr;
+	assert_int_equal(pthread_create(&th, NULL, do_open, &late), 0);
+	WAIT_UNTIL(proxy_held(&px) == 1, WAIT_DEADLINE_MS, "t1's answer to the late open held");
+	/* The peer restarts on the same address; an open sees it. */
+	proxy_point(&px, ferry_engine_address(t2));
+	ferry_engine_destroy(t1);
+	assert_int_equal(ferry_segment_open(init, px.addr, &seg), 0);
+	assert_true(seg != old);
+	assert_refused(run_one_on(port, mkreq(FERRY_OP_WRITE, lbuf, old, rbuf, 4096), 10000),
+		       -ESTALE);
+	assert_int_equal(run_one_on(port, mkreq(FERRY_OP_WRITE, lbuf, seg, rbuf, 4096), 10000).state,
+			 FERRY_DONE);
+	/* The old answer arrives. */
+	proxy_hold(&px, NULL);
+	pthread_join(th, NULL);
+	st = run_one_on(port, mkreq(FERRY_OP_WRITE, lbuf, seg, rbuf, 4096), 10000);
+	print_message("late open: %d (%s), handle %s the new one; a WRITE to the new one: %s %d\n",
+		      late.rc, strerror(-late.rc), late.seg == seg ? "is" : "is not",
+		      ferry_state_name(st.state), st.error);
+	assert_int_equal(st.state, FERRY_DONE);
+	assert_int_equal(late.rc, 0);
+	assert_true(late.seg == seg);
+	assert_int_equal(ferry_segment_close(init, late.seg), 0);
+	assert_int_equal(ferry_segment_close(init, seg), 0);
+	assert_int_equal(ferry_segment_close(init, old), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	ferry_engine_destroy(init);
+	ferry_engine_destroy(t2);
+	proxy_stop(&px);
+	free(lbuf);
+	free(rbuf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -266,6 +338,7 @@ int main(void)
 		cmocka_unit_test(test_one_connect_per_endpoint),
 		cmocka_unit_test(test_open_does_not_wait_for_another),
 		cmocka_unit_test(test_same_address_at_once),
+		cmocka_unit_test(test_late_answer_beside_restart),
 	};
 
 	return cmocka_run_group_tests(tests, keys_setup, keys_teardown);
