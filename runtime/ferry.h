@@ -500,7 +500,14 @@ FERRY_API int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const str
  * waits for room on a full ring).  Returns the slot of the first, or
  * -ENOSPC (batch too small), -EINVAL (NULL, pr of another port, an index
  * out of range: nothing submitted).  If the segment was closed, the
- * requests end FAILED -EBADF.  The port's thread.
+ * requests end FAILED -EBADF.  The set uses the peer's regions as the
+ * segment's last open or ferry_segment_refresh saw them, as ferry_submit
+ * does: after a refresh that found them changed, the first submit of the
+ * set checks its entries again (once per change): an entry whose remote
+ * range no longer lies in a region of the peer ends FAILED -EFAULT (or
+ * -EACCES, when the region no longer allows its op) without anything
+ * posted, while the others go on, with the region's current keys (a
+ * region the peer registered again works again).  The port's thread.
  */
 FERRY_API int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr,
 				const uint32_t *idx, uint32_t n);

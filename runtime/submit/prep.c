@@ -5,7 +5,10 @@
  * a serving loop submits entries by index without checking them again.
  * The set holds a reference on each entry's local region, so the region
  * cannot be unregistered under it; the segment is checked once per submit
- * call (one reference per request, taken in bulk).
+ * call (one reference per request, taken in bulk), and so is its
+ * descriptor: when a refresh replaced it (the peer's regions changed), the
+ * entries are checked again against the new one before they go, as
+ * ferry_submit would check them (prep_rebind).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -20,7 +23,16 @@ struct prep_entry {
 	 * copied as one block per submit. */
 	uint64_t head[RQ_HEAD_SIZE / sizeof(uint64_t)];
 	struct mem_region *lreg;       /* referenced by the set */
-	const struct seg_region *rreg; /* in a descriptor kept until the segment closes */
+	/* In the view's descriptor, kept until the segment closes; NULL when
+	 * that has no region for the range (err says why: refused at submit). */
+	const struct seg_region *rreg;
+	int32_t err;                   /* 0, -EFAULT or -EACCES */
+};
+
+/* The descriptor of the segment the entries were checked against. */
+struct prep_view {
+	const struct seg_desc *desc;
+	uint32_t n_bad;                /* entries it has no region for */
 };
 
 struct ferry_prep {
@@ -28,6 +40,16 @@ struct ferry_prep {
 	ferry_seg_t seg;
 	uint32_t n;
 	struct mem_region *lreg;       /* every entry's, if they share one; else NULL */
+	/* Checked again by ferry_prep_submit, on the port's thread (the set's
+	 * only user), after a refresh: written through the const set. */
+	struct prep_view *view;
+	struct prep_entry *entry;      /* [n] */
+};
+
+/* A set, its view and its entries: one allocation (pr first: freed as one). */
+struct prep_block {
+	struct ferry_prep pr;
+	struct prep_view view;
 	struct prep_entry entry[];
 };
 
@@ -37,11 +59,30 @@ static void prep_unref(struct ferry_prep *pr, uint32_t upto)
 		fetch_sub_release(pr->entry[i].lreg->refs, 1); /* pairs with: unregister's load */
 }
 
+/* pe's peer region in d, checked for pe's op: 0, or -EFAULT (no region
+ * holds the range), -EACCES (it does not allow the op); then rreg NULL. */
+static int prep_entry_bind(const struct seg_desc *d, struct prep_entry *pe)
+{
+	struct ferry_rq t;
+	uint32_t need;
+
+	memcpy(&t, pe->head, RQ_HEAD_SIZE);
+	need = t.op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ : NIC_ACCESS_REMOTE_WRITE;
+	pe->rreg = seg_desc_find(d, t.remote, t.len);
+	pe->err = pe->rreg ? 0 : -EFAULT;
+	if (pe->rreg && !(pe->rreg->access & need)) {
+		pe->rreg = NULL;
+		pe->err = -EACCES;
+	}
+	return pe->err;
+}
+
 /* Entry i from req r: the checks ferry_submit makes, made once. */
 static int prep_entry_init(struct ferry_engine *e, const struct seg_desc *d,
 			   struct prep_entry *pe, const struct ferry_req *r)
 {
 	struct ferry_rq t;
+	int rc;
 
 	if ((r->op != FERRY_OP_READ && r->op != FERRY_OP_WRITE) || !r->local || r->len == 0)
 		return -EINVAL;
@@ -52,12 +93,9 @@ static int prep_entry_init(struct ferry_engine *e, const struct seg_desc *d,
 	t.nparts = 1;
 	t.nslices = slice_count(r->len, e->opts.slice_size);
 	memcpy(pe->head, &t, RQ_HEAD_SIZE);
-	pe->rreg = seg_desc_find(d, r->remote, r->len);
-	if (!pe->rreg)
-		return -EFAULT;
-	if (!(pe->rreg->access & (t.op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ :
-							 NIC_ACCESS_REMOTE_WRITE)))
-		return -EACCES;
+	rc = prep_entry_bind(d, pe);
+	if (rc)
+		return rc;
 	pthread_rwlock_rdlock(&e->regions_lock);
 	pe->lreg = ferry_region_find(e, t.local, t.len);
 	if (pe->lreg && t.op == NIC_OP_READ && pe->lreg->local_ro)
@@ -80,6 +118,8 @@ static struct mem_region *prep_one_lreg(const struct ferry_prep *pr)
 int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const struct ferry_req *reqs,
 		      uint32_t n, struct ferry_prep **out)
 {
+	const struct seg_desc *d;
+	struct prep_block *blk;
 	struct ferry_prep *pr;
 	struct ferry_seg *s;
 	uint32_t slot, i;
@@ -87,16 +127,22 @@ int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const struct ferry_
 
 	if (!p || !reqs || !out || n == 0 || n > (1u << 24))
 		return -EINVAL;
-	pr = calloc(1, sizeof(*pr) + (size_t)n * sizeof(pr->entry[0]));
-	if (!pr)
+	blk = calloc(1, sizeof(*blk) + (size_t)n * sizeof(blk->entry[0]));
+	if (!blk)
 		return -ENOMEM;
+	pr = &blk->pr;
+	pr->view = &blk->view;
+	pr->entry = blk->entry;
 	s = seg_acquire(p->e, seg, &slot);
 	if (!s) {
-		free(pr);
+		free(blk);
 		return -EBADF;
 	}
+	/* One descriptor for every entry: the one the view names. */
+	d = load_acquire(s->desc); /* pairs with: store_release in refresh_install */
+	pr->view->desc = d;
 	for (i = 0; i < n && rc == 0; i++) {
-		rc = prep_entry_init(p->e, load_acquire(s->desc), &pr->entry[i], &reqs[i]); /* pairs with: seg_refresh_locked */
+		rc = prep_entry_init(p->e, d, &pr->entry[i], &reqs[i]);
 		if (rc)
 			log_err("ferry_prep_create: request %u: %s", i, rc == -EFAULT ?
 				"a range outside registered memory (or a READ into read-only memory)" :
@@ -105,7 +151,7 @@ int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const struct ferry_
 	seg_release_ref(s);
 	if (rc) {
 		prep_unref(pr, i - 1);
-		free(pr);
+		free(blk);
 		return rc;
 	}
 	pr->port = p;
@@ -121,7 +167,7 @@ int ferry_prep_destroy(struct ferry_prep *pr)
 	if (!pr)
 		return -EINVAL;
 	prep_unref(pr, pr->n);
-	free(pr);
+	free(pr); /* its block's first member */
 	return 0;
 }
 
@@ -223,50 +269,55 @@ static void prep_refuse(struct ferry_batch *b, uint32_t n)
 }
 
 /*
- * The entries go in runs like ferry_submit's (dispatch_run): a run's first
- * is filled and its rails picked, the rest of the run copies those and
- * its entry's image, with nothing to check -- the set was validated once
- * and the segment is looked at once per call (prep_seg_refs).
+ * The peer's regions changed since the set was checked (a refresh put d in
+ * the segment): every entry is checked against d as ferry_submit would
+ * check it, and takes d's region (its keys) or, when d has none for it,
+ * is refused from now on (prep_submit_some).  Once per change, not per
+ * request; the port's thread, the set's only user.
  */
-int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const uint32_t *idx,
-		      uint32_t n)
+static void prep_rebind(const struct ferry_prep *pr, const struct seg_desc *d)
+{
+	uint32_t bad = 0;
+
+	for (uint32_t i = 0; i < pr->n; i++)
+		bad += prep_entry_bind(d, &pr->entry[i]) != 0;
+	if (bad > pr->view->n_bad)
+		log_warn("ferry_prep_submit: the peer's regions changed: %u of %u prepared "
+			 "requests have no region there now (they end FAILED -EFAULT or -EACCES)",
+			 bad, pr->n);
+	pr->view->desc = d;
+	pr->view->n_bad = bad;
+}
+
+/*
+ * Entries idx[0..n) into slots first.. of b, in runs like ferry_submit's
+ * (dispatch_run): a run's first is filled and its rails picked, the rest
+ * of the run copies those and its entry's image, with nothing to check --
+ * the set was validated once and the segment is looked at once per call
+ * (prep_seg_refs: s, slot, n references of the caller's).
+ */
+static void prep_dispatch(struct ferry_batch *b, const struct ferry_prep *pr, const uint32_t *idx,
+			  uint32_t n, uint32_t first, struct ferry_seg *s, uint32_t slot)
 {
 	struct rails_snap rails = { .left = 0 };
+	struct ferry_engine *e = b->port->e;
+	struct ferry_rq *rqs = &b->rqs[first];
 	struct prep_run c;
-	struct ferry_engine *e;
-	struct ferry_rq *rqs;
-	struct ferry_seg *s;
-	uint32_t first, slot;
 	struct dispatch d;
 
-	if (!b || !pr || (!idx && n) || pr->port != b->port)
-		return -EINVAL;
-	if (b->capacity - b->n < n)
-		return -ENOSPC;
-	for (uint32_t i = 0; i < n; i++)
-		if (idx[i] >= pr->n)
-			return -EINVAL;
-	e = b->port->e;
-	first = b->n;
-	s = n ? prep_seg_refs(e, pr->seg, n, &slot) : NULL;
-	if (!s) {
-		prep_refuse(b, n);
-		return (int)first;
-	}
 	fetch_add_relaxed(b->acct.pending, n); /* published by the ring's release */
 	if (pr->lreg) /* the one region of every entry: the call's references at once */
 		fetch_add_relaxed(pr->lreg->refs, n); /* the set holds one too: unregister is -EBUSY */
 	c.entry = pr->entry;
 	c.idx = idx;
 	c.lreg_each = !pr->lreg;
-	rqs = &b->rqs[first];
 	dispatch_begin(&d, b->port);
 	for (uint32_t i = 0; i < n;) {
 		struct ferry_rq *rq = &rqs[i];
 		bool waited = false;
 		uint32_t end;
 
-		prep_fill(rq, &pr->entry[idx[i]], s, slot, pr->seg, &b->acct);
+		prep_fill(rq, &c.entry[idx[i]], s, slot, pr->seg, &b->acct);
 		if (c.lreg_each)
 			fetch_add_relaxed(rq->lreg->refs, 1); /* the set holds one too */
 		rq_rails(e, rq, &rails);
@@ -282,8 +333,76 @@ int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const 
 		rails.left = waited ? 0 : rails.left - (end - i);
 		i = end;
 	}
-	store_release(b->n, b->n + n); /* pairs with: load_acquire in ferry_req_status */
 	dispatch_end(&d);
+}
+
+/* Slot rq for entry pe, which the peer's regions no longer hold: FAILED
+ * with why, nothing posted.  A WRITE to the segment that did not succeed,
+ * for a later ferry_notify (job_deps) like ferry_submit's refusals. */
+static void prep_refuse_entry(struct ferry_rq *rq, const struct prep_entry *pe,
+			      struct rq_batch *b, uint32_t slot, ferry_seg_t h)
+{
+	memcpy(rq, pe->head, RQ_HEAD_SIZE);
+	rq_clear(rq, b);
+	rq->seg_slot = slot;
+	rq->seg_gen = (uint32_t)(h >> 32);
+	rq_refuse(rq, pe->err);
+}
+
+/* prep_dispatch for a call when some of the set's entries have no region
+ * now: the stretches of the others go as usual, each of those is refused
+ * in its slot and gives its segment reference back. */
+static void prep_submit_some(struct ferry_batch *b, const struct ferry_prep *pr,
+			     const uint32_t *idx, uint32_t n, uint32_t first, struct ferry_seg *s,
+			     uint32_t slot)
+{
+	for (uint32_t i = 0, j; i < n; i = j) {
+		for (j = i; j < n && pr->entry[idx[j]].rreg; j++)
+			;
+		if (j > i) {
+			prep_dispatch(b, pr, idx + i, j - i, first + i, s, slot);
+			continue;
+		}
+		prep_refuse_entry(&b->rqs[first + i], &pr->entry[idx[i]], &b->acct, slot, pr->seg);
+		seg_release_ref(s);
+		j = i + 1;
+	}
+}
+
+/*
+ * The segment is looked at once per call (prep_seg_refs), and its
+ * descriptor: the one the set was checked against, unless a refresh
+ * replaced it (prep_rebind).
+ */
+int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const uint32_t *idx,
+		      uint32_t n)
+{
+	const struct seg_desc *d;
+	struct ferry_seg *s;
+	uint32_t first, slot;
+
+	if (!b || !pr || (!idx && n) || pr->port != b->port)
+		return -EINVAL;
+	if (b->capacity - b->n < n)
+		return -ENOSPC;
+	for (uint32_t i = 0; i < n; i++)
+		if (idx[i] >= pr->n)
+			return -EINVAL;
+	first = b->n;
+	s = n ? prep_seg_refs(b->port->e, pr->seg, n, &slot) : NULL;
+	if (!s) {
+		prep_refuse(b, n);
+		return (int)first;
+	}
+	/* Kept while we hold references: replaced ones stay until the close. */
+	d = load_acquire(s->desc); /* pairs with: store_release in refresh_install */
+	if (unlikely(d != pr->view->desc))
+		prep_rebind(pr, d);
+	if (likely(!pr->view->n_bad))
+		prep_dispatch(b, pr, idx, n, first, s, slot);
+	else
+		prep_submit_some(b, pr, idx, n, first, s, slot);
+	store_release(b->n, b->n + n); /* pairs with: load_acquire in ferry_req_status */
 	port_publish(b->port);
 	return (int)first;
 }

@@ -382,6 +382,103 @@ static void test_prep_closed_segment(void **state)
 	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &P.seg), 0);
 }
 
+/* Entries idx[0..n) of pr in a batch of their own; their statuses in st. */
+static void prep_run_wait(struct ferry_prep *pr, const uint32_t *idx, uint32_t n,
+			  struct ferry_req_status *st)
+{
+	struct ferry_batch *b;
+
+	assert_int_equal(ferry_batch_create(P.port, n, &b), 0);
+	assert_int_equal(ferry_prep_submit(b, pr, idx, n), 0);
+	assert_true(ferry_batch_wait(b, WAIT_DEADLINE_MS) != -ETIMEDOUT);
+	for (uint32_t i = 0; i < n; i++)
+		assert_int_equal(ferry_req_status(b, i, &st[i]), 0);
+	assert_int_equal(ferry_batch_destroy(b), 0);
+}
+
+/*
+ * A set validated against the peer's regions, then the regions change and
+ * the application refreshes the segment: the set follows the refreshed
+ * view, as ferry_submit does.  A region the peer no longer has is refused
+ * before anything is posted (FAILED -EFAULT, nothing reaches the NIC, its
+ * QPs stay whole, the other entries go on); one registered again (a new
+ * key) works again; one registered again read-only refuses the WRITE
+ * (-EACCES).  Before, the set kept the regions (and keys) it was checked
+ * against: the WRITE went to the NIC with the dropped region's key (a
+ * remote access error, which breaks the QP it hits), and kept failing so
+ * after the region was registered again.
+ */
+static void test_prep_after_refresh(void **state)
+{
+	enum { LEN = 64u << 10 };
+	uint8_t *extra = aligned_alloc(4096, LEN);
+	struct ferry_req r[2] = {
+		mkreq(FERRY_OP_WRITE, P.lbuf, 0, extra, 4096),
+		mkreq(FERRY_OP_WRITE, P.lbuf + 4096, 0, P.rbuf, 4096),
+	};
+	const uint32_t both[] = { 0, 1 };
+	struct ferry_req_status st[2];
+	struct ferry_prep *pr;
+	uint64_t posted, errs;
+
+	(void)state;
+	assert_non_null(extra);
+	fill_pattern(P.lbuf, 8192, 31);
+	memset(extra, 0, LEN);
+	memset(P.rbuf, 0, 4096);
+	assert_int_equal(ferry_mem_register(P.target, extra, LEN), 0);
+	assert_int_equal(ferry_segment_refresh(P.init, P.seg), 0);
+	assert_int_equal(ferry_prep_create(P.port, P.seg, r, 2, &pr), 0);
+	prep_run_wait(pr, both, 2, st);
+	assert_int_equal(st[0].state, FERRY_DONE);
+	assert_int_equal(st[1].state, FERRY_DONE);
+	assert_memory_equal(extra, P.lbuf, 4096);
+	/* The peer drops the region, and we see it. */
+	assert_int_equal(ferry_mem_unregister(P.target, extra), 0);
+	memset(extra, 0xee, LEN);
+	assert_int_equal(ferry_segment_refresh(P.init, P.seg), 0);
+	assert_refused(run_one_on(P.port, mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, extra, 4096),
+				  WAIT_DEADLINE_MS), -EFAULT);
+	posted = ENGINE_STAT_SUM(P.init, wrs_posted);
+	errs = ENGINE_STAT_SUM(P.init, wr_errors);
+	memset(P.rbuf, 0, 4096);
+	prep_run_wait(pr, both, 2, st);
+	print_message("after the refresh: entry 0 %s %d (%llu WRs posted, %llu failed), "
+		      "entry 1 %s %d\n", ferry_state_name(st[0].state), st[0].error,
+		      (unsigned long long)(ENGINE_STAT_SUM(P.init, wrs_posted) - posted),
+		      (unsigned long long)(ENGINE_STAT_SUM(P.init, wr_errors) - errs),
+		      ferry_state_name(st[1].state), st[1].error);
+	assert_refused(st[0], -EFAULT);
+	assert_int_equal(st[1].state, FERRY_DONE);
+	assert_memory_equal(P.rbuf, P.lbuf + 4096, 4096);
+	assert_int_equal(ENGINE_STAT_SUM(P.init, wr_errors), errs); /* never posted */
+	for (size_t i = 0; i < LEN; i++)
+		if (extra[i] != 0xee)
+			fail_msg("byte %zu of the dropped region written", i);
+	/* Registered again (new keys): after a refresh the set works again. */
+	assert_int_equal(ferry_mem_register(P.target, extra, LEN), 0);
+	assert_int_equal(ferry_segment_refresh(P.init, P.seg), 0);
+	prep_run_wait(pr, both, 2, st);
+	print_message("registered again: entry 0 %s %d\n", ferry_state_name(st[0].state),
+		      st[0].error);
+	assert_int_equal(st[0].state, FERRY_DONE);
+	assert_int_equal(st[1].state, FERRY_DONE);
+	assert_memory_equal(extra, P.lbuf, 4096);
+	/* Read-only now: the WRITE is refused -EACCES, not posted. */
+	assert_int_equal(ferry_mem_unregister(P.target, extra), 0);
+	assert_int_equal(ferry_mem_register_access(P.target, extra, LEN, FERRY_ACCESS_REMOTE_READ),
+			 0);
+	assert_int_equal(ferry_segment_refresh(P.init, P.seg), 0);
+	errs = ENGINE_STAT_SUM(P.init, wr_errors);
+	prep_run_wait(pr, both, 2, st);
+	assert_refused(st[0], -EACCES);
+	assert_int_equal(st[1].state, FERRY_DONE);
+	assert_int_equal(ENGINE_STAT_SUM(P.init, wr_errors), errs);
+	assert_int_equal(ferry_prep_destroy(pr), 0);
+	assert_int_equal(ferry_mem_unregister(P.target, extra), 0);
+	free(extra);
+}
+
 /* A thread that reads the statuses of the batch another thread fills. */
 struct status_reader {
 	struct ferry_batch *b;
@@ -447,6 +544,7 @@ int main(void)
 		cmocka_unit_test(test_prep),
 		cmocka_unit_test(test_prep_long_call),
 		cmocka_unit_test(test_prep_closed_segment),
+		cmocka_unit_test(test_prep_after_refresh),
 		cmocka_unit_test(test_status_from_another_thread),
 	};
 
