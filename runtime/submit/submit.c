@@ -345,7 +345,7 @@ static int rq_prepare(struct ferry_port *p, struct submit_hold *h, struct ferry_
 		return -EBADF;
 	if (READ_ONCE(s->stale))
 		return -ESTALE; /* the peer restarted: open its address again */
-	d = load_acquire(s->desc); /* pairs with: store_release in seg_refresh_locked */
+	d = load_acquire(s->desc); /* pairs with: store_release in refresh_install */
 	h->desc = d;
 	rq->rreg = rq_find_remote(p, r, d);
 	rc = rq->rreg ? rq_access_ok(rq) : -EFAULT;
@@ -523,7 +523,7 @@ submit_run(struct dispatch *d, struct submit_hold *h, const struct ferry_rq *rq,
 	if (!h->rails.rails ||
 	    !run_ops(&c, h->lreg->local_ro ? g->access & NIC_ACCESS_REMOTE_WRITE : g->access))
 		return 0;
-	/* pairs with: store_release in seg_refresh_locked */
+	/* pairs with: store_release in refresh_install */
 	if (READ_ONCE(s->stale) || load_acquire(s->desc) != h->desc)
 		return 0;
 	if (end > i + h->rails.left)
