@@ -70,7 +70,7 @@ TSAN_TESTS := tests/unit/ring/test_ring tests/integration/test_integration \
               tests/integration/test_named tests/integration/test_notify \
               tests/integration/test_mixed tests/integration/test_peer_faults \
               tests/integration/test_caller tests/integration/test_teardown \
-              tests/integration/test_slow_peers
+              tests/integration/test_slow_peers tests/integration/test_fork
 
 .PHONY: all test test-all test-plain test-transports test-caller test-asan test-tsan test-verbs run-tests install check-install \
         clean bench bench-run bench-tools fuzz callgrind deps deps-check check-layers check-exports
@@ -303,7 +303,7 @@ build-fuzz/fuzz_meta: $(FUZZ_META_SRCS) $(wildcard runtime/ctl/meta/*.h)
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_META_SRCS) -lcjson -o $@
 
-TCP_FUZZ_SRCS := $(sort $(wildcard qp/tcp/*.c qp/soft/*.c)) qp/auth/auth.c ring/base/log.c \
+TCP_FUZZ_SRCS := $(sort $(wildcard qp/tcp/*.c qp/soft/*.c)) qp/auth/auth.c ring/base/log.c ring/base/fd.c \
                  ring/base/clock.c
 build-fuzz/fuzz_tcp: tests/fuzz/fuzz_tcp.c $(TCP_FUZZ_SRCS) $(wildcard qp/tcp/*.h qp/soft/*.h) \
                      qp/nic.h

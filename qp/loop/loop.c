@@ -46,6 +46,7 @@
 
 #include "ring/base/atomics.h"
 #include "ring/base/compiler.h"
+#include "ring/base/fd.h"
 
 #define LOOP_MAX_QP_WR 32768u
 #define LOOP_MAX_CQE (1u << 20)
@@ -199,7 +200,7 @@ static int loop_open(const char *dev, struct nic **out)
 	while (!ctx->id); /* 0 means "not connected" */
 	CDS_INIT_LIST_HEAD(&ctx->cqs);
 	ctx->seed = LOOP_DEFAULT_SEED; /* not yet shared */
-	ctx->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ctx->event_fd = fd_track(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (ctx->event_fd < 0) {
 		free(ctx);
 		return -errno;
@@ -265,7 +266,7 @@ static void loop_close(struct nic *n)
 		loop_mr_release_owner_locked(ctx);
 	cds_list_del(&ctx->link);
 	pthread_mutex_unlock(&loop_lock);
-	close(ctx->event_fd);
+	fd_close(ctx->event_fd);
 	free(ctx);
 }
 

@@ -23,6 +23,7 @@
  * another request.
  */
 #include "qp/tcp/objects.h"
+#include "ring/base/fd.h"
 
 #include <errno.h>
 #include <string.h>
@@ -58,7 +59,7 @@ void tcp_conn_close(struct tcp_qp *qp)
 	if (qp->fd < 0)
 		return;
 	epoll_ctl(qp->cq->epfd, EPOLL_CTL_DEL, qp->fd, NULL);
-	close(qp->fd);
+	sock_close(qp->fd);
 	qp->fd = -1;
 	qp->events = 0;
 	qp->st_off = qp->st_len = 0;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "ring/base/clock.h"
+#include "ring/base/fd.h"
 #include "ring/base/log.h"
 
 static uint32_t pow2_at_least(uint32_t v)
@@ -123,7 +124,7 @@ void tcp_qp_free(struct tcp_qp *qp)
 {
 	if (qp->fd >= 0) {
 		epoll_ctl(qp->cq->epfd, EPOLL_CTL_DEL, qp->fd, NULL);
-		close(qp->fd);
+		sock_close(qp->fd);
 	}
 	free(qp->sq);
 	free(qp);
@@ -255,7 +256,7 @@ static int tcp_dial_fd(const struct sockaddr_in *to, uint64_t deadline_ms)
 	socklen_t sl = sizeof(int);
 	int fd, err = 0, rc;
 
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	fd = fd_track(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 	if (fd < 0)
 		return -errno;
 	rc = tcp_sock_opts(fd);
@@ -265,7 +266,7 @@ static int tcp_dial_fd(const struct sockaddr_in *to, uint64_t deadline_ms)
 			rc = -err;
 	}
 	if (rc) {
-		close(fd);
+		sock_close(fd);
 		return rc;
 	}
 	return fd;
@@ -326,7 +327,7 @@ static int tcp_dial(struct tcp_qp *qp, const struct sockaddr_in *to, const struc
 	}
 	if (rc) {
 		qp->fd = -1;
-		close(fd);
+		sock_close(fd);
 		return rc;
 	}
 	/* Release: post and poll on the core see the connection. */

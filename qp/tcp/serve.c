@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "ring/base/clock.h"
+#include "ring/base/fd.h"
 #include "ring/base/log.h"
 
 #define TCP_ACCEPTS 16  /* connections one poll accepts */
@@ -33,7 +34,7 @@ void tcp_pending_close(struct tcp_cq *cq, uint32_t slot)
 	struct tcp_pending *p = &cq->pend[slot];
 
 	epoll_ctl(cq->epfd, EPOLL_CTL_DEL, p->fd, NULL);
-	close(p->fd);
+	sock_close(p->fd);
 	p->fd = -1;
 	cq->npend--;
 }
@@ -51,7 +52,7 @@ void tcp_accept(struct tcp_cq *cq)
 	struct tcp_ctx *ctx = cq->ctx;
 
 	for (unsigned n = 0; n < TCP_ACCEPTS; n++) {
-		int fd = accept4(ctx->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd = fd_track(accept4(ctx->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
 		struct epoll_event ev = { .events = EPOLLIN };
 		int slot;
 
@@ -73,7 +74,7 @@ void tcp_accept(struct tcp_cq *cq)
 			cq->cnt[TC_REFUSED]++;
 			tcp_log(ctx, LOG_WARN, "a connection refused: %s",
 				slot < 0 ? "too many waiting for their HELLO" : strerror(errno));
-			close(fd);
+			sock_close(fd);
 			continue;
 		}
 		cq->pend[slot] = (struct tcp_pending){

@@ -61,6 +61,7 @@
 #include <unistd.h>
 
 #include "ring/base/clock.h"
+#include "ring/base/fd.h"
 #include "ring/base/log.h"
 
 #define TCP_LOG_BURST 10u   /* connection messages per second, per context */
@@ -159,7 +160,7 @@ static int tcp_listen(struct tcp_ctx *ctx)
 	socklen_t sl = sizeof(ctx->sa);
 	int one = 1;
 
-	ctx->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	ctx->lfd = fd_track(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 	if (ctx->lfd < 0)
 		return -errno;
 	if (setsockopt(ctx->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
@@ -216,7 +217,7 @@ static void tcp_close(struct nic *n)
 		tcp_cq_free_locked(cds_list_first_entry(&ctx->cqs, struct tcp_cq, link));
 	pthread_mutex_unlock(&ctx->lock);
 	if (ctx->lfd >= 0)
-		close(ctx->lfd);
+		sock_close(ctx->lfd);
 	for (unsigned i = 0; i < TCP_MR_CHUNKS; i++)
 		free(ctx->mr[i]);
 	pthread_mutex_destroy(&ctx->lock);
@@ -431,7 +432,7 @@ static int tcp_cq_create(struct nic *n, uint32_t cqe, struct nic_cq **out)
 	if (!cq)
 		return -ENOMEM;
 	rc = soft_cq_init(&cq->wcq, cqe);
-	cq->epfd = epoll_create1(EPOLL_CLOEXEC);
+	cq->epfd = fd_track(epoll_create1(EPOLL_CLOEXEC));
 	if (rc || cq->epfd < 0) {
 		rc = rc ? rc : -errno;
 		goto fail;
@@ -459,7 +460,7 @@ static int tcp_cq_create(struct nic *n, uint32_t cqe, struct nic_cq **out)
 	return 0;
 fail:
 	if (cq->epfd >= 0)
-		close(cq->epfd);
+		fd_close(cq->epfd);
 	soft_cq_fini(&cq->wcq);
 	free(cq);
 	return rc;
@@ -478,12 +479,12 @@ static void tcp_cq_free_locked(struct tcp_cq *cq)
 	}
 	for (unsigned i = 0; i < TCP_PENDING; i++)
 		if (cq->pend[i].fd >= 0)
-			close(cq->pend[i].fd);
+			sock_close(cq->pend[i].fd);
 	soft_cnt_add(ctx->retired, cq->pub, TC_NR);
 	if (ctx->serving == cq)
 		ctx->serving = NULL; /* the next CQ created serves */
 	cds_list_del(&cq->link);
-	close(cq->epfd);
+	fd_close(cq->epfd);
 	soft_cq_fini(&cq->wcq);
 	free(cq);
 }

@@ -48,6 +48,7 @@
 #define sub_fetch_acq_rel(x, v) __atomic_sub_fetch(&(x), (v), __ATOMIC_ACQ_REL)
 #define fetch_or_acq_rel(x, v) __atomic_fetch_or(&(x), (v), __ATOMIC_ACQ_REL)
 #define fetch_or_sc(x, v) __atomic_fetch_or(&(x), (v), __ATOMIC_SEQ_CST)
+#define fetch_or_relaxed(x, v) __atomic_fetch_or(&(x), (v), __ATOMIC_RELAXED)
 #define fetch_and_relaxed(x, v) __atomic_fetch_and(&(x), (v), __ATOMIC_RELAXED)
 
 #define xchg_relaxed(x, v) __atomic_exchange_n(&(x), (v), __ATOMIC_RELAXED)

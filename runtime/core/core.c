@@ -11,6 +11,7 @@
 #ifndef __SANITIZE_THREAD__
 #define _LGPL_SOURCE
 #endif
+#include "ring/base/fd.h"
 #include "runtime/core/core.h"
 
 #include <errno.h>
@@ -643,7 +644,7 @@ static int core_init(struct ferry_core *c, const char *const *nics, unsigned n, 
 	const struct ferry_opts *o = &c->e->opts;
 	int rc;
 
-	c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	c->wake_fd = fd_track(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	rc = c->wake_fd < 0 ? -errno : ep_table_init(&c->eps, core_ep_cap(o));
 	if (rc == 0 && c->eps.cap < o->ep_cache && c->index == 0 && o->verbose)
 		log_info("ep_cache %u lowered to %u: a core's context holds %u QPs, %u per endpoint "
@@ -766,6 +767,6 @@ void core_destroy(struct ferry_core *c)
 	handover_fini(c);
 	perf_close(&c->perf);
 	if (c->wake_fd >= 0)
-		close(c->wake_fd);
+		fd_close(c->wake_fd);
 	numa_free(c, sizeof(*c));
 }

@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ring/base/fd.h"
 #include "runtime/ctl/ctl.h"
 #include "runtime/ctl/sock.h"
 
@@ -72,7 +73,7 @@ int ctl_auth_load_key(const char *path, struct auth_key *key, char *err, size_t 
 	ssize_t n;
 	int fd, rc;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = fd_track(open(path, O_RDONLY | O_CLOEXEC));
 	if (fd < 0) {
 		rc = -errno;
 		key_err(err, errlen, "secret_file %s: %s", path, strerror(errno));
@@ -89,7 +90,7 @@ int ctl_auth_load_key(const char *path, struct auth_key *key, char *err, size_t 
 			len += (size_t)n;
 		}
 	}
-	close(fd);
+	fd_close(fd);
 	if (!rc) {
 		rc = auth_key_derive(buf, len, key);
 		if (rc == -EINVAL)

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "ring/base/fd.h"
 #include "runtime/ctl/conn.h"
 #include "runtime/ctl/sock.h"
 
@@ -82,7 +83,7 @@ void ctl_cap_refuse(struct ctl *c, int fd)
 	(void)recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
 	(void)send(fd, f, sizeof(f), MSG_DONTWAIT | MSG_NOSIGNAL); /* fits any socket buffer */
 	(void)shutdown(fd, SHUT_WR);
-	close(fd);
+	sock_close(fd);
 }
 
 /* The oldest connection still to prove the key (none closing), or NULL. */

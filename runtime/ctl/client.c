@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "ring/base/atomics.h"
+#include "ring/base/fd.h"
 #include "runtime/ctl/call.h"
 #include "runtime/ctl/ctl.h"
 #include "runtime/ctl/pool.h"
@@ -197,7 +198,7 @@ static int ctl_call_once(struct ctl_client *cl, const struct sockaddr_in *sin,
 	if (st == EX_SYNCED && cl)
 		ctl_pool_put(cl, sin, fd);
 	else
-		close(fd);
+		sock_close(fd);
 	*again = rc && st == EX_NO_REPLY && reused;
 	return rc;
 }
@@ -453,7 +454,7 @@ static void notify_pipe_once(struct ctl_client *cl, const struct sockaddr_in *si
 		if (st == EX_SYNCED)
 			ctl_pool_put(cl, sin, fd);
 		else
-			close(fd);
+			sock_close(fd);
 	}
 	*again = i == 0 && st == EX_NO_REPLY && reused;
 	for (; i < p->count; i++)

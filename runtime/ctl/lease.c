@@ -15,6 +15,7 @@
  * once, so up to 64 mute ones cost one timeout in all), on a thread of its
  * own.
  */
+#include "ring/base/fd.h"
 #include "runtime/ctl/lease.h"
 
 #include <errno.h>
@@ -152,12 +153,12 @@ int lease_start(struct ferry_engine *e)
 	struct lease *l = &e->lease;
 	int rc;
 
-	l->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	l->wake_fd = fd_track(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (l->wake_fd < 0)
 		return -errno;
 	rc = -pthread_create(&l->thread, NULL, lease_main, e);
 	if (rc) {
-		close(l->wake_fd);
+		fd_close(l->wake_fd);
 		l->wake_fd = -1;
 		return rc;
 	}
@@ -176,6 +177,6 @@ void lease_stop(struct ferry_engine *e)
 	eventfd_write(l->wake_fd, 1);
 	pthread_join(l->thread, NULL);
 	l->started = 0;
-	close(l->wake_fd);
+	fd_close(l->wake_fd);
 	l->wake_fd = -1;
 }

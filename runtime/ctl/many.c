@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "ring/base/atomics.h"
+#include "ring/base/fd.h"
 #include "runtime/ctl/call.h"
 #include "runtime/ctl/pool.h"
 #include "runtime/ctl/sock.h"
@@ -69,7 +70,7 @@ static void call_end(struct ctl_calls *s, struct call_slot *c, int rc, enum ex_s
 	if (c->fd >= 0 && st == EX_SYNCED)
 		ctl_pool_put(s->cl, &c->sin, c->fd);
 	else if (c->fd >= 0)
-		close(c->fd);
+		sock_close(c->fd);
 	for (unsigned k = c->answered; k < p->count; k++)
 		p->rcs[k] = rc;
 	for (unsigned k = 0; k < p->count && !c->said; k++)
@@ -110,7 +111,7 @@ static void call_dial(struct ctl_calls *s, struct call_slot *c)
 static void call_broke(struct ctl_calls *s, struct call_slot *c, int rc, enum ex_state st)
 {
 	if (c->reused && c->answered == 0 && st == EX_NO_REPLY) {
-		close(c->fd);
+		sock_close(c->fd);
 		fetch_add_relaxed(s->cl->redials, 1); /* statistics */
 		call_dial(s, c);
 		return;

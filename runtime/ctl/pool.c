@@ -10,6 +10,7 @@
  * connection the peer has closed meanwhile is seen before use when it can
  * be (readable: end of stream), else by the call, which redials once.
  */
+#include "ring/base/fd.h"
 #include "runtime/ctl/pool.h"
 
 #include <errno.h>
@@ -29,7 +30,7 @@ static bool same_peer(const struct sockaddr_in *a, const struct sockaddr_in *b)
 
 int ctl_dial_begin(const struct sockaddr_in *sin)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int fd = fd_track(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 
 	if (fd < 0)
 		return -errno;
@@ -39,7 +40,7 @@ int ctl_dial_begin(const struct sockaddr_in *sin)
 	    errno != EINTR) {
 		int rc = -errno;
 
-		close(fd);
+		sock_close(fd);
 		return rc;
 	}
 	return fd;
@@ -67,7 +68,7 @@ static int dial_tcp(const struct sockaddr_in *sin, int64_t deadline, int stop_fd
 	if (!rc)
 		rc = ctl_dial_end(fd);
 	if (rc) {
-		close(fd);
+		sock_close(fd);
 		return rc;
 	}
 	return fd;
@@ -90,7 +91,7 @@ int ctl_dial(struct ctl_client *cl, const struct sockaddr_in *sin, const char *a
 		return fd;
 	rc = ctl_auth_connect(fd, &cl->key, deadline, stop_fd, address);
 	if (rc) {
-		close(fd);
+		sock_close(fd);
 		return rc;
 	}
 	return fd;
@@ -121,7 +122,7 @@ int ctl_pool_take(struct ctl_client *cl, const struct sockaddr_in *sin)
 		fresh = now - p->last_ms < CTL_POOL_IDLE_MS;
 		cl->idle[i] = cl->idle[--cl->n_idle];
 		if (!fresh || !still_good(fd)) {
-			close(fd);
+			sock_close(fd);
 			fd = -1;
 		}
 	}
@@ -145,7 +146,7 @@ int ctl_pool_get(struct ctl_client *cl, const struct sockaddr_in *sin, const cha
 /* Remove idle entry i (closing it). */
 static void pool_drop(struct ctl_client *cl, unsigned i)
 {
-	close(cl->idle[i].fd);
+	sock_close(cl->idle[i].fd);
 	cl->idle[i] = cl->idle[--cl->n_idle];
 }
 
@@ -202,7 +203,7 @@ int ctl_client_init(struct ctl_client *cl, const struct auth_key *key)
 		cl->key = *key;
 		cl->has_key = 1;
 	}
-	cl->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	cl->stop_fd = fd_track(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	if (cl->stop_fd < 0)
 		return -errno;
 	return -pthread_mutex_init(&cl->lock, NULL);
@@ -238,7 +239,7 @@ void ctl_client_fini(struct ctl_client *cl)
 		pool_drop(cl, cl->n_idle - 1);
 	pthread_mutex_unlock(&cl->lock);
 	pthread_mutex_destroy(&cl->lock);
-	close(cl->stop_fd);
+	fd_close(cl->stop_fd);
 	cl->stop_fd = -1;
 	auth_wipe(&cl->key, sizeof(cl->key));
 }

@@ -13,6 +13,7 @@
  * side (up to CTL_CALLS_MAX in flight, driven by this thread's poll): one
  * to a peer that does not answer holds up no other.
  */
+#include "ring/base/fd.h"
 #include "runtime/ctl/repair.h"
 
 #include <errno.h>
@@ -721,7 +722,7 @@ int repair_start(struct ferry_engine *e)
 	e->repair.flights = calloc(CTL_CALLS_MAX, sizeof(*e->repair.flights));
 	if (!e->repair.calls || !e->repair.flights)
 		return -ENOMEM; /* freed by repair_stop */
-	e->repair.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	e->repair.wake_fd = fd_track(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (e->repair.wake_fd < 0)
 		return -errno;
 	rc = -pthread_create(&e->repair.thread, NULL, repair_main, e);
@@ -739,7 +740,7 @@ void repair_stop(struct ferry_engine *e)
 		eventfd_write(e->repair.wake_fd, 1);
 		pthread_join(e->repair.thread, NULL);
 		e->repair.started = 0;
-		close(e->repair.wake_fd);
+		fd_close(e->repair.wake_fd);
 		e->repair.wake_fd = -1;
 	}
 	ctl_calls_free(e->repair.calls); /* none in flight: the thread ended them */

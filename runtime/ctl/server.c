@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "ring/base/atomics.h"
+#include "ring/base/fd.h"
 #include "runtime/ctl/conn.h"
 #include "runtime/ctl/sock.h"
 
@@ -168,7 +169,11 @@ void ctl_conn_close(struct ctl *c, struct ctl_conn *cn, bool drain)
 		       (n = recv(cn->fd, sink, sizeof(sink), MSG_DONTWAIT)) > 0)
 			dropped += (size_t)n;
 	}
-	close(cn->fd); /* also leaves the epoll set */
+	/* Out of the epoll set explicitly: a close leaves it only with the
+	 * last copy of the fd, and a forked child may hold one (its events
+	 * would come back with cn freed). */
+	(void)epoll_ctl(c->epoll_fd, EPOLL_CTL_DEL, cn->fd, NULL);
+	sock_close(cn->fd);
 	c->conns[cn->idx] = c->conns[c->n_conns - 1];
 	c->conns[cn->idx]->idx = cn->idx;
 	WRITE_ONCE(c->n_conns, c->n_conns - 1); /* read by tests: a statistic */
@@ -339,7 +344,7 @@ static void conn_new(struct ctl *c, int fd, const struct sockaddr_in *sin)
 	int64_t now = sock_now_ms();
 
 	if (!cn) {
-		close(fd);
+		sock_close(fd);
 		return;
 	}
 	cn->fd = fd;
@@ -353,7 +358,7 @@ static void conn_new(struct ctl *c, int fd, const struct sockaddr_in *sin)
 		cn->auth_deadline = now + CTL_IO_TIMEOUT_MS;
 	}
 	if (epoll_ctl(c->epoll_fd, EPOLL_CTL_ADD, fd, &ev)) {
-		close(fd);
+		sock_close(fd);
 		free(cn);
 		return;
 	}
@@ -384,8 +389,8 @@ static void ctl_accept(struct ctl *c)
 	for (int k = 0; k < CTL_ACCEPT_BURST; k++) {
 		struct sockaddr_in sin;
 		socklen_t sl = sizeof(sin);
-		int fd = accept4(c->listen_fd, (struct sockaddr *)&sin, &sl,
-				 SOCK_CLOEXEC | SOCK_NONBLOCK);
+		int fd = fd_track(accept4(c->listen_fd, (struct sockaddr *)&sin, &sl,
+					  SOCK_CLOEXEC | SOCK_NONBLOCK));
 
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
@@ -563,7 +568,7 @@ static int ctl_listen(struct ctl *c, const struct sockaddr_in *addr)
 	int one = 1;
 	int fd;
 
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	fd = fd_track(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 	if (fd < 0)
 		return -errno;
 	/* Restarting an engine must not wait for TIME_WAIT on its port. */
@@ -574,7 +579,7 @@ static int ctl_listen(struct ctl *c, const struct sockaddr_in *addr)
 	    !inet_ntop(AF_INET, &bound.sin_addr, ip, sizeof(ip))) {
 		int rc = -errno;
 
-		close(fd);
+		sock_close(fd);
 		return rc;
 	}
 	snprintf(c->address, sizeof(c->address), "%s:%u", ip, ntohs(bound.sin_port));
@@ -585,11 +590,11 @@ static int ctl_listen(struct ctl *c, const struct sockaddr_in *addr)
 static void ctl_close_fds(struct ctl *c)
 {
 	if (c->listen_fd >= 0)
-		close(c->listen_fd);
+		sock_close(c->listen_fd);
 	if (c->stop_fd >= 0)
-		close(c->stop_fd);
+		fd_close(c->stop_fd);
 	if (c->epoll_fd >= 0)
-		close(c->epoll_fd);
+		fd_close(c->epoll_fd);
 	c->listen_fd = -1;
 	c->stop_fd = -1;
 	c->epoll_fd = -1;
@@ -652,8 +657,8 @@ static int ctl_epoll(struct ctl *c)
 	c->conns = calloc(c->cfg.max_conns, sizeof(*c->conns));
 	if (!c->conns)
 		return -ENOMEM;
-	c->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	c->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+	c->stop_fd = fd_track(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+	c->epoll_fd = fd_track(epoll_create1(EPOLL_CLOEXEC));
 	if (c->stop_fd < 0 || c->epoll_fd < 0 ||
 	    epoll_ctl(c->epoll_fd, EPOLL_CTL_ADD, c->listen_fd, &lev) ||
 	    epoll_ctl(c->epoll_fd, EPOLL_CTL_ADD, c->stop_fd, &sev))

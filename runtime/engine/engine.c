@@ -175,6 +175,9 @@ int ferry_engine_create_knobs(const struct ferry_opts *o, const struct ferry_kno
 
 	if (!o || !out)
 		return -EINVAL;
+	rc = engine_fork_init();
+	if (rc)
+		return rc;
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;

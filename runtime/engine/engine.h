@@ -119,6 +119,10 @@ void mem_release_all(struct ferry_engine *e);
 /* mem.c: the control thread's descriptor of our NICs and regions. */
 int engine_describe(void *arg, struct seg_desc *d);
 
+/* fork.c: install the fork handler (once per process), before the first
+ * engine opens an fd; 0 or -ENOMEM. */
+int engine_fork_init(void);
+
 /* Test hook: the NIC context of core i. */
 struct nic *ferry_engine_nic(struct ferry_engine *e, unsigned core);
 

@@ -17,6 +17,7 @@
 
 #include "runtime/metrics/perf.h"
 #include "ring/base/atomics.h"
+#include "ring/base/fd.h"
 
 static const struct {
 	const char *name;
@@ -55,7 +56,7 @@ static int open_one(unsigned i)
 	 */
 	a.exclude_kernel = ctr_def[i].type == PERF_TYPE_HARDWARE;
 	a.exclude_hv = 1;
-	fd = syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	fd = fd_track((int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
 	return fd < 0 ? -errno : (int)fd;
 }
 
@@ -76,11 +77,11 @@ static void why_add(struct perf_ctrs *p, size_t *pos, const char *fmt, ...)
 
 static void paranoid_level(char *buf, size_t len)
 {
-	int fd = open("/proc/sys/kernel/perf_event_paranoid", O_RDONLY | O_CLOEXEC);
+	int fd = fd_track(open("/proc/sys/kernel/perf_event_paranoid", O_RDONLY | O_CLOEXEC));
 	ssize_t n = fd >= 0 ? read(fd, buf, len - 1) : -1;
 
 	if (fd >= 0)
-		close(fd);
+		fd_close(fd);
 	if (n <= 0)
 		n = snprintf(buf, len, "?");
 	buf[n] = '\0';
@@ -187,7 +188,7 @@ void perf_close(struct perf_ctrs *p)
 
 	for (unsigned i = 0; i < PERF_CTR_N; i++) {
 		if (open && p->fd[i] >= 0)
-			close(p->fd[i]);
+			fd_close(p->fd[i]);
 		p->fd[i] = -1;
 	}
 	WRITE_ONCE(p->ok, 0);

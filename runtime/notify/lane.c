@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "ring/base/atomics.h"
+#include "ring/base/fd.h"
 #include "ring/base/log.h"
 #include "runtime/ctl/sock.h"
 #include "runtime/engine/engine.h"
@@ -479,8 +480,8 @@ static void sync_destroy(struct notify *nt)
 	pthread_cond_destroy(&nt->pause_cond);
 	pthread_cond_destroy(&nt->idle_cond);
 	pthread_mutex_destroy(&nt->lanes_lock);
-	close(nt->watch_fd);
-	close(nt->deputy_fd);
+	fd_close(nt->watch_fd);
+	fd_close(nt->deputy_fd);
 }
 
 int notify_threads_start(struct ferry_engine *e)
@@ -488,14 +489,14 @@ int notify_threads_start(struct ferry_engine *e)
 	struct notify *nt = &e->notify;
 	int rc;
 
-	nt->watch_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-	nt->deputy_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	nt->watch_fd = fd_track(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+	nt->deputy_fd = fd_track(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	rc = nt->watch_fd < 0 || nt->deputy_fd < 0 ? errno : sync_init(nt);
 	if (rc) {
 		if (nt->watch_fd >= 0)
-			close(nt->watch_fd);
+			fd_close(nt->watch_fd);
 		if (nt->deputy_fd >= 0)
-			close(nt->deputy_fd);
+			fd_close(nt->deputy_fd);
 		return -rc;
 	}
 	pthread_mutex_lock(&nt->lanes_lock);

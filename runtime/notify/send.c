@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "ring/base/atomics.h"
+#include "ring/base/fd.h"
 #include "ring/base/log.h"
 #include "runtime/engine/engine.h"
 
@@ -335,7 +336,7 @@ int notify_start(struct ferry_engine *e)
 	struct notify *nt = &e->notify;
 	int rc;
 
-	nt->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	nt->wake_fd = fd_track(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (nt->wake_fd < 0)
 		return -errno;
 	nt->bell.fd = nt->wake_fd; /* batches point at it from their creation (port.c) */
@@ -369,6 +370,6 @@ void notify_close_bell(struct ferry_engine *e)
 	 * last job ended may ring after the join, and the number of a closed fd
 	 * is soon another's (a control socket's). */
 	if (e->notify.wake_fd >= 0)
-		close(e->notify.wake_fd);
+		fd_close(e->notify.wake_fd);
 	e->notify.wake_fd = -1;
 }
