@@ -21,6 +21,33 @@
  * compiled with (opts_size) and ferry_core_stats() passes it, so a library
  * newer than the caller's header reads and writes only the fields the
  * caller knows.  Only ferry_* functions are exported.
+ *
+ * fork(): a child forked while engines exist (Python multiprocessing's
+ * default start method on Linux) gets copies of them but none of their
+ * threads; the parent keeps owning the engines, their connections, QPs
+ * and peers, and goes on as if there were no child.  Before fork()
+ * returns in the child, ferry closes the child's copies of every fd it
+ * opened (connections, listeners, eventfds; not those that rdma-core,
+ * hiredis or libcurl opened), so that a close, a destroy or a crash of
+ * the parent ends its connections and stops its listeners while the
+ * child lives; ferry also shuts a socket down before closing it, for the
+ * instant before the child's handler has run.  In the child, every call
+ * that takes an inherited engine or one of its ports, batches, prepared
+ * sets or segments returns -EOWNERDEAD and does nothing -- it neither
+ * hangs nor runs a core's pass, which would write into the parent's tcp
+ * streams and QPs (ferry_segment_transport returns NULL).  EOWNERDEAD
+ * (the state's owner is gone, from this process) rather than ECHILD,
+ * which means "no child to wait for" (Python: ChildProcessError); no
+ * other ferry call returns it.  Only reading the copy is left:
+ * ferry_engine_address, ferry_engine_cores, ferry_core_nic,
+ * ferry_batch_size and ferry_req_status (the state as of the fork; it is
+ * not checked, being per request).  ferry_engine_destroy of an inherited
+ * engine returns at once: it tells no peer, joins no thread and frees
+ * nothing (the copy's pages stay shared with the parent's until written).
+ * Known limit: engines the child creates itself may hang in their first
+ * RCU grace period (liburcu-qsbr still lists the parent's threads there):
+ * a child that needs an engine of its own should be started by exec
+ * (multiprocessing "spawn" or "forkserver").
  */
 #ifndef FERRY_H
 #define FERRY_H
@@ -277,7 +304,9 @@ FERRY_API int ferry_engine_create(const struct ferry_opts *o, struct ferry_engin
  * segments still open are asked to free their halves of the QPs, up to 64
  * peers at once: ~10 s for each 64 that do not answer (and ~250 ms more
  * for the QPs of handshakes it cut short).  Must not race
- * with any other call on the engine.  NULL is ignored.
+ * with any other call on the engine.  NULL is ignored.  In a forked
+ * child, an engine inherited from the parent is left alone: no peer is
+ * told, no thread joined, nothing freed (see fork() above).
  */
 FERRY_API void ferry_engine_destroy(struct ferry_engine *e);
 
@@ -544,7 +573,8 @@ FERRY_API uint32_t ferry_batch_size(const struct ferry_batch *b);
 /**
  * Status of request i of batch b.  -ERANGE if i was never submitted.  Any
  * thread (the values are read atomically; bytes may lag state by nothing:
- * once state is final, bytes and error are final).
+ * once state is final, bytes and error are final).  In a forked child, the
+ * copy of a parent's batch reads as it was at the fork.
  */
 FERRY_API int ferry_req_status(const struct ferry_batch *b, uint32_t i, struct ferry_req_status *st);
 

@@ -274,6 +274,8 @@ int ferry_progress(struct ferry_engine *e)
 
 	if (!e)
 		return -EINVAL;
+	if (engine_forked(e))
+		return -EOWNERDEAD;
 	if (e->opts.idle != FERRY_IDLE_CALLER)
 		return 0;
 	for (unsigned i = 0; i < e->ncores; i++)

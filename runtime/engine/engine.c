@@ -175,12 +175,14 @@ int ferry_engine_create_knobs(const struct ferry_opts *o, const struct ferry_kno
 
 	if (!o || !out)
 		return -EINVAL;
-	rc = engine_fork_init();
-	if (rc)
-		return rc;
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
+	rc = engine_fork_add(e); /* before it opens an fd or starts a thread */
+	if (rc) {
+		free(e);
+		return rc;
+	}
 	if (k)
 		e->knobs = *k;
 	e->reaper.grace = &e->tsan_gp;
@@ -243,6 +245,13 @@ void ferry_engine_destroy(struct ferry_engine *e)
 {
 	if (!e)
 		return;
+	/* A forked child's copy: its threads are not here to join and its
+	 * peers belong to the parent, so it is left as it is -- its pages
+	 * stay shared with the parent's (copy-on-write) until written, and
+	 * freeing would walk lists and locks a parent thread may have held
+	 * mid-change at the fork.  Its fds were closed at the fork. */
+	if (engine_forked(e))
+		return;
 	notify_stop_begin(e); /* notifications not yet sent end -ECANCELED */
 	engine_stop_opens(e); /* stops the repair and notifier threads too (sends cancelled) */
 	named_stop(e); /* peers stop finding us by name first */
@@ -278,6 +287,7 @@ void ferry_engine_destroy(struct ferry_engine *e)
 	pthread_cond_destroy(&e->seg_cond);
 	pthread_mutex_destroy(&e->ctl_lock);
 	seg_table_free(&e->segs);
+	engine_fork_del(e);
 	free(e);
 }
 

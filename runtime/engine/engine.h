@@ -10,6 +10,7 @@
 #define FERRY_RUNTIME_ENGINE_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/queue.h>
 
@@ -66,6 +67,9 @@ static inline uint32_t region_lkey(const struct mem_region *r, const struct ferr
 }
 
 struct ferry_engine {
+	/* A forked child's copy (fork.c): set in the child only, before
+	 * fork() returns there; every public call refuses it. */
+	bool forked;
 	struct ferry_opts opts;        /* checked, complete (whatever size the caller had) */
 	struct ferry_knobs knobs;
 	char nics_buf[256];
@@ -106,7 +110,19 @@ struct ferry_engine {
 	struct notify notify;          /* notifications sent and received (runtime/notify) */
 	uint32_t cancel_epoch;         /* bumped by ferry_batch_cancel (release; the cores acquire) */
 	int tsan_gp;                   /* TSan's model of the RCU grace period */
+	struct ferry_engine *fork_next; /* in fork.c's list of live engines (its lock) */
 };
+
+/*
+ * The engine was inherited through fork(): its threads stayed in the
+ * parent, which still owns its connections and QPs.  The calls answer
+ * -EOWNERDEAD (the state's owner is not this process) and touch nothing.
+ * One byte compare per call.
+ */
+static inline bool engine_forked(const struct ferry_engine *e)
+{
+	return unlikely(e->forked);
+}
 
 /* nics.c: the NIC names of each core's contexts from the nics option. */
 int engine_pick_nics(const char *list, const unsigned *cpus, unsigned ncores,
@@ -119,9 +135,11 @@ void mem_release_all(struct ferry_engine *e);
 /* mem.c: the control thread's descriptor of our NICs and regions. */
 int engine_describe(void *arg, struct seg_desc *d);
 
-/* fork.c: install the fork handler (once per process), before the first
- * engine opens an fd; 0 or -ENOMEM. */
-int engine_fork_init(void);
+/* fork.c: install the fork handlers (once per process) and list e among
+ * the live engines, before it opens an fd; 0 or -ENOMEM. */
+int engine_fork_add(struct ferry_engine *e);
+/* fork.c: e leaves the list (engine destroy, in the process that made it). */
+void engine_fork_del(struct ferry_engine *e);
 
 /* Test hook: the NIC context of core i. */
 struct nic *ferry_engine_nic(struct ferry_engine *e, unsigned core);

@@ -257,6 +257,8 @@ int ferry_mem_register_access(struct ferry_engine *e, void *addr, size_t len, un
 
 	if (!e || !addr || len == 0 || (uintptr_t)addr + len < (uintptr_t)addr)
 		return -EINVAL;
+	if (engine_forked(e))
+		return -EOWNERDEAD;
 	if (access & ~(unsigned)(FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE))
 		return -EINVAL;
 	rc = range_check(e, addr, len, access, &writable);
@@ -292,6 +294,8 @@ int ferry_mem_unregister(struct ferry_engine *e, void *addr)
 
 	if (!e || !addr)
 		return -EINVAL;
+	if (engine_forked(e))
+		return -EOWNERDEAD;
 	pthread_mutex_lock(&e->ctl_lock);
 	pthread_rwlock_wrlock(&e->regions_lock);
 	i = region_lower_bound(e, (uintptr_t)addr);

@@ -307,7 +307,7 @@ int ferry_stats_format_prometheus(const struct ferry_engine *e, char *buf, size_
 	st = calloc(n ? n : 1, sizeof(*st));
 	if (!st)
 		return -ENOMEM;
-	for (unsigned i = 0; i < n && rc == 0; i++)
+	for (unsigned i = 0; i < n && rc == 0; i++) /* -EOWNERDEAD in a forked child */
 		rc = ferry_core_stats(e, i, &st[i]);
 	if (rc == 0)
 		rc = prom_format(buf, len, st, n, ferry_engine_address(e));

@@ -64,6 +64,8 @@ int ferry_core_counters_note(const struct ferry_engine *e, unsigned core, char *
 {
 	if (!e || !buf || !len)
 		return -EINVAL;
+	if (engine_forked(e))
+		return -EOWNERDEAD;
 	if (core >= e->ncores)
 		return -ERANGE;
 	perf_note(&e->cores[core]->perf, buf, len);
@@ -107,6 +109,8 @@ int ferry_core_stats_get(const struct ferry_engine *e, unsigned core, struct fer
 
 	if (!e || !out || size < STATS_SIZE_MIN)
 		return -EINVAL;
+	if (engine_forked(e))
+		return -EOWNERDEAD;
 	if (core >= e->ncores)
 		return -ERANGE;
 	stats_fill(e->cores[core], &full);

@@ -111,6 +111,8 @@ int ferry_notif_poll(struct ferry_engine *e, struct ferry_notif *out, uint32_t m
 
 	if (!e || (!out && max))
 		return -EINVAL;
+	if (engine_forked(e))
+		return -EOWNERDEAD;
 	q = load_acquire(e->notify.q); /* pairs with: store_release in notify_receive */
 	if (!q)
 		return 0;

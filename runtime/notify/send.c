@@ -127,6 +127,8 @@ int ferry_notify(struct ferry_batch *b, ferry_seg_t seg, const void *msg, uint32
 
 	if (!b)
 		return -EINVAL;
+	if (engine_forked(b->port->e))
+		return -EOWNERDEAD;
 	if (b->n >= b->capacity)
 		return -ENOSPC;
 	slot = b->n;

@@ -490,6 +490,8 @@ int ferry_segment_open(struct ferry_engine *e, const char *address, ferry_seg_t 
 {
 	if (!e || !address || !out)
 		return -EINVAL;
+	if (engine_forked(e))
+		return -EOWNERDEAD;
 	if (strlen(address) >= sizeof(((struct ferry_seg *)0)->address))
 		return -EINVAL;
 	/* "host:port" is an address; anything else a name (names have no colon). */
@@ -634,6 +636,8 @@ int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg)
 
 	if (!e)
 		return -EINVAL;
+	if (engine_forked(e))
+		return -EOWNERDEAD;
 	pthread_mutex_lock(&e->ctl_lock);
 	s = seg_lookup(e, seg, &slot);
 	if (s && s->state == SEG_OPEN) {

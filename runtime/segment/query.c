@@ -16,7 +16,7 @@ const char *ferry_segment_transport(struct ferry_engine *e, ferry_seg_t seg)
 	const char *name = NULL;
 	uint32_t slot;
 
-	if (!e)
+	if (!e || engine_forked(e))
 		return NULL;
 	pthread_mutex_lock(&e->ctl_lock);
 	s = seg_lookup(e, seg, &slot);
@@ -38,6 +38,8 @@ int ferry_segment_regions(struct ferry_engine *e, ferry_seg_t seg, struct ferry_
 
 	if (!e || (!out && max))
 		return -EINVAL;
+	if (engine_forked(e))
+		return -EOWNERDEAD;
 	pthread_mutex_lock(&e->ctl_lock);
 	s = seg_lookup(e, seg, &slot);
 	if (s && s->state == SEG_OPEN && s->desc) {

@@ -231,6 +231,8 @@ int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg)
 
 	if (!e)
 		return -EINVAL;
+	if (engine_forked(e))
+		return -EOWNERDEAD;
 	pthread_mutex_lock(&e->ctl_lock);
 	s = seg_lookup(e, seg, &slot);
 	if (!s || s->state != SEG_OPEN) {

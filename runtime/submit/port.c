@@ -61,6 +61,8 @@ int ferry_port_create(struct ferry_engine *e, struct ferry_port **out)
 
 	if (!e || !out)
 		return -EINVAL;
+	if (engine_forked(e))
+		return -EOWNERDEAD;
 	p = port_alloc(e);
 	if (!p)
 		return -ENOMEM;
@@ -91,6 +93,8 @@ int ferry_port_destroy(struct ferry_port *p)
 
 	if (!p)
 		return -EINVAL;
+	if (engine_forked(p->e))
+		return -EOWNERDEAD;
 	if (p->batches)
 		return -EBUSY;
 	e = p->e;
@@ -112,6 +116,8 @@ int ferry_batch_create(struct ferry_port *p, uint32_t capacity, struct ferry_bat
 
 	if (!p || !out || capacity == 0 || capacity > MAX_BATCH)
 		return -EINVAL;
+	if (engine_forked(p->e))
+		return -EOWNERDEAD;
 	b = ferry_zalloc_lines(sizeof(*b));
 	if (!b)
 		return -ENOMEM;
@@ -139,6 +145,8 @@ int ferry_batch_destroy(struct ferry_batch *b)
 {
 	if (!b)
 		return -EINVAL;
+	if (engine_forked(b->port->e))
+		return -EOWNERDEAD;
 	if (batch_pending(b))
 		return -EBUSY;
 	b->port->batches--;
@@ -151,6 +159,8 @@ int ferry_batch_reset(struct ferry_batch *b)
 {
 	if (!b)
 		return -EINVAL;
+	if (engine_forked(b->port->e))
+		return -EOWNERDEAD;
 	if (batch_pending(b))
 		return -EBUSY;
 	WRITE_ONCE(b->n, 0); /* ferry_req_status (any thread) may read it */

@@ -127,6 +127,8 @@ int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const struct ferry_
 
 	if (!p || !reqs || !out || n == 0 || n > (1u << 24))
 		return -EINVAL;
+	if (engine_forked(p->e))
+		return -EOWNERDEAD;
 	blk = calloc(1, sizeof(*blk) + (size_t)n * sizeof(blk->entry[0]));
 	if (!blk)
 		return -ENOMEM;
@@ -166,6 +168,8 @@ int ferry_prep_destroy(struct ferry_prep *pr)
 {
 	if (!pr)
 		return -EINVAL;
+	if (engine_forked(pr->port->e))
+		return -EOWNERDEAD;
 	prep_unref(pr, pr->n);
 	free(pr); /* its block's first member */
 	return 0;
@@ -383,6 +387,8 @@ int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const 
 
 	if (!b || !pr || (!idx && n) || pr->port != b->port)
 		return -EINVAL;
+	if (engine_forked(b->port->e))
+		return -EOWNERDEAD;
 	if (b->capacity - b->n < n)
 		return -ENOSPC;
 	for (uint32_t i = 0; i < n; i++)

@@ -610,6 +610,8 @@ int ferry_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n
 
 	if (!b || (!reqs && n))
 		return -EINVAL;
+	if (engine_forked(b->port->e))
+		return -EOWNERDEAD;
 	if (b->capacity - b->n < n)
 		return -ENOSPC;
 	first = b->n;
@@ -621,6 +623,8 @@ int ferry_try_submit(struct ferry_batch *b, const struct ferry_req *reqs, uint32
 {
 	if (!b || (!reqs && n))
 		return -EINVAL;
+	if (engine_forked(b->port->e))
+		return -EOWNERDEAD;
 	if (n > b->capacity - b->n)
 		n = b->capacity - b->n;
 	return (int)submit_some(b, reqs, n, false);
@@ -636,6 +640,8 @@ int ferry_batch_cancel(struct ferry_batch *b)
 {
 	if (!b)
 		return -EINVAL;
+	if (engine_forked(b->port->e))
+		return -EOWNERDEAD;
 	for (uint32_t i = 0; i < b->n; i++) {
 		struct ferry_rq *rq = &b->rqs[i];
 		int32_t none = 0;

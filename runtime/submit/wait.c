@@ -88,6 +88,8 @@ int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms)
 
 	if (!b)
 		return -EINVAL;
+	if (engine_forked(b->port->e))
+		return -EOWNERDEAD;
 	if (timeout_ms > 0)
 		deadline = ferry_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	for (;;) {

@@ -241,18 +241,23 @@ static int killed_parent_main(int up, int life)
 	struct ferry_engine *e;
 	struct ferry_opts o;
 	char addrs[2][64], c;
+	int born[2];
 
 	tcp_opts(&o);
-	if (ferry_engine_create(&o, &e))
+	if (ferry_engine_create(&o, &e) || pipe(born))
 		return 1;
 	snprintf(addrs[0], sizeof(addrs[0]), "%s", ferry_engine_address(e));
 	data_listener(e, addrs[1], sizeof(addrs[1]));
 	if (fork() == 0) { /* the worker: lives until the runner closes life */
+		/* Past its fork handlers: say so (before that, it still held
+		 * copies: a parent killed in that instant leaves them to it). */
+		if (write(born[1], "k", 1) != 1)
+			_exit(1);
 		while (read(life, &c, 1) < 0 && errno == EINTR)
 			;
 		_exit(0);
 	}
-	if (write(up, addrs, sizeof(addrs)) != sizeof(addrs))
+	if (read(born[0], &c, 1) != 1 || write(up, addrs, sizeof(addrs)) != sizeof(addrs))
 		return 2;
 	for (;;)
 		pause(); /* until killed */
@@ -288,6 +293,296 @@ static void test_killed_parent_leaves_no_listener(void **state)
 	close(life[1]); /* the worker goes (init reaps it) */
 }
 
+
+/* ---- calls on inherited engines ----------------------------------------- */
+
+enum {
+	C_SUBMIT, C_TRY_SUBMIT, C_WAIT, C_CANCEL, C_RESET, C_NOTIFY, C_PREP_SUBMIT,
+	C_PREP_CREATE, C_PREP_DESTROY, C_BATCH_CREATE, C_BATCH_DESTROY, C_PORT_CREATE,
+	C_PORT_DESTROY, C_REGISTER, C_REGISTER_ACCESS, C_UNREGISTER, C_OPEN, C_REFRESH,
+	C_CLOSE, C_REGIONS, C_TRANSPORT, C_PROGRESS, C_STATS, C_NOTE, C_PROM, C_NOTIF_POLL,
+	C_N
+};
+
+static const char *const call_name[C_N] = {
+	"ferry_submit", "ferry_try_submit", "ferry_batch_wait", "ferry_batch_cancel",
+	"ferry_batch_reset", "ferry_notify", "ferry_prep_submit", "ferry_prep_create",
+	"ferry_prep_destroy", "ferry_batch_create", "ferry_batch_destroy", "ferry_port_create",
+	"ferry_port_destroy", "ferry_mem_register", "ferry_mem_register_access",
+	"ferry_mem_unregister", "ferry_segment_open", "ferry_segment_refresh",
+	"ferry_segment_close", "ferry_segment_regions", "ferry_segment_transport",
+	"ferry_progress", "ferry_core_stats", "ferry_core_counters_note",
+	"ferry_stats_format_prometheus", "ferry_notif_poll",
+};
+
+/* What the child calls its copies with: a pair, a port, a batch, a prep. */
+struct world {
+	struct pair p;
+	struct ferry_batch *b;
+	struct ferry_prep *pr;
+	uint8_t *spare; /* not registered */
+};
+
+/*
+ * In the child: every call on the inherited objects, results into rc[]
+ * (ferry_segment_transport: -EOWNERDEAD for its NULL).  The requests are
+ * valid ones: before the fix they went to the parent's cores' rings and a
+ * wait ran a core's pass here.
+ */
+static void child_calls(struct world *w, int *rc)
+{
+	struct ferry_req r = mkreq(FERRY_OP_WRITE, w->p.lbuf, w->p.seg, w->p.rbuf, 4096);
+	struct ferry_region_info regs[4];
+	struct ferry_core_stats st;
+	struct ferry_notif nf;
+	struct ferry_prep *pr2;
+	struct ferry_batch *b2;
+	struct ferry_port *p2;
+	ferry_seg_t s2;
+	uint32_t idx = 0;
+	char buf[256];
+
+	rc[C_SUBMIT] = ferry_submit(w->b, &r, 1);
+	rc[C_TRY_SUBMIT] = ferry_try_submit(w->b, &r, 1);
+	rc[C_WAIT] = ferry_batch_wait(w->b, 1000);
+	rc[C_CANCEL] = ferry_batch_cancel(w->b);
+	rc[C_RESET] = ferry_batch_reset(w->b);
+	rc[C_NOTIFY] = ferry_notify(w->b, w->p.seg, "x", 1);
+	rc[C_PREP_SUBMIT] = ferry_prep_submit(w->b, w->pr, &idx, 1);
+	rc[C_PREP_CREATE] = ferry_prep_create(w->p.port, w->p.seg, &r, 1, &pr2);
+	rc[C_PREP_DESTROY] = ferry_prep_destroy(w->pr);
+	rc[C_BATCH_CREATE] = ferry_batch_create(w->p.port, 4, &b2);
+	rc[C_BATCH_DESTROY] = ferry_batch_destroy(w->b);
+	rc[C_PORT_CREATE] = ferry_port_create(w->p.init, &p2);
+	rc[C_PORT_DESTROY] = ferry_port_destroy(w->p.port);
+	rc[C_REGISTER] = ferry_mem_register(w->p.init, w->spare, 4096);
+	rc[C_REGISTER_ACCESS] = ferry_mem_register_access(w->p.init, w->spare, 4096, 0);
+	rc[C_UNREGISTER] = ferry_mem_unregister(w->p.init, w->p.lbuf);
+	rc[C_OPEN] = ferry_segment_open(w->p.init, ferry_engine_address(w->p.target), &s2);
+	rc[C_REFRESH] = ferry_segment_refresh(w->p.init, w->p.seg);
+	rc[C_CLOSE] = ferry_segment_close(w->p.init, w->p.seg);
+	rc[C_REGIONS] = ferry_segment_regions(w->p.init, w->p.seg, regs, 4);
+	rc[C_TRANSPORT] = ferry_segment_transport(w->p.init, w->p.seg) ? 0 : -EOWNERDEAD;
+	rc[C_PROGRESS] = ferry_progress(w->p.init);
+	rc[C_STATS] = ferry_core_stats(w->p.init, 0, &st);
+	rc[C_NOTE] = ferry_core_counters_note(w->p.init, 0, buf, sizeof(buf));
+	rc[C_PROM] = ferry_stats_format_prometheus(w->p.init, buf, sizeof(buf));
+	rc[C_NOTIF_POLL] = ferry_notif_poll(w->p.target, &nf, 1);
+}
+
+/* A WRITE then a READ back of a fresh pattern over w's segment: both DONE,
+ * every byte where it belongs. */
+static void parent_transfers(struct world *w, uint64_t seed)
+{
+	struct ferry_req wr = mkreq(FERRY_OP_WRITE, w->p.lbuf, w->p.seg, w->p.rbuf, BUF / 2);
+	struct ferry_req rd = mkreq(FERRY_OP_READ, w->p.lbuf + BUF / 2, w->p.seg, w->p.rbuf,
+				    BUF / 2);
+
+	fill_pattern(w->p.lbuf, BUF / 2, seed);
+	poison(w->p.rbuf, w->p.lbuf, BUF / 2);
+	assert_int_equal(run_one_on(w->p.port, wr, 30000).state, FERRY_DONE);
+	assert_int_equal(run_one_on(w->p.port, rd, 30000).state, FERRY_DONE);
+	assert_memory_equal(w->p.rbuf, w->p.lbuf, BUF / 2);
+	assert_memory_equal(w->p.lbuf + BUF / 2, w->p.lbuf, BUF / 2);
+}
+
+/* Wait (bounded) for pid to exit; its status, or fail after killing it. */
+static int reap_bounded(pid_t pid, const char *what)
+{
+	int64_t end = wait_now_ms() + 30000;
+	int st;
+
+	for (;;) {
+		pid_t r = waitpid(pid, &st, WNOHANG);
+
+		if (r == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		assert_int_equal(r, 0);
+		if (wait_now_ms() >= end) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			fail_msg("%s: still running after 30 s (killed)", what);
+		}
+		nanosleep(&(struct timespec){ 0, WAIT_POLL_NS }, NULL);
+	}
+}
+
+/*
+ * Over nics: a pair with a segment, a port, a batch and a prepared set that
+ * moved data; a child forked from it (a plain fork: the handlers run)
+ * calls everything on its copies, then destroys both engines; the parent
+ * moves data while the child lives (the child waits with its results
+ * sent) and after.  Before: the child's submit was taken (0) and queued
+ * on the parent's cores' rings, its wait drove a core's pass in the child
+ * (adaptive idle), its segment close and engine destroy told the target
+ * (the parent's QPs gone) or hung joining threads that are not there.
+ */
+static void calls_in_child(const char *nics)
+{
+	struct ferry_req r;
+	struct world w;
+	struct ferry_opts o;
+	int rc[C_N], up[2], hold[2];
+	pid_t pid;
+	char c;
+
+	pair_opts(&o, "0-1");
+	o.nics = nics;
+	pair_setup(&w.p, &o, &o, BUF);
+	pair_open_port(&w.p);
+	w.spare = aligned_alloc(4096, 4096);
+	assert_non_null(w.spare);
+	assert_int_equal(ferry_batch_create(w.p.port, 8, &w.b), 0);
+	r = mkreq(FERRY_OP_WRITE, w.p.lbuf, w.p.seg, w.p.rbuf, 4096);
+	assert_int_equal(ferry_prep_create(w.p.port, w.p.seg, &r, 1, &w.pr), 0);
+	parent_transfers(&w, 1);
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(hold), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(up[0]);
+		close(hold[1]);
+		for (unsigned k = 0; k < C_N; k++)
+			rc[k] = 1; /* "not called" */
+		child_calls(&w, rc);
+		if (write(up[1], rc, sizeof(rc)) != sizeof(rc))
+			_exit(2);
+		while (read(hold[0], &c, 1) < 0 && errno == EINTR)
+			;
+		ferry_engine_destroy(w.p.init); /* must neither hang nor tell the target */
+		ferry_engine_destroy(w.p.target);
+		_exit(0);
+	}
+	close(up[1]);
+	close(hold[0]);
+	if (poll(&(struct pollfd){ .fd = up[0], .events = POLLIN }, 1, 30000) != 1) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		fail_msg("over %s, the child's calls still running after 30 s (killed)", nics);
+	}
+	assert_int_equal(read(up[0], rc, sizeof(rc)), sizeof(rc));
+	close(up[0]);
+	for (unsigned k = 0; k < C_N; k++)
+		if (rc[k] != -EOWNERDEAD)
+			fail_msg("over %s, in the child, %s returned %d, not -EOWNERDEAD", nics,
+				 call_name[k], rc[k]);
+	parent_transfers(&w, 2); /* while the child lives */
+	close(hold[1]);
+	assert_int_equal(reap_bounded(pid, "the child destroying its copies"), 0);
+	parent_transfers(&w, 3); /* after: the child told nobody anything */
+	assert_int_equal(ferry_prep_destroy(w.pr), 0);
+	assert_int_equal(ferry_batch_destroy(w.b), 0);
+	assert_engine_quiet(w.p.init);
+	pair_teardown(&w.p);
+	free(w.spare);
+}
+
+static void test_calls_in_child_loop(void **state)
+{
+	(void)state;
+	calls_in_child("loop");
+}
+
+static void test_calls_in_child_tcp(void **state)
+{
+	(void)state;
+	calls_in_child("tcp");
+}
+
+static void test_calls_in_child_cma(void **state)
+{
+	(void)state;
+	calls_in_child("cma");
+}
+
+/*
+ * Over nics: the usual pattern of a worker pool -- a child makes engines
+ * of its own and uses them, beside the inherited copies: a transfer, a
+ * segment closed (its endpoints freed through liburcu's call_rcu), both
+ * engines destroyed, within the bounded wait.  Not under TSan: it does
+ * not support threads started in the child of a multi-threaded process.
+ *
+ * KNOWN TO FAIL, so skipped unless FERRY_TEST_FORK_OWN=1: the child hangs
+ * in urcu_qsbr_synchronize_rcu (its first ferry_port_destroy): the
+ * child's liburcu-qsbr still lists the parent's registered threads, which
+ * do not exist there, and its call_rcu thread is not there either.  Until
+ * that is solved, ferry.h says: a child that wants engines of its own
+ * must be started with exec (multiprocessing's "spawn" or "forkserver").
+ */
+static int child_own_engines(const char *nics)
+{
+	struct ferry_req_status st;
+	struct ferry_batch *b;
+	struct ferry_opts o;
+	struct pair q;
+	struct ferry_req r;
+
+	pair_opts(&o, "0-1");
+	o.nics = nics;
+	memset(&q, 0, sizeof(q));
+	if (ferry_engine_create(&o, &q.init) || ferry_engine_create(&o, &q.target))
+		return 10;
+	q.lbuf = aligned_alloc(4096, BUF);
+	q.rbuf = aligned_alloc(4096, BUF);
+	if (!q.lbuf || !q.rbuf || ferry_mem_register(q.init, q.lbuf, BUF) ||
+	    ferry_mem_register(q.target, q.rbuf, BUF))
+		return 11;
+	if (ferry_segment_open(q.init, ferry_engine_address(q.target), &q.seg) ||
+	    ferry_port_create(q.init, &q.port) || ferry_batch_create(q.port, 1, &b))
+		return 12;
+	fill_pattern(q.lbuf, BUF, 9);
+	r = mkreq(FERRY_OP_WRITE, q.lbuf, q.seg, q.rbuf, BUF);
+	if (ferry_submit(b, &r, 1) != 0 || ferry_batch_wait(b, 30000) != 0 ||
+	    ferry_req_status(b, 0, &st) || st.state != FERRY_DONE || memcmp(q.lbuf, q.rbuf, BUF))
+		return 13;
+	if (ferry_batch_destroy(b) || ferry_port_destroy(q.port) ||
+	    ferry_segment_close(q.init, q.seg) || ferry_mem_unregister(q.init, q.lbuf) ||
+	    ferry_mem_unregister(q.target, q.rbuf))
+		return 14;
+	ferry_engine_destroy(q.init);
+	ferry_engine_destroy(q.target);
+	return 0;
+}
+
+static void own_engines_in_child(const char *nics)
+{
+	struct ferry_opts o;
+	struct pair p;
+	pid_t pid;
+
+#ifdef FERRY_TSAN
+	skip();
+#endif
+	if (!getenv("FERRY_TEST_FORK_OWN"))
+		skip(); /* known to hang: see above */
+	pair_opts(&o, "0-1");
+	o.nics = nics;
+	pair_setup(&p, &o, &o, BUF);
+	pair_open_port(&p);
+	/* an endpoint freed through call_rcu first: liburcu's thread exists */
+	assert_int_equal(ferry_segment_close(p.init, p.seg), 0);
+	assert_int_equal(ferry_segment_open(p.init, ferry_engine_address(p.target), &p.seg), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(child_own_engines(nics));
+	assert_int_equal(reap_bounded(pid, "the child with engines of its own"), 0);
+	pair_teardown(&p);
+}
+
+static void test_own_engines_in_child_loop(void **state)
+{
+	(void)state;
+	own_engines_in_child("loop");
+}
+
+static void test_own_engines_in_child_tcp(void **state)
+{
+	(void)state;
+	own_engines_in_child("tcp");
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -295,6 +590,11 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_peer_sees_close),
 		cmocka_unit_test(test_server_close_with_kid),
 		cmocka_unit_test(test_killed_parent_leaves_no_listener),
+		cmocka_unit_test(test_calls_in_child_loop),
+		cmocka_unit_test(test_calls_in_child_tcp),
+		cmocka_unit_test(test_calls_in_child_cma),
+		cmocka_unit_test(test_own_engines_in_child_loop),
+		cmocka_unit_test(test_own_engines_in_child_tcp),
 	};
 
 	if (argc == 4 && !strcmp(argv[1], "--killed-parent"))
