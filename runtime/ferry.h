@@ -44,6 +44,14 @@
  * not checked, being per request).  ferry_engine_destroy of an inherited
  * engine returns at once: it tells no peer, joins no thread and frees
  * nothing (the copy's pages stay shared with the parent's until written).
+ * RDMA: before opening its first verbs device ferry calls ibv_fork_init()
+ * (process-wide, once): on kernels before 5.13, where a registered page
+ * would become copy-on-write at a fork and the NIC keep the child's copy,
+ * rdma-core then marks every registration MADV_DONTFORK -- a child has
+ * no mapping of the parent's registered memory (touching it faults); from
+ * 5.13 the kernel copies pinned pages for the child and the call does
+ * nothing.  If the application registered memory through rdma-core
+ * before, the call fails and ferry says so (set RDMAV_FORK_SAFE=1).
  * Known limit: engines the child creates itself may hang in their first
  * RCU grace period (liburcu-qsbr still lists the parent's threads there):
  * a child that needs an engine of its own should be started by exec

@@ -14,6 +14,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,12 +238,46 @@ static void device_names(struct ibv_device **list, int n, char *buf, size_t len)
 					ibv_get_device_name(list[i]));
 }
 
+/*
+ * fork() and registered memory: before Linux 5.13 a page registered with
+ * the NIC becomes copy-on-write at a fork, and the first write by the
+ * parent moves the parent to a new page while the NIC keeps the old one
+ * (the child's): the parent's later transfers read or write the child's
+ * memory.  ibv_fork_init() makes rdma-core mark every registration
+ * MADV_DONTFORK (the child gets no mapping there at all: a child touching
+ * a registered buffer faults); from 5.13 the kernel copies pinned pages
+ * for the child instead (ibv_is_fork_initialized() says
+ * IBV_FORK_UNNEEDED) and the call does nothing.  Process-wide, and only good before the
+ * process's first registration: so here, once, before ferry lists or
+ * opens a device.  An application that registered memory through
+ * rdma-core earlier gets EINVAL: said, not fatal.
+ */
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_safe_once(void)
+{
+	/* 0 also when unneeded (the kernel copies pinned pages) or done already
+	 * (RDMAV_FORK_SAFE, the application): rdma-core checks both itself. */
+	int rc = ibv_fork_init();
+
+	if (rc)
+		log_warn("verbs: ibv_fork_init: %s: memory registered before a fork() is "
+			 "not fork-safe on this kernel (< 5.13): set RDMAV_FORK_SAFE=1 or "
+			 "create the engine before any other RDMA registration", strerror(rc));
+}
+
+static void fork_safe(void)
+{
+	pthread_once(&fork_once, fork_safe_once);
+}
+
 static int open_device(struct fv_nic *nic)
 {
 	struct ibv_device **list;
 	char names[512];
 	int n = 0, i, err = 0;
 
+	fork_safe();
 	list = ibv_get_device_list(&n);
 	if (!list) {
 		err = null_errno(ENODEV);
@@ -667,6 +702,7 @@ int nic_verbs_discover(struct nic_dev_info *out, int max)
 	if (!out)
 		return -EINVAL;
 	/* No device, no driver, no kernel support: quietly none. */
+	fork_safe();
 	list = ibv_get_device_list(&n);
 	if (!list)
 		return 0;
