@@ -52,10 +52,12 @@
  * 5.13 the kernel copies pinned pages for the child and the call does
  * nothing.  If the application registered memory through rdma-core
  * before, the call fails and ferry says so (set RDMAV_FORK_SAFE=1).
- * Known limit: engines the child creates itself may hang in their first
- * RCU grace period (liburcu-qsbr still lists the parent's threads there):
- * a child that needs an engine of its own should be started by exec
- * (multiprocessing "spawn" or "forkserver").
+ * An engine of the child's own is refused: ferry_engine_create returns
+ * -EOWNERDEAD (and says why) in a process forked while engines ran,
+ * since liburcu-qsbr there still lists their threads and the new engine
+ * would hang in its first RCU grace period.  A child that needs an engine
+ * of its own is started by exec (multiprocessing "spawn" or
+ * "forkserver"), or forked before any engine exists.
  */
 #ifndef FERRY_H
 #define FERRY_H

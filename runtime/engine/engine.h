@@ -136,7 +136,8 @@ void mem_release_all(struct ferry_engine *e);
 int engine_describe(void *arg, struct seg_desc *d);
 
 /* fork.c: install the fork handlers (once per process) and list e among
- * the live engines, before it opens an fd; 0 or -ENOMEM. */
+ * the live engines, before it opens an fd; 0, -ENOMEM, or -EOWNERDEAD in a
+ * child forked while engines ran (an engine of its own would hang). */
 int engine_fork_add(struct ferry_engine *e);
 /* fork.c: e leaves the list (engine destroy, in the process that made it). */
 void engine_fork_del(struct ferry_engine *e);

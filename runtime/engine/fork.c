@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "ring/base/fd.h"
 #include "runtime/engine/engine.h"
@@ -29,6 +30,10 @@ static int fork_rc;
  * the child's list is whole: taken elsewhere only around a link change. */
 static pthread_mutex_t fork_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ferry_engine *fork_engines;
+/* This process was forked while engines lived: liburcu-qsbr here still
+ * lists their threads (online ones never pass a quiescent state again),
+ * so an engine of our own would hang at its first grace period. */
+static bool fork_had_engines;
 
 static void fork_prepare(void)
 {
@@ -49,6 +54,7 @@ static void fork_child(void)
 	fd_close_tracked();
 	for (e = fork_engines; e; e = e->fork_next)
 		e->forked = true;
+	fork_had_engines |= fork_engines != NULL;
 	fork_engines = NULL; /* the child's own engines start a new list */
 	pthread_mutex_unlock(&fork_lock); /* this thread took it in fork_prepare */
 }
@@ -64,6 +70,14 @@ int engine_fork_add(struct ferry_engine *e)
 	if (fork_rc)
 		return fork_rc;
 	pthread_mutex_lock(&fork_lock);
+	if (fork_had_engines) {
+		pthread_mutex_unlock(&fork_lock);
+		log_err("ferry_engine_create: this process was forked from one whose engines "
+			"were running; their threads stay registered with liburcu here, so an "
+			"engine of this process would hang: start it with exec "
+			"(multiprocessing 'spawn' or 'forkserver'), or fork before any engine");
+		return -EOWNERDEAD;
+	}
 	e->fork_next = fork_engines;
 	fork_engines = e;
 	pthread_mutex_unlock(&fork_lock);
