@@ -87,6 +87,99 @@ bool auth_verify(const struct auth_key *key, enum auth_role role,
 	return ok;
 }
 
+/* ---- version 2: proofs over the hellos, and sessions -------------------- */
+
+#define AUTH2_CONTEXT "ferry-auth-2"
+#define SESS_CONTEXT "ferry-session-2"
+
+_Static_assert(sizeof(AUTH2_CONTEXT) - 1 == AUTH_CONTEXT_LEN, "context length");
+_Static_assert(2 * AUTH_KEY_LEN <= crypto_generichash_BYTES_MAX, "one hash, both keys");
+_Static_assert(AUTH_KEY_LEN >= crypto_generichash_KEYBYTES_MIN, "keyed BLAKE2b");
+
+void auth_proof2(const struct auth_key *key, enum auth_role role, const uint8_t *hello_c,
+		 const uint8_t *hello_s, size_t len, uint8_t mac[AUTH_MAC_LEN])
+{
+	crypto_auth_hmacsha512256_state st;
+	uint8_t r = (uint8_t)role;
+
+	crypto_auth_hmacsha512256_init(&st, key->k, AUTH_KEY_LEN);
+	crypto_auth_hmacsha512256_update(&st, (const uint8_t *)AUTH2_CONTEXT, AUTH_CONTEXT_LEN);
+	crypto_auth_hmacsha512256_update(&st, &r, 1);
+	crypto_auth_hmacsha512256_update(&st, hello_c, len);
+	crypto_auth_hmacsha512256_update(&st, hello_s, len);
+	crypto_auth_hmacsha512256_final(&st, mac);
+	sodium_memzero(&st, sizeof(st));
+}
+
+bool auth_verify2(const struct auth_key *key, enum auth_role role, const uint8_t *hello_c,
+		  const uint8_t *hello_s, size_t len, const uint8_t mac[AUTH_MAC_LEN])
+{
+	uint8_t want[AUTH_MAC_LEN];
+	bool ok;
+
+	auth_proof2(key, role, hello_c, hello_s, len, want);
+	ok = crypto_verify_32(want, mac) == 0;
+	sodium_memzero(want, sizeof(want));
+	return ok;
+}
+
+void auth_sess_init(struct auth_sess *s, const struct auth_key *key, enum auth_role me,
+		    const uint8_t *hello_c, const uint8_t *hello_s, size_t len)
+{
+	uint8_t both[2 * AUTH_KEY_LEN];
+	crypto_generichash_state st;
+	bool client = me == AUTH_CLIENT;
+
+	crypto_generichash_init(&st, key->k, AUTH_KEY_LEN, sizeof(both));
+	crypto_generichash_update(&st, (const uint8_t *)SESS_CONTEXT, sizeof(SESS_CONTEXT) - 1);
+	crypto_generichash_update(&st, hello_c, len);
+	crypto_generichash_update(&st, hello_s, len);
+	crypto_generichash_final(&st, both, sizeof(both));
+	memcpy(s->tx, both + (client ? 0 : AUTH_KEY_LEN), AUTH_KEY_LEN);
+	memcpy(s->rx, both + (client ? AUTH_KEY_LEN : 0), AUTH_KEY_LEN);
+	s->tx_seq = 0;
+	s->rx_seq = 0;
+	s->on = true;
+	sodium_memzero(both, sizeof(both));
+	sodium_memzero(&st, sizeof(st));
+}
+
+static void frame_tag(const uint8_t k[AUTH_KEY_LEN], uint64_t seq, const void *a, size_t alen,
+		      const void *b, size_t blen, uint8_t tag[AUTH_MAC_LEN])
+{
+	crypto_auth_hmacsha512256_state st;
+	uint8_t s[8];
+
+	for (unsigned i = 0; i < 8; i++)
+		s[i] = (uint8_t)(seq >> (8 * i));
+	crypto_auth_hmacsha512256_init(&st, k, AUTH_KEY_LEN);
+	crypto_auth_hmacsha512256_update(&st, s, sizeof(s));
+	crypto_auth_hmacsha512256_update(&st, a, alen);
+	crypto_auth_hmacsha512256_update(&st, b, blen);
+	crypto_auth_hmacsha512256_final(&st, tag);
+	sodium_memzero(&st, sizeof(st));
+}
+
+void auth_seal(struct auth_sess *s, const void *a, size_t alen, const void *b, size_t blen,
+	       uint8_t tag[AUTH_MAC_LEN])
+{
+	frame_tag(s->tx, s->tx_seq++, a, alen, b, blen, tag);
+}
+
+bool auth_open(struct auth_sess *s, const void *a, size_t alen, const void *b, size_t blen,
+	       const uint8_t tag[AUTH_MAC_LEN])
+{
+	uint8_t want[AUTH_MAC_LEN];
+	bool ok;
+
+	frame_tag(s->rx, s->rx_seq, a, alen, b, blen, want);
+	ok = crypto_verify_32(want, tag) == 0;
+	sodium_memzero(want, sizeof(want));
+	if (ok)
+		s->rx_seq++;
+	return ok;
+}
+
 void auth_wipe(void *p, size_t len)
 {
 	sodium_memzero(p, len);

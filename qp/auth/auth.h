@@ -48,6 +48,43 @@ void auth_proof(const struct auth_key *key, enum auth_role role,
 bool auth_verify(const struct auth_key *key, enum auth_role role,
 		 const uint8_t nonce_c[AUTH_NONCE_LEN], const uint8_t nonce_s[AUTH_NONCE_LEN],
 		 const uint8_t mac[AUTH_MAC_LEN]);
+/*
+ * Version 2: the proofs cover both hellos whole (their algorithm field
+ * too, so a relay cannot strip the version), and the connection gets a
+ * session: a key per direction, derived from the cluster key and both
+ * hellos, and a sequence number per direction.  Every frame after the
+ * proofs carries a tag over its sequence number and bytes, so a frame
+ * nobody with the key made, one replayed, reordered, or sent the other
+ * way, does not verify: authenticating the ends only would let a relay
+ * that passed the handshake through speak on the authenticated connection.
+ */
+#define AUTH_HELLO_MAX 64
+
+struct auth_sess {
+	uint8_t tx[AUTH_KEY_LEN], rx[AUTH_KEY_LEN]; /* this side's sending key, the peer's */
+	uint64_t tx_seq, rx_seq;                    /* the next frame's, each way, from 0 */
+	bool on;                                    /* false: no key, frames go bare */
+};
+
+/* role's proof: crypto_auth(key, "ferry-auth-2" | role | hello_c | hello_s),
+ * both hellos len (<= AUTH_HELLO_MAX) bytes as sent. */
+void auth_proof2(const struct auth_key *key, enum auth_role role, const uint8_t *hello_c,
+		 const uint8_t *hello_s, size_t len, uint8_t mac[AUTH_MAC_LEN]);
+bool auth_verify2(const struct auth_key *key, enum auth_role role, const uint8_t *hello_c,
+		  const uint8_t *hello_s, size_t len, const uint8_t mac[AUTH_MAC_LEN]);
+/* The session of the connection whose hellos these are, for the side me:
+ * keyed BLAKE2b-512(key, "ferry-session-2" | hello_c | hello_s), the first
+ * half the client's sending key, the second the server's. */
+void auth_sess_init(struct auth_sess *s, const struct auth_key *key, enum auth_role me,
+		    const uint8_t *hello_c, const uint8_t *hello_s, size_t len);
+/* The tag of the next frame sent, a (alen bytes) then b (blen) back to
+ * back: HMAC-SHA512-256(tx, tx_seq u64 LE | a | b); tx_seq advances. */
+void auth_seal(struct auth_sess *s, const void *a, size_t alen, const void *b, size_t blen,
+	       uint8_t tag[AUTH_MAC_LEN]);
+/* Is tag the next frame's from the peer?  Constant time; rx_seq advances
+ * only when it is (a connection whose frame failed is closed anyway). */
+bool auth_open(struct auth_sess *s, const void *a, size_t alen, const void *b, size_t blen,
+	       const uint8_t tag[AUTH_MAC_LEN]);
 /* Erase a key (sodium_memzero: not optimised away). */
 void auth_wipe(void *p, size_t len);
 

@@ -5,15 +5,24 @@
  * provider's data connections, blocking, by deadline).
  *
  * The protocol, byte by byte (frames as in wire.h: 12-byte header, then):
- *   client -> server  AUTH_HELLO  01 00 | 00 00 | 00 00 00 00 | nonce_c (32)
- *   server -> client  AUTH_HELLO  01 00 | 00 00 | 00 00 00 00 | nonce_s (32)
+ *   client -> server  AUTH_HELLO  hello_c = 02 00 | 00 00 | 00 00 00 00 | nonce_c (32)
+ *   server -> client  AUTH_HELLO  hello_s = 02 00 | 00 00 | 00 00 00 00 | nonce_s (32)
  *                     AUTH_PROOF  mac_s (32) = HMAC-SHA512-256(key,
- *                                 "ferry-auth-1" | 02 | nonce_c | nonce_s)
+ *                                 "ferry-auth-2" | 02 | hello_c | hello_s)
  *   client -> server  AUTH_PROOF  mac_c (32) = HMAC-SHA512-256(key,
- *                                 "ferry-auth-1" | 01 | nonce_c | nonce_s)
- * then the client's requests.  key = BLAKE2b-256("ferry cluster key v1" |
- * the secret file less trailing whitespace).  A side that refuses sends at
- * most a WIRE_ERROR -EACCES.  Which side lacks a key shows in what comes:
+ *                                 "ferry-auth-2" | 01 | hello_c | hello_s)
+ * then the client's requests, and every frame after the proofs both ways
+ * tagged: header | payload | tag (32) = HMAC-SHA512-256(k_dir, seq u64 |
+ * header | payload), k_c2s | k_s2c = BLAKE2b-512(key; "ferry-session-2" |
+ * hello_c | hello_s), seq counting that direction's tagged frames from 0
+ * (qp/auth's auth_sess).  A frame whose tag does not verify closes the
+ * connection: the proofs alone authenticate the ends, and a relay that
+ * passed them through could speak on the connection after them.
+ * key = BLAKE2b-256("ferry cluster key v1" | the secret file less trailing
+ * whitespace).  A side that refuses sends at most a WIRE_ERROR (-EACCES;
+ * -EPROTONOSUPPORT to a hello of version 1, which had no tags: a keyed
+ * engine talks to version 2 only, so no relay can strip the tags).  Which
+ * side lacks a key shows in what comes:
  * a keyless server answers AUTH_HELLO with EACCES; a keyless client sends
  * a request where AUTH_HELLO belongs and gets EACCES.  The client sends its
  * proof even when the server's failed, so the server can log the reason
@@ -177,8 +186,33 @@ static int auth_refused(const struct auth_io *io, int err)
 {
 	if (err == -EACCES)
 		ctl_log("authentication with server %s refused: it has no key (secret_file) and "
-			"this side has one", io->peer);
+			"this side has one, or it is a ferry before tagged frames (upgrade it)",
+			io->peer);
+	else if (err == -EPROTONOSUPPORT)
+		ctl_log("authentication with server %s refused: it wants version %d; upgrade "
+			"this side", io->peer, WIRE_AUTH_ALG);
 	return err;
+}
+
+/* A hello's bytes as sent: the encoding is canonical (the decoder refuses
+ * anything else), so a decoded hello encodes back to them. */
+static void hello_bytes(const uint8_t nonce[WIRE_AUTH_NONCE_LEN], uint8_t b[WIRE_AUTH_HELLO_LEN])
+{
+	struct wire_auth_hello h = { .alg = WIRE_AUTH_ALG };
+
+	memcpy(h.nonce, nonce, WIRE_AUTH_NONCE_LEN);
+	(void)wire_auth_hello_encode(&h, b, WIRE_AUTH_HELLO_LEN);
+}
+
+/* A keyed side speaks version 2 only: one of version 1 cannot tag frames. */
+static bool auth_old(const struct auth_io *io, const struct wire_auth_hello *h)
+{
+	if (h->alg == WIRE_AUTH_ALG)
+		return false;
+	ctl_log("authentication with %s %s refused: it speaks version %u, without tagged "
+		"frames; with a key (secret_file) this side talks to version %d only: upgrade "
+		"the peer", io->side, io->peer, h->alg, WIRE_AUTH_ALG);
+	return true;
 }
 
 int ctl_auth_hello(int fd, uint8_t nonce[WIRE_AUTH_NONCE_LEN], int64_t deadline, int stop_fd)
@@ -194,25 +228,29 @@ int ctl_auth_hello(int fd, uint8_t nonce[WIRE_AUTH_NONCE_LEN], int64_t deadline,
 }
 
 int ctl_auth_finish(int fd, const struct auth_key *key, const uint8_t nonce[WIRE_AUTH_NONCE_LEN],
-		    int64_t deadline, int stop_fd, const char *peer)
+		    int64_t deadline, int stop_fd, const char *peer, struct auth_sess *sess)
 {
 	struct auth_io io = { fd, deadline, stop_fd, peer, "server" };
+	uint8_t b[WIRE_AUTH_HELLO_LEN], hc[WIRE_AUTH_HELLO_LEN], hs[WIRE_AUTH_HELLO_LEN];
 	struct wire_auth_hello theirs;
 	struct wire_auth_proof proof;
-	uint8_t b[WIRE_AUTH_HELLO_LEN];
 	bool ok;
 	int rc, perr;
 
-	rc = auth_recv(&io, WIRE_AUTH_HELLO, b, WIRE_AUTH_HELLO_LEN, &perr);
+	sess->on = false;
+	rc = auth_recv(&io, WIRE_AUTH_HELLO, hs, WIRE_AUTH_HELLO_LEN, &perr);
 	if (rc)
 		return perr ? auth_refused(&io, perr) : rc;
-	if (wire_auth_hello_decode(b, WIRE_AUTH_HELLO_LEN, &theirs))
+	if (wire_auth_hello_decode(hs, WIRE_AUTH_HELLO_LEN, &theirs))
 		return -EPROTO;
+	if (auth_old(&io, &theirs))
+		return -EPROTONOSUPPORT;
 	rc = auth_recv(&io, WIRE_AUTH_PROOF, b, WIRE_AUTH_PROOF_LEN, &perr);
 	if (rc)
 		return perr ? auth_refused(&io, perr) : rc;
-	ok = auth_verify(key, AUTH_SERVER, nonce, theirs.nonce, b);
-	auth_proof(key, AUTH_CLIENT, nonce, theirs.nonce, proof.mac);
+	hello_bytes(nonce, hc);
+	ok = auth_verify2(key, AUTH_SERVER, hc, hs, WIRE_AUTH_HELLO_LEN, b);
+	auth_proof2(key, AUTH_CLIENT, hc, hs, WIRE_AUTH_HELLO_LEN, proof.mac);
 	(void)wire_auth_proof_encode(&proof, b, WIRE_AUTH_PROOF_LEN);
 	rc = auth_send(&io, WIRE_AUTH_PROOF, b, WIRE_AUTH_PROOF_LEN);
 	if (!ok) {
@@ -220,17 +258,20 @@ int ctl_auth_finish(int fd, const struct auth_key *key, const uint8_t nonce[WIRE
 			"key differs from ours)", peer);
 		return -EACCES;
 	}
+	if (!rc)
+		auth_sess_init(sess, key, AUTH_CLIENT, hc, hs, WIRE_AUTH_HELLO_LEN);
 	return rc;
 }
 
 int ctl_auth_connect(int fd, const struct auth_key *key, int64_t deadline, int stop_fd,
-		     const char *peer)
+		     const char *peer, struct auth_sess *sess)
 {
 	uint8_t nonce[WIRE_AUTH_NONCE_LEN];
 	int rc = ctl_auth_hello(fd, nonce, deadline, stop_fd);
 
+	sess->on = false;
 	if (!rc)
-		rc = ctl_auth_finish(fd, key, nonce, deadline, stop_fd, peer);
+		rc = ctl_auth_finish(fd, key, nonce, deadline, stop_fd, peer, sess);
 	return rc;
 }
 
@@ -244,35 +285,39 @@ static int auth_deny(const struct auth_io *io, const char *why)
 }
 
 int ctl_auth_accept(int fd, const struct auth_key *key, int64_t deadline, int stop_fd,
-		    const char *peer)
+		    const char *peer, struct auth_sess *sess)
 {
 	struct auth_io io = { fd, deadline, stop_fd, peer, "client" };
-	struct wire_auth_hello mine = { .alg = WIRE_AUTH_ALG }, theirs;
-	struct wire_auth_proof proof;
 	uint8_t b[2 * WIRE_HDR_LEN + WIRE_AUTH_HELLO_LEN + WIRE_AUTH_PROOF_LEN];
+	uint8_t hc[WIRE_AUTH_HELLO_LEN], nonce[WIRE_AUTH_NONCE_LEN];
+	uint8_t *hs = b + WIRE_HDR_LEN, *mac = hs + WIRE_AUTH_HELLO_LEN + WIRE_HDR_LEN;
+	struct wire_auth_hello theirs;
 	int rc, perr;
 
-	rc = auth_recv(&io, WIRE_AUTH_HELLO, b, WIRE_AUTH_HELLO_LEN, &perr);
+	sess->on = false;
+	rc = auth_recv(&io, WIRE_AUTH_HELLO, hc, WIRE_AUTH_HELLO_LEN, &perr);
 	if (rc == -EPROTO)
 		return auth_deny(&io, "it did not start with AUTH_HELLO (no key?)");
 	if (rc)
 		return rc;
-	if (wire_auth_hello_decode(b, WIRE_AUTH_HELLO_LEN, &theirs))
+	if (wire_auth_hello_decode(hc, WIRE_AUTH_HELLO_LEN, &theirs))
 		return auth_deny(&io, "malformed AUTH_HELLO");
-	auth_nonce(mine.nonce);
-	auth_proof(key, AUTH_SERVER, theirs.nonce, mine.nonce, proof.mac);
+	if (auth_old(&io, &theirs)) {
+		(void)auth_send_error(&io, -EPROTONOSUPPORT);
+		return -EPROTONOSUPPORT;
+	}
+	auth_nonce(nonce);
 	wire_hdr_encode(b, WIRE_AUTH_HELLO, WIRE_AUTH_HELLO_LEN);
-	(void)wire_auth_hello_encode(&mine, b + WIRE_HDR_LEN, WIRE_AUTH_HELLO_LEN);
-	wire_hdr_encode(b + WIRE_HDR_LEN + WIRE_AUTH_HELLO_LEN, WIRE_AUTH_PROOF,
-			WIRE_AUTH_PROOF_LEN);
-	(void)wire_auth_proof_encode(&proof, b + 2 * WIRE_HDR_LEN + WIRE_AUTH_HELLO_LEN,
-				     WIRE_AUTH_PROOF_LEN);
+	hello_bytes(nonce, hs);
+	wire_hdr_encode(hs + WIRE_AUTH_HELLO_LEN, WIRE_AUTH_PROOF, WIRE_AUTH_PROOF_LEN);
+	auth_proof2(key, AUTH_SERVER, hc, hs, WIRE_AUTH_HELLO_LEN, mac);
 	rc = sock_send_full(fd, stop_fd, b, sizeof(b), deadline);
 	if (!rc)
-		rc = auth_recv(&io, WIRE_AUTH_PROOF, b, WIRE_AUTH_PROOF_LEN, &perr);
+		rc = auth_recv(&io, WIRE_AUTH_PROOF, mac, WIRE_AUTH_PROOF_LEN, &perr);
 	if (rc)
 		return rc == -EPROTO ? auth_deny(&io, "no AUTH_PROOF") : rc;
-	if (!auth_verify(key, AUTH_CLIENT, theirs.nonce, mine.nonce, b))
+	if (!auth_verify2(key, AUTH_CLIENT, hc, hs, WIRE_AUTH_HELLO_LEN, mac))
 		return auth_deny(&io, "its proof does not verify: its key differs from ours");
+	auth_sess_init(sess, key, AUTH_SERVER, hc, hs, WIRE_AUTH_HELLO_LEN);
 	return 0;
 }

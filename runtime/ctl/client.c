@@ -45,52 +45,21 @@ int ctl_io_error(int rc)
 	}
 }
 
-static int ctl_read_error(int fd, const struct wire_hdr *h, int64_t deadline, int stop_fd,
-			  const char *what)
+/* A WIRE_ERROR's payload: the peer's negative errno. */
+static int ctl_read_error(const uint8_t *b, uint32_t len, const char *what)
 {
-	uint8_t b[4];
 	int32_t err;
-	int rc;
 
-	if (h->payload_len != sizeof(b)) {
-		ctl_log("%s: ERROR reply with a %u byte payload", what, h->payload_len);
+	if (len != 4) {
+		ctl_log("%s: ERROR reply with a %u byte payload", what, len);
 		return -EPROTO;
 	}
-	rc = sock_recv_full(fd, stop_fd, b, sizeof(b), deadline, NULL);
-	if (rc)
-		return ctl_io_error(rc);
 	err = (int32_t)sock_get_le32(b);
 	if (err >= 0 || err < -CTL_ERRNO_MAX) {
 		ctl_log("%s: ERROR reply with errno %d", what, err);
 		return -EPROTO;
 	}
 	return err;
-}
-
-static int ctl_read_reply(int fd, const struct wire_hdr *h, int64_t deadline, int stop_fd,
-			  const struct ctl_call *call)
-{
-	uint8_t *buf;
-	int rc;
-
-	if (h->payload_len > call->rep_max) {
-		ctl_log("%s: reply of type %u with a %u byte payload (at most %u)", call->what,
-			h->type, h->payload_len, call->rep_max);
-		return -EPROTO;
-	}
-	if (!call->decode)
-		return 0;
-	/* At most rep_max <= WIRE_MAX_PAYLOAD bytes: wire_hdr_decode checked it. */
-	buf = malloc(h->payload_len ? h->payload_len : 1);
-	if (!buf)
-		return -ENOMEM;
-	rc = sock_recv_full(fd, stop_fd, buf, h->payload_len, deadline, NULL);
-	if (rc)
-		rc = ctl_io_error(rc);
-	else
-		rc = call->decode(buf, h->payload_len, call->out);
-	free(buf);
-	return rc;
 }
 
 /* Errors after which the server closes its end: do not keep the connection. */
@@ -105,13 +74,55 @@ enum ex_state ex_unanswered(int rc)
 	return rc != -ETIMEDOUT && rc != -ECANCELED ? EX_NO_REPLY : EX_BROKEN;
 }
 
-/* Read the reply to call on fd; *st says how the connection was left. */
-int ctl_read_answer(int fd, int64_t deadline, int stop_fd, const struct ctl_call *call,
-			   enum ex_state *st)
+/* The largest payload a reply of type h may have, or -EPROTO (logged). */
+static long reply_max(const struct wire_hdr *h, const struct ctl_call *call)
 {
-	uint8_t b[WIRE_HDR_LEN];
+	if (h->type == WIRE_ERROR && h->payload_len != 4) {
+		ctl_log("%s: ERROR reply with a %u byte payload", call->what, h->payload_len);
+		return -EPROTO;
+	}
+	if (h->type == WIRE_ERROR)
+		return 4;
+	if (h->type != call->rep_type) {
+		ctl_log("%s: unexpected reply type %u", call->what, h->type);
+		return -EPROTO;
+	}
+	if (h->payload_len > call->rep_max) {
+		ctl_log("%s: reply of type %u with a %u byte payload (at most %u)", call->what,
+			h->type, h->payload_len, call->rep_max);
+		return -EPROTO;
+	}
+	return call->rep_max;
+}
+
+/* The payload of the reply whose header is hb, and its tag when the
+ * connection has a session: verified before anything is made of it. */
+static int ctl_read_body(int fd, struct auth_sess *sess, const uint8_t *hb, uint8_t *buf,
+			 uint32_t len, int64_t deadline, int stop_fd, const char *what)
+{
+	uint8_t tag[WIRE_TAG_LEN];
+	int rc = sock_recv_full(fd, stop_fd, buf, len, deadline, NULL);
+
+	if (!rc && sess->on)
+		rc = sock_recv_full(fd, stop_fd, tag, sizeof(tag), deadline, NULL);
+	if (rc)
+		return ctl_io_error(rc);
+	if (sess->on && !auth_open(sess, hb, WIRE_HDR_LEN, buf, len, tag)) {
+		ctl_log("%s: a reply whose tag does not verify: not from the peer that "
+			"authenticated (a relay, or the path altered it); closing", what);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+/* Read the reply to call on fd; *st says how the connection was left. */
+int ctl_read_answer(int fd, struct auth_sess *sess, int64_t deadline, int stop_fd,
+		    const struct ctl_call *call, enum ex_state *st, uint64_t *forged)
+{
+	uint8_t b[WIRE_HDR_LEN], *buf;
 	struct wire_hdr h;
 	size_t got = 0;
+	long max;
 	int rc;
 
 	*st = EX_BROKEN;
@@ -122,16 +133,25 @@ int ctl_read_answer(int fd, int64_t deadline, int stop_fd, const struct ctl_call
 		return ctl_io_error(rc);
 	}
 	rc = wire_hdr_decode(b, sizeof(b), &h);
-	if (rc)
-		return rc;
-	if (h.type == call->rep_type)
-		rc = ctl_read_reply(fd, &h, deadline, stop_fd, call);
-	else if (h.type == WIRE_ERROR)
-		rc = ctl_read_error(fd, &h, deadline, stop_fd, call->what);
-	else {
-		ctl_log("%s: unexpected reply type %u", call->what, h.type);
+	max = rc ? rc : reply_max(&h, call);
+	if (max < 0)
+		return (int)max;
+	if (h.type == call->rep_type && !call->decode && !sess->on && !h.payload_len)
+		buf = NULL; /* nothing to read */
+	/* At most rep_max <= WIRE_MAX_PAYLOAD bytes: wire_hdr_decode checked it. */
+	else if (!(buf = malloc(h.payload_len ? h.payload_len : 1)))
+		return -ENOMEM;
+	rc = buf ? ctl_read_body(fd, sess, b, buf, h.payload_len, deadline, stop_fd, call->what)
+		 : 0;
+	if (rc == -EBADMSG && forged)
+		fetch_add_relaxed(*forged, 1); /* statistics */
+	if (!rc && h.type == WIRE_ERROR)
+		rc = ctl_read_error(buf, h.payload_len, call->what);
+	else if (!rc && call->decode)
+		rc = call->decode(buf, h.payload_len, call->out);
+	free(buf);
+	if (rc == -EBADMSG)
 		return -EPROTO;
-	}
 	/* A refused reply (-EPROTO) may have left bytes unread: out of step. */
 	if (rc != -EPROTO && rc != -ECONNRESET && rc != -ETIMEDOUT && rc != -ECANCELED &&
 	    rc != -ENOMEM && !closing_errno(rc))
@@ -139,20 +159,64 @@ int ctl_read_answer(int fd, int64_t deadline, int stop_fd, const struct ctl_call
 	return rc;
 }
 
+int ctl_seal(struct auth_sess *sess, const uint8_t *frames, size_t len, uint8_t **out,
+	     size_t *out_len)
+{
+	size_t off = 0, n = 0;
+	struct wire_hdr h;
+	uint8_t *o;
+
+	*out = (uint8_t *)frames;
+	*out_len = len;
+	if (!sess->on)
+		return 0;
+	for (off = 0; off < len; off += WIRE_HDR_LEN + h.payload_len, n++)
+		if (len - off < WIRE_HDR_LEN || wire_hdr_decode(frames + off, WIRE_HDR_LEN, &h) ||
+		    h.payload_len > len - off - WIRE_HDR_LEN)
+			return -EINVAL;
+	o = malloc(len + n * WIRE_TAG_LEN);
+	if (!o)
+		return -ENOMEM;
+	*out = o;
+	*out_len = len + n * WIRE_TAG_LEN;
+	for (off = 0; off < len; off += WIRE_HDR_LEN + h.payload_len) {
+		(void)wire_hdr_decode(frames + off, WIRE_HDR_LEN, &h);
+		memcpy(o, frames + off, WIRE_HDR_LEN + h.payload_len);
+		auth_seal(sess, o, WIRE_HDR_LEN, o + WIRE_HDR_LEN, h.payload_len,
+			  o + WIRE_HDR_LEN + h.payload_len);
+		o += WIRE_HDR_LEN + h.payload_len + WIRE_TAG_LEN;
+	}
+	return 0;
+}
+
+void ctl_sealed_free(const uint8_t *frames, uint8_t *sealed)
+{
+	if (sealed != frames)
+		free(sealed);
+}
+
 /* Send the request on a connected fd and read the reply; *st says how the
  * connection was left. */
-static int ctl_exchange(int fd, int64_t deadline, int stop_fd, const struct ctl_call *call,
-			enum ex_state *st)
+static int ctl_exchange(struct ctl_client *cl, int fd, struct auth_sess *sess, int64_t deadline,
+			const struct ctl_call *call, enum ex_state *st)
 {
+	int stop_fd = cl ? cl->stop_fd : -1;
+	uint8_t *f;
+	size_t len;
 	int rc;
 
 	wire_hdr_encode(call->frame, call->req_type, (uint32_t)call->req_len);
-	rc = sock_send_full(fd, stop_fd, call->frame, WIRE_HDR_LEN + call->req_len, deadline);
+	*st = EX_BROKEN;
+	rc = ctl_seal(sess, call->frame, WIRE_HDR_LEN + call->req_len, &f, &len);
+	if (rc)
+		return rc;
+	rc = sock_send_full(fd, stop_fd, f, len, deadline);
+	ctl_sealed_free(call->frame, f);
 	if (rc) {
 		*st = ex_unanswered(rc);
 		return ctl_io_error(rc);
 	}
-	return ctl_read_answer(fd, deadline, stop_fd, call, st);
+	return ctl_read_answer(fd, sess, deadline, stop_fd, call, st, cl ? &cl->forged : NULL);
 }
 
 /* Why a call got nowhere, said once (*said: ctl_call need not); and what
@@ -185,20 +249,22 @@ static int ctl_call_once(struct ctl_client *cl, const struct sockaddr_in *sin,
 			 const char *address, int64_t deadline, const struct ctl_call *call,
 			 bool *again, bool *said)
 {
+	struct auth_sess sess;
 	bool reused = false;
 	enum ex_state st;
 	int fd, rc;
 
 	*again = false;
-	fd = cl ? ctl_pool_get(cl, sin, address, deadline, &reused)
-		: ctl_dial(NULL, sin, address, deadline);
+	fd = cl ? ctl_pool_get(cl, sin, address, deadline, &reused, &sess)
+		: ctl_dial(NULL, sin, address, deadline, &sess);
 	if (fd < 0)
 		return ctl_dial_failed(cl, address, call, fd, said);
-	rc = ctl_exchange(fd, deadline, cl ? cl->stop_fd : -1, call, &st);
+	rc = ctl_exchange(cl, fd, &sess, deadline, call, &st);
 	if (st == EX_SYNCED && cl)
-		ctl_pool_put(cl, sin, fd);
+		ctl_pool_put(cl, sin, fd, &sess);
 	else
 		sock_close(fd);
+	auth_wipe(&sess, sizeof(sess));
 	*again = rc && st == EX_NO_REPLY && reused;
 	return rc;
 }
@@ -417,33 +483,41 @@ static void notify_pipe_once(struct ctl_client *cl, const struct sockaddr_in *si
 			     struct notify_pipe *p, bool *again, bool *said)
 {
 	enum ex_state st = EX_SYNCED;
+	struct auth_sess sess;
 	bool reused = false;
 	unsigned i = 0;
 	int fd, rc;
 
 	*again = false;
-	fd = ctl_pool_get(cl, sin, address, deadline, &reused);
+	fd = ctl_pool_get(cl, sin, address, deadline, &reused, &sess);
 	if (fd < 0) {
 		rc = ctl_dial_failed(cl, address, call, fd, said);
 		st = EX_BROKEN;
 	} else {
+		size_t first = p->first + (sess.on ? WIRE_TAG_LEN : 0), len;
+		uint8_t *f;
 		int late = 0;
 
+		rc = ctl_seal(&sess, p->frames, p->len, &f, &len);
+		if (rc)
+			st = EX_BROKEN;
 		/* The first frame alone: until it is whole the server has no
 		 * request, so a kept connection that breaks here may be redialled. */
-		rc = sock_send_full(fd, cl->stop_fd, p->frames, p->first, deadline);
-		if (rc) {
+		if (!rc)
+			rc = sock_send_full(fd, cl->stop_fd, f, first, deadline);
+		if (rc && st == EX_SYNCED) {
 			st = ex_unanswered(rc);
 			rc = ctl_io_error(rc);
-		} else if (p->len > p->first) {
+		} else if (!rc && len > first) {
 			/* Whole frames went and may be served even if the rest
 			 * breaks: then read their answers, and send none again. */
-			late = sock_send_full(fd, cl->stop_fd, p->frames + p->first,
-					      p->len - p->first, deadline);
+			late = sock_send_full(fd, cl->stop_fd, f + first, len - first, deadline);
 		}
+		ctl_sealed_free(p->frames, f);
 		/* The server answers a connection's requests in their order. */
 		for (; !rc && st == EX_SYNCED && i < p->count; i++)
-			p->rcs[i] = ctl_read_answer(fd, deadline, cl->stop_fd, call, &st);
+			p->rcs[i] = ctl_read_answer(fd, &sess, deadline, cl->stop_fd, call, &st,
+						    &cl->forged);
 		if (st != EX_SYNCED && i > 0)
 			rc = p->rcs[--i]; /* broke reading this one: it and the rest share why */
 		if (late) {
@@ -452,9 +526,10 @@ static void notify_pipe_once(struct ctl_client *cl, const struct sockaddr_in *si
 			st = EX_BROKEN;
 		}
 		if (st == EX_SYNCED)
-			ctl_pool_put(cl, sin, fd);
+			ctl_pool_put(cl, sin, fd, &sess);
 		else
 			sock_close(fd);
+		auth_wipe(&sess, sizeof(sess));
 	}
 	*again = i == 0 && st == EX_NO_REPLY && reused;
 	for (; i < p->count; i++)

@@ -38,6 +38,7 @@ struct ctl_conn {
 	bool closing;            /* close once the queued reply is sent */
 	bool tx_counts;          /* the queued reply answers a request: count it */
 	bool have_hdr;           /* hdr is whole and checked; reading the payload */
+	bool sealed;             /* sess is on: frames carry tags both ways from now */
 	struct wire_hdr h;
 	uint8_t hdr[WIRE_HDR_LEN];
 	size_t got;              /* bytes of the header, then of the payload */
@@ -45,7 +46,8 @@ struct ctl_conn {
 	uint8_t *tx;             /* the queued frame(s) */
 	size_t tx_len, tx_off;
 	int64_t rx_deadline, tx_deadline, auth_deadline, idle_deadline;
-	uint8_t nonce_c[AUTH_NONCE_LEN], nonce_s[AUTH_NONCE_LEN];
+	uint8_t hello_c[WIRE_AUTH_HELLO_LEN], hello_s[WIRE_AUTH_HELLO_LEN]; /* as sent */
+	struct auth_sess sess;   /* with a key: the connection's, once both proofs are in */
 	char peer[32];           /* "a.b.c.d:port", for the logs */
 };
 

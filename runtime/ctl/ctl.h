@@ -80,6 +80,7 @@ struct ctl {
 	uint64_t refused;          /* malformed messages, late requests */
 	uint64_t denied;           /* peers refused by authentication */
 	uint64_t capped;           /* connections refused at the cap */
+	uint64_t forged;           /* frames whose tag did not verify (connection closed) */
 };
 
 /* Bind listen ("ip:port", port 0 = any; NULL = "127.0.0.1:0") and start the thread. */
@@ -110,6 +111,7 @@ struct ctl_pconn {
 	struct sockaddr_in sin;
 	int fd;
 	int64_t last_ms;
+	struct auth_sess sess;     /* its session (tagged frames) when the client has a key */
 };
 
 /*
@@ -127,6 +129,7 @@ struct ctl_client {
 	uint64_t dials;                /* connections made (relaxed counters, for tests) */
 	uint64_t reuses;               /* calls on a kept connection */
 	uint64_t redials;              /* kept connections found broken and redialled */
+	uint64_t forged;               /* replies whose tag did not verify (connection closed) */
 };
 
 /* key: prove it to every server (NULL: none).  0 or -errno. */
@@ -215,18 +218,20 @@ int ctl_notify_many(struct ctl_client *cl, const char *address, int timeout_ms,
  */
 int ctl_auth_load_key(const char *path, struct auth_key *key, char *err, size_t errlen);
 /* The client's side of the handshake on fd, by deadline (stop_fd may be -1);
- * peer names the server in the logs.  0, -EACCES, or a transport error. */
+ * peer names the server in the logs.  0 with *sess the connection's session
+ * (every later frame tagged with it), -EACCES, -EPROTONOSUPPORT (a peer of
+ * version 1), or a transport error. */
 int ctl_auth_connect(int fd, const struct auth_key *key, int64_t deadline, int stop_fd,
-		     const char *peer);
+		     const char *peer, struct auth_sess *sess);
 /* The same in two steps, for calls to many peers at once: send our hello
  * (its nonce kept for the second step), then, once fd is readable, read the
  * server's hello and proof and send ours.  0, -EACCES, or a transport error. */
 int ctl_auth_hello(int fd, uint8_t nonce[WIRE_AUTH_NONCE_LEN], int64_t deadline, int stop_fd);
 int ctl_auth_finish(int fd, const struct auth_key *key, const uint8_t nonce[WIRE_AUTH_NONCE_LEN],
-		    int64_t deadline, int stop_fd, const char *peer);
+		    int64_t deadline, int stop_fd, const char *peer, struct auth_sess *sess);
 /* The server's side, blocking (for a provider's data connections; the
  * control server runs the same steps in its event loop). */
 int ctl_auth_accept(int fd, const struct auth_key *key, int64_t deadline, int stop_fd,
-		    const char *peer);
+		    const char *peer, struct auth_sess *sess);
 
 #endif /* FERRY_RUNTIME_CTL_H */

@@ -48,6 +48,9 @@ struct call_slot {
 	size_t sent;       /* bytes of pipe->frames written */
 	unsigned answered; /* answers read */
 	uint8_t nonce[WIRE_AUTH_NONCE_LEN];
+	struct auth_sess sess; /* the connection's, when the client has a key */
+	uint8_t *tx;       /* pipe->frames as they go on this connection (tagged) */
+	size_t tx_len;
 };
 
 struct ctl_calls {
@@ -68,9 +71,12 @@ static void call_end(struct ctl_calls *s, struct call_slot *c, int rc, enum ex_s
 	void *arg = c->arg;
 
 	if (c->fd >= 0 && st == EX_SYNCED)
-		ctl_pool_put(s->cl, &c->sin, c->fd);
+		ctl_pool_put(s->cl, &c->sin, c->fd, &c->sess);
 	else if (c->fd >= 0)
 		sock_close(c->fd);
+	ctl_sealed_free(p->frames, c->tx);
+	c->tx = NULL;
+	auth_wipe(&c->sess, sizeof(c->sess));
 	for (unsigned k = c->answered; k < p->count; k++)
 		p->rcs[k] = rc;
 	for (unsigned k = 0; k < p->count && !c->said; k++)
@@ -96,6 +102,9 @@ static void call_dial_failed(struct ctl_calls *s, struct call_slot *c, int rc)
 static void call_dial(struct ctl_calls *s, struct call_slot *c)
 {
 	c->reused = false;
+	ctl_sealed_free(c->pipe->frames, c->tx);
+	c->tx = NULL;
+	c->sess.on = false;
 	c->fd = ctl_dial_begin(&c->sin);
 	/* Idle connections in the pool (calls that ended well park theirs
 	 * there) may hold every descriptor left: they give way. */
@@ -122,7 +131,7 @@ static void call_broke(struct ctl_calls *s, struct call_slot *c, int rc, enum ex
 /* Write what the socket takes of c's requests, without waiting. */
 static void call_send(struct ctl_calls *s, struct call_slot *c)
 {
-	ssize_t n = send(c->fd, c->pipe->frames + c->sent, c->pipe->len - c->sent,
+	ssize_t n = send(c->fd, c->tx + c->sent, c->tx_len - c->sent,
 			 MSG_DONTWAIT | MSG_NOSIGNAL);
 
 	if (n >= 0) {
@@ -136,9 +145,15 @@ static void call_send(struct ctl_calls *s, struct call_slot *c)
 /* c's connection carries its requests from now on. */
 static void call_exchange(struct ctl_calls *s, struct call_slot *c)
 {
+	int rc = ctl_seal(&c->sess, c->pipe->frames, c->pipe->len, &c->tx, &c->tx_len);
+
 	c->step = STEP_EXCHANGE;
 	c->sent = 0;
-	call_send(s, c);
+	c->pipe->tag_len = c->sess.on ? WIRE_TAG_LEN : 0;
+	if (rc)
+		call_end(s, c, rc, EX_BROKEN);
+	else
+		call_send(s, c);
 }
 
 /* The deadline of a read that poll() said can begin: a peer sends each
@@ -159,7 +174,8 @@ static void call_answer(struct ctl_calls *s, struct call_slot *c)
 
 	if (c->pipe->outs)
 		c->call.out = c->pipe->outs[c->answered];
-	rc = ctl_read_answer(c->fd, call_read_deadline(c), s->cl->stop_fd, &c->call, &st);
+	rc = ctl_read_answer(c->fd, &c->sess, call_read_deadline(c), s->cl->stop_fd, &c->call, &st,
+			     &s->cl->forged);
 
 	if (st != EX_SYNCED) {
 		call_broke(s, c, rc, st);
@@ -192,7 +208,7 @@ static void call_connected(struct ctl_calls *s, struct call_slot *c)
 static void call_authenticate(struct ctl_calls *s, struct call_slot *c)
 {
 	int rc = ctl_auth_finish(c->fd, &s->cl->key, c->nonce, call_read_deadline(c),
-				 s->cl->stop_fd, c->pipe->address);
+				 s->cl->stop_fd, c->pipe->address, &c->sess);
 
 	if (rc)
 		call_dial_failed(s, c, rc);
@@ -213,7 +229,7 @@ static void call_step(struct ctl_calls *s, struct call_slot *c, short revents)
 	case STEP_EXCHANGE: {
 		unsigned gen = c->gen;
 
-		if ((revents & POLLOUT) && c->sent < c->pipe->len)
+		if ((revents & POLLOUT) && c->sent < c->tx_len)
 			call_send(s, c);
 		/* Ended by the send and started again by its done(): these
 		 * revents are not the new call's. */
@@ -230,7 +246,7 @@ static short call_events(const struct call_slot *c)
 {
 	if (c->step == STEP_CONNECT)
 		return POLLOUT;
-	if (c->step == STEP_EXCHANGE && c->sent < c->pipe->len)
+	if (c->step == STEP_EXCHANGE && c->sent < c->tx_len)
 		return POLLIN | POLLOUT; /* answers are read while requests still go */
 	return POLLIN;
 }
@@ -295,7 +311,7 @@ int ctl_calls_start(struct ctl_calls *s, struct ctl_pipe *pipe, const struct ctl
 		call_end(s, c, -EINVAL, EX_BROKEN);
 		return 0;
 	}
-	c->fd = ctl_pool_take(s->cl, &c->sin);
+	c->fd = ctl_pool_take(s->cl, &c->sin, &c->sess);
 	c->reused = c->fd >= 0;
 	if (c->reused) {
 		fetch_add_relaxed(s->cl->reuses, 1); /* statistics */
@@ -374,7 +390,7 @@ bool ctl_pipe_unanswered_sent(const struct ctl_pipe *p, unsigned k)
 
 		if (end + WIRE_HDR_LEN > p->len || wire_hdr_decode(p->frames + end, WIRE_HDR_LEN, &h))
 			return end < p->sent; /* (not ours: cannot be) any byte out counts */
-		end += WIRE_HDR_LEN + h.payload_len;
+		end += WIRE_HDR_LEN + h.payload_len + p->tag_len;
 	}
 	return end <= p->sent;
 }

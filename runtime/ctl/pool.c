@@ -75,12 +75,13 @@ static int dial_tcp(const struct sockaddr_in *sin, int64_t deadline, int stop_fd
 }
 
 int ctl_dial(struct ctl_client *cl, const struct sockaddr_in *sin, const char *address,
-	     int64_t deadline)
+	     int64_t deadline, struct auth_sess *sess)
 {
 	int stop_fd = cl ? cl->stop_fd : -1;
 	int fd = dial_tcp(sin, deadline, stop_fd);
 	int rc;
 
+	sess->on = false;
 	if ((fd == -EMFILE || fd == -ENFILE) && cl && ctl_pool_shed(cl))
 		fd = dial_tcp(sin, deadline, stop_fd); /* idle connections held them */
 
@@ -89,7 +90,7 @@ int ctl_dial(struct ctl_client *cl, const struct sockaddr_in *sin, const char *a
 	fetch_add_relaxed(cl->dials, 1); /* statistics */
 	if (!cl->has_key)
 		return fd;
-	rc = ctl_auth_connect(fd, &cl->key, deadline, stop_fd, address);
+	rc = ctl_auth_connect(fd, &cl->key, deadline, stop_fd, address, sess);
 	if (rc) {
 		sock_close(fd);
 		return rc;
@@ -106,11 +107,12 @@ static bool still_good(int fd)
 	return poll(&p, 1, 0) == 0;
 }
 
-int ctl_pool_take(struct ctl_client *cl, const struct sockaddr_in *sin)
+int ctl_pool_take(struct ctl_client *cl, const struct sockaddr_in *sin, struct auth_sess *sess)
 {
 	int64_t now = sock_now_ms();
 	int fd = -1;
 
+	sess->on = false;
 	pthread_mutex_lock(&cl->lock);
 	for (unsigned i = cl->n_idle; i-- > 0 && fd < 0;) {
 		struct ctl_pconn *p = &cl->idle[i];
@@ -120,10 +122,13 @@ int ctl_pool_take(struct ctl_client *cl, const struct sockaddr_in *sin)
 			continue;
 		fd = p->fd;
 		fresh = now - p->last_ms < CTL_POOL_IDLE_MS;
+		*sess = p->sess;
+		auth_wipe(&p->sess, sizeof(p->sess));
 		cl->idle[i] = cl->idle[--cl->n_idle];
 		if (!fresh || !still_good(fd)) {
 			sock_close(fd);
 			fd = -1;
+			auth_wipe(sess, sizeof(*sess));
 		}
 	}
 	pthread_mutex_unlock(&cl->lock);
@@ -131,22 +136,23 @@ int ctl_pool_take(struct ctl_client *cl, const struct sockaddr_in *sin)
 }
 
 int ctl_pool_get(struct ctl_client *cl, const struct sockaddr_in *sin, const char *address,
-		 int64_t deadline, bool *reused)
+		 int64_t deadline, bool *reused, struct auth_sess *sess)
 {
-	int fd = ctl_pool_take(cl, sin);
+	int fd = ctl_pool_take(cl, sin, sess);
 
 	*reused = fd >= 0;
 	if (fd >= 0) {
 		fetch_add_relaxed(cl->reuses, 1); /* statistics */
 		return fd;
 	}
-	return ctl_dial(cl, sin, address, deadline);
+	return ctl_dial(cl, sin, address, deadline, sess);
 }
 
 /* Remove idle entry i (closing it). */
 static void pool_drop(struct ctl_client *cl, unsigned i)
 {
 	sock_close(cl->idle[i].fd);
+	auth_wipe(&cl->idle[i].sess, sizeof(cl->idle[i].sess));
 	cl->idle[i] = cl->idle[--cl->n_idle];
 }
 
@@ -164,7 +170,8 @@ static int pool_oldest(const struct ctl_client *cl, const struct sockaddr_in *si
 	return oldest;
 }
 
-void ctl_pool_put(struct ctl_client *cl, const struct sockaddr_in *sin, int fd)
+void ctl_pool_put(struct ctl_client *cl, const struct sockaddr_in *sin, int fd,
+		  const struct auth_sess *sess)
 {
 	unsigned n = 0;
 	int victim;
@@ -177,7 +184,7 @@ void ctl_pool_put(struct ctl_client *cl, const struct sockaddr_in *sin, int fd)
 	if (victim >= 0)
 		pool_drop(cl, (unsigned)victim);
 	cl->idle[cl->n_idle++] = (struct ctl_pconn){ .sin = *sin, .fd = fd,
-						     .last_ms = sock_now_ms() };
+						     .last_ms = sock_now_ms(), .sess = *sess };
 	pthread_mutex_unlock(&cl->lock);
 }
 

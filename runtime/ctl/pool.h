@@ -13,11 +13,12 @@
 
 #include "runtime/ctl/ctl.h"
 
-/* A connection to sin, authenticated if cl has a key (cl may be NULL).
+/* A connection to sin, authenticated if cl has a key (cl may be NULL),
+ * its session in *sess (off without a key: frames go bare).
  * The fd, or -errno: connect errors as they come (-ECONNREFUSED, ...),
  * or what authentication said (-EACCES, -EBUSY, -EPROTO, ...). */
 int ctl_dial(struct ctl_client *cl, const struct sockaddr_in *sin, const char *address,
-	     int64_t deadline);
+	     int64_t deadline, struct auth_sess *sess);
 /* Connecting in steps, for calls to many peers at once: a non-blocking
  * socket whose connect to sin has begun (the fd, or -errno when it failed
  * at once); once it is writable, ctl_dial_end says how the connect went
@@ -25,13 +26,15 @@ int ctl_dial(struct ctl_client *cl, const struct sockaddr_in *sin, const char *a
 int ctl_dial_begin(const struct sockaddr_in *sin);
 int ctl_dial_end(int fd);
 /* The newest idle connection to sin that is still good (taken out of the
- * pool), or -1: no dial. */
-int ctl_pool_take(struct ctl_client *cl, const struct sockaddr_in *sin);
-/* A kept connection to sin (*reused = true) or a new one. */
+ * pool, its session in *sess), or -1: no dial. */
+int ctl_pool_take(struct ctl_client *cl, const struct sockaddr_in *sin, struct auth_sess *sess);
+/* A kept connection to sin (*reused = true) or a new one; its session in *sess. */
 int ctl_pool_get(struct ctl_client *cl, const struct sockaddr_in *sin, const char *address,
-		 int64_t deadline, bool *reused);
-/* Give a connection back after a clean exchange (it may be closed instead). */
-void ctl_pool_put(struct ctl_client *cl, const struct sockaddr_in *sin, int fd);
+		 int64_t deadline, bool *reused, struct auth_sess *sess);
+/* Give a connection back after a clean exchange (it may be closed instead),
+ * with its session as the exchange left it. */
+void ctl_pool_put(struct ctl_client *cl, const struct sockaddr_in *sin, int fd,
+		  const struct auth_sess *sess);
 /* Close every idle connection (no file descriptor left for a dial: the
  * pool is a cache, it gives way); how many. */
 unsigned ctl_pool_shed(struct ctl_client *cl);

@@ -9,9 +9,11 @@
  * Authentication, the server's side (the client's is in auth.c):
  *   peer: AUTH_HELLO (its nonce)
  *   us:   AUTH_HELLO (our nonce) and AUTH_PROOF (server proof), one write
- *   peer: AUTH_PROOF (client proof) -- then its requests
+ *   peer: AUTH_PROOF (client proof) -- then its requests, each tagged
  * Until the peer's proof verifies, any other message is refused with a
  * WIRE_ERROR -EACCES and nothing else: no descriptor, key or QP leaves.
+ * After it, a message whose tag does not verify is never served: server.c
+ * checks it before ctl_handle and closes the connection.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -96,6 +98,16 @@ int ctl_gate(struct ctl *c, struct ctl_conn *cn, uint16_t type)
 	return 0;
 }
 
+/* A peer of version 1 cannot tag its frames: it must not get a
+ * connection a relay could speak on.  Told so in a frame it can parse. */
+static void deny_old(struct ctl *c, struct ctl_conn *cn, uint16_t alg)
+{
+	ctl_conn_error(cn, -EPROTONOSUPPORT);
+	(void)ctl_conn_deny(c, cn, "it speaks authentication version %u, without tagged "
+			    "frames; with a key this side talks to version %d only: upgrade the "
+			    "peer", alg, WIRE_AUTH_ALG);
+}
+
 /* The peer's hello: answer with ours and our proof, in one frame pair. */
 static void serve_hello(struct ctl *c, struct ctl_conn *cn)
 {
@@ -108,17 +120,22 @@ static void serve_hello(struct ctl *c, struct ctl_conn *cn)
 		(void)ctl_conn_deny(c, cn, "malformed AUTH_HELLO");
 		return;
 	}
+	if (theirs.alg != WIRE_AUTH_ALG) {
+		deny_old(c, cn, theirs.alg);
+		return;
+	}
 	f = malloc(n);
 	if (!f) {
 		cn->closing = true;
 		return;
 	}
-	memcpy(cn->nonce_c, theirs.nonce, AUTH_NONCE_LEN);
-	auth_nonce(cn->nonce_s);
-	memcpy(mine.nonce, cn->nonce_s, AUTH_NONCE_LEN);
-	auth_proof(&c->cfg.key, AUTH_SERVER, cn->nonce_c, cn->nonce_s, proof.mac);
+	memcpy(cn->hello_c, cn->payload, WIRE_AUTH_HELLO_LEN);
+	auth_nonce(mine.nonce);
+	(void)wire_auth_hello_encode(&mine, cn->hello_s, WIRE_AUTH_HELLO_LEN);
+	auth_proof2(&c->cfg.key, AUTH_SERVER, cn->hello_c, cn->hello_s, WIRE_AUTH_HELLO_LEN,
+		    proof.mac);
 	wire_hdr_encode(f, WIRE_AUTH_HELLO, WIRE_AUTH_HELLO_LEN);
-	(void)wire_auth_hello_encode(&mine, f + WIRE_HDR_LEN, WIRE_AUTH_HELLO_LEN);
+	memcpy(f + WIRE_HDR_LEN, cn->hello_s, WIRE_AUTH_HELLO_LEN);
 	wire_hdr_encode(f + WIRE_HDR_LEN + WIRE_AUTH_HELLO_LEN, WIRE_AUTH_PROOF,
 			WIRE_AUTH_PROOF_LEN);
 	(void)wire_auth_proof_encode(&proof, f + 2 * WIRE_HDR_LEN + WIRE_AUTH_HELLO_LEN,
@@ -135,10 +152,15 @@ static void serve_proof(struct ctl *c, struct ctl_conn *cn)
 		(void)ctl_conn_deny(c, cn, "malformed AUTH_PROOF");
 		return;
 	}
-	if (!auth_verify(&c->cfg.key, AUTH_CLIENT, cn->nonce_c, cn->nonce_s, p.mac)) {
+	if (!auth_verify2(&c->cfg.key, AUTH_CLIENT, cn->hello_c, cn->hello_s, WIRE_AUTH_HELLO_LEN,
+			  p.mac)) {
 		(void)ctl_conn_deny(c, cn, "its proof does not verify: its key differs from ours");
 		return;
 	}
+	/* From here on every frame, both ways, carries the session's tag. */
+	auth_sess_init(&cn->sess, &c->cfg.key, AUTH_SERVER, cn->hello_c, cn->hello_s,
+		       WIRE_AUTH_HELLO_LEN);
+	cn->sealed = true;
 	cn->auth = CONN_OPEN;
 	cn->auth_deadline = 0;
 }

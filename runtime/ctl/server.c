@@ -82,8 +82,29 @@ int ctl_conn_deny(struct ctl *c, struct ctl_conn *cn, const char *fmt, ...)
 	return -EACCES;
 }
 
+/* A frame of ours on a sealed connection: its tag after it (len + tag). */
+static uint8_t *conn_seal(struct ctl_conn *cn, uint8_t *frame, size_t len)
+{
+	uint8_t *f = realloc(frame, len + WIRE_TAG_LEN);
+
+	if (!f) {
+		free(frame);
+		return NULL;
+	}
+	auth_seal(&cn->sess, f, WIRE_HDR_LEN, f + WIRE_HDR_LEN, len - WIRE_HDR_LEN, f + len);
+	return f;
+}
+
 void ctl_conn_send(struct ctl_conn *cn, uint8_t *frame, size_t len, bool counts)
 {
+	if (cn->sealed) {
+		frame = conn_seal(cn, frame, len);
+		len += WIRE_TAG_LEN;
+		if (!frame) {
+			cn->closing = true; /* no memory for a tag: hang up instead */
+			return;
+		}
+	}
 	/* One reply at a time: the next request is read after this one is sent. */
 	free(cn->tx);
 	cn->tx = frame;
@@ -179,6 +200,7 @@ void ctl_conn_close(struct ctl *c, struct ctl_conn *cn, bool drain)
 	WRITE_ONCE(c->n_conns, c->n_conns - 1); /* read by tests: a statistic */
 	free(cn->payload);
 	free(cn->tx);
+	auth_wipe(&cn->sess, sizeof(cn->sess));
 	free(cn);
 }
 
@@ -233,6 +255,12 @@ static bool conn_flush(struct ctl *c, struct ctl_conn *cn)
 	return true;
 }
 
+/* Bytes of tag after a message's payload on this connection. */
+static size_t conn_tag_len(const struct ctl_conn *cn)
+{
+	return cn->sealed ? WIRE_TAG_LEN : 0;
+}
+
 /* The header is whole: check it before reading a byte of payload. */
 static int conn_header(struct ctl *c, struct ctl_conn *cn)
 {
@@ -255,8 +283,8 @@ static int conn_header(struct ctl *c, struct ctl_conn *cn)
 	if (cn->h.payload_len > (unsigned long)max)
 		return ctl_conn_refuse(c, cn, "type %u with a %u byte payload (at most %ld)",
 				       cn->h.type, cn->h.payload_len, max);
-	/* At most the largest request: the limits above bound this. */
-	cn->payload = malloc(cn->h.payload_len ? cn->h.payload_len : 1);
+	/* At most the largest request and its tag: the limits above bound this. */
+	cn->payload = malloc(cn->h.payload_len + conn_tag_len(cn) + 1);
 	if (!cn->payload) {
 		ctl_log("no memory for a %u byte request", cn->h.payload_len);
 		cn->closing = true;
@@ -295,7 +323,8 @@ static int conn_fill(struct ctl *c, struct ctl_conn *cn)
 
 	for (;;) {
 		dst = cn->have_hdr ? cn->payload + cn->got : cn->hdr + cn->got;
-		want = (cn->have_hdr ? cn->h.payload_len : WIRE_HDR_LEN) - cn->got;
+		want = (cn->have_hdr ? cn->h.payload_len + conn_tag_len(cn) : WIRE_HDR_LEN) -
+		       cn->got;
 		if (want == 0 && cn->have_hdr)
 			return 1;
 		if (want == 0) {
@@ -319,6 +348,26 @@ static int conn_fill(struct ctl *c, struct ctl_conn *cn)
 	}
 }
 
+/*
+ * A whole message on a sealed connection: its tag must be the next one of
+ * the peer's session before anything is made of it.  One that is not was
+ * not made by the peer that authenticated (a relay that passed the
+ * handshake through, a frame injected on the path, or one replayed): the
+ * connection closes, unanswered.
+ */
+static bool conn_verify(struct ctl *c, struct ctl_conn *cn)
+{
+	if (!cn->sealed || auth_open(&cn->sess, cn->hdr, WIRE_HDR_LEN, cn->payload,
+				     cn->h.payload_len, cn->payload + cn->h.payload_len))
+		return true;
+	ctl_count(&c->forged);
+	ctl_log("refused a message from %s: type %u whose tag does not verify: not from the "
+		"peer that authenticated (a relay, or the path altered it); closing", cn->peer,
+		cn->h.type);
+	cn->closing = true;
+	return false;
+}
+
 /* Serve what the connection has for us, up to CTL_BURST messages. */
 static void conn_readable(struct ctl *c, struct ctl_conn *cn)
 {
@@ -328,7 +377,8 @@ static void conn_readable(struct ctl *c, struct ctl_conn *cn)
 		if (rc == 0)
 			return;
 		if (rc == 1) {
-			ctl_handle(c, cn);
+			if (conn_verify(c, cn))
+				ctl_handle(c, cn);
 			conn_next(c, cn);
 		}
 		if (!conn_flush(c, cn) || cn->tx)

@@ -705,7 +705,7 @@ int wire_notify_to_decode(const uint8_t *buf, size_t len, struct wire_notify *ou
 
 int wire_auth_hello_encode(const struct wire_auth_hello *h, uint8_t *buf, size_t cap)
 {
-	if (h->alg != WIRE_AUTH_ALG)
+	if (h->alg != WIRE_AUTH_ALG && h->alg != WIRE_AUTH_ALG_V1)
 		return -EINVAL;
 	if (cap < WIRE_AUTH_HELLO_LEN)
 		return -ENOSPC;
@@ -726,7 +726,8 @@ static int auth_hello_decode(const uint8_t *buf, size_t len, struct wire_auth_he
 	h->alg = get_le16(buf);
 	reserved16 = get_le16(buf + 2);
 	reserved32 = get_le32(buf + 4);
-	if (h->alg != WIRE_AUTH_ALG)
+	/* Version 1 decodes, so that the caller can say "upgrade it". */
+	if (h->alg != WIRE_AUTH_ALG && h->alg != WIRE_AUTH_ALG_V1)
 		return wire_refuse("auth hello: algorithm %u, this side knows %d", h->alg,
 				   WIRE_AUTH_ALG);
 	if (reserved16 || reserved32)

@@ -173,7 +173,9 @@ int wire_connect_rep_decode(const uint8_t *buf, size_t len, struct wire_connect_
 int wire_disconnect_encode(const struct wire_disconnect *d, uint8_t *buf, size_t cap);
 int wire_disconnect_decode(const uint8_t *buf, size_t len, struct wire_disconnect *out);
 
-#define WIRE_AUTH_ALG 1 /* BLAKE2b-derived key, HMAC-SHA512-256 proofs (qp/auth) */
+#define WIRE_AUTH_ALG_V1 1 /* proofs over the nonces only, frames after them bare: refused */
+#define WIRE_AUTH_ALG 2    /* proofs over both hellos, every frame after them tagged */
+#define WIRE_TAG_LEN 32    /* a tagged frame's tag, after its payload (not in payload_len) */
 #define WIRE_AUTH_NONCE_LEN 32
 #define WIRE_AUTH_MAC_LEN 32
 #define WIRE_AUTH_HELLO_LEN (8 + WIRE_AUTH_NONCE_LEN)

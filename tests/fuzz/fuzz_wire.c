@@ -197,7 +197,8 @@ static void fuzz_auth(const uint8_t *in, size_t len)
 	if (wire_auth_hello_decode(in, len, &h)) {
 		CHECK(all_zero(&h, sizeof(h)));
 	} else {
-		CHECK(len == WIRE_AUTH_HELLO_LEN && h.alg == WIRE_AUTH_ALG);
+		CHECK(len == WIRE_AUTH_HELLO_LEN &&
+		      (h.alg == WIRE_AUTH_ALG || h.alg == WIRE_AUTH_ALG_V1));
 		check_reencode(enc_hello, &h, in, len);
 	}
 	if (wire_auth_proof_decode(in, len, &p)) {

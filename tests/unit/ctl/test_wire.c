@@ -1146,8 +1146,13 @@ static void test_auth_msgs(void **state)
 	assert_int_equal(wire_auth_proof_encode(&p, b + 1, WIRE_AUTH_PROOF_LEN), 0);
 	assert_int_equal(wire_auth_proof_decode(b + 1, WIRE_AUTH_PROOF_LEN, &p2), 0);
 	assert_memory_equal(&p2, &p, sizeof(p));
-	h2.alg = 2;
+	h2.alg = WIRE_AUTH_ALG + 1;
 	assert_int_equal(wire_auth_hello_encode(&h2, b, sizeof(b)), -EINVAL);
+	/* Version 1 still decodes, for the caller to say "upgrade the peer". */
+	h2.alg = WIRE_AUTH_ALG_V1;
+	assert_int_equal(wire_auth_hello_encode(&h2, b, sizeof(b)), 0);
+	assert_int_equal(wire_auth_hello_decode(b, WIRE_AUTH_HELLO_LEN, &h2), 0);
+	assert_int_equal(h2.alg, WIRE_AUTH_ALG_V1);
 
 	assert_true(fd >= 0);
 	saved = stderr_to(fd);
