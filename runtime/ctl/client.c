@@ -224,7 +224,8 @@ static int ctl_exchange(struct ctl_client *cl, int fd, struct auth_sess *sess, i
 int ctl_dial_failed(struct ctl_client *cl, const char *address,
 			   const struct ctl_call *call, int rc, bool *said)
 {
-	if (rc == -EACCES || rc == -EBUSY || rc == -EPROTO || rc == -ECANCELED)
+	if (rc == -EACCES || rc == -EBUSY || rc == -EPROTO || rc == -ECANCELED ||
+	    rc == -EPROTONOSUPPORT)
 		return rc; /* said where it happened, by ctl_call, or expected */
 	*said = true;
 	if (!call->quiet)

@@ -39,11 +39,20 @@
  * frees that QP alone (the repair of one broken QP sends n_qps 1).
  *
  * Authentication (both engines have a cluster key; see runtime/ctl/auth.c):
- * AUTH_HELLO:   alg u16 (1) | reserved u16 | reserved u32 | nonce 32 bytes
- * AUTH_PROOF:   mac 32 bytes
+ * AUTH_HELLO:   alg u16 (2) | reserved u16 | reserved u32 | nonce 32 bytes
+ * AUTH_PROOF:   mac 32 bytes, over both hellos (alg included)
  * The client sends AUTH_HELLO first; the server answers AUTH_HELLO and its
  * AUTH_PROOF; the client sends its AUTH_PROOF, then its requests.  A side
- * that refuses sends at most a WIRE_ERROR (-EACCES) and closes.
+ * that refuses sends at most a WIRE_ERROR (-EACCES; -EPROTONOSUPPORT to a
+ * hello of alg 1, which had no tags) and closes.
+ * Tagged frames: on an authenticated connection every frame after the two
+ * proofs, both ways, is followed by a WIRE_TAG_LEN tag (not counted in
+ * payload_len): HMAC-SHA512-256 of the direction's session key over a
+ * per-direction sequence number (u64, from 0), the header and the payload
+ * (qp/auth's auth_seal).  The header is checked as ever before the payload
+ * is read; the tag before anything is made of the payload.  A frame whose
+ * tag does not verify closes the connection.  Without a key nothing is
+ * tagged: the frames are as in version 2 before tags.
  *
  * Notifications (ferry_notify, sent once the WRITEs before it landed):
  * NOTIFY:       from_len u8 | reserved u8 | msg_len u16 | reserved u32 |
