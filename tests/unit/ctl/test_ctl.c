@@ -2412,6 +2412,69 @@ static void test_auth_relay(void **state)
 	ctl_stop(&c);
 }
 
+/* A keyed server made by hand, for what a client does with its answers:
+ * mode 0 tags its answer wrongly (a bit flipped), mode 1 answers the
+ * hello with one of version 1. */
+struct tagger {
+	int lfd;
+	const struct auth_key *key;
+	int mode;
+};
+
+static void *tagger_run(void *arg)
+{
+	uint8_t b[WIRE_HDR_LEN + WIRE_KEEPALIVE_LEN + WIRE_TAG_LEN], f[64];
+	uint8_t v1[WIRE_AUTH_HELLO_LEN] = { WIRE_AUTH_ALG_V1 };
+	struct tagger *t = arg;
+	struct auth_sess s;
+	size_t n;
+	int fd = accept(t->lfd, NULL, NULL);
+
+	assert_true(fd >= 0);
+	if (t->mode == 1) {
+		raw_recv(fd, b, WIRE_HDR_LEN + WIRE_AUTH_HELLO_LEN);
+		send_frame(fd, WIRE_AUTH_HELLO, v1, sizeof(v1));
+	} else {
+		assert_int_equal(ctl_auth_accept(fd, t->key, now_ms() + FETCH_MS, -1, "test", &s),
+				 0);
+		raw_recv(fd, b, sizeof(b));
+		assert_true(auth_open(&s, b, WIRE_HDR_LEN, b + WIRE_HDR_LEN, WIRE_KEEPALIVE_LEN,
+				      b + WIRE_HDR_LEN + WIRE_KEEPALIVE_LEN));
+		n = sealed_frame(&s, WIRE_KEEPALIVE_REP, NULL, 0, f);
+		f[n - 1] ^= 1;
+		raw_send(fd, f, n);
+	}
+	(void)read_all(fd, b, sizeof(b)); /* until the client hangs up */
+	close(fd);
+	return NULL;
+}
+
+/* A keyed client: an answer whose tag does not verify is -EPROTO (counted,
+ * the connection not kept); a server of version 1 is -EPROTONOSUPPORT. */
+static void test_auth_client_checks(void **state)
+{
+	struct ctl_client cl;
+	struct auth_key k;
+	struct tagger t;
+	char addr[64];
+	pthread_t th;
+
+	(void)state;
+	key_of(KEY_A, &k);
+	for (int mode = 0; mode < 2; mode++) {
+		t = (struct tagger){ mute_listener(addr, sizeof(addr)), &k, mode };
+		assert_int_equal(pthread_create(&th, NULL, tagger_run, &t), 0);
+		assert_int_equal(ctl_client_init(&cl, &k), 0);
+		assert_int_equal(ctl_keepalive(&cl, addr, FETCH_MS, 7),
+				 mode ? -EPROTONOSUPPORT : -EPROTO);
+		assert_int_equal(counter(&cl.forged), mode ? 0 : 1);
+		assert_int_equal(cl.n_idle, 0);
+		ctl_client_fini(&cl);
+		pthread_join(th, NULL);
+		close(t.lfd);
+	}
+}
+
 /*
  * Keepalives to many peers at once: each peer gets what ctl_keepalive
  * would have said (served, handler's errno, refused, no answer, a bad
@@ -3291,6 +3354,7 @@ int main(void)
 		cmocka_unit_test(test_auth_blocking_api),
 		cmocka_unit_test(test_auth_relay),
 		cmocka_unit_test(test_auth_tagged_frames),
+		cmocka_unit_test(test_auth_client_checks),
 		cmocka_unit_test(test_key_file),
 	};
 
