@@ -144,40 +144,41 @@ void auth_sess_init(struct auth_sess *s, const struct auth_key *key, enum auth_r
 	sodium_memzero(&st, sizeof(st));
 }
 
-static void frame_tag(const uint8_t k[AUTH_KEY_LEN], uint64_t seq, const void *a, size_t alen,
-		      const void *b, size_t blen, uint8_t tag[AUTH_MAC_LEN])
-{
-	crypto_auth_hmacsha512256_state st;
-	uint8_t s[8];
+_Static_assert(AUTH_KEY_LEN == crypto_aead_chacha20poly1305_ietf_KEYBYTES, "one key size");
+_Static_assert(AUTH_TAG_LEN == crypto_aead_chacha20poly1305_ietf_ABYTES, "one tag size");
 
+/* The AEAD nonce of frame seq: unique per key, as each direction has its
+ * own key and counts its frames once. */
+static void seq_nonce(uint64_t seq, uint8_t n[crypto_aead_chacha20poly1305_ietf_NPUBBYTES])
+{
+	memset(n, 0, crypto_aead_chacha20poly1305_ietf_NPUBBYTES);
 	for (unsigned i = 0; i < 8; i++)
-		s[i] = (uint8_t)(seq >> (8 * i));
-	crypto_auth_hmacsha512256_init(&st, k, AUTH_KEY_LEN);
-	crypto_auth_hmacsha512256_update(&st, s, sizeof(s));
-	crypto_auth_hmacsha512256_update(&st, a, alen);
-	crypto_auth_hmacsha512256_update(&st, b, blen);
-	crypto_auth_hmacsha512256_final(&st, tag);
-	sodium_memzero(&st, sizeof(st));
+		n[i] = (uint8_t)(seq >> (8 * i));
 }
 
-void auth_seal(struct auth_sess *s, const void *a, size_t alen, const void *b, size_t blen,
-	       uint8_t tag[AUTH_MAC_LEN])
+void auth_seal(struct auth_sess *s, const void *hdr, size_t hlen, uint8_t *payload, size_t plen,
+	       uint8_t tag[AUTH_TAG_LEN])
 {
-	frame_tag(s->tx, s->tx_seq++, a, alen, b, blen, tag);
+	uint8_t n[crypto_aead_chacha20poly1305_ietf_NPUBBYTES];
+
+	seq_nonce(s->tx_seq++, n);
+	crypto_aead_chacha20poly1305_ietf_encrypt_detached(payload, tag, NULL, payload, plen, hdr,
+							   hlen, NULL, n, s->tx);
 }
 
-bool auth_open(struct auth_sess *s, const void *a, size_t alen, const void *b, size_t blen,
-	       const uint8_t tag[AUTH_MAC_LEN])
+bool auth_open(struct auth_sess *s, const void *hdr, size_t hlen, uint8_t *payload, size_t plen,
+	       const uint8_t tag[AUTH_TAG_LEN])
 {
-	uint8_t want[AUTH_MAC_LEN];
-	bool ok;
+	uint8_t n[crypto_aead_chacha20poly1305_ietf_NPUBBYTES];
 
-	frame_tag(s->rx, s->rx_seq, a, alen, b, blen, want);
-	ok = crypto_verify_32(want, tag) == 0;
-	sodium_memzero(want, sizeof(want));
-	if (ok)
-		s->rx_seq++;
-	return ok;
+	seq_nonce(s->rx_seq, n);
+	/* Verifies before it decrypts: a forged frame is never decrypted (its
+	 * payload is zeroed: the connection closes anyway). */
+	if (crypto_aead_chacha20poly1305_ietf_decrypt_detached(payload, NULL, payload, plen, tag,
+							       hdr, hlen, n, s->rx))
+		return false;
+	s->rx_seq++;
+	return true;
 }
 
 void auth_wipe(void *p, size_t len)

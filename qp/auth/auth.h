@@ -53,12 +53,16 @@ bool auth_verify(const struct auth_key *key, enum auth_role role,
  * too, so a relay cannot strip the version), and the connection gets a
  * session: a key per direction, derived from the cluster key and both
  * hellos, and a sequence number per direction.  Every frame after the
- * proofs carries a tag over its sequence number and bytes, so a frame
- * nobody with the key made, one replayed, reordered, or sent the other
- * way, does not verify: authenticating the ends only would let a relay
- * that passed the handshake through speak on the authenticated connection.
+ * proofs is sealed: its payload encrypted, and a tag over its sequence
+ * number (the AEAD nonce), header and payload, so a frame nobody with the
+ * key made, one replayed, reordered, or sent the other way, does not
+ * verify: authenticating the ends only would let a relay that passed the
+ * handshake through speak on the authenticated connection, and encrypting
+ * keeps it from reading what it passes on (descriptors, QP secrets).
+ * ChaCha20-Poly1305 (IETF, libsodium's crypto_aead_chacha20poly1305_ietf).
  */
 #define AUTH_HELLO_MAX 64
+#define AUTH_TAG_LEN 16
 
 struct auth_sess {
 	uint8_t tx[AUTH_KEY_LEN], rx[AUTH_KEY_LEN]; /* this side's sending key, the peer's */
@@ -77,14 +81,16 @@ bool auth_verify2(const struct auth_key *key, enum auth_role role, const uint8_t
  * half the client's sending key, the second the server's. */
 void auth_sess_init(struct auth_sess *s, const struct auth_key *key, enum auth_role me,
 		    const uint8_t *hello_c, const uint8_t *hello_s, size_t len);
-/* The tag of the next frame sent, a (alen bytes) then b (blen) back to
- * back: HMAC-SHA512-256(tx, tx_seq u64 LE | a | b); tx_seq advances. */
-void auth_seal(struct auth_sess *s, const void *a, size_t alen, const void *b, size_t blen,
-	       uint8_t tag[AUTH_MAC_LEN]);
-/* Is tag the next frame's from the peer?  Constant time; rx_seq advances
- * only when it is (a connection whose frame failed is closed anyway). */
-bool auth_open(struct auth_sess *s, const void *a, size_t alen, const void *b, size_t blen,
-	       const uint8_t tag[AUTH_MAC_LEN]);
+/* Seal the next frame sent: payload (plen bytes) encrypted in place, tag
+ * over hdr (hlen bytes, in clear) and the payload, nonce tx_seq (u64 LE,
+ * then 4 zero bytes); tx_seq advances. */
+void auth_seal(struct auth_sess *s, const void *hdr, size_t hlen, uint8_t *payload, size_t plen,
+	       uint8_t tag[AUTH_TAG_LEN]);
+/* Is this the peer's next frame?  If so its payload is decrypted in place
+ * and rx_seq advances; if not rx_seq stays and the payload is zeroed, never
+ * decrypted (a connection whose frame failed is closed anyway). */
+bool auth_open(struct auth_sess *s, const void *hdr, size_t hlen, uint8_t *payload, size_t plen,
+	       const uint8_t tag[AUTH_TAG_LEN]);
 /* Erase a key (sodium_memzero: not optimised away). */
 void auth_wipe(void *p, size_t len);
 

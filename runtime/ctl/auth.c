@@ -12,16 +12,17 @@
  *   client -> server  AUTH_PROOF  mac_c (32) = HMAC-SHA512-256(key,
  *                                 "ferry-auth-2" | 01 | hello_c | hello_s)
  * then the client's requests, and every frame after the proofs both ways
- * tagged: header | payload | tag (32) = HMAC-SHA512-256(k_dir, seq u64 |
- * header | payload), k_c2s | k_s2c = BLAKE2b-512(key; "ferry-session-2" |
- * hello_c | hello_s), seq counting that direction's tagged frames from 0
- * (qp/auth's auth_sess).  A frame whose tag does not verify closes the
- * connection: the proofs alone authenticate the ends, and a relay that
- * passed them through could speak on the connection after them.
+ * sealed: header | payload encrypted | tag (16), ChaCha20-Poly1305 (IETF)
+ * with k_dir, nonce seq (u64 LE | 4 zero bytes), the header as associated
+ * data; k_c2s | k_s2c = BLAKE2b-512(key; "ferry-session-2" | hello_c |
+ * hello_s), seq counting that direction's sealed frames from 0 (qp/auth's
+ * auth_sess).  A frame whose tag does not verify closes the connection:
+ * the proofs alone authenticate the ends, and a relay that passed them
+ * through could speak on the connection after them (and read it).
  * key = BLAKE2b-256("ferry cluster key v1" | the secret file less trailing
  * whitespace).  A side that refuses sends at most a WIRE_ERROR (-EACCES;
- * -EPROTONOSUPPORT to a hello of version 1, which had no tags: a keyed
- * engine talks to version 2 only, so no relay can strip the tags).  Which
+ * -EPROTONOSUPPORT to a hello of version 1, which had no seals: a keyed
+ * engine talks to version 2 only, so no relay can strip them).  Which
  * side lacks a key shows in what comes:
  * a keyless server answers AUTH_HELLO with EACCES; a keyless client sends
  * a request where AUTH_HELLO belongs and gets EACCES.  The client sends its
@@ -186,7 +187,7 @@ static int auth_refused(const struct auth_io *io, int err)
 {
 	if (err == -EACCES)
 		ctl_log("authentication with server %s refused: it has no key (secret_file) and "
-			"this side has one, or it is a ferry before tagged frames (upgrade it)",
+			"this side has one, or it is a ferry before sealed frames (upgrade it)",
 			io->peer);
 	else if (err == -EPROTONOSUPPORT)
 		ctl_log("authentication with server %s refused: it wants version %d; upgrade "
@@ -209,7 +210,7 @@ static bool auth_old(const struct auth_io *io, const struct wire_auth_hello *h)
 {
 	if (h->alg == WIRE_AUTH_ALG)
 		return false;
-	ctl_log("authentication with %s %s refused: it speaks version %u, without tagged "
+	ctl_log("authentication with %s %s refused: it speaks version %u, without sealed "
 		"frames; with a key (secret_file) this side talks to version %d only: upgrade "
 		"the peer", io->side, io->peer, h->alg, WIRE_AUTH_ALG);
 	return true;

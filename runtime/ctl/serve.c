@@ -103,7 +103,7 @@ int ctl_gate(struct ctl *c, struct ctl_conn *cn, uint16_t type)
 static void deny_old(struct ctl *c, struct ctl_conn *cn, uint16_t alg)
 {
 	ctl_conn_error(cn, -EPROTONOSUPPORT);
-	(void)ctl_conn_deny(c, cn, "it speaks authentication version %u, without tagged "
+	(void)ctl_conn_deny(c, cn, "it speaks authentication version %u, without sealed "
 			    "frames; with a key this side talks to version %d only: upgrade the "
 			    "peer", alg, WIRE_AUTH_ALG);
 }

@@ -45,14 +45,15 @@
  * AUTH_PROOF; the client sends its AUTH_PROOF, then its requests.  A side
  * that refuses sends at most a WIRE_ERROR (-EACCES; -EPROTONOSUPPORT to a
  * hello of alg 1, which had no tags) and closes.
- * Tagged frames: on an authenticated connection every frame after the two
- * proofs, both ways, is followed by a WIRE_TAG_LEN tag (not counted in
- * payload_len): HMAC-SHA512-256 of the direction's session key over a
- * per-direction sequence number (u64, from 0), the header and the payload
- * (qp/auth's auth_seal).  The header is checked as ever before the payload
- * is read; the tag before anything is made of the payload.  A frame whose
- * tag does not verify closes the connection.  Without a key nothing is
- * tagged: the frames are as in version 2 before tags.
+ * Sealed frames: on an authenticated connection every frame after the two
+ * proofs, both ways, has its payload encrypted and is followed by a
+ * WIRE_TAG_LEN tag (not counted in payload_len): ChaCha20-Poly1305 (IETF)
+ * with the direction's session key, nonce its sequence number (u64 LE,
+ * from 0, then 4 zero bytes), the header as associated data (qp/auth's
+ * auth_seal).  The header stays in clear and is checked as ever before the
+ * payload is read; the tag before anything is made of the payload.  A
+ * frame whose tag does not verify closes the connection.  Without a key
+ * nothing is sealed: the frames are as in version 2 before.
  *
  * Notifications (ferry_notify, sent once the WRITEs before it landed):
  * NOTIFY:       from_len u8 | reserved u8 | msg_len u16 | reserved u32 |
@@ -184,7 +185,7 @@ int wire_disconnect_decode(const uint8_t *buf, size_t len, struct wire_disconnec
 
 #define WIRE_AUTH_ALG_V1 1 /* proofs over the nonces only, frames after them bare: refused */
 #define WIRE_AUTH_ALG 2    /* proofs over both hellos, every frame after them tagged */
-#define WIRE_TAG_LEN 32    /* a tagged frame's tag, after its payload (not in payload_len) */
+#define WIRE_TAG_LEN 16    /* a sealed frame's tag, after its payload (not in payload_len) */
 #define WIRE_AUTH_NONCE_LEN 32
 #define WIRE_AUTH_MAC_LEN 32
 #define WIRE_AUTH_HELLO_LEN (8 + WIRE_AUTH_NONCE_LEN)

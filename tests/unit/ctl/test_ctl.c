@@ -2225,7 +2225,8 @@ static void test_auth_blocking_api(void **state)
 	struct auth_key ka, kb;
 	struct auth_sess cs;
 	struct acceptor a;
-	uint8_t tag[WIRE_TAG_LEN];
+	static const uint8_t plain[8] = "payload";
+	uint8_t tag[WIRE_TAG_LEN], m[sizeof(plain)], sealed[sizeof(plain)];
 	pthread_t th;
 	int sv[2], rc;
 
@@ -2243,12 +2244,23 @@ static void test_auth_blocking_api(void **state)
 		assert_int_equal(a.rc, round ? -EACCES : 0);
 		assert_int_equal(cs.on, !round);
 		assert_int_equal(a.sess.on, !round);
-		if (!round) { /* one session, two ends: each side's tags verify at the other */
-			auth_seal(&cs, "ab", 2, "c", 1, tag);
-			assert_true(auth_open(&a.sess, "ab", 2, "c", 1, tag));
-			assert_false(auth_open(&a.sess, "ab", 2, "c", 1, tag)); /* replayed */
-			auth_seal(&a.sess, "ab", 2, "c", 1, tag);
-			assert_true(auth_open(&cs, "ab", 2, "c", 1, tag));
+		if (!round) { /* one session, two ends: each side's frames open at the other */
+			memcpy(m, plain, sizeof(m));
+			auth_seal(&cs, "ab", 2, m, sizeof(m), tag);
+			assert_memory_not_equal(m, plain, sizeof(m)); /* encrypted */
+			memcpy(sealed, m, sizeof(m));
+			assert_true(auth_open(&a.sess, "ab", 2, m, sizeof(m), tag));
+			assert_memory_equal(m, plain, sizeof(m));
+			/* The same frame again, or under another header: refused. */
+			assert_false(auth_open(&a.sess, "ab", 2, sealed, sizeof(m), tag));
+			memcpy(sealed, m, sizeof(m));
+			auth_seal(&cs, "ab", 2, sealed, sizeof(m), tag);
+			assert_false(auth_open(&a.sess, "aB", 2, sealed, sizeof(m), tag));
+			auth_seal(&a.sess, "ab", 2, m, sizeof(m), tag);
+			memcpy(sealed, m, sizeof(m));
+			assert_false(auth_open(&a.sess, "ab", 2, sealed, sizeof(m), tag)); /* reflected */
+			assert_true(auth_open(&cs, "ab", 2, m, sizeof(m), tag));
+			assert_memory_equal(m, plain, sizeof(m));
 		}
 		close(sv[0]);
 		close(sv[1]);
