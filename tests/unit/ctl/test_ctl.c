@@ -2435,7 +2435,8 @@ struct tagger {
 
 static void *tagger_run(void *arg)
 {
-	uint8_t b[WIRE_HDR_LEN + WIRE_KEEPALIVE_LEN + WIRE_TAG_LEN], f[64];
+	const size_t ka_len = WIRE_HDR_LEN + WIRE_KEEPALIVE_LEN + WIRE_TAG_LEN;
+	uint8_t b[WIRE_HDR_LEN + WIRE_AUTH_HELLO_LEN + WIRE_KEEPALIVE_LEN + WIRE_TAG_LEN], f[64];
 	uint8_t v1[WIRE_AUTH_HELLO_LEN] = { WIRE_AUTH_ALG_V1 };
 	struct tagger *t = arg;
 	struct auth_sess s;
@@ -2449,7 +2450,7 @@ static void *tagger_run(void *arg)
 	} else {
 		assert_int_equal(ctl_auth_accept(fd, t->key, now_ms() + FETCH_MS, -1, "test", &s),
 				 0);
-		raw_recv(fd, b, sizeof(b));
+		raw_recv(fd, b, ka_len);
 		assert_true(auth_open(&s, b, WIRE_HDR_LEN, b + WIRE_HDR_LEN, WIRE_KEEPALIVE_LEN,
 				      b + WIRE_HDR_LEN + WIRE_KEEPALIVE_LEN));
 		n = sealed_frame(&s, WIRE_KEEPALIVE_REP, NULL, 0, f);
