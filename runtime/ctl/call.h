@@ -141,15 +141,15 @@ int ctl_check_rep(const struct wire_connect_req *req, const struct wire_connect_
 int ctl_io_error(int rc);
 /* How a failed send, or a reply that never started (rc), leaves the connection. */
 enum ex_state ex_unanswered(int rc);
-/* Read the reply to call on fd by deadline, its tag checked against sess
- * when that is on (one that does not verify: -EPROTO, counted in *forged
+/* Read the reply to call on fd by deadline, opened with sess (tag checked,
+ * payload decrypted) when that is on (one that does not verify: -EPROTO, counted in *forged
  * if not NULL); *st says how the connection was left. */
 int ctl_read_answer(int fd, struct auth_sess *sess, int64_t deadline, int stop_fd,
 		    const struct ctl_call *call, enum ex_state *st, uint64_t *forged);
 /* frames (len bytes: whole frames back to back, headers encoded) as they go
  * on a connection of sess: with the session on, a copy (malloc'd) with each
- * frame's tag after it, in order, sess's sequence advanced; else frames
- * itself.  0, -ENOMEM, -EINVAL (frames that do not parse).  Free the copy
+ * frame sealed (payload encrypted, tag after it), in order, sess's sequence
+ * advanced; else frames itself.  0, -ENOMEM, -EINVAL (frames that do not parse).  Free the copy
  * with ctl_sealed_free(frames, *out). */
 int ctl_seal(struct auth_sess *sess, const uint8_t *frames, size_t len, uint8_t **out,
 	     size_t *out_len);

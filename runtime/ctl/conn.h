@@ -38,7 +38,7 @@ struct ctl_conn {
 	bool closing;            /* close once the queued reply is sent */
 	bool tx_counts;          /* the queued reply answers a request: count it */
 	bool have_hdr;           /* hdr is whole and checked; reading the payload */
-	bool sealed;             /* sess is on: frames carry tags both ways from now */
+	bool sealed;             /* sess is on: frames are sealed both ways from now */
 	struct wire_hdr h;
 	uint8_t hdr[WIRE_HDR_LEN];
 	size_t got;              /* bytes of the header, then of the payload */

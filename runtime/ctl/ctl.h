@@ -111,7 +111,7 @@ struct ctl_pconn {
 	struct sockaddr_in sin;
 	int fd;
 	int64_t last_ms;
-	struct auth_sess sess;     /* its session (tagged frames) when the client has a key */
+	struct auth_sess sess;     /* its session (sealed frames) when the client has a key */
 };
 
 /*
@@ -219,7 +219,7 @@ int ctl_notify_many(struct ctl_client *cl, const char *address, int timeout_ms,
 int ctl_auth_load_key(const char *path, struct auth_key *key, char *err, size_t errlen);
 /* The client's side of the handshake on fd, by deadline (stop_fd may be -1);
  * peer names the server in the logs.  0 with *sess the connection's session
- * (every later frame tagged with it), -EACCES, -EPROTONOSUPPORT (a peer of
+ * (every later frame sealed with it), -EACCES, -EPROTONOSUPPORT (a peer of
  * version 1), or a transport error. */
 int ctl_auth_connect(int fd, const struct auth_key *key, int64_t deadline, int stop_fd,
 		     const char *peer, struct auth_sess *sess);

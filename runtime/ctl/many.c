@@ -49,7 +49,7 @@ struct call_slot {
 	unsigned answered; /* answers read */
 	uint8_t nonce[WIRE_AUTH_NONCE_LEN];
 	struct auth_sess sess; /* the connection's, when the client has a key */
-	uint8_t *tx;       /* pipe->frames as they go on this connection (tagged) */
+	uint8_t *tx;       /* pipe->frames as they go on this connection (sealed) */
 	size_t tx_len;
 };
 

@@ -9,7 +9,7 @@
  * Authentication, the server's side (the client's is in auth.c):
  *   peer: AUTH_HELLO (its nonce)
  *   us:   AUTH_HELLO (our nonce) and AUTH_PROOF (server proof), one write
- *   peer: AUTH_PROOF (client proof) -- then its requests, each tagged
+ *   peer: AUTH_PROOF (client proof) -- then its requests, each sealed
  * Until the peer's proof verifies, any other message is refused with a
  * WIRE_ERROR -EACCES and nothing else: no descriptor, key or QP leaves.
  * After it, a message whose tag does not verify is never served: server.c

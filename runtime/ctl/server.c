@@ -82,7 +82,8 @@ int ctl_conn_deny(struct ctl *c, struct ctl_conn *cn, const char *fmt, ...)
 	return -EACCES;
 }
 
-/* A frame of ours on a sealed connection: its tag after it (len + tag). */
+/* A frame of ours on a sealed connection: its payload encrypted in place,
+ * its tag after it (len + tag). */
 static uint8_t *conn_seal(struct ctl_conn *cn, uint8_t *frame, size_t len)
 {
 	uint8_t *f = realloc(frame, len + WIRE_TAG_LEN);

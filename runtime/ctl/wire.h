@@ -184,7 +184,7 @@ int wire_disconnect_encode(const struct wire_disconnect *d, uint8_t *buf, size_t
 int wire_disconnect_decode(const uint8_t *buf, size_t len, struct wire_disconnect *out);
 
 #define WIRE_AUTH_ALG_V1 1 /* proofs over the nonces only, frames after them bare: refused */
-#define WIRE_AUTH_ALG 2    /* proofs over both hellos, every frame after them tagged */
+#define WIRE_AUTH_ALG 2    /* proofs over both hellos, every frame after them sealed */
 #define WIRE_TAG_LEN 16    /* a sealed frame's tag, after its payload (not in payload_len) */
 #define WIRE_AUTH_NONCE_LEN 32
 #define WIRE_AUTH_MAC_LEN 32
