@@ -208,29 +208,35 @@ static int range_mapped(uint64_t addr, uint64_t end, bool *writable)
 	return at >= end ? 0 : -EFAULT;
 }
 
-/* Some context moves bytes with the CPU (all but verbs: the NIC's own
- * registration checks the memory, which may be a device's). */
-static bool engine_cpu_copies(const struct ferry_engine *e)
+/* Every context moves bytes with the CPU (loop, tcp, cma; no verbs): the
+ * range check refuses what they could not copy.  With a verbs context the
+ * NIC's registration decides: the memory may be a device's (a GPU's, not
+ * readable in the maps), and beside verbs a cma or tcp segment fails such
+ * requests itself (-EFAULT, or a closed connection) without a crash. */
+static bool engine_cpu_only(const struct ferry_engine *e)
 {
 	for (unsigned t = 0; t < e->ntx; t++) /* every core has the same transports */
-		if (e->cores[0]->tx[t].prov != &nic_verbs_provider)
-			return true;
-	return false;
+		if (e->cores[0]->tx[t].prov == &nic_verbs_provider)
+			return false;
+	return true;
 }
 
 /* The range can be registered with access: mapped, writable if peers
  * write; *writable false when this process may not write it either (a
- * READ into it would fault in the copy).  Verbs alone: not looked at (the
- * NIC fails such a READ with a protection error). */
+ * READ into it is refused: it would fault in a copy, and Soft-RoCE was
+ * seen writing into such memory).  With verbs the NIC's registration
+ * decides what may be registered (engine_cpu_only; memory not all in the
+ * maps: writable stays true, nothing is known). */
 static int range_check(const struct ferry_engine *e, void *addr, size_t len, unsigned access,
 		       bool *writable)
 {
-	int rc;
+	int rc = range_mapped((uintptr_t)addr, (uintptr_t)addr + len, writable);
 
-	*writable = true;
-	if (!engine_cpu_copies(e))
+	if (!engine_cpu_only(e)) {
+		if (rc)
+			*writable = true; /* not all in the maps: nothing known */
 		return 0;
-	rc = range_mapped((uintptr_t)addr, (uintptr_t)addr + len, writable);
+	}
 	if (rc) {
 		log_err("registering %zu bytes at %p: not all of it is mapped readable", len, addr);
 		return rc;

@@ -663,9 +663,14 @@ static void assert_fault(int rc)
 static void test_register_unmapped(void **state)
 {
 	const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-	uint8_t *m = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *m;
 
 	(void)state;
+	/* loop, tcp and cma's check: with verbs the NIC's registration decides
+	 * (Soft-RoCE took read-only memory beside PROT_NONE for remote read) */
+	if (!strcmp(ferry_segment_transport(P.init, P.seg), "verbs"))
+		skip();
+	m = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	assert_true(m != MAP_FAILED);
 	/* [m, m+pg) rw, [m+pg, m+2pg) r/o, [m+2pg, m+3pg) none, m+3pg unmapped */
 	assert_int_equal(mprotect(m + pg, pg, PROT_READ), 0);
