@@ -336,8 +336,9 @@ FERRY_API unsigned ferry_engine_cores(const struct ferry_engine *e);
  * Register [addr, addr+len) for transfers on every NIC of the engine, local
  * and remote.  Regions may not overlap (-EEXIST).  -EINVAL on NULL, len 0
  * or a range past the address space; -EFAULT when the range is not all
- * mapped readable (and writable, when peers may write); -ENOSPC past 16384
- * regions.  Any thread; may block.
+ * mapped readable (and writable, when peers may write) on an engine
+ * without verbs (with verbs, rdma-core's registration decides and its
+ * errno is returned); -ENOSPC past 16384 regions.  Any thread; may block.
  */
 FERRY_API int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len);
 
