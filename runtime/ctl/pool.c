@@ -107,6 +107,16 @@ static bool still_good(int fd)
 	return poll(&p, 1, 0) == 0;
 }
 
+/* Take idle entry i out: the last one moves into its place (over i's
+ * session) and the slot it leaves is wiped -- else a copy of that one's
+ * session keys stayed there after its connection was gone, until a later
+ * put happened to overwrite it. */
+static void pool_remove(struct ctl_client *cl, unsigned i)
+{
+	cl->idle[i] = cl->idle[--cl->n_idle];
+	auth_wipe(&cl->idle[cl->n_idle].sess, sizeof(cl->idle[cl->n_idle].sess));
+}
+
 int ctl_pool_take(struct ctl_client *cl, const struct sockaddr_in *sin, struct auth_sess *sess)
 {
 	int64_t now = sock_now_ms();
@@ -123,8 +133,7 @@ int ctl_pool_take(struct ctl_client *cl, const struct sockaddr_in *sin, struct a
 		fd = p->fd;
 		fresh = now - p->last_ms < CTL_POOL_IDLE_MS;
 		*sess = p->sess;
-		auth_wipe(&p->sess, sizeof(p->sess));
-		cl->idle[i] = cl->idle[--cl->n_idle];
+		pool_remove(cl, i);
 		if (!fresh || !still_good(fd)) {
 			sock_close(fd);
 			fd = -1;
@@ -152,8 +161,7 @@ int ctl_pool_get(struct ctl_client *cl, const struct sockaddr_in *sin, const cha
 static void pool_drop(struct ctl_client *cl, unsigned i)
 {
 	sock_close(cl->idle[i].fd);
-	auth_wipe(&cl->idle[i].sess, sizeof(cl->idle[i].sess));
-	cl->idle[i] = cl->idle[--cl->n_idle];
+	pool_remove(cl, i);
 }
 
 /* The oldest idle entry, of sin's peer only if mine; -1 if none. */

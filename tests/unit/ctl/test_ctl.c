@@ -38,6 +38,7 @@
 #include "ring/base/log.h"
 #include "runtime/ctl/call.h"
 #include "runtime/ctl/ctl.h"
+#include "runtime/ctl/pool.h"
 #include "runtime/ctl/sock.h"
 #include "tests/harness/wait.h"
 
@@ -1877,6 +1878,54 @@ static int auth_fetch(const char *address, const char *secret, struct ctl_client
 	return rc;
 }
 
+/* No copy of a session's keys stays in the pool's array once its entry is
+ * out (taken or dropped): before, the entry that moved into the place of
+ * the one taken left its keys behind in the slot it came from. */
+static void expect_free_slots_wiped(const struct ctl_client *cl)
+{
+	static const uint8_t zero[AUTH_KEY_LEN];
+
+	for (unsigned i = cl->n_idle; i < CTL_POOL_MAX; i++) {
+		assert_memory_equal(cl->idle[i].sess.tx, zero, sizeof(zero));
+		assert_memory_equal(cl->idle[i].sess.rx, zero, sizeof(zero));
+	}
+}
+
+static void test_pool_wipes_sessions(void **state)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(1) };
+	struct sockaddr_in b = { .sin_family = AF_INET, .sin_port = htons(2) };
+	struct auth_sess sa = { .on = true }, sb = { .on = true }, got;
+	struct ctl_client cl;
+	struct auth_key k;
+	int pa[2], pb[2];
+
+	(void)state;
+	key_of(KEY_A, &k);
+	assert_int_equal(ctl_client_init(&cl, &k), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, pa), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, pb), 0);
+	memset(sa.tx, 0xa1, sizeof(sa.tx));
+	memset(sa.rx, 0xa2, sizeof(sa.rx));
+	memset(sb.tx, 0xb1, sizeof(sb.tx));
+	memset(sb.rx, 0xb2, sizeof(sb.rx));
+	ctl_pool_put(&cl, &a, pa[0], &sa);
+	ctl_pool_put(&cl, &b, pb[0], &sb);
+	/* a's connection taken: b's entry moves into its place. */
+	assert_int_equal(ctl_pool_take(&cl, &a, &got), pa[0]);
+	assert_memory_equal(got.tx, sa.tx, sizeof(sa.tx));
+	assert_int_equal(cl.n_idle, 1);
+	expect_free_slots_wiped(&cl);
+	/* Dropped: nothing of b's either. */
+	assert_int_equal(ctl_pool_shed(&cl), 1);
+	expect_free_slots_wiped(&cl);
+	auth_wipe(&got, sizeof(got));
+	close(pa[0]);
+	close(pa[1]);
+	close(pb[1]);
+	ctl_client_fini(&cl);
+}
+
 static void test_auth_outcomes(void **state)
 {
 	struct wire_connect_req req;
@@ -3356,6 +3405,7 @@ int main(void)
 		cmocka_unit_test(test_rx_deadline_spares_whole),
 		cmocka_unit_test(test_client_reuse),
 		cmocka_unit_test(test_client_redial),
+		cmocka_unit_test(test_pool_wipes_sessions),
 		cmocka_unit_test(test_notify_many),
 		cmocka_unit_test(test_notify_many_broken),
 		cmocka_unit_test(test_auth_outcomes),
