@@ -22,8 +22,11 @@
  * key = BLAKE2b-256("ferry cluster key v1" | the secret file less trailing
  * whitespace).  A side that refuses sends at most a WIRE_ERROR (-EACCES;
  * -EPROTONOSUPPORT to a hello of version 1, which had no seals: a keyed
- * engine talks to version 2 only, so no relay can strip them).  Which
- * side lacks a key shows in what comes:
+ * engine talks to version 2 only, so no relay can strip them); a refusal
+ * that comes after the server's proof (at the cap -EBUSY, past the
+ * deadline -EACCES, both before the client's proof was read) is sealed
+ * with the session, as the client reads every frame once its proof is
+ * out.  Which side lacks a key shows in what comes:
  * a keyless server answers AUTH_HELLO with EACCES; a keyless client sends
  * a request where AUTH_HELLO belongs and gets EACCES.  The client sends its
  * proof even when the server's failed, so the server can log the reason

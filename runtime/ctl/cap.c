@@ -111,7 +111,8 @@ static struct ctl_conn *oldest_unproven(struct ctl *c)
 bool ctl_cap_make_room(struct ctl *c)
 {
 	struct ctl_conn *cn = c->cfg.has_key ? oldest_unproven(c) : NULL;
-	uint8_t f[WIRE_HDR_LEN + 4];
+	uint8_t f[WIRE_HDR_LEN + 4 + WIRE_TAG_LEN];
+	size_t len = WIRE_HDR_LEN + 4;
 
 	if (!cn)
 		return false;
@@ -121,7 +122,13 @@ bool ctl_cap_make_room(struct ctl *c)
 	if (!cn->tx) {
 		wire_hdr_encode(f, WIRE_ERROR, 4);
 		sock_put_le32(f + WIRE_HDR_LEN, (uint32_t)(int32_t)-EBUSY);
-		(void)send(cn->fd, f, sizeof(f), MSG_DONTWAIT | MSG_NOSIGNAL);
+		/* One that holds our proof reads it sealed (ctl_conn_seal_early). */
+		ctl_conn_seal_early(c, cn);
+		if (cn->sealed) {
+			auth_seal(&cn->sess, f, WIRE_HDR_LEN, f + WIRE_HDR_LEN, 4, f + len);
+			len += WIRE_TAG_LEN;
+		}
+		(void)send(cn->fd, f, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 	}
 	ctl_conn_close(c, cn, true);
 	return true;

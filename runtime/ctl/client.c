@@ -195,6 +195,29 @@ void ctl_sealed_free(const uint8_t *frames, uint8_t *sealed)
 		free(sealed);
 }
 
+/*
+ * The request's send failed (rc): the server may have closed the
+ * connection after saying why -- at its cap it refuses one whose proof it
+ * had not read yet, -EBUSY, sealed after its own proof; our proof then met
+ * a closed socket and its reset failed the send.  That answer if it is
+ * there whole (-EBUSY, -EACCES), else the send's error.
+ */
+static int ctl_send_failed(struct ctl_client *cl, int fd, struct auth_sess *sess,
+			   const struct ctl_call *call, int rc, enum ex_state *st)
+{
+	enum ex_state rst;
+	int why;
+
+	*st = ex_unanswered(rc);
+	if (rc != -EPIPE && rc != -ECONNRESET)
+		return ctl_io_error(rc);
+	why = ctl_read_answer(fd, sess, sock_now_ms(), -1, call, &rst, cl ? &cl->forged : NULL);
+	if (!closing_errno(why))
+		return ctl_io_error(rc);
+	*st = EX_BROKEN;
+	return why;
+}
+
 /* Send the request on a connected fd and read the reply; *st says how the
  * connection was left. */
 static int ctl_exchange(struct ctl_client *cl, int fd, struct auth_sess *sess, int64_t deadline,
@@ -212,10 +235,8 @@ static int ctl_exchange(struct ctl_client *cl, int fd, struct auth_sess *sess, i
 		return rc;
 	rc = sock_send_full(fd, stop_fd, f, len, deadline);
 	ctl_sealed_free(call->frame, f);
-	if (rc) {
-		*st = ex_unanswered(rc);
-		return ctl_io_error(rc);
-	}
+	if (rc)
+		return ctl_send_failed(cl, fd, sess, call, rc, st);
 	return ctl_read_answer(fd, sess, deadline, stop_fd, call, st, cl ? &cl->forged : NULL);
 }
 
@@ -507,8 +528,7 @@ static void notify_pipe_once(struct ctl_client *cl, const struct sockaddr_in *si
 		if (!rc)
 			rc = sock_send_full(fd, cl->stop_fd, f, first, deadline);
 		if (rc && st == EX_SYNCED) {
-			st = ex_unanswered(rc);
-			rc = ctl_io_error(rc);
+			rc = ctl_send_failed(cl, fd, &sess, call, rc, &st);
 		} else if (!rc && len > first) {
 			/* Whole frames went and may be served even if the rest
 			 * breaks: then read their answers, and send none again. */

@@ -85,6 +85,10 @@ void ctl_conn_send(struct ctl_conn *cn, uint8_t *frame, size_t len, bool counts)
  * WIRE_HDR_LEN, malloc'd or NULL) if rc is 0, else a WIRE_ERROR with rc. */
 void ctl_conn_reply(struct ctl_conn *cn, int rc, uint16_t type, uint8_t *frame,
 		    size_t payload_len);
+/* serve.c: with our hello and proof sent and the peer's proof not in, seal
+ * what we send from now on (a refusal): the peer reads sealed frames once it
+ * has sent its proof. */
+void ctl_conn_seal_early(struct ctl *c, struct ctl_conn *cn);
 /* server.c: queue a WIRE_ERROR carrying err (negative errno). */
 void ctl_conn_error(struct ctl_conn *cn, int err);
 /* server.c: count and log a malformed message; the connection closes

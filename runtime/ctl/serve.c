@@ -144,6 +144,23 @@ static void serve_hello(struct ctl *c, struct ctl_conn *cn)
 	cn->auth = CONN_WANT_PROOF;
 }
 
+/*
+ * A refusal to a peer that holds our hello and proof (CONN_WANT_PROOF,
+ * nothing of ours queued) goes sealed, with the session its proof would
+ * open: once it has sent that proof it takes every frame as sealed, and a
+ * bare WIRE_ERROR reads as a sealed frame cut short -- a reset, not why
+ * (at the cap, -EBUSY; at the deadline, -EACCES).  A peer without the key
+ * cannot open it, and needs not: our proof failed for it already.
+ */
+void ctl_conn_seal_early(struct ctl *c, struct ctl_conn *cn)
+{
+	if (cn->sealed || cn->auth != CONN_WANT_PROOF || cn->tx)
+		return;
+	auth_sess_init(&cn->sess, &c->cfg.key, AUTH_SERVER, cn->hello_c, cn->hello_s,
+		       WIRE_AUTH_HELLO_LEN);
+	cn->sealed = true; /* nothing more is read: the connection closes */
+}
+
 static void serve_proof(struct ctl *c, struct ctl_conn *cn)
 {
 	struct wire_auth_proof p;

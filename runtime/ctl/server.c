@@ -495,6 +495,7 @@ static bool conn_expire(struct ctl *c, struct ctl_conn *cn, int64_t now)
 		ctl_log("peer %s did not take its reply within %d ms: closed", cn->peer,
 			CTL_IO_TIMEOUT_MS);
 	} else if (cn->auth_deadline && cn->auth_deadline <= now) {
+		ctl_conn_seal_early(c, cn); /* a late proof's sender reads it sealed */
 		(void)ctl_conn_deny(c, cn, "did not authenticate within %d ms", CTL_IO_TIMEOUT_MS);
 		cn->auth_deadline = 0;
 		return !conn_flush(c, cn); /* the EACCES frame if it fits, then the close */

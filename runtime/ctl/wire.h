@@ -44,7 +44,9 @@
  * The client sends AUTH_HELLO first; the server answers AUTH_HELLO and its
  * AUTH_PROOF; the client sends its AUTH_PROOF, then its requests.  A side
  * that refuses sends at most a WIRE_ERROR (-EACCES; -EPROTONOSUPPORT to a
- * hello of alg 1, which had no tags) and closes.
+ * hello of alg 1, which had no tags) and closes; after its AUTH_PROOF the
+ * server's refusal (-EBUSY at its cap, -EACCES past the deadline) is
+ * sealed, as the frames after the proofs.
  * Sealed frames: on an authenticated connection every frame after the two
  * proofs, both ways, has its payload encrypted and is followed by a
  * WIRE_TAG_LEN tag (not counted in payload_len): ChaCha20-Poly1305 (IETF)

@@ -2192,6 +2192,134 @@ static void test_cap_unproven_give_way(void **state)
 	ctl_stop(&c);
 }
 
+/*
+ * A keyed client that holds the server's hello and proof sends its own
+ * proof and from then on reads every frame as sealed.  When its connection
+ * is the one that makes room at the cap (its proof not read yet), or its
+ * proof comes after the authentication deadline, the server's refusal
+ * must be sealed too: a bare WIRE_ERROR read as a sealed frame lacks its
+ * tag, and the client saw a reset (-ECONNRESET) instead of -EBUSY or
+ * -EACCES.
+ */
+static int proof_pending(struct ctl *c, uint8_t nc[WIRE_AUTH_NONCE_LEN])
+{
+	struct pollfd p;
+	int fd = raw_connect(c->address);
+
+	assert_int_equal(ctl_auth_hello(fd, nc, now_ms() + FETCH_MS, -1), 0);
+	p = (struct pollfd){ .fd = fd, .events = POLLIN };
+	assert_int_equal(poll(&p, 1, FETCH_MS), 1); /* its hello and proof are here */
+	return fd;
+}
+
+/* The server has closed its end of fd (what it sent before is there). */
+static void wait_hangup(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+
+	assert_int_equal(poll(&p, 1, FETCH_MS), 1);
+	assert_true(p.revents & POLLRDHUP);
+}
+
+/* What a client makes of the connection once it sends its proof. */
+static int finish_and_read(int fd, const struct auth_key *k, const uint8_t nc[WIRE_AUTH_NONCE_LEN])
+{
+	struct ctl_call call = { .what = "fetch", .rep_type = WIRE_DESC, .rep_max = 0 };
+	struct auth_sess sess;
+	enum ex_state st;
+	int rc;
+
+	assert_int_equal(ctl_auth_finish(fd, k, nc, now_ms() + FETCH_MS, -1, "test", &sess), 0);
+	assert_true(sess.on);
+	rc = ctl_read_answer(fd, &sess, now_ms() + FETCH_MS, -1, &call, &st, NULL);
+	auth_wipe(&sess, sizeof(sess));
+	return rc;
+}
+
+/* A keyed server at its cap as the client sees it on the wire: the
+ * client's hello read, our hello, proof and a sealed -EBUSY sent, then
+ * closed for reading at once: the client's proof meets a reset. */
+static void *capped_serve(void *arg)
+{
+	struct flaky *f = arg;
+	uint8_t hc[WIRE_AUTH_HELLO_LEN], hs[WIRE_AUTH_HELLO_LEN], ns[WIRE_AUTH_NONCE_LEN];
+	uint8_t b[WIRE_HDR_LEN + WIRE_AUTH_HELLO_LEN], out[256], e[4];
+	struct auth_sess sess;
+	struct auth_key k;
+	size_t n = 0;
+	int fd = accept(f->lfd, NULL, NULL);
+
+	key_of(KEY_A, &k);
+	raw_recv(fd, b, sizeof(b));
+	memcpy(hc, b + WIRE_HDR_LEN, sizeof(hc));
+	auth_nonce(ns);
+	hello_of(ns, hs);
+	wire_hdr_encode(out, WIRE_AUTH_HELLO, WIRE_AUTH_HELLO_LEN);
+	memcpy(out + WIRE_HDR_LEN, hs, sizeof(hs));
+	n = WIRE_HDR_LEN + WIRE_AUTH_HELLO_LEN;
+	wire_hdr_encode(out + n, WIRE_AUTH_PROOF, WIRE_AUTH_PROOF_LEN);
+	auth_proof2(&k, AUTH_SERVER, hc, hs, WIRE_AUTH_HELLO_LEN, out + n + WIRE_HDR_LEN);
+	n += WIRE_HDR_LEN + WIRE_AUTH_PROOF_LEN;
+	auth_sess_init(&sess, &k, AUTH_SERVER, hc, hs, WIRE_AUTH_HELLO_LEN);
+	sock_put_le32(e, (uint32_t)(int32_t)-EBUSY);
+	n += sealed_frame(&sess, WIRE_ERROR, e, sizeof(e), out + n);
+	raw_send(fd, out, n);
+	shutdown(fd, SHUT_RDWR); /* open still: the test closes it */
+	return (void *)(intptr_t)fd;
+}
+
+static void test_refusal_after_proof_sealed(void **state)
+{
+	enum { CAP = 2 };
+	uint8_t nc[WIRE_AUTH_NONCE_LEN];
+	struct ctl_client cl;
+	struct seg_desc d;
+	struct flaky f;
+	struct auth_key k;
+	struct ctl c;
+	struct ctx x;
+	int fd, other, extra;
+	void *ret;
+
+	(void)state;
+	key_of(KEY_A, &k);
+	next_cfg.max_conns = CAP;
+	start_auth(&c, &x, KEY_A);
+	fd = proof_pending(&c, nc);
+	other = raw_connect(c.address); /* silent: younger, so fd goes first */
+	WAIT_UNTIL(READ_ONCE(c.n_conns) == CAP, WAIT_DEADLINE_MS, "the cap's connections");
+	extra = raw_connect(c.address);
+	WAIT_UNTIL(counter(&c.capped) == 1, WAIT_DEADLINE_MS, "room made");
+	wait_hangup(fd);
+	assert_int_equal(finish_and_read(fd, &k, nc), -EBUSY);
+	close(fd);
+	close(other);
+	close(extra);
+	ctl_stop(&c);
+
+	/* Its proof after the deadline (a client stopped for 2 s). */
+	start_auth(&c, &x, KEY_A);
+	fd = proof_pending(&c, nc);
+	WAIT_UNTIL(counter(&c.denied) == 1, CTL_IO_TIMEOUT_MS + WAIT_DEADLINE_MS,
+		   "the deadline to pass");
+	wait_hangup(fd);
+	assert_int_equal(finish_and_read(fd, &k, nc), -EACCES);
+	close(fd);
+	assert_int_equal(__atomic_load_n(&x.calls, __ATOMIC_RELAXED), 0);
+	ctl_stop(&c);
+
+	/* What a call makes of it: the request's send meets the reset; the
+	 * server's -EBUSY is read, not the reset (-ECONNRESET before). */
+	flaky_start(&f, capped_serve);
+	assert_int_equal(ctl_client_init(&cl, &k), 0);
+	assert_int_equal(ctl_fetch_desc(&cl, f.address, FETCH_MS, &d), -EBUSY);
+	assert_null(d.regions);
+	ctl_client_fini(&cl);
+	pthread_join(f.th, &ret);
+	close((int)(intptr_t)ret);
+	close(f.lfd);
+}
+
 /* The server's log lines, counted by a sink (any thread: under a lock). */
 static struct {
 	pthread_mutex_t lock;
@@ -3413,6 +3541,7 @@ int main(void)
 		cmocka_unit_test(test_auth_deadline),
 		cmocka_unit_test(test_refusals_log_bounded),
 		cmocka_unit_test(test_cap_unproven_give_way),
+		cmocka_unit_test(test_refusal_after_proof_sealed),
 		cmocka_unit_test(test_hostile_streams),
 		cmocka_unit_test(test_auth_blocking_api),
 		cmocka_unit_test(test_auth_relay),
