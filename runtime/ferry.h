@@ -41,7 +41,9 @@
  * other ferry call returns it.  Only reading the copy is left:
  * ferry_engine_address, ferry_engine_cores, ferry_core_nic,
  * ferry_batch_size and ferry_req_status (the state as of the fork; it is
- * not checked, being per request).  ferry_engine_destroy of an inherited
+ * not checked, being per request); ferry_log_set, no engine's call, works
+ * there too (a parent thread inside the sink at the fork holds nothing in
+ * the child).  ferry_engine_destroy of an inherited
  * engine returns at once: it tells no peer, joins no thread and frees
  * nothing (the copy's pages stay shared with the parent's until written).
  * RDMA: before opening its first verbs device ferry calls ibv_fork_init()

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #define LOG_MSG_MAX 512
@@ -33,6 +34,14 @@ void log_set_sink(log_sink_fn fn, void *arg)
 	sink_fn = fn ? fn : stderr_sink;
 	sink_arg = fn ? arg : NULL;
 	pthread_rwlock_unlock(&sink_lock);
+}
+
+void log_fork_child(void)
+{
+	static const pthread_rwlock_t fresh = PTHREAD_RWLOCK_INITIALIZER;
+
+	/* A plain copy, no call: async-signal-safe, as a fork handler must be. */
+	memcpy(&sink_lock, &fresh, sizeof(sink_lock));
 }
 
 /* The calling thread's limit (log_thread_limit): a window of one second. */

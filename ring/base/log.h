@@ -19,6 +19,12 @@ typedef void (*log_sink_fn)(void *arg, int level, const char *msg);
  * calls the previous sink any more.  Any thread, never from inside a sink. */
 void log_set_sink(log_sink_fn fn, void *arg);
 
+/* The forked child, alone, before fork() returns there: a parent thread
+ * that was inside the sink holds its lock for reading in the child's copy,
+ * and the child's log_set_sink would wait for it for good; nobody is
+ * inside the sink here, so the lock starts afresh.  Async-signal-safe. */
+void log_fork_child(void);
+
 /* At most per_sec messages a second from the calling thread (0: no limit),
  * for a thread that logs what remote peers make it log: those over the
  * limit are dropped, and the next one that goes says how many were. */

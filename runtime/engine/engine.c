@@ -333,6 +333,16 @@ static void user_sink_call(void *p, int level, const char *msg)
 	u->fn(u->arg, (enum ferry_log_level)level, msg);
 }
 
+void engine_log_fork_child(void)
+{
+	static const pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+
+	/* A parent thread inside ferry_log_set at the fork held it; no thread
+	 * of the child does.  A plain copy: async-signal-safe. */
+	memcpy(&user_lock, &fresh, sizeof(user_lock));
+	log_fork_child();
+}
+
 void ferry_log_set(ferry_log_fn fn, void *arg)
 {
 	struct user_sink *u;

@@ -142,6 +142,11 @@ int engine_fork_add(struct ferry_engine *e);
 /* fork.c: e leaves the list (engine destroy, in the process that made it). */
 void engine_fork_del(struct ferry_engine *e);
 
+/* engine.c: the forked child, alone: the log locks a parent thread may
+ * have held at the fork start afresh, so that ferry_log_set (no engine's
+ * call) works there.  Async-signal-safe. */
+void engine_log_fork_child(void);
+
 /* Test hook: the NIC context of core i. */
 struct nic *ferry_engine_nic(struct ferry_engine *e, unsigned core);
 

@@ -52,6 +52,7 @@ static void fork_child(void)
 	struct ferry_engine *e;
 
 	fd_close_tracked();
+	engine_log_fork_child(); /* ferry_log_set is the child's to call */
 	for (e = fork_engines; e; e = e->fork_next)
 		e->forked = true;
 	fork_had_engines |= fork_engines != NULL;

@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include "qp/tcp/objects.h"
+#include "ring/base/log.h"
 #include "tests/harness/harness.h"
 
 #define BUF (1u << 20)
@@ -547,6 +549,72 @@ static void test_own_engines_in_child_tcp(void **state)
 	own_engines_in_child("tcp");
 }
 
+/*
+ * ferry_log_set is no engine's call: a child may set its own sink.  A
+ * child forked while a ferry thread was inside the sink (where it holds
+ * the sink's lock for reading) got the lock held by a thread it does not
+ * have, and its ferry_log_set waited for it for good.
+ */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int inside, release;
+} held_sink = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
+
+static void holding_sink(void *arg, enum ferry_log_level level, const char *msg)
+{
+	(void)arg;
+	(void)level;
+	(void)msg;
+	pthread_mutex_lock(&held_sink.lock);
+	held_sink.inside = 1;
+	pthread_cond_broadcast(&held_sink.cond);
+	while (!held_sink.release)
+		pthread_cond_wait(&held_sink.cond, &held_sink.lock);
+	pthread_mutex_unlock(&held_sink.lock);
+}
+
+static void *log_one_line(void *arg)
+{
+	(void)arg;
+	log_warn("test_fork: a line its sink holds on to");
+	return NULL;
+}
+
+static void test_log_set_in_child(void **state)
+{
+	struct ferry_opts o;
+	struct pair p;
+	pthread_t th;
+	pid_t pid;
+
+	(void)state;
+	pair_opts(&o, "0");
+	o.nics = "loop";
+	pair_setup(&p, &o, &o, BUF); /* engines: the fork handlers are in */
+	ferry_log_set(holding_sink, NULL);
+	assert_int_equal(pthread_create(&th, NULL, log_one_line, NULL), 0);
+	pthread_mutex_lock(&held_sink.lock);
+	while (!held_sink.inside)
+		pthread_cond_wait(&held_sink.cond, &held_sink.lock);
+	pthread_mutex_unlock(&held_sink.lock);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(5); /* a hang ends the child: 128 + SIGALRM */
+		ferry_log_set(NULL, NULL);
+		_exit(0);
+	}
+	assert_int_equal(reap_bounded(pid, "the child setting its sink"), 0);
+	pthread_mutex_lock(&held_sink.lock);
+	held_sink.release = 1;
+	pthread_cond_broadcast(&held_sink.cond);
+	pthread_mutex_unlock(&held_sink.lock);
+	pthread_join(th, NULL);
+	ferry_log_set(NULL, NULL);
+	pair_teardown(&p);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -559,6 +627,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_calls_in_child_cma),
 		cmocka_unit_test(test_own_engines_in_child_loop),
 		cmocka_unit_test(test_own_engines_in_child_tcp),
+		cmocka_unit_test(test_log_set_in_child),
 	};
 
 	if (argc == 4 && !strcmp(argv[1], "--killed-parent"))
