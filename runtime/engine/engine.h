@@ -46,6 +46,9 @@ struct mem_region {
 	uint64_t refs;                 /* requests using it: fetch_add/fetch_sub, see mem.c */
 	uint32_t access;               /* NIC_ACCESS_*: what peers may do */
 	bool local_ro;                 /* not writable here: READs into it are refused -EFAULT */
+	bool cpu_opaque;               /* not all readable in the maps (a device's memory, on an
+	                                * engine with verbs): only a NIC may reach it, requests
+	                                * over loop, tcp or cma are refused -EFAULT */
 	struct mem_region *next_free;  /* in the pool (ctl_lock) */
 	struct nic_mr mr[FERRY_MAX_CORES][CORE_MAX_TX]; /* per core, per context */
 };

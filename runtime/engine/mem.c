@@ -228,13 +228,15 @@ static bool engine_cpu_only(const struct ferry_engine *e)
  * decides what may be registered (engine_cpu_only; memory not all in the
  * maps: writable stays true, nothing is known). */
 static int range_check(const struct ferry_engine *e, void *addr, size_t len, unsigned access,
-		       bool *writable)
+		       bool *writable, bool *opaque)
 {
 	int rc = range_mapped((uintptr_t)addr, (uintptr_t)addr + len, writable);
 
+	*opaque = false;
 	if (!engine_cpu_only(e)) {
+		*opaque = rc != 0; /* not all in the maps: a device's, say; nothing else known */
 		if (rc)
-			*writable = true; /* not all in the maps: nothing known */
+			*writable = true;
 		return 0;
 	}
 	if (rc) {
@@ -258,7 +260,7 @@ int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len)
 int ferry_mem_register_access(struct ferry_engine *e, void *addr, size_t len, unsigned access)
 {
 	struct mem_region *r;
-	bool writable;
+	bool writable, opaque;
 	int rc;
 
 	if (!e || !addr || len == 0 || (uintptr_t)addr + len < (uintptr_t)addr)
@@ -267,7 +269,7 @@ int ferry_mem_register_access(struct ferry_engine *e, void *addr, size_t len, un
 		return -EOWNERDEAD;
 	if (access & ~(unsigned)(FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE))
 		return -EINVAL;
-	rc = range_check(e, addr, len, access, &writable);
+	rc = range_check(e, addr, len, access, &writable, &opaque);
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&e->ctl_lock);
@@ -280,6 +282,7 @@ int ferry_mem_register_access(struct ferry_engine *e, void *addr, size_t len, un
 	WRITE_ONCE(r->len, len);
 	r->access = access;
 	r->local_ro = !writable; /* before region_insert publishes it (under regions_lock) */
+	r->cpu_opaque = opaque;
 	rc = region_register(e, r, addr, len, access);
 	if (rc == 0) {
 		pthread_rwlock_wrlock(&e->regions_lock);

@@ -42,6 +42,7 @@ struct ferry_seg {
 	char address[64];
 	char name[FERRY_NAME_MAX + 1]; /* opened by this name too ("": by address only) */
 	char transport[16];            /* the provider the segment goes over (route.c) */
+	uint8_t cpu_copy;              /* it moves bytes with the CPU (loop, tcp, cma): not verbs */
 	uint8_t tx;                    /* its context in every local core */
 	uint16_t n_peer_nics;          /* the peer's contexts of that transport: */
 	uint16_t peer_nics[WIRE_MAX_NICS]; /* their descriptor entries */

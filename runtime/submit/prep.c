@@ -78,8 +78,8 @@ static int prep_entry_bind(const struct seg_desc *d, struct prep_entry *pe)
 }
 
 /* Entry i from req r: the checks ferry_submit makes, made once. */
-static int prep_entry_init(struct ferry_engine *e, const struct seg_desc *d,
-			   struct prep_entry *pe, const struct ferry_req *r)
+static int prep_entry_init(struct ferry_engine *e, const struct ferry_seg *s,
+			   const struct seg_desc *d, struct prep_entry *pe, const struct ferry_req *r)
 {
 	struct ferry_rq t;
 	int rc;
@@ -100,6 +100,8 @@ static int prep_entry_init(struct ferry_engine *e, const struct seg_desc *d,
 	pe->lreg = ferry_region_find(e, t.local, t.len);
 	if (pe->lreg && t.op == NIC_OP_READ && pe->lreg->local_ro)
 		pe->lreg = NULL; /* a READ into memory this process may not write: -EFAULT */
+	if (pe->lreg && pe->lreg->cpu_opaque && s->cpu_copy)
+		pe->lreg = NULL; /* a device's memory, a CPU copy: -EFAULT (rq_prepare) */
 	if (pe->lreg)
 		fetch_add_relaxed(pe->lreg->refs, 1); /* under the read lock: unregister sees it */
 	pthread_rwlock_unlock(&e->regions_lock);
@@ -144,7 +146,7 @@ int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const struct ferry_
 	d = load_acquire(s->desc); /* pairs with: store_release in refresh_install */
 	pr->view->desc = d;
 	for (i = 0; i < n && rc == 0; i++) {
-		rc = prep_entry_init(p->e, d, &pr->entry[i], &reqs[i]);
+		rc = prep_entry_init(p->e, s, d, &pr->entry[i], &reqs[i]);
 		if (rc)
 			log_err("ferry_prep_create: request %u: %s", i, rc == -EFAULT ?
 				"a range outside registered memory (or a READ into read-only memory)" :
