@@ -65,9 +65,13 @@ static int __attribute__((format(printf, 3, 4))) key_err(char *err, size_t errle
 static int key_stat(int fd, const char *path, char *err, size_t errlen)
 {
 	struct stat st;
+	int rc;
 
-	if (fstat(fd, &st))
-		return key_err(err, errlen, "secret_file %s: %s", path, strerror(errno)), -errno;
+	if (fstat(fd, &st)) {
+		rc = -errno; /* before the message's calls may change errno */
+		key_err(err, errlen, "secret_file %s: %s", path, strerror(-rc));
+		return rc;
+	}
 	if (!S_ISREG(st.st_mode))
 		return key_err(err, errlen, "secret_file %s is not a regular file", path), -EINVAL;
 	if (st.st_mode & 077)
