@@ -542,7 +542,8 @@ FERRY_API int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const str
  * waits for room on a full ring).  Returns the slot of the first, or
  * -ENOSPC (batch too small), -EINVAL (NULL, pr of another port, an index
  * out of range: nothing submitted).  If the segment was closed, the
- * requests end FAILED -EBADF.  The set uses the peer's regions as the
+ * requests end FAILED -EBADF; if it is stale (the peer restarted),
+ * -ESTALE, as with ferry_submit.  The set uses the peer's regions as the
  * segment's last open or ferry_segment_refresh saw them, as ferry_submit
  * does: after a refresh that found them changed, the first submit of the
  * set checks its entries again (once per change): an entry whose remote

@@ -180,19 +180,21 @@ int ferry_prep_destroy(struct ferry_prep *pr)
 /*
  * One reference on the segment per request, taken at once: the same Dekker
  * pair with the closer as seg_acquire (add, then look at the state).  NULL
- * when the handle is closed, stale or unknown.
+ * when the handle is closed or unknown (*err -EBADF) or stale (-ESTALE).
  */
 static struct ferry_seg *prep_seg_refs(struct ferry_engine *e, ferry_seg_t h, uint32_t n,
-				       uint32_t *slot)
+				       uint32_t *slot, int *err)
 {
 	struct ferry_seg *s = seg_lookup(e, h, slot);
 
+	*err = -EBADF;
 	if (!s)
 		return NULL;
 	if (!seg_refs_take(s, h, n))
 		return NULL;
 	if (READ_ONCE(s->stale)) {
 		seg_release_refs(s, n);
+		*err = -ESTALE; /* the peer restarted: as ferry_submit says */
 		return NULL;
 	}
 	return s;
@@ -262,14 +264,15 @@ static uint32_t prep_run(struct dispatch *d, const struct rails_snap *rails,
 	return k;
 }
 
-/* Every slot of the call FAILED -EBADF (the segment is closed or stale). */
-static void prep_refuse(struct ferry_batch *b, uint32_t n)
+/* Every slot of the call FAILED err: -EBADF (the segment is closed), -ESTALE
+ * (stale: the peer restarted), as ferry_submit refuses them. */
+static void prep_refuse(struct ferry_batch *b, uint32_t n, int err)
 {
 	for (uint32_t i = 0; i < n; i++) {
 		struct ferry_rq *rq = &b->rqs[b->n + i];
 
 		rq_clear(rq, &b->acct);
-		rq_refuse(rq, -EBADF);
+		rq_refuse(rq, err);
 	}
 	store_release(b->n, b->n + n); /* pairs with: load_acquire in ferry_req_status */
 }
@@ -386,6 +389,7 @@ int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const 
 	const struct seg_desc *d;
 	struct ferry_seg *s;
 	uint32_t first, slot;
+	int err;
 
 	if (!b || !pr || (!idx && n) || pr->port != b->port)
 		return -EINVAL;
@@ -397,9 +401,9 @@ int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const 
 		if (idx[i] >= pr->n)
 			return -EINVAL;
 	first = b->n;
-	s = n ? prep_seg_refs(b->port->e, pr->seg, n, &slot) : NULL;
+	s = n ? prep_seg_refs(b->port->e, pr->seg, n, &slot, &err) : NULL;
 	if (!s) {
-		prep_refuse(b, n);
+		prep_refuse(b, n, err);
 		return (int)first;
 	}
 	/* Kept while we hold references: replaced ones stay until the close. */

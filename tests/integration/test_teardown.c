@@ -209,10 +209,12 @@ static void test_peer_restart(void **state)
 	struct ferry_req reqs[BATCH];
 	struct ferry_port *port;
 	struct ferry_batch *b;
+	struct ferry_prep *pr;
 	struct ferry_opts o;
 	struct counts c;
 	char addr[64];
 	uint64_t seed = 11;
+	const uint32_t idx0 = 0;
 	unsigned probes;
 	double t0;
 
@@ -221,6 +223,8 @@ static void test_peer_restart(void **state)
 	snprintf(addr, sizeof(addr), "%s", ferry_engine_address(P.target));
 	assert_int_equal(ferry_port_create(P.init, &port), 0);
 	assert_int_equal(ferry_batch_create(port, BATCH, &b), 0);
+	prepare(reqs, 1, P.seg, P.lbuf, P.rbuf, SLOT, &seed);
+	assert_int_equal(ferry_prep_create(port, P.seg, reqs, 1, &pr), 0);
 
 	/*
 	 * The peer dies with a batch in flight.  The software NIC would finish
@@ -297,6 +301,14 @@ static void test_peer_restart(void **state)
 	assert_int_equal(st.state, FERRY_FAILED);
 	assert_int_equal(st.error, -ESTALE);
 	assert_int_equal(ferry_batch_reset(b), 0);
+	/* a prepared set on it says so too (it said -EBADF, as if closed) */
+	assert_int_equal(ferry_prep_submit(b, pr, &idx0, 1), 0);
+	ferry_batch_wait(b, WAIT_MS);
+	assert_int_equal(ferry_req_status(b, 0, &st), 0);
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(st.error, -ESTALE);
+	assert_int_equal(ferry_batch_reset(b), 0);
+	assert_int_equal(ferry_prep_destroy(pr), 0);
 	assert_int_equal(ferry_segment_close(P.init, old), 0);
 	prepare(reqs, BATCH, P.seg, P.lbuf, P.rbuf, SLOT, &seed);
 	c = run_checked(b, reqs, BATCH, NULL);
