@@ -407,6 +407,47 @@ static void test_cache_full_of_qps(void **state)
 }
 
 /*
+ * The eviction tests' shape: an initiator whose cache holds one endpoint
+ * per core (one core, 0) and two targets (core 1); lbuf is registered at
+ * the initiator, rbuf at t[0].  Segments are the test's own: closed
+ * before evict_set_down.
+ */
+struct evict_set {
+	struct ferry_engine *in, *t[2];
+	uint8_t *lbuf, *rbuf;
+};
+
+static void evict_set_up(struct evict_set *x, size_t len, uint32_t timeout_ms)
+{
+	struct ferry_opts o;
+
+	x->lbuf = aligned_alloc(4096, len);
+	x->rbuf = aligned_alloc(4096, len);
+	assert_true(x->lbuf && x->rbuf);
+	pair_opts(&o, "0");
+	o.ep_cache = 1;
+	o.timeout_ms = timeout_ms;
+	assert_int_equal(ferry_engine_create(&o, &x->in), 0);
+	pair_opts(&o, "1");
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(ferry_engine_create(&o, &x->t[i]), 0);
+	assert_int_equal(ferry_mem_register(x->in, x->lbuf, len), 0);
+	assert_int_equal(ferry_mem_register(x->t[0], x->rbuf, len), 0);
+}
+
+static void evict_set_down(struct evict_set *x)
+{
+	wait_slices_zero(x->in);
+	ferry_mem_unregister(x->in, x->lbuf);
+	ferry_mem_unregister(x->t[0], x->rbuf);
+	ferry_engine_destroy(x->in);
+	for (int i = 0; i < 2; i++)
+		ferry_engine_destroy(x->t[i]);
+	free(x->lbuf);
+	free(x->rbuf);
+}
+
+/*
  * An eviction that races a submission.  ep_keep marks the rail gone, then
  * finds the segment without references; a submitter that takes its
  * reference just after finds every rail gone and sends its part to a core
@@ -423,28 +464,21 @@ static void test_cache_full_of_qps(void **state)
 static void test_evict_races_submit(void **state)
 {
 	struct loop_faults lost = { .lost_ppm = 1000000, .seed = 9 };
-	struct ferry_engine *in, *t[2];
+	struct ferry_engine *in, **t;
 	struct ferry_req_status st;
-	struct ferry_opts o;
+	struct evict_set x;
 	struct ferry_port *p;
 	struct ferry_batch *b;
 	struct ferry_seg *s;
 	ferry_seg_t seg[2];
 	struct ferry_req r;
 	size_t len = 256 << 10;
-	uint8_t *lbuf = aligned_alloc(4096, len), *rbuf = aligned_alloc(4096, len);
+	uint8_t *lbuf, *rbuf;
 	int rc, err;
 
 	(void)state;
-	pair_opts(&o, "0");
-	o.ep_cache = 1;
-	o.timeout_ms = 300; /* the held-back completions' QPs are failed then */
-	assert_int_equal(ferry_engine_create(&o, &in), 0);
-	pair_opts(&o, "1");
-	for (int i = 0; i < 2; i++)
-		assert_int_equal(ferry_engine_create(&o, &t[i]), 0);
-	assert_int_equal(ferry_mem_register(in, lbuf, len), 0);
-	assert_int_equal(ferry_mem_register(t[0], rbuf, len), 0);
+	evict_set_up(&x, len, 300); /* 300 ms: the held-back completions' QPs are failed then */
+	in = x.in, t = x.t, lbuf = x.lbuf, rbuf = x.rbuf;
 	assert_int_equal(ferry_segment_open(in, ferry_engine_address(t[0]), &seg[0]), 0);
 	assert_int_equal(ferry_port_create(in, &p), 0);
 	assert_int_equal(ferry_batch_create(p, 1, &b), 0);
@@ -483,14 +517,7 @@ static void test_evict_races_submit(void **state)
 	assert_int_equal(ferry_port_destroy(p), 0);
 	for (int i = 0; i < 2; i++)
 		assert_int_equal(ferry_segment_close(in, seg[i]), 0);
-	wait_slices_zero(in);
-	ferry_mem_unregister(in, lbuf);
-	ferry_mem_unregister(t[0], rbuf);
-	ferry_engine_destroy(in);
-	for (int i = 0; i < 2; i++)
-		ferry_engine_destroy(t[i]);
-	free(lbuf);
-	free(rbuf);
+	evict_set_down(&x);
 }
 
 /*
@@ -503,26 +530,19 @@ static void test_evict_races_submit(void **state)
  */
 static void test_cancel_parked(void **state)
 {
-	struct ferry_engine *in, *t[2];
+	struct ferry_engine *in, **t;
 	struct ferry_req_status st;
-	struct ferry_opts o;
+	struct evict_set x;
 	struct ferry_port *p;
 	struct ferry_batch *b;
 	ferry_seg_t seg[2];
 	struct ferry_req r;
-	uint8_t *lbuf = aligned_alloc(4096, 4096), *rbuf = aligned_alloc(4096, 4096);
+	uint8_t *lbuf, *rbuf;
 	int rc;
 
 	(void)state;
-	pair_opts(&o, "0");
-	o.ep_cache = 1;
-	o.timeout_ms = 10000;
-	assert_int_equal(ferry_engine_create(&o, &in), 0);
-	pair_opts(&o, "1");
-	for (int i = 0; i < 2; i++)
-		assert_int_equal(ferry_engine_create(&o, &t[i]), 0);
-	assert_int_equal(ferry_mem_register(in, lbuf, 4096), 0);
-	assert_int_equal(ferry_mem_register(t[0], rbuf, 4096), 0);
+	evict_set_up(&x, 4096, 10000);
+	in = x.in, t = x.t, lbuf = x.lbuf, rbuf = x.rbuf;
 	for (int i = 0; i < 2; i++) /* the second evicts the first */
 		assert_int_equal(ferry_segment_open(in, ferry_engine_address(t[i]), &seg[i]), 0);
 	assert_int_equal(ferry_port_create(in, &p), 0);
@@ -546,14 +566,7 @@ static void test_cancel_parked(void **state)
 	assert_int_equal(ferry_port_destroy(p), 0);
 	for (int i = 0; i < 2; i++)
 		assert_int_equal(ferry_segment_close(in, seg[i]), 0);
-	wait_slices_zero(in);
-	ferry_mem_unregister(in, lbuf);
-	ferry_mem_unregister(t[0], rbuf);
-	ferry_engine_destroy(in);
-	for (int i = 0; i < 2; i++)
-		ferry_engine_destroy(t[i]);
-	free(lbuf);
-	free(rbuf);
+	evict_set_down(&x);
 }
 
 /*
@@ -643,26 +656,21 @@ static void test_down_rail_beside_evicted(void **state)
  */
 static void test_miss_on_restarted_peer(void **state)
 {
-	struct ferry_engine *in, *t[2];
+	struct ferry_engine *in, **t;
 	struct ferry_req_status st;
+	struct evict_set x;
 	struct ferry_opts o;
 	struct ferry_port *p;
 	struct ferry_seg *s;
 	ferry_seg_t seg[2], again;
 	struct ferry_req r;
-	uint8_t *lbuf = aligned_alloc(4096, 4096), *rbuf = aligned_alloc(4096, 4096);
+	uint8_t *lbuf, *rbuf;
 	char addr[64];
 
 	(void)state;
-	pair_opts(&o, "0");
-	o.ep_cache = 1;
-	assert_int_equal(ferry_engine_create(&o, &in), 0);
-	pair_opts(&o, "1");
-	for (int i = 0; i < 2; i++)
-		assert_int_equal(ferry_engine_create(&o, &t[i]), 0);
+	evict_set_up(&x, 4096, 2000); /* pair_opts' timeout_ms, as before */
+	in = x.in, t = x.t, lbuf = x.lbuf, rbuf = x.rbuf;
 	snprintf(addr, sizeof(addr), "%s", ferry_engine_address(t[0]));
-	assert_int_equal(ferry_mem_register(in, lbuf, 4096), 0);
-	assert_int_equal(ferry_mem_register(t[0], rbuf, 4096), 0);
 	for (int i = 0; i < 2; i++) /* the second evicts the first */
 		assert_int_equal(ferry_segment_open(in, ferry_engine_address(t[i]), &seg[i]), 0);
 	s = seg_at(&in->segs, (uint32_t)seg[0] - 1);
@@ -695,14 +703,7 @@ static void test_miss_on_restarted_peer(void **state)
 	assert_int_equal(ferry_segment_close(in, again), 0);
 	for (int i = 0; i < 2; i++)
 		assert_int_equal(ferry_segment_close(in, seg[i]), 0);
-	wait_slices_zero(in);
-	ferry_mem_unregister(in, lbuf);
-	ferry_mem_unregister(t[0], rbuf);
-	ferry_engine_destroy(in);
-	for (int i = 0; i < 2; i++)
-		ferry_engine_destroy(t[i]);
-	free(lbuf);
-	free(rbuf);
+	evict_set_down(&x);
 }
 
 int main(void)
