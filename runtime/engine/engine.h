@@ -53,6 +53,15 @@ struct mem_region {
 	struct nic_mr mr[FERRY_MAX_CORES][CORE_MAX_TX]; /* per core, per context */
 };
 
+/* A request of op (enum nic_op) over a segment whose transport copies
+ * with the CPU (cpu_copy) may not use local region r: a READ into memory
+ * this process may not write, or a device's memory a CPU copy would fault
+ * in.  Its requests are refused -EFAULT (ferry_submit, ferry_prep_create). */
+static inline bool region_refuses(const struct mem_region *r, unsigned op, bool cpu_copy)
+{
+	return (op == NIC_OP_READ && r->local_ro) || (cpu_copy && r->cpu_opaque);
+}
+
 /* Where core `core`'s lkey for context tx lies in a struct mem_region (an
  * endpoint keeps it: one load for the cutting core instead of the index
  * arithmetic). */

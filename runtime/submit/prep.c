@@ -98,10 +98,8 @@ static int prep_entry_init(struct ferry_engine *e, const struct ferry_seg *s,
 		return rc;
 	pthread_rwlock_rdlock(&e->regions_lock);
 	pe->lreg = ferry_region_find(e, t.local, t.len);
-	if (pe->lreg && t.op == NIC_OP_READ && pe->lreg->local_ro)
-		pe->lreg = NULL; /* a READ into memory this process may not write: -EFAULT */
-	if (pe->lreg && pe->lreg->cpu_opaque && s->cpu_copy)
-		pe->lreg = NULL; /* a device's memory, a CPU copy: -EFAULT (rq_prepare) */
+	if (pe->lreg && region_refuses(pe->lreg, t.op, s->cpu_copy))
+		pe->lreg = NULL; /* -EFAULT, as ferry_submit refuses it */
 	if (pe->lreg)
 		fetch_add_relaxed(pe->lreg->refs, 1); /* under the read lock: unregister sees it */
 	pthread_rwlock_unlock(&e->regions_lock);

@@ -351,10 +351,8 @@ static int rq_prepare(struct ferry_port *p, struct submit_hold *h, struct ferry_
 	rc = rq->rreg ? rq_access_ok(rq) : -EFAULT;
 	if (rc == 0)
 		rc = rq_find_local(e, p, h, rq, reqs, i, n);
-	if (rc == 0 && rq->op == NIC_OP_READ && rq->lreg->local_ro)
-		rc = -EFAULT; /* it would land in memory this process may not write */
-	if (rc == 0 && unlikely(rq->lreg->cpu_opaque) && s->cpu_copy)
-		rc = -EFAULT; /* a device's memory: a CPU copy would fault in it */
+	if (rc == 0 && unlikely(region_refuses(rq->lreg, rq->op, s->cpu_copy)))
+		rc = -EFAULT;
 	if (rc)
 		return rc;
 	/* Valid: one reference of each kind is the request's now. */
