@@ -147,7 +147,8 @@ int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const struct ferry_
 		rc = prep_entry_init(p->e, s, d, &pr->entry[i], &reqs[i]);
 		if (rc)
 			log_err("ferry_prep_create: request %u: %s", i, rc == -EFAULT ?
-				"a range outside registered memory (or a READ into read-only memory)" :
+				"a range outside registered memory, a READ into read-only memory, "
+				"or a device's memory over a transport that copies with the CPU" :
 				"bad op, address or length");
 	}
 	seg_release_ref(s);
