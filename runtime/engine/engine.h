@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/queue.h>
 
 #include "ep/teardown.h"
@@ -52,6 +53,13 @@ struct mem_region {
 	struct mem_region *next_free;  /* in the pool (ctl_lock) */
 	struct nic_mr mr[FERRY_MAX_CORES][CORE_MAX_TX]; /* per core, per context */
 };
+
+/* Whether provider prov moves bytes with the CPU (every one but verbs):
+ * a device's memory is out of its reach. */
+static inline bool provider_copies(const char *prov)
+{
+	return strcmp(prov, "verbs") != 0;
+}
 
 /* A request of op (enum nic_op) over a segment whose transport copies
  * with the CPU (cpu_copy) may not use local region r: a READ into memory

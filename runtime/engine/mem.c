@@ -161,13 +161,21 @@ static int region_insert(struct ferry_engine *e, struct mem_region *r)
 	return 0;
 }
 
+/*
+ * Register r on every core's every context.  A device's memory (cpu_opaque)
+ * is open to peers over verbs only: a copying provider would fault in its
+ * copy (a tcp target closed the connection, send: EFAULT, and the peer's
+ * READ was retried until -EHOSTUNREACH), so there it gets no remote access
+ * and a peer's WR completes with a remote access error.
+ */
 static int region_register(struct ferry_engine *e, struct mem_region *r, void *addr, size_t len,
 			   unsigned access)
 {
 	for (unsigned i = 0; i < e->ncores; i++) {
 		for (unsigned t = 0; t < e->cores[i]->ntx; t++) {
 			struct qctx *q = &e->cores[i]->tx[t];
-			int rc = q->prov->reg_mr(q->nic, addr, len, access, &r->mr[i][t]);
+			unsigned acc = r->cpu_opaque && provider_copies(q->prov->name) ? 0 : access;
+			int rc = q->prov->reg_mr(q->nic, addr, len, acc, &r->mr[i][t]);
 
 			if (rc) {
 				log_err("registering %zu bytes at %p on core %u's %s: %s", len, addr,

@@ -69,7 +69,7 @@ int seg_route_next(struct ferry_engine *e, struct ferry_seg *s, const struct seg
 			continue;
 		s->tx = (uint8_t)tx;
 		snprintf(s->transport, sizeof(s->transport), "%s", prov);
-		s->cpu_copy = strcmp(prov, "verbs") != 0; /* before the open publishes s */
+		s->cpu_copy = provider_copies(prov); /* before the open publishes s */
 		if (e->opts.verbose)
 			log_info("segment %s: over %s (%u of the peer's contexts)", s->address, prov,
 				 s->n_peer_nics);

@@ -736,18 +736,53 @@ static void test_read_into_read_only_local(void **state)
 }
 
 /*
- * A device's memory (here PROT_NONE memory, which Soft-RoCE registers for
- * remote read: not readable in the maps, so the engine takes it for a
- * device's) may go over verbs only: a segment over tcp refuses requests
- * on it -EFAULT, WRITE and READ, and so does ferry_prep_create, instead
- * of a CPU copy that faults (5f1efb5).  Needs a verbs device: the RDMA
- * run only, with an initiator on the device plus tcp and a target on tcp.
+ * A pair on the given NIC lists (one core each), whatever the run's
+ * FERRY_TEST_*_NICS say (pair_setup would take the run's devices from
+ * them).
+ */
+static void pair_setup_nics(struct pair *q, const char *init_nics, const char *target_nics)
+{
+	char *init_env = strdup(getenv("FERRY_TEST_INIT_NICS"));
+	char *target_env = strdup(getenv("FERRY_TEST_TARGET_NICS"));
+	struct ferry_opts io, to;
+
+	pair_opts(&io, "0");
+	pair_opts(&to, "0");
+	io.nics = init_nics;
+	to.nics = target_nics;
+	unsetenv("FERRY_TEST_INIT_NICS");
+	unsetenv("FERRY_TEST_TARGET_NICS");
+	pair_setup(q, &io, &to, 1 << 16);
+	setenv("FERRY_TEST_INIT_NICS", init_env, 1);
+	setenv("FERRY_TEST_TARGET_NICS", target_env, 1);
+	free(init_env);
+	free(target_env);
+	pair_open_port(q);
+	assert_string_equal(ferry_segment_transport(q->init, q->seg), "tcp");
+}
+
+/* PROT_NONE memory registered for remote read on e: Soft-RoCE takes it,
+ * so to the engine it is a device's memory (not readable in the maps). */
+static uint8_t *device_like_memory(struct ferry_engine *e, size_t len)
+{
+	uint8_t *dev = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	assert_true(dev != MAP_FAILED);
+	assert_int_equal(ferry_mem_register_access(e, dev, len, FERRY_ACCESS_REMOTE_READ), 0);
+	return dev;
+}
+
+/*
+ * A device's memory may go over verbs only: a segment over tcp refuses
+ * requests on it -EFAULT, WRITE and READ, and so does ferry_prep_create,
+ * instead of a CPU copy that faults (5f1efb5).  Needs a verbs device: the
+ * RDMA run only, with an initiator on the device plus tcp and a target on
+ * tcp.
  */
 static void test_device_memory_over_tcp(void **state)
 {
 	const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-	struct ferry_opts io, to;
-	char nics[128], *init_env, *target_env;
+	char nics[128];
 	struct ferry_req r;
 	struct ferry_prep *pr;
 	struct pair q;
@@ -757,25 +792,8 @@ static void test_device_memory_over_tcp(void **state)
 	if (strcmp(ferry_segment_transport(P.init, P.seg), "verbs"))
 		skip();
 	snprintf(nics, sizeof(nics), "%s,tcp", getenv("FERRY_TEST_INIT_NICS"));
-	pair_opts(&io, "0");
-	pair_opts(&to, "0");
-	io.nics = nics;
-	to.nics = "tcp";
-	/* pair_setup would take the run's devices from these */
-	init_env = strdup(getenv("FERRY_TEST_INIT_NICS"));
-	target_env = strdup(getenv("FERRY_TEST_TARGET_NICS"));
-	unsetenv("FERRY_TEST_INIT_NICS");
-	unsetenv("FERRY_TEST_TARGET_NICS");
-	pair_setup(&q, &io, &to, 1 << 16);
-	setenv("FERRY_TEST_INIT_NICS", init_env, 1);
-	setenv("FERRY_TEST_TARGET_NICS", target_env, 1);
-	free(init_env);
-	free(target_env);
-	pair_open_port(&q);
-	assert_string_equal(ferry_segment_transport(q.init, q.seg), "tcp");
-	dev = mmap(NULL, 2 * pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	assert_true(dev != MAP_FAILED);
-	assert_int_equal(ferry_mem_register_access(q.init, dev, 2 * pg, FERRY_ACCESS_REMOTE_READ), 0);
+	pair_setup_nics(&q, nics, "tcp");
+	dev = device_like_memory(q.init, 2 * pg);
 	r = mkreq(FERRY_OP_WRITE, dev, q.seg, q.rbuf, pg);
 	assert_refused(run_one_on(q.port, r, 10000), -EFAULT);
 	assert_int_equal(ferry_prep_create(q.port, q.seg, &r, 1, &pr), -EFAULT);
@@ -785,6 +803,38 @@ static void test_device_memory_over_tcp(void **state)
 	assert_int_equal(run_one_on(q.port, mkreq(FERRY_OP_WRITE, q.lbuf, q.seg, q.rbuf, pg),
 				    10000).state, FERRY_DONE);
 	assert_int_equal(ferry_mem_unregister(q.init, dev), 0);
+	assert_int_equal(munmap(dev, 2 * pg), 0);
+	pair_teardown(&q);
+}
+
+/*
+ * The target's side of it: a peer over tcp that READs a target's device
+ * memory gets a clear failure (a remote access error, -EFAULT: the region
+ * is not open to copying transports) and the connection goes on serving.
+ * Before, the target's send failed EFAULT and closed the connection, the
+ * READ was retried over ten connections and ended -EHOSTUNREACH.
+ */
+static void test_device_memory_read_by_tcp_peer(void **state)
+{
+	const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	struct ferry_req_status st;
+	char nics[128];
+	struct pair q;
+	uint8_t *dev;
+
+	(void)state;
+	if (strcmp(ferry_segment_transport(P.init, P.seg), "verbs"))
+		skip();
+	snprintf(nics, sizeof(nics), "%s,tcp", getenv("FERRY_TEST_TARGET_NICS"));
+	pair_setup_nics(&q, "tcp", nics);
+	dev = device_like_memory(q.target, 2 * pg);
+	assert_int_equal(ferry_segment_refresh(q.init, q.seg), 0);
+	st = run_one_on(q.port, mkreq(FERRY_OP_READ, q.lbuf, q.seg, dev, pg), 10000);
+	assert_refused(st, -EFAULT); /* a remote access error, as over verbs */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(run_one_on(q.port, mkreq(FERRY_OP_WRITE, q.lbuf, q.seg, q.rbuf, pg),
+					    10000).state, FERRY_DONE);
+	assert_int_equal(ferry_mem_unregister(q.target, dev), 0);
 	assert_int_equal(munmap(dev, 2 * pg), 0);
 	pair_teardown(&q);
 }
@@ -810,6 +860,7 @@ int main(void)
 		cmocka_unit_test(test_register_unmapped),
 		cmocka_unit_test(test_read_into_read_only_local),
 		cmocka_unit_test(test_device_memory_over_tcp),
+		cmocka_unit_test(test_device_memory_read_by_tcp_peer),
 		cmocka_unit_test(test_unregister_waits_once),
 	};
 
