@@ -40,7 +40,8 @@ static int engine_parse(struct ferry_engine *e, const struct ferry_opts *caller,
 		return rc;
 	}
 	if (strlen(o->nics) >= sizeof(e->nics_buf)) {
-		log_err("nics list too long");
+		log_err("nics list too long: %zu characters, at most %zu", strlen(o->nics),
+			sizeof(e->nics_buf) - 1);
 		return -EINVAL;
 	}
 	if (o->listen && strlen(o->listen) >= sizeof(e->listen_buf)) {

@@ -646,6 +646,35 @@ static void test_mixed_device_list(void **state)
 }
 
 /*
+ * A nics list names up to a device per core (63 characters each): the
+ * engine kept it in 256 bytes and refused longer lists (-EINVAL, "nics
+ * list too long"), e.g. 40 devices of 7 characters.
+ */
+static void test_long_device_list(void **state)
+{
+	char list[8192] = "";
+	struct ferry_engine *e = NULL;
+	struct ferry_opts o;
+
+	(void)state;
+	pair_opts(&o, "0-1");
+	for (unsigned i = 0; i < 40; i++)
+		snprintf(list + strlen(list), sizeof(list) - strlen(list), "%sloop%02u",
+			 i ? "," : "", i);
+	assert_true(strlen(list) > 256);
+	o.nics = list;
+	assert_int_equal(ferry_engine_create(&o, &e), 0);
+	assert_string_equal(ferry_core_nic(e, 1), "loop01");
+	ferry_engine_destroy(e);
+	/* past the longest list a list can be: refused with its length */
+	memset(list, 'x', sizeof(list) - 1);
+	list[sizeof(list) - 1] = '\0';
+	e = NULL;
+	assert_int_equal(ferry_engine_create(&o, &e), -EINVAL);
+	assert_null(e);
+}
+
+/*
  * Memory that is not there cannot be registered (-EFAULT, as rdma-core's
  * registration refuses it): before, loop, tcp and cma took any range, and
  * a peer's READ of an unmapped one crashed a loop target (SIGSEGV in the
@@ -855,6 +884,7 @@ int main(void)
 		cmocka_unit_test(test_stats_size),
 		cmocka_unit_test(test_transport_and_nics),
 		cmocka_unit_test(test_mixed_device_list),
+		cmocka_unit_test(test_long_device_list),
 		cmocka_unit_test(test_region_cache_vs_unregister),
 		cmocka_unit_test(test_read_only_region),
 		cmocka_unit_test(test_register_unmapped),
