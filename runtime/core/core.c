@@ -582,7 +582,8 @@ static void core_set_limits(struct ferry_core *c, const struct ferry_opts *o)
 	c->timeout_ticks = ferry_ms_to_tsc(o->timeout_ms);
 	c->sweep_ticks = ferry_ms_to_tsc(SWEEP_MS);
 	c->reask_ticks = ferry_ms_to_tsc(REPAIR_REASK_MS);
-	c->abandon_ticks = ferry_ms_to_tsc(ABANDON_MS);
+	c->abandon_ticks = ferry_ms_to_tsc(c->e->knobs.abandon_ms ? c->e->knobs.abandon_ms
+								   : ABANDON_MS);
 	c->linger_ticks = ferry_ms_to_tsc(o->idle_linger_us) / 1000;
 	c->caller_mode = o->idle == FERRY_IDLE_CALLER;
 	c->waiters_drive = o->idle == FERRY_IDLE_ADAPTIVE;

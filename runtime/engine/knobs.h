@@ -16,6 +16,8 @@ struct ferry_knobs {
 	uint32_t loop_nocopy;  /* loop NIC: check keys and bounds, skip the memcpy */
 	uint32_t meta_ttl_ms;  /* the name's lease in the metadata store (tests: short); 0 = 10 s */
 	uint32_t notif_queue;  /* notifications a receiver holds; 0 = NOTIF_QUEUE_DEFAULT */
+	uint32_t abandon_ms;   /* a QP whose WRs stay out this long is given up (tests of
+	                        * a dead device: short); 0 = ABANDON_MS (core.c) */
 };
 
 /* ferry_engine_create with knobs (NULL: none). */

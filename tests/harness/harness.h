@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/engine/knobs.h"
 #include "runtime/ferry.h"
 #include "runtime/ctl/passive.h"
 #include "runtime/engine/engine.h"
@@ -87,8 +88,9 @@ static inline void pair_opts(struct ferry_opts *o, const char *cores)
  * (the Soft-RoCE run puts the initiator on rxe0 and the target on rxe1);
  * unset, both use the options' nics.
  */
-static inline void pair_setup(struct pair *p, const struct ferry_opts *io,
-			      const struct ferry_opts *to, size_t len)
+static inline void pair_setup_knobs(struct pair *p, const struct ferry_opts *io,
+				    const struct ferry_opts *to, size_t len,
+				    const struct ferry_knobs *k)
 {
 	struct ferry_opts i = *io, t = *to;
 
@@ -101,8 +103,8 @@ static inline void pair_setup(struct pair *p, const struct ferry_opts *io,
 	if (getenv("FERRY_TEST_IDLE") && !strcmp(getenv("FERRY_TEST_IDLE"), "caller"))
 		i.idle = t.idle = FERRY_IDLE_CALLER;
 	memset(p, 0, sizeof(*p));
-	assert_int_equal(ferry_engine_create(&i, &p->init), 0);
-	assert_int_equal(ferry_engine_create(&t, &p->target), 0);
+	assert_int_equal(ferry_engine_create_knobs(&i, k, &p->init), 0);
+	assert_int_equal(ferry_engine_create_knobs(&t, k, &p->target), 0);
 	p->len = len;
 	p->lbuf = aligned_alloc(4096, len);
 	p->rbuf = aligned_alloc(4096, len);
@@ -113,6 +115,12 @@ static inline void pair_setup(struct pair *p, const struct ferry_opts *io,
 	assert_int_equal(ferry_mem_register(p->init, p->lbuf, len), 0);
 	assert_int_equal(ferry_mem_register(p->target, p->rbuf, len), 0);
 	assert_int_equal(ferry_segment_open(p->init, ferry_engine_address(p->target), &p->seg), 0);
+}
+
+static inline void pair_setup(struct pair *p, const struct ferry_opts *io,
+			      const struct ferry_opts *to, size_t len)
+{
+	pair_setup_knobs(p, io, to, len, NULL);
 }
 
 /* A port on the initiator, in p->port. */

@@ -479,9 +479,15 @@ static void test_destroy_beside_dead_device(void **state)
 }
 
 /*
+ * The dead-device tests give QPs up after 1 s, not the engine's 5 s: the
+ * same path, sooner (the timeouts they set are 200 ms).
+ */
+static const struct ferry_knobs dead_device_knobs = { .abandon_ms = 1000 };
+
+/*
  * The same device dead while the engine runs (core 1's; core 0's works):
  * core 1's QPs time out and are set to error, and no flush ever comes.
- * After 5 s of that the core gives the QPs up (qp_abandons), and their
+ * After 5 s of that (1 s here) the core gives the QPs up (qp_abandons), and their
  * slices go again on core 0's rail: every request ends DONE.  Before,
  * they stayed PENDING for as long as the engine ran.
  */
@@ -492,9 +498,14 @@ static void test_dead_device_while_running(void **state)
 	struct ferry_batch *b;
 	struct ferry_core_stats st;
 
+	struct ferry_opts o;
+
 	(void)state;
 	need_loop();
-	setup_pair(200);
+	pair_opts(&o, "0-1");
+	o.timeout_ms = 200;
+	o.slice_size = 16384;
+	pair_setup_knobs(&P, &o, &o, BUF, &dead_device_knobs);
 	assert_int_equal(ferry_port_create(P.init, &port), 0);
 	assert_int_equal(ferry_batch_create(port, 4, &b), 0);
 	loop_set_faults(ferry_engine_nic(P.init, 1), &(struct loop_faults){ .dead = 1 });
@@ -530,7 +541,7 @@ static void test_dead_device_request_times_out(void **state)
 	pair_opts(&o, "0");
 	o.timeout_ms = 200;
 	o.retries = 0;
-	pair_setup(&P, &o, &o, BUF);
+	pair_setup_knobs(&P, &o, &o, BUF, &dead_device_knobs);
 	assert_int_equal(ferry_port_create(P.init, &port), 0);
 	loop_set_faults(ferry_engine_nic(P.init, 0), &(struct loop_faults){ .dead = 1 });
 	ferry_log_set(log_count, NULL);
@@ -578,7 +589,7 @@ static void test_dead_device_cq_room_gone(void **state)
 	o.wrs_per_qp = 8;
 	o.signal_every = 4;
 	o.cqes = 16; /* two QPs of 8: the dead device holds the whole CQ */
-	pair_setup(&P, &o, &o, BUF);
+	pair_setup_knobs(&P, &o, &o, BUF, &dead_device_knobs);
 	assert_int_equal(ferry_port_create(P.init, &port), 0);
 	assert_int_equal(ferry_batch_create(port, 4, &b), 0);
 	loop_set_faults(ferry_engine_nic(P.init, 1), &(struct loop_faults){ .dead = 1 });
