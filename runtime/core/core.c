@@ -729,12 +729,23 @@ int core_start(struct ferry_core *c)
 	return 0;
 }
 
-void core_stop(struct ferry_core *c)
+/* Tell c's thread to stop (it drains: fails what is queued, waits up to
+ * DRAIN_NS for what is posted); core_stop waits for it.  Several cores
+ * told first drain side by side: a dead device costs one DRAIN_NS, not
+ * one per core. */
+void core_stop_begin(struct ferry_core *c)
 {
 	if (!c->started)
 		return;
 	store_release(c->stop, 1); /* pairs with: load_acquire in core_main */
 	eventfd_write(c->wake_fd, 1);
+}
+
+void core_stop(struct ferry_core *c)
+{
+	if (!c->started)
+		return;
+	core_stop_begin(c);
 	pthread_join(c->thread, NULL);
 	c->started = 0;
 }

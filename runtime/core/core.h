@@ -181,6 +181,7 @@ int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char
 /* The context of c whose provider is named prov ("verbs", "tcp", ...), or -1. */
 int core_tx_of(const struct ferry_core *c, const char *prov);
 int core_start(struct ferry_core *c);
+void core_stop_begin(struct ferry_core *c);
 void core_stop(struct ferry_core *c);
 void core_destroy(struct ferry_core *c);
 

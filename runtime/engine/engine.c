@@ -259,7 +259,11 @@ void ferry_engine_destroy(struct ferry_engine *e)
 	seg_disconnect_all(e);
 	ctl_stop(&e->ctl);
 	notify_free_queue(e);
-	/* Cores fail what is queued, flush what is posted, free their eps. */
+	/* Cores fail what is queued, flush what is posted, free their eps:
+	 * all at once (each may wait up to 2 s on a dead device). */
+	for (unsigned i = 0; i < e->ncores; i++)
+		if (e->cores[i])
+			core_stop_begin(e->cores[i]);
 	for (unsigned i = 0; i < e->ncores; i++)
 		if (e->cores[i])
 			core_stop(e->cores[i]);
