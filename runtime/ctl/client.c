@@ -143,18 +143,25 @@ int ctl_read_answer(int fd, struct auth_sess *sess, int64_t deadline, int stop_f
 		return -ENOMEM;
 	rc = buf ? ctl_read_body(fd, sess, b, buf, h.payload_len, deadline, stop_fd, call->what)
 		 : 0;
-	if (rc == -EBADMSG && forged)
-		fetch_add_relaxed(*forged, 1); /* statistics */
-	if (!rc && h.type == WIRE_ERROR)
+	if (rc) { /* the frame not read whole, or forged: out of step */
+		if (rc == -EBADMSG && forged)
+			fetch_add_relaxed(*forged, 1); /* statistics */
+		free(buf);
+		return rc == -EBADMSG ? -EPROTO : rc;
+	}
+	if (h.type == WIRE_ERROR)
 		rc = ctl_read_error(buf, h.payload_len, call->what);
-	else if (!rc && call->decode)
+	else if (call->decode)
 		rc = call->decode(buf, h.payload_len, call->out);
 	free(buf);
 	if (rc == -EBADMSG)
 		return -EPROTO;
-	/* A refused reply (-EPROTO) may have left bytes unread: out of step. */
-	if (rc != -EPROTO && rc != -ECONNRESET && rc != -ETIMEDOUT && rc != -ECANCELED &&
-	    rc != -ENOMEM && !closing_errno(rc))
+	/* The frame is read whole: whatever errno the peer answered (-ENOMEM,
+	 * -ETIMEDOUT, ...) the next answer on the connection is the next
+	 * request's -- a pipelined exchange (ctl_notify_many) reads on.  Out
+	 * of step only after a refused reply (-EPROTO), or one after which the
+	 * server closes. */
+	if (rc != -EPROTO && !closing_errno(rc))
 		*st = EX_SYNCED;
 	return rc;
 }

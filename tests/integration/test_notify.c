@@ -20,6 +20,8 @@
  *  - from: a sender with a name (a redis-server the test starts) is named
  *    by it; ferry_batch_cancel ends a notification that waits for room; one
  *    that never gets room ends TIMEOUT after timeout_ms;
+ *  - in one exchange (ctl_notify_many) the receiver answers a notification
+ *    -ENOMEM and queues the next: the next ends DONE, the first FAILED;
  *  - a receiver restarted at the same address (a new incarnation) refuses
  *    a notification on a segment opened to the one before (-ESTALE);
  *  - a mute peer (a target process stopped with SIGSTOP): the sends to it
@@ -691,6 +693,86 @@ static void test_delivered_beside_refused(void **state)
 	duo_down(&d);
 }
 
+/* ---- an answer the receiver gave in an exchange: the others stand ---- */
+
+static struct {
+	int phase;                  /* 0: "n0" and "n1" refused; 1: one exchange */
+	int n0_calls;
+} nq;                               /* atomics */
+
+/* The receiver's NOTIFY handler, wrapped: "n0" and "n1" are refused (as
+ * by a full queue) until both wait on the sender's lane; then "n0" is
+ * answered -ENOMEM (the receiver could not make its queue: it did not
+ * queue it) and "n1", in the same exchange, is queued. */
+static int nomem_notify(void *arg, const struct wire_notify *n)
+{
+	bool n0 = n->len == 2 && !memcmp(n->msg, "n0", 2);
+	bool n1 = n->len == 2 && !memcmp(n->msg, "n1", 2);
+
+	if (n0)
+		__atomic_add_fetch(&nq.n0_calls, 1, __ATOMIC_SEQ_CST);
+	if ((n0 || n1) && !__atomic_load_n(&nq.phase, __ATOMIC_SEQ_CST))
+		return -EAGAIN;
+	if (n0)
+		return -ENOMEM;
+	return notify_receive(arg, n);
+}
+
+/* "n0" first on the sender's lane, "n1" behind it: the next exchange takes both. */
+static bool lane_holds_n0_n1(struct ferry_engine *e)
+{
+	struct notify *nt = &e->notify;
+	bool two = false;
+
+	pthread_mutex_lock(&nt->lanes_lock);
+	for (struct notify_lane *l = nt->lanes; l; l = l->next) {
+		unsigned k = 0;
+
+		for (struct notify_job *j = l->head; j; j = j->next)
+			k++;
+		two |= k == 2 && !memcmp(l->head->msg.msg, "n0", 2);
+	}
+	pthread_mutex_unlock(&nt->lanes_lock);
+	return two;
+}
+
+/*
+ * In one exchange the receiver answers the first notification -ENOMEM
+ * (not queued) and queues the second: the second ends DONE.  Before, the
+ * sender took the peer's -ENOMEM answer for its own failure to read it
+ * (the connection out of step) and ended every later notification of the
+ * exchange FAILED -ENOMEM, "not queued there" -- though the receiver had
+ * queued them, so an application would send them again.
+ */
+static void test_nomem_answer_in_exchange(void **state)
+{
+	struct ferry_notif n;
+	struct duo d;
+
+	(void)state;
+	memset(&nq, 0, sizeof(nq));
+	duo_up(&d, "loop", NULL, 0, 4);
+	ctl_set_notify(&d.rcv->ctl, nomem_notify);
+	/* Ordered before the control thread's next read of it (TSan does not
+	 * see the sockets): it serves a KEEPALIVE under passive_lock. */
+	pthread_mutex_lock(&d.rcv->passive_lock);
+	pthread_mutex_unlock(&d.rcv->passive_lock);
+	(void)ctl_keepalive(NULL, ferry_engine_address(d.rcv), 10000, 1); /* answered or not */
+	assert_int_equal(ferry_notify(d.b, d.seg, "n0", 2), 0);
+	WAIT_UNTIL(__atomic_load_n(&nq.n0_calls, __ATOMIC_SEQ_CST) >= 1, WAIT_DEADLINE_MS,
+		   "n0 refused");
+	assert_int_equal(ferry_notify(d.b, d.seg, "n1", 2), 1);
+	WAIT_UNTIL(lane_holds_n0_n1(d.snd), WAIT_DEADLINE_MS, "n0 and n1 on the lane");
+	__atomic_store_n(&nq.phase, 1, __ATOMIC_SEQ_CST);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), -EIO);
+	expect_state(d.b, 0, FERRY_FAILED, -ENOMEM);
+	expect_state(d.b, 1, FERRY_DONE, 0);
+	assert_int_equal(ferry_notif_poll(d.rcv, &n, 1), 1);
+	assert_memory_equal(n.msg, "n1", 2);
+	assert_int_equal(ferry_notif_poll(d.rcv, &n, 1), 0);
+	duo_down(&d);
+}
+
 /* A WRITE to the segment refused at submit for its arguments did not
  * succeed either: its notification ends FAILED -EIO, the peer is not
  * told (before: DONE, delivered). */
@@ -831,6 +913,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cancel),
 		cmocka_unit_test(test_cancel_during_send),
 		cmocka_unit_test(test_delivered_beside_refused),
+		cmocka_unit_test(test_nomem_answer_in_exchange),
 		cmocka_unit_test(test_refused_write_holds_notification),
 		cmocka_unit_test(test_restarted_receiver),
 		cmocka_unit_test(test_full_timeout),
