@@ -646,8 +646,10 @@ struct ferry_notif {
  * FAILED: -EMSGSIZE (len too big), -EINVAL (NULL msg with len > 0), -EBADF
  * (unknown or closed seg), -ESTALE (the peer restarted), -EIO (an earlier
  * WRITE to seg did not succeed: the peer is not told), -ECONNREFUSED or
- * -ECONNRESET (peer gone), -EHOSTUNREACH (no route to it), -EACCES (authentication), -ECANCELED (batch
- * cancel, engine destroy).  Returns the slot, or -ENOSPC (batch full),
+ * -ECONNRESET (peer gone), -EHOSTUNREACH (no route to it), -EACCES (authentication), -EBUSY
+ * (the peer at its connection cap), -ENOMEM (no memory here or at the peer: not
+ * queued there), -EPROTO (a malformed answer), -EPROTONOSUPPORT (a keyed peer of
+ * an older protocol), -ECANCELED (batch cancel, engine destroy).  Returns the slot, or -ENOSPC (batch full),
  * -EINVAL (NULL b).  The port's thread.
  */
 FERRY_API int ferry_notify(struct ferry_batch *b, ferry_seg_t seg, const void *msg, uint32_t len);

@@ -665,16 +665,22 @@ static int check_nics_idle(const struct ferry_opts *o, char *err, size_t errlen)
  * Order matters: wrs_per_qp is checked before cqes and signal_every, whose
  * bounds depend on it, so the message names the field that is really off.
  */
+/* [A-Za-z0-9._-] in ASCII: isalnum() would follow the locale (0xE9 is a
+ * letter in Latin-1), while the wire's check of a sender's name does not
+ * (wire.c), and every ferry_notify of such an engine would end -EINVAL. */
+static bool name_char(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+	       ch == '.' || ch == '_' || ch == '-';
+}
+
 bool ferry_name_valid(const char *name)
 {
 	size_t n = 0;
 
-	for (; name[n]; n++) {
-		char ch = name[n];
-
-		if (!isalnum((unsigned char)ch) && ch != '.' && ch != '_' && ch != '-')
+	for (; name[n]; n++)
+		if (!name_char(name[n]))
 			return false;
-	}
 	return n > 0 && n <= FERRY_NAME_MAX;
 }
 

@@ -596,6 +596,7 @@ static void test_cluster_opts(void **state)
 	assert_int_equal(ferry_opts_check(&o, err, sizeof(err)), -EINVAL); /* a name needs a store */
 	assert_true(ferry_name_valid("a"));
 	assert_false(ferry_name_valid("a/b"));
+	assert_false(ferry_name_valid("caf\xe9")); /* ASCII only, whatever the locale */
 	assert_false(ferry_name_valid("0123456789012345678901234567890123456789012345678901234567890123"));
 }
 
