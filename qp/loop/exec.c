@@ -132,6 +132,23 @@ static __attribute__((noinline)) enum nic_wc_status loop_fault_before(struct loo
 	return NIC_WC_SUCCESS;
 }
 
+/*
+ * A zero-length WR whose keys did not pass: it names no memory, so as on
+ * verbs (rxe, and cma and tcp here) no key is checked and nothing is
+ * copied.  Asked only once a key check failed: WRs that pass pay nothing
+ * (inline: run's address must not escape, the compiler keeps it in
+ * registers).
+ */
+static inline enum nic_wc_status loop_exec_empty(struct loop_cq *cq, struct loop_run *run)
+{
+	if (unlikely(run->faults) && loop_roll(cq, cq->thr_err)) {
+		cq->cnt[CNT_ERRS]++;
+		return NIC_WC_RETRY_EXC_ERR;
+	}
+	run->wrs++;
+	return NIC_WC_SUCCESS;
+}
+
 /* Execute one WR of a QP that is not in error; returns its completion status. */
 static inline enum nic_wc_status loop_exec(struct loop_cq *cq, struct loop_run *run,
 					   struct loop_qp *qp, const struct soft_wqe *w)
@@ -139,12 +156,12 @@ static inline enum nic_wc_status loop_exec(struct loop_cq *cq, struct loop_run *
 	if (unlikely(run->faults) && loop_fault_before(cq) != NIC_WC_SUCCESS)
 		return NIC_WC_FLUSH_ERR;
 	if (unlikely(!loop_mr_covers_memo(&run->lmr, w->lkey, qp->local_id, w->local, w->len, 0)))
-		return NIC_WC_LOC_PROT_ERR;
+		return w->len ? NIC_WC_LOC_PROT_ERR : loop_exec_empty(cq, run);
 	/* The peer's region must allow what the WR does to it, as a responder NIC checks. */
 	if (unlikely(!loop_mr_covers_memo(&run->rmr, w->rkey, qp->peer, w->remote, w->len,
 					  w->op == NIC_OP_READ ? NIC_ACCESS_REMOTE_READ :
 								 NIC_ACCESS_REMOTE_WRITE)))
-		return NIC_WC_REM_ACCESS_ERR;
+		return w->len ? NIC_WC_REM_ACCESS_ERR : loop_exec_empty(cq, run);
 	if (unlikely(run->faults) && loop_roll(cq, cq->thr_err)) {
 		cq->cnt[CNT_ERRS]++;
 		return NIC_WC_RETRY_EXC_ERR;

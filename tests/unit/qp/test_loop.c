@@ -353,6 +353,34 @@ static void test_bounds(void **state)
 	expect_one(e, &wr, NIC_WC_SUCCESS);
 }
 
+/*
+ * A zero-length WR names no memory: as on verbs (and cma, tcp) no key is
+ * checked, so it completes whatever its keys say -- none at all, or a
+ * good lkey beside an rkey that names nothing -- and the WRs around it run.
+ */
+static void test_zero_length(void **state)
+{
+	struct env *e = *state;
+	struct nic_wr wrs[4];
+	struct nic_wc wc[8];
+
+	memset(e->lbuf, 0x5a, 64);
+	wrs[0] = nic_wr_of(NIC_OP_WRITE, 1, NULL, NULL, 0, 0, 0, 1);
+	wrs[1] = mkwr(e, NIC_OP_WRITE, 2, 0, 0, 64, 1);
+	wrs[2] = mkwr(e, NIC_OP_READ, 3, 0, 0, 0, 1);
+	wrs[2].rkey = e->rmr.rkey ^ 0x10000u; /* another generation: no live region */
+	wrs[3] = mkwr(e, NIC_OP_READ, 4, 64, 0, 64, 1);
+	nic_wr_chain(wrs, 4);
+	assert_int_equal(P->post(e->qp, wrs, NULL), 0);
+	assert_int_equal(poll_all(e->cq, wc, 8), 4);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(wc[i].wr_id, (uint64_t)i + 1);
+		assert_int_equal(wc[i].status, NIC_WC_SUCCESS);
+	}
+	assert_memory_equal(e->rbuf, e->lbuf, 64);
+	assert_memory_equal(e->lbuf + 64, e->lbuf, 64);
+}
+
 static void test_unsignalled(void **state)
 {
 	struct env *e = *state;
@@ -807,6 +835,7 @@ int main(void)
 		T(test_access_rights),
 		T(test_loc_prot_flush),
 		T(test_bounds),
+		T(test_zero_length),
 		T(test_unsignalled),
 		T(test_sq_overflow),
 		T(test_cq_overflow),
