@@ -127,6 +127,8 @@ static void test_open_addr_caps(void **state)
 	struct env *e = *state;
 	struct nic_addr aa, ab;
 	struct nic_caps caps;
+	struct nic_qp_info qi;
+	static const uint8_t zero[NIC_QP_SECRET_LEN];
 	struct nic_qp *q2;
 
 	P->addr(e->a, &aa);
@@ -147,6 +149,13 @@ static void test_open_addr_caps(void **state)
 
 	q2 = new_qp(e, e->cq, 8);
 	assert_int_not_equal(P->qp_num(q2), P->qp_num(e->qp));
+	/* Its handshake half is its number, PSN 0 and (nic.h) a zero secret,
+	 * whatever the caller's struct held. */
+	memset(&qi, 0xff, sizeof(qi));
+	P->qp_info(q2, &qi);
+	assert_int_equal(qi.qpn, P->qp_num(q2));
+	assert_int_equal(qi.psn, 0);
+	assert_memory_equal(qi.secret, zero, sizeof(qi.secret));
 	P->qp_destroy(q2);
 
 	/* Capacities out of range, and a CQ of another context. */
