@@ -534,6 +534,9 @@ void fv_caps(const struct nic *n, struct nic_caps *out)
 	out->max_cqe = nic->max_cqe;
 	out->max_inline = nic->max_inline;
 	out->max_rd_atomic = nic->max_rd_atomic;
+	/* The NIC does the work, none in our polls (not NIC_CAP_SERVES).  Set,
+	 * since the core's struct is not cleared (it decides its polling from it). */
+	out->flags = 0;
 }
 
 void fv_describe(const struct nic *n, char *buf, size_t len)

@@ -621,6 +621,19 @@ static void assert_rd_atomic_seen(uint32_t depth, uint32_t grant)
 	assert_int_equal(b.rd_atomic, grant);
 }
 
+/* caps fills every field: the core reads flags from a struct it did not
+ * clear (core.c: serves), so stale bytes must not show. */
+static void test_caps_filled(void **state)
+{
+	struct nic_caps caps;
+
+	(void)state;
+	memset(&caps, 0xff, sizeof(caps));
+	P->caps((const struct nic *)(const void *)&nic, &caps);
+	assert_int_equal(caps.flags, 0); /* not NIC_CAP_SERVES, not NIC_CAP_SAME_HOST */
+	assert_int_equal(caps.max_rd_atomic, 16);
+}
+
 /*
  * The READ bound: FERRY_IB_RD_ATOMIC=0 lets a QP keep as many READs in
  * flight as the device allows (rxe: 128), never more than the peer grants;
@@ -1062,6 +1075,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_qp_connect_family, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_mtu_and_caps, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rd_atomic_bound, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_caps_filled, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_ib, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_set_error, setup, teardown),
