@@ -290,6 +290,8 @@ void fv_qp_info(const struct nic_qp *q, struct nic_qp_info *out)
 {
 	const struct fv_qp *qp = cqp_of(q);
 
+	/* The secret too (zero for verbs, nic.h): it goes on the wire as is. */
+	memset(out, 0, sizeof(*out));
 	out->qpn = qp->qp->qp_num;
 	out->psn = qp->psn;
 }

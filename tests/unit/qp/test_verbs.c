@@ -634,6 +634,21 @@ static void test_caps_filled(void **state)
 	assert_int_equal(caps.max_rd_atomic, 16);
 }
 
+/* qp_info's half of the handshake: the QP's number and PSN, and (nic.h)
+ * a zero secret, whatever the caller's struct held. */
+static void test_qp_info_filled(void **state)
+{
+	static const uint8_t zero[NIC_QP_SECRET_LEN];
+	struct nic_qp_info qi;
+
+	(void)state;
+	memset(&qi, 0xff, sizeof(qi));
+	P->qp_info(nqp(), &qi);
+	assert_int_equal(qi.qpn, 0x123);
+	assert_int_equal(qi.psn, 0xabcdef);
+	assert_memory_equal(qi.secret, zero, sizeof(qi.secret));
+}
+
 /*
  * The READ bound: FERRY_IB_RD_ATOMIC=0 lets a QP keep as many READs in
  * flight as the device allows (rxe: 128), never more than the peer grants;
@@ -1076,6 +1091,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_qp_connect_mtu_and_caps, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rd_atomic_bound, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_caps_filled, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_qp_info_filled, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_ib, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_set_error, setup, teardown),
