@@ -549,7 +549,7 @@ static int core_open_nic(struct ferry_core *c, struct qctx *q, const char *nic)
 {
 	const struct nic_provider *prov = nic_provider_for(nic);
 	const struct ferry_opts *o = &c->e->opts;
-	struct nic_caps caps;
+	struct nic_caps caps = { 0 }; /* a provider fills what it knows */
 	char dev[96];
 	int rc;
 

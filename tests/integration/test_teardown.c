@@ -342,6 +342,8 @@ static void test_stale_segment_idle(void **state)
 	ferry_engine_destroy(P.target);
 	pair_opts(&o, "0-1");
 	o.listen = addr;
+	if (getenv("FERRY_TEST_TARGET_NICS")) /* as pair_setup made it */
+		o.nics = getenv("FERRY_TEST_TARGET_NICS");
 	assert_int_equal(ferry_engine_create(&o, &P.target), 0);
 	assert_int_equal(ferry_mem_register(P.target, P.rbuf, P.len), 0);
 	old = P.seg;
