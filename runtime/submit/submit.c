@@ -335,8 +335,12 @@ static int rq_prepare(struct ferry_port *p, struct submit_hold *h, struct ferry_
 	rq->seg_slot = (uint32_t)r->seg - 1;
 	rq->seg_gen = (uint32_t)(r->seg >> 32);
 	rc = rq_check_args(r);
-	if (rc)
+	if (rc) {
+		/* an op that is neither (257 would read as a WRITE) refused no WRITE */
+		if ((unsigned)r->op > FERRY_OP_WRITE)
+			rq->op = 0xff;
 		return rc;
+	}
 	rq->local = (uintptr_t)r->local;
 	rq->remote = r->remote;
 	rq->len = r->len;

@@ -245,6 +245,17 @@ static void test_refusals(void **state)
 	poll_one(d.rcv, &n);
 	assert_int_equal(n.len, 0);
 	assert_int_equal(ferry_batch_reset(d.b), 0);
+	/* A request refused for an op that is neither (257: its low byte is
+	 * WRITE's) was no WRITE: the notification after it goes. */
+	r = mkreq((enum ferry_op)257, d.lbuf, d.seg, d.rbuf, CHUNK);
+	assert_int_equal(ferry_submit(d.b, &r, 1), 0);
+	s = ferry_notify(d.b, d.seg, "op", 2);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), -EIO);
+	expect_state(d.b, 0, FERRY_FAILED, -EINVAL);
+	expect_state(d.b, s, FERRY_DONE, 0);
+	poll_one(d.rcv, &n);
+	assert_memory_equal(n.msg, "op", 2);
+	assert_int_equal(ferry_batch_reset(d.b), 0);
 	/* An earlier WRITE to the segment failed: the peer is not told. */
 	assert_int_equal(ferry_mem_register_access(d.rcv, ro, 4 * CHUNK, FERRY_ACCESS_REMOTE_READ), 0);
 	assert_int_equal(ferry_segment_refresh(d.snd, d.seg), 0);
