@@ -640,8 +640,9 @@ static int held_notify(void *arg, const struct wire_notify *n)
 	return notify_receive(arg, n);
 }
 
-/* j0 first on the sender's lane, j1 behind it: the next exchange takes both. */
-static bool lane_holds_j0_j1(struct ferry_engine *e)
+/* Two jobs on one of the sender's lanes, the first with message first (2
+ * bytes): the next exchange takes both. */
+static bool lane_holds_two(struct ferry_engine *e, const char *first)
 {
 	struct notify *nt = &e->notify;
 	bool two = false;
@@ -652,7 +653,7 @@ static bool lane_holds_j0_j1(struct ferry_engine *e)
 
 		for (struct notify_job *j = l->head; j; j = j->next)
 			k++;
-		two |= k == 2 && !memcmp(l->head->msg.msg, "j0", 2);
+		two |= k == 2 && !memcmp(l->head->msg.msg, first, 2);
 	}
 	pthread_mutex_unlock(&nt->lanes_lock);
 	return two;
@@ -684,7 +685,7 @@ static void test_delivered_beside_refused(void **state)
 	WAIT_UNTIL(__atomic_load_n(&hq.j0_calls, __ATOMIC_SEQ_CST) >= 1, WAIT_DEADLINE_MS,
 		   "j0 refused");
 	assert_int_equal(ferry_notify(d.b, d.seg, "j1", 2), 1);
-	WAIT_UNTIL(lane_holds_j0_j1(d.snd), WAIT_DEADLINE_MS, "j0 and j1 on the lane");
+	WAIT_UNTIL(lane_holds_two(d.snd, "j0"), WAIT_DEADLINE_MS, "j0 and j1 on the lane");
 	__atomic_store_n(&hq.phase, 1, __ATOMIC_SEQ_CST);
 	WAIT_UNTIL(READ_ONCE(d.rcv->notify.received) >= 1, WAIT_DEADLINE_MS, "j1 queued");
 	assert_int_equal(ferry_notif_poll(d.rcv, &n, 1), 1);
@@ -729,24 +730,6 @@ static int nomem_notify(void *arg, const struct wire_notify *n)
 	return notify_receive(arg, n);
 }
 
-/* "n0" first on the sender's lane, "n1" behind it: the next exchange takes both. */
-static bool lane_holds_n0_n1(struct ferry_engine *e)
-{
-	struct notify *nt = &e->notify;
-	bool two = false;
-
-	pthread_mutex_lock(&nt->lanes_lock);
-	for (struct notify_lane *l = nt->lanes; l; l = l->next) {
-		unsigned k = 0;
-
-		for (struct notify_job *j = l->head; j; j = j->next)
-			k++;
-		two |= k == 2 && !memcmp(l->head->msg.msg, "n0", 2);
-	}
-	pthread_mutex_unlock(&nt->lanes_lock);
-	return two;
-}
-
 /*
  * In one exchange the receiver answers the first notification -ENOMEM
  * (not queued) and queues the second: the second ends DONE.  Before, the
@@ -773,7 +756,7 @@ static void test_nomem_answer_in_exchange(void **state)
 	WAIT_UNTIL(__atomic_load_n(&nq.n0_calls, __ATOMIC_SEQ_CST) >= 1, WAIT_DEADLINE_MS,
 		   "n0 refused");
 	assert_int_equal(ferry_notify(d.b, d.seg, "n1", 2), 1);
-	WAIT_UNTIL(lane_holds_n0_n1(d.snd), WAIT_DEADLINE_MS, "n0 and n1 on the lane");
+	WAIT_UNTIL(lane_holds_two(d.snd, "n0"), WAIT_DEADLINE_MS, "n0 and n1 on the lane");
 	__atomic_store_n(&nq.phase, 1, __ATOMIC_SEQ_CST);
 	assert_int_equal(ferry_batch_wait(d.b, 10000), -EIO);
 	expect_state(d.b, 0, FERRY_FAILED, -ENOMEM);
