@@ -13,8 +13,10 @@ uint64_t slice_count_long(uint64_t len, uint32_t slice_size)
 
 	if (tail == 0)
 		return n;
-	/* A short tail rides on the previous slice instead of costing a WR. */
-	if (n > 0 && tail < slice_size / 4)
+	/* A short tail rides on the previous slice instead of costing a WR,
+	 * unless that slice would be longer than a transport takes (1 GiB
+	 * slices: 1 GiB + 4 KiB was one WR, which tcp refuses). */
+	if (n > 0 && tail < slice_size / 4 && slice_size + tail <= SLICE_MAX_LEN)
 		return n;
 	return n + 1;
 }

@@ -16,6 +16,13 @@
 struct ferry_rq;
 struct ferry_ep;
 
+/*
+ * The longest slice (one WR) every transport takes: tcp's frame cap
+ * (qp/tcp/frame.h), and the largest slice_size.  A short tail is merged
+ * only while the slice it rides on stays within it.
+ */
+#define SLICE_MAX_LEN (1u << 30)
+
 /* Number of slices len bytes are cut into (len > 0, slice_size > 0). */
 uint64_t slice_count_long(uint64_t len, uint32_t slice_size);
 static inline uint64_t slice_count(uint64_t len, uint32_t slice_size)

@@ -23,6 +23,7 @@
 #include <sys/uio.h>
 
 #include "ring/base/log.h"
+#include "slice/slice.h"
 
 static inline struct tcp_wqe *sq_at(struct tcp_qp *qp, uint32_t i)
 {
@@ -367,6 +368,9 @@ void tcp_init_io(struct tcp_qp *qp, uint32_t events)
 }
 
 /* ---- post and set_error (the owning core) ------------------------------ */
+
+/* The engine cuts no slice longer than this provider's frame (slice_count_long). */
+_Static_assert(SLICE_MAX_LEN <= TCP_MAX_FRAME, "a slice fits one frame");
 
 static void sq_push(struct tcp_qp *qp, const struct nic_wr *wr)
 {

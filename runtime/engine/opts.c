@@ -29,6 +29,7 @@
 #include "runtime/engine/opts.h"
 
 #include "ring/base/log.h"
+#include "slice/slice.h"
 
 #define CPU_LIMIT CPU_SETSIZE
 #define ONLINE_PATH "/sys/devices/system/cpu/online"
@@ -714,7 +715,7 @@ int ferry_opts_check(const struct ferry_opts *o, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	if (check_nics_idle(o, err, errlen) || check_cluster(o, err, errlen) ||
-	    check_range("slice_size", o->slice_size, 4096, 1u << 30, "", err, errlen) ||
+	    check_range("slice_size", o->slice_size, 4096, SLICE_MAX_LEN, "", err, errlen) ||
 	    check_range("qps_per_ep", o->qps_per_ep, 1, 16, "", err, errlen) ||
 	    check_range("wrs_per_qp", o->wrs_per_qp, 1, 32768, "", err, errlen) ||
 	    check_range("cqes", o->cqes, o->wrs_per_qp, 1u << 20, " (at least wrs_per_qp)",

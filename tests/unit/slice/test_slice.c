@@ -7,8 +7,10 @@
  * a second copy of the formula: every slice but the last is exactly
  * slice_size, the slices tile [0, len), and the last one is never shorter
  * than a quarter slice unless it is the only one (a short tail is merged),
- * so it lies in [ss/4, ss + ss/4 - 1].  Those properties fix the count
- * uniquely, so a wrong count cannot pass them.
+ * so it lies in [ss/4, ss + ss/4 - 1] -- unless the merged slice would be
+ * longer than SLICE_MAX_LEN (what every transport takes), then the tail
+ * is a slice of its own.  Those properties fix the count uniquely, so a
+ * wrong count cannot pass them.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -57,6 +59,7 @@ static void check_slice(uint64_t len, uint32_t ss, uint64_t n, uint64_t i, uint6
 	assert_int_equal(off, *expect_off);
 	assert_true(slen > 0);
 	assert_true(slen <= max_slice(ss));
+	assert_true(slen <= SLICE_MAX_LEN); /* ss <= SLICE_MAX_LEN here, as opts allow */
 	/* No wrap: the slice ends inside the request. */
 	assert_true(off < len);
 	assert_true(slen <= len - off);
@@ -65,8 +68,8 @@ static void check_slice(uint64_t len, uint32_t ss, uint64_t n, uint64_t i, uint6
 	} else {
 		/* Last slice ends exactly at len; short only if it is the only one. */
 		assert_int_equal(off + slen, len);
-		if (n > 1)
-			assert_true(slen >= ss / 4);
+		if (n > 1 && (uint64_t)ss + slen <= SLICE_MAX_LEN)
+			assert_true(slen >= ss / 4); /* else merging it was too long */
 	}
 	*expect_off = off + slen;
 }
@@ -134,6 +137,11 @@ static void test_count_edges(void **state)
 	assert_int_equal(off, 2ull * SS);
 	assert_int_equal(slen, SS + 100);
 	assert_int_equal(check_all_slices(3ull * SS + SS / 4, SS), 4);
+	/* 1 GiB slices: a 4 KiB tail is a slice of its own, not a WR of
+	 * 1 GiB + 4 KiB (more than tcp takes). */
+	assert_int_equal(check_all_slices((1ull << 30) + 4096, 1u << 30), 2);
+	slice_bounds((1ull << 30) + 4096, 1u << 30, 2, 1, &off, &slen);
+	assert_int_equal(slen, 4096);
 
 	/* Tiny slice sizes: ss/4 == 0 means nothing merges, and nothing breaks. */
 	assert_int_equal(check_all_slices(7, 1), 7);
@@ -157,10 +165,15 @@ static void test_count_huge(void **state)
 	check_huge(UINT64_MAX, 1u << 30, UINT64_MAX / (1u << 30) + 1);
 	/* A huge length whose tail is merged. */
 	check_huge(UINT64_MAX - (SS - 1) + 5, SS, (UINT64_MAX - (SS - 1) + 5) / SS);
-	/* Largest slice size opts allow: merged last slice still fits uint32_t. */
+	/* Largest slice size opts allow: a tail never merges (a slice of
+	 * 1 GiB + tail is more than tcp takes: FAILED -EIO before). */
 	check_huge(5ull << 30, 1u << 30, 5);
-	check_huge((5ull << 30) + (1ull << 28) - 1, 1u << 30, 5);
+	check_huge((5ull << 30) + 4096, 1u << 30, 6);
+	check_huge((5ull << 30) + (1ull << 28) - 1, 1u << 30, 6);
 	check_huge((5ull << 30) + (1ull << 28), 1u << 30, 6);
+	/* The largest that still merges: slice + tail exactly SLICE_MAX_LEN. */
+	check_huge(3ull * (SLICE_MAX_LEN - 4096) + 4096, SLICE_MAX_LEN - 4096, 3);
+	check_huge(3ull * (SLICE_MAX_LEN - 4096) + 4097, SLICE_MAX_LEN - 4096, 4);
 }
 
 /* Lengths that hit the interesting spots around multiples of ss. */
