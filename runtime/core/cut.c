@@ -17,8 +17,9 @@
 /* Why a part cannot be served (negative errno), or 0. */
 static int cut_refusal(const struct ferry_rq *rq, const struct ferry_ep *ep)
 {
-	if (!ep)
-		return -EBUSY; /* no endpoint and no room to wait for one */
+	if (!ep) /* no endpoint and no room to wait for one, or closing (core_park) */
+		return load_acquire(rq->seg->state) != SEG_OPEN ? /* pairs with: store_sc in segment.c */
+			       -ECANCELED : -EBUSY;
 	if (ep->seg_gen != rq->seg_gen)
 		return -EBADF;
 	if (ep->closing)

@@ -68,8 +68,10 @@ static int park_state(struct ferry_core *c, struct parked_part *p)
 		return err;
 	if (ep && !ep->closing) /* a closing one is on its way out (evicted) */
 		return ep->seg_gen == rq->seg_gen ? 0 : -EBADF;
-	if (load_acquire(s->state) != SEG_OPEN) /* pairs with: store_sc in segment.c */
-		return -EBADF;
+	/* Closing: the close ends what is in flight on it -ECANCELED (ferry.h;
+	 * -EBADF is for submissions after it).  pairs with: store_sc in segment.c */
+	if (load_acquire(s->state) != SEG_OPEN)
+		return -ECANCELED;
 	if (round != p->round) {
 		/* pairs with: store_release of connect_cores in reconnect_done */
 		uint64_t cores = load_acquire(s->connect_cores);

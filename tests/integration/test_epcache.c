@@ -569,6 +569,72 @@ static void test_cancel_parked(void **state)
 	evict_set_down(&x);
 }
 
+struct close_arg {
+	struct ferry_engine *e;
+	ferry_seg_t seg;
+	int rc;
+};
+
+static void *close_main(void *arg)
+{
+	struct close_arg *a = arg;
+
+	a->rc = ferry_segment_close(a->e, a->seg);
+	return NULL;
+}
+
+/*
+ * A part parked for a reconnect when its segment is closed: ferry.h says
+ * the close ends the requests in flight on it DONE or FAILED -ECANCELED
+ * (later submissions fail -EBADF).  The parked part ended -EBADF, as if
+ * it had been submitted after the close.  The reconnect is held back by
+ * the target's passive_lock (its CONNECT handler needs it), as a peer that
+ * answers slowly would hold it; the close runs on another thread (its
+ * DISCONNECT waits for the same lock).
+ */
+static void test_close_parked(void **state)
+{
+	struct ferry_engine *in, **t;
+	struct ferry_req_status st;
+	struct close_arg ca;
+	struct evict_set x;
+	struct ferry_port *p;
+	struct ferry_batch *b;
+	ferry_seg_t seg[2];
+	struct ferry_req r;
+	pthread_t th;
+	int rc;
+
+	(void)state;
+	evict_set_up(&x, 4096, 10000);
+	in = x.in, t = x.t;
+	for (int i = 0; i < 2; i++) /* the second evicts the first */
+		assert_int_equal(ferry_segment_open(in, ferry_engine_address(t[i]), &seg[i]), 0);
+	assert_int_equal(ferry_port_create(in, &p), 0);
+	assert_int_equal(ferry_batch_create(p, 1, &b), 0);
+
+	pthread_mutex_lock(&t[0]->passive_lock); /* the reconnect does not land */
+	r = mkreq(FERRY_OP_WRITE, x.lbuf, seg[0], x.rbuf, 4096);
+	assert_int_equal(ferry_submit(b, &r, 1), 0);
+	assert_int_equal(ferry_batch_wait(b, 50), -ETIMEDOUT); /* parked */
+	ca = (struct close_arg){ .e = in, .seg = seg[0] };
+	assert_int_equal(pthread_create(&th, NULL, close_main, &ca), 0);
+	rc = ferry_batch_wait(b, 5000);
+	assert_int_equal(ferry_req_status(b, 0, &st), 0);
+	pthread_mutex_unlock(&t[0]->passive_lock);
+	pthread_join(th, NULL);
+	assert_int_equal(ca.rc, 0);
+	if (rc != -EIO || st.state != FERRY_FAILED || st.error != -ECANCELED)
+		fail_msg("parked, then its segment closed: wait %d, state %d error %d", rc,
+			 st.state, st.error);
+	assert_int_equal(st.bytes, 0);
+
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(p), 0);
+	assert_int_equal(ferry_segment_close(in, seg[1]), 0);
+	evict_set_down(&x);
+}
+
 /*
  * A rail whose device died beside one that was evicted: core 0's NIC can
  * make no QP any more (its rail goes down, by itself), core 1's endpoint
@@ -716,6 +782,7 @@ int main(void)
 		cmocka_unit_test(test_cache_full_of_qps),
 		cmocka_unit_test(test_evict_races_submit),
 		cmocka_unit_test(test_cancel_parked),
+		cmocka_unit_test(test_close_parked),
 		cmocka_unit_test(test_down_rail_beside_evicted),
 		cmocka_unit_test(test_miss_on_restarted_peer),
 	};
