@@ -80,6 +80,16 @@ static bool batch_deadline_passed(uint64_t deadline, int64_t *left)
 	return false;
 }
 
+/* The deadline of a wait of timeout_ms > 0; 0 (none) for one of more than
+ * 2^63 ns (292 years: the monotonic clock is below that, so the sum cannot
+ * wrap).  INT64_MAX ms wrapped into the past: -ETIMEDOUT at once. */
+static uint64_t batch_deadline(int64_t timeout_ms)
+{
+	if (timeout_ms > INT64_MAX / 1000000)
+		return 0;
+	return ferry_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+}
+
 int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms)
 {
 	uint64_t deadline = 0;
@@ -91,7 +101,7 @@ int ferry_batch_wait(struct ferry_batch *b, int64_t timeout_ms)
 	if (engine_forked(b->port->e))
 		return -EOWNERDEAD;
 	if (timeout_ms > 0)
-		deadline = ferry_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+		deadline = batch_deadline(timeout_ms);
 	for (;;) {
 		int64_t left = WAIT_SLICE_NS;
 		bool worked = batch_drive(b);

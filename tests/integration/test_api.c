@@ -868,6 +868,65 @@ static void test_device_memory_read_by_tcp_peer(void **state)
 	pair_teardown(&q);
 }
 
+/*
+ * ferry_batch_wait with the longest timeouts: INT64_MAX ms (an
+ * application's "very long") made the deadline wrap around into the past
+ * (now + 2^64 - 1 ms), and the wait returned -ETIMEDOUT at its first look
+ * at the clock, with the request still going.  The request here takes its
+ * slice timeout to end (its completion is lost): on a loop pair of its own,
+ * whatever FERRY_TEST_*_NICS say.
+ */
+static void test_wait_longest_timeout(void **state)
+{
+	static const int64_t longest[] = { INT64_MAX, INT64_MAX / 1000, 1ll << 62 };
+	struct loop_faults lost = { .lost_ppm = 1000000, .seed = 5 };
+	struct loop_faults none = { .seed = 5 };
+	struct ferry_engine *in, *t;
+	struct ferry_req_status st;
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	struct ferry_opts o;
+	ferry_seg_t seg;
+	struct ferry_req r;
+	uint8_t *lbuf = aligned_alloc(4096, 4096), *rbuf = aligned_alloc(4096, 4096);
+
+	(void)state;
+	assert_true(lbuf && rbuf);
+	pair_opts(&o, "0");
+	o.timeout_ms = 200;
+	o.retries = 0;
+	assert_int_equal(ferry_engine_create(&o, &in), 0);
+	assert_int_equal(ferry_engine_create(&o, &t), 0);
+	assert_int_equal(ferry_mem_register(in, lbuf, 4096), 0);
+	assert_int_equal(ferry_mem_register(t, rbuf, 4096), 0);
+	assert_int_equal(ferry_segment_open(in, ferry_engine_address(t), &seg), 0);
+	assert_int_equal(ferry_port_create(in, &port), 0);
+	assert_int_equal(ferry_batch_create(port, 1, &b), 0);
+	r = mkreq(FERRY_OP_WRITE, lbuf, seg, rbuf, 4096);
+	for (unsigned i = 0; i < sizeof(longest) / sizeof(longest[0]); i++) {
+		loop_set_faults(ferry_engine_nic(in, 0), &lost);
+		assert_int_equal(ferry_submit(b, &r, 1), 0);
+		/* it ends TIMEOUT after the slice timeout: -EIO, never -ETIMEDOUT */
+		assert_int_equal(ferry_batch_wait(b, longest[i]), -EIO);
+		assert_int_equal(ferry_req_status(b, 0, &st), 0);
+		assert_int_equal(st.state, FERRY_TIMEOUT);
+		assert_int_equal(ferry_batch_reset(b), 0);
+		/* the timed-out QP is replaced before the next round's */
+		loop_set_faults(ferry_engine_nic(in, 0), &none);
+		st = run_one_on(port, r, 10000);
+		assert_int_equal(st.state, FERRY_DONE);
+	}
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	assert_int_equal(ferry_segment_close(in, seg), 0);
+	assert_int_equal(ferry_mem_unregister(in, lbuf), 0);
+	assert_int_equal(ferry_mem_unregister(t, rbuf), 0);
+	ferry_engine_destroy(in);
+	ferry_engine_destroy(t);
+	free(lbuf);
+	free(rbuf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -892,6 +951,7 @@ int main(void)
 		cmocka_unit_test(test_device_memory_over_tcp),
 		cmocka_unit_test(test_device_memory_read_by_tcp_peer),
 		cmocka_unit_test(test_unregister_waits_once),
+		cmocka_unit_test(test_wait_longest_timeout),
 	};
 
 	return cmocka_run_group_tests(tests, setup, pair_group_teardown);
