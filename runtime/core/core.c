@@ -508,9 +508,15 @@ static void *core_main(void *arg)
 
 		/* FERRY_IDLE_CALLER: application threads run the passes while
 		 * they call in; the thread naps and takes over when they stop. */
-		if (c->caller_mode && !core_thread_drives(c)) {
+		if (c->caller_mode) {
+			if (!core_thread_drives(c)) {
+				t0 = ferry_tsc();
+				continue;
+			}
+			/* A caller's pass may have run since t0 was read: a pass
+			 * with an older clock than its would see now - since
+			 * underflow (false QP and park timeouts). */
 			t0 = ferry_tsc();
-			continue;
 		}
 		work = core_run_pass(c, t0);
 		urcu_qsbr_quiescent_state();
