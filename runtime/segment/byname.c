@@ -17,6 +17,9 @@
 #include "ring/base/log.h"
 #include "runtime/engine/engine.h"
 
+/* An open whose answer turned out old asks the store again, this often. */
+#define NAMED_OPEN_TRIES 3
+
 /*
  * The name now belongs to incarnation inc: handles still open to another
  * incarnation under that name are to an engine that died (or lost its
@@ -37,12 +40,45 @@ static void seg_stale_others(struct ferry_engine *e, const char *name, uint64_t 
 	}
 }
 
-/* Resolve name and open what the store names (engine destroy waits). */
-static int open_named(struct ferry_engine *e, const char *name, ferry_seg_t *out)
+/*
+ * An open by name is done: it opened h, the incarnation inc that the
+ * store's order-th answer named.  Opens of the name run side by side, so
+ * another may have finished first on a later answer (the name moved
+ * meanwhile): then ours is old news, and taken as the name's holder it
+ * would mark the newer segment stale.  true: a segment opened on a later
+ * answer names another incarnation (ask again).  Else our answer is the
+ * newest: h takes its order and other incarnations under the name go
+ * stale.  ctl_lock held.
+ */
+static bool seg_name_settle(struct ferry_engine *e, const char *name, uint64_t inc,
+			    uint64_t order, ferry_seg_t h)
+{
+	struct ferry_seg *own;
+	uint32_t slot;
+
+	for (slot = 0; slot < seg_slots(&e->segs); slot++) {
+		struct ferry_seg *s = seg_at(&e->segs, slot);
+
+		if (s->state == SEG_OPEN && !READ_ONCE(s->stale) && strcmp(s->name, name) == 0 &&
+		    s->desc->incarnation != inc && s->name_order > order)
+			return true;
+	}
+	own = seg_lookup(e, h, &slot);
+	if (own && own->name_order < order)
+		own->name_order = order;
+	seg_stale_others(e, name, inc);
+	return false;
+}
+
+/* Resolve name and open what the store names, once: 1 when the name
+ * moved meanwhile (nothing stays open). */
+static int open_named_once(struct ferry_engine *e, const char *name, ferry_seg_t *out)
 {
 	struct meta_record rec;
 	struct seg_want want;
-	int rc = named_resolve(e, name, &rec);
+	uint64_t order = 0;
+	bool late = false;
+	int rc = named_resolve(e, name, &rec, &order);
 
 	if (rc)
 		return rc;
@@ -51,13 +87,33 @@ static int open_named(struct ferry_engine *e, const char *name, ferry_seg_t *out
 	rc = seg_open_address(e, rec.addr, &want, out);
 	if (rc == 0) {
 		pthread_mutex_lock(&e->ctl_lock);
-		seg_stale_others(e, name, rec.incarnation);
+		late = seg_name_settle(e, name, rec.incarnation, order, *out);
 		pthread_mutex_unlock(&e->ctl_lock);
+	}
+	if (late) {
+		/* Not the name's holder any more: this open is undone. */
+		(void)ferry_segment_close(e, *out);
+		return 1;
 	}
 	if (rc && rc != -ESTALE && rc != -ECANCELED)
 		log_err("segment '%s': the engine the store names (%s, incarnation %016llx) cannot "
 			"be opened: %s", name, rec.addr, (unsigned long long)rec.incarnation,
 			strerror(-rc));
+	return rc;
+}
+
+/* Resolve and open, again while a newer answer overtakes ours (engine
+ * destroy waits). */
+static int open_named(struct ferry_engine *e, const char *name, ferry_seg_t *out)
+{
+	int rc = 1;
+
+	for (int i = 0; i < NAMED_OPEN_TRIES && rc == 1; i++)
+		rc = open_named_once(e, name, out);
+	if (rc == 1) {
+		log_err("segment '%s': the name kept moving while it was opened: try again", name);
+		rc = -ESTALE;
+	}
 	return rc;
 }
 

@@ -312,6 +312,7 @@ static int slot_reserve(struct ferry_engine *e, const char *address, uint32_t *s
 	s = seg_at(&e->segs, i);
 	s->stale = 0;
 	s->name[0] = '\0';
+	s->name_order = 0;
 	s->repairs_failed = 0;
 	s->repair_said_ms = 0;
 	s->repair_said_all = false;

@@ -41,6 +41,7 @@ struct ferry_seg {
 	uint32_t opens;                /* opens not closed yet (ctl_lock): the last close closes */
 	char address[64];
 	char name[FERRY_NAME_MAX + 1]; /* opened by this name too ("": by address only) */
+	uint64_t name_order;           /* the store's answer that named it (byname.c; ctl_lock) */
 	char transport[16];            /* the provider the segment goes over (route.c) */
 	uint8_t cpu_copy;              /* it moves bytes with the CPU (loop, tcp, cma): not verbs */
 	uint8_t tx;                    /* its context in every local core */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "tests/harness/harness.h"
+#include "tests/harness/proxy.h"
 #include "tests/harness/servers.h"
 
 #define LEN (256 * 1024)
@@ -522,6 +523,96 @@ static void test_destroy_beside_named_open(void **state)
 	close(lfd);
 }
 
+/* ---- an old answer of the store beside a newer one ------------------- */
+
+struct late_open {
+	struct ferry_engine *e;
+	const char *name;
+	ferry_seg_t seg;
+	int rc;
+};
+
+static void *late_open_main(void *arg)
+{
+	struct late_open *o = arg;
+
+	o->rc = ferry_segment_open(o->e, o->name, &o->seg);
+	return NULL;
+}
+
+/* The record an engine publishes, naming it at address (its own, or a relay's). */
+static void record_of(struct ferry_engine *e, const char *address, char *v, size_t cap)
+{
+	struct meta_record r = { .incarnation = e->incarnation, .n_tx = 1, .tx = { "loop" } };
+
+	snprintf(r.addr, sizeof(r.addr), "%s", address);
+	assert_int_equal(meta_record_encode(&r, v, cap), 0);
+}
+
+/*
+ * Two opens of one name on one engine, each with the store's answer of
+ * its moment.  The first is told t1 (reached through a relay that holds
+ * t1's answer to the descriptor fetch); the name then moves to t2 and the
+ * second open, told so, opens t2.  Then the first open's fetch is answered
+ * and its segment to t1 opens.  Its answer is the older one: it must not
+ * make the segment to t2, the name's holder now, stale (before, it marked
+ * every other incarnation under the name stale, t2's included, whose
+ * requests then failed -ESTALE); the late open asks the store again and
+ * gets the handle to t2.  The test writes the records itself (each engine
+ * publishing none), so that the first names the relay.
+ */
+static void test_late_name_answer(void **state)
+{
+	struct fixture *f = fx(state);
+	struct late_open late = { .name = "moving" };
+	char v[META_VALUE_MAX];
+	struct node t1, t2, init;
+	struct meta *q;
+	struct proxy px;
+	struct mover m;
+	ferry_seg_t seg;
+	pthread_t th;
+	int rc;
+
+	node_create(&t1, NULL, "p2p", NULL);
+	node_create(&t2, NULL, "p2p", NULL);
+	node_create(&init, NULL, f->srv.url, NULL);
+	proxy_start(&px, ferry_engine_address(t1.e));
+	assert_int_equal(meta_open(f->srv.url, &q), 0);
+	record_of(t1.e, px.addr, v, sizeof(v));
+	assert_int_equal(meta_publish(q, "moving", v, TTL_MS, 10000), 0);
+	/* the first open: told t1, its descriptor fetch answered and held */
+	proxy_hold(&px, ferry_engine_address(t1.e));
+	late.e = init.e;
+	assert_int_equal(pthread_create(&th, NULL, late_open_main, &late), 0);
+	WAIT_UNTIL(proxy_held(&px) == 1, WAIT_DEADLINE_MS, "t1's answer to the first open held");
+	/* the name moves to t2; the second open is told so */
+	assert_int_equal(meta_remove(q, "moving", 10000), 0);
+	record_of(t2.e, ferry_engine_address(t2.e), v, sizeof(v));
+	assert_int_equal(meta_publish(q, "moving", v, TTL_MS, 10000), 0);
+	assert_int_equal(ferry_segment_open(init.e, "moving", &seg), 0);
+	mover_init(&m, &init);
+	assert_int_equal(roundtrip(&m, &init, seg, &t2, 4), 0);
+	/* the first open's answer arrives */
+	proxy_hold(&px, NULL);
+	pthread_join(th, NULL);
+	rc = roundtrip(&m, &init, seg, &t2, 5);
+	print_message("late open: %d, handle %s t2's; t2's handle after it: %d\n", late.rc,
+		      late.rc == 0 && late.seg == seg ? "is" : "is not", rc);
+	assert_int_equal(rc, 0);
+	assert_int_equal(late.rc, 0);
+	assert_true(late.seg == seg);
+	assert_int_equal(ferry_segment_close(init.e, late.seg), 0);
+	assert_int_equal(ferry_segment_close(init.e, seg), 0);
+	mover_fini(&m);
+	assert_int_equal(meta_remove(q, "moving", 10000), 0);
+	meta_close(q);
+	node_destroy(&init);
+	node_destroy(&t1);
+	node_destroy(&t2);
+	proxy_stop(&px);
+}
+
 #define BOTH(t) { "redis_" #t, t, NULL, NULL, &fx_redis }, { "etcd_" #t, t, NULL, NULL, &fx_etcd }
 
 int main(void)
@@ -533,6 +624,7 @@ int main(void)
 		BOTH(test_crash_same_address),
 		BOTH(test_store_down),
 		cmocka_unit_test(test_destroy_beside_named_open),
+		BOTH(test_late_name_answer),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -47,6 +47,7 @@ struct meta {
 	uint16_t port;
 	void *conn;                    /* the backend's state */
 	struct meta_pub pub;
+	uint64_t answers;              /* values resolve returned (their order) */
 };
 
 extern const struct meta_ops meta_redis_ops;

@@ -206,17 +206,26 @@ int meta_keepalive(struct meta *m, int timeout_ms)
 
 int meta_resolve(struct meta *m, const char *name, char *value, size_t cap, int timeout_ms)
 {
+	uint64_t order;
+
+	return meta_resolve_ordered(m, name, value, cap, timeout_ms, &order);
+}
+
+int meta_resolve_ordered(struct meta *m, const char *name, char *value, size_t cap,
+			 int timeout_ms, uint64_t *order)
+{
 	int64_t deadline = meta_deadline(timeout_ms);
 	char key[META_KEY_MAX];
 	int rc;
 
-	if (!m || !value || cap < META_VALUE_MAX || meta_key(name, key, sizeof(key)))
+	if (!m || !value || !order || cap < META_VALUE_MAX || meta_key(name, key, sizeof(key)))
 		return -EINVAL;
 	value[0] = '\0';
 	rc = meta_lock(m, deadline);
 	if (rc)
 		return rc;
 	rc = m->ops->resolve(m, key, value, cap, deadline);
+	*order = ++m->answers; /* under the lock that orders the calls */
 	pthread_mutex_unlock(&m->lock);
 	if (rc == 0 && !meta_value_ok(value, strnlen(value, cap))) /* the backends check too */
 		rc = -EPROTO;

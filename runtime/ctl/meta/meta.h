@@ -89,6 +89,12 @@ int meta_keepalive(struct meta *m, int timeout_ms);
  * is not 1..META_VALUE_MAX-1 printable bytes. */
 int meta_resolve(struct meta *m, const char *name, char *value, size_t cap, int timeout_ms);
 
+/* The same, and where the answer stands among the handle's answers in
+ * *order (1, 2, ...): the handle asks one store one call at a time, so a
+ * larger order is a later state of the store (which name moved where). */
+int meta_resolve_ordered(struct meta *m, const char *name, char *value, size_t cap,
+			 int timeout_ms, uint64_t *order);
+
 /*
  * Remove name if it still holds the value this handle published (a
  * compare-and-delete: a successor's record is never removed) and end the

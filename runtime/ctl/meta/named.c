@@ -208,7 +208,8 @@ void named_keepalive(struct ferry_engine *e)
 	n->held_until_ms = t0 + n->ttl_ms; /* counted from when the renewal went out */
 }
 
-int named_resolve(struct ferry_engine *e, const char *name, struct meta_record *rec)
+int named_resolve(struct ferry_engine *e, const char *name, struct meta_record *rec,
+		  uint64_t *order)
 {
 	struct named *n = &e->named;
 	char v[META_VALUE_MAX];
@@ -219,7 +220,7 @@ int named_resolve(struct ferry_engine *e, const char *name, struct meta_record *
 			"p2p): open host:port, or set metadata to redis://... or etcd://...", name);
 		return -EINVAL;
 	}
-	rc = meta_resolve(n->store, name, v, sizeof(v), NAMED_RESOLVE_TIMEOUT_MS);
+	rc = meta_resolve_ordered(n->store, name, v, sizeof(v), NAMED_RESOLVE_TIMEOUT_MS, order);
 	if (rc == -ENOENT) {
 		log_err("segment '%s': no engine of that name in %s", name, n->url);
 		return rc;

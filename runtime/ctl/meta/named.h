@@ -57,9 +57,11 @@ int named_start(struct ferry_engine *e, uint32_t ttl_ms);
 void named_stop(struct ferry_engine *e);
 /* Renew the lease when it is due; retries with back-off, logs rate-limited. */
 void named_keepalive(struct ferry_engine *e);
-/* The record published under name; -EINVAL (metadata p2p), -ENOENT, the
- * store's errors, -EPROTO (malformed record), each with a message. */
-int named_resolve(struct ferry_engine *e, const char *name, struct meta_record *rec);
+/* The record published under name, and its answer's order
+ * (meta_resolve_ordered); -EINVAL (metadata p2p), -ENOENT, the store's
+ * errors, -EPROTO (malformed record), each with a message. */
+int named_resolve(struct ferry_engine *e, const char *name, struct meta_record *rec,
+		  uint64_t *order);
 
 /* Test hook: behave as if the process had died -- no more renewals, and
  * destroy leaves the record to expire. */
