@@ -116,8 +116,10 @@ static int http_errno(struct meta *m, struct etcd_conn *c, const char *path, lon
 		return -EACCES;
 	case 4: /* DeadlineExceeded */
 		return -ETIMEDOUT;
-	case 14: /* Unavailable: no leader yet */
-		return -EAGAIN;
+	case 14: /* Unavailable: no leader, request timed out, stopping */
+		/* The store did not answer: meta.h's error for that (callers
+		 * expect no other), quiet as a store that is down. */
+		return -ETIMEDOUT;
 	default:
 		meta_log(m, "%s: HTTP %ld: %s", path, status, msg);
 		return -EPROTO;
