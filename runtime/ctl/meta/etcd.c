@@ -157,7 +157,8 @@ static int etcd_post(struct meta *m, const char *path, const char *body, int64_t
 static int etcd_grant(struct meta *m, int64_t deadline, int64_t *id)
 {
 	struct etcd_conn *c = m->conn;
-	uint32_t ttl_s = (m->pub.ttl_ms + 999) / 1000;
+	/* ceil in 64 bits: ttl_ms + 999 may not fit in 32 */
+	uint32_t ttl_s = (uint32_t)(((uint64_t)m->pub.ttl_ms + 999) / 1000);
 	char body[ETCD_REQ_MAX];
 	int64_t ttl;
 	int rc = etcd_body_grant(body, sizeof(body), ttl_s);

@@ -602,6 +602,39 @@ static void test_etcd_unavailable(void **state)
 	assert_int_equal(rc2, -ETIMEDOUT);
 }
 
+/* ---- an etcd lease of the longest TTL -------------------------------- */
+
+/* The grant (its body kept in f->seen), then nothing. */
+static void serve_grant_only(struct fake *f, int fd, unsigned conn)
+{
+	char buf[4096];
+
+	(void)conn;
+	if (read_req(f, fd, buf, sizeof(buf)) > 0)
+		http_reply(fd, "{}"); /* no ID: refused, the publish ends */
+}
+
+/* ttl_ms UINT32_MAX is a lease of ceil(ttl_ms / 1000) s, as meta.h says.
+ * Before, ttl_ms + 999 wrapped in 32 bits: a TTL of 0 s went out (etcd
+ * makes that its minimum, ~2 s: the record expired long before its first
+ * renewal, due after a third of the TTL). */
+static void test_etcd_longest_ttl(void **state)
+{
+	struct fake f;
+	struct meta *m;
+	int rc;
+
+	(void)state;
+	fake_start(&f, serve_grant_only);
+	m = open_url("etcd", f.port);
+	rc = meta_publish(m, "n1", VAL_A, UINT32_MAX, 2000);
+	meta_close(m);
+	fake_stop(&f);
+	print_message("publish %d; the grant: %s\n", rc, strstr(f.seen, "\r\n\r\n") ?: f.seen);
+	assert_int_equal(rc, -EPROTO);
+	assert_non_null(strstr(f.seen, "{\"TTL\":\"4294968\"}"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -616,6 +649,7 @@ int main(void)
 		cmocka_unit_test(test_redis_lost_publish_undone),
 		cmocka_unit_test(test_etcd_lost_publish_undone),
 		cmocka_unit_test(test_etcd_unavailable),
+		cmocka_unit_test(test_etcd_longest_ttl),
 	};
 
 	signal(SIGPIPE, SIG_IGN); /* the fake stores write to clients that gave up */
