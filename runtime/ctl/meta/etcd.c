@@ -8,9 +8,10 @@
  * TTL and puts the key with it in a transaction that only creates
  * (compare create_revision == 0), so a name held by another engine is
  * refused, never overwritten; keepalive renews the lease
- * (/v3/lease/keepalive, one message per request); when etcd says the lease
- * is gone (it ran out while we could not reach the store), a new one is
- * granted and the key created again the same way.  Removing deletes the key
+ * (/v3/lease/keepalive, one message per request) and makes sure the key is
+ * still there (the same transaction: it may have been deleted past us);
+ * when etcd says the lease is gone (it ran out while we could not reach
+ * the store), a new one is granted and the key created again the same way.  Removing deletes the key
  * only if it still holds our value (a compare-and-delete transaction) and
  * revokes the lease.
  *
@@ -179,34 +180,46 @@ static void etcd_revoke(struct meta *m, int64_t id, int64_t deadline)
 }
 
 /*
- * Create the key with a new lease if it is absent; take it over if it
- * holds our value already; else -EEXIST.  The lease goes to m->pub.lease.
+ * The claim's transaction with lease id: create the key if it is absent
+ * (1), else say who holds it: 0 our value, -EEXIST another.  Or -errno.
  */
-static int etcd_claim(struct meta *m, int64_t deadline)
+static int etcd_claim_txn(struct meta *m, int64_t id, int64_t deadline)
 {
 	struct etcd_conn *c = m->conn;
 	char body[ETCD_REQ_MAX], holder[META_VALUE_MAX];
-	int64_t id = 0;
 	bool ok = false;
-	int rc = etcd_grant(m, deadline, &id);
+	int rc = etcd_body_claim(body, sizeof(body), m->pub.key, m->pub.value, id);
 
-	if (rc == 0)
-		rc = etcd_body_claim(body, sizeof(body), m->pub.key, m->pub.value, id);
 	if (rc == 0)
 		rc = etcd_post(m, "/v3/kv/txn", body, deadline);
 	if (rc == 0 && (rc = etcd_parse_claim(c->resp, c->len, m->pub.key, &ok, holder,
 					      sizeof(holder))))
 		meta_log(m, "/v3/kv/txn: a reply that is not the transaction's");
-	if (rc == 0 && !ok) {
-		if (strcmp(holder, m->pub.value) != 0) {
-			rc = -EEXIST;
-		} else { /* ours already (a retried publish): attach it to the new lease */
-			rc = etcd_body_put(body, sizeof(body), m->pub.key, m->pub.value, id);
-			if (rc == 0)
-				rc = etcd_post(m, "/v3/kv/put", body, deadline);
-		}
+	if (rc)
+		return rc;
+	if (ok)
+		return 1;
+	return strcmp(holder, m->pub.value) == 0 ? 0 : -EEXIST;
+}
+
+/*
+ * Create the key with a new lease if it is absent; take it over if it
+ * holds our value already; else -EEXIST.  The lease goes to m->pub.lease.
+ */
+static int etcd_claim(struct meta *m, int64_t deadline)
+{
+	char body[ETCD_REQ_MAX];
+	int64_t id = 0;
+	int rc = etcd_grant(m, deadline, &id);
+
+	if (rc == 0)
+		rc = etcd_claim_txn(m, id, deadline);
+	if (rc == 0) { /* ours already (a retried publish): attach it to the new lease */
+		rc = etcd_body_put(body, sizeof(body), m->pub.key, m->pub.value, id);
+		if (rc == 0)
+			rc = etcd_post(m, "/v3/kv/put", body, deadline);
 	}
-	if (rc) {
+	if (rc < 0) {
 		/* The record may be there (a reply lost or late): revoking the
 		 * lease takes it back, so it cannot refuse the next create of
 		 * the name.  With a deadline of its own: the claim's may be
@@ -239,8 +252,11 @@ static int etcd_keepalive(struct meta *m, int64_t deadline)
 			meta_log(m, "/v3/lease/keepalive: a reply that is not for our lease");
 		if (rc)
 			return rc;
+		/* The lease lives, but the key may not (deleted past us): made
+		 * again on it, as Redis's renewal does (1), unless another
+		 * value took the name meanwhile (-EEXIST). */
 		if (ttl > 0)
-			return 0;
+			return etcd_claim_txn(m, m->pub.lease, deadline);
 	}
 	/* The lease is gone, and the key with it: publish again. */
 	m->pub.lease = 0;

@@ -556,6 +556,58 @@ static void test_server_down_and_back(void **state)
 	meta_close(m2);
 }
 
+/* Delete ferry/segments/<name> past ferry (an operator's redis-cli DEL or
+ * etcdctl del). */
+static void raw_del(struct fixture *f, const char *name)
+{
+	char key[META_KEY_MAX], body[ETCD_REQ_MAX], k64[200], out[1024];
+
+	snprintf(key, sizeof(key), "ferry/segments/%s", name);
+	if (f->kind == SERVER_REDIS) {
+		redisContext *c = redisConnect("127.0.0.1", f->srv.port);
+		redisReply *r;
+
+		assert_true(c && !c->err);
+		r = redisCommand(c, "DEL %s", key);
+		assert_true(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+		freeReplyObject(r);
+		redisFree(c);
+		return;
+	}
+	assert_int_equal(meta_b64_encode(key, strlen(key), k64, sizeof(k64)), 0);
+	snprintf(body, sizeof(body), "{\"key\":\"%s\"}", k64);
+	etcd_raw(f, "/v3/kv/deleterange", body, out, sizeof(out));
+	assert_non_null(strstr(out, "\"deleted\":\"1\""));
+}
+
+/*
+ * The record deleted behind the publisher's back while its lease lives:
+ * the next renewal publishes it again (1), on both stores.  Before, etcd
+ * renewed the lease only: it answered 0 ("renewed") for a record that was
+ * gone, and the name stayed unresolvable as long as the engine lived,
+ * where Redis's renewal made it again.
+ */
+static void test_record_deleted(void **state)
+{
+	struct fixture *f;
+	struct meta *m = fx_open(state, &f);
+	char v[META_VALUE_MAX];
+	int rc;
+
+	assert_int_equal(meta_publish(m, "deleted", VAL_A, 10000, T_MS), 0);
+	raw_del(f, "deleted");
+	assert_int_equal(meta_resolve(m, "deleted", v, sizeof(v), T_MS), -ENOENT);
+	rc = meta_keepalive(m, T_MS);
+	print_message("%s: a renewal after the record was deleted: %d\n", f->srv.url, rc);
+	assert_int_equal(rc, 1);
+	assert_int_equal(meta_resolve(m, "deleted", v, sizeof(v), T_MS), 0);
+	assert_string_equal(v, VAL_A);
+	/* and the next one finds it in place */
+	assert_int_equal(meta_keepalive(m, T_MS), 0);
+	assert_int_equal(meta_remove(m, "deleted", T_MS), 0);
+	meta_close(m);
+}
+
 /* Each server test twice, named after its backend. */
 #define BOTH(t) { "redis_" #t, t, NULL, NULL, &fx_redis }, { "etcd_" #t, t, NULL, NULL, &fx_etcd }
 
@@ -573,6 +625,7 @@ int main(void)
 		BOTH(test_bad_values),
 		BOTH(test_silent_server),
 		BOTH(test_server_down_and_back),
+		BOTH(test_record_deleted),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
