@@ -2,12 +2,14 @@
 /*
  * libFuzzer target for what ferry reads from a metadata store (`make
  * fuzz`): the published record's line (record.c), strict base64 and etcd's
- * JSON replies (etcd_json.c).  Every input goes to every decoder.
+ * JSON replies and decimal strings (etcd_json.c).  Every input goes to
+ * every decoder.
  *
- * Invariants: an accepted record or base64 string re-encodes to the very
- * same bytes (one encoding per value: the decoders accept nothing lax); a
- * value a parser returns is 1..META_VALUE_MAX-1 printable bytes; what a
- * decoder refuses leaves its output empty.  A broken invariant aborts.
+ * Invariants: an accepted record, base64 or decimal string re-encodes to
+ * the very same bytes (one encoding per value: the decoders accept nothing
+ * lax); a value a parser returns is 1..META_VALUE_MAX-1 printable bytes;
+ * what a decoder refuses leaves its output empty.  A broken invariant
+ * aborts.
  *
  * With FERRY_FUZZ_SEEDS=<dir> the target writes a few valid inputs into
  * <dir> and exits (built from the encoders, so they follow the format).
@@ -96,6 +98,25 @@ static void fuzz_etcd(const char *in, size_t n)
 		CHECK(*p >= 0x20 && *p <= 0x7e);
 }
 
+/* etcd's 64-bit integers (decimal strings): one spelling per value, so an
+ * accepted string prints back as itself; a NUL inside ends the string,
+ * as in cJSON's valuestring. */
+static void fuzz_int64(const char *in, size_t n)
+{
+	char s[32], again[32];
+	int64_t v = -1;
+
+	if (n >= sizeof(s))
+		return;
+	memcpy(s, in, n);
+	s[n] = '\0';
+	if (etcd_int64(s, &v) != 0)
+		return;
+	CHECK(v >= 0);
+	snprintf(again, sizeof(again), "%lld", (long long)v);
+	CHECK(strcmp(again, s) == 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	const char *in = (const char *)data;
@@ -103,6 +124,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fuzz_record(in, size);
 	fuzz_base64(in, size);
 	fuzz_etcd(in, size);
+	fuzz_int64(in, size);
 	return 0;
 }
 
@@ -143,6 +165,7 @@ static void write_seeds(const char *dir)
 		  "{\"deleted\":\"1\"}}]}");
 	seed(dir, "meta-grant", "{\"header\":{},\"ID\":\"7587899322163159302\",\"TTL\":\"10\"}");
 	seed(dir, "meta-keepalive", "{\"result\":{\"header\":{},\"ID\":\"5\",\"TTL\":\"10\"}}\n");
+	seed(dir, "meta-int64", "9223372036854775807");
 	seed(dir, "meta-error", "{\"error\":\"etcdserver: requested lease not found\","
 		  "\"message\":\"etcdserver: requested lease not found\",\"code\":5}");
 }
