@@ -111,12 +111,23 @@ static int redis_connect(struct meta *m, struct redis_conn *rc, int64_t deadline
 #define REDIS_REPLY_MAX 4096 /* bytes of a reply: ours are an integer or a value < 256 */
 
 /*
+ * A reply starting with an array: none of ours is one (an integer, a bulk
+ * string, nil or an error).  Refused before hiredis parses it: hiredis 0.14
+ * allocates the elements an array says it has, up to 2^32, and walks them
+ * all when the reply is freed -- minutes for 20 bytes from the store.
+ */
+static bool reply_is_array(const redisReader *r)
+{
+	return r->ridx == -1 && r->pos < r->len && r->buf[r->pos] == '*';
+}
+
+/*
  * Write the command and read its one reply within the deadline: poll()
  * before each read, so that a server trickling its answer cannot hold us
  * past it (SO_RCVTIMEO bounds each read, not the reply), and no more than
  * REDIS_REPLY_MAX bytes read.  A reply followed by more bytes is
  * refused: they would answer our next command.  1: c->err says why;
- * -EMSGSIZE: too long, or more than one reply.
+ * -EMSGSIZE: too long, or more than one reply; -EBADMSG: an array.
  */
 static int redis_roundtrip(redisContext *c, int argc, const char **argv, const size_t *lens,
 			   int64_t deadline, redisReply **out)
@@ -135,6 +146,8 @@ static int redis_roundtrip(redisContext *c, int argc, const char **argv, const s
 		struct pollfd p = { .fd = c->fd, .events = POLLIN };
 		int left = meta_left_ms(deadline), n;
 
+		if (reply_is_array(c->reader))
+			return -EBADMSG;
 		if (redisGetReplyFromReader(c, &r) != REDIS_OK)
 			return 1;
 		if (r)
@@ -197,6 +210,9 @@ static int redis_cmd(struct meta *m, int argc, const char **argv, const size_t *
 				meta_log(m, "%s: %s", argv[0], rc->ctx->errstr);
 		} else if (err == -EMSGSIZE) {
 			meta_log(m, "%s: a reply that is too long, or more than one reply", argv[0]);
+			err = -EPROTO;
+		} else if (err == -EBADMSG) {
+			meta_log(m, "%s: an array reply, which none of ours is", argv[0]);
 			err = -EPROTO;
 		}
 		redis_drop(rc);

@@ -18,7 +18,11 @@
  *    if it holds our value, etcd revokes its lease;
  *  - a surplus Redis reply is refused, not taken for the next command's,
  *    whether it comes with the reply or later; an array reply is bounded
- *    by the bytes read, not by what is left unparsed.
+ *    by the bytes read, not by what is left unparsed;
+ *  - etcd's Unavailable (14) is -ETIMEDOUT, an error callers expect;
+ *  - the longest TTL is a lease of that many seconds, not 0 (wrapped);
+ *  - a Redis array reply (none of ours is one) is refused at its first
+ *    byte: one of 2^31 elements held a 500 ms call for 74 s.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -635,6 +639,49 @@ static void test_etcd_longest_ttl(void **state)
 	assert_non_null(strstr(f.seen, "{\"TTL\":\"4294968\"}"));
 }
 
+/* ---- a Redis array that says it has 2^31 elements ---------------------- */
+
+static void serve_huge_array(struct fake *f, int fd, unsigned conn)
+{
+	static const char r[] = "*2147483647\r\n:1\r\n";
+	char buf[2048];
+
+	(void)conn;
+	if (read_req(f, fd, buf, sizeof(buf)) <= 0)
+		return;
+	(void)!write(fd, r, sizeof(r) - 1);
+	while (read_req(f, fd, buf, sizeof(buf)) > 0) /* until the client gives up */
+		;
+}
+
+/*
+ * 20 bytes: an array that says it has 2^31 elements, and one.  None of
+ * our commands is answered with an array: refused at its first byte.
+ * Before, hiredis took it (16 GiB of address space for the element
+ * pointers), the 500 ms call timed out and freeing the unfinished reply
+ * walked all 2^31 slots: -ETIMEDOUT after 74 s, a CPU busy throughout
+ * (the lease thread, or an open by name, held that long).
+ */
+static void test_redis_huge_array(void **state)
+{
+	char v[META_VALUE_MAX];
+	struct fake f;
+	struct meta *m;
+	int64_t t0, took;
+	int rc;
+
+	(void)state;
+	fake_start(&f, serve_huge_array);
+	m = open_url("redis", f.port);
+	t0 = wait_now_ms();
+	rc = meta_resolve(m, "x", v, sizeof(v), 500);
+	took = wait_now_ms() - t0;
+	meta_close(m);
+	fake_stop(&f);
+	print_message("an array of 2^31 elements: rc %d after %lld ms\n", rc, (long long)took);
+	assert_int_equal(rc, -EPROTO);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -650,6 +697,7 @@ int main(void)
 		cmocka_unit_test(test_etcd_lost_publish_undone),
 		cmocka_unit_test(test_etcd_unavailable),
 		cmocka_unit_test(test_etcd_longest_ttl),
+		cmocka_unit_test(test_redis_huge_array),
 	};
 
 	signal(SIGPIPE, SIG_IGN); /* the fake stores write to clients that gave up */
