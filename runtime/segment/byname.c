@@ -70,9 +70,16 @@ static bool seg_name_settle(struct ferry_engine *e, const char *name, uint64_t i
 	return false;
 }
 
-/* Resolve name and open what the store names, once: 1 when the name
- * moved meanwhile (nothing stays open). */
-static int open_named_once(struct ferry_engine *e, const char *name, ferry_seg_t *out)
+/*
+ * Resolve name and open what the store names, once.  1: ask again -- the
+ * name moved while we opened (nothing stays open), or the engine there is
+ * not the incarnation the store named (-ESTALE: it may have restarted and
+ * taken the name meanwhile; *refused says which incarnation was not
+ * there).  An answer naming *refused again is -ESTALE at once: the
+ * store's record is stale (a dead engine's, not expired yet).
+ */
+static int open_named_once(struct ferry_engine *e, const char *name, uint64_t *refused,
+			   ferry_seg_t *out)
 {
 	struct meta_record rec;
 	struct seg_want want;
@@ -82,6 +89,8 @@ static int open_named_once(struct ferry_engine *e, const char *name, ferry_seg_t
 
 	if (rc)
 		return rc;
+	if (rec.incarnation == *refused)
+		return -ESTALE; /* want_check said why */
 	want.name = name;
 	want.incarnation = rec.incarnation;
 	rc = seg_open_address(e, rec.addr, &want, out);
@@ -95,21 +104,26 @@ static int open_named_once(struct ferry_engine *e, const char *name, ferry_seg_t
 		(void)ferry_segment_close(e, *out);
 		return 1;
 	}
-	if (rc && rc != -ESTALE && rc != -ECANCELED)
+	if (rc == -ESTALE) {
+		*refused = rec.incarnation;
+		return 1;
+	}
+	if (rc && rc != -ECANCELED)
 		log_err("segment '%s': the engine the store names (%s, incarnation %016llx) cannot "
 			"be opened: %s", name, rec.addr, (unsigned long long)rec.incarnation,
 			strerror(-rc));
 	return rc;
 }
 
-/* Resolve and open, again while a newer answer overtakes ours (engine
- * destroy waits). */
+/* Resolve and open, again while the name moves under us (engine destroy
+ * waits). */
 static int open_named(struct ferry_engine *e, const char *name, ferry_seg_t *out)
 {
+	uint64_t refused = 0; /* incarnations are never 0 */
 	int rc = 1;
 
 	for (int i = 0; i < NAMED_OPEN_TRIES && rc == 1; i++)
-		rc = open_named_once(e, name, out);
+		rc = open_named_once(e, name, &refused, out);
 	if (rc == 1) {
 		log_err("segment '%s': the name kept moving while it was opened: try again", name);
 		rc = -ESTALE;

@@ -613,6 +613,60 @@ static void test_late_name_answer(void **state)
 	proxy_stop(&px);
 }
 
+/*
+ * An open by name that reaches the address the store named while the
+ * engine there restarts: the store's answer named the old incarnation,
+ * the descriptor comes from the new one, which has published the name
+ * meanwhile.  The name moved: the open asks the store again and reaches
+ * the new incarnation (before, it failed -ESTALE though the store named
+ * the engine that answered).  The relay stands for the shared address
+ * (it leads to t2 throughout; "old" is t1's incarnation, t1 gone) and
+ * holds t2's answer until the store names t2.
+ */
+static void test_restart_beside_named_open(void **state)
+{
+	struct fixture *f = fx(state);
+	struct late_open late = { .name = "hop" };
+	char v[META_VALUE_MAX];
+	struct node t1, t2, init;
+	struct meta *q;
+	struct proxy px;
+	struct mover m;
+	pthread_t th;
+	int rc;
+
+	node_create(&t1, NULL, "p2p", NULL);
+	node_create(&t2, NULL, "p2p", NULL);
+	node_create(&init, NULL, f->srv.url, NULL);
+	proxy_start(&px, ferry_engine_address(t2.e));
+	assert_int_equal(meta_open(f->srv.url, &q), 0);
+	record_of(t1.e, px.addr, v, sizeof(v)); /* t1's record, at the shared address */
+	node_destroy(&t1);
+	assert_int_equal(meta_publish(q, "hop", v, TTL_MS, 10000), 0);
+	proxy_hold(&px, ferry_engine_address(t2.e));
+	late.e = init.e;
+	assert_int_equal(pthread_create(&th, NULL, late_open_main, &late), 0);
+	WAIT_UNTIL(proxy_held(&px) == 1, WAIT_DEADLINE_MS, "t2's answer to the open held");
+	/* t2 takes the name (t1's record removed, as its destroy would) */
+	assert_int_equal(meta_remove(q, "hop", 10000), 0);
+	record_of(t2.e, px.addr, v, sizeof(v));
+	assert_int_equal(meta_publish(q, "hop", v, TTL_MS, 10000), 0);
+	proxy_hold(&px, NULL);
+	pthread_join(th, NULL);
+	print_message("an open by name beside a restart on the address: %d\n", late.rc);
+	assert_int_equal(late.rc, 0);
+	mover_init(&m, &init);
+	rc = roundtrip(&m, &init, late.seg, &t2, 6);
+	assert_int_equal(rc, 0);
+	mover_fini(&m);
+	assert_int_equal(ferry_segment_close(init.e, late.seg), 0);
+	assert_int_equal(meta_remove(q, "hop", 10000), 0);
+	meta_close(q);
+	node_destroy(&init);
+	node_destroy(&t2);
+	proxy_stop(&px);
+}
+
 #define BOTH(t) { "redis_" #t, t, NULL, NULL, &fx_redis }, { "etcd_" #t, t, NULL, NULL, &fx_etcd }
 
 int main(void)
@@ -625,6 +679,7 @@ int main(void)
 		BOTH(test_store_down),
 		cmocka_unit_test(test_destroy_beside_named_open),
 		BOTH(test_late_name_answer),
+		BOTH(test_restart_beside_named_open),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
