@@ -28,6 +28,7 @@
 #include <sys/time.h>
 
 #include <hiredis/hiredis.h>
+#include <hiredis/sds.h>
 
 #include "ring/base/log.h"
 #include "runtime/ctl/meta/backend.h"
@@ -128,20 +129,24 @@ static bool reply_is_array(const redisReader *r)
  * REDIS_REPLY_MAX bytes read.  A reply followed by more bytes is
  * refused: they would answer our next command.  1: c->err says why;
  * -EMSGSIZE: too long, or more than one reply; -EBADMSG: an array.
+ * The command goes out through sock_send_full (MSG_NOSIGNAL), not
+ * hiredis's write(): a store that reset the connection after our idle
+ * check would have killed a process that does not ignore SIGPIPE.
  */
 static int redis_roundtrip(redisContext *c, int argc, const char **argv, const size_t *lens,
 			   int64_t deadline, redisReply **out)
 {
 	void *r = NULL;
 	size_t got = 0;
-	int done = 0;
+	int rc;
 
 	*out = NULL;
 	if (redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK)
 		return -ENOMEM;
-	while (!done)
-		if (redisBufferWrite(c, &done) != REDIS_OK)
-			return 1; /* c->err says */
+	rc = sock_send_full(c->fd, -1, c->obuf, sdslen(c->obuf), deadline);
+	sdsclear(c->obuf);
+	if (rc)
+		return rc;
 	for (;;) {
 		struct pollfd p = { .fd = c->fd, .events = POLLIN };
 		int left = meta_left_ms(deadline), n;
