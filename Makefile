@@ -267,8 +267,8 @@ callgrind: $(B)/ferry_bench
 	bench/callgrind.sh $(B)/ferry_bench $(or $(CALLGRIND_ITERS),200)
 
 # libFuzzer on what ferry reads from the network: the wire decoders
-# (fuzz_wire), the tcp provider's frames (fuzz_tcp: its codec and a live
-# target fed over loopback) and what a metadata store returns (fuzz_meta:
+# (fuzz_wire), the tcp provider's frames (fuzz_tcp: its codec, a live
+# target and a live initiator fed over loopback) and what a metadata store returns (fuzz_meta:
 # the published record, base64, etcd's JSON replies).  `make fuzz
 # [FUZZ_SECONDS=30]` is the total, a third each (at least 1 s).  Needs
 # clang and its libFuzzer runtime (Debian 12: clang, libclang-rt-dev),
