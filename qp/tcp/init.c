@@ -451,7 +451,11 @@ int tcp_qp_set_error(struct nic_qp *nqp)
 	uint64_t seq = soft_busy_enter(&qp->cq->busy_seq);
 
 	if (qp->passive) {
-		tcp_conn_close(qp); /* a target QP has no WRs of its own */
+		/* A target QP has no WRs of its own; in the error state it
+		 * takes no connection either (bind_refusal), even one not
+		 * dialled yet. */
+		qp->error = true;
+		tcp_conn_close(qp);
 	} else {
 		init_fail(qp, NIC_WC_FLUSH_ERR, NULL, 0);
 		qp->error = true;

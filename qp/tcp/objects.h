@@ -163,7 +163,8 @@ struct tcp_qp {
 	uint32_t events;           /* epoll interest now */
 	bool hello_ok;             /* the peer's HELLO is verified */
 	uint32_t peer_max;         /* the largest frame the peer takes (its HELLO) */
-	bool error;                /* initiator: the error state (all flushed) */
+	bool error;                /* the error state: initiator, all flushed; target,
+	                            * no connection binds (qp_set_error) */
 	bool draining;             /* target: an error response queued; then drain */
 	bool bulk;                 /* last frame had no payload, or a small one: read
 	                            * headers in bulk */

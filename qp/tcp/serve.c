@@ -128,6 +128,8 @@ static const char *bind_refusal(struct tcp_cq *cq, struct tcp_qp *qp, const stru
 	/* pairs with: store_release in tcp_expect */
 	if (load_acquire(qp->state) != TCP_QS_EXPECT)
 		return "the QP does not wait for a connection";
+	if (qp->error)
+		return "the QP is in the error state";
 	if (qp->fd >= 0 || qp->hello_ok)
 		return "the QP is connected already";
 	if (!tcp_secret_equal(h->secret, qp->secret))

@@ -1002,6 +1002,39 @@ static void test_silent_dials_past_deadline(void **state)
 	P->qp_destroy(qb);
 }
 
+/*
+ * qp_set_error on a target QP that waits for its initiator: the QP is in
+ * the error state, so the initiator's dial that comes after is refused --
+ * no HELLO back, nothing written.  Before, the error state of a QP with no
+ * connection yet was nothing: the dial was bound and its WRITE executed.
+ */
+static void test_set_error_waiting_target(void **state)
+{
+	struct env *e = *state;
+	struct nic_qp_info info;
+	struct nic_qp *q = waiting_qp(e, &info);
+	uint8_t buf[256];
+	struct tcp_counters c0, c1;
+	size_t n;
+	int fd;
+
+	memset(e->rbuf, 0, 64);
+	tcp_get_counters(e->b, &c0);
+	assert_int_equal(P->qp_set_error(q), 0);
+	fd = dial(e->b);
+	n = put_hello(buf, info.qpn, info.secret);
+	n += put_write(buf + n, 7, e->rmr.rkey, (uintptr_t)e->rbuf, 64);
+	assert_int_equal(send(fd, buf, n, 0), (ssize_t)n);
+	shutdown(fd, SHUT_WR);
+	assert_int_equal(until_closed(e, fd, buf, sizeof(buf)), 0);
+	close(fd);
+	for (int i = 0; i < 64; i++)
+		assert_int_equal(e->rbuf[i], 0);
+	tcp_get_counters(e->b, &c1);
+	assert_int_equal(c1.refused, c0.refused + 1);
+	P->qp_destroy(q);
+}
+
 /* After a good HELLO, a malformed frame or a wrong sequence closes the connection. */
 static void test_violation_after_hello(void **state)
 {
@@ -1331,6 +1364,7 @@ int main(void)
 		T(test_no_hello),
 		T(test_silent_dials_past_deadline),
 		T(test_violation_after_hello),
+		T(test_set_error_waiting_target),
 		T(test_read_too_big),
 		T(test_backpressure),
 		T(test_not_connected_and_limits),
