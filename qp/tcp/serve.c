@@ -352,6 +352,24 @@ static int serve_rx_step(struct tcp_qp *qp, unsigned *calls)
 	}
 }
 
+/*
+ * The WRITE being received lost its region: refuse it as its header would
+ * be refused now (an access error), after the responses ahead, then FIN
+ * and drain (serve_tx).  A close() now, with the rest of its payload
+ * unread, would send a reset, and the reset drops the responses ahead
+ * that our socket has not sent yet.  Room: its header was read with two
+ * slots free, and only the turn's ACK came after it.
+ */
+static void serve_write_gone(struct tcp_qp *qp)
+{
+	qp->cq->cnt[TC_BROKEN]++;
+	tcp_log(qp->ctx, LOG_WARN, "QP %u (from QP %u): a WRITE's region was deregistered while it "
+		"came in; refused", qp->qpn, qp->peer_qpn);
+	qp->rx_phase = RX_HDR;
+	qp->left = 0;
+	serve_refuse(qp, &qp->cur, TCP_ST_ACCESS);
+}
+
 static void serve_rx(struct tcp_qp *qp)
 {
 	unsigned calls = 0;
@@ -361,7 +379,7 @@ static void serve_rx(struct tcp_qp *qp)
 		rc = serve_rx_step(qp, &calls);
 	while (rc == 1 && qp->fd >= 0);
 	if (rc == -EFAULT)
-		serve_close(qp, TC_BROKEN, "a WRITE's region was deregistered while it came in", 0);
+		serve_write_gone(qp);
 	else if (rc == -EPROTO || rc == -EPROTONOSUPPORT || rc == -EMSGSIZE)
 		serve_close(qp, TC_VIOLATIONS, "malformed or unexpected request", 0);
 	else if (rc == -ESHUTDOWN && qp->rx_phase == RX_HDR && qp->hdr_got == 0 &&

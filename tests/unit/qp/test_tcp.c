@@ -1035,6 +1035,86 @@ static void test_set_error_waiting_target(void **state)
 	P->qp_destroy(q);
 }
 
+/*
+ * A WRITE whose region is deregistered while its payload comes in, with
+ * responses ahead of it still in the target's socket: they arrive whole,
+ * then the WRITE's refusal (an access error, as its header would have got
+ * a moment later), then the FIN.  The raw initiator asks for a READ of 256
+ * KiB (its receive buffer is small, and it reads only enough for the
+ * target to move on), a WRITE of 64 bytes, then a WRITE of 1 MiB into
+ * region x of which it sends 4 KiB; x goes, 4 KiB more come (the target
+ * looks at the region when it receives into it).  Before, the target closed at
+ * once with the rest of the payload unread: the close sent a reset, which
+ * dropped the READ's tail and the first WRITE's ACK that its socket had
+ * not sent yet.
+ */
+static void test_write_region_gone_responses_ahead(void **state)
+{
+	enum { RLEN = 256 << 10, GOT = TCP_HDR_LEN + TCP_HELLO_LEN + TCP_HDR_LEN + RLEN + 2 * TCP_HDR_LEN };
+	struct env *e = *state;
+	struct nic_qp_info info;
+	struct nic_qp *q = waiting_qp(e, &info);
+	struct tcp_frame f = { .type = TCP_F_READ_REQ, .len = RLEN, .seq = 7,
+			       .rkey = e->rmr.rkey, .addr = (uintptr_t)e->rbuf };
+	struct tcp_counters c;
+	uint8_t *xbuf = aligned_alloc(4096, 1 << 20), *got = malloc(GOT + 4096), buf[8192];
+	size_t n = 0, have = 0;
+	struct nic_mr x;
+	int fd, small = 4096;
+	ssize_t r;
+
+	assert_non_null(xbuf);
+	assert_non_null(got);
+	assert_int_equal(P->reg_mr(e->b, xbuf, 1 << 20, NIC_ACCESS_ALL, &x), 0);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+	{
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(tcp_port(e->b)) };
+
+		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	}
+	n = put_hello(buf, info.qpn, info.secret);
+	tcp_frame_encode(&f, buf + n);
+	n += TCP_HDR_LEN;
+	n += put_write(buf + n, 8, e->rmr.rkey, (uintptr_t)e->rbuf + (6u << 20), 64);
+	n += put_write(buf + n, 9, x.rkey, (uintptr_t)xbuf, 4096);
+	f = (struct tcp_frame){ .type = TCP_F_WRITE, .len = 1 << 20, .seq = 9, .rkey = x.rkey,
+				.addr = (uintptr_t)xbuf };
+	tcp_frame_encode(&f, buf + n - 4096 - TCP_HDR_LEN); /* 1 MiB, of which 4 KiB are sent */
+	assert_int_equal(send(fd, buf, n, 0), (ssize_t)n);
+	/* Read what the target needs to reach the second WRITE's payload, no more. */
+	for (uint64_t end = now_ms() + 5000; now_ms() < end;) {
+		pump_once(e);
+		tcp_get_counters(e->b, &c);
+		if (c.payload_rx >= 64 + 4096)
+			break;
+		r = recv(fd, got + have, 1024, MSG_DONTWAIT);
+		if (r > 0)
+			have += (size_t)r;
+	}
+	tcp_get_counters(e->b, &c);
+	assert_true(c.payload_rx >= 64 + 4096);
+	assert_true(have < GOT - 2 * TCP_HDR_LEN); /* the READ's tail still on its way */
+	assert_int_equal(P->dereg_mr(e->b, &x), 0);
+	memset(buf, 0xab, 4096); /* more of the payload: the target finds x gone */
+	assert_int_equal(send(fd, buf, 4096, 0), 4096);
+	have += until_closed(e, fd, got + have, GOT + 4096 - have);
+	close(fd);
+	assert_int_equal(have, GOT);
+	assert_memory_equal(got + TCP_HDR_LEN + TCP_HELLO_LEN + TCP_HDR_LEN, e->rbuf, RLEN);
+	assert_int_equal(tcp_frame_decode(got + GOT - 2 * TCP_HDR_LEN, TCP_HDR_LEN, &f), 0);
+	assert_true(f.type == TCP_F_ACK && f.status == TCP_ST_OK && f.seq == 8);
+	assert_int_equal(tcp_frame_decode(got + GOT - TCP_HDR_LEN, TCP_HDR_LEN, &f), 0);
+	assert_true(f.type == TCP_F_ACK && f.status == TCP_ST_ACCESS && f.seq == 9);
+	for (int i = 0; i < 64; i++)
+		assert_int_equal(e->rbuf[(6u << 20) + i], 0xab);
+	P->qp_destroy(q);
+	free(got);
+	free(xbuf);
+}
+
 /* After a good HELLO, a malformed frame or a wrong sequence closes the connection. */
 static void test_violation_after_hello(void **state)
 {
@@ -1365,6 +1445,7 @@ int main(void)
 		T(test_silent_dials_past_deadline),
 		T(test_violation_after_hello),
 		T(test_set_error_waiting_target),
+		T(test_write_region_gone_responses_ahead),
 		T(test_read_too_big),
 		T(test_backpressure),
 		T(test_not_connected_and_limits),
