@@ -161,7 +161,12 @@ struct nic_provider {
 	/* Move the QP to the error state: outstanding WRs complete FLUSH_ERR. */
 	int (*qp_set_error)(struct nic_qp *qp);
 	void (*qp_destroy)(struct nic_qp *qp);
-	/* Post a chain; 0, or -errno with *bad at the first WR not posted. */
+	/* Post a chain; 0, or -errno with *bad at the first WR not posted.
+	 * The WRs before *bad count as posted: each completes once (a flush
+	 * after qp_set_error at least), even those the provider could not
+	 * vouch for -- librxe queues a chain, then fails its doorbell naming
+	 * none: they may still run, so *bad is past them (NULL: the chain's
+	 * end) and the caller waits for them. */
 	int (*post)(struct nic_qp *qp, struct nic_wr *wr, struct nic_wr **bad);
 	/* Poll up to n completions; count (>= 0) or -errno. */
 	int (*poll)(struct nic_cq *cq, int n, struct nic_wc *wc);

@@ -220,7 +220,8 @@ uint32_t qpx_post(struct qctx *ctx, struct qpx *q, struct slice_list *list, uint
 	if (q->head == q->tail)
 		q->oldest_tsc = now;
 	rc = ctx->prov->post(q->nqp, wrs, &bad);
-	posted = rc ? (uint32_t)(bad ? bad - wrs : 0) : n;
+	/* bad NULL on failure: the provider may have queued them all (nic.h) */
+	posted = rc && bad ? (uint32_t)(bad - wrs) : n;
 	if (unlikely(rc))
 		post_failed(ctx, q, posted, n, rc);
 	q->tail += posted;

@@ -85,11 +85,12 @@ int fv_post(struct nic_qp *q, struct nic_wr *wr, struct nic_wr **bad)
 		}
 		rc = fv_calls.post_send(qp->qp, iw, &ibad);
 		if (unlikely(rc)) {
-			/* A provider that names no bad WR posted nothing of this chain. */
-			uint32_t i = ibad >= iw && ibad < iw + n ? (uint32_t)(ibad - iw) : 0;
-
+			/* A provider that names no bad WR may have queued them all
+			 * (librxe: its doorbell failed): they count as posted, so
+			 * that the quota covers the flushes they come back as. */
 			if (bad)
-				*bad = nth_wr(wr, i);
+				*bad = ibad >= iw && ibad < iw + n ? nth_wr(wr, (uint32_t)(ibad - iw))
+								 : next;
 			return -fv_errno(rc);
 		}
 		wr = next;

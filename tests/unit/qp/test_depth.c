@@ -646,7 +646,7 @@ static struct fake {
 	struct nic_wr wrs[1024];
 	uint32_t nwr;
 	int post_rc;          /* returned when the chain reaches fail_at */
-	int fail_at;          /* index in the chain; -1 never; -2 fail without *bad */
+	int fail_at;          /* index in the chain; -1 never; -2 queue all, fail without *bad */
 	struct nic_wc script[64];
 	int nscript;
 	int poll_rc;          /* one-shot poll failure */
@@ -689,8 +689,6 @@ static void fake_qp_destroy(struct nic_qp *qp)
 static int fake_post(struct nic_qp *qp, struct nic_wr *wr, struct nic_wr **bad)
 {
 	(void)qp;
-	if (F.fail_at == -2)
-		return F.post_rc;
 	for (int k = 0; wr; wr = wr->next, k++) {
 		if (k == F.fail_at) {
 			*bad = wr;
@@ -700,7 +698,7 @@ static int fake_post(struct nic_qp *qp, struct nic_wr *wr, struct nic_wr **bad)
 		F.wrs[F.nwr] = *wr;
 		F.wrs[F.nwr++].next = NULL;
 	}
-	return 0;
+	return F.fail_at == -2 ? F.post_rc : 0; /* librxe: its doorbell failed */
 }
 
 static int fake_poll(struct nic_cq *cq, int n, struct nic_wc *wc)
@@ -950,7 +948,10 @@ static void test_post_refused(void **state)
 	assert_int_equal(h->ctx->ctr.wrs_posted, 0);
 	harness_fini(h);
 
-	/* Refused without naming a WR: nothing counts as posted. */
+	/* Refused without naming a WR, the chain queued all the same (librxe's
+	 * failed doorbell): all count as posted -- the CQ quota holds an entry
+	 * for each flush to come, none of them is a stray -- and they end once,
+	 * by those flushes, not at the post. */
 	fake_init(h, 1, 16, 64, 4);
 	for (int k = 0; k < 3; k++) {
 		s = new_job(h, NIC_OP_READ, 8);
@@ -960,10 +961,22 @@ static void test_post_refused(void **state)
 	F.fail_at = -2;
 	F.post_rc = -EAGAIN;
 	assert_int_equal(qpx_post(h->ctx, h->q[0], &h->pend[0], UINT32_MAX, 0), 3);
+	assert_int_equal(h->retired, 0);
+	assert_int_equal(h->q[0]->depth.depth, 3);
+	assert_int_equal(h->ctx->cq_quota.depth, 3);
+	assert_int_equal(h->q[0]->reads, 3);
+	assert_true(h->q[0]->broken);
+	assert_int_equal(F.set_error_calls, 1);
+	for (uint32_t k = 0; k < 3; k++)
+		script_cqe(0, k, NIC_WC_FLUSH_ERR);
+	assert_int_equal(poll_once(h), 3);
 	assert_int_equal(h->retired, 3);
-	assert_int_equal(h->jobs[2].err, -EAGAIN);
+	for (int k = 0; k < 3; k++)
+		assert_int_equal(h->jobs[k].err, -ECANCELED);
 	assert_int_equal(h->q[0]->depth.depth, 0);
 	assert_int_equal(h->ctx->cq_quota.depth, 0);
+	assert_int_equal(h->q[0]->reads, 0);
+	assert_int_equal(h->ctx->ctr.provider_errors, 1); /* the post; no stray */
 	harness_fini(h);
 
 	/* Refused at WR 3 of 6: 3 outstanding until their flush CQEs come. */

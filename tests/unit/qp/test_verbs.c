@@ -911,12 +911,47 @@ static void test_post_long_chain(void **state)
 	assert_int_equal(P->post(nqp(), w, &bad), -EAGAIN);
 	assert_ptr_equal(bad, &w[266]);
 
-	/* A provider that names no bad WR: the whole failed call is not posted. */
+	/* A provider that names no bad WR may have queued the whole failed
+	 * call (the stub did): *bad is past it, here the chain's end. */
 	S.nposts = 0;
 	S.nwr = 0;
 	S.post_fail_index = -1;
 	assert_int_equal(P->post(nqp(), w, &bad), -EAGAIN);
+	assert_null(bad);
+	assert_int_equal(S.nwr, 300);
+}
+
+/*
+ * librxe queues every WR of a chain and then rings its doorbell; when that
+ * fails it returns the error with *bad_wr NULL, the WRs still in its queue
+ * (they run, or flush once the QP is set to error).  They count as posted:
+ * *bad is past the failed call, so the caller's CQ quota covers their
+ * completions.  The calls after it were not made.
+ */
+static void test_post_unknown_bad(void **state)
+{
+	static struct nic_wr w[300];
+	struct nic_wr *bad = &w[0];
+
+	(void)state;
+	memset(w, 0, sizeof(w));
+	nic_wr_chain(w, 5);
+	S.post_fail_call = 0;
+	S.post_fail_index = -1;
+	S.post_rc = EIO;
+	assert_int_equal(P->post(nqp(), w, &bad), -EIO);
+	assert_null(bad); /* all five may have gone */
+	assert_int_equal(S.nwr, 5);
+
+	/* In the first of two calls: the second chain's head, never posted. */
+	nic_wr_chain(w, 300);
+	S.nposts = 0;
+	S.nwr = 0;
+	bad = NULL;
+	assert_int_equal(P->post(nqp(), w, &bad), -EIO);
 	assert_ptr_equal(bad, &w[256]);
+	assert_int_equal(S.nposts, 1);
+	assert_int_equal(S.nwr, 256);
 }
 
 /* ------------------------------------------------------------ poll */
@@ -1098,6 +1133,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_post_translation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_post_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_post_long_chain, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_post_unknown_bad, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_poll_mapping, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_poll_chunks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_device_events, setup, teardown),
