@@ -108,7 +108,7 @@ struct nic_caps {
 enum nic_event_kind {
 	NIC_EV_PORT_DOWN = 1,  /* the NIC's port left ACTIVE (link down) */
 	NIC_EV_PORT_UP,        /* it is ACTIVE again */
-	NIC_EV_DEVICE_FATAL,   /* the device is gone */
+	NIC_EV_DEVICE_FATAL,   /* the device is gone (verbs: or its CQ failed) */
 	NIC_EV_QP_FATAL,       /* QP qp_num went to the error state by itself */
 };
 

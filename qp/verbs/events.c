@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * verbs: the device's asynchronous events -- a port going down or coming
- * back, the device dying, a QP failing on its own -- read from the
- * context's async fd (made non-blocking at open) by a control thread,
- * never a core.  Only the events of this NIC's port matter.
+ * back, the device dying (or our CQ failing), a QP failing on its own --
+ * read from the context's async fd (made non-blocking at open) by a
+ * control thread, never a core.  Only the events of this NIC's port matter.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +25,13 @@ uint16_t fv_event_kind(const struct fv_nic *nic, const struct ibv_async_event *e
 	case IBV_EVENT_PORT_ACTIVE:
 		return ev->element.port_num == nic->port ? NIC_EV_PORT_UP : 0;
 	case IBV_EVENT_DEVICE_FATAL:
+		return NIC_EV_DEVICE_FATAL;
+	case IBV_EVENT_CQ_ERR:
+		/* Our context's CQ (each open has its own context) overran or
+		 * failed: no completion of its QPs comes any more, and QPs
+		 * recreated on it would fail too.  To the engine the device is
+		 * gone for this context: its rails go down and their work moves,
+		 * instead of each slice waiting out its timeout and abandon. */
 		return NIC_EV_DEVICE_FATAL;
 	case IBV_EVENT_QP_FATAL:
 	case IBV_EVENT_QP_REQ_ERR:

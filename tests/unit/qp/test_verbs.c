@@ -1056,6 +1056,13 @@ static void test_device_events(void **state)
 	assert_int_equal(fv_event_kind(&nic, &stub_events[0]), NIC_EV_PORT_UP);
 	stub_events[0] = (struct ibv_async_event){ .event_type = IBV_EVENT_DEVICE_FATAL };
 	assert_int_equal(fv_event_kind(&nic, &stub_events[0]), NIC_EV_DEVICE_FATAL);
+	/* A CQ error (an overrun): no completion comes on this context again. */
+	stub_events[0] = (struct ibv_async_event){ .event_type = IBV_EVENT_CQ_ERR,
+						    .element.cq = &fake_ibcq };
+	stub_nevents = 1;
+	assert_int_equal(fv_event_next((struct nic *)(void *)&nic, &ev), 1);
+	assert_int_equal(ev.kind, NIC_EV_DEVICE_FATAL);
+	assert_int_equal(stub_acked, 5);
 	assert_int_equal(fv_event_fd((struct nic *)(void *)&nic), -1);
 	nic.ctx = NULL;
 }
