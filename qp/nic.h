@@ -55,6 +55,10 @@ struct nic_wc {
 #define NIC_ACCESS_REMOTE_READ 0x1u
 #define NIC_ACCESS_REMOTE_WRITE 0x2u
 #define NIC_ACCESS_ALL (NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE)
+/* Not a right: the CPU cannot read the region (a device's memory, not in
+ * the process's maps), only the NIC's DMA may: a provider that could copy
+ * from it itself must not (verbs: no inline WRITE from it). */
+#define NIC_REG_CPU_OPAQUE 0x4u
 
 struct nic_mr {
 	uint32_t lkey;
@@ -135,8 +139,8 @@ struct nic_provider {
 	int (*set_key)(struct nic *nic, const uint8_t *key, size_t len);
 	void (*addr)(const struct nic *nic, struct nic_addr *out);
 	/* Register [addr, addr+len) for local use and the remote accesses in
-	 * access (NIC_ACCESS_*): a peer's WR that the region does not allow
-	 * completes NIC_WC_REM_ACCESS_ERR at the peer. */
+	 * access (NIC_ACCESS_*, and NIC_REG_CPU_OPAQUE): a peer's WR that the
+	 * region does not allow completes NIC_WC_REM_ACCESS_ERR at the peer. */
 	int (*reg_mr)(struct nic *nic, void *addr, size_t len, unsigned access,
 		      struct nic_mr *out);
 	int (*dereg_mr)(struct nic *nic, struct nic_mr *mr);

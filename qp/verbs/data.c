@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <time.h>
 
+#include "ring/base/atomics.h"
 #include "ring/base/compiler.h"
 
 #define VERBS_POLL_CHUNK 64
@@ -18,14 +19,14 @@
 
 /* ------------------------------------------------------------ data path */
 
-static inline void fill_send_wr(const struct fv_qp *qp, const struct nic_wr *wr,
-				struct ibv_send_wr *iw, struct ibv_sge *sg)
+static inline void fill_send_wr(uint32_t inl, const struct nic_wr *wr, struct ibv_send_wr *iw,
+				struct ibv_sge *sg)
 {
 	bool write = wr->op == NIC_OP_WRITE;
 	unsigned int flags = wr->signaled ? IBV_SEND_SIGNALED : 0;
 
 	/* Small WRITEs go inline: no DMA read of the source by the NIC. */
-	if (write && wr->len && wr->len <= qp->max_inline)
+	if (write && wr->len && wr->len <= inl)
 		flags |= IBV_SEND_INLINE;
 	sg->addr = wr->local;
 	sg->length = wr->len;
@@ -41,15 +42,15 @@ static inline void fill_send_wr(const struct fv_qp *qp, const struct nic_wr *wr,
 }
 
 /* Translate up to VERBS_POST_MAX WRs; stops before one with a bad op. */
-static inline uint32_t build_chain(const struct fv_qp *qp, struct nic_wr *wr,
-				   struct ibv_send_wr *iw, struct ibv_sge *sg, struct nic_wr **next)
+static inline uint32_t build_chain(uint32_t inl, struct nic_wr *wr, struct ibv_send_wr *iw,
+				   struct ibv_sge *sg, struct nic_wr **next)
 {
 	uint32_t n = 0;
 
 	for (; wr && n < VERBS_POST_MAX; wr = wr->next, n++) {
 		if (unlikely(wr->op != NIC_OP_WRITE && wr->op != NIC_OP_READ))
 			break;
-		fill_send_wr(qp, wr, &iw[n], &sg[n]);
+		fill_send_wr(inl, wr, &iw[n], &sg[n]);
 		iw[n].next = &iw[n + 1];
 	}
 	if (n)
@@ -71,11 +72,13 @@ int fv_post(struct nic_qp *q, struct nic_wr *wr, struct nic_wr **bad)
 	struct fv_qp *qp = qp_of(q);
 	struct ibv_send_wr iw[VERBS_POST_MAX];
 	struct ibv_sge sg[VERBS_POST_MAX];
+	/* Inline: the QP's size, unless the NIC holds memory the CPU cannot read. */
+	uint32_t inl = READ_ONCE(qp->nic->no_inline) ? 0 : qp->max_inline;
 
 	while (wr) {
 		struct ibv_send_wr *ibad = NULL;
 		struct nic_wr *next;
-		uint32_t n = build_chain(qp, wr, iw, sg, &next);
+		uint32_t n = build_chain(inl, wr, iw, sg, &next);
 		int rc;
 
 		if (unlikely(!n)) {

@@ -22,6 +22,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "ring/base/atomics.h"
 #include "ring/base/log.h"
 
 static const uint8_t fv_magic[4] = { 'V', 'R', 'B', 'S' };
@@ -31,6 +32,11 @@ static const uint8_t fv_magic[4] = { 'V', 'R', 'B', 'S' };
 static int real_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	return ibv_post_send(qp, wr, bad);
+}
+
+static struct ibv_mr *real_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+	return ibv_reg_mr(pd, addr, len, access);
 }
 
 static int real_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
@@ -61,6 +67,7 @@ static void real_ack_async_event(struct ibv_async_event *ev)
 
 static const struct fv_ops real_ops = {
 	.post_send = real_post_send,
+	.reg_mr = real_reg_mr,
 	.poll_cq = real_poll_cq,
 	.modify_qp = real_modify_qp,
 	.query_gid_ex = real_query_gid_ex,
@@ -71,6 +78,7 @@ static const struct fv_ops real_ops = {
 /* A copy, not a pointer: the data path pays one indirect call, as ibv_* would. */
 struct fv_ops fv_calls = {
 	.post_send = real_post_send,
+	.reg_mr = real_reg_mr,
 	.poll_cq = real_poll_cq,
 	.modify_qp = real_modify_qp,
 	.query_gid_ex = real_query_gid_ex,
@@ -85,6 +93,8 @@ void fv_set_ops(const struct fv_ops *o)
 		return;
 	if (o->post_send)
 		fv_calls.post_send = o->post_send;
+	if (o->reg_mr)
+		fv_calls.reg_mr = o->reg_mr;
 	if (o->poll_cq)
 		fv_calls.poll_cq = o->poll_cq;
 	if (o->modify_qp)
@@ -618,7 +628,7 @@ int fv_reg_mr(struct nic *n, void *addr, size_t len, unsigned access, struct nic
 	if (!addr || !len)
 		return -EINVAL;
 	pthread_mutex_lock(&nic->lock);
-	mr = ibv_reg_mr(nic->pd, addr, len, mr_flags(access, true));
+	mr = fv_calls.reg_mr(nic->pd, addr, len, mr_flags(access, true));
 	/*
 	 * Read-only memory (a file mapped PROT_READ) cannot be pinned for
 	 * writing: EFAULT.  Peers may only read it and here it can only be a
@@ -626,7 +636,7 @@ int fv_reg_mr(struct nic *n, void *addr, size_t len, unsigned access, struct nic
 	 * LOC_PROT_ERR, as it should).  REMOTE_WRITE requires LOCAL_WRITE.
 	 */
 	if (!mr && errno == EFAULT && !(access & NIC_ACCESS_REMOTE_WRITE))
-		mr = ibv_reg_mr(nic->pd, addr, len, mr_flags(access, false));
+		mr = fv_calls.reg_mr(nic->pd, addr, len, mr_flags(access, false));
 	if (!mr) {
 		err = null_errno(ENOMEM);
 		pthread_mutex_unlock(&nic->lock);
@@ -638,6 +648,9 @@ int fv_reg_mr(struct nic *n, void *addr, size_t len, unsigned access, struct nic
 		pthread_mutex_unlock(&nic->lock);
 		return -ENOMEM;
 	}
+	/* Before the lkey is out: no post can use it inline (see no_inline). */
+	if (access & NIC_REG_CPU_OPAQUE)
+		WRITE_ONCE(nic->no_inline, 1);
 	pthread_mutex_unlock(&nic->lock);
 	out->lkey = mr->lkey;
 	out->rkey = mr->rkey;

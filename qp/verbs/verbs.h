@@ -156,6 +156,11 @@ struct fv_nic {
 	uint32_t max_rd_atomic;      /* initiator depth: max_qp_init_rd_atom, capped */
 	uint32_t max_dest_rd_atomic; /* responder resources: max_qp_rd_atom, capped */
 	uint32_t max_inline;    /* what a QP got when open() probed */
+	/* An MR the CPU cannot read was registered (NIC_REG_CPU_OPAQUE): no
+	 * WRITE goes inline any more, the provider's copy of its payload
+	 * would fault.  Sticky; WRITE_ONCE in reg_mr, READ_ONCE in post: the
+	 * MR's lkey reaches a core only after reg_mr returned. */
+	uint8_t no_inline;
 
 	/* Children, freed by close() when the caller left them behind. */
 	pthread_mutex_t lock;
@@ -328,6 +333,7 @@ bool fv_first_time(const char *key);
 /* The verbs calls tests may replace.  Returns follow rdma-core. */
 struct fv_ops {
 	int (*post_send)(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+	struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len, int access);
 	int (*poll_cq)(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 	int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
 	int (*query_gid_ex)(struct ibv_context *ctx, uint32_t port, uint32_t index,

@@ -166,7 +166,8 @@ static int region_insert(struct ferry_engine *e, struct mem_region *r)
  * is open to peers over verbs only: a copying provider would fault in its
  * copy (a tcp target closed the connection, send: EFAULT, and the peer's
  * READ was retried until -EHOSTUNREACH), so there it gets no remote access
- * and a peer's WR completes with a remote access error.
+ * and a peer's WR completes with a remote access error.  Verbs is told too
+ * (NIC_REG_CPU_OPAQUE): its inline WRITEs are a CPU copy as well.
  */
 static int region_register(struct ferry_engine *e, struct mem_region *r, void *addr, size_t len,
 			   unsigned access)
@@ -174,9 +175,12 @@ static int region_register(struct ferry_engine *e, struct mem_region *r, void *a
 	for (unsigned i = 0; i < e->ncores; i++) {
 		for (unsigned t = 0; t < e->cores[i]->ntx; t++) {
 			struct qctx *q = &e->cores[i]->tx[t];
-			unsigned acc = r->cpu_opaque && provider_copies(q->prov->name) ? 0 : access;
-			int rc = q->prov->reg_mr(q->nic, addr, len, acc, &r->mr[i][t]);
+			unsigned acc = access;
+			int rc;
 
+			if (r->cpu_opaque) /* out of any CPU copy's reach */
+				acc = provider_copies(q->prov->name) ? 0 : access | NIC_REG_CPU_OPAQUE;
+			rc = q->prov->reg_mr(q->nic, addr, len, acc, &r->mr[i][t]);
 			if (rc) {
 				log_err("registering %zu bytes at %p on core %u's %s: %s", len, addr,
 					i, q->prov->name, strerror(-rc));

@@ -227,6 +227,24 @@ static int stub_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 	return call == S.post_fail_call ? S.post_rc : 0;
 }
 
+/* reg_mr: every registration succeeds, with the access flags recorded. */
+static struct ibv_mr stub_mrs[4];
+static int stub_nmr, stub_mr_access[4];
+
+static struct ibv_mr *stub_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+	struct ibv_mr *mr = &stub_mrs[stub_nmr];
+
+	assert_true(stub_nmr < 4);
+	mr->pd = pd;
+	mr->addr = addr;
+	mr->length = len;
+	mr->lkey = 0x100u + (uint32_t)stub_nmr;
+	mr->rkey = 0x200u + (uint32_t)stub_nmr;
+	stub_mr_access[stub_nmr++] = access;
+	return mr;
+}
+
 static int stub_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	int k = 0;
@@ -280,6 +298,7 @@ static const struct fv_ops stub_ops = {
 	.get_async_event = stub_get_async_event,
 	.ack_async_event = stub_ack_async_event,
 	.post_send = stub_post_send,
+	.reg_mr = stub_reg_mr,
 	.poll_cq = stub_poll_cq,
 	.modify_qp = stub_modify_qp,
 	.query_gid_ex = stub_query_gid_ex,
@@ -954,6 +973,45 @@ static void test_post_unknown_bad(void **state)
 	assert_int_equal(S.nwr, 256);
 }
 
+/*
+ * A device's memory (a GPU's: not readable by the CPU) registered on verbs
+ * is reached by the NIC's DMA only.  An inline WRITE is a CPU copy inside
+ * ibv_post_send (it would fault there): once the NIC holds such an MR, no
+ * WRITE goes inline.
+ */
+static void test_post_no_inline_opaque(void **state)
+{
+	static uint8_t host[4096];
+	struct nic *n = (struct nic *)(void *)&nic;
+	struct nic_mr mr, dev;
+	struct nic_wr w = { .wr_id = 1, .remote = 0x9000, .len = 32, .rkey = 2,
+			    .op = NIC_OP_WRITE, .signaled = 1 };
+	struct nic_wr *bad = NULL;
+
+	(void)state;
+	stub_nmr = 0;
+	assert_int_equal(P->reg_mr(n, host, sizeof(host), NIC_ACCESS_ALL, &mr), 0);
+	w.local = (uintptr_t)host;
+	w.lkey = mr.lkey;
+	assert_int_equal(P->post(nqp(), &w, &bad), 0);
+	assert_int_equal(S.wr[0].send_flags, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+
+	/* Never dereferenced: the stub NIC does not copy. */
+	assert_int_equal(P->reg_mr(n, (void *)(uintptr_t)0x7f0000000000ull, 1 << 20,
+				   NIC_ACCESS_ALL | NIC_REG_CPU_OPAQUE, &dev), 0);
+	/* Not an ibv access flag: rdma-core sees the usual ones. */
+	assert_int_equal(stub_mr_access[1], stub_mr_access[0]);
+	w.local = 0x7f0000000000ull;
+	w.lkey = dev.lkey;
+	assert_int_equal(P->post(nqp(), &w, &bad), 0);
+	assert_int_equal(S.nwr, 2);
+	assert_int_equal(S.wr[1].send_flags, IBV_SEND_SIGNALED);
+	assert_int_equal(S.sge[1].lkey, dev.lkey);
+	free(nic.mrs);
+	nic.mrs = NULL;
+	nic.nmr = nic.mr_cap = 0;
+}
+
 /* ------------------------------------------------------------ poll */
 
 static void test_poll_mapping(void **state)
@@ -1141,6 +1199,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_post_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_post_long_chain, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_post_unknown_bad, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_post_no_inline_opaque, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_poll_mapping, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_poll_chunks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_device_events, setup, teardown),
