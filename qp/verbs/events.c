@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <string.h>
 
 #include "qp/verbs/verbs.h"
 
@@ -38,8 +39,71 @@ uint16_t fv_event_kind(const struct fv_nic *nic, const struct ibv_async_event *e
 	case IBV_EVENT_QP_ACCESS_ERR:
 		return NIC_EV_QP_FATAL;
 	default:
-		return 0; /* LID/GID/PKey changes, SRQ, path migration: nothing to do */
+		return 0; /* LID/PKey changes, SRQ, path migration: nothing to do; a
+			   * GID change is roce_port_verdict's */
 	}
+}
+
+/* RoCE: whether our GID index still holds the GID our address names: 1
+ * yes, 0 no (another GID, or none), -1 the query failed (we do not know). */
+static int gid_still_ours(const struct fv_nic *nic)
+{
+	struct ibv_gid_entry e;
+	int rc;
+
+	memset(&e, 0, sizeof(e));
+	rc = fv_calls.query_gid_ex(nic->ctx, nic->port, (uint32_t)nic->gid_index, &e, 0);
+	if (rc) /* an empty entry: ENODATA, or older kernels' EINVAL (gid.c) */
+		return rc == ENODATA || rc == EINVAL ? 0 : -1;
+	return memcmp(e.gid.raw, nic->gid.raw, sizeof(e.gid.raw)) == 0;
+}
+
+/* Look at our GID index again; a change of hands is logged, it explains
+ * the port's state.  A failed query changes nothing. */
+static void gid_note(struct fv_nic *nic)
+{
+	int ours = gid_still_ours(nic);
+	bool lost = ours == 0;
+
+	if (ours < 0 || lost == nic->gid_lost)
+		return;
+	nic->gid_lost = lost;
+	if (lost)
+		vlog(nic, "GID index %d no longer holds the GID peers know this port by: "
+		     "down until it does (restart to use a new one)", nic->gid_index);
+	else
+		vinfo(nic, "GID index %d holds our GID again", nic->gid_index);
+}
+
+/*
+ * To us a RoCE port is up while it is ACTIVE and its GID index still holds
+ * the GID our address names: peers reach us only there (the address went
+ * out at open) and our QPs send from that index, so a GID table change
+ * that took it (the IP address removed or moved, a link flap) is the port
+ * going down, and an ACTIVE port whose GID is not back is not up yet.
+ * Returns the change of that state (PORT_DOWN/PORT_UP, 0 none), or kind
+ * for events that do not bear on it.
+ */
+static uint16_t roce_port_verdict(struct fv_nic *nic, const struct ibv_async_event *ev,
+				  uint16_t kind)
+{
+	bool was_up = !nic->port_err && !nic->gid_lost, up;
+
+	if (nic->link_layer != IBV_LINK_LAYER_ETHERNET)
+		return kind;
+	if (ev->event_type == IBV_EVENT_GID_CHANGE && ev->element.port_num == nic->port) {
+		gid_note(nic);
+	} else if (kind == NIC_EV_PORT_DOWN || kind == NIC_EV_PORT_UP) {
+		nic->port_err = kind == NIC_EV_PORT_DOWN;
+		if (!nic->port_err && nic->gid_lost)
+			gid_note(nic); /* the GID may be back with the link */
+	} else {
+		return kind;
+	}
+	up = !nic->port_err && !nic->gid_lost;
+	if (up == was_up)
+		return 0;
+	return up ? NIC_EV_PORT_UP : NIC_EV_PORT_DOWN;
 }
 
 int fv_event_next(struct nic *n, struct nic_event *out)
@@ -53,7 +117,7 @@ int fv_event_next(struct nic *n, struct nic_event *out)
 				return 0;
 			return -errno;
 		}
-		out->kind = fv_event_kind(nic, &ev);
+		out->kind = roce_port_verdict(nic, &ev, fv_event_kind(nic, &ev));
 		out->qp_num = out->kind == NIC_EV_QP_FATAL && ev.element.qp ? ev.element.qp->qp_num : 0;
 		fv_calls.ack_async_event(&ev);
 		if (out->kind) {

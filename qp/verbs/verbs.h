@@ -161,6 +161,11 @@ struct fv_nic {
 	 * would fault.  Sticky; WRITE_ONCE in reg_mr, READ_ONCE in post: the
 	 * MR's lkey reaches a core only after reg_mr returned. */
 	uint8_t no_inline;
+	/* RoCE, the event thread's view (events.c): the port left ACTIVE;
+	 * gid_index no longer holds gid (a GID table change took it).  Either
+	 * is the port down to us. */
+	bool port_err;
+	bool gid_lost;
 
 	/* Children, freed by close() when the caller left them behind. */
 	pthread_mutex_t lock;

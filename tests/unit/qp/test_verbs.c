@@ -197,6 +197,7 @@ static struct {
 	/* query_gid_ex */
 	const struct ibv_gid_entry *gids;
 	int ngids;
+	int gid_rc; /* != 0: every query fails so */
 } S;
 
 static int stub_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
@@ -264,6 +265,8 @@ static int stub_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t in
 	(void)ctx;
 	(void)flags;
 	assert_int_equal(port, 1);
+	if (S.gid_rc)
+		return S.gid_rc;
 	for (int i = 0; i < S.ngids; i++)
 		if (S.gids[i].gid_index == index) {
 			*entry = S.gids[i];
@@ -1125,6 +1128,69 @@ static void test_device_events(void **state)
 	nic.ctx = NULL;
 }
 
+/* One event through the stub; event_next's answer, the event in *ev. */
+static int one_event(struct ibv_async_event e, struct nic_event *ev)
+{
+	stub_events[0] = e;
+	stub_nevents = 1;
+	return fv_event_next((struct nic *)(void *)&nic, ev);
+}
+
+/*
+ * RoCE: peers know the port by the GID our address names.  A GID table
+ * change that takes it from our index (the IP address removed or moved)
+ * is the port going down, its return the port up; other changes are
+ * nothing; the port ACTIVE again while the GID is still gone is not up.
+ */
+static void test_device_events_gid(void **state)
+{
+	struct ibv_context ctx = { .async_fd = -1 };
+	const struct ibv_async_event change = { .event_type = IBV_EVENT_GID_CHANGE,
+						.element.port_num = 1 };
+	struct ibv_gid_entry g[2];
+	struct nic_event ev;
+
+	(void)state;
+	nic.ctx = &ctx;
+	memset(g, 0, sizeof(g));
+	g[0].gid_index = 3; /* ours (setup: index 3, GID_V4) */
+	memcpy(g[0].gid.raw, GID_V4, 16);
+	g[0].gid_type = IBV_GID_TYPE_ROCE_V2;
+	g[1].gid_index = 4;
+	memcpy(g[1].gid.raw, GID_V6, 16);
+	g[1].gid_type = IBV_GID_TYPE_ROCE_V2;
+	S.gids = g;
+	S.ngids = 2;
+
+	assert_int_equal(one_event(change, &ev), 0);    /* another entry changed */
+	memcpy(g[0].gid.raw, GID_LL, 16);               /* our index, another address */
+	assert_int_equal(one_event(change, &ev), 1);
+	assert_int_equal(ev.kind, NIC_EV_PORT_DOWN);
+	S.ngids = 1;                                    /* ... then empty */
+	g[0].gid_index = 9;
+	assert_int_equal(one_event(change, &ev), 0);    /* down already */
+	assert_int_equal(one_event((struct ibv_async_event){ .event_type = IBV_EVENT_PORT_ERR,
+							      .element.port_num = 1 }, &ev), 0);
+	assert_int_equal(one_event((struct ibv_async_event){ .event_type = IBV_EVENT_PORT_ACTIVE,
+							      .element.port_num = 1 }, &ev), 0);
+	g[0].gid_index = 3;                             /* back: up */
+	memcpy(g[0].gid.raw, GID_V4, 16);
+	assert_int_equal(one_event(change, &ev), 1);
+	assert_int_equal(ev.kind, NIC_EV_PORT_UP);
+	/* A query that fails (not an empty entry) changes nothing. */
+	S.gid_rc = EIO;
+	assert_int_equal(one_event(change, &ev), 0);
+	S.gid_rc = 0;
+	/* A change on another port is not ours. */
+	S.ngids = 0;
+	assert_int_equal(one_event((struct ibv_async_event){ .event_type = IBV_EVENT_GID_CHANGE,
+							      .element.port_num = 2 }, &ev), 0);
+	/* InfiniBand routes by LID: a GID change is nothing there. */
+	nic.link_layer = IBV_LINK_LAYER_INFINIBAND;
+	assert_int_equal(one_event(change, &ev), 0);
+	nic.ctx = NULL;
+}
+
 static void test_registry(void **state)
 {
 	(void)state;
@@ -1203,6 +1269,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_poll_mapping, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_poll_chunks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_device_events, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_device_events_gid, setup, teardown),
 		cmocka_unit_test(test_registry),
 		cmocka_unit_test_setup_teardown(test_open_missing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_describe, setup, teardown),
