@@ -146,6 +146,11 @@ enum ex_state ex_unanswered(int rc);
  * if not NULL); *st says how the connection was left. */
 int ctl_read_answer(int fd, struct auth_sess *sess, int64_t deadline, int stop_fd,
 		    const struct ctl_call *call, enum ex_state *st, uint64_t *forged);
+/* A request's send on fd failed (rc): the server's refusal (-EBUSY,
+ * -EACCES: it closed after saying why) if it is there whole, else the
+ * send's error as the calls document it; *st says how fd was left. */
+int ctl_send_failed(struct ctl_client *cl, int fd, struct auth_sess *sess,
+		    const struct ctl_call *call, int rc, enum ex_state *st);
 /* frames (len bytes: whole frames back to back, headers encoded) as they go
  * on a connection of sess: with the session on, a copy (malloc'd) with each
  * frame sealed (payload encrypted, tag after it), in order, sess's sequence

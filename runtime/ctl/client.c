@@ -209,8 +209,8 @@ void ctl_sealed_free(const uint8_t *frames, uint8_t *sealed)
  * a closed socket and its reset failed the send.  That answer if it is
  * there whole (-EBUSY, -EACCES), else the send's error.
  */
-static int ctl_send_failed(struct ctl_client *cl, int fd, struct auth_sess *sess,
-			   const struct ctl_call *call, int rc, enum ex_state *st)
+int ctl_send_failed(struct ctl_client *cl, int fd, struct auth_sess *sess,
+		    const struct ctl_call *call, int rc, enum ex_state *st)
 {
 	enum ex_state rst;
 	int why;

@@ -138,8 +138,17 @@ static void call_send(struct ctl_calls *s, struct call_slot *c)
 		c->sent += (size_t)n;
 		if (c->sent > c->pipe->sent) /* a redial writes from 0 again */
 			c->pipe->sent = c->sent;
-	} else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-		call_broke(s, c, ctl_io_error(-errno), ex_unanswered(-errno));
+	} else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+		enum ex_state st;
+		int rc = -errno;
+
+		/* A server that refused us (at its cap) said why before it
+		 * closed: that, not the reset our send met. */
+		if (c->pipe->outs)
+			c->call.out = c->pipe->outs[c->answered];
+		rc = ctl_send_failed(s->cl, c->fd, &c->sess, &c->call, rc, &st);
+		call_broke(s, c, rc, st);
+	}
 }
 
 /* c's connection carries its requests from now on. */

@@ -2320,6 +2320,34 @@ static void test_refusal_after_proof_sealed(void **state)
 	close(f.lfd);
 }
 
+/*
+ * The same refusal met by calls in flight side by side (many.c): the
+ * request's send meets the reset, and the server's sealed -EBUSY, there
+ * whole, is what the call ends with.  Before, -ECONNRESET (only the log
+ * said more); a blocking call (client.c) read it already.
+ */
+static void test_refusal_after_proof_sealed_many(void **state)
+{
+	struct ctl_client cl;
+	struct auth_key k;
+	struct flaky f;
+	const char *peers[1];
+	int rcs[1] = { 1 };
+	void *ret;
+
+	(void)state;
+	key_of(KEY_A, &k);
+	flaky_start(&f, capped_serve);
+	peers[0] = f.address;
+	assert_int_equal(ctl_client_init(&cl, &k), 0);
+	assert_int_equal(ctl_keepalive_many(&cl, peers, 1, FETCH_MS, 7, rcs), 0);
+	assert_int_equal(rcs[0], -EBUSY);
+	ctl_client_fini(&cl);
+	pthread_join(f.th, &ret);
+	close((int)(intptr_t)ret);
+	close(f.lfd);
+}
+
 /* The server's log lines, counted by a sink (any thread: under a lock). */
 static struct {
 	pthread_mutex_t lock;
@@ -3542,6 +3570,7 @@ int main(void)
 		cmocka_unit_test(test_refusals_log_bounded),
 		cmocka_unit_test(test_cap_unproven_give_way),
 		cmocka_unit_test(test_refusal_after_proof_sealed),
+		cmocka_unit_test(test_refusal_after_proof_sealed_many),
 		cmocka_unit_test(test_hostile_streams),
 		cmocka_unit_test(test_auth_blocking_api),
 		cmocka_unit_test(test_auth_relay),
