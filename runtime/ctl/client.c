@@ -272,11 +272,24 @@ int ctl_dial_failed(struct ctl_client *cl, const char *address,
 	return -ECONNREFUSED; /* refused; anything else: no engine there either */
 }
 
-/* One exchange on a kept or new connection; *again when it may be
- * redialled, *said when a dial that failed said why. */
+/* A kept connection (unless redial) or a new one to sin; *reused says which. */
+static int ctl_conn_get(struct ctl_client *cl, const struct sockaddr_in *sin,
+			const char *address, int64_t deadline, bool redial, bool *reused,
+			struct auth_sess *sess)
+{
+	*reused = false;
+	/* A redial dials: the other kept connections to the peer are as
+	 * likely broken as the one that just was (its host restarted). */
+	if (!cl || redial)
+		return ctl_dial(cl, sin, address, deadline, sess);
+	return ctl_pool_get(cl, sin, address, deadline, reused, sess);
+}
+
+/* One exchange on a kept (unless redial) or new connection; *again when
+ * it may be redialled, *said when a dial that failed said why. */
 static int ctl_call_once(struct ctl_client *cl, const struct sockaddr_in *sin,
 			 const char *address, int64_t deadline, const struct ctl_call *call,
-			 bool *again, bool *said)
+			 bool redial, bool *again, bool *said)
 {
 	struct auth_sess sess;
 	bool reused = false;
@@ -284,8 +297,7 @@ static int ctl_call_once(struct ctl_client *cl, const struct sockaddr_in *sin,
 	int fd, rc;
 
 	*again = false;
-	fd = cl ? ctl_pool_get(cl, sin, address, deadline, &reused, &sess)
-		: ctl_dial(NULL, sin, address, deadline, &sess);
+	fd = ctl_conn_get(cl, sin, address, deadline, redial, &reused, &sess);
 	if (fd < 0)
 		return ctl_dial_failed(cl, address, call, fd, said);
 	rc = ctl_exchange(cl, fd, &sess, deadline, call, &st);
@@ -333,10 +345,10 @@ static int ctl_call(struct ctl_client *cl, const char *address, int timeout_ms,
 	if (timeout_ms <= 0 || ctl_resolve(address, call, &sin))
 		return -EINVAL;
 	deadline = sock_now_ms() + timeout_ms;
-	rc = ctl_call_once(cl, &sin, address, deadline, call, &again, &said);
+	rc = ctl_call_once(cl, &sin, address, deadline, call, false, &again, &said);
 	if (again) {
 		fetch_add_relaxed(cl->redials, 1); /* statistics */
-		rc = ctl_call_once(cl, &sin, address, deadline, call, &again, &said);
+		rc = ctl_call_once(cl, &sin, address, deadline, call, true, &again, &said);
 	}
 	if (!said) /* else the dial said why */
 		ctl_call_said(cl, address, call, rc);
@@ -509,7 +521,7 @@ struct notify_pipe {
  * set; *again when none was answered on a kept connection found broken. */
 static void notify_pipe_once(struct ctl_client *cl, const struct sockaddr_in *sin,
 			     const char *address, int64_t deadline, const struct ctl_call *call,
-			     struct notify_pipe *p, bool *again, bool *said)
+			     struct notify_pipe *p, bool redial, bool *again, bool *said)
 {
 	enum ex_state st = EX_SYNCED;
 	struct auth_sess sess;
@@ -518,7 +530,7 @@ static void notify_pipe_once(struct ctl_client *cl, const struct sockaddr_in *si
 	int fd, rc;
 
 	*again = false;
-	fd = ctl_pool_get(cl, sin, address, deadline, &reused, &sess);
+	fd = ctl_conn_get(cl, sin, address, deadline, redial, &reused, &sess);
 	if (fd < 0) {
 		rc = ctl_dial_failed(cl, address, call, fd, said);
 		st = EX_BROKEN;
@@ -598,10 +610,11 @@ int ctl_notify_many(struct ctl_client *cl, const char *address, int timeout_ms,
 	if (!rc) {
 		int64_t deadline = sock_now_ms() + timeout_ms;
 
-		notify_pipe_once(cl, &sin, address, deadline, &call, &p, &again, &said);
+		notify_pipe_once(cl, &sin, address, deadline, &call, &p, false, &again, &said);
 		if (again) {
 			fetch_add_relaxed(cl->redials, 1); /* statistics */
-			notify_pipe_once(cl, &sin, address, deadline, &call, &p, &again, &said);
+			notify_pipe_once(cl, &sin, address, deadline, &call, &p, true, &again,
+					 &said);
 		}
 		for (unsigned i = 0; i < count && !said; i++)
 			if (rcs[i] && rcs[i] != -EAGAIN) {

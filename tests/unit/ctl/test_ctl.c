@@ -1838,6 +1838,80 @@ static void test_client_redial(void **state)
 	ctl_client_fini(&cl);
 }
 
+/*
+ * Two kept connections, both of which the peer drops on the next request
+ * without a word (a peer whose host restarted: no FIN came before).  The
+ * call that finds the first one broken redials -- a new connection, which
+ * the peer answers -- not the other kept one.  Before, the second try took
+ * the other kept connection too and the call ended -ECONNRESET.
+ */
+static void *two_kept_serve(void *arg)
+{
+	struct flaky *f = arg;
+	struct pollfd p[3];
+	int fds[2];
+	bool served = false;
+
+	for (int i = 0; i < 2; i++) {
+		fds[i] = accept(f->lfd, NULL, NULL);
+		flaky_answer(fds[i]);
+	}
+	while (!served) {
+		uint8_t req[WIRE_HDR_LEN + WIRE_DISCONNECT_LEN];
+		int fd;
+
+		for (int i = 0; i < 2; i++)
+			p[i] = (struct pollfd){ .fd = fds[i], .events = POLLIN };
+		p[2] = (struct pollfd){ .fd = f->lfd, .events = POLLIN };
+		assert_true(poll(p, 3, -1) > 0);
+		for (int i = 0; i < 2; i++)
+			if (fds[i] >= 0 && p[i].revents) { /* a request on a kept one: dropped */
+				raw_recv(fds[i], req, sizeof(req));
+				close(fds[i]);
+				fds[i] = -1;
+			}
+		if (!p[2].revents)
+			continue;
+		fd = accept(f->lfd, NULL, NULL);
+		if (fd < 0)
+			break; /* the test shut the listener: it is over */
+		flaky_answer(fd);
+		close(fd);
+		served = true;
+	}
+	for (int i = 0; i < 2; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	return NULL;
+}
+
+static void test_client_redial_dials(void **state)
+{
+	struct wire_disconnect dd[2] = { { 1, 2 }, { 1, 3 } };
+	struct ctl_client cl;
+	struct flaky f;
+	const char *addr[2];
+	int rcs[2], rc;
+
+	(void)state;
+	flaky_start(&f, two_kept_serve);
+	addr[0] = addr[1] = f.address;
+	assert_int_equal(ctl_client_init(&cl, NULL), 0);
+	/* Each on its own connection: two kept afterwards. */
+	assert_int_equal(ctl_disconnect_each(&cl, addr, dd, 2, FETCH_MS, rcs), 0);
+	assert_int_equal(rcs[0], 0);
+	assert_int_equal(rcs[1], 0);
+	assert_int_equal(cl.n_idle, 2);
+	rc = ctl_disconnect(&cl, f.address, FETCH_MS, &dd[0]);
+	shutdown(f.lfd, SHUT_RDWR);
+	pthread_join(f.th, NULL);
+	close(f.lfd);
+	assert_int_equal(rc, 0);
+	assert_int_equal(counter(&cl.dials), 3);
+	assert_int_equal(counter(&cl.redials), 1);
+	ctl_client_fini(&cl);
+}
+
 /* ---- authentication ----------------------------------------------------- */
 
 static void key_of(const char *secret, struct auth_key *k)
@@ -3561,6 +3635,7 @@ int main(void)
 		cmocka_unit_test(test_rx_deadline_spares_whole),
 		cmocka_unit_test(test_client_reuse),
 		cmocka_unit_test(test_client_redial),
+		cmocka_unit_test(test_client_redial_dials),
 		cmocka_unit_test(test_pool_wipes_sessions),
 		cmocka_unit_test(test_notify_many),
 		cmocka_unit_test(test_notify_many_broken),
