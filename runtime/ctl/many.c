@@ -192,8 +192,11 @@ static void call_answer(struct ctl_calls *s, struct call_slot *c)
 	}
 	c->pipe->rcs[c->answered++] = rc;
 	c->pipe->answered = c->answered;
+	/* Kept only with every request out whole: a peer that answered
+	 * before it read them all would take the rest of the last one, and
+	 * the next call's request after it, for one request. */
 	if (c->answered == c->pipe->count)
-		call_end(s, c, 0, EX_SYNCED);
+		call_end(s, c, 0, c->sent == c->tx_len ? EX_SYNCED : EX_BROKEN);
 }
 
 /* c's connect finished: authenticate, or send the requests. */

@@ -1912,6 +1912,53 @@ static void test_client_redial_dials(void **state)
 	ctl_client_fini(&cl);
 }
 
+/*
+ * A peer that answers before it read the whole request (here at once,
+ * reading nothing).  The call ends with that answer, but its connection,
+ * the rest of the request still to go, is not kept: the next call's
+ * request would follow a partial one.  Before, it was kept (in the pool).
+ */
+static void *early_answer_serve(void *arg)
+{
+	struct flaky *f = arg;
+	uint8_t rep[WIRE_HDR_LEN];
+	int fd = accept(f->lfd, NULL, NULL);
+
+	wire_hdr_encode(rep, WIRE_KEEPALIVE_REP, 0);
+	raw_send(fd, rep, sizeof(rep));
+	return (void *)(intptr_t)fd; /* unread: the test closes it */
+}
+
+static void test_many_early_answer_not_kept(void **state)
+{
+	enum { BIG = 16 << 20 }; /* more than the socket buffers on both ends hold */
+	uint8_t unused[CTL_KEEPALIVE_FRAME];
+	struct ctl_call call = CTL_KEEPALIVE_CALL(unused);
+	struct ctl_pipe pipe;
+	struct ctl_client cl;
+	struct flaky f;
+	uint8_t *big = calloc(1, BIG);
+	int rc = 1;
+	void *ret;
+
+	(void)state;
+	assert_non_null(big);
+	wire_hdr_encode(big, WIRE_KEEPALIVE, BIG - WIRE_HDR_LEN);
+	flaky_start(&f, early_answer_serve);
+	pipe = (struct ctl_pipe){ .address = f.address, .frames = big, .len = BIG, .count = 1,
+				  .rcs = &rc };
+	assert_int_equal(ctl_client_init(&cl, NULL), 0);
+	assert_int_equal(ctl_call_many(&cl, &pipe, 1, FETCH_MS, &call), 0);
+	assert_int_equal(rc, 0);
+	assert_true(pipe.sent < BIG);
+	assert_int_equal(cl.n_idle, 0);
+	ctl_client_fini(&cl);
+	pthread_join(f.th, &ret);
+	close((int)(intptr_t)ret);
+	close(f.lfd);
+	free(big);
+}
+
 /* ---- authentication ----------------------------------------------------- */
 
 static void key_of(const char *secret, struct auth_key *k)
@@ -3636,6 +3683,7 @@ int main(void)
 		cmocka_unit_test(test_client_reuse),
 		cmocka_unit_test(test_client_redial),
 		cmocka_unit_test(test_client_redial_dials),
+		cmocka_unit_test(test_many_early_answer_not_kept),
 		cmocka_unit_test(test_pool_wipes_sessions),
 		cmocka_unit_test(test_notify_many),
 		cmocka_unit_test(test_notify_many_broken),
