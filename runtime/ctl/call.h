@@ -27,6 +27,7 @@ struct ctl_call {
 	/* Decode the reply payload into out; NULL when it must be empty. */
 	int (*decode)(const uint8_t *buf, size_t len, void *out);
 	void *out;
+	bool *went;        /* not NULL: set once the request is written whole (client.c) */
 };
 
 /* How an exchange left its connection. */

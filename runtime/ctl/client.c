@@ -244,6 +244,8 @@ static int ctl_exchange(struct ctl_client *cl, int fd, struct auth_sess *sess, i
 	ctl_sealed_free(call->frame, f);
 	if (rc)
 		return ctl_send_failed(cl, fd, sess, call, rc, st);
+	if (call->went)
+		*call->went = true;
 	return ctl_read_answer(fd, sess, deadline, stop_fd, call, st, cl ? &cl->forged : NULL);
 }
 
@@ -297,6 +299,8 @@ static int ctl_call_once(struct ctl_client *cl, const struct sockaddr_in *sin,
 	int fd, rc;
 
 	*again = false;
+	if (call->went) /* a try before went on a connection the peer had closed */
+		*call->went = false;
 	fd = ctl_conn_get(cl, sin, address, deadline, redial, &reused, &sess);
 	if (fd < 0)
 		return ctl_dial_failed(cl, address, call, fd, said);
@@ -490,14 +494,25 @@ static long notify_frame(const struct wire_notify *n, uint8_t *f)
 	return (long)(WIRE_HDR_LEN + len);
 }
 
+/* A notification whose request went whole and whose answer a cancel cut
+ * short (engine destroy) may be queued there: like one never answered,
+ * -ETIMEDOUT ("it may still get it"), not -ECANCELED (not sent). */
+static int notify_cut(int rc, bool went)
+{
+	return rc == -ECANCELED && went ? -ETIMEDOUT : rc;
+}
+
 int ctl_notify(struct ctl_client *cl, const char *address, int timeout_ms,
 	       const struct wire_notify *n)
 {
 	uint8_t frame[WIRE_HDR_LEN + WIRE_NOTIFY_TO_MAX_LEN];
+	bool went = false;
 	struct ctl_call call = {
 		.what = "notify", .frame = frame, .rep_type = WIRE_NOTIFY_REP, .rep_max = 0,
+		.went = &went,
 	};
 	long len;
+	int rc;
 
 	if (!n)
 		return -EINVAL;
@@ -506,7 +521,8 @@ int ctl_notify(struct ctl_client *cl, const char *address, int timeout_ms,
 		return (int)len;
 	call.req_type = n->to_incarnation ? WIRE_NOTIFY_TO : WIRE_NOTIFY;
 	call.req_len = (size_t)len - WIRE_HDR_LEN;
-	return ctl_call(cl, address, timeout_ms, &call);
+	rc = ctl_call(cl, address, timeout_ms, &call);
+	return notify_cut(rc, went); /* went read after the call */
 }
 
 /* Frames to send back to back: count NOTIFYs, and their answers. */
@@ -526,7 +542,7 @@ static void notify_pipe_once(struct ctl_client *cl, const struct sockaddr_in *si
 	enum ex_state st = EX_SYNCED;
 	struct auth_sess sess;
 	bool reused = false;
-	unsigned i = 0;
+	unsigned i = 0, whole = 0; /* frames written whole (at least) */
 	int fd, rc;
 
 	*again = false;
@@ -553,6 +569,8 @@ static void notify_pipe_once(struct ctl_client *cl, const struct sockaddr_in *si
 			 * breaks: then read their answers, and send none again. */
 			late = sock_send_full(fd, cl->stop_fd, f + first, len - first, deadline);
 		}
+		if (!rc) /* (the rest, when late failed: some may have gone whole too) */
+			whole = late ? 1 : p->count;
 		ctl_sealed_free(p->frames, f);
 		/* The server answers a connection's requests in their order. */
 		for (; !rc && st == EX_SYNCED && i < p->count; i++)
@@ -574,6 +592,8 @@ static void notify_pipe_once(struct ctl_client *cl, const struct sockaddr_in *si
 	*again = i == 0 && st == EX_NO_REPLY && reused;
 	for (; i < p->count; i++)
 		p->rcs[i] = rc;
+	for (i = 0; i < whole; i++)
+		p->rcs[i] = notify_cut(p->rcs[i], true);
 }
 
 int ctl_notify_many(struct ctl_client *cl, const char *address, int timeout_ms,

@@ -197,7 +197,10 @@ int ctl_disconnect_each(struct ctl_client *cl, const char *const *addresses,
 			const struct wire_disconnect *d, unsigned n, int timeout_ms, int *rcs);
 
 /* Hand a notification to the engine at address: 0 once it is queued there;
- * -EAGAIN when its queue is full (nothing queued: try again later). */
+ * -EAGAIN when its queue is full (nothing queued: try again later).  A
+ * cancel (cl) that cuts the wait for the answer of a request written
+ * whole is -ETIMEDOUT, as an answer that never came: it may be queued
+ * there; -ECANCELED says it did not go. */
 int ctl_notify(struct ctl_client *cl, const char *address, int timeout_ms,
 	       const struct wire_notify *n);
 

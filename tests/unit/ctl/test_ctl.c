@@ -1820,6 +1820,12 @@ static void flaky_start(struct flaky *f, void *(*serve)(void *))
 	assert_int_equal(pthread_create(&f->th, NULL, serve, f), 0);
 }
 
+/* serve(f) on a new thread, on f's listener (flaky_start's). */
+static void flaky_start_on(struct flaky *f, void *(*serve)(void *))
+{
+	assert_int_equal(pthread_create(&f->th, NULL, serve, f), 0);
+}
+
 static void test_client_redial(void **state)
 {
 	struct wire_disconnect dd = { 1, 2 };
@@ -3337,6 +3343,73 @@ static void notify_msg(struct wire_notify *n, const char *from, const char *msg)
 	memcpy(n->msg, msg, n->len);
 }
 
+/* A receiver that reads want bytes of requests, then has the sender's
+ * client cancelled (as by engine destroy) before it answers; it holds the
+ * connection until the sender closes it. */
+struct cut_peer {
+	struct flaky f; /* first: flaky_start's */
+	struct ctl_client *cl;
+	size_t want;
+};
+
+static void *cut_serve(void *arg)
+{
+	struct cut_peer *cp = arg;
+	uint8_t b[4096];
+	int fd = accept(cp->f.lfd, NULL, NULL);
+
+	assert_true(cp->want <= sizeof(b));
+	raw_recv(fd, b, cp->want);
+	ctl_client_cancel(cp->cl);
+	while (recv(fd, b, sizeof(b), 0) > 0)
+		;
+	close(fd);
+	return NULL;
+}
+
+/*
+ * Engine destroy cancels the client while a notification's send waits for
+ * the receiver's answer: the request went whole, the receiver may queue
+ * it, so the call says -ETIMEDOUT ("it may still get it"), as when the
+ * answer never comes; cancelled before its request went, -ECANCELED.
+ * Before, -ECANCELED both ways (the notification ended FAILED, though the
+ * receiver may have it).
+ */
+static void test_notify_cancel_after_send(void **state)
+{
+	const struct wire_notify *ptr[3];
+	struct wire_notify n[3];
+	struct ctl_client cl;
+	struct cut_peer cp;
+	int rcs[3];
+
+	(void)state;
+	for (int i = 0; i < 3; i++) {
+		notify_msg(&n[i], "peer-1", "blocks ready");
+		ptr[i] = &n[i];
+	}
+	assert_int_equal(ctl_client_init(&cl, NULL), 0);
+	cp = (struct cut_peer){ .cl = &cl, .want = WIRE_HDR_LEN + wire_notify_size(&n[0]) };
+	flaky_start(&cp.f, cut_serve);
+	assert_int_equal(ctl_notify(&cl, cp.f.address, FETCH_MS, &n[0]), -ETIMEDOUT);
+	pthread_join(cp.f.th, NULL);
+	ctl_client_resume(&cl);
+	/* Three back to back on one connection: each went whole. */
+	cp.want *= 3;
+	flaky_start_on(&cp.f, cut_serve);
+	assert_int_equal(ctl_notify_many(&cl, cp.f.address, FETCH_MS, ptr, 3, rcs), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(rcs[i], -ETIMEDOUT);
+	pthread_join(cp.f.th, NULL);
+	/* Cancelled before it is sent: nothing went. */
+	assert_int_equal(ctl_notify(&cl, cp.f.address, FETCH_MS, &n[0]), -ECANCELED);
+	assert_int_equal(ctl_notify_many(&cl, cp.f.address, FETCH_MS, ptr, 3, rcs), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(rcs[i], -ECANCELED);
+	close(cp.f.lfd);
+	ctl_client_fini(&cl);
+}
+
 static void test_notify_many(void **state)
 {
 	const struct wire_notify *ptr[CTL_NOTIFY_MANY + 1];
@@ -3686,6 +3759,7 @@ int main(void)
 		cmocka_unit_test(test_many_early_answer_not_kept),
 		cmocka_unit_test(test_pool_wipes_sessions),
 		cmocka_unit_test(test_notify_many),
+		cmocka_unit_test(test_notify_cancel_after_send),
 		cmocka_unit_test(test_notify_many_broken),
 		cmocka_unit_test(test_auth_outcomes),
 		cmocka_unit_test(test_auth_nothing_leaks),
