@@ -37,7 +37,9 @@ static void events_rails(struct ferry_engine *e, unsigned i, unsigned t, bool do
 	for (uint32_t slot = 0; slot < seg_slots(&e->segs); slot++) {
 		struct ferry_seg *s = seg_at(&e->segs, slot);
 
-		if (s->state != SEG_OPEN || s->tx != t || !s->eps[i])
+		/* A stale segment's rails stay EP_STALE: a port that comes back
+		 * does not bring back the incarnation its QPs led to. */
+		if (s->state != SEG_OPEN || s->tx != t || !s->eps[i] || READ_ONCE(s->stale))
 			continue;
 		if (down)
 			rail_unreachable(e, s, i, slot);

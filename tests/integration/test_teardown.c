@@ -362,6 +362,67 @@ static void test_stale_segment_idle(void **state)
 	pair_teardown(&P);
 }
 
+/* Core i's rail to the segment of handle h, read under ctl_lock: the
+ * repair thread's event handling (events_run) has finished with it. */
+static uint8_t rail_down_of(struct ferry_engine *e, ferry_seg_t h, unsigned i)
+{
+	uint8_t d;
+
+	pthread_mutex_lock(&e->ctl_lock);
+	d = READ_ONCE(seg_at(&e->segs, (uint32_t)h - 1)->rail_down[i]);
+	pthread_mutex_unlock(&e->ctl_lock);
+	return d;
+}
+
+static uint64_t nic_events_of(struct ferry_engine *e, unsigned core)
+{
+	struct ferry_core_stats st;
+
+	assert_int_equal(ferry_core_stats(e, core, &st), 0);
+	return st.nic_events;
+}
+
+/*
+ * A port that comes back up says nothing of a peer that restarted: a stale
+ * segment's rails stay EP_STALE (its QPs lead to an incarnation that is
+ * gone for good; the cores never ask to repair them).  Before, the port-up
+ * event set them up again like any rail that went down: the cores took
+ * the endpoints for usable and asked for repairs every second that the
+ * repair thread then dropped, for as long as the handle stayed open.
+ */
+static void test_stale_segment_port_up(void **state)
+{
+	struct nic_event up = { .kind = NIC_EV_PORT_UP };
+	struct ferry_opts o;
+	ferry_seg_t old;
+	uint64_t events;
+	char addr[64];
+
+	(void)state;
+	need_loop();
+	setup_pair(2000);
+	assert_batch_done(5); /* endpoints on both cores, used */
+	snprintf(addr, sizeof(addr), "%s", ferry_engine_address(P.target));
+	ferry_engine_destroy(P.target);
+	pair_opts(&o, "0-1");
+	o.listen = addr;
+	assert_int_equal(ferry_engine_create(&o, &P.target), 0);
+	assert_int_equal(ferry_mem_register(P.target, P.rbuf, P.len), 0);
+	old = P.seg;
+	assert_int_equal(ferry_segment_open(P.init, addr, &P.seg), 0);
+	assert_true(P.seg != old); /* the old handle is stale now */
+	assert_int_equal(rail_down_of(P.init, old, 0), EP_STALE);
+	events = nic_events_of(P.init, 0);
+	assert_int_equal(loop_inject_event(ferry_engine_nic(P.init, 0), &up), 0);
+	WAIT_UNTIL(nic_events_of(P.init, 0) > events, WAIT_DEADLINE_MS,
+		   "the repair thread to take the port-up event");
+	assert_int_equal(rail_down_of(P.init, old, 0), EP_STALE);
+	assert_int_equal(ferry_segment_close(P.init, old), 0);
+	assert_batch_done(6); /* the new incarnation works */
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
 /*
  * A peer killed on RDMA answers nothing any more (no completion, no error:
  * its NIC is silent), and its control address refuses connections.  Here
@@ -972,6 +1033,7 @@ int main(void)
 		cmocka_unit_test(test_close_stalled),
 		cmocka_unit_test(test_peer_restart),
 		cmocka_unit_test(test_stale_segment_idle),
+		cmocka_unit_test(test_stale_segment_port_up),
 		cmocka_unit_test(test_peer_killed_silent),
 		cmocka_unit_test(test_destroy_beside_dead_device),
 		cmocka_unit_test(test_dead_device_while_running),
