@@ -237,7 +237,9 @@ static int repair_conclude(struct ferry_engine *e, struct repair_flight *f, int 
 	pthread_mutex_lock(&e->ctl_lock);
 	if (rc) {
 		qpx_destroy(&e->cores[j->core]->tx[f->tx], f->q);
-		if (repair_flight_target(e, f)) {
+		/* Gone stale meanwhile (its peer restarted): its rails stay
+		 * EP_STALE, whatever became of a handshake to the old one. */
+		if (repair_flight_target(e, f) && !READ_ONCE(s->stale)) {
 			bool stale = rc == -ESTALE; /* the peer restarted: its keys are gone */
 			bool all_down;
 

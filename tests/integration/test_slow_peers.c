@@ -336,6 +336,53 @@ static void test_repair_beside_mute_peer(void **state)
 	mute_teardown(&mp, port);
 }
 
+/* Every rail of the segment of handle h, under ctl_lock: EP_STALE? */
+static bool rails_stale(struct ferry_engine *e, ferry_seg_t h)
+{
+	const struct ferry_seg *s = seg_at(&e->segs, (uint32_t)(h & 0xffffffffu) - 1);
+	bool stale = true;
+
+	pthread_mutex_lock(&e->ctl_lock);
+	for (unsigned i = 0; i < e->ncores; i++)
+		stale &= !s->eps[i] || READ_ONCE(s->rail_down[i]) == EP_STALE;
+	pthread_mutex_unlock(&e->ctl_lock);
+	return stale;
+}
+
+/*
+ * A repair in flight when its segment goes stale (the application opened
+ * the restarted peer's address again) fails, and leaves the rails as they
+ * are: EP_STALE, for good.  Before, its failure took the rails for
+ * unreachable (EP_DOWN), and the cores asked again every second for
+ * repairs that the repair thread dropped, for as long as the handle
+ * stayed open.
+ */
+static void test_repair_lands_on_stale(void **state)
+{
+	struct ferry_port *port;
+	struct mute_peer mp;
+	unsigned later;
+
+	(void)state;
+	need_loop();
+	mute_setup(&mp, 128);
+	WRITE_ONCE(P.init->hs_timeout_ms, 2000); /* its handshake times out sooner */
+	mute_now(&mp);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	mute_repair_in_flight(&mp, port);
+	pthread_mutex_lock(&P.init->ctl_lock); /* as a reopen that found a new incarnation */
+	seg_mark_stale(P.init, seg_at(&P.init->segs, (uint32_t)(mp.seg & 0xffffffffu) - 1),
+		       (uint32_t)(mp.seg & 0xffffffffu) - 1);
+	later = READ_ONCE(P.init->repair.n_later);
+	pthread_mutex_unlock(&P.init->ctl_lock);
+	assert_true(rails_stale(P.init, mp.seg));
+	/* The handshake times out; its job waits for a retry (dropped then). */
+	WAIT_UNTIL(READ_ONCE(P.init->repair.n_later) > later, WAIT_MS,
+		   "the mute peer's repair handshake to time out");
+	assert_true(rails_stale(P.init, mp.seg));
+	mute_teardown(&mp, port);
+}
+
 /*
  * Retired endpoints are freed while a repair handshake waits on a mute
  * peer: a flight holds its own endpoint, not every other one.  (8db3fb9
@@ -1228,6 +1275,7 @@ int main(void)
 		cmocka_unit_test(test_lease_with_mute_peers),
 		cmocka_unit_test(test_close_with_mute_peers),
 		cmocka_unit_test(test_repair_beside_mute_peer),
+		cmocka_unit_test(test_repair_lands_on_stale),
 		cmocka_unit_test(test_reconnect_beside_mute_peer),
 		cmocka_unit_test(test_reconnect_after_slot_reuse),
 		cmocka_unit_test(test_reap_beside_mute_peer),
