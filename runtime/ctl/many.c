@@ -395,7 +395,9 @@ bool ctl_pipe_unanswered_sent(const struct ctl_pipe *p, unsigned k)
 {
 	size_t end = 0;
 
-	if (k < p->answered || k >= p->count)
+	/* Nothing went (maybe no frames either: a request that could not be
+	 * made, repair_run's without memory): no header to read. */
+	if (k < p->answered || k >= p->count || !p->sent)
 		return false;
 	for (unsigned i = 0; i <= k; i++) { /* frames back to back: their headers say how long */
 		struct wire_hdr h;

@@ -2930,6 +2930,12 @@ static void test_pipe_unanswered_sent(void **state)
 	assert_false(ctl_pipe_unanswered_sent(&p, 1));
 	assert_true(ctl_pipe_unanswered_sent(&p, 2));
 	assert_false(ctl_pipe_unanswered_sent(&p, 3)); /* no such request */
+	/* A pipe whose frame could not be made (the repair thread's, when
+	 * ctl_connect_prepare failed: no memory) never went: no frame is
+	 * read.  Before, its NULL frames were decoded (SIGSEGV). */
+	p = (struct ctl_pipe){ .address = "127.0.0.1:1", .frames = NULL,
+			       .len = CTL_DISCONNECT_FRAME, .count = 1, .rcs = rcs };
+	assert_false(ctl_pipe_unanswered_sent(&p, 0));
 }
 
 /*
