@@ -263,6 +263,12 @@ int ctl_dial_failed(struct ctl_client *cl, const char *address,
 	(void)cl;
 	if (rc == -ETIMEDOUT || rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM)
 		return rc;
+	/* Ours, not the peer's: no room for a socket, or a local firewall
+	 * (connect's EPERM).  "Refused" would read as a dead peer. */
+	if (rc == -ENOBUFS)
+		return -ENOMEM;
+	if (rc == -EPERM)
+		return -EHOSTUNREACH;
 	if (rc == -ECONNRESET || rc == -EPIPE)
 		return -ECONNRESET;
 	/* No route is not "nothing listens there": the repair thread takes a

@@ -3721,6 +3721,31 @@ static void test_hostile_streams(void **state)
 	hostile_round(NULL);
 }
 
+/*
+ * Why a dial failed, as callers read it: a refusal means no engine there
+ * (the repair thread takes every rail down), so errors of our own side
+ * must not read as one.  Before, -ENOBUFS (no buffer for a socket) and
+ * -EPERM (a local firewall rejecting the connect) came back -ECONNREFUSED.
+ */
+static void test_dial_failure_errnos(void **state)
+{
+	static const struct { int in, out; } map[] = {
+		{ -ECONNREFUSED, -ECONNREFUSED }, { -ETIMEDOUT, -ETIMEDOUT },
+		{ -EMFILE, -EMFILE },		  { -ENOBUFS, -ENOMEM },
+		{ -EPERM, -EHOSTUNREACH },	  { -ENETUNREACH, -EHOSTUNREACH },
+		{ -EPIPE, -ECONNRESET },	  { -EACCES, -EACCES },
+	};
+	struct ctl_call call = { .what = "test", .quiet = 1 };
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
+		bool said = false;
+
+		assert_int_equal(ctl_dial_failed(NULL, "127.0.0.1:1", &call, map[i].in, &said),
+				 map[i].out);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -3750,6 +3775,7 @@ int main(void)
 		cmocka_unit_test(test_keepalive_many_fd_limit_distinct),
 		cmocka_unit_test(test_calls_cancel_reentrant),
 		cmocka_unit_test(test_pipe_unanswered_sent),
+		cmocka_unit_test(test_dial_failure_errnos),
 		cmocka_unit_test(test_disconnect_many),
 		cmocka_unit_test(test_start_stop),
 		cmocka_unit_test(test_many_clients),
