@@ -39,16 +39,13 @@ static int engine_parse(struct ferry_engine *e, const struct ferry_opts *caller,
 		log_err("%s", err);
 		return rc;
 	}
-	if (strlen(o->nics) >= sizeof(e->nics_buf)) {
-		log_err("nics list too long: %zu characters, at most %zu", strlen(o->nics),
-			sizeof(e->nics_buf) - 1);
-		return -EINVAL;
-	}
 	if (o->listen && strlen(o->listen) >= sizeof(e->listen_buf)) {
 		log_err("listen address too long: '%s'", o->listen);
 		return -EINVAL;
 	}
-	strcpy(e->nics_buf, o->nics);
+	e->nics_buf = strdup(o->nics);
+	if (!e->nics_buf)
+		return -ENOMEM;
 	e->opts.nics = e->nics_buf;
 	/* the caller's strings need not outlive this call */
 	if (o->metadata && strlen(o->metadata) >= sizeof(e->metadata_buf)) {
@@ -293,6 +290,7 @@ void ferry_engine_destroy(struct ferry_engine *e)
 	pthread_mutex_destroy(&e->ctl_lock);
 	seg_table_free(&e->segs);
 	engine_fork_del(e);
+	free(e->nics_buf);
 	free(e);
 }
 

@@ -34,9 +34,6 @@ _Static_assert(FERRY_ACCESS_REMOTE_READ == NIC_ACCESS_REMOTE_READ &&
 
 _Static_assert(FERRY_MAX_CORES <= 64, "rails are bits of a uint64_t");
 
-/* The longest nics list: a device name (at most 63 characters, nics.c)
- * for every core, commas, and the words tcp and cma. */
-#define NICS_LIST_MAX (FERRY_MAX_CORES * 64 + sizeof(",tcp,cma"))
 _Static_assert(FERRY_MAX_CORES <= (1 << RQ_PART_BITS), "a part index fits the pointer tag");
 
 /*
@@ -96,7 +93,8 @@ struct ferry_engine {
 	bool forked;
 	struct ferry_opts opts;        /* checked, complete (whatever size the caller had) */
 	struct ferry_knobs knobs;
-	char nics_buf[NICS_LIST_MAX];
+	char *nics_buf;                /* the caller's nics, copied: no bound (blanks
+	                                * around names are free, nics.c) */
 	char listen_buf[64];
 	char name_buf[FERRY_NAME_MAX + 1];
 	char metadata_buf[META_URL_MAX];
