@@ -5,6 +5,7 @@
  * boundaries of ferry_opts_check().
  */
 #include <errno.h>
+#include <locale.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -600,6 +601,41 @@ static void test_cluster_opts(void **state)
 	assert_false(ferry_name_valid("0123456789012345678901234567890123456789012345678901234567890123"));
 }
 
+/*
+ * A name is [A-Za-z0-9._-] in ASCII whatever the locale: the wire's check
+ * of a sender's name is ASCII.  Only the C locales are installed here, where
+ * isalnum(0xE9) is false anyway, so a Latin-1 locale is built for the test
+ * (localedef into a temporary LOCPATH); skipped where that cannot be done.
+ * isalnum() took 0xE9 for a letter there: "caf\xe9" was a valid name.
+ */
+static void test_name_ascii_in_latin1(void **state)
+{
+	char dir[] = "/tmp/ferry-locale-XXXXXXXX", cmd[256];
+	const char *loc;
+	bool valid;
+
+	(void)state;
+	if (!mkdtemp(dir))
+		skip();
+	snprintf(cmd, sizeof(cmd),
+		 "localedef -i fr_FR -f ISO-8859-1 %s/fr_FR.ISO-8859-1 >/dev/null 2>&1", dir);
+	if (system(cmd) != 0) {
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+		(void)system(cmd);
+		skip();
+	}
+	setenv("LOCPATH", dir, 1); /* setlocale reads it at each call */
+	loc = setlocale(LC_CTYPE, "fr_FR.ISO-8859-1");
+	valid = loc && ferry_name_valid("caf\xe9");
+	setlocale(LC_CTYPE, "C");
+	unsetenv("LOCPATH");
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	(void)system(cmd);
+	if (!loc)
+		skip();
+	assert_false(valid);
+}
+
 /* Options never initialised are refused, not read as garbage. */
 static void test_opts_uninitialised(void **state)
 {
@@ -634,6 +670,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_env_reports_all, env_clear, env_clear),
 		cmocka_unit_test(test_check_bounds),
 		cmocka_unit_test(test_check_strings),
+		cmocka_unit_test(test_name_ascii_in_latin1),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
