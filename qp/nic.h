@@ -131,6 +131,7 @@ struct nic_provider {
 	 * engine adds the address of its control listener). */
 	int (*open)(const char *dev, struct nic **out);
 	void (*close)(struct nic *nic);
+	/* Fills every field of out (the core clears it too: core_open_nic). */
 	void (*caps)(const struct nic *nic, struct nic_caps *out);
 	/* The cluster key (len bytes) that the provider's own connections
 	 * prove (tcp: each data connection's HELLO); NULL for providers whose

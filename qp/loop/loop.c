@@ -220,8 +220,8 @@ static void loop_caps(const struct nic *n, struct nic_caps *out)
 	out->max_cqe = LOOP_MAX_CQE;
 	out->max_inline = 0;
 	out->max_rd_atomic = LOOP_MAX_RD_ATOMIC;
-	/* Not NIC_CAP_SERVES: its polls do only its own WRs.  Set, since the
-	 * core's struct is not cleared (it decides its polling from it). */
+	/* Not NIC_CAP_SERVES: its polls do only its own WRs.  Every field is
+	 * set: the caps contract (nic.h) is the provider's, whoever clears. */
 	out->flags = 0;
 }
 

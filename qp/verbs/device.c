@@ -544,8 +544,8 @@ void fv_caps(const struct nic *n, struct nic_caps *out)
 	out->max_cqe = nic->max_cqe;
 	out->max_inline = nic->max_inline;
 	out->max_rd_atomic = nic->max_rd_atomic;
-	/* The NIC does the work, none in our polls (not NIC_CAP_SERVES).  Set,
-	 * since the core's struct is not cleared (it decides its polling from it). */
+	/* The NIC does the work, none in our polls (not NIC_CAP_SERVES).
+	 * Every field is set: the caps contract (nic.h) is the provider's. */
 	out->flags = 0;
 }
 
