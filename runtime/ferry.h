@@ -430,8 +430,9 @@ FERRY_API int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg);
  * other opens of the handle are not closed yet, this returns 0 at once and
  * the segment stays open for them: its handle, requests and endpoints are
  * untouched.  The last close closes it: later submissions to it fail with
- * -EBADF; requests in flight on it end (DONE, or FAILED with -ECANCELED)
- * before this returns.  -ENOENT for an unknown handle, or one closed as
+ * -EBADF; requests in flight on it end before this returns: DONE, or
+ * FAILED -ECANCELED (not posted yet), or as they would have anyway (a
+ * posted slice's error or timeout: FAILED -EIO, -EHOSTDOWN, TIMEOUT).  -ENOENT for an unknown handle, or one closed as
  * often as it was opened (closed for good: a later open of the address
  * returns a new handle).  Any thread; the last close may block: for those
  * requests, and for the peer to free its halves of the QPs (one round

@@ -56,13 +56,17 @@ enum rq_state { RQ_PENDING = 0, RQ_DONE = 1, RQ_FAILED = 2, RQ_TIMEOUT = 3 };
 #define RQ_PART_BITS 6
 
 /* One submitted request, a slot of a batch. */
+/* An op refused before it was known to be one (neither READ nor WRITE):
+ * no WRITE for a notification to wait on.  (0xff is a notification's.) */
+#define RQ_OP_NONE 0xfe
+
 struct ferry_rq {
 	/* The transfer, set by the submitter before the parts are queued (the
 	 * ring's release publishes it to the cores). */
 	uint64_t local;
 	uint64_t remote;
 	uint64_t len;
-	uint8_t op;                    /* enum nic_op, as its slices carry it */
+	uint8_t op;                    /* enum nic_op, as its slices carry it; RQ_OP_NONE */
 	uint32_t nparts;
 	uint64_t nslices;
 	/* seg_slot .. seg_refs: what the requests of one submit run share

@@ -338,7 +338,7 @@ static int rq_prepare(struct ferry_port *p, struct submit_hold *h, struct ferry_
 	if (rc) {
 		/* an op that is neither (257 would read as a WRITE) refused no WRITE */
 		if ((unsigned)r->op > FERRY_OP_WRITE)
-			rq->op = 0xff;
+			rq->op = RQ_OP_NONE;
 		return rc;
 	}
 	rq->local = (uintptr_t)r->local;

@@ -119,7 +119,10 @@ static int redis_connect(struct meta *m, struct redis_conn *rc, int64_t deadline
  */
 static bool reply_is_array(const redisReader *r)
 {
-	return r->ridx == -1 && r->pos < r->len && r->buf[r->pos] == '*';
+	/* '*'; hiredis 1.x (newer distributions) also reads RESP3's map,
+	 * set and push ('%', '~', '>') as aggregates of the size they say */
+	return r->ridx == -1 && r->pos < r->len && strchr("*%~>", r->buf[r->pos]) &&
+	       r->buf[r->pos] != '\0';
 }
 
 /*
