@@ -234,6 +234,7 @@ struct tcp_cq {
 struct tcp_ctx {
 	pthread_mutex_t lock;      /* the control path */
 	int lfd;                   /* the data listener */
+	int spare_fd;              /* /dev/null, held for an accept out of fds (serve.c) */
 	struct sockaddr_in sa;     /* its address */
 	char name[32];             /* "127.0.0.1:port" */
 	struct tcp_cq *serving;    /* the CQ whose epoll has the listener (ctx->lock) */

@@ -16,6 +16,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -47,6 +48,32 @@ static int pending_slot(struct tcp_cq *cq)
 	return -1;
 }
 
+/*
+ * accept() failed for want of a descriptor: the connection stays in the
+ * backlog, the listener stays readable, and the serving core would poll it
+ * again at once, for as long as the process is out of fds (a core at
+ * 100 %, the peer's dial hanging to its timeout).  The spare fd makes room
+ * to take the connection and close it: the peer sees it refused at once
+ * and retries later.  Error path only.
+ */
+static void accept_out_of_fds(struct tcp_ctx *ctx, struct tcp_cq *cq, int err)
+{
+	int fd;
+
+	tcp_log(ctx, LOG_WARN, "accept: %s: a connection refused", strerror(err));
+	if (ctx->spare_fd < 0) /* lost to a race for the last fd last time */
+		ctx->spare_fd = fd_track(open("/dev/null", O_RDONLY | O_CLOEXEC));
+	if (ctx->spare_fd < 0)
+		return;
+	fd_close(ctx->spare_fd);
+	fd = accept4(ctx->lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd >= 0) {
+		cq->cnt[TC_REFUSED]++;
+		close(fd); /* never tracked: closed before any fork could see it */
+	}
+	ctx->spare_fd = fd_track(open("/dev/null", O_RDONLY | O_CLOEXEC));
+}
+
 void tcp_accept(struct tcp_cq *cq)
 {
 	struct tcp_ctx *ctx = cq->ctx;
@@ -59,6 +86,10 @@ void tcp_accept(struct tcp_cq *cq)
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
+			if (errno == EMFILE || errno == ENFILE) {
+				accept_out_of_fds(ctx, cq, errno);
+				continue;
+			}
 			if (errno != EAGAIN && errno != EWOULDBLOCK)
 				tcp_log(ctx, LOG_WARN, "accept: %s", strerror(errno));
 			return;

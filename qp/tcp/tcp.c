@@ -52,6 +52,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -163,6 +164,7 @@ static int tcp_listen(struct tcp_ctx *ctx)
 	ctx->lfd = fd_track(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 	if (ctx->lfd < 0)
 		return -errno;
+	ctx->spare_fd = fd_track(open("/dev/null", O_RDONLY | O_CLOEXEC));
 	if (setsockopt(ctx->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
 	    bind(ctx->lfd, (struct sockaddr *)&ctx->sa, sizeof(ctx->sa)) ||
 	    listen(ctx->lfd, 1024) ||
@@ -185,6 +187,7 @@ static int tcp_open(const char *dev, struct nic **out)
 	pthread_mutex_init(&ctx->lock, NULL);
 	CDS_INIT_LIST_HEAD(&ctx->cqs);
 	ctx->lfd = -1;
+	ctx->spare_fd = -1;
 	ctx->hello_ms = TCP_HELLO_MS;
 	rc = tcp_parse_dev(dev ? dev : "tcp", &ctx->sa);
 	if (rc) {
@@ -218,6 +221,7 @@ static void tcp_close(struct nic *n)
 	pthread_mutex_unlock(&ctx->lock);
 	if (ctx->lfd >= 0)
 		sock_close(ctx->lfd);
+	fd_close(ctx->spare_fd);
 	for (unsigned i = 0; i < TCP_MR_CHUNKS; i++)
 		free(ctx->mr[i]);
 	pthread_mutex_destroy(&ctx->lock);

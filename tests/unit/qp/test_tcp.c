@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -1003,6 +1004,56 @@ static void test_silent_dials_past_deadline(void **state)
 }
 
 /*
+ * A target out of file descriptors (EMFILE at accept): the dial is refused
+ * at once -- its connection taken with the spare fd and closed -- and a
+ * dial after the fds came back is served.  Before, the connection stayed
+ * in the backlog, the listener stayed readable and the serving core polled
+ * it again at once for as long as the process was out of fds (a core at
+ * 100 %), while the peer waited for a HELLO that never came.
+ */
+static void test_accept_out_of_fds(void **state)
+{
+	struct env *e = *state;
+	struct rlimit old, low;
+	struct tcp_counters c;
+	struct nic_qp *qa, *qb;
+	struct nic_wr w;
+	int fd, held[64], n = 0, probe;
+
+	fd = dial(e->b);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	probe = dup(0); /* the lowest free fd: the limit goes just above it */
+	assert_true(probe >= 0);
+	close(probe);
+	low = old;
+	low.rlim_cur = (rlim_t)probe + 8;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	while (n < 64 && (held[n] = dup(0)) >= 0)
+		n++;
+	assert_int_equal(errno, EMFILE);
+	tcp_get_counters(e->b, &c);
+	uint64_t refused = c.refused;
+	assert_int_equal(until_closed(e, fd, NULL, 0), 0); /* refused, not left hanging */
+	tcp_get_counters(e->b, &c);
+	assert_true(c.refused > refused);
+	close(fd);
+	while (n)
+		close(held[--n]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	/* fds back: a new QP's dial is served */
+	assert_int_equal(P->qp_create(e->a, e->cqa, QP_LEN, &qa), 0);
+	assert_int_equal(P->qp_create(e->b, e->cqb, 1, &qb), 0);
+	handshake(e->a, qa, e->b, qb);
+	w = mkwr(e, NIC_OP_WRITE, 11, 0, 0, 4096, 1);
+	assert_int_equal(P->post(qa, &w, NULL), 0);
+	e->nwc = 0;
+	pump_until(e, 1);
+	assert_wc(&e->wc[0], 11, NIC_WC_SUCCESS);
+	P->qp_destroy(qa);
+	P->qp_destroy(qb);
+}
+
+/*
  * qp_set_error on a target QP that waits for its initiator: the QP is in
  * the error state, so the initiator's dial that comes after is refused --
  * no HELLO back, nothing written.  Before, the error state of a QP with no
@@ -1444,6 +1495,7 @@ int main(void)
 		T(test_no_hello),
 		T(test_silent_dials_past_deadline),
 		T(test_violation_after_hello),
+		T(test_accept_out_of_fds),
 		T(test_set_error_waiting_target),
 		T(test_write_region_gone_responses_ahead),
 		T(test_read_too_big),
