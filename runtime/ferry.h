@@ -473,8 +473,8 @@ FERRY_API int ferry_segment_regions(struct ferry_engine *e, ferry_seg_t seg,
 FERRY_API int ferry_port_create(struct ferry_engine *e, struct ferry_port **out);
 
 /**
- * Destroy a port.  Its batches must have been destroyed (else -EBUSY and
- * nothing happens).  The owning thread.
+ * Destroy a port.  Its batches and prepared sets must have been destroyed
+ * (else -EBUSY and nothing happens).  The owning thread.
  */
 FERRY_API int ferry_port_destroy(struct ferry_port *p);
 

@@ -95,7 +95,10 @@ int ferry_port_destroy(struct ferry_port *p)
 		return -EINVAL;
 	if (engine_forked(p->e))
 		return -EOWNERDEAD;
-	if (p->batches)
+	/* A prepared set reads its port (ferry_prep_destroy, _submit) and
+	 * holds its regions: freeing the port under it left those regions
+	 * for ever -EBUSY, or a use after free to release them. */
+	if (p->batches || p->preps)
 		return -EBUSY;
 	e = p->e;
 	pthread_mutex_lock(&e->ctl_lock);

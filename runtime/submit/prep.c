@@ -161,6 +161,7 @@ int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const struct ferry_
 	pr->seg = seg;
 	pr->n = n;
 	pr->lreg = prep_one_lreg(pr);
+	p->preps++; /* the port's thread: ferry_port_destroy waits for none */
 	*out = pr;
 	return 0;
 }
@@ -172,6 +173,7 @@ int ferry_prep_destroy(struct ferry_prep *pr)
 	if (engine_forked(pr->port->e))
 		return -EOWNERDEAD;
 	prep_unref(pr, pr->n);
+	pr->port->preps--;
 	free(pr); /* its block's first member */
 	return 0;
 }

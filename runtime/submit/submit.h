@@ -35,6 +35,7 @@ struct ferry_port {
 	unsigned slot;
 	uint32_t rr;                   /* next core for a one-part request */
 	uint32_t batches;              /* live batches */
+	uint32_t preps;                /* live prepared sets: they point at the port */
 	struct ferry_ring *rings;      /* one per core, port -> core */
 	/* Parts staged on the rings, published (and their cores kicked) at
 	 * the end of a submit call, every SUBMIT_PUBLISH parts of a core, and

@@ -382,6 +382,23 @@ static void test_prep_closed_segment(void **state)
 	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &P.seg), 0);
 }
 
+/* A port is not destroyed under a prepared set of it: the set reads its
+ * port and holds its regions (before, the port was freed: the set's
+ * destroy read freed memory, and without it the region stayed -EBUSY). */
+static void test_prep_outlives_port(void **state)
+{
+	struct ferry_req r = mkreq(FERRY_OP_WRITE, P.lbuf, 0, P.rbuf, 4096);
+	struct ferry_port *q;
+	struct ferry_prep *pr;
+
+	(void)state;
+	assert_int_equal(ferry_port_create(P.init, &q), 0);
+	assert_int_equal(ferry_prep_create(q, P.seg, &r, 1, &pr), 0);
+	assert_int_equal(ferry_port_destroy(q), -EBUSY);
+	assert_int_equal(ferry_prep_destroy(pr), 0);
+	assert_int_equal(ferry_port_destroy(q), 0);
+}
+
 /* Entries idx[0..n) of pr in a batch of their own; their statuses in st. */
 static void prep_run_wait(struct ferry_prep *pr, const uint32_t *idx, uint32_t n,
 			  struct ferry_req_status *st)
@@ -544,6 +561,7 @@ int main(void)
 		cmocka_unit_test(test_prep),
 		cmocka_unit_test(test_prep_long_call),
 		cmocka_unit_test(test_prep_closed_segment),
+		cmocka_unit_test(test_prep_outlives_port),
 		cmocka_unit_test(test_prep_after_refresh),
 		cmocka_unit_test(test_status_from_another_thread),
 	};
