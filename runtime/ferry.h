@@ -533,7 +533,8 @@ struct ferry_prep;
  * checks.  The local regions it uses cannot be unregistered while it
  * exists (-EBUSY).  -EINVAL (NULL, n == 0, a bad op or length), -EBADF
  * (unknown or closed segment), -EFAULT (a range outside registered memory,
- * with the index in the log), -ENOMEM.  The port's thread.
+ * with the index in the log), -EACCES (a peer's region that does not allow
+ * the op: FERRY_ACCESS_REMOTE_*), -ENOMEM.  The port's thread.
  */
 FERRY_API int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const struct ferry_req *reqs,
 				uint32_t n, struct ferry_prep **out);

@@ -106,6 +106,20 @@ static int prep_entry_init(struct ferry_engine *e, const struct ferry_seg *s,
 	return pe->lreg ? 0 : -EFAULT;
 }
 
+/* Why prep_entry_init refused an entry (its rc), for the log. */
+static const char *prep_why(int rc)
+{
+	switch (rc) {
+	case -EFAULT:
+		return "a range outside registered memory, a READ into read-only memory, "
+		       "or a device's memory over a transport that copies with the CPU";
+	case -EACCES: /* prep_entry_bind: the peer's region does not allow the op */
+		return "the peer's region does not allow the op (FERRY_ACCESS_REMOTE_*)";
+	default:
+		return "bad op, address or length";
+	}
+}
+
 /* The local region every entry uses, or NULL if they use several. */
 static struct mem_region *prep_one_lreg(const struct ferry_prep *pr)
 {
@@ -146,10 +160,7 @@ int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const struct ferry_
 	for (i = 0; i < n && rc == 0; i++) {
 		rc = prep_entry_init(p->e, s, d, &pr->entry[i], &reqs[i]);
 		if (rc)
-			log_err("ferry_prep_create: request %u: %s", i, rc == -EFAULT ?
-				"a range outside registered memory, a READ into read-only memory, "
-				"or a device's memory over a transport that copies with the CPU" :
-				"bad op, address or length");
+			log_err("ferry_prep_create: request %u: %s", i, prep_why(rc));
 	}
 	seg_release_ref(s);
 	if (rc) {

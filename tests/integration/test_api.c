@@ -508,6 +508,18 @@ static void test_read_only_region(void **state)
 	st = run_one(mkreq(FERRY_OP_WRITE, P.lbuf, P.seg, ro, 4096));
 	assert_int_equal(st.state, FERRY_FAILED);
 	assert_int_equal(st.error, -EACCES);
+	/* A prepared set refuses it too, and says why (ferry.h: -EACCES). */
+	{
+		struct ferry_req w = mkreq(FERRY_OP_WRITE, P.lbuf, 0, ro, 4096);
+		struct captured c = { 0 };
+		struct ferry_prep *pr;
+
+		ferry_log_set(capture, &c);
+		assert_int_equal(ferry_prep_create(P.port, P.seg, &w, 1, &pr), -EACCES);
+		ferry_log_set(NULL, NULL);
+		if (!strstr(c.last, "does not allow"))
+			fail_msg("ferry_prep_create's -EACCES logged as: %s", c.last);
+	}
 	st = run_one(mkreq(FERRY_OP_READ, P.lbuf, P.seg, ro, len));
 	assert_int_equal(st.state, FERRY_DONE);
 	assert_memory_equal(P.lbuf, ro, len);
