@@ -532,7 +532,8 @@ struct ferry_prep;
  * ferry_prep_submit can queue entries by index with no per-request
  * checks.  The local regions it uses cannot be unregistered while it
  * exists (-EBUSY).  -EINVAL (NULL, n == 0, a bad op or length), -EBADF
- * (unknown or closed segment), -EFAULT (a range outside registered memory,
+ * (unknown or closed segment), -ESTALE (the peer restarted: open its
+ * address again), -EFAULT (a range outside registered memory,
  * with the index in the log), -EACCES (a peer's region that does not allow
  * the op: FERRY_ACCESS_REMOTE_*), -ENOMEM.  The port's thread.
  */

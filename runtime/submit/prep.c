@@ -154,6 +154,11 @@ int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const struct ferry_
 		free(blk);
 		return -EBADF;
 	}
+	if (READ_ONCE(s->stale)) { /* every submit of the set would end -ESTALE */
+		seg_release_ref(s);
+		free(blk);
+		return -ESTALE;
+	}
 	/* One descriptor for every entry: the one the view names. */
 	d = load_acquire(s->desc); /* pairs with: store_release in refresh_install */
 	pr->view->desc = d;

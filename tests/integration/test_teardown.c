@@ -309,6 +309,8 @@ static void test_peer_restart(void **state)
 	assert_int_equal(st.error, -ESTALE);
 	assert_int_equal(ferry_batch_reset(b), 0);
 	assert_int_equal(ferry_prep_destroy(pr), 0);
+	/* and a new set is not made on it (it was, every submit then -ESTALE) */
+	assert_int_equal(ferry_prep_create(port, old, reqs, 1, &pr), -ESTALE);
 	assert_int_equal(ferry_segment_close(P.init, old), 0);
 	prepare(reqs, BATCH, P.seg, P.lbuf, P.rbuf, SLOT, &seed);
 	c = run_checked(b, reqs, BATCH, NULL);
