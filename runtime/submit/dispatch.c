@@ -4,14 +4,23 @@
 
 #include <sched.h>
 
-/* Only the consumer frees more room. */
-bool rq_fits(struct ferry_port *p, const struct ferry_rq *rq)
+/* The rings rq's parts would go to (as rq_dispatch deals them: in turn
+ * over its rails from d->rr on) have room; only the consumer frees more.
+ * A rail that would get no part does not count: rq of one part and two
+ * rails fits while one of them is full. */
+bool rq_fits(const struct dispatch *d, const struct ferry_rq *rq)
 {
-	const struct ferry_engine *e = p->e;
+	unsigned core = d->rr, k = 0;
 
-	for (unsigned core = 0; core < e->ncores; core++)
-		if ((rq->rails & (1ull << core)) && !ferry_ring_fits(&p->rings[core], &p->runs[core]))
-			return false;
+	for (unsigned i = 0; k < rq->nparts && i < d->ncores; i++) {
+		if (rq->rails & (1ull << core)) {
+			if (!ferry_ring_fits(&d->rings[core], &d->runs[core]))
+				return false;
+			k++;
+		}
+		if (++core == d->ncores)
+			core = 0;
+	}
 	return true;
 }
 

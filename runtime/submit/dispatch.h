@@ -14,14 +14,15 @@
 #define SUBMIT_PUBLISH 32 /* parts staged on a core before it is shown them */
 
 /* Room on every ring rq's parts go to, its staged parts counted. */
-bool rq_fits(struct ferry_port *p, const struct ferry_rq *rq);
+struct dispatch;
+/* The rings rq's parts would be staged on have room (ferry_try_submit). */
+bool rq_fits(const struct dispatch *d, const struct ferry_rq *rq);
 /* Core `core`'s staged parts, shown to it. */
 void port_publish_core(struct ferry_port *p, unsigned core);
 /* Every staged part, shown to its core: before the submit call returns. */
 void port_publish(struct ferry_port *p);
 /* A full ring: publish, then wait for room and stage; true if it waited. */
 bool part_wait(struct ferry_port *p, unsigned core, void *tagged);
-struct dispatch;
 /* rq_dispatch for a request of several parts. */
 bool rq_dispatch_parts(const struct dispatch *d, struct ferry_rq *rq, unsigned core);
 
@@ -158,7 +159,7 @@ dispatch_run(struct dispatch *d, uint64_t rails, uint32_t nrails, bool one, bool
 	for (; i < end; i++) {
 		struct ferry_rq *q = &rqs[i];
 
-		if (!fill(ctx, q, t, i, nrails) || (!wait && !rq_fits(d->p, q)))
+		if (!fill(ctx, q, t, i, nrails) || (!wait && !rq_fits(d, q)))
 			break;
 		if (one ? part_stage_marked(d, core, ring, run, q) : rq_dispatch(d, q)) {
 			*waited = true;

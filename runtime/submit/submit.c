@@ -576,7 +576,7 @@ static uint32_t submit_some(struct ferry_batch *b, const struct ferry_req *reqs,
 
 		rq_begin(rq, &b->acct);
 		rc = rq_prepare(p, &h, rq, reqs, i, n);
-		if (rc == 0 && !wait && !rq_fits(p, rq)) {
+		if (rc == 0 && !wait && !rq_fits(&d, rq)) {
 			rq_unprepare(rq, &h);
 			break;
 		}

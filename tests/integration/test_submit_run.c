@@ -7,6 +7,8 @@
  */
 #include <unistd.h>
 
+#include "runtime/engine/engine.h"
+#include "runtime/submit/dispatch.h"
 #include "tests/harness/harness.h"
 
 #define BUF (4u << 20)
@@ -164,12 +166,47 @@ static void test_read_in_run_of_writes(void **state)
 	free(wo);
 }
 
+/*
+ * ferry_try_submit's look for room (rq_fits) asks only the rings the
+ * request's parts would go to: a request of one part on two rails goes
+ * to the first rail from the round-robin start, and a full ring on the
+ * other does not stop it.  Before, every rail's ring counted, so
+ * ferry_try_submit stopped early on a ring it would not have used.
+ */
+static void test_fits_asks_the_rings_used(void **state)
+{
+	struct ferry_ring rings[2];
+	struct ferry_ring_run runs[2] = { { 0 } };
+	struct dispatch d = { .rings = rings, .runs = runs, .ncores = 2, .rr = 0 };
+	struct ferry_rq rq = { .rails = 3, .nparts = 1 };
+	int token;
+
+	(void)state;
+	assert_int_equal(ferry_ring_init(&rings[0], 4), 0);
+	assert_int_equal(ferry_ring_init(&rings[1], 4), 0);
+	while (ferry_ring_stage(&rings[1], &runs[1], &token)) /* core 1's ring full */
+		;
+	assert_true(rq_fits(&d, &rq));  /* its one part goes to core 0 */
+	d.rr = 1;
+	assert_false(rq_fits(&d, &rq)); /* now to core 1 */
+	rq.nparts = 2;
+	d.rr = 0;
+	assert_false(rq_fits(&d, &rq)); /* two parts: both rings */
+	rq.rails = 1;
+	rq.nparts = 1;
+	d.rr = 1;
+	assert_true(rq_fits(&d, &rq)); /* its one rail: core 0 */
+	ferry_ring_fini(&rings[0]);
+	ferry_ring_fini(&rings[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bad_in_run),
 		cmocka_unit_test(test_write_in_run_of_reads),
 		cmocka_unit_test(test_read_in_run_of_writes),
+		cmocka_unit_test(test_fits_asks_the_rings_used),
 	};
 
 	return cmocka_run_group_tests(tests, setup, pair_group_teardown);
