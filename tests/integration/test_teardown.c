@@ -196,6 +196,20 @@ static bool rails_all_down(struct ferry_engine *e, ferry_seg_t seg)
 	return true;
 }
 
+/* P's target again, a new incarnation at addr (the address the old one
+ * had), on the run's target NICs as pair_setup made it, P.rbuf registered. */
+static void target_again(const char *addr)
+{
+	struct ferry_opts o;
+
+	pair_opts(&o, "0-1");
+	o.listen = addr;
+	if (getenv("FERRY_TEST_TARGET_NICS"))
+		o.nics = getenv("FERRY_TEST_TARGET_NICS");
+	assert_int_equal(ferry_engine_create(&o, &P.target), 0);
+	assert_int_equal(ferry_mem_register(P.target, P.rbuf, P.len), 0);
+}
+
 /*
  * The peer engine goes away mid-transfer and a new one starts on the same
  * address (the software NIC's version of a restarted peer process): the
@@ -210,7 +224,6 @@ static void test_peer_restart(void **state)
 	struct ferry_port *port;
 	struct ferry_batch *b;
 	struct ferry_prep *pr;
-	struct ferry_opts o;
 	struct counts c;
 	char addr[64];
 	uint64_t seed = 11;
@@ -282,12 +295,7 @@ static void test_peer_restart(void **state)
 	 * incarnation and gives a new handle; the old one is refused with
 	 * -ESTALE, nothing of it is reused; every byte through the new one is
 	 * right. */
-	pair_opts(&o, "0-1");
-	o.listen = addr;
-	if (getenv("FERRY_TEST_TARGET_NICS"))
-		o.nics = getenv("FERRY_TEST_TARGET_NICS");
-	assert_int_equal(ferry_engine_create(&o, &P.target), 0);
-	assert_int_equal(ferry_mem_register(P.target, P.rbuf, P.len), 0);
+	target_again(addr);
 	old = P.seg;
 	assert_int_equal(ferry_segment_open(P.init, addr, &P.seg), 0);
 	assert_true(P.seg != old);
@@ -332,7 +340,6 @@ static void test_peer_restart(void **state)
  */
 static void test_stale_segment_idle(void **state)
 {
-	struct ferry_opts o;
 	ferry_seg_t old;
 	uint64_t loops;
 	char addr[64];
@@ -342,12 +349,7 @@ static void test_stale_segment_idle(void **state)
 	assert_batch_done(5); /* endpoints on both cores, used */
 	snprintf(addr, sizeof(addr), "%s", ferry_engine_address(P.target));
 	ferry_engine_destroy(P.target);
-	pair_opts(&o, "0-1");
-	o.listen = addr;
-	if (getenv("FERRY_TEST_TARGET_NICS")) /* as pair_setup made it */
-		o.nics = getenv("FERRY_TEST_TARGET_NICS");
-	assert_int_equal(ferry_engine_create(&o, &P.target), 0);
-	assert_int_equal(ferry_mem_register(P.target, P.rbuf, P.len), 0);
+	target_again(addr);
 	old = P.seg;
 	assert_int_equal(ferry_segment_open(P.init, addr, &P.seg), 0);
 	assert_true(P.seg != old); /* the old handle is stale now */
@@ -395,7 +397,6 @@ static uint64_t nic_events_of(struct ferry_engine *e, unsigned core)
 static void test_stale_segment_port_up(void **state)
 {
 	struct nic_event up = { .kind = NIC_EV_PORT_UP };
-	struct ferry_opts o;
 	ferry_seg_t old;
 	uint64_t events;
 	char addr[64];
@@ -406,10 +407,7 @@ static void test_stale_segment_port_up(void **state)
 	assert_batch_done(5); /* endpoints on both cores, used */
 	snprintf(addr, sizeof(addr), "%s", ferry_engine_address(P.target));
 	ferry_engine_destroy(P.target);
-	pair_opts(&o, "0-1");
-	o.listen = addr;
-	assert_int_equal(ferry_engine_create(&o, &P.target), 0);
-	assert_int_equal(ferry_mem_register(P.target, P.rbuf, P.len), 0);
+	target_again(addr);
 	old = P.seg;
 	assert_int_equal(ferry_segment_open(P.init, addr, &P.seg), 0);
 	assert_true(P.seg != old); /* the old handle is stale now */
