@@ -76,7 +76,7 @@ static int park_state(struct ferry_core *c, struct parked_part *p)
 		/* pairs with: store_release of connect_cores in reconnect_done */
 		uint64_t cores = load_acquire(s->connect_cores);
 
-		err = READ_ONCE(s->connect_err);
+		err = READ_ONCE(s->connect_errs[c->index]); /* this core's own */
 
 		if (!(cores & (1ull << c->index)))
 			return park_again(c, p, round);

@@ -438,14 +438,18 @@ static unsigned repair_drain(struct ferry_engine *e)
 /* A reconnect of slot ended (rc), having tried the cores in mask cores:
  * the requests parked for it look again. */
 static void reconnect_done(struct ferry_engine *e, struct ferry_seg *s, uint32_t gen,
-			   uint64_t cores, int rc)
+			   uint64_t cores, int rc, const int *errs)
 {
 	/* Closed (and maybe reopened) meanwhile: none of its requests is
 	 * parked any more (the close waited for them); a new generation's
 	 * are not told of the old one's result. */
 	if (load_sc(s->gen) != gen)
 		return;
-	WRITE_ONCE(s->connect_err, rc < 0 ? rc : 0); /* published by the releases below */
+	/* Each core's own result (errs: seg_reconnect_end's), else rc for all:
+	 * published by the releases below. */
+	for (unsigned i = 0; i < e->ncores; i++)
+		if (cores & (1ull << i))
+			WRITE_ONCE(s->connect_errs[i], errs ? errs[i] : rc < 0 ? rc : 0);
 	/* After the endpoints it published; pairs with: load_acquire in park_state */
 	store_release(s->connect_cores, cores);
 	/* pairs with: load_acquire of connect_round in core_park/park_state */
@@ -475,7 +479,8 @@ static void reconnect_landed(void *arg, const int *rcs)
 	struct ferry_engine *e = f->e;
 	struct repair *r = &e->repair;
 	uint64_t cores = seg_reconnect_cores(f->r);
-	int rc = seg_reconnect_end(e, f->r, rcs);
+	int errs[FERRY_MAX_CORES];
+	int rc = seg_reconnect_end(e, f->r, rcs, errs);
 
 	for (unsigned k = 0; k < r->n_reconn; k++)
 		if (r->reconn_slots[k] == f->slot && r->reconn_gens[k] == f->gen) {
@@ -484,7 +489,7 @@ static void reconnect_landed(void *arg, const int *rcs)
 			WRITE_ONCE(r->n_reconn, r->n_reconn - 1); /* tests read it */
 			break;
 		}
-	reconnect_done(e, seg_at(&e->segs, f->slot), f->gen, cores, rc);
+	reconnect_done(e, seg_at(&e->segs, f->slot), f->gen, cores, rc, errs);
 	r->landed = true; /* the DISCONNECTs of what it made and dropped */
 	free(f);
 }
@@ -497,7 +502,7 @@ static void reconnect_unmake(struct ferry_engine *e, struct seg_reconn *rec, uns
 
 	for (unsigned k = 0; k < n; k++)
 		rcs[k] = rc;
-	(void)seg_reconnect_end(e, rec, rcs);
+	(void)seg_reconnect_end(e, rec, rcs, NULL);
 }
 
 /* No room in flight: the reconnect waits, its requests parked, until a
@@ -536,14 +541,17 @@ static void reconnect_start(struct ferry_engine *e, struct ferry_seg *s, uint32_
 	}
 	rec = seg_reconnect_begin(e, s, slot, gen);
 	if (!rec) {
-		reconnect_done(e, s, gen, ~0ull, -ENOMEM);
+		reconnect_done(e, s, gen, ~0ull, -ENOMEM, NULL);
 		return;
 	}
 	cores = seg_reconnect_cores(rec);
 	r->landed = true; /* making room may have evicted others' endpoints: their DISCONNECTs */
 	hs = seg_reconnect_hs(rec, &n);
 	if (!n) { /* nothing to send: closed meanwhile, or no endpoint could be made */
-		reconnect_done(e, s, gen, cores, seg_reconnect_end(e, rec, NULL));
+		int errs[FERRY_MAX_CORES];
+
+		rc = seg_reconnect_end(e, rec, NULL, errs);
+		reconnect_done(e, s, gen, cores, rc, errs);
 		return;
 	}
 	f = malloc(sizeof(*f));
@@ -563,7 +571,7 @@ static void reconnect_start(struct ferry_engine *e, struct ferry_seg *s, uint32_
 	if (rc == -EBUSY) /* more peers than room */
 		reconnect_later(r, s);
 	else
-		reconnect_done(e, s, gen, cores, rc);
+		reconnect_done(e, s, gen, cores, rc, NULL);
 }
 
 /* Segments whose endpoints were evicted and that a request waits for

@@ -507,6 +507,7 @@ struct seg_reconn {
 	uint32_t slot, gen;
 	int rc;                        /* ep_prepare's, when nothing is connected */
 	uint64_t cores;                /* the cores it tried (no endpoint at begin) */
+	int err[FERRY_MAX_CORES];      /* each one's result (seg_reconnect_end) */
 	unsigned n;                    /* handshakes in hs */
 	struct seg_hs hs[FERRY_MAX_CORES];
 	struct ep_prep pp[FERRY_MAX_CORES];
@@ -520,6 +521,8 @@ struct seg_reconn *seg_reconnect_begin(struct ferry_engine *e, struct ferry_seg 
 	if (!r)
 		return NULL;
 	*r = (struct seg_reconn){ .s = s, .slot = slot, .gen = gen, .rc = -EHOSTDOWN };
+	for (unsigned i = 0; i < e->ncores; i++)
+		r->err[i] = -EHOSTDOWN;
 	pthread_mutex_lock(&e->ctl_lock);
 	if (s->state != SEG_OPEN || s->gen != gen || e->destroying)
 		r->cores = ~0ull; /* the verdict (-EHOSTDOWN) is every core's */
@@ -528,6 +531,7 @@ struct seg_reconn *seg_reconnect_begin(struct ferry_engine *e, struct ferry_seg 
 			if (!s->eps[i]) {
 				r->cores |= 1ull << i;
 				r->rc = ep_prepare(e, s, slot, i, &r->pp[i]);
+				r->err[i] = r->rc;
 			}
 	pthread_mutex_unlock(&e->ctl_lock);
 	for (unsigned i = 0; i < e->ncores; i++)
@@ -550,7 +554,7 @@ uint64_t seg_reconnect_cores(const struct seg_reconn *r)
 	return r->cores;
 }
 
-int seg_reconnect_end(struct ferry_engine *e, struct seg_reconn *r, const int *rcs)
+int seg_reconnect_end(struct ferry_engine *e, struct seg_reconn *r, const int *rcs, int *errs)
 {
 	struct ferry_seg *s = r->s;
 	int rc = r->rc, added = 0;
@@ -560,6 +564,7 @@ int seg_reconnect_end(struct ferry_engine *e, struct seg_reconn *r, const int *r
 		rc = 0;
 	for (unsigned k = 0; k < r->n; k++) {
 		r->pp[r->hs[k].core].connected = rcs[k] == 0;
+		r->err[r->hs[k].core] = rcs[k];
 		if (rcs[k] && !rc)
 			rc = rcs[k];
 		stale |= rcs[k] == -ESTALE;
@@ -578,10 +583,16 @@ int seg_reconnect_end(struct ferry_engine *e, struct seg_reconn *r, const int *r
 		if (live && !stale && r->pp[i].connected && !s->eps[i]) {
 			rc = ep_publish(e, s, r->slot, i, &r->pp[i]);
 			added += rc == 0;
+			r->err[i] = rc;
+		} else if (r->pp[i].connected) {
+			/* Not ours to publish: stale, closed, or made meanwhile. */
+			r->err[i] = stale ? -ESTALE : live ? 0 : -EHOSTDOWN;
 		}
 		ep_unprepare(e, i, &r->pp[i]);
 	}
 	pthread_mutex_unlock(&e->ctl_lock);
+	if (errs)
+		memcpy(errs, r->err, e->ncores * sizeof(*errs));
 	free(r);
 	return added ? added : rc;
 }

@@ -59,13 +59,15 @@ struct ferry_seg {
 	uint8_t rail_gone[FERRY_MAX_CORES]; /* no endpoint (evicted, no room): load_sc/store_sc */
 	uint32_t want_eps;             /* a request waits for evicted endpoints */
 	uint32_t connect_round;        /* reconnects the repair thread finished */
-	int32_t connect_err;           /* the last one's result (0 or -errno) */
 	uint64_t connect_cores;        /* the cores it tried (had no endpoint at its start) */
 	/* The repair thread's alone (under ctl_lock): how it tells a dead peer
 	 * once, not at every probe (repair.c). */
 	uint32_t repairs_failed;       /* failed in a row since the last success */
 	int64_t repair_said_ms;        /* when a failure was last logged (0: not since) */
 	bool repair_said_all;          /* that every rail is down, too */
+	/* The last reconnect's result on each core it tried (0 or -errno):
+	 * one core's NIC may fail where another's worked. */
+	int32_t connect_errs[FERRY_MAX_CORES];
 };
 
 /*
@@ -182,7 +184,9 @@ struct seg_reconn *seg_reconnect_begin(struct ferry_engine *e, struct ferry_seg 
 const struct seg_hs *seg_reconnect_hs(const struct seg_reconn *r, unsigned *n);
 /* The cores r tried: those with no endpoint when it began. */
 uint64_t seg_reconnect_cores(const struct seg_reconn *r);
-int seg_reconnect_end(struct ferry_engine *e, struct seg_reconn *r, const int *rcs);
+/* errs (NULL: not wanted): each tried core's own result, 0 when it has an
+ * endpoint now, else why not (-EBUSY: no room). */
+int seg_reconnect_end(struct ferry_engine *e, struct seg_reconn *r, const int *rcs, int *errs);
 /* Room in core i's endpoint cache, evicting with SIEVE if it is full;
  * -EBUSY when every cached endpoint is in use.  ctl_lock held. */
 int seg_make_room(struct ferry_engine *e, unsigned i);

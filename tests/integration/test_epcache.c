@@ -22,6 +22,7 @@
  *    rail down by itself beside an evicted one is a miss (reconnect), not
  *    a verdict; a miss on a restarted peer marks the segment stale.
  */
+#include <poll.h>
 #include <pthread.h>
 
 #include "ring/base/clock.h"
@@ -772,6 +773,87 @@ static void test_miss_on_restarted_peer(void **state)
 	evict_set_down(&x);
 }
 
+/* A command that changes nothing (a QP that does not exist) through core
+ * i, ctl_lock held: it returns once the core began a pass after the call. */
+static void core_barrier(struct ferry_engine *e, unsigned i)
+{
+	struct core_cmd cmd = { .type = CMD_QP_FATAL, .index = 0, .slot = UINT32_MAX };
+
+	assert_int_equal(core_command(e->cores[i], &cmd), -ENOENT);
+}
+
+/* Take ctl_lock once the repair thread took a device event (of a QP that
+ * does not exist: nothing to do) that it handles under ctl_lock: it waits
+ * there until the caller lets go.  Sent while the thread sleeps with
+ * nothing to do, so that it is not waiting for the lock elsewhere: the
+ * event is the first thing it looks at when it wakes. */
+static void hold_repair_thread(struct ferry_engine *e)
+{
+	struct nic *nic = ferry_engine_nic(e, 0);
+	struct pollfd pfd = { .fd = e->cores[0]->tx[0].prov->event_fd(nic), .events = POLLIN };
+
+	WAIT_UNTIL(load_sc(e->repair.sleeping), WAIT_DEADLINE_MS, "the repair thread idle");
+	pthread_mutex_lock(&e->ctl_lock);
+	assert_int_equal(loop_inject_event(nic, &(struct nic_event){ .kind = NIC_EV_QP_FATAL,
+								     .qp_num = UINT32_MAX }), 0);
+	WAIT_UNTIL(poll(&pfd, 1, 0) == 0, WAIT_DEADLINE_MS, "the repair thread taking the event");
+}
+
+/*
+ * A miss whose reconnect works on one core and fails on another for a
+ * reason other than room (that core's NIC makes no QP: a dead device):
+ * a request waiting on the failed core ends with that core's error, as
+ * README says of a failed reconnect -- -EBUSY is "this core still has no
+ * room", which it had.  Before, the reconnect's verdict was the working
+ * core's (0) and the waiting request ended -EBUSY.
+ */
+static void test_miss_one_core_fails(void **state)
+{
+	struct ferry_req_status st;
+	struct ferry_req r;
+	struct ferry_port *port;
+	struct ferry_batch *b;
+	unsigned miss;
+	int err;
+
+	(void)state;
+	peers_setup(1);
+	assert_int_equal(ferry_port_create(P.init, &port), 0);
+	assert_int_equal(ferry_batch_create(port, 4, &b), 0);
+	open_peer(0);
+	open_peer(1); /* evicts peer 0's endpoints on both cores */
+	assert_int_equal(rails_of(0), 0);
+	/* Every rail gone: the request waits on the first core from its slot's. */
+	miss = ((uint32_t)P.seg[0] - 1) % ferry_engine_cores(P.init);
+	loop_set_faults(ferry_engine_nic(P.init, miss), &(struct loop_faults){ .no_new_qps = 1 });
+	/* The repair thread waits for ctl_lock, before it looks for segments
+	 * to reconnect, until the request waits on its core: one reconnect,
+	 * whose verdict is the request's (a second, for the core that failed
+	 * alone, would say -EIO by chance).  Held by a device event that
+	 * changes nothing (a QP that does not exist), taken off the NIC. */
+	hold_repair_thread(P.init);
+	r = mkreq(FERRY_OP_WRITE, P.lbuf, P.seg[0], P.rbuf[0], 4096);
+	assert_int_equal(ferry_submit(b, &r, 1), 0);
+	/* Parked once two commands went through its core: a pass runs the
+	 * commands, then takes the ports' requests and parks them. */
+	for (int k = 0; k < 2; k++)
+		core_barrier(P.init, miss);
+	pthread_mutex_unlock(&P.init->ctl_lock);
+	ferry_batch_wait(b, 30000);
+	assert_int_equal(ferry_req_status(b, 0, &st), 0);
+	assert_int_equal(ferry_batch_reset(b), 0);
+	err = st.error;
+	print_message("the request on core %u, whose NIC makes no QP: %d\n", miss, err);
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(rails_of(0), 1); /* the other core's reconnect worked */
+	assert_int_equal(err, -EIO);      /* the loop NIC's qp_create error */
+	loop_set_faults(ferry_engine_nic(P.init, miss), NULL);
+
+	assert_int_equal(ferry_batch_destroy(b), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	peers_teardown();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -785,6 +867,7 @@ int main(void)
 		cmocka_unit_test(test_close_parked),
 		cmocka_unit_test(test_down_rail_beside_evicted),
 		cmocka_unit_test(test_miss_on_restarted_peer),
+		cmocka_unit_test(test_miss_one_core_fails),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
