@@ -405,7 +405,9 @@ FERRY_API int ferry_mem_unregister(struct ferry_engine *e, void *addr);
  *
  * -ECONNREFUSED (nothing listens there), -ECONNRESET (the peer closed
  * the connection mid-call), -EHOSTUNREACH (no route to it), -ETIMEDOUT,
- * -EPROTO on control-plane failures; -EACCES when authentication failed (another
+ * -EPROTO on control-plane failures; -EPROTONOSUPPORT when no transport of
+ * ours reaches the peer (the log lists ours); -ENOSPC past FERRY_MAX_SEGMENTS
+ * open segments; -EACCES when authentication failed (another
  * cluster key, or a key on one side only: the log says which); -EBUSY also
  * when the peer is at its connection cap; -ECANCELED when
  * ferry_engine_destroy began meanwhile.  Any thread; blocks for the round
