@@ -335,6 +335,27 @@ static void test_peer_restart(void **state)
 }
 
 /*
+ * A pair whose segment went stale: used on both cores, the target
+ * restarted at its address and opened again (P.seg the new handle).
+ * Returns the old, stale handle.
+ */
+static ferry_seg_t pair_with_stale_segment(void)
+{
+	ferry_seg_t old;
+	char addr[64];
+
+	setup_pair(2000);
+	assert_batch_done(5); /* endpoints on both cores, used */
+	snprintf(addr, sizeof(addr), "%s", ferry_engine_address(P.target));
+	ferry_engine_destroy(P.target);
+	target_again(addr);
+	old = P.seg;
+	assert_int_equal(ferry_segment_open(P.init, addr, &P.seg), 0);
+	assert_true(P.seg != old); /* the old handle is stale now */
+	return old;
+}
+
+/*
  * A segment left open after its peer restarted (stale: "close it when
  * convenient") costs an idle engine nothing.  Its endpoints' QPs are set
  * to error and never repaired (a gone incarnation), so no re-ask is due
@@ -346,17 +367,9 @@ static void test_stale_segment_idle(void **state)
 {
 	ferry_seg_t old;
 	uint64_t loops;
-	char addr[64];
 
 	(void)state;
-	setup_pair(2000);
-	assert_batch_done(5); /* endpoints on both cores, used */
-	snprintf(addr, sizeof(addr), "%s", ferry_engine_address(P.target));
-	ferry_engine_destroy(P.target);
-	target_again(addr);
-	old = P.seg;
-	assert_int_equal(ferry_segment_open(P.init, addr, &P.seg), 0);
-	assert_true(P.seg != old); /* the old handle is stale now */
+	old = pair_with_stale_segment();
 	ferry_sleep_us(300 * 1000); /* the cores take the news and go idle */
 	loops = ENGINE_STAT_SUM(P.init, loops);
 	ferry_sleep_us(500 * 1000);
@@ -403,18 +416,10 @@ static void test_stale_segment_port_up(void **state)
 	struct nic_event up = { .kind = NIC_EV_PORT_UP };
 	ferry_seg_t old;
 	uint64_t events;
-	char addr[64];
 
 	(void)state;
 	need_loop();
-	setup_pair(2000);
-	assert_batch_done(5); /* endpoints on both cores, used */
-	snprintf(addr, sizeof(addr), "%s", ferry_engine_address(P.target));
-	ferry_engine_destroy(P.target);
-	target_again(addr);
-	old = P.seg;
-	assert_int_equal(ferry_segment_open(P.init, addr, &P.seg), 0);
-	assert_true(P.seg != old); /* the old handle is stale now */
+	old = pair_with_stale_segment();
 	assert_int_equal(rail_down_of(P.init, old, 0), EP_STALE);
 	events = nic_events_of(P.init, 0);
 	assert_int_equal(loop_inject_event(ferry_engine_nic(P.init, 0), &up), 0);
