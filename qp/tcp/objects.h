@@ -17,6 +17,7 @@
 #ifndef FERRY_QP_TCP_OBJECTS_H
 #define FERRY_QP_TCP_OBJECTS_H
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -27,6 +28,7 @@
 #include <urcu/list.h>
 
 #include "qp/auth/auth.h"
+#include "ring/base/fd.h"
 #include "qp/nic.h"
 #include "qp/soft/soft.h"
 #include "qp/tcp/frame.h"
@@ -230,6 +232,13 @@ struct tcp_cq {
 	uint64_t busy_seq ferry_cache_aligned; /* odd inside post or poll (soft.h) */
 	uint64_t pub[TC_NR];
 };
+
+/* The spare fd a target holds for an accept out of fds (serve.c), marked
+ * ferry's; -1 when none could be opened (tried again when needed). */
+static inline int tcp_spare_open(void)
+{
+	return fd_track(open("/dev/null", O_RDONLY | O_CLOEXEC));
+}
 
 struct tcp_ctx {
 	pthread_mutex_t lock;      /* the control path */

@@ -16,7 +16,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -62,7 +61,7 @@ static void accept_out_of_fds(struct tcp_ctx *ctx, struct tcp_cq *cq, int err)
 
 	tcp_log(ctx, LOG_WARN, "accept: %s: a connection refused", strerror(err));
 	if (ctx->spare_fd < 0) /* lost to a race for the last fd last time */
-		ctx->spare_fd = fd_track(open("/dev/null", O_RDONLY | O_CLOEXEC));
+		ctx->spare_fd = tcp_spare_open();
 	if (ctx->spare_fd < 0)
 		return;
 	fd_close(ctx->spare_fd);
@@ -71,7 +70,7 @@ static void accept_out_of_fds(struct tcp_ctx *ctx, struct tcp_cq *cq, int err)
 		cq->cnt[TC_REFUSED]++;
 		close(fd); /* never tracked: closed before any fork could see it */
 	}
-	ctx->spare_fd = fd_track(open("/dev/null", O_RDONLY | O_CLOEXEC));
+	ctx->spare_fd = tcp_spare_open();
 }
 
 void tcp_accept(struct tcp_cq *cq)

@@ -52,7 +52,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -164,7 +163,7 @@ static int tcp_listen(struct tcp_ctx *ctx)
 	ctx->lfd = fd_track(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 	if (ctx->lfd < 0)
 		return -errno;
-	ctx->spare_fd = fd_track(open("/dev/null", O_RDONLY | O_CLOEXEC));
+	ctx->spare_fd = tcp_spare_open();
 	if (setsockopt(ctx->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
 	    bind(ctx->lfd, (struct sockaddr *)&ctx->sa, sizeof(ctx->sa)) ||
 	    listen(ctx->lfd, 1024) ||
