@@ -229,9 +229,12 @@ test-verbs: $(VERBS_TESTS)
 # The whole suite: checks, plain, ASan+UBSan, TSan on the concurrent tests,
 # verbs, then the fuzzers for a bounded time.  The first line
 # installs what is missing (not run by make -n: it does not name $(MAKE)).
+# The three builds (plain, ASan, TSan: ~5 CPU minutes) use every CPU
+# unless the caller chose a -j; the tests themselves still run one at a
+# time (their timeouts assume a CPU each).
 test:
 	.ci/install-deps build test
-	$(MAKE) test-all
+	$(MAKE) $(if $(filter -j%,$(MAKEFLAGS)),,-j$$(nproc)) test-all
 
 test-all:
 	$(MAKE) check-layers
