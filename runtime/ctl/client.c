@@ -207,18 +207,24 @@ void ctl_sealed_free(const uint8_t *frames, uint8_t *sealed)
  * connection after saying why -- at its cap it refuses one whose proof it
  * had not read yet, -EBUSY, sealed after its own proof; our proof then met
  * a closed socket and its reset failed the send.  That answer if it is
- * there whole (-EBUSY, -EACCES), else the send's error.
+ * there whole (-EBUSY, -EACCES), else the send's error.  An ordinary
+ * reply found there is not decoded: the call fails, and its out must
+ * hold nothing a caller would have to free.
  */
 int ctl_send_failed(struct ctl_client *cl, int fd, struct auth_sess *sess,
 		    const struct ctl_call *call, int rc, enum ex_state *st)
 {
+	struct ctl_call refusal_only = *call;
 	enum ex_state rst;
 	int why;
 
 	*st = ex_unanswered(rc);
 	if (rc != -EPIPE && rc != -ECONNRESET)
 		return ctl_io_error(rc);
-	why = ctl_read_answer(fd, sess, sock_now_ms(), -1, call, &rst, cl ? &cl->forged : NULL);
+	refusal_only.decode = NULL;
+	refusal_only.out = NULL;
+	why = ctl_read_answer(fd, sess, sock_now_ms(), -1, &refusal_only, &rst,
+			      cl ? &cl->forged : NULL);
 	if (!closing_errno(why))
 		return ctl_io_error(rc);
 	*st = EX_BROKEN;

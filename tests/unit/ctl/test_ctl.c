@@ -1965,6 +1965,48 @@ static void test_many_early_answer_not_kept(void **state)
 	free(big);
 }
 
+static int decode_desc_into(const uint8_t *buf, size_t len, void *out)
+{
+	return wire_desc_decode(buf, len, out);
+}
+
+/*
+ * A send that failed (-EPIPE) with an ordinary reply already there whole
+ * (a peer that answered before reading): only a refusal is taken from it,
+ * the reply is not decoded into the call's out -- the call fails, and a
+ * caller frees nothing on failure.  Before, the descriptor's regions were
+ * allocated into out with the call failing (a leak; a redialled try
+ * decoded over them).
+ */
+static void test_send_failed_leaves_out_empty(void **state)
+{
+	struct seg_region r = { .addr = 1 << 20, .len = 4096, .rkey = { 7 } };
+	struct seg_desc in = { .incarnation = 3, .n_nics = 1, .n_regions = 1, .regions = &r };
+	uint8_t frame[WIRE_HDR_LEN + 512];
+	struct ctl_call call = { .what = "fetch", .rep_type = WIRE_DESC,
+				 .rep_max = WIRE_MAX_PAYLOAD, .decode = decode_desc_into };
+	struct auth_sess sess = { 0 };
+	struct seg_desc d = { 0 };
+	enum ex_state st;
+	size_t len;
+	int sv[2];
+
+	(void)state;
+	strcpy(in.nics[0].provider, "loop");
+	len = wire_desc_size(&in);
+	assert_true(len <= sizeof(frame) - WIRE_HDR_LEN);
+	assert_int_equal(wire_desc_encode(&in, frame + WIRE_HDR_LEN, len), 0);
+	wire_hdr_encode(frame, WIRE_DESC, (uint32_t)len);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	raw_send(sv[1], frame, WIRE_HDR_LEN + len);
+	close(sv[1]);
+	call.out = &d;
+	assert_int_equal(ctl_send_failed(NULL, sv[0], &sess, &call, -EPIPE, &st), -ECONNRESET);
+	assert_null(d.regions);
+	assert_int_equal(d.n_regions, 0);
+	close(sv[0]);
+}
+
 /* ---- authentication ----------------------------------------------------- */
 
 static void key_of(const char *secret, struct auth_key *k)
@@ -3789,6 +3831,7 @@ int main(void)
 		cmocka_unit_test(test_client_redial),
 		cmocka_unit_test(test_client_redial_dials),
 		cmocka_unit_test(test_many_early_answer_not_kept),
+		cmocka_unit_test(test_send_failed_leaves_out_empty),
 		cmocka_unit_test(test_pool_wipes_sessions),
 		cmocka_unit_test(test_notify_many),
 		cmocka_unit_test(test_notify_cancel_after_send),
