@@ -21,6 +21,13 @@ uint64_t ferry_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t ferry_tsc_rate(uint64_t ticks, uint64_t ns)
+{
+	uint64_t hz = ticks * 1000000000ull / (ns ? ns : 1);
+
+	return hz ? hz : 1000000000ull;
+}
+
 #ifdef HAVE_TSC
 static void tsc_calibrate(void)
 {
@@ -31,9 +38,7 @@ static void tsc_calibrate(void)
 	nanosleep(&pause, NULL);
 	t1 = ferry_now_ns();
 	c1 = __rdtsc();
-	tsc_hz = (c1 - c0) * 1000000000ull / (t1 - t0 ? t1 - t0 : 1);
-	if (tsc_hz == 0)
-		tsc_hz = 1000000000ull;
+	tsc_hz = ferry_tsc_rate(c1 - c0, t1 - t0);
 }
 
 uint64_t ferry_tsc(void)

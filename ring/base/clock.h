@@ -11,6 +11,9 @@
 
 /* Clock ticks now (TSC). */
 uint64_t ferry_tsc(void);
+/* Ticks per second from ticks counted over ns nanoseconds; never 0 (none
+ * counted reads as 10^9, the rate where there is no TSC). */
+uint64_t ferry_tsc_rate(uint64_t ticks, uint64_t ns);
 /* Ticks per second (measured once, ~5 ms, on the first call). */
 uint64_t ferry_tsc_hz(void);
 /* ticks as nanoseconds. */
