@@ -23,7 +23,9 @@ uint64_t ferry_now_ns(void)
 
 uint64_t ferry_tsc_rate(uint64_t ticks, uint64_t ns)
 {
-	uint64_t hz = ticks * 1000000000ull / (ns ? ns : 1);
+	/* 128-bit: ticks * 10^9 passes 2^64 once the calibration's 5 ms sleep
+	 * took over ~6 s of a 3 GHz TSC (the process stopped, a VM paused). */
+	uint64_t hz = (uint64_t)((unsigned __int128)ticks * 1000000000ull / (ns ? ns : 1));
 
 	return hz ? hz : 1000000000ull;
 }
