@@ -53,7 +53,8 @@ bool ferry_ring_room(struct ferry_ring *r, struct ferry_ring_run *run)
 	ring_lock(r);
 	/* The consumer's head: what it has taken, no later than it was copied
 	 * out (ck_ring's enqueue reads it the same way). */
-	run->room = r->size - 1 - (r->ring.p_tail - ck_pr_load_uint(&r->ring.c_head));
+	/* pairs with the consumer's store_release of c_head (get_burst, done) */
+	run->room = r->size - 1 - (r->ring.p_tail - load_acquire(r->ring.c_head));
 	ring_unlock(r);
 	return run->n < run->room;
 }
@@ -89,10 +90,10 @@ void *ferry_ring_get(struct ferry_ring *r)
 {
 	void *obj = NULL;
 
-	ring_lock(r);
-	if (!ck_ring_dequeue_spsc(&r->ring, r->slots, &obj))
-		obj = NULL;
-	ring_unlock(r);
+	/* Not ck_ring_dequeue_spsc: its store fence does not order the slot's
+	 * load before the head's store on arm64 (see get_burst). */
+	if (!ferry_ring_get_burst(r, &obj, 1))
+		return NULL;
 	return obj;
 }
 
@@ -115,8 +116,11 @@ unsigned ferry_ring_get_burst(struct ferry_ring *r, void **objs, unsigned max)
 		ck_pr_fence_load(); /* the entries after the tail that covers them */
 		for (unsigned i = 0; i < n; i++)
 			objs[i] = r->slots[(consumer + i) & mask].value;
-		ck_pr_fence_store(); /* copied before the producer may reuse them */
-		ck_pr_store_uint(&ring->c_head, consumer + n);
+		/* Copied before the producer may reuse them: a release, not ck's
+		 * store fence, which on arm64 (dmb ishst) leaves the slot loads
+		 * free to finish after the head is seen. */
+		/* pairs with the load_acquire of c_head in ferry_ring_room */
+		store_release(ring->c_head, consumer + n);
 	}
 	ring_unlock(r);
 	return n;

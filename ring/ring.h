@@ -20,6 +20,7 @@
 
 #include <ck_ring.h>
 
+#include "ring/base/atomics.h"
 #include "ring/base/compiler.h"
 
 struct ferry_ring {
@@ -172,8 +173,9 @@ static inline unsigned ferry_ring_look(struct ferry_ring *r, struct ferry_ring_v
 
 static inline void ferry_ring_done(struct ferry_ring *r, const struct ferry_ring_view *v)
 {
-	ck_pr_fence_store(); /* read before the producer may reuse them (as ck's dequeue) */
-	ck_pr_store_uint(&r->ring.c_head, v->head + v->n);
+	/* Read before the producer may reuse them (a release: see get_burst).
+	 * pairs with the producer's read of c_head in ferry_ring_room */
+	store_release(r->ring.c_head, v->head + v->n);
 }
 #endif
 static inline void *ferry_ring_at(const struct ferry_ring_view *v, unsigned k)
