@@ -388,7 +388,7 @@ int ctl_fetch_desc(struct ctl_client *cl, const char *address, int timeout_ms,
 	uint8_t frame[WIRE_HDR_LEN];
 	struct ctl_call call = {
 		.what = "fetch", .frame = frame, .req_type = WIRE_GET_DESC,
-		.rep_type = WIRE_DESC, .rep_max = WIRE_MAX_PAYLOAD,
+		.rep_type = WIRE_DESC, .rep_max = WIRE_DESC_MAX_LEN,
 		.decode = decode_desc, .out = out,
 	};
 

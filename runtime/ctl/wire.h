@@ -89,6 +89,13 @@
 #define WIRE_MAX_REGIONS 16384 /* x 256 NIC keys: a decoded descriptor stays under ~17 MiB */
 #define WIRE_MAX_PAYLOAD (1u << 26) /* 64 MiB: many regions of many NICs */
 #define WIRE_PROVIDER_LEN 16
+/* The largest DESC payload there can be: WIRE_MAX_NICS NICs and
+ * WIRE_MAX_REGIONS regions, each with WIRE_MAX_NICS rkeys (~16.4 MiB).  A
+ * longer one is refused at its header, before anything is allocated. */
+#define WIRE_DESC_MAX_LEN                                                  \
+	(16u + WIRE_MAX_NICS * (WIRE_PROVIDER_LEN + NIC_ADDR_LEN) +            \
+	 WIRE_MAX_REGIONS * (24u + WIRE_MAX_NICS * 4u))
+_Static_assert(WIRE_DESC_MAX_LEN <= WIRE_MAX_PAYLOAD, "the largest descriptor fits a frame");
 
 enum wire_type {
 	WIRE_GET_DESC = 1,

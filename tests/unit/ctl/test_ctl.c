@@ -806,6 +806,11 @@ static void test_bad_replies(void **state)
 					     NULL, 0)), -EPROTO);
 	assert_int_equal(fake_fetch(b, frame(b, WIRE_VERSION, WIRE_DESC, 1000, desc, 20)),
 			 -ECONNRESET); /* promised 1000 bytes, sent 20 */
+	/* Longer than any descriptor can be (WIRE_MAX_NICS NICs, WIRE_MAX_REGIONS
+	 * regions): refused at the header, before the client allocates it.  It
+	 * took up to WIRE_MAX_PAYLOAD (64 MiB) and read on: -ECONNRESET. */
+	assert_int_equal(fake_fetch(b, frame(b, WIRE_VERSION, WIRE_DESC, WIRE_DESC_MAX_LEN + 1,
+					     desc, 20)), -EPROTO);
 	assert_int_equal(fake_fetch(b, frame(b, WIRE_VERSION, WIRE_DESC, 20, desc, 20)),
 			 -EPROTO); /* n_nics 0 */
 	assert_int_equal(fake_fetch(b, frame(b, WIRE_VERSION, WIRE_DESC, 0, NULL, 0)), -EPROTO);

@@ -369,6 +369,7 @@ static void test_desc_roundtrip(void **state)
 
 static void test_desc_max_regions(void **state)
 {
+	static struct seg_desc d;
 	struct seg_desc out;
 	uint8_t *b;
 	size_t len;
@@ -382,6 +383,11 @@ static void test_desc_max_regions(void **state)
 
 	b = raw_build(1, WIRE_MAX_REGIONS + 1, &len);
 	expect_refused_free(b, len);
+
+	/* The most of both: what WIRE_DESC_MAX_LEN (a reply's limit) says. */
+	d.n_nics = WIRE_MAX_NICS;
+	d.n_regions = WIRE_MAX_REGIONS;
+	assert_int_equal(wire_desc_size(&d), WIRE_DESC_MAX_LEN);
 }
 
 static void test_desc_encode_errors(void **state)
