@@ -46,6 +46,20 @@ static struct qctx *passive_ctx(struct ferry_engine *e, unsigned k)
 	return &e->cores[k / e->ntx]->tx[k % e->ntx];
 }
 
+/* Responder QPs held once req is served: the records of its names
+ * (incarnation, token + k) it replaces (an initiator that asks again after
+ * a lost reply, passive_add) do not count twice. */
+static unsigned passive_held_after(struct ferry_engine *e, const struct wire_connect_req *req)
+{
+	unsigned n = req->n_qps;
+
+	pthread_mutex_lock(&e->passive_lock);
+	for (const struct passive_ep *p = e->passive; p; p = p->next)
+		n += p->incarnation != req->incarnation || p->token - req->token >= req->n_qps;
+	pthread_mutex_unlock(&e->passive_lock);
+	return n;
+}
+
 static int passive_check(struct ferry_engine *e, const struct wire_connect_req *req)
 {
 	if (req->target_incarnation != e->incarnation)
@@ -54,7 +68,7 @@ static int passive_check(struct ferry_engine *e, const struct wire_connect_req *
 		return -EINVAL;
 	if (strcmp(req->nic.provider, passive_ctx(e, req->target_nic)->prov->name) != 0)
 		return -EPROTONOSUPPORT;
-	return passive_count(e) + req->n_qps > PASSIVE_MAX ? -ENOSPC : 0;
+	return passive_held_after(e, req) > PASSIVE_MAX ? -ENOSPC : 0;
 }
 
 /* One responder QP for the initiator's QP k, connected back to it. */

@@ -780,6 +780,63 @@ static void test_lease(void **state)
 	pair_teardown(&P);
 }
 
+/* A CONNECT_REQ for the target's loop NIC 0: n_qps QPs named token.. */
+static void passive_req(struct ferry_engine *e, uint64_t token, struct wire_connect_req *r)
+{
+	struct seg_desc d;
+
+	memset(r, 0, sizeof(*r));
+	assert_int_equal(engine_describe(e, &d), 0);
+	r->incarnation = 0x1234;
+	r->token = token;
+	r->target_incarnation = e->incarnation;
+	r->n_qps = WIRE_MAX_EP_QPS;
+	r->nic = d.nics[0];
+	for (unsigned k = 0; k < WIRE_MAX_EP_QPS; k++)
+		r->qps[k].qpn = 100 + k;
+	seg_desc_free(&d);
+}
+
+/*
+ * At the cap of responder QPs, an initiator that asks again for QPs it
+ * holds (its reply was lost) replaces them: the count does not grow, so
+ * the cap must not refuse it.  It did (-ENOSPC: the request was counted
+ * as new QPs on top of the ones it replaces), and the initiator's old QPs
+ * stayed.  QPs of new names are still refused.
+ */
+static void test_passive_cap_replaces(void **state)
+{
+	struct ferry_opts o;
+	struct ferry_engine *e;
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	uint64_t token = 1;
+	unsigned held;
+	int rc = 0;
+
+	(void)state;
+	ferry_opts_default(&o);
+	o.cores = "0";
+	o.nics = "loop";
+	assert_int_equal(ferry_engine_create(&o, &e), 0);
+	for (unsigned i = 0; i < 4096 && !rc; i++, token += WIRE_MAX_EP_QPS) {
+		passive_req(e, token, &req);
+		rc = passive_connect(e, &req, &rep);
+	}
+	assert_int_equal(rc, -ENOSPC); /* at the cap */
+	held = passive_count(e);
+	assert_true(held > WIRE_MAX_EP_QPS);
+
+	passive_req(e, 1, &req); /* the first ones again */
+	assert_int_equal(passive_connect(e, &req, &rep), 0);
+	assert_int_equal(rep.n_qps, WIRE_MAX_EP_QPS);
+	assert_int_equal(passive_count(e), held);
+	passive_req(e, token, &req); /* new ones: still refused */
+	assert_int_equal(passive_connect(e, &req, &rep), -ENOSPC);
+	assert_int_equal(passive_count(e), held);
+	ferry_engine_destroy(e);
+}
+
 /*
  * Engines destroyed with segments open in both directions and requests
  * ended (batch destroyed, port left to the engine): the peer's half of
@@ -1050,6 +1107,7 @@ int main(void)
 		cmocka_unit_test(test_dead_device_request_times_out),
 		cmocka_unit_test(test_peer_refuses_then_answers),
 		cmocka_unit_test(test_lease),
+		cmocka_unit_test(test_passive_cap_replaces),
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_submit_while_reopening),
 	};
