@@ -4,10 +4,12 @@
  * binary messages exchanged over TCP between engines.  Every decoder checks
  * every size, count and length against the bytes it was given and against
  * hard limits; a malformed message is refused with -EPROTO (and a reason),
- * never read past.  The verbs provider will extend it (new message types,
- * new NIC address fields) without breaking version 1 peers.
+ * never read past.
  *
  * Version 2: NIC addresses of 64 bytes, QP infos with a 16-byte secret.
+ * One version is spoken: an older frame is refused -EPROTO ("bad
+ * version"), a newer one -EPROTONOSUPPORT; engines of one cluster are
+ * upgraded together.
  *
  * Frame:   magic u32 "FRY1" | version u16 | type u16 | payload_len u32 | payload
  * Types:   WIRE_GET_DESC (empty payload) -> WIRE_DESC, or WIRE_ERROR (i32: a
