@@ -54,7 +54,8 @@ struct slice {
 	struct slice *next;   /* endpoint pending list / pool free list */
 	struct ferry_rq *rq;  /* request whose bytes these are */
 	struct ferry_ep *ep;  /* endpoint it was cut for (retries go back there) */
-	uint64_t post_tsc;    /* when it was posted (latency histogram) */
+	uint64_t post_tsc;    /* when it was posted (latency histogram); a foreign
+	                       * slice in xfer_wait: when it came (handover.c) */
 	/* local to op: a work request's fields, in its order (qp/post copies
 	 * them as one block) */
 	uint64_t local;

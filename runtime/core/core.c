@@ -353,6 +353,8 @@ __attribute__((noinline, cold)) static void core_sweep(struct ferry_core *c)
 	for (unsigned t = 0; t < c->ntx; t++)
 		core_sweep_qps(c, &c->tx[t]);
 	core_sweep_rails(c);
+	if (c->xfer_wait.count)
+		core_sweep_xfer_wait(c);
 	if (c->n_parked)
 		core_sweep_parked(c);
 	c->next_sweep = c->now + c->sweep_ticks;

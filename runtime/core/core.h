@@ -331,5 +331,7 @@ void handover_fini(struct ferry_core *c);
 bool slice_handover(struct ferry_core *c, struct slice *s);
 uint32_t core_drain_xfer(struct ferry_core *c);
 void core_drain_xfer_at_stop(struct ferry_core *c);
+/* The sweep: foreign slices that waited the slice timeout for our pool end. */
+void core_sweep_xfer_wait(struct ferry_core *c);
 
 #endif /* FERRY_RUNTIME_CORE_H */

@@ -186,12 +186,38 @@ uint32_t core_drain_xfer(struct ferry_core *c)
 				slice_put(&c->pool, s); /* ours, back from a helper */
 				c->slices_out--;
 			} else if (c->xfer_wait.count || !xfer_take(c, s)) {
+				s->post_tsc = c->now; /* waiting since (xfer_wait_expire) */
 				slice_list_push(&c->xfer_wait, s);
 			}
 		}
 		n += got;
 	}
 	return n;
+}
+
+/*
+ * Foreign slices wait in xfer_wait for a slice of our pool -- but not for
+ * ever: two cores that hand their slices to each other (both rails stuck)
+ * can each lend out their whole pool, and then neither pool refills and
+ * both waits hold their requests PENDING for good.  A slice that waited
+ * the slice timeout ends -ETIMEDOUT (one whose request failed meanwhile,
+ * with its error, at once), and its original goes home (its owner's pool
+ * refills).  The list is in arrival order: the expired are at its head.
+ */
+void core_sweep_xfer_wait(struct ferry_core *c)
+{
+	struct slice *f;
+
+	while ((f = c->xfer_wait.head)) {
+		int err = READ_ONCE(f->rq->error);
+
+		if (!err && (!c->timeout_ticks || c->now - f->post_tsc <= c->timeout_ticks))
+			break;
+		slice_list_pop(&c->xfer_wait);
+		if (rq_account(f->rq, f->len, err ? err : -ETIMEDOUT))
+			stat_add(&c->ctr, wakeups, 1);
+		xfer_return(c, f);
+	}
 }
 
 /* Stopping: foreign slices end here (their owners may be gone already). */
