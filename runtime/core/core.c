@@ -276,8 +276,7 @@ static void core_sweep_stuck(struct ferry_core *c, struct ferry_ep *ep)
 	if (!c->timeout_ticks || c->now - ep->all_broken_since <= c->timeout_ticks)
 		return;
 	while (k-- && (s = slice_list_pop(&ep->pending)))
-		if (!slice_handover(c, s))
-			core_slice_finish(c, s, -ETIMEDOUT);
+		slice_stuck_move(c, s);
 }
 
 static void core_sweep_rails(struct ferry_core *c)

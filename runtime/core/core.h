@@ -329,6 +329,9 @@ void core_sweep_parked(struct ferry_core *c);
 int handover_init(struct ferry_engine *e);
 void handover_fini(struct ferry_core *c);
 bool slice_handover(struct ferry_core *c, struct slice *s);
+/* A slice that waited the slice timeout on a stuck rail: handed over as a
+ * retry, or ended (-ETIMEDOUT out of tries or rails, or its request's error). */
+void slice_stuck_move(struct ferry_core *c, struct slice *s);
 uint32_t core_drain_xfer(struct ferry_core *c);
 void core_drain_xfer_at_stop(struct ferry_core *c);
 /* The sweep: foreign slices that waited the slice timeout for our pool end. */

@@ -69,6 +69,26 @@ bool slice_handover(struct ferry_core *c, struct slice *s)
 	return false;
 }
 
+/*
+ * A slice that waited the slice timeout on a stuck rail: to another rail
+ * as a retry (tries counted first: once handed over it is not ours), or
+ * ended (core.c core_sweep_stuck).  Counted, because the other rail may be stuck as well without
+ * being marked down (nothing marks a rail whose CQ room is all lent): two
+ * such rails handed their slices back and forth for good, every request
+ * on them PENDING (test_stuck_rails's test_stuck_slices_do_not_bounce).
+ */
+void slice_stuck_move(struct ferry_core *c, struct slice *s)
+{
+	int err = READ_ONCE(s->rq->error); /* failed already: move no more bytes */
+
+	if (!err && s->tries < c->retries) {
+		s->tries++;
+		if (slice_handover(c, s))
+			return;
+	}
+	core_slice_finish(c, s, err ? err : -ETIMEDOUT);
+}
+
 /* Send a foreign slice back to its owner; keep it if that ring is full. */
 static void xfer_return(struct ferry_core *c, struct slice *f)
 {

@@ -90,10 +90,26 @@ static void test_pools_lent_to_each_other(void **state)
 	assert_int_equal(run_one("pools lent to each other", 4 * CQES), FERRY_TIMEOUT);
 }
 
+/*
+ * A few slices per core, so that the other core's pool has room: each
+ * hand-over (core_sweep_stuck) is served there at once, waits out the
+ * slice timeout on that stuck rail too, and is handed back.  Before, that
+ * hand-over counted no try: the slices went back and forth for good and
+ * the request stayed PENDING; now it is a retry like slice_retry's, and
+ * the request ends TIMEOUT once the slices are out of them.
+ */
+static void test_stuck_slices_do_not_bounce(void **state)
+{
+	(void)state;
+	kill_both_devices();
+	assert_int_equal(run_one("stuck slices bounce", 8), FERRY_TIMEOUT);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_pools_lent_to_each_other),
+		cmocka_unit_test(test_stuck_slices_do_not_bounce),
 	};
 	struct ferry_opts o;
 	struct ferry_knobs k = { .abandon_ms = 30 };
