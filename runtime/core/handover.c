@@ -206,7 +206,7 @@ uint32_t core_drain_xfer(struct ferry_core *c)
 				slice_put(&c->pool, s); /* ours, back from a helper */
 				c->slices_out--;
 			} else if (c->xfer_wait.count || !xfer_take(c, s)) {
-				s->post_tsc = c->now; /* waiting since (xfer_wait_expire) */
+				s->post_tsc = c->now; /* waiting since (core_sweep_xfer_wait) */
 				slice_list_push(&c->xfer_wait, s);
 			}
 		}
