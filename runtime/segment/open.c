@@ -524,15 +524,23 @@ struct seg_reconn *seg_reconnect_begin(struct ferry_engine *e, struct ferry_seg 
 	for (unsigned i = 0; i < e->ncores; i++)
 		r->err[i] = -EHOSTDOWN;
 	pthread_mutex_lock(&e->ctl_lock);
-	if (s->state != SEG_OPEN || s->gen != gen || e->destroying)
+	if (s->state != SEG_OPEN || s->gen != gen || e->destroying) {
 		r->cores = ~0ull; /* the verdict (-EHOSTDOWN) is every core's */
-	else
+	} else if (READ_ONCE(s->stale)) {
+		/* Its rails stay EP_STALE: an endpoint to the engine at its
+		 * address (alive, if the name moved) would take one out. */
+		r->cores = ~0ull;
+		r->rc = -ESTALE;
+		for (unsigned i = 0; i < e->ncores; i++)
+			r->err[i] = -ESTALE;
+	} else {
 		for (unsigned i = 0; i < e->ncores; i++)
 			if (!s->eps[i]) {
 				r->cores |= 1ull << i;
 				r->rc = ep_prepare(e, s, slot, i, &r->pp[i]);
 				r->err[i] = r->rc;
 			}
+	}
 	pthread_mutex_unlock(&e->ctl_lock);
 	for (unsigned i = 0; i < e->ncores; i++)
 		if (r->pp[i].ep)
@@ -572,6 +580,9 @@ int seg_reconnect_end(struct ferry_engine *e, struct seg_reconn *r, const int *r
 	pthread_mutex_lock(&e->ctl_lock);
 	/* Closed, reopened or destroyed meanwhile: what we made goes. */
 	live = s->state == SEG_OPEN && s->gen == r->gen && !e->destroying;
+	/* Gone stale meanwhile (another open, or a repair, saw why): what
+	 * connected is not published, as if the handshake had said so. */
+	stale |= live && READ_ONCE(s->stale);
 	/* The peer restarted (its keys are gone): marked as a repair's refusal
 	 * marks it, so its requests end -ESTALE at once instead of each
 	 * parking for a handshake of its own (test_miss_on_restarted_peer). */
@@ -591,6 +602,8 @@ int seg_reconnect_end(struct ferry_engine *e, struct seg_reconn *r, const int *r
 		ep_unprepare(e, i, &r->pp[i]);
 	}
 	pthread_mutex_unlock(&e->ctl_lock);
+	if (stale)
+		rc = -ESTALE; /* nothing was published */
 	if (errs)
 		memcpy(errs, r->err, e->ncores * sizeof(*errs));
 	free(r);
@@ -620,6 +633,11 @@ static int refresh_install(struct ferry_engine *e, struct ferry_seg *s, uint32_t
 {
 	if (s->state != SEG_OPEN || s->gen != gen)
 		return -ENOENT;
+	/* Stale for good (its name may have moved while the engine at its
+	 * address lives on, answering with the same incarnation): a new
+	 * descriptor would not bring it back, and 0 would say it did. */
+	if (READ_ONCE(s->stale))
+		return -ESTALE;
 	/* A restarted peer (new incarnation) needs new endpoints: open it again. */
 	if (d->incarnation != s->desc->incarnation || d->n_nics != s->desc->n_nics) {
 		seg_mark_stale(e, s, slot);

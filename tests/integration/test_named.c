@@ -667,6 +667,104 @@ static void test_restart_beside_named_open(void **state)
 	proxy_stop(&px);
 }
 
+/* ---- a handle made stale by its name moving, its engine alive ---------- */
+
+/* init: resolves names only, one core, one endpoint per core (ep_cache 1). */
+static void node_create_cache1(struct node *n, const char *url)
+{
+	struct ferry_opts o;
+
+	memset(n, 0, sizeof(*n));
+	pair_opts(&o, "0");
+	o.metadata = url;
+	o.ep_cache = 1;
+	assert_int_equal(ferry_engine_create(&o, &n->e), 0);
+	n->buf = aligned_alloc(4096, 2 * LEN);
+	assert_non_null(n->buf);
+	memset(n->buf, 0, 2 * LEN);
+	assert_int_equal(ferry_mem_register(n->e, n->buf, 2 * LEN), 0);
+}
+
+/* The store names e under name (the test writes the record: e publishes none). */
+static void name_point(struct meta *q, const char *name, struct ferry_engine *e)
+{
+	char v[META_VALUE_MAX];
+
+	(void)meta_remove(q, name, 10000);
+	record_of(e, ferry_engine_address(e), v, sizeof(v));
+	assert_int_equal(meta_publish(q, name, v, TTL_MS, 10000), 0);
+}
+
+/* A reconnect of old's evicted rail, as a parked request asks for one. */
+static void reconnect_round(struct ferry_engine *e, struct ferry_seg *s)
+{
+	uint32_t round = load_acquire(s->connect_round);
+
+	store_release(s->want_eps, 1);
+	repair_kick(e);
+	WAIT_UNTIL(load_acquire(s->connect_round) != round, WAIT_DEADLINE_MS,
+		   "the repair thread's reconnect");
+}
+
+/*
+ * The name moves from t1 to t2 and is opened again: the handle to t1 goes
+ * stale, though t1 lives on at its address.  It stays stale: a refresh
+ * fetches t1's descriptor (the same incarnation) and must not install it
+ * and say 0 as if the handle were good again; the repair thread's
+ * reconnect of its evicted endpoint must not connect one (nor take its
+ * rail out of EP_STALE).  Before, the refresh returned 0 and the reconnect
+ * published an endpoint to t1 with its rail marked up.  ep_cache 1: t2's
+ * open evicts t1's endpoint.
+ */
+static void test_stale_by_name_stays_stale(void **state)
+{
+	struct fixture *f = fx(state);
+	struct node t1, t2, init;
+	ferry_seg_t old, seg;
+	struct ferry_seg *s;
+	struct ferry_ep *ep;
+	struct meta *q;
+	struct mover m;
+	uint32_t slot;
+	int down;
+
+	node_create(&t1, NULL, "p2p", NULL);
+	node_create(&t2, NULL, "p2p", NULL);
+	node_create_cache1(&init, f->srv.url);
+	assert_int_equal(meta_open(f->srv.url, &q), 0);
+	name_point(q, "shifting", t1.e);
+	assert_int_equal(ferry_segment_open(init.e, "shifting", &old), 0);
+	mover_init(&m, &init);
+	assert_int_equal(roundtrip(&m, &init, old, &t1, 7), 0);
+	name_point(q, "shifting", t2.e);
+	assert_int_equal(ferry_segment_open(init.e, "shifting", &seg), 0);
+	assert_true(seg != old);
+	assert_stale(&m, &init, old, &t1);
+	s = seg_lookup(init.e, old, &slot);
+	assert_non_null(s);
+	assert_null(READ_ONCE(s->eps[0])); /* evicted by t2's open */
+
+	assert_int_equal(ferry_segment_refresh(init.e, old), -ESTALE);
+	reconnect_round(init.e, s);
+	pthread_mutex_lock(&init.e->ctl_lock);
+	ep = s->eps[0];
+	down = s->rail_down[0];
+	pthread_mutex_unlock(&init.e->ctl_lock);
+	assert_null(ep);
+	assert_int_equal(down, EP_STALE);
+	assert_stale(&m, &init, old, &t1);
+	assert_int_equal(roundtrip(&m, &init, seg, &t2, 8), 0);
+
+	mover_fini(&m);
+	assert_int_equal(ferry_segment_close(init.e, old), 0);
+	assert_int_equal(ferry_segment_close(init.e, seg), 0);
+	assert_int_equal(meta_remove(q, "shifting", 10000), 0);
+	meta_close(q);
+	node_destroy(&init);
+	node_destroy(&t1);
+	node_destroy(&t2);
+}
+
 #define BOTH(t) { "redis_" #t, t, NULL, NULL, &fx_redis }, { "etcd_" #t, t, NULL, NULL, &fx_etcd }
 
 int main(void)
@@ -680,6 +778,7 @@ int main(void)
 		cmocka_unit_test(test_destroy_beside_named_open),
 		BOTH(test_late_name_answer),
 		BOTH(test_restart_beside_named_open),
+		BOTH(test_stale_by_name_stays_stale),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
