@@ -12,6 +12,7 @@
  * this open (NAMED_RESOLVE_TIMEOUT_MS at most), no other control call.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ring/base/log.h"
@@ -47,8 +48,10 @@ static void seg_stale_others(struct ferry_engine *e, const char *name, uint64_t 
  * meanwhile): then ours is old news, and taken as the name's holder it
  * would mark the newer segment stale.  true: a segment opened on a later
  * answer names another incarnation (ask again).  Else our answer is the
- * newest: h takes its order and other incarnations under the name go
- * stale.  ctl_lock held.
+ * newest: h answers to the name from now on, takes its order, and other
+ * incarnations under the name go stale.  The name is set here, not when
+ * h opened: an open found late is undone, and h may be a segment opened
+ * by address (or another name) that must stay as it was.  ctl_lock held.
  */
 static bool seg_name_settle(struct ferry_engine *e, const char *name, uint64_t inc,
 			    uint64_t order, ferry_seg_t h)
@@ -64,8 +67,14 @@ static bool seg_name_settle(struct ferry_engine *e, const char *name, uint64_t i
 			return true;
 	}
 	own = seg_lookup(e, h, &slot);
-	if (own && own->name_order < order)
-		own->name_order = order;
+	if (own && own->state == SEG_OPEN) {
+		if (strcmp(own->name, name) != 0) { /* another name's order meant nothing here */
+			snprintf(own->name, sizeof(own->name), "%s", name);
+			own->name_order = 0;
+		}
+		if (own->name_order < order)
+			own->name_order = order;
+	}
 	seg_stale_others(e, name, inc);
 	return false;
 }

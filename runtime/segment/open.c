@@ -291,13 +291,6 @@ static int want_check(const char *address, const struct seg_desc *d, const struc
 	return -ESTALE;
 }
 
-/* The segment answers to the name too (ctl_lock held). */
-static void name_set(struct ferry_seg *s, const struct seg_want *want)
-{
-	if (want)
-		snprintf(s->name, sizeof(s->name), "%s", want->name);
-}
-
 /* Take a free slot for address: SEG_OPENING, rails healthy, none connected. */
 static int slot_reserve(struct ferry_engine *e, const char *address, uint32_t *slot)
 {
@@ -398,7 +391,6 @@ static int open_reserve(struct ferry_engine *e, const char *address, const struc
 			if (s->opens == UINT32_MAX)
 				return -EOVERFLOW;
 			s->opens++; /* each open is closed once (ferry_segment_close) */
-			name_set(s, want);
 			*out = seg_handle(s->gen, *slot);
 			return OPEN_FOUND;
 		}
@@ -451,7 +443,6 @@ static int open_slot(struct ferry_engine *e, uint32_t slot, const struct seg_wan
 		open_abort(e, s, slot, pp);
 		return rc;
 	}
-	name_set(s, want);
 	s->opens = 1;
 	store_sc(s->state, SEG_OPEN); /* pairs with: seg_acquire, core_park */
 	*out = seg_handle(s->gen, slot);

@@ -667,6 +667,68 @@ static void test_restart_beside_named_open(void **state)
 	proxy_stop(&px);
 }
 
+/*
+ * As test_late_name_answer, with t1 opened by address (the relay's) before:
+ * the first open by name finds that segment open, and its reopen check's
+ * descriptor fetch is held while the name moves to t2 and is opened there.
+ * The late open is undone (one open of the address segment closed again)
+ * and asks the store again: it must leave the address segment as it was,
+ * without the name.  Before, the name stayed on it, and the late open's
+ * second try, reaching t2, marked the address segment to t1 stale (its
+ * requests failed -ESTALE though t1 lives and it was opened by address).
+ */
+static void test_late_name_on_address_segment(void **state)
+{
+	struct fixture *f = fx(state);
+	struct late_open late = { .name = "drifting" };
+	char v[META_VALUE_MAX];
+	struct node t1, t2, init;
+	ferry_seg_t by_addr, seg;
+	struct meta *q;
+	struct proxy px;
+	struct mover m;
+	pthread_t th;
+	int rc;
+
+	node_create(&t1, NULL, "p2p", NULL);
+	node_create(&t2, NULL, "p2p", NULL);
+	node_create(&init, NULL, f->srv.url, NULL);
+	proxy_start(&px, ferry_engine_address(t1.e));
+	assert_int_equal(ferry_segment_open(init.e, px.addr, &by_addr), 0);
+	mover_init(&m, &init);
+	assert_int_equal(roundtrip(&m, &init, by_addr, &t1, 9), 0);
+	assert_int_equal(meta_open(f->srv.url, &q), 0);
+	record_of(t1.e, px.addr, v, sizeof(v));
+	assert_int_equal(meta_publish(q, "drifting", v, TTL_MS, 10000), 0);
+	proxy_hold(&px, ferry_engine_address(t1.e));
+	late.e = init.e;
+	assert_int_equal(pthread_create(&th, NULL, late_open_main, &late), 0);
+	WAIT_UNTIL(proxy_held(&px) == 1, WAIT_DEADLINE_MS, "t1's answer to the first open held");
+	assert_int_equal(meta_remove(q, "drifting", 10000), 0);
+	record_of(t2.e, ferry_engine_address(t2.e), v, sizeof(v));
+	assert_int_equal(meta_publish(q, "drifting", v, TTL_MS, 10000), 0);
+	assert_int_equal(ferry_segment_open(init.e, "drifting", &seg), 0);
+	proxy_hold(&px, NULL);
+	pthread_join(th, NULL);
+	assert_int_equal(late.rc, 0);
+	assert_true(late.seg == seg);
+	rc = roundtrip(&m, &init, by_addr, &t1, 10);
+	print_message("the address segment after the late open by name: %d\n", rc);
+	assert_int_equal(rc, 0);
+	assert_int_equal(roundtrip(&m, &init, seg, &t2, 11), 0);
+	mover_fini(&m);
+	assert_int_equal(ferry_segment_close(init.e, late.seg), 0);
+	assert_int_equal(ferry_segment_close(init.e, seg), 0);
+	assert_int_equal(ferry_segment_close(init.e, by_addr), 0);
+	assert_int_equal(ferry_segment_close(init.e, by_addr), -ENOENT); /* one open of it */
+	assert_int_equal(meta_remove(q, "drifting", 10000), 0);
+	meta_close(q);
+	node_destroy(&init);
+	node_destroy(&t1);
+	node_destroy(&t2);
+	proxy_stop(&px);
+}
+
 /* ---- a handle made stale by its name moving, its engine alive ---------- */
 
 /* init: resolves names only, one core, one endpoint per core (ep_cache 1). */
@@ -779,6 +841,7 @@ int main(void)
 		BOTH(test_late_name_answer),
 		BOTH(test_restart_beside_named_open),
 		BOTH(test_stale_by_name_stays_stale),
+		BOTH(test_late_name_on_address_segment),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
