@@ -85,12 +85,17 @@ static void peers_keepalive(struct ferry_engine *e)
 	}
 	if (ptrs && rcs) {
 		unsigned mute = 0;
+		bool store_ok = true; /* a store that does not answer holds up no more keepalives */
 
 		for (unsigned i = 0; i < n; i++)
 			ptrs[i] = addr[i];
 		if (ctl_keepalive_many(&e->client, ptrs, n, timeout, e->incarnation, rcs) == 0)
-			for (unsigned i = 0; i < n; i++)
+			for (unsigned i = 0; i < n; i++) {
 				mute += rcs[i] == -ETIMEDOUT;
+				/* The engine there is gone: did its name move? */
+				if (rcs[i] == -ECONNREFUSED && store_ok)
+					store_ok = seg_names_recheck(e, addr[i]) == 0;
+			}
 		fetch_add_relaxed(e->lease.rounds, 1);
 		fetch_add_relaxed(e->lease.unanswered, mute);
 	}

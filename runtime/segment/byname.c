@@ -140,6 +140,78 @@ static int open_named(struct ferry_engine *e, const char *name, ferry_seg_t *out
 	return rc;
 }
 
+/* A segment opened by name, as the recheck found it under ctl_lock. */
+struct name_check {
+	uint32_t slot, gen;
+	uint64_t incarnation;
+	char name[FERRY_NAME_MAX + 1];
+};
+
+#define NAME_CHECKS_MAX 8 /* per refused address and round: the store is asked once each */
+
+/* The store names name's holder (quietly: asked again at the next refused
+ * keepalive); 0 and its incarnation in *inc, or -errno. */
+static int name_holder(struct ferry_engine *e, const char *name, uint64_t *inc)
+{
+	char v[META_VALUE_MAX];
+	struct meta_record rec;
+	uint64_t order;
+	int rc = meta_resolve_ordered(e->named.store, name, v, sizeof(v),
+				      NAMED_RESOLVE_TIMEOUT_MS, &order);
+
+	if (!rc)
+		rc = meta_record_decode(v, strlen(v), &rec);
+	if (!rc)
+		*inc = rec.incarnation;
+	return rc;
+}
+
+/* c's segment, if still open as found and not stale: stale now.  ctl_lock held. */
+static void name_check_stale(struct ferry_engine *e, const struct name_check *c, uint64_t inc)
+{
+	struct ferry_seg *s = seg_at(&e->segs, c->slot);
+
+	if (s->state != SEG_OPEN || s->gen != c->gen || READ_ONCE(s->stale) ||
+	    strcmp(s->name, c->name) != 0)
+		return;
+	log_warn("segment '%s': nothing listens at %s any more, and the name now belongs to "
+		 "incarnation %016llx: the handle to %016llx is stale (open the name again)",
+		 c->name, s->address, (unsigned long long)inc, (unsigned long long)c->incarnation);
+	seg_mark_stale(e, s, c->slot);
+}
+
+int seg_names_recheck(struct ferry_engine *e, const char *address)
+{
+	struct name_check c[NAME_CHECKS_MAX];
+	unsigned n = 0;
+	uint64_t inc;
+	int rc = 0;
+
+	if (!e->named.store)
+		return 0;
+	pthread_mutex_lock(&e->ctl_lock);
+	for (uint32_t slot = 0; slot < seg_slots(&e->segs) && n < NAME_CHECKS_MAX; slot++) {
+		struct ferry_seg *s = seg_at(&e->segs, slot);
+
+		if (s->state != SEG_OPEN || READ_ONCE(s->stale) || !s->name[0] ||
+		    strcmp(s->address, address) != 0)
+			continue;
+		c[n] = (struct name_check){ .slot = slot, .gen = s->gen,
+					    .incarnation = s->desc->incarnation };
+		memcpy(c[n++].name, s->name, sizeof(c[0].name));
+	}
+	pthread_mutex_unlock(&e->ctl_lock);
+	for (unsigned k = 0; k < n && (rc == 0 || rc == -ENOENT); k++) {
+		rc = name_holder(e, c[k].name, &inc);
+		if (rc || inc == c[k].incarnation)
+			continue; /* no record (yet), or still the dead one's */
+		pthread_mutex_lock(&e->ctl_lock);
+		name_check_stale(e, &c[k], inc);
+		pthread_mutex_unlock(&e->ctl_lock);
+	}
+	return rc == -ENOENT ? 0 : rc;
+}
+
 int seg_open_named(struct ferry_engine *e, const char *name, ferry_seg_t *out)
 {
 	int rc;

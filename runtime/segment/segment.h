@@ -141,6 +141,18 @@ int seg_open_address(struct ferry_engine *e, const char *address, const struct s
 		     ferry_seg_t *out);
 /* byname.c: ferry_segment_open of a name (no ctl_lock held). */
 int seg_open_named(struct ferry_engine *e, const char *name, ferry_seg_t *out);
+/*
+ * byname.c: nothing listens at address any more (a keepalive was refused):
+ * each segment there opened by name whose name the metadata store now
+ * gives to another incarnation (its engine restarted elsewhere) is marked
+ * stale, so its requests end -ESTALE and the application opens the name
+ * again, rather than -EHOSTDOWN for as long as repairs knock at the old
+ * address.  It is not moved to the new engine: that one's regions and
+ * keys are another descriptor, and requests in flight hold the old ones.
+ * The lease thread; no lock held; asks the store (bounded).  0, or the
+ * store's error (it did not answer: ask it no more this round).
+ */
+int seg_names_recheck(struct ferry_engine *e, const char *address);
 
 /* The segment of handle h (NULL: unknown handle or slot), its slot in *slot. */
 struct ferry_seg *seg_lookup(struct ferry_engine *e, ferry_seg_t h, uint32_t *slot);

@@ -827,6 +827,64 @@ static void test_stale_by_name_stays_stale(void **state)
 	node_destroy(&t2);
 }
 
+/*
+ * The engine a segment was opened by name on goes away and its successor
+ * takes the name on another address.  The repairs knock at the old
+ * address (nothing listens: -EHOSTDOWN); the keepalive refused there has
+ * the store asked again, which names another incarnation: the handle goes
+ * stale, so the application learns to open the name again (-ESTALE), and
+ * that open reaches the successor.  Before, the handle failed -EHOSTDOWN
+ * for as long as it stayed open.  keepalive_ms 50: a round at once.
+ */
+static void test_name_moved_under_open_segment(void **state)
+{
+	struct fixture *f = fx(state);
+	struct node t1, t2, init;
+	ferry_seg_t old, seg;
+	struct ferry_opts o;
+	struct ferry_seg *s;
+	struct meta *q;
+	struct mover m;
+	uint32_t slot;
+	int rc;
+
+	node_create(&t1, NULL, "p2p", NULL);
+	node_create(&t2, NULL, "p2p", NULL);
+	memset(&init, 0, sizeof(init));
+	pair_opts(&o, "0");
+	o.metadata = f->srv.url;
+	o.keepalive_ms = 50;
+	assert_int_equal(ferry_engine_create(&o, &init.e), 0);
+	init.buf = aligned_alloc(4096, 2 * LEN);
+	assert_non_null(init.buf);
+	memset(init.buf, 0, 2 * LEN);
+	assert_int_equal(ferry_mem_register(init.e, init.buf, 2 * LEN), 0);
+	assert_int_equal(meta_open(f->srv.url, &q), 0);
+	name_point(q, "roaming", t1.e);
+	assert_int_equal(ferry_segment_open(init.e, "roaming", &old), 0);
+	mover_init(&m, &init);
+	assert_int_equal(roundtrip(&m, &init, old, &t1, 12), 0);
+	s = seg_lookup(init.e, old, &slot);
+	assert_non_null(s);
+
+	node_destroy(&t1);
+	name_point(q, "roaming", t2.e);
+	WAIT_UNTIL(READ_ONCE(s->stale), WAIT_DEADLINE_MS, "the handle to the gone engine stale");
+	rc = move(&m, FERRY_OP_READ, init.buf + LEN, old, t2.buf);
+	assert_int_equal(rc, -ESTALE);
+	assert_int_equal(ferry_segment_open(init.e, "roaming", &seg), 0);
+	assert_true(seg != old);
+	assert_int_equal(roundtrip(&m, &init, seg, &t2, 13), 0);
+
+	mover_fini(&m);
+	assert_int_equal(ferry_segment_close(init.e, old), 0);
+	assert_int_equal(ferry_segment_close(init.e, seg), 0);
+	assert_int_equal(meta_remove(q, "roaming", 10000), 0);
+	meta_close(q);
+	node_destroy(&init);
+	node_destroy(&t2);
+}
+
 #define BOTH(t) { "redis_" #t, t, NULL, NULL, &fx_redis }, { "etcd_" #t, t, NULL, NULL, &fx_etcd }
 
 int main(void)
@@ -842,6 +900,7 @@ int main(void)
 		BOTH(test_restart_beside_named_open),
 		BOTH(test_stale_by_name_stays_stale),
 		BOTH(test_late_name_on_address_segment),
+		BOTH(test_name_moved_under_open_segment),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
