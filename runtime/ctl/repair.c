@@ -173,6 +173,10 @@ static int repair_install(struct ferry_engine *e, const struct repair_flight *f)
 
 	if (!repair_flight_target(e, f))
 		rc = -ENOENT; /* the segment or endpoint went meanwhile: nothing to repair */
+	/* Gone stale meanwhile (its name moved, the engine there alive, so
+	 * the handshake worked): its rails stay EP_STALE, no QP goes in. */
+	if (!rc && READ_ONCE(s->stale))
+		rc = -ENOENT;
 	if (!rc)
 		rc = core_command(e->cores[j->core], &cmd);
 	if (rc) {

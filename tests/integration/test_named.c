@@ -885,6 +885,84 @@ static void test_name_moved_under_open_segment(void **state)
 	node_destroy(&t2);
 }
 
+/*
+ * A repair of a QP of a segment opened by name is under way (its
+ * handshake's answer held at the relay) when the name moves and the
+ * segment goes stale, its engine alive.  The answer then arrives: the new
+ * QP must not go in, nor the rail be taken out of EP_STALE.  Before,
+ * repair_install replaced the QP and set rail_down back to 0.
+ * keepalive_ms 0: nothing else of init's is held at the relay.
+ */
+static void test_repair_beside_stale_marking(void **state)
+{
+	struct loop_faults fatal = { .qp_fatal_ppm = 1000000, .seed = 3 };
+	struct fixture *f = fx(state);
+	struct node t1, t2, init;
+	struct ferry_req r;
+	ferry_seg_t old, seg;
+	struct ferry_opts o;
+	struct ferry_seg *s;
+	struct meta *q;
+	struct proxy px;
+	struct mover m;
+	char v[META_VALUE_MAX];
+	unsigned base;
+	uint32_t slot;
+
+	node_create(&t1, NULL, "p2p", NULL);
+	node_create(&t2, NULL, "p2p", NULL);
+	memset(&init, 0, sizeof(init));
+	pair_opts(&o, "0");
+	o.metadata = f->srv.url;
+	o.keepalive_ms = 0;
+	assert_int_equal(ferry_engine_create(&o, &init.e), 0);
+	init.buf = aligned_alloc(4096, 2 * LEN);
+	assert_non_null(init.buf);
+	memset(init.buf, 0, 2 * LEN);
+	assert_int_equal(ferry_mem_register(init.e, init.buf, 2 * LEN), 0);
+	proxy_start(&px, ferry_engine_address(t1.e));
+	assert_int_equal(meta_open(f->srv.url, &q), 0);
+	(void)meta_remove(q, "wobbly", 10000);
+	record_of(t1.e, px.addr, v, sizeof(v));
+	assert_int_equal(meta_publish(q, "wobbly", v, TTL_MS, 10000), 0);
+	assert_int_equal(ferry_segment_open(init.e, "wobbly", &old), 0);
+	mover_init(&m, &init);
+	assert_int_equal(roundtrip(&m, &init, old, &t1, 14), 0);
+	s = seg_lookup(init.e, old, &slot);
+	assert_non_null(s);
+
+	/* QPs break; their repairs' answers wait at the relay. */
+	base = passive_count(t1.e);
+	proxy_hold(&px, ferry_engine_address(t1.e));
+	engine_set_faults(init.e, &fatal);
+	r = mkreq(FERRY_OP_WRITE, init.buf, old, t1.buf, LEN);
+	assert_int_equal(ferry_submit(m.b, &r, 1), 0);
+	WAIT_UNTIL(proxy_held(&px) >= 1, WAIT_DEADLINE_MS, "a repair's answer held");
+	engine_set_faults(init.e, NULL);
+	/* The name moves: the segment to t1 goes stale. */
+	name_point(q, "wobbly", t2.e);
+	assert_int_equal(ferry_segment_open(init.e, "wobbly", &seg), 0);
+	assert_int_equal(READ_ONCE(s->stale), 1);
+	proxy_hold(&px, NULL);
+	/* Landed: for each, one QP's half freed at t1 (the new one's, or the
+	 * one it replaced). */
+	WAIT_UNTIL(passive_count(t1.e) == base, WAIT_DEADLINE_MS, "the repairs to land");
+	assert_int_equal(READ_ONCE(s->rail_down[0]), EP_STALE);
+	ferry_batch_wait(m.b, WAIT_DEADLINE_MS);
+	assert_int_equal(ferry_batch_reset(m.b), 0);
+	assert_stale(&m, &init, old, &t1);
+
+	mover_fini(&m);
+	assert_int_equal(ferry_segment_close(init.e, old), 0);
+	assert_int_equal(ferry_segment_close(init.e, seg), 0);
+	assert_int_equal(meta_remove(q, "wobbly", 10000), 0);
+	meta_close(q);
+	node_destroy(&init);
+	node_destroy(&t1);
+	node_destroy(&t2);
+	proxy_stop(&px);
+}
+
 #define BOTH(t) { "redis_" #t, t, NULL, NULL, &fx_redis }, { "etcd_" #t, t, NULL, NULL, &fx_etcd }
 
 int main(void)
@@ -901,6 +979,7 @@ int main(void)
 		BOTH(test_stale_by_name_stays_stale),
 		BOTH(test_late_name_on_address_segment),
 		BOTH(test_name_moved_under_open_segment),
+		BOTH(test_repair_beside_stale_marking),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
