@@ -159,6 +159,8 @@ struct tcp_qp {
 	uint32_t peer_psn;         /* target: the first seq expected */
 	uint8_t hello_tx[TCP_HELLO_LEN]; /* target: the HELLO body we answer with */
 	uint8_t mac_expect[TCP_MAC_LEN]; /* what the peer's HELLO must prove (zero: no key) */
+	bool offered;              /* qp_info handed our info out while new: we may be the
+	                            * initiator (control path, see tcp_qp_connect) */
 
 	/* The connection: the owning core's once state is published. */
 	int fd;

@@ -151,16 +151,25 @@ void tcp_qp_destroy(struct nic_qp *nqp)
 	tcp_qp_free(qp);
 }
 
+/*
+ * The interface's qp_info only reads, but tcp also remembers that a new
+ * QP's info went out: only such a QP may dial (tcp_qp_connect).  The QP
+ * is the provider's own (malloc'd, never const); the caller serialises
+ * the control path.
+ */
 void tcp_qp_info(const struct nic_qp *nqp, struct nic_qp_info *out)
 {
-	const struct tcp_qp *qp = (const struct tcp_qp *)(const void *)nqp;
+	struct tcp_qp *qp = (struct tcp_qp *)(uintptr_t)(const void *)nqp;
+	uint32_t state = READ_ONCE(qp->state);
 
 	memset(out, 0, sizeof(*out));
 	out->qpn = qp->qpn;
 	out->psn = qp->psn;
 	/* The control path that connected it asks: no ordering needed. */
-	if (READ_ONCE(qp->state) == TCP_QS_EXPECT)
+	if (state == TCP_QS_EXPECT)
 		out->psn |= TCP_PSN_LISTEN;
+	else if (state == TCP_QS_NEW)
+		qp->offered = true;
 	memcpy(out->secret, qp->secret, sizeof(out->secret));
 }
 
@@ -339,7 +348,12 @@ static int tcp_dial(struct tcp_qp *qp, const struct sockaddr_in *to, const struc
  * The handshake's order decides the roles: the target's QP is connected
  * first, with the initiator's qp_info (no TCP_PSN_LISTEN), and waits; the
  * initiator's is connected with the target's qp_info, which says
- * TCP_PSN_LISTEN, and dials.
+ * TCP_PSN_LISTEN, and dials.  Only the initiator dials, so a QP whose
+ * info nobody had before it is connected (the target's, made for a
+ * peer's CONNECT_REQ) refuses "dial me" with -EPROTO: a hostile or
+ * confused peer would otherwise have the target connect wherever the
+ * request says, from its control thread, up to TCP_CONNECT_MS per QP.
+ * The caller logs the refusal with the peer it came from.
  */
 int tcp_qp_connect(struct nic_qp *nqp, const struct nic_addr *remote,
 		   const struct nic_qp_info *rqp)
@@ -355,6 +369,8 @@ int tcp_qp_connect(struct nic_qp *nqp, const struct nic_addr *remote,
 		return -EISCONN;
 	if (!(rqp->psn & TCP_PSN_LISTEN))
 		return tcp_expect(qp, rqp);
+	if (!qp->offered)
+		return -EPROTO;
 	rc = tcp_dial(qp, &to, rqp);
 	if (rc) {
 		snprintf(here, sizeof(here), "%s", qp->ctx->name);

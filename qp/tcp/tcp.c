@@ -25,7 +25,9 @@
  * target context's listener (its nic_addr) and sends a HELLO with the
  * target QP's qpn and secret; the target's core accepts, checks the HELLO
  * (secret compared in constant time) and binds the connection to that QP;
- * its own HELLO back carries the initiator QP's qpn and secret.
+ * its own HELLO back carries the initiator QP's qpn and secret.  Only a
+ * QP whose qp_info was taken before its qp_connect (the initiator's)
+ * dials: a target never connects out, whatever a request says.
  *
  * epoll, not io_uring, by measurement.  A 2-CPU AMD EPYC VM shared with
  * other jobs (noisy: +-40 % between runs), loopback, target and initiator

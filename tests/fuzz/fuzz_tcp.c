@@ -419,10 +419,12 @@ static void fuzz_initiator(const uint8_t *in, size_t len)
 	initiator_init();
 	memset(rqp.secret, 0x44, sizeof(rqp.secret));
 	CHECK(P->qp_create(ictx, icq, IWRS + 1, &qp) == 0);
+	/* As the engine does: our info goes out (to the target) first; a QP
+	 * whose info nobody had is a target's and does not dial. */
+	P->qp_info(qp, &me);
 	CHECK(P->qp_connect(qp, &laddr, &rqp) == 0); /* dials, says HELLO */
 	fd = accept(lfd, NULL, NULL);
 	CHECK(fd >= 0);
-	P->qp_info(qp, &me);
 	for (unsigned k = 0; k < IWRS; k++)
 		wr[k] = (struct nic_wr){ .next = k + 1 < IWRS ? &wr[k + 1] : NULL, .wr_id = k,
 					 .local = (uintptr_t)imem + GUARD + wr_off(k),

@@ -838,6 +838,64 @@ static void test_passive_cap_replaces(void **state)
 }
 
 /*
+ * A CONNECT_REQ whose QPs say "dial me" (tcp's TCP_PSN_LISTEN, bit 31 of
+ * the psn), naming a plain listener as the initiator's NIC, sent to a
+ * target's control server: a target never dials out, so the answer is an
+ * error (-EPROTO), no QP stays and the listener gets no connection.
+ * Before, the target's responder QPs dialled whatever address the request
+ * named, from the control thread (up to 5 s per QP), and the request
+ * succeeded.  A lawful request after it still connects.
+ */
+static void test_passive_refuses_dial_me(void **state)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sa);
+	struct ferry_opts o;
+	struct ferry_engine *e;
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	struct ctl_client cl;
+	int lfd;
+
+	(void)state;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	assert_true(lfd >= 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, WIRE_MAX_EP_QPS), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+	ferry_opts_default(&o);
+	o.cores = "0";
+	o.nics = "tcp";
+	assert_int_equal(ferry_engine_create(&o, &e), 0);
+	assert_int_equal(ctl_client_init(&cl, NULL), 0);
+
+	passive_req(e, 1, &req);
+	/* The initiator's NIC: the listener (qp/tcp's nic_addr: "TCP1",
+	 * IPv4, port, network order). */
+	memcpy(req.nic.addr.bytes + 4, &sa.sin_addr.s_addr, 4);
+	memcpy(req.nic.addr.bytes + 8, &sa.sin_port, 2);
+	for (unsigned k = 0; k < req.n_qps; k++)
+		req.qps[k].psn = 0x80000000u | k;
+	assert_int_equal(ctl_connect(&cl, ferry_engine_address(e), WAIT_MS, &req, &rep), -EPROTO);
+	assert_int_equal(rep.n_qps, 0);
+	assert_int_equal(passive_count(e), 0);
+	/* A dial would have finished before the answer left: its connection
+	 * would be waiting in the backlog now. */
+	assert_int_equal(accept(lfd, NULL, NULL), -1);
+	assert_int_equal(errno, EAGAIN);
+
+	passive_req(e, 1, &req); /* the initiator's QPs as the engine sends them */
+	assert_int_equal(ctl_connect(&cl, ferry_engine_address(e), WAIT_MS, &req, &rep), 0);
+	assert_int_equal(rep.n_qps, WIRE_MAX_EP_QPS);
+	assert_true(rep.qps[0].psn & 0x80000000u); /* the target's QPs wait to be dialled */
+	assert_int_equal(passive_count(e), WIRE_MAX_EP_QPS);
+	ctl_client_fini(&cl);
+	ferry_engine_destroy(e);
+	close(lfd);
+}
+
+/*
  * Engines destroyed with segments open in both directions and requests
  * ended (batch destroyed, port left to the engine): the peer's half of
  * every QP, the descriptors and the endpoints must all be freed.  The
@@ -1108,6 +1166,7 @@ int main(void)
 		cmocka_unit_test(test_peer_refuses_then_answers),
 		cmocka_unit_test(test_lease),
 		cmocka_unit_test(test_passive_cap_replaces),
+		cmocka_unit_test(test_passive_refuses_dial_me),
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_submit_while_reopening),
 	};

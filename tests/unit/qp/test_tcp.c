@@ -336,6 +336,36 @@ static void test_qp_info_roles(void **state)
 	assert_int_equal(P->qp_connect(e->qb, &ab, &a), -EINVAL);
 }
 
+/*
+ * Only the initiator dials.  A QP whose info nobody had before it is
+ * connected is the target's (made for a peer's CONNECT_REQ): a peer info
+ * that says "dial me" is refused (-EPROTO) and the QP stays new.  Before,
+ * it dialled the address it was given.  The same QP, once its info went
+ * out, connects as the initiator, as the engine's handshake does it.
+ */
+static void test_target_does_not_dial(void **state)
+{
+	struct env *e = *state;
+	struct nic_qp_info waiting, mine, t_info;
+	struct nic_addr aa, ab;
+	struct nic_qp *q, *t;
+
+	P->addr(e->a, &aa);
+	P->addr(e->b, &ab);
+	P->qp_info(e->qb, &waiting); /* a target QP's info: "dial me" */
+	assert_true(waiting.psn & 0x80000000u);
+	assert_int_equal(P->qp_create(e->a, e->cqa, 4, &q), 0);
+	assert_int_equal(P->qp_connect(q, &ab, &waiting), -EPROTO);
+
+	P->qp_info(q, &mine);
+	assert_int_equal(P->qp_create(e->b, e->cqb, 1, &t), 0);
+	assert_int_equal(P->qp_connect(t, &aa, &mine), 0);
+	P->qp_info(t, &t_info);
+	assert_int_equal(P->qp_connect(q, &ab, &t_info), 0);
+	P->qp_destroy(q);
+	P->qp_destroy(t);
+}
+
 static void test_write_read_random(void **state)
 {
 	struct env *e = *state;
@@ -1477,6 +1507,7 @@ int main(void)
 		cmocka_unit_test(test_cluster_key),
 #define T(f) cmocka_unit_test_setup_teardown(f, env_setup, env_teardown)
 		T(test_qp_info_roles),
+		T(test_target_does_not_dial),
 		T(test_write_read_random),
 		T(test_selective_signalling),
 		T(test_read_then_write),
