@@ -61,7 +61,7 @@ BENCH_SRCS := $(wildcard bench/*.c)
 TEST_SRCS := $(sort $(shell find tests/unit tests/integration tests/stress -name 'test_*.c'))
 TESTS := $(TEST_SRCS:%.c=$(B)/%)
 # The concurrent tests: these also run under ThreadSanitizer.
-TSAN_TESTS := tests/unit/ring/test_ring tests/integration/test_integration \
+TSAN_TESTS := tests/unit/ring/test_ring tests/unit/ring/test_log tests/integration/test_integration \
               tests/integration/test_faults tests/unit/qp/test_loop tests/unit/qp/test_tcp \
               tests/unit/qp/test_cma tests/unit/ctl/test_ctl \
               tests/integration/test_stats tests/integration/test_api tests/unit/metrics/test_histo \

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "ring/base/log.h"
 
+#include "ring/base/atomics.h"
+
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -9,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#define LOG_MSG_MAX 512
+_Static_assert((LOG_BOX_SLOTS & (LOG_BOX_SLOTS - 1)) == 0, "index wraps with a mask");
 
 static void stderr_sink(void *arg, int level, const char *msg)
 {
@@ -21,7 +23,7 @@ static void stderr_sink(void *arg, int level, const char *msg)
 /*
  * The sink is called under the read lock, so once log_set_sink returns no
  * thread still calls the old one: its owner may free what it used.  Never
- * on a core's loop (it does not log), so the lock costs the data path
+ * on a core's loop (it defers: log_defer), so the lock costs the data path
  * nothing.
  */
 static pthread_rwlock_t sink_lock = PTHREAD_RWLOCK_INITIALIZER;
@@ -75,6 +77,129 @@ static void log_emit(int level, const char *msg)
 	pthread_rwlock_unlock(&sink_lock);
 }
 
+/* ---- the cores' mailboxes ---- */
+
+/* The box the calling thread defers to; NULL: it calls the sink itself. */
+static __thread struct log_box *defer_box;
+
+void log_box_init(struct log_box *b, const char *name, unsigned index)
+{
+	memset(b, 0, sizeof(*b));
+	pthread_mutex_init(&b->drain_lock, NULL);
+	snprintf(b->name, sizeof(b->name), "%s %u", name, index);
+}
+
+void log_box_fini(struct log_box *b)
+{
+	pthread_mutex_destroy(&b->drain_lock);
+}
+
+struct log_box *log_defer(struct log_box *b)
+{
+	struct log_box *prev = defer_box;
+
+	defer_box = b;
+	return prev;
+}
+
+/* Claim the next index of b; false when b is full (the drainer
+ * LOG_BOX_SLOTS behind).  A stale h (the drainer passed it meanwhile) is
+ * read again, not taken for a full box. */
+static bool log_box_claim(struct log_box *b, uint32_t *out)
+{
+	uint32_t h = READ_ONCE(b->head);
+
+	for (;;) {
+		/* pairs with: store_release of tail in log_box_take (its slot emptied) */
+		uint32_t t = load_acquire(b->tail);
+
+		if (h - t < LOG_BOX_SLOTS) {
+			if (cas_relaxed(b->head, &h, h + 1)) /* else h is the head now */
+				break;
+		} else if (h == READ_ONCE(b->head)) {
+			return false;
+		} else {
+			h = READ_ONCE(b->head);
+		}
+	}
+	*out = h;
+	return true;
+}
+
+/* Leave msg in b: claim an index, fill its slot, publish it.  A full box
+ * drops the message and counts it. */
+static void log_box_put(struct log_box *b, int level, const char *msg)
+{
+	struct log_slot *s;
+	uint32_t h;
+	size_t len;
+
+	if (!log_box_claim(b, &h)) {
+		fetch_add_relaxed(b->dropped, 1);
+		return;
+	}
+	s = &b->slot[h & (LOG_BOX_SLOTS - 1)];
+	len = strnlen(msg, LOG_MSG_MAX - 1);
+	memcpy(s->msg, msg, len);
+	s->msg[len] = '\0';
+	s->level = level;
+	store_release(s->full, 1); /* pairs with: load_acquire in log_box_take */
+}
+
+int log_box_pending(const struct log_box *b)
+{
+	const struct log_slot *s = &b->slot[READ_ONCE(b->tail) & (LOG_BOX_SLOTS - 1)];
+
+	return READ_ONCE(s->full) != 0 || READ_ONCE(b->dropped) != 0;
+}
+
+/* The drainer's: the next message of b into line, or false (none ready;
+ * one claimed but not yet filled waits for the next drain). */
+static bool log_box_take(struct log_box *b, int *level, char *line, size_t len)
+{
+	uint32_t t = READ_ONCE(b->tail); /* written by drainers only, under drain_lock */
+	struct log_slot *s = &b->slot[t & (LOG_BOX_SLOTS - 1)];
+
+	if (!load_acquire(s->full)) /* pairs with: store_release in log_box_put */
+		return false;
+	snprintf(line, len, "%s: %s", b->name, s->msg);
+	*level = s->level;
+	WRITE_ONCE(s->full, 0);
+	store_release(b->tail, t + 1); /* pairs with: load_acquire in log_box_put */
+	return true;
+}
+
+unsigned log_box_drain(struct log_box *b)
+{
+	char line[LOG_MSG_MAX + sizeof(b->name) + 2];
+	unsigned long long dropped;
+	unsigned n = 0;
+	int level;
+
+	pthread_mutex_lock(&b->drain_lock);
+	while (log_box_take(b, &level, line, sizeof(line))) {
+		log_emit(level, line);
+		n++;
+	}
+	dropped = xchg_relaxed(b->dropped, 0);
+	if (dropped) {
+		snprintf(line, sizeof(line), "%s: %llu message(s) dropped: its log mailbox was full",
+			 b->name, dropped);
+		log_emit(LOG_WARN, line);
+	}
+	pthread_mutex_unlock(&b->drain_lock);
+	return n;
+}
+
+/* Where this thread's messages go: its core's box, or the sink. */
+static void log_deliver(int level, const char *msg)
+{
+	if (defer_box)
+		log_box_put(defer_box, level, msg);
+	else
+		log_emit(level, msg);
+}
+
 /* May this thread log now?  Says first how many it dropped before. */
 static bool log_admit(void)
 {
@@ -96,7 +221,7 @@ static bool log_admit(void)
 	if (lim.dropped) {
 		snprintf(note, sizeof(note), "(%lu message(s) of this thread dropped before: "
 			 "over %u a second)", lim.dropped, lim.per_sec);
-		log_emit(LOG_WARN, note);
+		log_deliver(LOG_WARN, note);
 		lim.dropped = 0;
 	}
 	return true;
@@ -112,5 +237,5 @@ void flog(int level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	log_emit(level, msg);
+	log_deliver(level, msg);
 }

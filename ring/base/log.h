@@ -3,11 +3,20 @@
  * The library's messages.  Nothing in ferry writes to stderr itself: every
  * message goes through flog() to one process-wide sink, the application's
  * callback (ferry_log_set in ferry.h) or, by default, stderr with a
- * "ferry: " prefix.  Never called from a core's loop (the hot path does not
- * log); control paths and start-up only.
+ * "ferry: " prefix.  A core's thread (and an application thread while it
+ * runs a core's pass) defers: its flog() only leaves the message in the
+ * core's mailbox (struct log_box), and a control thread hands it to the
+ * sink later, so an error path on a core never takes the sink's lock nor
+ * waits in the application's callback.
  */
 #ifndef FERRY_BASE_LOG_H
 #define FERRY_BASE_LOG_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define LOG_MSG_MAX 512
+#define LOG_BOX_SLOTS 32 /* a power of two */
 
 /* The same values as enum ferry_log_level in ferry.h. */
 enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
@@ -29,6 +38,41 @@ void log_fork_child(void);
  * for a thread that logs what remote peers make it log: those over the
  * limit are dropped, and the next one that goes says how many were. */
 void log_thread_limit(unsigned per_sec);
+
+/*
+ * A core's mailbox: bounded, lock-free on the side that fills it (any
+ * thread running the core's passes: its own thread, an application thread
+ * in idle caller mode, so several producers, each a claim by CAS), drained
+ * by one control thread at a time (drain_lock).  What finds it full is
+ * counted, and the count said at the next drain.
+ */
+struct log_slot {
+	uint32_t full;                 /* store_release by the filler, the drainer clears */
+	int level;
+	char msg[LOG_MSG_MAX];
+};
+
+struct log_box {
+	uint32_t head;                 /* next index to claim (cas_relaxed) */
+	uint32_t tail;                 /* next index to drain (store_release by the drainer) */
+	uint64_t dropped;              /* messages that found it full (relaxed) */
+	pthread_mutex_t drain_lock;    /* one drainer at a time; never taken by a filler */
+	char name[32];                 /* the prefix of its messages ("core 0") */
+	struct log_slot slot[LOG_BOX_SLOTS];
+};
+
+/* Set b up (empty, its messages prefixed "<name> <index>: "); before
+ * anyone defers into it. */
+void log_box_init(struct log_box *b, const char *name, unsigned index);
+void log_box_fini(struct log_box *b);
+/* From now on, the calling thread's messages go to b (NULL: to the sink
+ * again); returns the box it deferred to before.  No lock, no call. */
+struct log_box *log_defer(struct log_box *b);
+/* Hand what b holds to the sink, each message prefixed with b's name; how
+ * many.  A thread that does not defer (the repair thread, engine destroy). */
+unsigned log_box_drain(struct log_box *b);
+/* Whether b holds a message ready to drain (any thread: a hint). */
+int log_box_pending(const struct log_box *b);
 
 /* Format and hand one message to the sink (truncated at 511 bytes). */
 void flog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
