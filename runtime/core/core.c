@@ -404,9 +404,9 @@ static void core_drain_abandon(struct ferry_core *c)
 		wrs += c->tx[t].cq_quota.depth;
 	if (!wrs)
 		return;
-	log_warn("core %u: %u work requests never came back from the device in %llu ms "
-		 "(not even flushed): their requests end FAILED -ECANCELED",
-		 c->index, wrs, DRAIN_NS / 1000000);
+	log_warn("%u work requests never came back from the device in %llu ms (not even "
+		 "flushed): their requests end FAILED -ECANCELED", /* "core N: " by its box */
+		 wrs, DRAIN_NS / 1000000);
 	for (uint32_t k = 0; k < c->eps.cap; k++) {
 		struct ferry_ep *ep = core_ep_at(c, k);
 
@@ -496,11 +496,12 @@ static void *core_main(void *arg)
 	struct ferry_core *c = arg;
 	uint64_t t0, t1;
 
+	log_defer(&c->logbox); /* never the sink's lock or callback on a core */
 	urcu_qsbr_register_thread();
 	if (c->e->opts.counters)
 		perf_open_self(&c->perf);
 	if (c->e->opts.verbose && c->perf.why[0])
-		log_info("core %u: hardware counters: %s", c->index, c->perf.why);
+		log_info("hardware counters: %s", c->perf.why); /* "core N: " by its box */
 	if (c->waiters_drive)
 		core_thread_takes_back(c); /* held while awake; let go only asleep */
 	t0 = ferry_tsc();
@@ -686,6 +687,7 @@ int core_create(struct ferry_engine *e, unsigned index, unsigned cpu, const char
 	if (!c)
 		return -ENOMEM;
 	memset(c, 0, sizeof(*c));
+	log_box_init(&c->logbox, "core", index); /* first: core_destroy finis it */
 	c->e = e;
 	c->segs = &e->segs;
 	c->index = index;
@@ -754,6 +756,7 @@ void core_stop(struct ferry_core *c)
 		return;
 	core_stop_begin(c);
 	pthread_join(c->thread, NULL);
+	log_box_drain(&c->logbox); /* its last words: core_drain's */
 	c->started = 0;
 }
 
@@ -787,5 +790,6 @@ void core_destroy(struct ferry_core *c)
 	perf_close(&c->perf);
 	if (c->wake_fd >= 0)
 		fd_close(c->wake_fd);
+	log_box_fini(&c->logbox);
 	numa_free(c, sizeof(*c));
 }

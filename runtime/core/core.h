@@ -22,6 +22,7 @@
 #include "qp/post/post.h"
 #include "ring/base/compiler.h"
 #include "ring/base/counters.h"
+#include "ring/base/log.h"
 #include "ring/ring.h"
 #include "runtime/metrics/histo.h"
 #include "runtime/metrics/perf.h"
@@ -163,6 +164,9 @@ struct ferry_core {
 	int numa;
 	char nic_name[CORE_MAX_TX * 64]; /* "rxe0", "rxe0,tcp,cma" */
 	struct ferry_engine *e;
+	/* What its passes log, whoever runs them (log_defer): the repair
+	 * thread hands it to the sink, core_stop the last of it. */
+	struct log_box logbox;
 };
 
 /* What the core shares with other threads sits on lines of its own. */

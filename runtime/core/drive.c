@@ -42,6 +42,7 @@
 
 #include "ring/base/clock.h"
 #include "ring/base/counters.h"
+#include "ring/base/log.h"
 #include "runtime/engine/engine.h"
 
 enum { DRIVER_FREE = 0, DRIVER_THREAD = 1, DRIVER_CALLER = 2, DRIVER_WANTED = 4 };
@@ -220,12 +221,17 @@ static void core_caller_lets_go(struct ferry_core *c)
 /* A caller's pass of c, which it holds (cas_acquire in its callers). */
 static uint32_t core_caller_pass(struct ferry_core *c)
 {
+	struct log_box *own;
 	uint32_t work;
 	uint64_t t0;
 
 	caller_online(c->caller_mode);
 	t0 = ferry_tsc();
+	own = log_defer(&c->logbox); /* the pass logs as the core's thread would */
 	work = core_run_pass(c, t0);
+	log_defer(own);
+	if (unlikely(log_box_pending(&c->logbox)))
+		repair_kick(c->e); /* it logged: out now, not at the repair thread's next round */
 	stat_add(&c->ctr, caller_passes, 1);
 	WRITE_ONCE(c->driven_at, t0);
 	core_account_time(c, t0, ferry_tsc(), work);

@@ -18,6 +18,7 @@
 
 #include "ring/base/clock.h"
 #include "ring/base/counters.h"
+#include "ring/base/log.h"
 #include "runtime/engine/engine.h"
 
 #define SPIN_LOOPS 256          /* idle checks before giving the CPU back */
@@ -101,6 +102,8 @@ static void core_sleep(struct ferry_core *c, int timeout_ms, bool on_cq, bool le
 	ferry_tsan_release(&c->e->tsan_gp);
 	if (let_go && !core_thread_sleeps(c))
 		goto out; /* idle caller: an application thread asked for the core */
+	if (unlikely(log_box_pending(&c->logbox)))
+		repair_kick(c->e); /* what the core logged goes out now: it sleeps anyway */
 	urcu_qsbr_thread_offline();
 	poll(fds, n, timeout_ms);
 	if (let_go) /* offline while a waiter's pass ends: no grace period waits on us */

@@ -612,6 +612,17 @@ static unsigned repair_reconnects(struct ferry_engine *e)
 	return n;
 }
 
+/* What the cores' passes logged (log_defer): to the sink, from here. */
+static unsigned repair_logs(struct ferry_engine *e)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < e->ncores; i++)
+		if (log_box_pending(&e->cores[i]->logbox))
+			n += log_box_drain(&e->cores[i]->logbox);
+	return n;
+}
+
 /* ms until the next timed job (a back-off running out), at most
  * REPAIR_WAIT_MAX_MS. */
 static int repair_next_ms(struct ferry_engine *e)
@@ -630,7 +641,7 @@ static int repair_next_ms(struct ferry_engine *e)
 static bool repair_has_work(struct ferry_engine *e)
 {
 	for (unsigned i = 0; i < e->ncores; i++)
-		if (ferry_ring_count(&e->cores[i]->repairs))
+		if (ferry_ring_count(&e->cores[i]->repairs) || log_box_pending(&e->cores[i]->logbox))
 			return true;
 	if (READ_ONCE(e->reaper.retired) || READ_ONCE(e->repair.disc_queued))
 		return true;
@@ -709,6 +720,7 @@ static void *repair_main(void *arg)
 		work += repair_flights_run(e);
 		work += repair_reconnects(e);
 		work += reap_run(&e->reaper);
+		work += repair_logs(e);
 		/* pairs with: store_release in disc_wake_repair (items queued) */
 		if (xchg_acquire(e->repair.disc_queued, 0))
 			e->repair.landed = true; /* their DISCONNECTs go with the next flush */

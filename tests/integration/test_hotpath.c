@@ -4,12 +4,19 @@
  * co., the pthread lock functions and write(2), and counts calls made from
  * worker-core threads while requests stream through two engines.  After the
  * warm-up the counts must stay at zero.  (Plain build only: the sanitizers
- * interpose the same functions themselves.)
+ * interpose the same functions themselves.)  Error paths that log on a
+ * core (a tcp peer's bogus connection) must not call the log sink there
+ * either: the message is left for a control thread to emit.
  */
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include "qp/tcp/tcp.h"
+#include "ring/base/clock.h"
 #include "tests/harness/harness.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -235,12 +242,134 @@ static void test_caller_passes_are_clean(void **state)
 	pair_teardown(&p);
 }
 
+/* The log sink: counts the refusals it is told about, and the calls made
+ * on a watched thread (a core's, or the application's running passes). */
+static unsigned long sink_refused, sink_on_core;
+
+static void count_sink(void *arg, enum ferry_log_level level, const char *msg)
+{
+	(void)arg;
+	(void)level;
+	if (on_core())
+		__atomic_fetch_add(&sink_on_core, 1, __ATOMIC_RELAXED);
+	if (strstr(msg, "refused"))
+		__atomic_fetch_add(&sink_refused, 1, __ATOMIC_RELAXED);
+}
+
+/* Connect to the tcp data listener of e's core 0 and send it garbage
+ * instead of a HELLO: the core refuses the connection and says so. */
+static void send_bogus_hello(struct ferry_engine *e)
+{
+	struct ferry_core *c = e->cores[0];
+	int t = core_tx_of(c, "tcp");
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	uint8_t junk[64];
+	int fd;
+
+	assert_true(t >= 0);
+	sa.sin_port = htons(tcp_port(c->tx[t].nic));
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	memset(junk, 0xa5, sizeof(junk));
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(send(fd, junk, sizeof(junk), MSG_NOSIGNAL), (ssize_t)sizeof(junk));
+	close(fd);
+}
+
+/*
+ * A tcp engine whose core refuses a bogus connection: the refusal is
+ * logged, yet the core (or, idle caller, the application thread running
+ * its pass) takes no lock and never calls the sink; the message still
+ * reaches the sink, from another thread, within a bounded wait.
+ */
+static void bogus_peer_logs_off_core(enum ferry_idle idle)
+{
+	struct ferry_engine *e;
+	struct ferry_opts o;
+	uint64_t deadline;
+	bool in_time;
+
+	/* Under a sanitizer (no interposition) the sink's checks still hold. */
+	n_watched = 0;
+	n_alloc = n_lock = n_write = 0;
+	sink_refused = sink_on_core = 0;
+	pair_opts(&o, "0");
+	o.nics = "tcp";
+	o.idle = idle;
+	assert_int_equal(ferry_engine_create(&o, &e), 0);
+	for (int i = 0; i < 50; i++) /* warm-up: this thread's RCU registration */
+		(void)ferry_progress(e);
+	ferry_log_set(count_sink, NULL);
+	watch_cores(e);
+	if (idle == FERRY_IDLE_CALLER)
+		watched[n_watched++] = pthread_self();
+	__atomic_store_n(&armed, 1, __ATOMIC_RELEASE);
+	send_bogus_hello(e);
+	deadline = ferry_now_ms() + 5000;
+	while (!__atomic_load_n(&sink_refused, __ATOMIC_RELAXED) && ferry_now_ms() < deadline)
+		if (idle != FERRY_IDLE_CALLER || !ferry_progress(e))
+			usleep(100);
+	in_time = __atomic_load_n(&sink_refused, __ATOMIC_RELAXED) > 0; /* not destroy's drain */
+	__atomic_store_n(&armed, 0, __ATOMIC_RELEASE);
+	ferry_engine_destroy(e);
+	ferry_log_set(NULL, NULL); /* its lock: every sink call is over and seen */
+	n_watched = 0;
+	print_message("core threads: %lu allocations, %lu lock calls, %lu writes, %lu sink "
+		      "calls; %lu refusals logged\n", n_alloc, n_lock, n_write, sink_on_core,
+		      sink_refused);
+	assert_true(in_time);
+	assert_int_equal(sink_on_core, 0);
+	assert_int_equal(n_alloc, 0);
+	assert_int_equal(n_lock, 0);
+	assert_int_equal(n_write, 0);
+}
+
+static void test_core_error_logs_off_core(void **state)
+{
+	(void)state;
+	bogus_peer_logs_off_core(FERRY_IDLE_ADAPTIVE);
+}
+
+static void test_caller_error_logs_off_core(void **state)
+{
+	(void)state;
+	bogus_peer_logs_off_core(FERRY_IDLE_CALLER);
+}
+
+/*
+ * What a core left in its mailbox and no repair round drained yet (the
+ * repair thread stops first at destroy, without a last round) still
+ * reaches the sink: core_stop drains it once the thread is gone.
+ */
+static void test_core_log_kept_at_destroy(void **state)
+{
+	struct ferry_engine *e;
+	struct ferry_opts o;
+	struct log_box *own;
+
+	(void)state;
+	sink_refused = 0;
+	pair_opts(&o, "0");
+	assert_int_equal(ferry_engine_create(&o, &e), 0);
+	ferry_log_set(count_sink, NULL);
+	own = log_defer(&e->cores[0]->logbox); /* as the core's thread would */
+	flog(LOG_WARN, "a connection refused: its last words");
+	log_defer(own);
+	ferry_engine_destroy(e);
+	ferry_log_set(NULL, NULL);
+	assert_int_equal(sink_refused, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_counting_works),
 		cmocka_unit_test(test_core_loop_is_clean),
 		cmocka_unit_test(test_caller_passes_are_clean),
+		cmocka_unit_test(test_core_error_logs_off_core),
+		cmocka_unit_test(test_caller_error_logs_off_core),
+		cmocka_unit_test(test_core_log_kept_at_destroy),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
