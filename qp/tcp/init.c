@@ -57,7 +57,7 @@ static void init_fail(struct tcp_qp *qp, enum nic_wc_status st, const char *why,
 	qp->error = true;
 	if (why)
 		tcp_log(qp->ctx, LOG_WARN, "QP %u (to QP %u): %s%s%s; %u WRs fail", qp->qpn,
-			qp->peer_qpn, why, err ? ": " : "", err ? strerror(-err) : "",
+			qp->peer_qpn, why, err ? ": " : "", err ? log_errstr(-err) : "",
 			qp->tail - qp->head);
 	if (qp->head != qp->tail) {
 		const struct tcp_wqe *w = sq_at(qp, qp->head++);

@@ -59,7 +59,7 @@ static void accept_out_of_fds(struct tcp_ctx *ctx, struct tcp_cq *cq, int err)
 {
 	int fd;
 
-	tcp_log(ctx, LOG_WARN, "accept: %s: a connection refused", strerror(err));
+	tcp_log(ctx, LOG_WARN, "accept: %s: a connection refused", log_errstr(err));
 	if (ctx->spare_fd < 0) /* lost to a race for the last fd last time */
 		ctx->spare_fd = tcp_spare_open();
 	if (ctx->spare_fd < 0)
@@ -90,7 +90,7 @@ void tcp_accept(struct tcp_cq *cq)
 				continue;
 			}
 			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				tcp_log(ctx, LOG_WARN, "accept: %s", strerror(errno));
+				tcp_log(ctx, LOG_WARN, "accept: %s", log_errstr(errno));
 			return;
 		}
 		cq->cnt[TC_ACCEPTED]++;
@@ -103,7 +103,7 @@ void tcp_accept(struct tcp_cq *cq)
 		if (slot < 0 || tcp_sock_opts(fd) || epoll_ctl(cq->epfd, EPOLL_CTL_ADD, fd, &ev)) {
 			cq->cnt[TC_REFUSED]++;
 			tcp_log(ctx, LOG_WARN, "a connection refused: %s",
-				slot < 0 ? "too many waiting for their HELLO" : strerror(errno));
+				slot < 0 ? "too many waiting for their HELLO" : log_errstr(errno));
 			sock_close(fd);
 			continue;
 		}
@@ -178,7 +178,7 @@ static void tcp_bind(struct tcp_cq *cq, uint32_t slot, struct tcp_qp *qp, const 
 	struct tcp_pending *p = &cq->pend[slot];
 
 	if (epoll_ctl(cq->epfd, EPOLL_CTL_MOD, p->fd, &ev)) {
-		pending_refuse(cq, slot, qp->qpn, strerror(errno));
+		pending_refuse(cq, slot, qp->qpn, log_errstr(errno));
 		return;
 	}
 	qp->fd = p->fd;
@@ -208,7 +208,7 @@ void tcp_pending_io(struct tcp_cq *cq, uint32_t slot)
 	if (r <= 0) {
 		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 			return;
-		pending_refuse(cq, slot, 0, r == 0 ? "closed before its HELLO" : strerror(errno));
+		pending_refuse(cq, slot, 0, r == 0 ? "closed before its HELLO" : log_errstr(errno));
 		return;
 	}
 	p->got += (uint32_t)r;
@@ -259,7 +259,7 @@ static void serve_close(struct tcp_qp *qp, int counter, const char *why, int err
 		qp->cq->cnt[counter]++;
 	if (why)
 		tcp_log(qp->ctx, LOG_WARN, "QP %u (from QP %u): %s%s%s; connection closed", qp->qpn,
-			qp->peer_qpn, why, err ? ": " : "", err ? strerror(-err) : "");
+			qp->peer_qpn, why, err ? ": " : "", err ? log_errstr(-err) : "");
 	tcp_conn_close(qp);
 	qp->rsp_head = qp->rsp_tail;
 	qp->rsp_off = 0;

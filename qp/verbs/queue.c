@@ -494,7 +494,7 @@ int fv_qp_set_error(struct nic_qp *q)
 	rc = fv_calls.modify_qp(qp->qp, &a, IBV_QP_STATE);
 	if (unlikely(rc)) {
 		rc = fv_errno(rc);
-		vlog(qp->nic, "QP 0x%x ->ERR failed: %s", qp->qp->qp_num, strerror(rc));
+		vlog(qp->nic, "QP 0x%x ->ERR failed: %s", qp->qp->qp_num, log_errstr(rc));
 		return -rc;
 	}
 	return 0;

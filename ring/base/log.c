@@ -239,3 +239,10 @@ void flog(int level, const char *fmt, ...)
 	va_end(ap);
 	log_deliver(level, msg);
 }
+
+const char *log_errstr(int err)
+{
+	const char *d = strerrordesc_np(err);
+
+	return d ? d : "unknown error";
+}

@@ -77,6 +77,11 @@ int log_box_pending(const struct log_box *b);
 /* Format and hand one message to the sink (truncated at 511 bytes). */
 void flog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* err's (positive errno) English text, for messages a core may write:
+ * strerror() translates through gettext, which takes glibc's locale lock;
+ * this reads a constant table (strerrordesc_np), never locks or allocates. */
+const char *log_errstr(int err);
+
 #define log_err(...) flog(LOG_ERROR, __VA_ARGS__)
 #define log_warn(...) flog(LOG_WARN, __VA_ARGS__)
 #define log_info(...) flog(LOG_INFO, __VA_ARGS__)
