@@ -261,8 +261,10 @@ typedef void (*ferry_log_fn)(void *arg, enum ferry_log_level level, const char *
  * Send every message of the library to fn(arg, level, msg) instead of
  * stderr (NULL: back to stderr, "ferry: " prefixed).  Process-wide.  Once
  * it returns, the previous sink is no longer called (its arg may be freed).
- * fn may be called from any ferry thread (never from a core's loop), one
- * call at a time per thread, and must not call into ferry.  Any thread.
+ * fn may be called from any ferry thread (never from a core's loop: a
+ * core's messages reach fn from the repair thread, "core N: " prefixed,
+ * up to about a second later), one call at a time per thread, and must
+ * not call into ferry.  Any thread.
  */
 FERRY_API void ferry_log_set(ferry_log_fn fn, void *arg);
 
