@@ -86,16 +86,31 @@ static void peers_keepalive(struct ferry_engine *e)
 	if (ptrs && rcs) {
 		unsigned mute = 0;
 		bool store_ok = true; /* a store that does not answer holds up no more keepalives */
+		uint64_t recheck_until;
 
 		for (unsigned i = 0; i < n; i++)
 			ptrs[i] = addr[i];
-		if (ctl_keepalive_many(&e->client, ptrs, n, timeout, e->incarnation, rcs) == 0)
-			for (unsigned i = 0; i < n; i++) {
-				mute += rcs[i] == -ETIMEDOUT;
+		if (ctl_keepalive_many(&e->client, ptrs, n, timeout, e->incarnation, rcs) == 0) {
+			/* A slow store (answers near its 2 s) over many dead
+			 * peers must not hold up the next round, whose
+			 * keepalives keep our QPs at live peers: the rest wait
+			 * for a later round (still refused then). */
+			recheck_until = ferry_now_ms() + (uint64_t)timeout;
+			for (unsigned k = 0; k < n; k++)
+				mute += rcs[k] == -ETIMEDOUT;
+			/* From where the last round stopped, so that the same
+			 * first few cannot take every round's time. */
+			for (unsigned k = 0, i; k < n && store_ok; k++) {
+				i = (e->lease.recheck_from + k) % n;
+				if (ferry_now_ms() >= recheck_until) {
+					e->lease.recheck_from = i;
+					break;
+				}
 				/* The engine there is gone: did its name move? */
-				if (rcs[i] == -ECONNREFUSED && store_ok)
+				if (rcs[i] == -ECONNREFUSED)
 					store_ok = seg_names_recheck(e, addr[i]) == 0;
 			}
+		}
 		fetch_add_relaxed(e->lease.rounds, 1);
 		fetch_add_relaxed(e->lease.unanswered, mute);
 	}

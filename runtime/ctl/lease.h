@@ -20,6 +20,7 @@ struct lease {
 	int wake_fd;                   /* eventfd: lease_stop wakes the thread */
 	uint64_t next_keepalive_ms;    /* the lease thread's own */
 	uint64_t next_expire_ms;
+	unsigned recheck_from;         /* the lease thread's own: peers_keepalive's */
 	/* statistics (relaxed; tests read them) */
 	uint64_t rounds;               /* keepalive rounds sent */
 	uint64_t unanswered;           /* keepalives that got no answer in time */
