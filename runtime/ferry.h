@@ -104,7 +104,9 @@ enum ferry_idle {
 struct ferry_opts {
 	size_t opts_size;      /**< sizeof the struct the caller was compiled with: set by
 	                        *   ferry_opts_default(), leave it alone */
-	const char *cores;     /**< "0-3,8" or "0xf"; NULL/"" = first online core */
+	const char *cores;     /**< "0-3,8" or "0xf" (a mask of up to 64 bits); at most 64
+	                        *   cores, each online and listed once; NULL/"" = first
+	                        *   online core */
 	const char *nics;      /**< "auto" (default): every transport this host has -- the
 	                        *   RDMA device of each core's NUMA node (if any), tcp
 	                        *   and cma; segments pick per peer (see
@@ -112,20 +114,27 @@ struct ferry_opts {
 	                        *   names ("rxe0,rxe1", "loop" = software NIC) dealt to
 	                        *   the cores round robin, and the words "tcp" and "cma"
 	                        *   (every core gets that transport) */
-	const char *listen;    /**< control address "ip:port"; port 0 = any */
-	uint32_t slice_size;   /**< bytes per work request (default 65536) */
-	uint32_t qps_per_ep;   /**< QPs per endpoint (default 2) */
-	uint32_t wrs_per_qp;   /**< send queue depth per QP (default 256) */
-	uint32_t cqes;         /**< completion queue entries per core (default 4096) */
-	uint32_t signal_every; /**< signal at least every Nth WR (default 16) */
-	uint32_t ring_size;    /**< SPSC ring slots per (port, core), power of 2 (default 1024) */
-	uint32_t retries;      /**< retries per failed slice, other QP first, then other rails (default 9) */
+	const char *listen;    /**< control address "ip:port", at most 63 characters;
+	                        *   port 0 = any */
+	/* ferry_engine_create refuses a numeric knob outside its range -EINVAL. */
+	uint32_t slice_size;   /**< bytes per work request, 4096..2^30 (default 65536) */
+	uint32_t qps_per_ep;   /**< QPs per endpoint, 1..16 (default 2) */
+	uint32_t wrs_per_qp;   /**< send queue depth per QP, 1..32768 (default 256) */
+	uint32_t cqes;         /**< completion queue entries per core and transport,
+	                        *   wrs_per_qp..2^20 (default 4096) */
+	uint32_t signal_every; /**< signal at least every Nth WR, 1..wrs_per_qp (default 16) */
+	uint32_t ring_size;    /**< SPSC ring slots per (port, core), a power of 2 in
+	                        *   4..2^20 (default 1024) */
+	uint32_t retries;      /**< retries per failed slice, other QP first, then other
+	                        *   rails, 0..100 (default 9) */
 	uint32_t timeout_ms;   /**< slice timeout; 0 = off (default 10000) */
-	uint32_t rail_errors;  /**< errors within rail_window_ms that pause a rail (default 3) */
-	uint32_t rail_window_ms; /**< rail health window (default 100) */
-	uint32_t rail_pause_ms;  /**< first pause of a failing rail; doubles while it keeps
-	                          *   failing, ends early on a success (default 10) */
-	uint32_t rail_pause_max_ms; /**< longest pause (default 2000) */
+	uint32_t rail_errors;  /**< errors within rail_window_ms that pause a rail,
+	                        *   1..1000000 (default 3) */
+	uint32_t rail_window_ms; /**< rail health window, 1..3600000 (default 100) */
+	uint32_t rail_pause_ms;  /**< first pause of a failing rail, 1..rail_pause_max_ms;
+	                          *   doubles while it keeps failing, ends early on a
+	                          *   success (default 10) */
+	uint32_t rail_pause_max_ms; /**< longest pause, 1..3600000 (default 2000) */
 	uint32_t keepalive_ms; /**< tell every open segment's peer we are alive this often, so
 	                        *   it keeps our QPs (default 5000; 0 = never) */
 	uint32_t lease_ms;     /**< free the QPs of an initiator silent this long (crashed
@@ -137,7 +146,7 @@ struct ferry_opts {
 	                        *   context holds, one spare for a repair): a larger value
 	                        *   is lowered to that (said when verbose) */
 	enum ferry_idle idle;  /**< idle policy (default adaptive) */
-	int verbose;           /**< log start-up decisions to stderr */
+	int verbose;           /**< log start-up decisions (to the log sink: ferry_log_set) */
 	int counters;          /**< 1 (default): per-core latency histogram and hardware
 	                        *   counters; 0: off (software counters stay; used to
 	                        *   measure what the others cost) */
@@ -147,9 +156,10 @@ struct ferry_opts {
 	                        *   (peers reach it by "host:port" only) */
 	const char *metadata;  /**< where names are published: "p2p" (default: no store,
 	                        *   "host:port" addresses only), "redis://host:port" or
-	                        *   "etcd://host:port" */
-	const char *secret_file; /**< the cluster key: a file of at least 32 bytes, mode
-	                        *   0600 (group/other-readable is refused); every control
+	                        *   "etcd://host:port"; at most 127 characters */
+	const char *secret_file; /**< the cluster key: a regular file of 32 bytes (not
+	                        *   counting trailing whitespace) to 64 KiB, mode 0600
+	                        *   (group/other-readable is refused); every control
 	                        *   and tcp data connection proves both sides hold it.
 	                        *   NULL = no authentication */
 	/* Added in 0.3. */
@@ -285,11 +295,15 @@ FERRY_API void ferry_opts_default(struct ferry_opts *o);
  * FERRY_CQES, FERRY_SIGNAL_EVERY, FERRY_RING_SIZE, FERRY_RETRIES,
  * FERRY_TIMEOUT_MS, FERRY_RAIL_ERRORS, FERRY_RAIL_WINDOW_MS, FERRY_RAIL_PAUSE_MS,
  * FERRY_RAIL_PAUSE_MAX_MS, FERRY_KEEPALIVE_MS, FERRY_LEASE_MS, FERRY_EP_CACHE,
- * FERRY_IDLE (adaptive|spin), FERRY_VERBOSE, FERRY_COUNTERS (0|1), FERRY_NAME,
- * FERRY_METADATA, FERRY_SECRET_FILE.
- * Returns -EINVAL (and names the variable on stderr) on a malformed value;
- * o is left unchanged then.  String fields point into the environment.
- * Any thread.
+ * FERRY_IDLE (adaptive|spin|caller), FERRY_IDLE_LINGER_US, FERRY_VERBOSE (0|1),
+ * FERRY_COUNTERS (0|1), FERRY_NAME, FERRY_METADATA, FERRY_SECRET_FILE.
+ * Numbers are plain decimal up to 4294967295; K/M/G (binary) only on
+ * FERRY_SLICE_SIZE, FERRY_WRS_PER_QP, FERRY_CQES and FERRY_RING_SIZE.  A
+ * number's range is checked by ferry_engine_create, not here.
+ * Returns -EINVAL (and names each bad variable in a message to the log
+ * sink, see ferry_log_set) on a malformed value (an empty one too, but
+ * FERRY_CORES="" means the first online core); o is left unchanged then.
+ * String fields point into the environment.  Any thread.
  */
 FERRY_API int ferry_opts_from_env(struct ferry_opts *o);
 
@@ -301,8 +315,9 @@ FERRY_API int ferry_opts_from_env(struct ferry_opts *o);
  * -EINVAL on bad options (message on stderr names the culprit); -ENODEV
  * when a NIC of o->nics does not exist, -EPROTONOSUPPORT when a transport
  * is not built in; bind's errors for o->listen (-EADDRINUSE,
- * -EADDRNOTAVAIL); the key file's (-ENOENT, -EPERM when others may read
- * it, -EINVAL); -EEXIST when a live engine holds o->name; the store's
+ * -EADDRNOTAVAIL); the key file's (open's: -ENOENT, -EACCES; -EPERM when
+ * others may read it, -EINVAL when it is too short or not a regular file,
+ * -EFBIG past 64 KiB); -EEXIST when a live engine holds o->name; the store's
  * errors (-ECONNREFUSED, -EHOSTUNREACH, -ETIMEDOUT, ...) when the name
  * cannot be published.  On failure nothing is left behind (no thread, no
  * descriptor) and *out is not written.
@@ -405,7 +420,9 @@ FERRY_API int ferry_mem_unregister(struct ferry_engine *e, void *addr);
  * closed: -EOVERFLOW.  ferry_engine_destroy closes every segment still
  * open, whatever its count.
  *
- * -ECONNREFUSED (nothing listens there), -ECONNRESET (the peer closed
+ * -EINVAL (NULL, an address of 64 characters or more, not "a.b.c.d:port"
+ * or "localhost:port"), -ECONNREFUSED (nothing listens there), -ECONNRESET
+ * (the peer closed
  * the connection mid-call), -EHOSTUNREACH (no route to it), -ETIMEDOUT,
  * -EPROTO on control-plane failures; -EPROTONOSUPPORT when no transport of
  * ours reaches the peer (the log lists ours); -ENOSPC past FERRY_MAX_SEGMENTS
@@ -421,7 +438,8 @@ FERRY_API int ferry_segment_open(struct ferry_engine *e, const char *address, fe
 /**
  * Refetch the descriptor of an opened segment (after the peer registered
  * more memory).  -ESTALE when the peer restarted (the segment is then
- * stale: open the address again).  A refresh that finds the regions
+ * stale: open the address again); -ENOENT for an unknown or closed handle;
+ * the round trip's errors as ferry_segment_open's.  A refresh that finds the regions
  * unchanged keeps nothing (call it as often as needed); -ENOSPC once they
  * changed 8 times since the open (the replaced descriptors stay while
  * requests and prepared sets may use them: close and open again).  Any
@@ -472,7 +490,8 @@ FERRY_API int ferry_segment_regions(struct ferry_engine *e, ferry_seg_t seg,
 
 /**
  * Create a port: the submission channel of one application thread.  Only one
- * thread may use a port (and its batches) at a time.  Any thread.
+ * thread may use a port (and its batches) at a time.  -ENOSPC past 64 ports
+ * of the engine at once, -ENOMEM, -EINVAL.  Any thread.
  */
 FERRY_API int ferry_port_create(struct ferry_engine *e, struct ferry_port **out);
 
@@ -483,7 +502,8 @@ FERRY_API int ferry_port_create(struct ferry_engine *e, struct ferry_port **out)
 FERRY_API int ferry_port_destroy(struct ferry_port *p);
 
 /**
- * Create a batch of up to capacity requests on port p.  The port's thread.
+ * Create a batch of up to capacity requests on port p: capacity 1..2^24
+ * (16777216), else -EINVAL; -ENOMEM.  The port's thread.
  */
 FERRY_API int ferry_batch_create(struct ferry_port *p, uint32_t capacity, struct ferry_batch **out);
 
@@ -500,8 +520,9 @@ FERRY_API int ferry_batch_reset(struct ferry_batch *b);
  * Append n requests to batch b and hand them to the cores.  Requests are
  * validated first: a bad one (NULL local, len 0, bad op, unknown or closed
  * segment, local range outside a registered region, remote range outside
- * the peer's regions) is not posted and ends FAILED at once with the reason
- * (-EINVAL, -EBADF, -EFAULT) in its status; the others go on.  Returns the
+ * the peer's regions, a peer's region that does not allow the op, a stale
+ * segment) is not posted and ends FAILED at once with the reason (-EINVAL,
+ * -EBADF, -EFAULT, -EACCES, -ESTALE) in its status; the others go on.  Returns the
  * index of the first request in the batch, or -ENOSPC when the batch has
  * fewer than n free slots (nothing submitted), -EINVAL on NULL arguments.
  * When a ring to a core is full the call waits for room (back-pressure,
@@ -535,7 +556,7 @@ struct ferry_prep;
  * every local and remote range is validated now, so that
  * ferry_prep_submit can queue entries by index with no per-request
  * checks.  The local regions it uses cannot be unregistered while it
- * exists (-EBUSY).  -EINVAL (NULL, n == 0, a bad op or length), -EBADF
+ * exists (-EBUSY).  -EINVAL (NULL, n == 0 or above 2^24, a bad op or length), -EBADF
  * (unknown or closed segment), -ESTALE (the peer restarted: open its
  * address again), -EFAULT (a range outside registered memory,
  * with the index in the log), -EACCES (a peer's region that does not allow
