@@ -4,7 +4,7 @@
  *
  * Three modes:
  *  - one process (default): two engines, an initiator and a target, on the
- *    same NICs (the software NIC "loop" by default);
+ *    same NICs ("auto" by default: the segment takes cma, the same host);
  *  - --target: only the target engine.  It maps --buffer bytes at
  *    BENCH_TARGET_ADDR (if free), fills them with the --seed pattern,
  *    registers them, prints "ferry_bench target: listening on ADDR buffer
