@@ -72,7 +72,7 @@ extern "C" {
 #endif
 
 #define FERRY_VERSION_MAJOR 0
-#define FERRY_VERSION_MINOR 2
+#define FERRY_VERSION_MINOR 5
 
 /** Marks the library's exported functions (everything else is hidden). */
 #if defined(__GNUC__)

@@ -649,6 +649,38 @@ static void test_opts_uninitialised(void **state)
 	assert_int_equal(ferry_opts_from_env(&o), -EINVAL);
 }
 
+/*
+ * The version macros are at least the newest "Added in X.Y" of ferry.h's
+ * structs: a caller tests FERRY_VERSION_MINOR before it uses a field
+ * (idle_linger_us came in 0.3, qp_abandons in 0.5), and pkg-config's
+ * Version comes from the same macros.  Read from the source tree (the
+ * suites run from its top); skipped elsewhere.
+ */
+static void test_version_covers_fields(void **state)
+{
+	FILE *f = fopen("runtime/ferry.h", "r");
+	unsigned major, minor, newest = 0, n = 0;
+	char line[512];
+	const char *at;
+
+	(void)state;
+	if (!f)
+		skip();
+	while (fgets(line, sizeof(line), f)) {
+		at = strstr(line, "Added in ");
+		if (!at || sscanf(at, "Added in %u.%u", &major, &minor) != 2)
+			continue;
+		n++;
+		if (major * 1000 + minor > newest)
+			newest = major * 1000 + minor;
+	}
+	fclose(f);
+	assert_true(n > 0);
+	if (FERRY_VERSION_MAJOR * 1000 + FERRY_VERSION_MINOR < newest)
+		fail_msg("ferry.h says %d.%d but documents fields added in %u.%u",
+			 FERRY_VERSION_MAJOR, FERRY_VERSION_MINOR, newest / 1000, newest % 1000);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -671,6 +703,7 @@ int main(void)
 		cmocka_unit_test(test_check_bounds),
 		cmocka_unit_test(test_check_strings),
 		cmocka_unit_test(test_name_ascii_in_latin1),
+		cmocka_unit_test(test_version_covers_fields),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
