@@ -669,8 +669,8 @@ struct ferry_notif {
  * in the peer's memory.  It takes b's next slot (polled like a request:
  * ferry_req_status, ferry_batch_wait, ferry_batch_cancel), which ends DONE
  * once the peer queued it (bytes = len), TIMEOUT (-ETIMEDOUT: the peer's
- * queue stayed full for opts.timeout_ms, or the peer did not answer within
- * 2 s, or the engine was destroyed while waiting for its answer: it may
+ * queue stayed full for opts.timeout_ms (0: it waits for room for ever),
+ * or the peer did not answer within 2 s, or the engine was destroyed while waiting for its answer: it may
  * still get it; other peers' notifications do not wait), or
  * FAILED: -EMSGSIZE (len too big), -EINVAL (NULL msg with len > 0), -EBADF
  * (unknown or closed seg), -ESTALE (the peer restarted), -EIO (an earlier
