@@ -303,7 +303,10 @@ FERRY_API void ferry_opts_default(struct ferry_opts *o);
  * Returns -EINVAL (and names each bad variable in a message to the log
  * sink, see ferry_log_set) on a malformed value (an empty one too, but
  * FERRY_CORES="" means the first online core); o is left unchanged then.
- * String fields point into the environment.  Any thread.
+ * String fields point into the environment.  Read by the transports, not
+ * here (README): FERRY_GID_INDEX, FERRY_IB_TIMEOUT,
+ * FERRY_IB_RETRY_CNT, FERRY_IB_RD_ATOMIC (verbs), FERRY_CMA_ALLOW_ANY (cma).
+ * Any thread.
  */
 FERRY_API int ferry_opts_from_env(struct ferry_opts *o);
 
