@@ -315,7 +315,7 @@ FERRY_API int ferry_opts_from_env(struct ferry_opts *o);
  * worker per core and the control thread listening on o->listen; with
  * o->name, publish the name in the o->metadata store (create-if-absent,
  * under a 10 s lease the engine renews).
- * -EINVAL on bad options (message on stderr names the culprit); -ENODEV
+ * -EINVAL on bad options (a message to the log sink names the culprit); -ENODEV
  * when a NIC of o->nics does not exist, -EPROTONOSUPPORT when a transport
  * is not built in; bind's errors for o->listen (-EADDRINUSE,
  * -EADDRNOTAVAIL); the key file's (open's: -ENOENT, -EACCES; -EPERM when
