@@ -360,7 +360,10 @@ FERRY_API unsigned ferry_engine_cores(const struct ferry_engine *e);
  * or a range past the address space; -EFAULT when the range is not all
  * mapped readable (and writable, when peers may write) on an engine
  * without verbs (with verbs, rdma-core's registration decides and its
- * errno is returned); -ENOSPC past 16384 regions.  Any thread; may block.
+ * errno is returned); -ENOSPC past 16384 regions; -ENOMEM when a
+ * transport's key table is full (the loop NIC's is shared by the whole
+ * process: 65536 registrations, one per region and core of every loop
+ * engine).  Any thread; may block.
  */
 FERRY_API int ferry_mem_register(struct ferry_engine *e, void *addr, size_t len);
 
