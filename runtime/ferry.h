@@ -346,8 +346,10 @@ FERRY_API void ferry_engine_destroy(struct ferry_engine *e);
 FERRY_API const char *ferry_engine_address(const struct ferry_engine *e);
 
 /**
- * Name of the NIC that core `core` owns ("loop", "rxe0", ...), NULL for a bad
- * core.  With nics "auto" this is the NUMA-matched choice.  Any thread.
+ * Names of the NIC contexts that core `core` owns, comma-joined in the
+ * order device, tcp, cma ("loop", "rxe0", "rxe0,tcp,cma", "tcp,cma"), NULL
+ * for a bad core.  With nics "auto" the device is the NUMA-matched choice.
+ * Any thread.
  */
 FERRY_API const char *ferry_core_nic(const struct ferry_engine *e, unsigned core);
 
