@@ -317,7 +317,9 @@ FERRY_API int ferry_opts_from_env(struct ferry_opts *o);
  * under a 10 s lease the engine renews).
  * -EINVAL on bad options (a message to the log sink names the culprit); -ENODEV
  * when a NIC of o->nics does not exist, -EPROTONOSUPPORT when a transport
- * is not built in; bind's errors for o->listen (-EADDRINUSE,
+ * is not built in; a NIC's own error when it cannot be opened or cannot
+ * make a CQ of o->cqes entries (rdma-core's errno with verbs; the log says
+ * which NIC); -ENOMEM; bind's errors for o->listen (-EADDRINUSE,
  * -EADDRNOTAVAIL); the key file's (open's: -ENOENT, -EACCES; -EPERM when
  * others may read it, -EINVAL when it is too short or not a regular file,
  * -EFBIG past 64 KiB); -EEXIST when a live engine holds o->name; the store's
