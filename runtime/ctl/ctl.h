@@ -130,6 +130,13 @@ struct ctl_client {
 	uint64_t reuses;               /* calls on a kept connection */
 	uint64_t redials;              /* kept connections found broken and redialled */
 	uint64_t forged;               /* replies whose tag did not verify (connection closed) */
+	/* Tests: the next fault_left dials to port fault_port fail with
+	 * fault_rc, none reuses a kept connection there (a network that cuts
+	 * that peer off, then heals); fault_hits counts them.  Relaxed. */
+	uint16_t fault_port;
+	int fault_rc;
+	uint32_t fault_left;
+	uint32_t fault_hits;
 };
 
 /* key: prove it to every server (NULL: none).  0 or -errno. */

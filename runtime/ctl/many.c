@@ -105,7 +105,9 @@ static void call_dial(struct ctl_calls *s, struct call_slot *c)
 	ctl_sealed_free(c->pipe->frames, c->tx);
 	c->tx = NULL;
 	c->sess.on = false;
-	c->fd = ctl_dial_begin(&c->sin);
+	c->fd = ctl_dial_fault(s->cl, &c->sin);
+	if (!c->fd)
+		c->fd = ctl_dial_begin(&c->sin);
 	/* Idle connections in the pool (calls that ended well park theirs
 	 * there) may hold every descriptor left: they give way. */
 	if ((c->fd == -EMFILE || c->fd == -ENFILE) && ctl_pool_shed(s->cl))

@@ -56,6 +56,23 @@ int ctl_dial_end(int fd)
 	return -err;
 }
 
+static bool fault_armed(struct ctl_client *cl, const struct sockaddr_in *sin)
+{
+	return cl && READ_ONCE(cl->fault_left) && ntohs(sin->sin_port) == READ_ONCE(cl->fault_port);
+}
+
+int ctl_dial_fault(struct ctl_client *cl, const struct sockaddr_in *sin)
+{
+	uint32_t left = fault_armed(cl, sin) ? READ_ONCE(cl->fault_left) : 0;
+
+	while (left && !cas_relaxed(cl->fault_left, &left, left - 1))
+		; /* (another dial took one: left reloaded) */
+	if (!left)
+		return 0;
+	fetch_add_relaxed(cl->fault_hits, 1);
+	return READ_ONCE(cl->fault_rc);
+}
+
 /* Connect with a deadline.  Returns the fd or -errno. */
 static int dial_tcp(const struct sockaddr_in *sin, int64_t deadline, int stop_fd)
 {
@@ -78,8 +95,8 @@ int ctl_dial(struct ctl_client *cl, const struct sockaddr_in *sin, const char *a
 	     int64_t deadline, struct auth_sess *sess)
 {
 	int stop_fd = cl ? cl->stop_fd : -1;
-	int fd = dial_tcp(sin, deadline, stop_fd);
-	int rc;
+	int rc = ctl_dial_fault(cl, sin);
+	int fd = rc ? rc : dial_tcp(sin, deadline, stop_fd);
 
 	sess->on = false;
 	if ((fd == -EMFILE || fd == -ENFILE) && cl && ctl_pool_shed(cl))
@@ -123,6 +140,8 @@ int ctl_pool_take(struct ctl_client *cl, const struct sockaddr_in *sin, struct a
 	int fd = -1;
 
 	sess->on = false;
+	if (fault_armed(cl, sin))
+		return -1; /* the dial meets the fault */
 	pthread_mutex_lock(&cl->lock);
 	for (unsigned i = cl->n_idle; i-- > 0 && fd < 0;) {
 		struct ctl_pconn *p = &cl->idle[i];

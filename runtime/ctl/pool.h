@@ -25,6 +25,9 @@ int ctl_dial(struct ctl_client *cl, const struct sockaddr_in *sin, const char *a
  * (0 or -errno).  Neither authenticates. */
 int ctl_dial_begin(const struct sockaddr_in *sin);
 int ctl_dial_end(int fd);
+/* Tests (struct ctl_client's fault_*): the error a dial to sin meets now
+ * (and one fewer left), or 0.  cl may be NULL. */
+int ctl_dial_fault(struct ctl_client *cl, const struct sockaddr_in *sin);
 /* The newest idle connection to sin that is still good (taken out of the
  * pool, its session in *sess), or -1: no dial. */
 int ctl_pool_take(struct ctl_client *cl, const struct sockaddr_in *sin, struct auth_sess *sess);
