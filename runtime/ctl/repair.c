@@ -623,8 +623,8 @@ static unsigned repair_logs(struct ferry_engine *e)
 	return n;
 }
 
-/* ms until the next timed job (a back-off running out), at most
- * REPAIR_WAIT_MAX_MS. */
+/* ms until the next timed job (a repair's or a DISCONNECT's back-off
+ * running out), at most REPAIR_WAIT_MAX_MS. */
 static int repair_next_ms(struct ferry_engine *e)
 {
 	const struct repair *r = &e->repair;
@@ -633,6 +633,8 @@ static int repair_next_ms(struct ferry_engine *e)
 	for (unsigned k = 0; k < r->n_later; k++)
 		if (r->later[k].due_ms < next)
 			next = r->later[k].due_ms;
+	if (r->disc_due_ms && r->disc_due_ms < next)
+		next = r->disc_due_ms;
 	return next > now ? (int)(next - now) : 0;
 }
 
@@ -703,6 +705,16 @@ static bool repair_destroying(struct ferry_engine *e)
 	return d;
 }
 
+/* A DISCONNECT's back-off ran out (seg_disconnect_start said when): it
+ * goes with the next flush, which says when the next one does. */
+static bool disc_backoff_over(struct repair *r)
+{
+	if (!r->disc_due_ms || ferry_now_ms() < r->disc_due_ms)
+		return false;
+	r->disc_due_ms = 0;
+	return true;
+}
+
 static void *repair_main(void *arg)
 {
 	struct ferry_engine *e = arg;
@@ -722,7 +734,7 @@ static void *repair_main(void *arg)
 		work += reap_run(&e->reaper);
 		work += repair_logs(e);
 		/* pairs with: store_release in disc_wake_repair (items queued) */
-		if (xchg_acquire(e->repair.disc_queued, 0))
+		if (xchg_acquire(e->repair.disc_queued, 0) | disc_backoff_over(&e->repair))
 			e->repair.landed = true; /* their DISCONNECTs go with the next flush */
 		if (e->repair.landed && !repair_destroying(e)) /* the old halves of QPs ... */
 			/* ... not waited for; without room, again after the next landing */

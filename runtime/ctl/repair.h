@@ -34,6 +34,7 @@ struct repair {
 	bool landed;                   /* a handshake ended since the last DISCONNECT flush */
 	uint32_t disc_queued;          /* seg_disconnect_background queued some */
 	unsigned disc_calls;           /* calls DISCONNECTs hold (WRITE_ONCE: tests read it) */
+	uint64_t disc_due_ms;          /* the earliest DISCONNECT back-off runs out (0: none) */
 	bool reconn_deferred;          /* a reconnect found no room: none start until a call lands */
 	uint32_t reconn_slots[REPAIR_RECONN_MAX]; /* segments whose reconnect is in flight */
 	uint32_t reconn_gens[REPAIR_RECONN_MAX];  /* ... in that generation */

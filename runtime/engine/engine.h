@@ -111,6 +111,7 @@ struct ferry_engine {
 	pthread_mutex_t disc_lock;     /* disc_items */
 	TAILQ_HEAD(disc_list, disc_item) disc_items; /* peers' QPs to free, oldest first
 						      * (segment/handshake.c) */
+	unsigned disc_n;               /* items in disc_items (disc_lock) */
 	pthread_rwlock_t regions_lock; /* submitters read, register/unregister write */
 	struct mem_region **regions;   /* sorted by addr */
 	unsigned n_regions, cap_regions;

@@ -18,6 +18,9 @@ struct ferry_knobs {
 	uint32_t notif_queue;  /* notifications a receiver holds; 0 = NOTIF_QUEUE_DEFAULT */
 	uint32_t abandon_ms;   /* a QP whose WRs stay out this long is given up (tests of
 	                        * a dead device: short); 0 = ABANDON_MS (core.c) */
+	uint32_t disc_retry_ms; /* a DISCONNECT that did not get through goes again after
+	                         * this, doubled each time up to 16 x; 0 = DISC_RETRY_MS
+	                         * (segment/handshake.c) */
 };
 
 /* ferry_engine_create with knobs (NULL: none). */

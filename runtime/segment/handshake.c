@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ring/base/clock.h"
 #include "ring/base/log.h"
 #include "runtime/ctl/call.h"
 #include "runtime/ctl/ctl.h"
@@ -34,11 +35,22 @@ struct disc_item {
 	pthread_t by;      /* the thread that queued it sends it */
 	bool brief;        /* each on its own connection; at destroy DISC_BRIEF_MS */
 	uint8_t sends;     /* tries that never reached the peer (disc_unanswered_again) */
+	uint64_t due_ms;   /* its back-off runs out then (ferry_now_ms; 0: none) */
 };
 
-/* Tries of a DISCONNECT that never reaches its peer whole (connect or
- * authentication timed out) before the peer's lease is left to free it. */
-#define DISC_SENDS 3
+/*
+ * Tries of a DISCONNECT that never reaches its peer whole, for a reason
+ * that may pass (disc_transient: a partition, a peer at its connection
+ * cap), DISC_RETRY_MS apart at first, then twice as long each time up to
+ * 16 x: 250 ms .. 4 s, some 16 s of back-off in all, half the peer's
+ * lease on us.  A peer cut off for longer frees them at the lease's
+ * expiry -- unless, the partition healed, another segment's keepalives
+ * renew the lease first: then they stayed for good, which is what the
+ * tries are for.  Back to back, 3 tries covered a blip of a second.
+ */
+#define DISC_SENDS 8
+#define DISC_RETRY_MS 250
+#define DISC_RETRY_DOUBLINGS 4
 
 /* The bound of the DISCONNECTs that engine destroy sends for handshakes it
  * cancelled: a peer that does not answer must not make the destroy wait
@@ -354,6 +366,13 @@ int seg_handshake_apply(struct ferry_engine *e, unsigned i, const struct seg_pee
 	return rc;
 }
 
+/* d at the tail of the queue (disc_lock held). */
+static void disc_push(struct ferry_engine *e, struct disc_item *d)
+{
+	TAILQ_INSERT_TAIL(&e->disc_items, d, queued);
+	e->disc_n++;
+}
+
 static void disconnect_queue(struct ferry_engine *e, const char *address, uint64_t token,
 			     unsigned n, pthread_t by, bool brief)
 {
@@ -371,7 +390,7 @@ static void disconnect_queue(struct ferry_engine *e, const char *address, uint64
 		d->by = by;
 		d->brief = brief;
 		pthread_mutex_lock(&e->disc_lock);
-		TAILQ_INSERT_TAIL(&e->disc_items, d, queued);
+		disc_push(e, d);
 		pthread_mutex_unlock(&e->disc_lock);
 	}
 }
@@ -414,20 +433,35 @@ static bool disc_fits(const struct disc_item *d, const char **seen, unsigned *n_
 	return true;
 }
 
+/* Whether d waits out a back-off still (never when all: engine destroy
+ * sends each once more, now); *due: the earliest such end. */
+static bool disc_waits(const struct disc_item *d, bool all, uint64_t now, uint64_t *due)
+{
+	if (all || d->due_ms <= now)
+		return false;
+	if (!*due || d->due_ms < *due)
+		*due = d->due_ms;
+	return true;
+}
+
 /* Take the queued DISCONNECTs (the caller's, or all) of kind, as many as
  * calls_max calls carry (0: all), off the list into arrays (freed by the
  * caller); how many, 0 when none (or no memory: the leases free them);
- * *more when some of them stay queued. */
+ * *more when some of them stay queued for want of room; *due: when the
+ * first of those that wait out a back-off may go (0: none waits). */
 static unsigned disconnects_take(struct ferry_engine *e, bool all, enum disc_kind kind,
-				 unsigned calls_max, bool *more, unsigned *calls, const char ***addr,
-				 struct wire_disconnect **w, struct disc_item **items)
+				 unsigned calls_max, bool *more, uint64_t *due, unsigned *calls,
+				 const char ***addr, struct wire_disconnect **w,
+				 struct disc_item **items)
 {
 	const char *seen[CTL_CALLS_MAX];
 	struct disc_item *d, *next, **tail = items;
 	unsigned n = 0, n_seen = 0;
+	uint64_t now = ferry_now_ms();
 
 	*items = NULL;
 	*more = false;
+	*due = 0;
 	if (calls_max > CTL_CALLS_MAX)
 		calls_max = CTL_CALLS_MAX;
 	pthread_mutex_lock(&e->disc_lock);
@@ -436,13 +470,16 @@ static unsigned disconnects_take(struct ferry_engine *e, bool all, enum disc_kin
 			    d->brief == (kind == DISC_BRIEF);
 
 		next = TAILQ_NEXT(d, queued);
-		if (mine && disc_fits(d, seen, &n_seen, calls_max)) {
+		if (!mine || disc_waits(d, all, now, due))
+			continue;
+		if (disc_fits(d, seen, &n_seen, calls_max)) {
 			TAILQ_REMOVE(&e->disc_items, d, queued);
+			e->disc_n--;
 			d->next = NULL;
 			*tail = d;
 			tail = &d->next;
 		} else {
-			*more |= mine;
+			*more = true;
 		}
 	}
 	pthread_mutex_unlock(&e->disc_lock);
@@ -463,16 +500,36 @@ static unsigned disconnects_take(struct ferry_engine *e, bool all, enum disc_kin
 	return n;
 }
 
-/* Whether item d, whose DISCONNECT ended with rc and fate, goes again. */
-static bool disc_again(struct disc_item *d, int rc, uint8_t fate)
+/* Whether a DISCONNECT that never reached its peer (rc) may get there
+ * later: the network or the peer's load, not the peer.  Not -ECONNREFUSED
+ * (no engine listens there: its QPs went with it), -EACCES (another key),
+ * -EPROTO (not a ferry engine). */
+static bool disc_transient(int rc)
 {
+	return rc == -ETIMEDOUT || rc == -EHOSTUNREACH || rc == -ENETUNREACH ||
+	       rc == -ECONNRESET || rc == -EBUSY;
+}
+
+/* Whether item d, whose DISCONNECT ended with rc and fate, goes again;
+ * when, in d->due_ms. */
+static bool disc_again(struct ferry_engine *e, struct disc_item *d, int rc, uint8_t fate)
+{
+	uint64_t first = e->knobs.disc_retry_ms ? e->knobs.disc_retry_ms : DISC_RETRY_MS;
+	unsigned doublings;
+
 	if (rc == -ECANCELED) /* at destroy: no keepalive renews the lease now */
 		return false;
-	if (fate == DISC_UNREAD_BEHIND)
-		return true; /* once: alone on its connection, it is served when read */
+	if (fate == DISC_UNREAD_BEHIND) {
+		d->due_ms = 0; /* once, now: alone on its connection, it is served when read */
+		return true;
+	}
 	/* Never reached the peer whole: a stalled or cut off one, which may
 	 * come back and then keep its QPs while our keepalives renew them. */
-	return fate == DISC_NOT_SENT && rc == -ETIMEDOUT && ++d->sends < DISC_SENDS;
+	if (fate != DISC_NOT_SENT || !disc_transient(rc) || ++d->sends >= DISC_SENDS)
+		return false;
+	doublings = d->sends - 1u < DISC_RETRY_DOUBLINGS ? d->sends - 1u : DISC_RETRY_DOUBLINGS;
+	d->due_ms = ferry_now_ms() + (first << doublings);
+	return true;
 }
 
 /*
@@ -492,14 +549,14 @@ static void disc_unanswered_again(struct ferry_engine *e, struct disc_item *item
 
 	for (unsigned k = 0; items; items = next, k++) {
 		next = items->next;
-		if (!again || !rcs || !fate || !disc_again(items, rcs[k], fate[k])) {
+		if (!again || !rcs || !fate || !disc_again(e, items, rcs[k], fate[k])) {
 			free(items);
 			continue;
 		}
 		items->brief = true;
 		items->by = e->repair.thread;
 		pthread_mutex_lock(&e->disc_lock);
-		TAILQ_INSERT_TAIL(&e->disc_items, items, queued);
+		disc_push(e, items);
 		pthread_mutex_unlock(&e->disc_lock);
 		queued = true;
 	}
@@ -533,7 +590,8 @@ static void disconnects_send(struct ferry_engine *e, bool all, enum disc_kind ki
 	bool more;
 	uint8_t *fate = NULL;
 	unsigned calls;
-	unsigned n = disconnects_take(e, all, kind, 0, &more, &calls, &addr, &w, &items);
+	uint64_t due; /* (the repair thread's: seg_disconnect_start) */
+	unsigned n = disconnects_take(e, all, kind, 0, &more, &due, &calls, &addr, &w, &items);
 	int timeout_ms = kind == DISC_BRIEF ? DISC_BRIEF_MS : disc_timeout_ms(e);
 
 	if (n)
@@ -588,7 +646,7 @@ static void disc_flight_putback(struct ferry_engine *e, struct disc_flight *f)
 	struct disc_item *d, *at = NULL;
 
 	pthread_mutex_lock(&e->disc_lock);
-	for (d = f->items; d; at = d, d = d->next) /* back first, in their order: the oldest */
+	for (d = f->items; d; at = d, d = d->next, e->disc_n++) /* back first, in order: the oldest */
 		if (at)
 			TAILQ_INSERT_AFTER(&e->disc_items, at, d, queued);
 		else
@@ -599,20 +657,23 @@ static void disc_flight_putback(struct ferry_engine *e, struct disc_flight *f)
 }
 
 /* Start the caller's queued DISCONNECTs of kind that room calls carry;
- * how many calls went (*more: some stay queued). */
+ * how many calls went (*more: some stay queued for want of room; *due:
+ * when the first that waits out a back-off may go, 0: none waits). */
 static unsigned disc_flight_start(struct ferry_engine *e, struct ctl_calls *calls,
-				  enum disc_kind kind, unsigned room, bool *more)
+				  enum disc_kind kind, unsigned room, bool *more, uint64_t *due)
 {
 	struct disc_flight *f = calloc(1, sizeof(*f));
 	unsigned n, used = ctl_calls_active(calls);
 	int rc;
 
+	*due = 0;
 	if (!f) {
 		seg_disconnect_flush(e);
 		return 0;
 	}
 	f->e = e;
-	n = disconnects_take(e, false, kind, room, more, &f->calls, &f->addr, &f->w, &f->items);
+	n = disconnects_take(e, false, kind, room, more, due, &f->calls, &f->addr, &f->w,
+			     &f->items);
 	f->rcs = n ? malloc(n * sizeof(*f->rcs)) : NULL;
 	f->fate = n ? calloc(n, sizeof(*f->fate)) : NULL;
 	/* Counted before the start: a call that ends at once lands inside it. */
@@ -645,6 +706,7 @@ static unsigned disc_flight_start(struct ferry_engine *e, struct ctl_calls *call
 int seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls)
 {
 	bool more_brief = false, more = false;
+	uint64_t due; /* (only the brief ones, sent again, wait out back-offs) */
 	/* At most half the calls (counted in flight): DISCONNECTs to mute peers
 	 * hold theirs 10 s, and repairs and reconnects matter more (leases free
 	 * the rest). */
@@ -657,10 +719,13 @@ int seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls)
 	/* What room allows goes now, the rest waits, queued: a round trip here
 	 * would stop the caller's poll loop as long as a peer takes to answer
 	 * (10 s if mute).  Those sent again first, each on its own connection. */
+	if (room) {
+		room -= disc_flight_start(e, calls, DISC_BRIEF, room, &more_brief, &due);
+		/* The repair thread wakes then (repair_next_ms), no sooner. */
+		e->repair.disc_due_ms = due;
+	}
 	if (room)
-		room -= disc_flight_start(e, calls, DISC_BRIEF, room, &more_brief);
-	if (room)
-		(void)disc_flight_start(e, calls, DISC_FULL, room, &more);
+		(void)disc_flight_start(e, calls, DISC_FULL, room, &more, &due);
 	else
 		more = true; /* (maybe none: found next time) */
 	return more || more_brief ? -EBUSY : 0;

@@ -9,7 +9,9 @@
  *    holds up a live peer's work, a lease still renews;
  *  - DISCONNECTs to peers that do not answer share one connection per
  *    peer, are bounded, hold at most half of the repair thread's calls, and
- *    those a slow peer may read too late go again;
+ *    those a slow peer may read too late go again; those a partition or
+ *    a lost route kept from the peer go again after back-offs until it
+ *    heals (engine destroy sends them once more, without waiting);
  *  - handshakes answered after our timeout (a repair's, a reconnect's, an
  *    open's, or cut short by engine destroy) are followed by DISCONNECTs of
  *    what they made: the peer keeps no QP of ours for nothing;
@@ -1269,6 +1271,155 @@ static void test_disconnects_half_room(void **state)
 	pair_teardown(&P);
 }
 
+/* DISCONNECTs queued on e now. */
+static unsigned locked_disc_n(struct ferry_engine *e)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&e->disc_lock);
+	n = e->disc_n;
+	pthread_mutex_unlock(&e->disc_lock);
+	return n;
+}
+
+/* Dials that fail in the partition tests for n DISCONNECTs: the close's
+ * (one for all), then each's own.  One more than the 3 tries in all that
+ * each used to get; fewer than the 7 more that any one of them gets now,
+ * however they share the failures (n <= 2). */
+static uint32_t cut_tries(unsigned n)
+{
+	assert_in_range(n, 1, 2);
+	return 1 + 2 * n + 1;
+}
+
+/* The next `tries` dials of e's client to the engine at address fail with
+ * rc (a partition, or a route lost, that heals after them). */
+static void cut_off(struct ferry_engine *e, const char *address, int rc, uint32_t tries)
+{
+	WRITE_ONCE(e->client.fault_port, (uint16_t)atoi(strrchr(address, ':') + 1));
+	WRITE_ONCE(e->client.fault_rc, rc);
+	WRITE_ONCE(e->client.fault_hits, 0);
+	WRITE_ONCE(e->client.fault_left, tries);
+}
+
+/* An engine on cores with DISCONNECT back-offs of retry_ms (then
+ * doubled), and a segment of it open to P's target, in *seg; no
+ * keepalives: every dial to the target is a DISCONNECT's. */
+static struct ferry_engine *engine_to_target(const char *cores, uint32_t retry_ms,
+					     ferry_seg_t *seg)
+{
+	struct ferry_knobs k = { .disc_retry_ms = retry_ms };
+	struct ferry_engine *o;
+	struct ferry_opts oo;
+
+	pair_opts(&oo, cores);
+	oo.keepalive_ms = 0;
+	assert_int_equal(ferry_engine_create_knobs(&oo, &k, &o), 0);
+	o->disc_timeout_ms = 300;
+	assert_int_equal(ferry_segment_open(o, ferry_engine_address(P.target), seg), 0);
+	assert_true(passive_count_of(P.target, o->incarnation) > 0);
+	return o;
+}
+
+/*
+ * A segment closes while its peer is cut off (a partition, a route lost:
+ * -ETIMEDOUT, -EHOSTUNREACH), for cut_tries dials: its DISCONNECTs go
+ * again after back-offs (10 ms, doubled, here) until the peer hears them
+ * and frees every QP of ours.  Before, -EHOSTUNREACH was dropped at once
+ * and -ETIMEDOUT after 3 tries back to back: the healed peer kept the QPs
+ * for as long as another segment's keepalives renewed our lease there.
+ */
+static void close_across_partition(int rc)
+{
+	ferry_seg_t seg;
+	struct ferry_engine *o;
+	unsigned before, left;
+	uint32_t tries;
+
+	setup_pair(200);
+	o = engine_to_target("0", 10, &seg);
+	before = passive_count_of(P.target, o->incarnation);
+	tries = cut_tries(before);
+	cut_off(o, ferry_engine_address(P.target), rc, tries);
+	assert_int_equal(ferry_segment_close(o, seg), 0);
+	/* Bounded for the run before the fix only: the tries take ~0.2 s. */
+	WAIT_UNTIL((left = passive_count_of(P.target, o->incarnation)) == 0, 5000,
+		   "the healed peer to free every QP of the closed segment (%s)", strerror(-rc));
+	print_message("%s for %u dials: QPs left at the peer %u of %u\n", strerror(-rc),
+		      tries, left, before);
+	assert_int_equal(READ_ONCE(o->client.fault_hits), tries);
+	ferry_engine_destroy(o);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+static void test_close_across_partition_timeout(void **state)
+{
+	(void)state;
+	close_across_partition(-ETIMEDOUT);
+}
+
+static void test_close_across_partition_unreachable(void **state)
+{
+	(void)state;
+	close_across_partition(-EHOSTUNREACH);
+}
+
+/* A DISCONNECT refused (no engine listens there: its QPs went with it)
+ * is not tried again. */
+static void test_close_refused_not_again(void **state)
+{
+	ferry_seg_t seg;
+	struct ferry_engine *o;
+
+	(void)state;
+	setup_pair(200);
+	o = engine_to_target("0-1", 10, &seg);
+	cut_off(o, ferry_engine_address(P.target), -ECONNREFUSED, 5);
+	assert_int_equal(ferry_segment_close(o, seg), 0);
+	WAIT_UNTIL(!locked_disc_n(o) && !READ_ONCE(o->repair.disc_calls), WAIT_MS,
+		   "the DISCONNECT queue to empty");
+	assert_int_equal(READ_ONCE(o->client.fault_hits), 1);
+	WRITE_ONCE(o->client.fault_left, 0);
+	ferry_engine_destroy(o);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+/*
+ * Engine destroy does not wait out a DISCONNECT's back-off (60 s here):
+ * it sends each queued one once more, now, and the peer, healed, frees
+ * our QPs.  (Before the back-offs, -EHOSTUNREACH was dropped at once and
+ * the destroy had nothing to send: the QPs stayed till the lease ran out.)
+ */
+static void test_destroy_skips_backoff(void **state)
+{
+	ferry_seg_t seg;
+	struct ferry_engine *o;
+	unsigned before;
+	uint64_t inc;
+	double t;
+
+	(void)state;
+	setup_pair(200);
+	o = engine_to_target("0-1", 60000, &seg);
+	inc = o->incarnation;
+	before = passive_count_of(P.target, inc);
+	cut_off(o, ferry_engine_address(P.target), -EHOSTUNREACH, 1);
+	assert_int_equal(ferry_segment_close(o, seg), 0);
+	assert_int_equal(READ_ONCE(o->client.fault_hits), 1); /* the close's one call */
+	assert_int_equal(locked_disc_n(o), before); /* each waits out its back-off */
+	t = now_s();
+	ferry_engine_destroy(o);
+	t = now_s() - t;
+	print_message("destroy with %u DISCONNECTs in a 60 s back-off: %.3f s\n", before, t);
+	assert_true(t < 30.0);
+	WAIT_UNTIL(passive_count_of(P.target, inc) == 0, 5000,
+		   "the peer to free the QPs of the destroyed engine");
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1291,6 +1442,10 @@ int main(void)
 		cmocka_unit_test(test_close_to_slow_peer),
 		cmocka_unit_test(test_close_to_slower_keyed_peer),
 		cmocka_unit_test(test_disconnects_half_room),
+		cmocka_unit_test(test_close_across_partition_timeout),
+		cmocka_unit_test(test_close_across_partition_unreachable),
+		cmocka_unit_test(test_close_refused_not_again),
+		cmocka_unit_test(test_destroy_skips_backoff),
 	};
 
 	if (getenv("FERRY_TEST_ONLY")) /* one test by name (a pattern) */
