@@ -112,6 +112,7 @@ struct ferry_engine {
 	TAILQ_HEAD(disc_list, disc_item) disc_items; /* peers' QPs to free, oldest first
 						      * (segment/handshake.c) */
 	unsigned disc_n;               /* items in disc_items (disc_lock) */
+	uint64_t disc_dropped;         /* DISCONNECTs dropped: queue full (relaxed; tests) */
 	pthread_rwlock_t regions_lock; /* submitters read, register/unregister write */
 	struct mem_region **regions;   /* sorted by addr */
 	unsigned n_regions, cap_regions;

@@ -21,6 +21,8 @@ struct ferry_knobs {
 	uint32_t disc_retry_ms; /* a DISCONNECT that did not get through goes again after
 	                         * this, doubled each time up to 16 x; 0 = DISC_RETRY_MS
 	                         * (segment/handshake.c) */
+	uint32_t disc_queue_max; /* DISCONNECTs queued at most (the oldest dropped);
+	                          * 0 = DISC_QUEUE_MAX (segment/handshake.c) */
 };
 
 /* ferry_engine_create with knobs (NULL: none). */

@@ -52,6 +52,12 @@ struct disc_item {
 #define DISC_RETRY_MS 250
 #define DISC_RETRY_DOUBLINGS 4
 
+/* DISCONNECTs queued at most, one per QP (a peer's cap is 8192 QPs):
+ * beyond, the oldest is dropped and counted (e->disc_dropped), its peer's
+ * lease left to free it -- a long partition to many peers must not grow
+ * the queue without bound. */
+#define DISC_QUEUE_MAX 65536
+
 /* The bound of the DISCONNECTs that engine destroy sends for handshakes it
  * cancelled: a peer that does not answer must not make the destroy wait
  * 10 s for QPs its lease frees anyway, and a live one serves a request
@@ -366,11 +372,36 @@ int seg_handshake_apply(struct ferry_engine *e, unsigned i, const struct seg_pee
 	return rc;
 }
 
-/* d at the tail of the queue (disc_lock held). */
-static void disc_push(struct ferry_engine *e, struct disc_item *d)
+/* d at the tail of the queue (disc_lock held); the oldest item when that
+ * overflowed it, for disc_drop after the unlock (else NULL). */
+static struct disc_item *disc_push(struct ferry_engine *e, struct disc_item *d)
 {
+	unsigned max = e->knobs.disc_queue_max ? e->knobs.disc_queue_max : DISC_QUEUE_MAX;
+	struct disc_item *old = NULL;
+
 	TAILQ_INSERT_TAIL(&e->disc_items, d, queued);
-	e->disc_n++;
+	if (++e->disc_n > max) {
+		old = TAILQ_FIRST(&e->disc_items);
+		TAILQ_REMOVE(&e->disc_items, old, queued);
+		e->disc_n--;
+	}
+	return old;
+}
+
+/* An item the full queue pushed out: counted, said at 1, 2, 4, ... drops
+ * (a long partition to many peers would fill the log otherwise). */
+static void disc_drop(struct ferry_engine *e, struct disc_item *old)
+{
+	uint64_t n;
+
+	if (!old)
+		return;
+	n = fetch_add_relaxed(e->disc_dropped, 1) + 1;
+	if (!(n & (n - 1)))
+		log_warn("segment %s: DISCONNECT queue full (%llu dropped): the peer's lease "
+			 "frees its QP %llu", old->address, (unsigned long long)n,
+			 (unsigned long long)old->token);
+	free(old);
 }
 
 static void disconnect_queue(struct ferry_engine *e, const char *address, uint64_t token,
@@ -390,8 +421,9 @@ static void disconnect_queue(struct ferry_engine *e, const char *address, uint64
 		d->by = by;
 		d->brief = brief;
 		pthread_mutex_lock(&e->disc_lock);
-		disc_push(e, d);
+		d = disc_push(e, d);
 		pthread_mutex_unlock(&e->disc_lock);
+		disc_drop(e, d);
 	}
 }
 
@@ -544,7 +576,7 @@ static bool disc_again(struct ferry_engine *e, struct disc_item *d, int rc, uint
 static void disc_unanswered_again(struct ferry_engine *e, struct disc_item *items,
 				  const int *rcs, const uint8_t *fate, bool again)
 {
-	struct disc_item *next;
+	struct disc_item *next, *old;
 	bool queued = false;
 
 	for (unsigned k = 0; items; items = next, k++) {
@@ -556,8 +588,9 @@ static void disc_unanswered_again(struct ferry_engine *e, struct disc_item *item
 		items->brief = true;
 		items->by = e->repair.thread;
 		pthread_mutex_lock(&e->disc_lock);
-		disc_push(e, items);
+		old = disc_push(e, items);
 		pthread_mutex_unlock(&e->disc_lock);
+		disc_drop(e, old);
 		queued = true;
 	}
 	if (queued)

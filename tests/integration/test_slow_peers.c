@@ -1420,6 +1420,26 @@ static void test_destroy_skips_backoff(void **state)
 	pair_teardown(&P);
 }
 
+/* The DISCONNECT queue holds at most disc_queue_max (2 here): the oldest
+ * go, counted (a partition to many peers must not grow it for ever). */
+static void test_disconnect_queue_bounded(void **state)
+{
+	struct ferry_knobs k = { .disc_queue_max = 2 };
+	struct ferry_engine *o;
+	struct ferry_opts oo;
+
+	(void)state;
+	pair_opts(&oo, "0");
+	assert_int_equal(ferry_engine_create_knobs(&oo, &k, &o), 0);
+	pthread_mutex_lock(&o->ctl_lock);
+	o->destroying = 1; /* the repair thread sends none: they stay queued */
+	pthread_mutex_unlock(&o->ctl_lock);
+	seg_disconnect_background(o, "127.0.0.1:1", 100, 5, -ETIMEDOUT);
+	assert_int_equal(locked_disc_n(o), 2);
+	assert_int_equal(READ_ONCE(o->disc_dropped), 3);
+	ferry_engine_destroy(o);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1446,6 +1466,7 @@ int main(void)
 		cmocka_unit_test(test_close_across_partition_unreachable),
 		cmocka_unit_test(test_close_refused_not_again),
 		cmocka_unit_test(test_destroy_skips_backoff),
+		cmocka_unit_test(test_disconnect_queue_bounded),
 	};
 
 	if (getenv("FERRY_TEST_ONLY")) /* one test by name (a pattern) */
