@@ -36,21 +36,25 @@ struct disc_item {
 	bool brief;        /* each on its own connection; at destroy DISC_BRIEF_MS */
 	uint8_t sends;     /* tries that never reached the peer (disc_unanswered_again) */
 	uint64_t due_ms;   /* its back-off runs out then (ferry_now_ms; 0: none) */
+	uint64_t until_ms; /* no try after then (set at the first that failed; 0: none yet) */
 };
 
 /*
  * Tries of a DISCONNECT that never reaches its peer whole, for a reason
  * that may pass (disc_transient: a partition, a peer at its connection
  * cap), DISC_RETRY_MS apart at first, then twice as long each time up to
- * 16 x: 250 ms .. 4 s, some 16 s of back-off in all, half the peer's
- * lease on us.  A peer cut off for longer frees them at the lease's
- * expiry -- unless, the partition healed, another segment's keepalives
- * renew the lease first: then they stayed for good, which is what the
- * tries are for.  Back to back, 3 tries covered a blip of a second.
+ * 16 x (250 ms .. 4 s), for as long as the peer's lease on us lasts: a
+ * peer cut off for longer frees them at the lease's expiry, but one that
+ * comes back sooner sees another segment's keepalives renew the lease,
+ * and then the QPs stayed for good.  A fixed number of tries (8: ~16 s of
+ * back-offs when the connect fails at once) ended before a 30 s lease
+ * did.  The peer's lease is not known here: ours (the option) stands in,
+ * DISC_WINDOW_MS when it is 0.  DISC_SENDS bounds a long one.
  */
-#define DISC_SENDS 8
+#define DISC_SENDS 32
 #define DISC_RETRY_MS 250
 #define DISC_RETRY_DOUBLINGS 4
+#define DISC_WINDOW_MS 30000
 
 /* DISCONNECTs queued at most, one per QP (a peer's cap is 8192 QPs):
  * beyond, the oldest is dropped and counted (e->disc_dropped), its peer's
@@ -547,6 +551,7 @@ static bool disc_transient(int rc)
 static bool disc_again(struct ferry_engine *e, struct disc_item *d, int rc, uint8_t fate)
 {
 	uint64_t first = e->knobs.disc_retry_ms ? e->knobs.disc_retry_ms : DISC_RETRY_MS;
+	uint64_t now = ferry_now_ms();
 	unsigned doublings;
 
 	if (rc == -ECANCELED) /* at destroy: no keepalive renews the lease now */
@@ -557,10 +562,14 @@ static bool disc_again(struct ferry_engine *e, struct disc_item *d, int rc, uint
 	}
 	/* Never reached the peer whole: a stalled or cut off one, which may
 	 * come back and then keep its QPs while our keepalives renew them. */
-	if (fate != DISC_NOT_SENT || !disc_transient(rc) || ++d->sends >= DISC_SENDS)
+	if (fate != DISC_NOT_SENT || !disc_transient(rc))
+		return false;
+	if (!d->until_ms)
+		d->until_ms = now + (e->opts.lease_ms ? e->opts.lease_ms : DISC_WINDOW_MS);
+	if (++d->sends >= DISC_SENDS || now >= d->until_ms)
 		return false;
 	doublings = d->sends - 1u < DISC_RETRY_DOUBLINGS ? d->sends - 1u : DISC_RETRY_DOUBLINGS;
-	d->due_ms = ferry_now_ms() + (first << doublings);
+	d->due_ms = now + (first << doublings);
 	return true;
 }
 

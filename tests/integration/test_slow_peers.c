@@ -1098,7 +1098,7 @@ static void test_destroy_waits_for_waiting_open(void **state)
  * keepalives renewed it.  held_s: how long the peer stays held (0: till
  * the close returns); keyed: a cluster key, so a connection carries
  * nothing before authentication (a retry to a peer still held is not
- * written: it goes again, up to 3 sends).
+ * written: it goes again, after a back-off).
  */
 static void close_to_slow_peer(double held_s, bool keyed)
 {
@@ -1284,8 +1284,8 @@ static unsigned locked_disc_n(struct ferry_engine *e)
 
 /* Dials that fail in the partition tests for n DISCONNECTs: the close's
  * (one for all), then each's own.  One more than the 3 tries in all that
- * each used to get; fewer than the 7 more that any one of them gets now,
- * however they share the failures (n <= 2). */
+ * each used to get; fewer than the 7 more that any one of them got with 8
+ * tries, however they share the failures (n <= 2). */
 static uint32_t cut_tries(unsigned n)
 {
 	assert_in_range(n, 1, 2);
@@ -1420,6 +1420,43 @@ static void test_destroy_skips_backoff(void **state)
 	pair_teardown(&P);
 }
 
+/*
+ * The tries of a DISCONNECT whose peer stays cut off end with the peer's
+ * lease on us (ours, 200 ms, stands in for it): after it the peer frees
+ * the QPs itself.  With back-offs of 10, 20, 40, 80, 160 ms, at most 5
+ * tries more fit in 200 ms (fewer on a slow machine): at most 11 dials
+ * for 2 DISCONNECTs.  A fixed 8 tries went on past a 30 s lease when the
+ * connect failed at once (here: 15 dials).
+ */
+static void test_disconnect_tries_end(void **state)
+{
+	struct ferry_knobs k = { .disc_retry_ms = 10 };
+	struct ferry_engine *o;
+	struct ferry_opts oo;
+	ferry_seg_t seg;
+	unsigned n;
+
+	(void)state;
+	setup_pair(200);
+	pair_opts(&oo, "0");
+	oo.keepalive_ms = 0;
+	oo.lease_ms = 200;
+	assert_int_equal(ferry_engine_create_knobs(&oo, &k, &o), 0);
+	assert_int_equal(ferry_segment_open(o, ferry_engine_address(P.target), &seg), 0);
+	n = passive_count_of(P.target, o->incarnation);
+	assert_int_equal(n, 2);
+	cut_off(o, ferry_engine_address(P.target), -EHOSTUNREACH, 1000);
+	assert_int_equal(ferry_segment_close(o, seg), 0);
+	WAIT_UNTIL(!locked_disc_n(o) && !READ_ONCE(o->repair.disc_calls), WAIT_MS,
+		   "the DISCONNECTs' tries to end");
+	print_message("dials to the cut off peer: %u\n", READ_ONCE(o->client.fault_hits));
+	assert_in_range(READ_ONCE(o->client.fault_hits), 1 + n, 1 + n * 5);
+	WRITE_ONCE(o->client.fault_left, 0);
+	ferry_engine_destroy(o);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
 /* The DISCONNECT queue holds at most disc_queue_max (2 here): the oldest
  * go, counted (a partition to many peers must not grow it for ever). */
 static void test_disconnect_queue_bounded(void **state)
@@ -1467,6 +1504,7 @@ int main(void)
 		cmocka_unit_test(test_close_refused_not_again),
 		cmocka_unit_test(test_destroy_skips_backoff),
 		cmocka_unit_test(test_disconnect_queue_bounded),
+		cmocka_unit_test(test_disconnect_tries_end),
 	};
 
 	if (getenv("FERRY_TEST_ONLY")) /* one test by name (a pattern) */
