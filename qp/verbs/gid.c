@@ -44,6 +44,12 @@ static bool gid_is_link_local(const uint8_t g[16])
 	return g[0] == 0xfe && (g[1] & 0xc0) == 0x80;
 }
 
+/* ::ffff:169.254.0.0/16: an autoconfigured IPv4 address, as unroutable as fe80::. */
+static bool gid_is_v4_link_local(const uint8_t g[16])
+{
+	return gid_is_v4mapped(g) && g[12] == 169 && g[13] == 254;
+}
+
 void fv_gid_str(const uint8_t gid[16], char *buf, size_t len)
 {
 	if (!inet_ntop(AF_INET6, gid, buf, (socklen_t)len) && len)
@@ -58,6 +64,8 @@ const char *fv_gid_kind(const uint8_t gid[16], int type)
 	case IBV_GID_TYPE_ROCE_V1:
 		return gid_is_v4mapped(gid) ? "RoCE v1, IPv4-mapped" : "RoCE v1";
 	case IBV_GID_TYPE_ROCE_V2:
+		if (gid_is_v4_link_local(gid))
+			return "RoCE v2, IPv4-mapped, link-local";
 		if (gid_is_v4mapped(gid))
 			return "RoCE v2, IPv4-mapped";
 		return gid_is_link_local(gid) ? "RoCE v2, link-local" : "RoCE v2, IPv6";
@@ -66,8 +74,21 @@ const char *fv_gid_kind(const uint8_t gid[16], int type)
 	}
 }
 
-/* Lower is better; GID_RANK_NONE is never chosen automatically. */
-enum gid_rank { GID_RANK_V2_V4, GID_RANK_V2_V6, GID_RANK_V2_LL, GID_RANK_V1, GID_RANK_NONE };
+/*
+ * Lower is better; GID_RANK_NONE is never chosen automatically.  An IPv4
+ * link-local address (169.254/16 sits beside a netdev's real IPv4 address
+ * when it once had none) comes after the routable IPv4 ones, yet before
+ * IPv6: every port with an IPv4 GID keeps an IPv4 one first, as
+ * roce_gids (queue.c) counts on for both ends to pick the same pair.
+ */
+enum gid_rank {
+	GID_RANK_V2_V4,
+	GID_RANK_V2_V4_LL,
+	GID_RANK_V2_V6,
+	GID_RANK_V2_LL,
+	GID_RANK_V1,
+	GID_RANK_NONE
+};
 
 static enum gid_rank gid_rank(const struct fv_gid *g)
 {
@@ -78,13 +99,15 @@ static enum gid_rank gid_rank(const struct fv_gid *g)
 	if (g->type != IBV_GID_TYPE_ROCE_V2)
 		return GID_RANK_NONE;
 	if (gid_is_v4mapped(g->gid))
-		return GID_RANK_V2_V4;
+		return gid_is_v4_link_local(g->gid) ? GID_RANK_V2_V4_LL : GID_RANK_V2_V4;
 	return gid_is_link_local(g->gid) ? GID_RANK_V2_LL : GID_RANK_V2_V6;
 }
 
 static const char *const gid_rank_why[] = {
 	[GID_RANK_V2_V4] = "RoCE v2 with an IPv4-mapped address is routable and what IPv4 peers use",
 	[GID_RANK_V2_V6] = "no IPv4-mapped RoCE v2 GID; RoCE v2 with a global IPv6 address is routable",
+	[GID_RANK_V2_V4_LL] = "no routable IPv4-mapped RoCE v2 GID; a link-local one (169.254/16) "
+			      "still before IPv6: IPv4 peers must be on the same L2 network",
 	[GID_RANK_V2_LL] = "only link-local RoCE v2 GIDs: peers must be on the same L2 network",
 	[GID_RANK_V1] = "no RoCE v2 GID: RoCE v1 is not routable (same L2 network and VLAN only)",
 };

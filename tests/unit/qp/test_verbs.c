@@ -145,6 +145,40 @@ static void test_gid_forced(void **state)
 	assert_non_null(strstr(why, "empty"));
 }
 
+/*
+ * An IPv4 link-local address (169.254.0.0/16: a netdev's autoconfigured
+ * fallback next to its real address) is no more routable than fe80::/10:
+ * a routable IPv4 GID wins over it, whatever the indexes.  It still comes
+ * before IPv6 ones: a port with any IPv4 GID picks an IPv4 one, which is
+ * what keeps both ends of a mixed-family pair on one pair (roce_gids).
+ */
+static void test_gid_v4_link_local(void **state)
+{
+	static const uint8_t GID_V4LL[16] = { 0, 0, 0, 0, 0, 0, 0, 0,
+					      0, 0, 0xff, 0xff, 169, 254, 7, 9 };
+	struct fv_gid t[] = {
+		ent(0, GID_LL, IBV_GID_TYPE_ROCE_V2),
+		ent(1, GID_V4LL, IBV_GID_TYPE_ROCE_V2),
+		ent(2, GID_V4, IBV_GID_TYPE_ROCE_V2),
+	};
+	struct fv_gid six[] = {
+		ent(0, GID_LL, IBV_GID_TYPE_ROCE_V2),
+		ent(1, GID_V4LL, IBV_GID_TYPE_ROCE_V2),
+		ent(3, GID_V6, IBV_GID_TYPE_ROCE_V2),
+	};
+	char why[256];
+
+	(void)state;
+	assert_int_equal(choose(t, 3, -1, why), 2);
+	assert_int_equal(choose(six, 3, -1, why), 1);
+	assert_non_null(strstr(why, "link-local"));
+	/* For IPv6-only peers: the global IPv6 one, not fe80:: */
+	assert_int_equal(fv_choose_alt_gid(six, 3, 1), 2);
+	assert_int_equal(choose(six, 2, -1, why), 1);
+	assert_string_equal(fv_gid_kind(GID_V4LL, IBV_GID_TYPE_ROCE_V2),
+			    "RoCE v2, IPv4-mapped, link-local");
+}
+
 /* The alternate GID: the best RoCE v2 one of the other IP family. */
 static void test_gid_alt(void **state)
 {
@@ -1248,6 +1282,7 @@ int main(void)
 		cmocka_unit_test(test_gid_ties_and_empty),
 		cmocka_unit_test(test_gid_forced),
 		cmocka_unit_test(test_gid_alt),
+		cmocka_unit_test(test_gid_v4_link_local),
 		cmocka_unit_test_setup_teardown(test_select_gid_from_port, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_addr_round_trip, setup, teardown),
 		cmocka_unit_test(test_addr_magic),
