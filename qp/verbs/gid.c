@@ -90,9 +90,14 @@ enum gid_rank {
 	GID_RANK_NONE
 };
 
+/* A QP names its source GID by an 8-bit index (ibv_global_route's
+ * sgid_index): entries past it in a longer table (rxe has 1024) cannot be
+ * used, and an index cast down would name another GID. */
+#define GID_INDEX_MAX UINT8_MAX
+
 static enum gid_rank gid_rank(const struct fv_gid *g)
 {
-	if (gid_is_zero(g->gid))
+	if (g->index < 0 || g->index > GID_INDEX_MAX || gid_is_zero(g->gid))
 		return GID_RANK_NONE;
 	if (g->type == IBV_GID_TYPE_ROCE_V1)
 		return GID_RANK_V1;
@@ -114,6 +119,11 @@ static const char *const gid_rank_why[] = {
 
 static int choose_forced(const struct fv_gid *tbl, int n, int forced, char *why, size_t whylen)
 {
+	if (forced > GID_INDEX_MAX) {
+		snprintf(why, whylen, "FERRY_GID_INDEX=%d: a QP can use GID indexes 0..%d only",
+			 forced, GID_INDEX_MAX);
+		return -EINVAL;
+	}
 	for (int i = 0; i < n; i++) {
 		if (tbl[i].index != forced)
 			continue;
@@ -147,7 +157,9 @@ int fv_choose_gid(const struct fv_gid *tbl, int n, int forced_index, char *why, 
 		}
 	}
 	if (best < 0) {
-		snprintf(why, whylen, "no usable RoCE GID (%d entries, all empty or not RoCE)", n);
+		snprintf(why, whylen,
+			 "no usable RoCE GID (%d entries, all empty, not RoCE or past index %d)", n,
+			 GID_INDEX_MAX);
 		return -ENOENT;
 	}
 	snprintf(why, whylen, "%s (best of %d usable; FERRY_GID_INDEX overrides)",

@@ -63,10 +63,11 @@ struct fv_gid {
 
 /*
  * Pick the GID a RoCE QP should use, from a port's table.  Entries that are
- * all zero or of type IB are never chosen automatically.  Preference:
- * RoCE v2 IPv4-mapped (::ffff:a.b.c.d), then the same IPv4 link-local
- * (::ffff:169.254.0.0/16), RoCE v2 IPv6 global, RoCE v2 link-local
- * (fe80::/10), RoCE v1; the lowest index wins a tie.
+ * all zero, of type IB, or past index 255 (a QP's sgid_index is 8 bits)
+ * are never chosen automatically; a forced index past 255 is -EINVAL.
+ * Preference: RoCE v2 IPv4-mapped (::ffff:a.b.c.d), then the same IPv4
+ * link-local (::ffff:169.254.0.0/16), RoCE v2 IPv6 global, RoCE v2
+ * link-local (fe80::/10), RoCE v1; the lowest index wins a tie.
  * forced_index >= 0 (FERRY_GID_INDEX) must name an entry of tbl whose GID is
  * not zero.  Returns the position in tbl of the chosen entry, or -ENOENT
  * (nothing usable, or no such forced index) / -EINVAL (forced entry is

@@ -451,6 +451,36 @@ static void test_select_gid_from_port(void **state)
 	assert_int_equal(fv_select_gid(&nic, 8), -EADDRNOTAVAIL);
 }
 
+/*
+ * A QP names its source GID by an 8-bit index (ibv_global_route's
+ * sgid_index): an entry past 255 in a longer table (rxe has 1024) cannot be
+ * used, and cast down it would be another GID.  It is never chosen, and
+ * FERRY_GID_INDEX cannot force it.
+ */
+static void test_select_gid_index_8bit(void **state)
+{
+	struct ibv_gid_entry g[2];
+
+	(void)state;
+	memset(g, 0, sizeof(g));
+	g[0].gid_index = 2;
+	memcpy(g[0].gid.raw, GID_V6, 16);
+	g[0].gid_type = IBV_GID_TYPE_ROCE_V2;
+	g[1].gid_index = 300; /* 300 & 0xff == 44: someone else's, or nothing */
+	memcpy(g[1].gid.raw, GID_V4, 16);
+	g[1].gid_type = IBV_GID_TYPE_ROCE_V2;
+	S.gids = g;
+	S.ngids = 2;
+
+	assert_int_equal(fv_select_gid(&nic, 1024), 0);
+	assert_int_equal(nic.gid_index, 2);
+	assert_memory_equal(nic.gid.raw, GID_V6, 16);
+	assert_false(nic.has_alt);
+
+	setenv("FERRY_GID_INDEX", "300", 1);
+	assert_int_equal(fv_select_gid(&nic, 1024), -EINVAL);
+}
+
 /* ------------------------------------------------------------ addresses */
 
 static void test_addr_round_trip(void **state)
@@ -1284,6 +1314,7 @@ int main(void)
 		cmocka_unit_test(test_gid_alt),
 		cmocka_unit_test(test_gid_v4_link_local),
 		cmocka_unit_test_setup_teardown(test_select_gid_from_port, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_select_gid_index_8bit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_addr_round_trip, setup, teardown),
 		cmocka_unit_test(test_addr_magic),
 		cmocka_unit_test_setup_teardown(test_qp_init_attr, setup, teardown),
