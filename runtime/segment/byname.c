@@ -37,7 +37,7 @@ static void seg_stale_others(struct ferry_engine *e, const char *name, uint64_t 
 		log_warn("segment '%s': the name now belongs to incarnation %016llx: the handle to "
 			 "%016llx at %s is stale", name, (unsigned long long)inc,
 			 (unsigned long long)s->desc->incarnation, s->address);
-		seg_mark_stale(e, s, slot);
+		seg_mark_stale_quiet(e, s, slot); /* not "restarted": said above */
 	}
 }
 
@@ -177,7 +177,7 @@ static void name_check_stale(struct ferry_engine *e, const struct name_check *c,
 	log_warn("segment '%s': nothing listens at %s any more, and the name now belongs to "
 		 "incarnation %016llx: the handle to %016llx is stale (open the name again)",
 		 c->name, s->address, (unsigned long long)inc, (unsigned long long)c->incarnation);
-	seg_mark_stale(e, s, c->slot);
+	seg_mark_stale_quiet(e, s, c->slot); /* not "restarted": said above */
 }
 
 int seg_names_recheck(struct ferry_engine *e, const char *address)

@@ -214,14 +214,20 @@ void seg_rail_set_down(struct ferry_engine *e, struct ferry_seg *s, unsigned i, 
 		core_command(e->cores[i], &cmd);
 }
 
-void seg_mark_stale(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
+bool seg_mark_stale_quiet(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
 {
 	if (xchg_relaxed(s->stale, 1))
-		return;
-	log_warn("segment %s: the peer restarted (new incarnation): requests to the old one "
-		 "fail with ESTALE; open the address (or name) again", s->address);
+		return false;
 	for (unsigned i = 0; i < e->ncores; i++)
 		seg_rail_set_down(e, s, i, slot, EP_STALE); /* the old incarnation's QPs are gone */
+	return true;
+}
+
+void seg_mark_stale(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot)
+{
+	if (seg_mark_stale_quiet(e, s, slot))
+		log_warn("segment %s: the peer restarted (new incarnation): requests to the old "
+			 "one fail with ESTALE; open the address (or name) again", s->address);
 }
 
 int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg)

@@ -178,8 +178,12 @@ void seg_release_refs(struct ferry_seg *s, uint32_t n);
 /* Mark core i's rail to s down (or up) and tell its core (fail fast); ctl_lock held. */
 void seg_rail_set_down(struct ferry_engine *e, struct ferry_seg *s, unsigned i, uint32_t slot,
 		       int down);
-/* The peer restarted: fail the segment's requests fast (-ESTALE); ctl_lock held. */
+/* The peer restarted: fail the segment's requests fast (-ESTALE), said
+ * once in the log; ctl_lock held. */
 void seg_mark_stale(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot);
+/* The same without the message (the caller said why: a name that moved);
+ * false if it was stale already. */
+bool seg_mark_stale_quiet(struct ferry_engine *e, struct ferry_seg *s, uint32_t slot);
 /*
  * Connect the rails of segment slot (generation gen) that have no endpoint
  * (evicted), for parked requests (the repair thread), in two halves
