@@ -549,6 +549,24 @@ static void record_of(struct ferry_engine *e, const char *address, char *v, size
 	assert_int_equal(meta_record_encode(&r, v, cap), 0);
 }
 
+/* The store names e at address under name, in place of any record
+ * there (the test writes the records: the engines publish none). */
+static void name_point_at(struct meta *q, const char *name, struct ferry_engine *e,
+			  const char *address)
+{
+	char v[META_VALUE_MAX];
+
+	(void)meta_remove(q, name, 10000);
+	record_of(e, address, v, sizeof(v));
+	assert_int_equal(meta_publish(q, name, v, TTL_MS, 10000), 0);
+}
+
+/* The same at e's own address. */
+static void name_point(struct meta *q, const char *name, struct ferry_engine *e)
+{
+	name_point_at(q, name, e, ferry_engine_address(e));
+}
+
 /*
  * Two opens of one name on one engine, each with the store's answer of
  * its moment.  The first is told t1 (reached through a relay that holds
@@ -565,7 +583,6 @@ static void test_late_name_answer(void **state)
 {
 	struct fixture *f = fx(state);
 	struct late_open late = { .name = "moving" };
-	char v[META_VALUE_MAX];
 	struct node t1, t2, init;
 	struct meta *q;
 	struct proxy px;
@@ -579,17 +596,14 @@ static void test_late_name_answer(void **state)
 	node_create(&init, NULL, f->srv.url, NULL);
 	proxy_start(&px, ferry_engine_address(t1.e));
 	assert_int_equal(meta_open(f->srv.url, &q), 0);
-	record_of(t1.e, px.addr, v, sizeof(v));
-	assert_int_equal(meta_publish(q, "moving", v, TTL_MS, 10000), 0);
+	name_point_at(q, "moving", t1.e, px.addr);
 	/* the first open: told t1, its descriptor fetch answered and held */
 	proxy_hold(&px, ferry_engine_address(t1.e));
 	late.e = init.e;
 	assert_int_equal(pthread_create(&th, NULL, late_open_main, &late), 0);
 	WAIT_UNTIL(proxy_held(&px) == 1, WAIT_DEADLINE_MS, "t1's answer to the first open held");
 	/* the name moves to t2; the second open is told so */
-	assert_int_equal(meta_remove(q, "moving", 10000), 0);
-	record_of(t2.e, ferry_engine_address(t2.e), v, sizeof(v));
-	assert_int_equal(meta_publish(q, "moving", v, TTL_MS, 10000), 0);
+	name_point(q, "moving", t2.e);
 	assert_int_equal(ferry_segment_open(init.e, "moving", &seg), 0);
 	mover_init(&m, &init);
 	assert_int_equal(roundtrip(&m, &init, seg, &t2, 4), 0);
@@ -627,7 +641,6 @@ static void test_restart_beside_named_open(void **state)
 {
 	struct fixture *f = fx(state);
 	struct late_open late = { .name = "hop" };
-	char v[META_VALUE_MAX];
 	struct node t1, t2, init;
 	struct meta *q;
 	struct proxy px;
@@ -640,17 +653,14 @@ static void test_restart_beside_named_open(void **state)
 	node_create(&init, NULL, f->srv.url, NULL);
 	proxy_start(&px, ferry_engine_address(t2.e));
 	assert_int_equal(meta_open(f->srv.url, &q), 0);
-	record_of(t1.e, px.addr, v, sizeof(v)); /* t1's record, at the shared address */
+	name_point_at(q, "hop", t1.e, px.addr); /* t1's record, at the shared address */
 	node_destroy(&t1);
-	assert_int_equal(meta_publish(q, "hop", v, TTL_MS, 10000), 0);
 	proxy_hold(&px, ferry_engine_address(t2.e));
 	late.e = init.e;
 	assert_int_equal(pthread_create(&th, NULL, late_open_main, &late), 0);
 	WAIT_UNTIL(proxy_held(&px) == 1, WAIT_DEADLINE_MS, "t2's answer to the open held");
 	/* t2 takes the name (t1's record removed, as its destroy would) */
-	assert_int_equal(meta_remove(q, "hop", 10000), 0);
-	record_of(t2.e, px.addr, v, sizeof(v));
-	assert_int_equal(meta_publish(q, "hop", v, TTL_MS, 10000), 0);
+	name_point_at(q, "hop", t2.e, px.addr);
 	proxy_hold(&px, NULL);
 	pthread_join(th, NULL);
 	print_message("an open by name beside a restart on the address: %d\n", late.rc);
@@ -681,7 +691,6 @@ static void test_late_name_on_address_segment(void **state)
 {
 	struct fixture *f = fx(state);
 	struct late_open late = { .name = "drifting" };
-	char v[META_VALUE_MAX];
 	struct node t1, t2, init;
 	ferry_seg_t by_addr, seg;
 	struct meta *q;
@@ -698,15 +707,12 @@ static void test_late_name_on_address_segment(void **state)
 	mover_init(&m, &init);
 	assert_int_equal(roundtrip(&m, &init, by_addr, &t1, 9), 0);
 	assert_int_equal(meta_open(f->srv.url, &q), 0);
-	record_of(t1.e, px.addr, v, sizeof(v));
-	assert_int_equal(meta_publish(q, "drifting", v, TTL_MS, 10000), 0);
+	name_point_at(q, "drifting", t1.e, px.addr);
 	proxy_hold(&px, ferry_engine_address(t1.e));
 	late.e = init.e;
 	assert_int_equal(pthread_create(&th, NULL, late_open_main, &late), 0);
 	WAIT_UNTIL(proxy_held(&px) == 1, WAIT_DEADLINE_MS, "t1's answer to the first open held");
-	assert_int_equal(meta_remove(q, "drifting", 10000), 0);
-	record_of(t2.e, ferry_engine_address(t2.e), v, sizeof(v));
-	assert_int_equal(meta_publish(q, "drifting", v, TTL_MS, 10000), 0);
+	name_point(q, "drifting", t2.e);
 	assert_int_equal(ferry_segment_open(init.e, "drifting", &seg), 0);
 	proxy_hold(&px, NULL);
 	pthread_join(th, NULL);
@@ -747,15 +753,6 @@ static void node_create_cache1(struct node *n, const char *url)
 	assert_int_equal(ferry_mem_register(n->e, n->buf, 2 * LEN), 0);
 }
 
-/* The store names e under name (the test writes the record: e publishes none). */
-static void name_point(struct meta *q, const char *name, struct ferry_engine *e)
-{
-	char v[META_VALUE_MAX];
-
-	(void)meta_remove(q, name, 10000);
-	record_of(e, ferry_engine_address(e), v, sizeof(v));
-	assert_int_equal(meta_publish(q, name, v, TTL_MS, 10000), 0);
-}
 
 /* A reconnect of old's evicted rail, as a parked request asks for one. */
 static void reconnect_round(struct ferry_engine *e, struct ferry_seg *s)
@@ -905,7 +902,6 @@ static void test_repair_beside_stale_marking(void **state)
 	struct meta *q;
 	struct proxy px;
 	struct mover m;
-	char v[META_VALUE_MAX];
 	unsigned base;
 	uint32_t slot;
 
@@ -922,9 +918,7 @@ static void test_repair_beside_stale_marking(void **state)
 	assert_int_equal(ferry_mem_register(init.e, init.buf, 2 * LEN), 0);
 	proxy_start(&px, ferry_engine_address(t1.e));
 	assert_int_equal(meta_open(f->srv.url, &q), 0);
-	(void)meta_remove(q, "wobbly", 10000);
-	record_of(t1.e, px.addr, v, sizeof(v));
-	assert_int_equal(meta_publish(q, "wobbly", v, TTL_MS, 10000), 0);
+	name_point_at(q, "wobbly", t1.e, px.addr);
 	assert_int_equal(ferry_segment_open(init.e, "wobbly", &old), 0);
 	mover_init(&m, &init);
 	assert_int_equal(roundtrip(&m, &init, old, &t1, 14), 0);
