@@ -137,15 +137,29 @@ struct mem_region *ferry_region_find(struct ferry_engine *e, uint64_t addr, uint
 	return r;
 }
 
-static int region_insert(struct ferry_engine *e, struct mem_region *r)
+/* Whether [addr, addr+len) may become a region: -EEXIST when it overlaps
+ * one, -ENOSPC when there are as many as a descriptor carries; *at is
+ * where it would go.  ctl_lock held (every writer of the array holds it). */
+static int region_fits(const struct ferry_engine *e, uint64_t addr, uint64_t len, unsigned *at)
 {
-	unsigned i = region_lower_bound(e, r->addr);
+	unsigned i = region_lower_bound(e, addr);
 
-	/* regions[i] is the first that ends above r->addr: the only candidate. */
-	if (i < e->n_regions && e->regions[i]->addr < r->addr + r->len)
+	/* regions[i] is the first that ends above addr: the only candidate. */
+	if (i < e->n_regions && e->regions[i]->addr < addr + len)
 		return -EEXIST;
 	if (e->n_regions == WIRE_MAX_REGIONS)
 		return -ENOSPC; /* a descriptor could not carry more */
+	*at = i;
+	return 0;
+}
+
+static int region_insert(struct ferry_engine *e, struct mem_region *r)
+{
+	unsigned i;
+	int rc = region_fits(e, r->addr, r->len, &i);
+
+	if (rc)
+		return rc;
 	if (e->n_regions == e->cap_regions) {
 		unsigned cap = e->cap_regions ? 2 * e->cap_regions : 16;
 		struct mem_region **n = realloc(e->regions, cap * sizeof(*n));
@@ -273,6 +287,7 @@ int ferry_mem_register_access(struct ferry_engine *e, void *addr, size_t len, un
 {
 	struct mem_region *r;
 	bool writable, opaque;
+	unsigned at;
 	int rc;
 
 	if (!e || !addr || len == 0 || (uintptr_t)addr + len < (uintptr_t)addr)
@@ -285,10 +300,13 @@ int ferry_mem_register_access(struct ferry_engine *e, void *addr, size_t len, un
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&e->ctl_lock);
-	r = region_alloc(e);
+	/* Before the NICs see the range: a full key table's -ENOMEM hid the
+	 * overlap's -EEXIST, and verbs pinned a range only to refuse it. */
+	rc = region_fits(e, (uintptr_t)addr, len, &at);
+	r = rc ? NULL : region_alloc(e);
 	if (!r) {
 		pthread_mutex_unlock(&e->ctl_lock);
-		return -ENOMEM;
+		return rc ? rc : -ENOMEM;
 	}
 	WRITE_ONCE(r->addr, (uintptr_t)addr); /* a stale port cache may read them */
 	WRITE_ONCE(r->len, len);

@@ -730,6 +730,44 @@ static void assert_fault(int rc)
 		assert_int_equal(rc, -EFAULT);
 }
 
+/*
+ * A range that overlaps a region is refused -EEXIST even when a transport's
+ * key table is full: the overlap is checked before the NICs register it
+ * (they registered first, and the full table's -ENOMEM hid the -EEXIST; a
+ * verbs NIC pinned the range only to have it refused).  The loop NIC's
+ * table is the process's: a loop NIC of our own fills it.
+ */
+static void test_register_overlap_table_full(void **state)
+{
+	static uint8_t spare[64];
+	struct ferry_engine *e;
+	struct ferry_opts o;
+	struct nic_mr mr;
+	struct nic *n;
+	uint8_t *buf = aligned_alloc(4096, 2 * 4096);
+	int rc, overlap, beside;
+
+	(void)state;
+	assert_non_null(buf);
+	pair_opts(&o, "0"); /* loop, whatever the suite's transport */
+	assert_int_equal(ferry_engine_create(&o, &e), 0);
+	assert_int_equal(ferry_mem_register(e, buf, 4096), 0);
+	assert_int_equal(nic_loop_provider.open("loop", &n), 0);
+	while ((rc = nic_loop_provider.reg_mr(n, spare, sizeof(spare), 0, &mr)) == 0)
+		;
+	overlap = ferry_mem_register(e, buf + 10, 10);
+	beside = ferry_mem_register(e, buf + 4096, 4096);
+	nic_loop_provider.close(n); /* frees its keys, before any assert ends the test */
+	assert_int_equal(rc, -ENOMEM);
+	assert_int_equal(overlap, -EEXIST);
+	assert_int_equal(beside, -ENOMEM);
+	assert_int_equal(ferry_mem_register(e, buf + 4096, 4096), 0);
+	assert_int_equal(ferry_mem_unregister(e, buf + 4096), 0);
+	assert_int_equal(ferry_mem_unregister(e, buf), 0);
+	ferry_engine_destroy(e);
+	free(buf);
+}
+
 static void test_register_unmapped(void **state)
 {
 	const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
@@ -989,6 +1027,7 @@ int main(void)
 		cmocka_unit_test(test_region_cache_vs_unregister),
 		cmocka_unit_test(test_read_only_region),
 		cmocka_unit_test(test_register_unmapped),
+		cmocka_unit_test(test_register_overlap_table_full),
 		cmocka_unit_test(test_read_into_read_only_local),
 		cmocka_unit_test(test_device_memory_over_tcp),
 		cmocka_unit_test(test_device_memory_read_by_tcp_peer),
