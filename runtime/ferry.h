@@ -588,7 +588,9 @@ FERRY_API int ferry_prep_create(struct ferry_port *p, ferry_seg_t seg, const str
  * range no longer lies in a region of the peer ends FAILED -EFAULT (or
  * -EACCES, when the region no longer allows its op) without anything
  * posted, while the others go on, with the region's current keys (a
- * region the peer registered again works again).  The port's thread.
+ * region the peer registered again works again).  n == 0 submits nothing
+ * and returns the next slot (idx may be NULL), as ferry_submit does.  The
+ * port's thread.
  */
 FERRY_API int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr,
 				const uint32_t *idx, uint32_t n);

@@ -418,7 +418,9 @@ int ferry_prep_submit(struct ferry_batch *b, const struct ferry_prep *pr, const 
 		if (idx[i] >= pr->n)
 			return -EINVAL;
 	first = b->n;
-	s = n ? prep_seg_refs(b->port->e, pr->seg, n, &slot, &err) : NULL;
+	if (!n) /* nothing to take a segment reference for, nor to refuse: the next slot */
+		return (int)first;
+	s = prep_seg_refs(b->port->e, pr->seg, n, &slot, &err);
 	if (!s) {
 		prep_refuse(b, n, err);
 		return (int)first;

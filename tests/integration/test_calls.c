@@ -293,7 +293,12 @@ static void test_prep(void **state)
 	assert_int_equal(ferry_batch_create(P.port, 8, &b), 0);
 	assert_int_equal(ferry_prep_submit(b, pr, bad, 2), -EINVAL);
 	assert_int_equal(ferry_batch_size(b), 0); /* nothing submitted */
+	/* n == 0 submits nothing and returns the next slot, as ferry_submit */
+	assert_int_equal(ferry_prep_submit(b, pr, NULL, 0), 0);
+	assert_int_equal(ferry_batch_size(b), 0);
 	assert_int_equal(ferry_prep_submit(b, pr, idx, 5), 0);
+	assert_int_equal(ferry_prep_submit(b, pr, idx, 0), 5);
+	assert_int_equal(ferry_batch_size(b), 5);
 	assert_int_equal(ferry_batch_wait(b, WAIT_DEADLINE_MS), 0);
 	for (unsigned k = 0; k < 5; k++)
 		assert_memory_equal(P.lbuf + idx[k] * LEN, P.rbuf + idx[k] * LEN, LEN);
