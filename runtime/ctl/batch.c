@@ -136,6 +136,16 @@ static struct disc_batch *disc_batch_new(const char *const *addresses,
 	return b;
 }
 
+/* Whether the peer ended a call (rc) before it answered: it hung up
+ * (closed or reset) or refused us and closed.  Ours end -ETIMEDOUT or
+ * -ECANCELED: a slow peer may still read the first request left.  What
+ * the peer left unanswered it did not serve -- or it served and then went
+ * before answering: a DISCONNECT again is answered -ENOENT, harmless. */
+static bool disc_peer_hung_up(int rc)
+{
+	return rc == -ECONNRESET || ctl_closing_errno(rc);
+}
+
 /* Each item's result in the caller's order: rcs[i], and fate[i] (if not
  * NULL, an enum disc_fate). */
 static void disc_results(const struct disc_batch *b, int *rcs, uint8_t *fate)
@@ -152,8 +162,8 @@ static void disc_results(const struct disc_batch *b, int *rcs, uint8_t *fate)
 				continue;
 			if (k < p->answered || !rcs[item])
 				fate[item] = DISC_ANSWERED;
-			else if (!ctl_pipe_unanswered_sent(p, k))
-				fate[item] = DISC_NOT_SENT;
+			else if (!ctl_pipe_unanswered_sent(p, k) || disc_peer_hung_up(rcs[item]))
+				fate[item] = DISC_NOT_SENT; /* not delivered */
 			else
 				fate[item] = k == p->answered ? DISC_UNREAD_FIRST : DISC_UNREAD_BEHIND;
 		}

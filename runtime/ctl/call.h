@@ -142,6 +142,8 @@ int ctl_check_rep(const struct wire_connect_req *req, const struct wire_connect_
 int ctl_io_error(int rc);
 /* How a failed send, or a reply that never started (rc), leaves the connection. */
 enum ex_state ex_unanswered(int rc);
+/* Whether the server answers rc (-EBUSY at its cap, -EACCES, ...) and closes. */
+bool ctl_closing_errno(int rc);
 /* Read the reply to call on fd by deadline, opened with sess (tag checked,
  * payload decrypted) when that is on (one that does not verify: -EPROTO, counted in *forged
  * if not NULL); *st says how the connection was left. */

@@ -63,7 +63,7 @@ static int ctl_read_error(const uint8_t *b, uint32_t len, const char *what)
 }
 
 /* Errors after which the server closes its end: do not keep the connection. */
-static bool closing_errno(int rc)
+bool ctl_closing_errno(int rc)
 {
 	return rc == -EACCES || rc == -EBUSY || rc == -EPROTONOSUPPORT;
 }
@@ -161,7 +161,7 @@ int ctl_read_answer(int fd, struct auth_sess *sess, int64_t deadline, int stop_f
 	 * request's -- a pipelined exchange (ctl_notify_many) reads on.  Out
 	 * of step only after a refused reply (-EPROTO), or one after which the
 	 * server closes. */
-	if (rc != -EPROTO && !closing_errno(rc))
+	if (rc != -EPROTO && !ctl_closing_errno(rc))
 		*st = EX_SYNCED;
 	return rc;
 }
@@ -225,7 +225,7 @@ int ctl_send_failed(struct ctl_client *cl, int fd, struct auth_sess *sess,
 	refusal_only.out = NULL;
 	why = ctl_read_answer(fd, sess, sock_now_ms(), -1, &refusal_only, &rst,
 			      cl ? &cl->forged : NULL);
-	if (!closing_errno(why))
+	if (!ctl_closing_errno(why))
 		return ctl_io_error(rc);
 	*st = EX_BROKEN;
 	return why;

@@ -187,7 +187,9 @@ enum disc_fate {
 	DISC_ANSWERED,     /* rcs[i] is the peer's word (or it was never tried) */
 	DISC_UNREAD_FIRST, /* written whole, first unanswered: served when read */
 	DISC_UNREAD_BEHIND, /* written whole behind it: not served if read late */
-	DISC_NOT_SENT,     /* not written whole (connect, authentication, send) */
+	DISC_NOT_SENT,     /* not delivered: not written whole (connect, authentication,
+			    * send), or the peer ended the connection unanswered
+			    * (hung up, or refused us at its cap) */
 };
 /* DISCONNECT d[i] to the engine at addresses[i] (items to one address go
  * on one connection, in their order; each peer gets timeout_ms plus 1 ms

@@ -560,7 +560,8 @@ static bool disc_again(struct ferry_engine *e, struct disc_item *d, int rc, uint
 		d->due_ms = 0; /* once, now: alone on its connection, it is served when read */
 		return true;
 	}
-	/* Never reached the peer whole: a stalled or cut off one, which may
+	/* Never delivered (not written whole, or the peer hung up on it
+	 * unread): a stalled or cut off one, or one behind a proxy, which may
 	 * come back and then keep its QPs while our keepalives renew them. */
 	if (fate != DISC_NOT_SENT || !disc_transient(rc))
 		return false;

@@ -30,8 +30,10 @@
 #include <unistd.h>
 
 #include "runtime/ctl/call.h"
+#include "runtime/ctl/pool.h"
 #include "runtime/ctl/wire.h"
 #include "tests/harness/teardown.h"
+#include "tests/harness/proxy.h" /* (needs cmocka first) */
 
 /*
  * A peer engine at address that is gone, with a socket in its place whose
@@ -1305,8 +1307,8 @@ static void cut_off(struct ferry_engine *e, const char *address, int rc, uint32_
 /* An engine on cores with DISCONNECT back-offs of retry_ms (then
  * doubled), and a segment of it open to P's target, in *seg; no
  * keepalives: every dial to the target is a DISCONNECT's. */
-static struct ferry_engine *engine_to_target(const char *cores, uint32_t retry_ms,
-					     ferry_seg_t *seg)
+static struct ferry_engine *engine_to_target_at(const char *cores, uint32_t retry_ms,
+						const char *address, ferry_seg_t *seg)
 {
 	struct ferry_knobs k = { .disc_retry_ms = retry_ms };
 	struct ferry_engine *o;
@@ -1316,9 +1318,15 @@ static struct ferry_engine *engine_to_target(const char *cores, uint32_t retry_m
 	oo.keepalive_ms = 0;
 	assert_int_equal(ferry_engine_create_knobs(&oo, &k, &o), 0);
 	o->disc_timeout_ms = 300;
-	assert_int_equal(ferry_segment_open(o, ferry_engine_address(P.target), seg), 0);
+	assert_int_equal(ferry_segment_open(o, address, seg), 0);
 	assert_true(passive_count_of(P.target, o->incarnation) > 0);
 	return o;
+}
+
+static struct ferry_engine *engine_to_target(const char *cores, uint32_t retry_ms,
+					     ferry_seg_t *seg)
+{
+	return engine_to_target_at(cores, retry_ms, ferry_engine_address(P.target), seg);
 }
 
 /*
@@ -1382,6 +1390,40 @@ static void test_close_refused_not_again(void **state)
 	assert_int_equal(READ_ONCE(o->client.fault_hits), 1);
 	WRITE_ONCE(o->client.fault_left, 0);
 	ferry_engine_destroy(o);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+/*
+ * A segment opened through a relay closes while the relay's backend is
+ * gone: the relay takes each DISCONNECT whole and hangs up without
+ * reading it.  Not delivered: it goes again after back-offs, and once the
+ * backend is back the peer frees every QP of ours.  Before, it was filed
+ * "served when read" and never sent again: the peer kept the QPs (here
+ * with no keepalives, until its lease ran out).
+ */
+static void test_close_behind_relay_without_backend(void **state)
+{
+	struct proxy px;
+	ferry_seg_t seg;
+	struct ferry_engine *o;
+	uint64_t inc;
+
+	(void)state;
+	setup_pair(200);
+	proxy_start(&px, ferry_engine_address(P.target));
+	o = engine_to_target_at("0", 10, px.addr, &seg);
+	inc = o->incarnation;
+	proxy_point(&px, "127.0.0.1:1"); /* nothing listens there */
+	/* The relay's connections went with the backend's: none is kept. */
+	(void)ctl_pool_shed(&o->client);
+	assert_int_equal(ferry_segment_close(o, seg), 0);
+	proxy_point(&px, ferry_engine_address(P.target));
+	/* Bounded for the run before the fix only: the tries take ~0.1 s. */
+	WAIT_UNTIL(passive_count_of(P.target, inc) == 0, 5000,
+		   "the peer behind the relay to free every QP of the closed segment");
+	ferry_engine_destroy(o);
+	proxy_stop(&px);
 	assert_quiet_and_close(P.init, &P.seg);
 	pair_teardown(&P);
 }
@@ -1502,6 +1544,7 @@ int main(void)
 		cmocka_unit_test(test_close_across_partition_timeout),
 		cmocka_unit_test(test_close_across_partition_unreachable),
 		cmocka_unit_test(test_close_refused_not_again),
+		cmocka_unit_test(test_close_behind_relay_without_backend),
 		cmocka_unit_test(test_destroy_skips_backoff),
 		cmocka_unit_test(test_disconnect_queue_bounded),
 		cmocka_unit_test(test_disconnect_tries_end),

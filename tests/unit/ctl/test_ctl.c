@@ -3063,6 +3063,66 @@ static void test_disconnect_many(void **state)
 	ctl_stop(&b);
 }
 
+/*
+ * A peer that takes our DISCONNECTs whole and ends the connection without
+ * reading or answering them -- a proxy whose backend is gone hangs up, a
+ * server at its cap refuses us (-EBUSY) and closes -- never serves them:
+ * they are not delivered (DISC_NOT_SENT: the engine tries again, with
+ * back-off), not "served when read" (DISC_UNREAD_FIRST: dropped, and the
+ * peer kept the QPs while our keepalives renewed them).
+ */
+static void hangup_after_requests(struct flaky *f, int32_t refuse)
+{
+	uint8_t buf[2 * CTL_DISCONNECT_FRAME], rep[WIRE_HDR_LEN + 4];
+	int fd = accept(f->lfd, NULL, NULL);
+	ssize_t n;
+
+	assert_true(fd >= 0);
+	do /* both written whole: still unread when we close */
+		n = recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_WAITALL);
+	while (n > 0 && n < (ssize_t)sizeof(buf));
+	if (refuse) {
+		wire_hdr_encode(rep, WIRE_ERROR, 4);
+		sock_put_le32(rep + WIRE_HDR_LEN, (uint32_t)refuse);
+		raw_send(fd, rep, sizeof(rep));
+	}
+	close(fd);
+}
+
+static void *hangup_serve(void *arg)
+{
+	hangup_after_requests(arg, 0);
+	hangup_after_requests(arg, -EBUSY);
+	return NULL;
+}
+
+static void test_disconnect_peer_hangs_up(void **state)
+{
+	struct wire_disconnect d[2] = { { 3, 1 }, { 3, 2 } };
+	const char *addr[2];
+	struct ctl_client cl;
+	uint8_t fate[2];
+	struct flaky f;
+	int rcs[2];
+
+	(void)state;
+	flaky_start(&f, hangup_serve);
+	addr[0] = addr[1] = f.address;
+	assert_int_equal(ctl_client_init(&cl, NULL), 0);
+	assert_int_equal(ctl_disconnect_many(&cl, addr, d, 2, 2000, rcs, fate), 0);
+	assert_int_equal(rcs[0], -ECONNRESET);
+	assert_int_equal(rcs[1], -ECONNRESET);
+	assert_int_equal(fate[0], DISC_NOT_SENT);
+	assert_int_equal(fate[1], DISC_NOT_SENT);
+	assert_int_equal(ctl_disconnect_many(&cl, addr, d, 2, 2000, rcs, fate), 0);
+	assert_int_equal(rcs[0], -EBUSY);
+	assert_int_equal(fate[0], DISC_NOT_SENT);
+	assert_int_equal(fate[1], DISC_NOT_SENT);
+	pthread_join(f.th, NULL);
+	close(f.lfd);
+	ctl_client_fini(&cl);
+}
+
 /* A keepalive server in a child process (its accepted sockets do not
  * count against our descriptors), on 0.0.0.0: its address in addr. */
 static pid_t keepalive_server_child(char *addr, size_t len)
@@ -3824,6 +3884,7 @@ int main(void)
 		cmocka_unit_test(test_pipe_unanswered_sent),
 		cmocka_unit_test(test_dial_failure_errnos),
 		cmocka_unit_test(test_disconnect_many),
+		cmocka_unit_test(test_disconnect_peer_hangs_up),
 		cmocka_unit_test(test_start_stop),
 		cmocka_unit_test(test_many_clients),
 		cmocka_unit_test(test_trickler_delays_nobody),
