@@ -55,6 +55,11 @@ static int real_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t in
 	return ibv_query_gid_ex(ctx, port, index, entry, flags);
 }
 
+static int real_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *pa)
+{
+	return ibv_query_port(ctx, port, pa);
+}
+
 static int real_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 {
 	return ibv_get_async_event(ctx, ev);
@@ -71,6 +76,7 @@ static const struct fv_ops real_ops = {
 	.poll_cq = real_poll_cq,
 	.modify_qp = real_modify_qp,
 	.query_gid_ex = real_query_gid_ex,
+	.query_port = real_query_port,
 	.get_async_event = real_get_async_event,
 	.ack_async_event = real_ack_async_event,
 };
@@ -82,6 +88,7 @@ struct fv_ops fv_calls = {
 	.poll_cq = real_poll_cq,
 	.modify_qp = real_modify_qp,
 	.query_gid_ex = real_query_gid_ex,
+	.query_port = real_query_port,
 	.get_async_event = real_get_async_event,
 	.ack_async_event = real_ack_async_event,
 };
@@ -101,6 +108,8 @@ void fv_set_ops(const struct fv_ops *o)
 		fv_calls.modify_qp = o->modify_qp;
 	if (o->query_gid_ex)
 		fv_calls.query_gid_ex = o->query_gid_ex;
+	if (o->query_port)
+		fv_calls.query_port = o->query_port;
 	if (o->get_async_event)
 		fv_calls.get_async_event = o->get_async_event;
 	if (o->ack_async_event)
@@ -186,9 +195,9 @@ static void nic_to_addr(const struct fv_nic *nic, struct fv_addr *a)
 {
 	memset(a, 0, sizeof(*a));
 	memcpy(a->gid, nic->gid.raw, 16);
-	a->lid = nic->lid;
+	a->lid = READ_ONCE(nic->lid);
 	a->port = nic->port;
-	a->mtu = nic->active_mtu;
+	a->mtu = READ_ONCE(nic->active_mtu);
 	a->link_layer = nic->link_layer;
 	a->gid_index = (uint8_t)nic->gid_index;
 	a->rd_atomic = (uint8_t)nic->max_dest_rd_atomic;
@@ -357,7 +366,7 @@ static int query_device(struct fv_nic *nic, uint8_t *nports)
 
 static int query_port(struct fv_nic *nic, int port, struct ibv_port_attr *pa)
 {
-	int rc = ibv_query_port(nic->ctx, (uint8_t)port, pa);
+	int rc = fv_calls.query_port(nic->ctx, (uint8_t)port, pa);
 
 	if (rc) {
 		rc = fv_errno(rc);
@@ -556,13 +565,14 @@ void fv_describe(const struct nic *n, char *buf, size_t len)
 
 	if (nic->link_layer != IBV_LINK_LAYER_ETHERNET) {
 		snprintf(buf, len, "%s port %u, InfiniBand, LID 0x%x, MTU %u, NUMA %d", nic->name,
-			 nic->port, nic->lid, mtu_bytes(nic->active_mtu), nic->numa_node);
+			 nic->port, READ_ONCE(nic->lid), mtu_bytes(READ_ONCE(nic->active_mtu)),
+			 nic->numa_node);
 		return;
 	}
 	fv_gid_str(nic->gid.raw, a, sizeof(a));
 	snprintf(buf, len, "%s port %u, %s, GID[%d] %s, MTU %u, NUMA %d", nic->name, nic->port,
 		 nic->gid_type == IBV_GID_TYPE_ROCE_V1 ? "RoCE v1" : "RoCE v2", nic->gid_index, a,
-		 mtu_bytes(nic->active_mtu), nic->numa_node);
+		 mtu_bytes(READ_ONCE(nic->active_mtu)), nic->numa_node);
 }
 
 int fv_numa_node(const struct nic *n)

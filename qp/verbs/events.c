@@ -4,12 +4,15 @@
  * back, the device dying (or our CQ failing), a QP failing on its own --
  * read from the context's async fd (made non-blocking at open) by a
  * control thread, never a core.  Only the events of this NIC's port matter.
+ * A GID change (RoCE) or LID change (InfiniBand) that takes the address our
+ * peers know us by is the port going down.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 
 #include "qp/verbs/verbs.h"
+#include "ring/base/atomics.h"
 
 int fv_event_fd(const struct nic *n)
 {
@@ -39,8 +42,9 @@ uint16_t fv_event_kind(const struct fv_nic *nic, const struct ibv_async_event *e
 	case IBV_EVENT_QP_ACCESS_ERR:
 		return NIC_EV_QP_FATAL;
 	default:
-		return 0; /* LID/PKey changes, SRQ, path migration: nothing to do; a
-			   * GID change is roce_port_verdict's */
+		return 0; /* PKey changes, SRQ, path migration: nothing to do; a
+			   * GID change is roce_port_verdict's, a LID change
+			   * ib_port_verdict's */
 	}
 }
 
@@ -106,18 +110,64 @@ static uint16_t roce_port_verdict(struct fv_nic *nic, const struct ibv_async_eve
 	return up ? NIC_EV_PORT_UP : NIC_EV_PORT_DOWN;
 }
 
+/*
+ * InfiniBand routes by LID, and our address carries the one read at open.
+ * A LID change (the subnet manager reassigned it) leaves peers sending to
+ * the old LID and new connections advertising it, so the port's attributes
+ * are read again and the port goes down -- its rails stop -- and up when
+ * ACTIVE, so that they are rebuilt with the new LID.  The port coming back
+ * ACTIVE re-reads them too (the LID or MTU may have changed meanwhile).
+ * Returns the event to report, or kind for events that do not bear on it.
+ */
+static uint16_t ib_port_verdict(struct fv_nic *nic, const struct ibv_async_event *ev,
+				uint16_t kind)
+{
+	struct ibv_port_attr pa;
+	bool lid_change;
+	int rc;
+
+	if (nic->link_layer != IBV_LINK_LAYER_INFINIBAND)
+		return kind;
+	lid_change = ev->event_type == IBV_EVENT_LID_CHANGE && ev->element.port_num == nic->port;
+	if (!lid_change && kind != NIC_EV_PORT_UP)
+		return kind;
+	memset(&pa, 0, sizeof(pa));
+	rc = fv_calls.query_port(nic->ctx, nic->port, &pa);
+	if (rc) {
+		vlog(nic, "cannot read the port after %s: %s (LID 0x%x kept)",
+		     ibv_event_type_str(ev->event_type), strerror(fv_errno(rc)), nic->lid);
+		return kind;
+	}
+	WRITE_ONCE(nic->active_mtu, (uint8_t)pa.active_mtu);
+	if (pa.lid == nic->lid)
+		return kind;
+	vinfo(nic, "LID 0x%x is now 0x%x: rails are rebuilt with it", nic->lid, pa.lid);
+	WRITE_ONCE(nic->lid, pa.lid);
+	if (!lid_change)
+		return kind; /* the port up: rails are rebuilt anyway */
+	nic->up_owed = pa.state == IBV_PORT_ACTIVE; /* else PORT_ACTIVE brings it */
+	return NIC_EV_PORT_DOWN;
+}
+
 int fv_event_next(struct nic *n, struct nic_event *out)
 {
 	struct fv_nic *nic = nic_of(n);
 	struct ibv_async_event ev;
 
+	if (nic->up_owed) {
+		nic->up_owed = false;
+		out->kind = NIC_EV_PORT_UP;
+		out->qp_num = 0;
+		return 1;
+	}
 	for (;;) {
 		if (fv_calls.get_async_event(nic->ctx, &ev)) {
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return 0;
 			return -errno;
 		}
-		out->kind = roce_port_verdict(nic, &ev, fv_event_kind(nic, &ev));
+		out->kind = fv_event_kind(nic, &ev);
+		out->kind = roce_port_verdict(nic, &ev, ib_port_verdict(nic, &ev, out->kind));
 		out->qp_num = out->kind == NIC_EV_QP_FATAL && ev.element.qp ? ev.element.qp->qp_num : 0;
 		fv_calls.ack_async_event(&ev);
 		if (out->kind) {

@@ -328,11 +328,12 @@ static void rtr_attr(const struct fv_qp *qp, const struct fv_addr *ra,
 		     const struct nic_qp_info *rqp, struct ibv_qp_attr *a, int *mask)
 {
 	const struct fv_nic *nic = qp->nic;
+	uint8_t mtu = READ_ONCE(nic->active_mtu); /* a LID change refreshes it */
 
 	memset(a, 0, sizeof(*a));
 	a->qp_state = IBV_QPS_RTR;
 	/* enum ibv_mtu grows with the size: the smaller end limits the path. */
-	a->path_mtu = nic->active_mtu < ra->mtu ? nic->active_mtu : ra->mtu;
+	a->path_mtu = mtu < ra->mtu ? mtu : ra->mtu;
 	a->dest_qp_num = rqp->qpn;
 	a->rq_psn = rqp->psn & 0xffffff;
 	a->max_dest_rd_atomic = (uint8_t)nic->max_dest_rd_atomic;
@@ -414,8 +415,9 @@ static void log_connect_failure(const struct fv_qp *qp, const char *step, int er
 	if (nic->link_layer != IBV_LINK_LAYER_ETHERNET) {
 		vlog(nic, "QP 0x%x %s failed: %s (errno %d); local LID 0x%x MTU %u; "
 		     "peer QPN 0x%x LID 0x%x MTU %u port %u: check the peer's LID and the "
-		     "subnet manager", qp->qp->qp_num, step, strerror(err), err, nic->lid,
-		     mtu_bytes(nic->active_mtu), rqp->qpn, ra->lid, mtu_bytes(ra->mtu), ra->port);
+		     "subnet manager", qp->qp->qp_num, step, strerror(err), err,
+		     READ_ONCE(nic->lid), mtu_bytes(READ_ONCE(nic->active_mtu)), rqp->qpn, ra->lid,
+		     mtu_bytes(ra->mtu), ra->port);
 		return;
 	}
 	roce_gids(nic, ra, &sgid_index, &dgid);
@@ -427,7 +429,7 @@ static void log_connect_failure(const struct fv_qp *qp, const char *step, int er
 	     "common cause: both GIDs must be RoCE v2 addresses that reach each other "
 	     "(same subnet/VLAN or routed); set FERRY_GID_INDEX on either side to override",
 	     qp->qp->qp_num, step, strerror(err), err, sgid_index, lg,
-	     fv_gid_kind(sgid, nic->gid_type), mtu_bytes(nic->active_mtu), rqp->qpn,
+	     fv_gid_kind(sgid, nic->gid_type), mtu_bytes(READ_ONCE(nic->active_mtu)), rqp->qpn,
 	     rg, dgid == ra->gid ? ra->gid_index : ra->alt_gid_index, ra->lid,
 	     mtu_bytes(ra->mtu));
 }

@@ -144,9 +144,9 @@ struct fv_nic {
 	char name[64];
 	uint8_t port;
 	uint8_t link_layer;  /* IBV_LINK_LAYER_* */
-	uint8_t active_mtu;  /* enum ibv_mtu */
+	uint8_t active_mtu;  /* enum ibv_mtu; the event thread refreshes it: READ_ONCE */
 	uint8_t gid_type;    /* enum ibv_gid_type of the chosen GID */
-	uint16_t lid;
+	uint16_t lid;        /* the event thread refreshes it (LID change): READ_ONCE */
 	int gid_index;
 	union ibv_gid gid;
 	bool has_alt;        /* alt_gid: for peers of the other IP family */
@@ -168,6 +168,9 @@ struct fv_nic {
 	 * is the port down to us. */
 	bool port_err;
 	bool gid_lost;
+	/* A PORT_DOWN was reported only so that rails are rebuilt (the LID
+	 * changed): the PORT_UP that follows is owed. */
+	bool up_owed;
 
 	/* Children, freed by close() when the caller left them behind. */
 	pthread_mutex_t lock;
@@ -345,6 +348,7 @@ struct fv_ops {
 	int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
 	int (*query_gid_ex)(struct ibv_context *ctx, uint32_t port, uint32_t index,
 			    struct ibv_gid_entry *entry, uint32_t flags);
+	int (*query_port)(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *pa);
 	int (*get_async_event)(struct ibv_context *ctx, struct ibv_async_event *ev);
 	void (*ack_async_event)(struct ibv_async_event *ev);
 };

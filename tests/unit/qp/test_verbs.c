@@ -309,6 +309,21 @@ static int stub_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t in
 	return ENODATA;
 }
 
+/* query_port: the port's attributes as the stub reports them. */
+static struct ibv_port_attr stub_pa;
+static int stub_port_rc, stub_nport;
+
+static int stub_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *pa)
+{
+	(void)ctx;
+	assert_int_equal(port, 1);
+	stub_nport++;
+	if (stub_port_rc)
+		return stub_port_rc;
+	*pa = stub_pa;
+	return 0;
+}
+
 /* Device events the stub hands out, in order; then EAGAIN. */
 static struct ibv_async_event stub_events[4];
 static unsigned stub_nevents, stub_acked;
@@ -339,6 +354,7 @@ static const struct fv_ops stub_ops = {
 	.poll_cq = stub_poll_cq,
 	.modify_qp = stub_modify_qp,
 	.query_gid_ex = stub_query_gid_ex,
+	.query_port = stub_query_port,
 };
 
 /* A RoCE NIC, a CQ and a QP around fake ibv objects. */
@@ -367,6 +383,9 @@ static int setup(void **state)
 	nic.max_rd_atomic = 16;
 	nic.max_dest_rd_atomic = 16;
 	nic.numa_node = -1;
+	memset(&stub_pa, 0, sizeof(stub_pa));
+	stub_port_rc = 0;
+	stub_nport = 0;
 
 	memset(&fake_ibqp, 0, sizeof(fake_ibqp));
 	fake_ibqp.qp_num = 0x123;
@@ -1167,14 +1186,17 @@ static void test_device_events(void **state)
 								 .element.port_num = 1 };
 	stub_events[stub_nevents++] = (struct ibv_async_event){ .event_type = IBV_EVENT_QP_FATAL,
 								 .element.qp = &fake_ibqp };
-	stub_events[stub_nevents++] = (struct ibv_async_event){ .event_type = IBV_EVENT_LID_CHANGE };
+	stub_events[stub_nevents++] = (struct ibv_async_event){ .event_type = IBV_EVENT_LID_CHANGE,
+								 .element.port_num = 1 };
 	fake_ibqp.qp_num = 0x77;
 	assert_int_equal(fv_event_next((struct nic *)(void *)&nic, &ev), 1);
 	assert_int_equal(ev.kind, NIC_EV_PORT_DOWN); /* port 2's was skipped */
 	assert_int_equal(fv_event_next((struct nic *)(void *)&nic, &ev), 1);
 	assert_int_equal(ev.kind, NIC_EV_QP_FATAL);
 	assert_int_equal(ev.qp_num, 0x77);
-	assert_int_equal(fv_event_next((struct nic *)(void *)&nic, &ev), 0); /* LID change: nothing */
+	/* A LID change on RoCE (no LIDs there): nothing; on InfiniBand it is
+	 * the port's address changing (test_device_events_lid). */
+	assert_int_equal(fv_event_next((struct nic *)(void *)&nic, &ev), 0);
 	assert_int_equal(stub_acked, 4);
 	stub_events[0] = (struct ibv_async_event){ .event_type = IBV_EVENT_PORT_ACTIVE,
 						    .element.port_num = 1 };
@@ -1252,6 +1274,77 @@ static void test_device_events_gid(void **state)
 	/* InfiniBand routes by LID: a GID change is nothing there. */
 	nic.link_layer = IBV_LINK_LAYER_INFINIBAND;
 	assert_int_equal(one_event(change, &ev), 0);
+	nic.ctx = NULL;
+}
+
+/* Our address as a peer gets it. */
+static struct fv_addr our_addr(void)
+{
+	struct nic_addr na;
+	struct fv_addr a;
+
+	P->addr((const struct nic *)(const void *)&nic, &na);
+	assert_int_equal(fv_addr_unpack(&na, &a), 0);
+	return a;
+}
+
+/*
+ * InfiniBand: peers reach the port by the LID our address carries.  A LID
+ * change (the subnet manager reassigned it) re-reads the port: the new LID
+ * and MTU go into our address, and the port goes down then up so that its
+ * rails are rebuilt with them.  The port coming back ACTIVE re-reads them too.
+ */
+static void test_device_events_lid(void **state)
+{
+	struct ibv_context ctx = { .async_fd = -1 };
+	const struct ibv_async_event change = { .event_type = IBV_EVENT_LID_CHANGE,
+						.element.port_num = 1 };
+	struct nic *n = (struct nic *)(void *)&nic;
+	struct nic_event ev;
+
+	(void)state;
+	nic.ctx = &ctx;
+	nic.link_layer = IBV_LINK_LAYER_INFINIBAND;
+	nic.lid = 0x12;
+	stub_pa = (struct ibv_port_attr){ .state = IBV_PORT_ACTIVE, .lid = 0x34,
+					  .active_mtu = IBV_MTU_2048,
+					  .link_layer = IBV_LINK_LAYER_INFINIBAND };
+	assert_int_equal(one_event(change, &ev), 1);
+	assert_int_equal(ev.kind, NIC_EV_PORT_DOWN);
+	assert_int_equal(fv_event_next(n, &ev), 1);
+	assert_int_equal(ev.kind, NIC_EV_PORT_UP);
+	assert_int_equal(fv_event_next(n, &ev), 0);
+	assert_int_equal(our_addr().lid, 0x34);
+	assert_int_equal(our_addr().mtu, IBV_MTU_2048);
+	/* The same LID again: nothing. */
+	assert_int_equal(one_event(change, &ev), 0);
+	/* Changed while the port is not ACTIVE: down only; its PORT_ACTIVE
+	 * brings it up, with the LID read again. */
+	stub_pa.lid = 0x56;
+	stub_pa.state = IBV_PORT_INIT;
+	assert_int_equal(one_event(change, &ev), 1);
+	assert_int_equal(ev.kind, NIC_EV_PORT_DOWN);
+	assert_int_equal(fv_event_next(n, &ev), 0);
+	stub_pa.lid = 0x57;
+	stub_pa.state = IBV_PORT_ACTIVE;
+	assert_int_equal(one_event((struct ibv_async_event){ .event_type = IBV_EVENT_PORT_ACTIVE,
+							      .element.port_num = 1 }, &ev), 1);
+	assert_int_equal(ev.kind, NIC_EV_PORT_UP);
+	assert_int_equal(fv_event_next(n, &ev), 0);
+	assert_int_equal(our_addr().lid, 0x57);
+	/* A query that fails changes nothing. */
+	stub_port_rc = EIO;
+	stub_pa.lid = 0x99;
+	assert_int_equal(one_event(change, &ev), 0);
+	assert_int_equal(our_addr().lid, 0x57);
+	stub_port_rc = 0;
+	/* Another port's change is not ours, and RoCE has no LID. */
+	stub_nport = 0;
+	assert_int_equal(one_event((struct ibv_async_event){ .event_type = IBV_EVENT_LID_CHANGE,
+							      .element.port_num = 2 }, &ev), 0);
+	nic.link_layer = IBV_LINK_LAYER_ETHERNET;
+	assert_int_equal(one_event(change, &ev), 0);
+	assert_int_equal(stub_nport, 0);
 	nic.ctx = NULL;
 }
 
@@ -1336,6 +1429,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_poll_chunks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_device_events, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_device_events_gid, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_device_events_lid, setup, teardown),
 		cmocka_unit_test(test_registry),
 		cmocka_unit_test_setup_teardown(test_open_missing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_describe, setup, teardown),
