@@ -201,7 +201,7 @@ static void nic_to_addr(const struct fv_nic *nic, struct fv_addr *a)
 	a->link_layer = nic->link_layer;
 	a->gid_index = (uint8_t)nic->gid_index;
 	a->rd_atomic = (uint8_t)nic->max_dest_rd_atomic;
-	a->has_alt = nic->has_alt;
+	a->has_alt = nic->has_alt && !READ_ONCE(nic->alt_lost); /* its index lost it */
 	memcpy(a->alt_gid, nic->alt_gid.raw, 16);
 	a->alt_gid_index = (uint8_t)nic->alt_gid_index;
 }

@@ -48,25 +48,25 @@ uint16_t fv_event_kind(const struct fv_nic *nic, const struct ibv_async_event *e
 	}
 }
 
-/* RoCE: whether our GID index still holds the GID our address names: 1
+/* RoCE: whether GID index idx still holds gid (what our address names): 1
  * yes, 0 no (another GID, or none), -1 the query failed (we do not know). */
-static int gid_still_ours(const struct fv_nic *nic)
+static int gid_still_ours(const struct fv_nic *nic, int idx, const union ibv_gid *gid)
 {
 	struct ibv_gid_entry e;
 	int rc;
 
 	memset(&e, 0, sizeof(e));
-	rc = fv_calls.query_gid_ex(nic->ctx, nic->port, (uint32_t)nic->gid_index, &e, 0);
+	rc = fv_calls.query_gid_ex(nic->ctx, nic->port, (uint32_t)idx, &e, 0);
 	if (rc) /* an empty entry: ENODATA, or older kernels' EINVAL (gid.c) */
 		return rc == ENODATA || rc == EINVAL ? 0 : -1;
-	return memcmp(e.gid.raw, nic->gid.raw, sizeof(e.gid.raw)) == 0;
+	return memcmp(e.gid.raw, gid->raw, sizeof(e.gid.raw)) == 0;
 }
 
 /* Look at our GID index again; a change of hands is logged, it explains
  * the port's state.  A failed query changes nothing. */
 static void gid_note(struct fv_nic *nic)
 {
-	int ours = gid_still_ours(nic);
+	int ours = gid_still_ours(nic, nic->gid_index, &nic->gid);
 	bool lost = ours == 0;
 
 	if (ours < 0 || lost == nic->gid_lost)
@@ -79,35 +79,75 @@ static void gid_note(struct fv_nic *nic)
 		vinfo(nic, "GID index %d holds our GID again", nic->gid_index);
 }
 
+/* The same for the alternate GID (peers of the other IP family): true when
+ * alt_lost changed.  Its loss is not the port's: the main GID still serves
+ * the peers of its family. */
+static bool alt_note(struct fv_nic *nic)
+{
+	int ours = nic->has_alt ? gid_still_ours(nic, nic->alt_gid_index, &nic->alt_gid) : -1;
+	bool lost = ours == 0;
+
+	if (ours < 0 || lost == nic->alt_lost)
+		return false;
+	WRITE_ONCE(nic->alt_lost, lost);
+	if (lost)
+		vlog(nic, "GID index %d no longer holds the GID peers of the other IP family "
+		     "know this port by: they are not reached until it does", nic->alt_gid_index);
+	else
+		vinfo(nic, "GID index %d holds our alternate GID again", nic->alt_gid_index);
+	return true;
+}
+
+/*
+ * The alternate GID went or came back while the port stays up.  Went: the
+ * rails that send from it are dead, but the engine knows rails by port,
+ * so the port goes down and, owed, up again: every rail is rebuilt, from
+ * the main GID only (alt_lost: roce_gids skips the alternate, fv_addr no
+ * longer offers it), so a peer of the other family is reached only through
+ * its own alternate GID.  Came back: the port up, rails down are probed
+ * again and new connections use it.
+ */
+static uint16_t alt_verdict(struct fv_nic *nic)
+{
+	if (!nic->alt_lost)
+		return NIC_EV_PORT_UP;
+	nic->up_owed = true;
+	return NIC_EV_PORT_DOWN;
+}
+
 /*
  * To us a RoCE port is up while it is ACTIVE and its GID index still holds
  * the GID our address names: peers reach us only there (the address went
  * out at open) and our QPs send from that index, so a GID table change
  * that took it (the IP address removed or moved, a link flap) is the port
  * going down, and an ACTIVE port whose GID is not back is not up yet.
- * Returns the change of that state (PORT_DOWN/PORT_UP, 0 none), or kind
- * for events that do not bear on it.
+ * The alternate GID is checked too (alt_verdict).  Returns the change of
+ * that state (PORT_DOWN/PORT_UP, 0 none), or kind for events that do not
+ * bear on it.
  */
 static uint16_t roce_port_verdict(struct fv_nic *nic, const struct ibv_async_event *ev,
 				  uint16_t kind)
 {
-	bool was_up = !nic->port_err && !nic->gid_lost, up;
+	bool was_up = !nic->port_err && !nic->gid_lost, up, alt_changed = false;
 
 	if (nic->link_layer != IBV_LINK_LAYER_ETHERNET)
 		return kind;
 	if (ev->event_type == IBV_EVENT_GID_CHANGE && ev->element.port_num == nic->port) {
 		gid_note(nic);
+		alt_changed = alt_note(nic);
 	} else if (kind == NIC_EV_PORT_DOWN || kind == NIC_EV_PORT_UP) {
 		nic->port_err = kind == NIC_EV_PORT_DOWN;
 		if (!nic->port_err && nic->gid_lost)
 			gid_note(nic); /* the GID may be back with the link */
+		if (!nic->port_err && nic->alt_lost)
+			alt_note(nic);
 	} else {
 		return kind;
 	}
 	up = !nic->port_err && !nic->gid_lost;
-	if (up == was_up)
-		return 0;
-	return up ? NIC_EV_PORT_UP : NIC_EV_PORT_DOWN;
+	if (up != was_up)
+		return up ? NIC_EV_PORT_UP : NIC_EV_PORT_DOWN;
+	return up && alt_changed ? alt_verdict(nic) : 0;
 }
 
 /*

@@ -318,7 +318,7 @@ static void roce_gids(const struct fv_nic *nic, const struct fv_addr *ra, int *s
 	*dgid = ra->gid;
 	if (v4 == rv4 || nic->gid_type != IBV_GID_TYPE_ROCE_V2)
 		return;
-	if (nic->has_alt && fv_gid_is_v4mapped(nic->alt_gid.raw) == rv4)
+	if (nic->has_alt && !READ_ONCE(nic->alt_lost) && fv_gid_is_v4mapped(nic->alt_gid.raw) == rv4)
 		*sgid_index = nic->alt_gid_index;
 	else if (ra->has_alt && fv_gid_is_v4mapped(ra->alt_gid) == v4)
 		*dgid = ra->alt_gid;

@@ -168,8 +168,12 @@ struct fv_nic {
 	 * is the port down to us. */
 	bool port_err;
 	bool gid_lost;
+	/* RoCE: alt_gid_index no longer holds alt_gid; peers of the other IP
+	 * family are not reached (nor is alt_gid advertised) until it does.
+	 * Written by the event thread, read by connects: READ_ONCE. */
+	bool alt_lost;
 	/* A PORT_DOWN was reported only so that rails are rebuilt (the LID
-	 * changed): the PORT_UP that follows is owed. */
+	 * changed, the alternate GID went): the PORT_UP that follows is owed. */
 	bool up_owed;
 
 	/* Children, freed by close() when the caller left them behind. */

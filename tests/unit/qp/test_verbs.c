@@ -1289,6 +1289,74 @@ static struct fv_addr our_addr(void)
 }
 
 /*
+ * RoCE: the alternate GID (the other IP family) is what peers of that
+ * family know the port by and what our QPs to them send from.  Its index
+ * losing it is the port down for them: down then up (rails rebuilt, it no
+ * longer advertised); its return the port up again, advertised again.
+ */
+static void test_device_events_alt_gid(void **state)
+{
+	struct ibv_context ctx = { .async_fd = -1 };
+	const struct ibv_async_event change = { .event_type = IBV_EVENT_GID_CHANGE,
+						.element.port_num = 1 };
+	struct nic *n = (struct nic *)(void *)&nic;
+	struct ibv_gid_entry g[2];
+	struct nic_event ev;
+	struct nic_qp_info r = { .qpn = 0x456, .psn = 1 };
+	struct fv_addr ra = { .port = 1, .mtu = IBV_MTU_4096, .link_layer = IBV_LINK_LAYER_ETHERNET,
+			      .gid_index = 1, .rd_atomic = 8 };
+	struct nic_addr na;
+
+	(void)state;
+	memcpy(ra.gid, GID_LL, 16);
+	nic.ctx = &ctx;
+	nic.has_alt = true;
+	nic.alt_gid_index = 4;
+	memcpy(nic.alt_gid.raw, GID_V6, 16);
+	memset(g, 0, sizeof(g));
+	g[0].gid_index = 3; /* ours (setup: index 3, GID_V4) */
+	memcpy(g[0].gid.raw, GID_V4, 16);
+	g[0].gid_type = IBV_GID_TYPE_ROCE_V2;
+	g[1].gid_index = 4;
+	memcpy(g[1].gid.raw, GID_V6, 16);
+	g[1].gid_type = IBV_GID_TYPE_ROCE_V2;
+	S.gids = g;
+	S.ngids = 2;
+
+	assert_int_equal(one_event(change, &ev), 0);    /* both still ours */
+	assert_true(our_addr().has_alt);
+	S.ngids = 1;                                    /* the IPv6 address went */
+	assert_int_equal(one_event(change, &ev), 1);
+	assert_int_equal(ev.kind, NIC_EV_PORT_DOWN);
+	assert_int_equal(fv_event_next(n, &ev), 1);
+	assert_int_equal(ev.kind, NIC_EV_PORT_UP);
+	assert_int_equal(fv_event_next(n, &ev), 0);
+	assert_false(our_addr().has_alt);
+	/* Nor does a QP to an IPv6 peer send from its index any more. */
+	fv_addr_pack(&ra, &na);
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), 0);
+	assert_int_equal(S.attr[0].ah_attr.grh.sgid_index, 3);
+	assert_int_equal(one_event(change, &ev), 0);    /* still gone: nothing */
+	S.ngids = 2;                                    /* back */
+	assert_int_equal(one_event(change, &ev), 1);
+	assert_int_equal(ev.kind, NIC_EV_PORT_UP);
+	assert_int_equal(fv_event_next(n, &ev), 0);
+	assert_true(our_addr().has_alt);
+	/* Both gone at once: the port down, once. */
+	S.ngids = 0;
+	assert_int_equal(one_event(change, &ev), 1);
+	assert_int_equal(ev.kind, NIC_EV_PORT_DOWN);
+	assert_int_equal(fv_event_next(n, &ev), 0);
+	/* The main one back, the alternate not: up, without it. */
+	S.ngids = 1;
+	assert_int_equal(one_event(change, &ev), 1);
+	assert_int_equal(ev.kind, NIC_EV_PORT_UP);
+	assert_int_equal(fv_event_next(n, &ev), 0);
+	assert_false(our_addr().has_alt);
+	nic.ctx = NULL;
+}
+
+/*
  * InfiniBand: peers reach the port by the LID our address carries.  A LID
  * change (the subnet manager reassigned it) re-reads the port: the new LID
  * and MTU go into our address, and the port goes down then up so that its
@@ -1429,6 +1497,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_poll_chunks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_device_events, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_device_events_gid, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_device_events_alt_gid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_device_events_lid, setup, teardown),
 		cmocka_unit_test(test_registry),
 		cmocka_unit_test_setup_teardown(test_open_missing, setup, teardown),
