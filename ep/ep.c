@@ -99,10 +99,12 @@ uint32_t ep_post(struct qctx *ctx, struct ferry_ep *ep)
 		n = (ep->pending.count + ep->nqps - 1 - k) / (ep->nqps - k);
 		n = qpx_post(ctx, q, &ep->pending, n, ctx->now);
 		if (n == 0) {
-			if (wr_depth_room(&q->depth) == 0)
-				stat_add(&ctx->ctr, qp_full, 1);
-			else
+			/* Nothing went: the CQ quota was out, or the QP was (its
+			 * depth, or its READ credits: max_reads outstanding). */
+			if (wr_depth_room(&q->depth) && !cq_quota_room(&ctx->cq_quota))
 				stat_add(&ctx->ctr, cq_full, 1);
+			else
+				stat_add(&ctx->ctr, qp_full, 1);
 		}
 		posted += n;
 	}

@@ -213,7 +213,8 @@ struct ferry_core_stats {
 	uint64_t doorbells;        /**< post calls (one per QP per pass) */
 	uint64_t polls;            /**< CQ polls */
 	uint64_t empty_polls;      /**< CQ polls that returned nothing */
-	uint64_t qp_full;          /**< times a QP had no room for pending work */
+	uint64_t qp_full;          /**< times a QP had no room for pending work (its
+	                            *   depth, or its RDMA READ credits used up) */
 	uint64_t cq_full;          /**< times the CQ quota had no room */
 	uint64_t pool_empty;       /**< times the slice pool ran dry */
 	uint64_t slices_in_flight; /**< slices cut and not yet retired (gauge) */

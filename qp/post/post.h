@@ -60,7 +60,7 @@ struct qp_counters {
 	uint64_t doorbells;       /* post calls */
 	uint64_t polls;           /* CQ polls */
 	uint64_t empty_polls;     /* CQ polls that returned nothing */
-	uint64_t qp_full;         /* a QP had no room for pending work */
+	uint64_t qp_full;         /* a QP had no room for pending work (depth or READ credits) */
 	uint64_t cq_full;         /* the CQ quota had no room */
 	uint64_t wr_errors;       /* completions with an error status */
 	uint64_t provider_errors; /* post/poll failures: always a bug */
