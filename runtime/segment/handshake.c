@@ -537,13 +537,15 @@ static unsigned disconnects_take(struct ferry_engine *e, bool all, enum disc_kin
 }
 
 /* Whether a DISCONNECT that never reached its peer (rc) may get there
- * later: the network or the peer's load, not the peer.  Not -ECONNREFUSED
- * (no engine listens there: its QPs went with it), -EACCES (another key),
- * -EPROTO (not a ferry engine). */
+ * later: the network, the peer's load or ours (out of descriptors or
+ * memory here: a dial's -EMFILE/-ENFILE/-ENOMEM), not the peer.  Not
+ * -ECONNREFUSED (no engine listens there: its QPs went with it), -EACCES
+ * (another key), -EPROTO (not a ferry engine). */
 static bool disc_transient(int rc)
 {
 	return rc == -ETIMEDOUT || rc == -EHOSTUNREACH || rc == -ENETUNREACH ||
-	       rc == -ECONNRESET || rc == -EBUSY;
+	       rc == -ECONNRESET || rc == -EBUSY || rc == -EMFILE || rc == -ENFILE ||
+	       rc == -ENOMEM;
 }
 
 /* Whether item d, whose DISCONNECT ended with rc and fate, goes again;

@@ -1373,6 +1373,36 @@ static void test_close_across_partition_unreachable(void **state)
 	close_across_partition(-EHOSTUNREACH);
 }
 
+/*
+ * Out of file descriptors (-EMFILE; -ENFILE, -ENOMEM alike) is ours and
+ * passes too: the DISCONNECTs go again after back-offs, as across a
+ * partition.  No idle connection to shed, so that every dial meets it.
+ * Before, they were dropped at the first -EMFILE: the peer kept our QPs
+ * for as long as another segment's keepalives renewed our lease there.
+ */
+static void test_close_out_of_fds(void **state)
+{
+	ferry_seg_t seg;
+	struct ferry_engine *o;
+	unsigned before;
+	uint32_t tries;
+
+	(void)state;
+	setup_pair(200);
+	o = engine_to_target("0", 10, &seg);
+	before = passive_count_of(P.target, o->incarnation);
+	tries = cut_tries(before);
+	(void)ctl_pool_shed(&o->client);
+	cut_off(o, ferry_engine_address(P.target), -EMFILE, tries);
+	assert_int_equal(ferry_segment_close(o, seg), 0);
+	WAIT_UNTIL(passive_count_of(P.target, o->incarnation) == 0, 5000,
+		   "the peer to free every QP of the segment closed at our fd limit");
+	assert_int_equal(READ_ONCE(o->client.fault_hits), tries);
+	ferry_engine_destroy(o);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
 /* A DISCONNECT refused (no engine listens there: its QPs went with it)
  * is not tried again. */
 static void test_close_refused_not_again(void **state)
@@ -1543,6 +1573,7 @@ int main(void)
 		cmocka_unit_test(test_disconnects_half_room),
 		cmocka_unit_test(test_close_across_partition_timeout),
 		cmocka_unit_test(test_close_across_partition_unreachable),
+		cmocka_unit_test(test_close_out_of_fds),
 		cmocka_unit_test(test_close_refused_not_again),
 		cmocka_unit_test(test_close_behind_relay_without_backend),
 		cmocka_unit_test(test_destroy_skips_backoff),
