@@ -110,9 +110,10 @@ struct ferry_engine {
 	int destroying;                /* engine destroy began: opens stop (ctl_lock) */
 	pthread_mutex_t disc_lock;     /* disc_items */
 	TAILQ_HEAD(disc_list, disc_item) disc_items; /* peers' QPs to free, oldest first
-						      * (segment/handshake.c) */
+						      * (segment/disconnect.c) */
 	unsigned disc_n;               /* items in disc_items (disc_lock) */
-	uint64_t disc_dropped;         /* DISCONNECTs dropped: queue full (relaxed; tests) */
+	uint64_t disc_dropped;         /* DISCONNECTs dropped: queue full, or past what destroy
+	                                * sends again (relaxed; tests) */
 	pthread_rwlock_t regions_lock; /* submitters read, register/unregister write */
 	struct mem_region **regions;   /* sorted by addr */
 	unsigned n_regions, cap_regions;

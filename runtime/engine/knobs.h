@@ -20,9 +20,12 @@ struct ferry_knobs {
 	                        * a dead device: short); 0 = ABANDON_MS (core.c) */
 	uint32_t disc_retry_ms; /* a DISCONNECT that did not get through goes again after
 	                         * this, doubled each time up to 16 x; 0 = DISC_RETRY_MS
-	                         * (segment/handshake.c) */
+	                         * (segment/disconnect.c) */
 	uint32_t disc_queue_max; /* DISCONNECTs queued at most (the oldest dropped);
-	                          * 0 = DISC_QUEUE_MAX (segment/handshake.c) */
+	                          * 0 = DISC_QUEUE_MAX (segment/disconnect.c) */
+	uint32_t disc_destroy_retried; /* DISCONNECTs in a back-off that engine destroy
+	                                * sends once more (the rest dropped); 0 =
+	                                * DISC_DESTROY_RETRIED (segment/disconnect.c) */
 };
 
 /* ferry_engine_create with knobs (NULL: none). */

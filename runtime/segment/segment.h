@@ -247,7 +247,7 @@ void seg_handshake_req(struct ferry_engine *e, unsigned i, const struct seg_peer
 int seg_handshake_apply(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
 			struct qpx *const *qps, unsigned n, uint64_t token,
 			const struct wire_connect_rep *rep, bool quiet);
-/* handshake.c: the peer's QPs token .. token + n - 1 are to be freed (any
+/* disconnect.c: the peer's QPs token .. token + n - 1 are to be freed (any
  * thread, any lock); seg_disconnect_flush sends the DISCONNECTs (no lock). */
 void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t token,
 			  unsigned n);

@@ -1493,6 +1493,43 @@ static void test_destroy_skips_backoff(void **state)
 }
 
 /*
+ * Of the DISCONNECTs in a back-off, engine destroy sends at most
+ * disc_destroy_retried (1 here) once more; the others are dropped and
+ * counted, the peer's lease frees those QPs (30 s: still held when the
+ * destroy returns).  Before, every one was sent, 250 ms each to a peer
+ * whose connects hang, 64 side by side: minutes for a full queue.
+ */
+static void test_destroy_sends_few_retried(void **state)
+{
+	struct ferry_knobs k = { .disc_retry_ms = 60000, .disc_destroy_retried = 1 };
+	struct ferry_engine *o;
+	struct ferry_opts oo;
+	ferry_seg_t seg;
+	unsigned before;
+	uint64_t inc;
+
+	(void)state;
+	setup_pair(200);
+	pair_opts(&oo, "0-1");
+	oo.keepalive_ms = 0;
+	assert_int_equal(ferry_engine_create_knobs(&oo, &k, &o), 0);
+	o->disc_timeout_ms = 300;
+	assert_int_equal(ferry_segment_open(o, ferry_engine_address(P.target), &seg), 0);
+	inc = o->incarnation;
+	before = passive_count_of(P.target, inc);
+	assert_true(before >= 2);
+	cut_off(o, ferry_engine_address(P.target), -EHOSTUNREACH, 1);
+	assert_int_equal(ferry_segment_close(o, seg), 0);
+	assert_int_equal(locked_disc_n(o), before); /* each waits out its back-off */
+	ferry_engine_destroy(o);
+	print_message("QPs the peer still holds after the destroy: %u of %u\n",
+		      passive_count_of(P.target, inc), before);
+	assert_int_equal(passive_count_of(P.target, inc), before - 1);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+/*
  * The tries of a DISCONNECT whose peer stays cut off end with the peer's
  * lease on us (ours, 200 ms, stands in for it): after it the peer frees
  * the QPs itself.  With back-offs of 10, 20, 40, 80, 160 ms, at most 5
@@ -1577,6 +1614,7 @@ int main(void)
 		cmocka_unit_test(test_close_refused_not_again),
 		cmocka_unit_test(test_close_behind_relay_without_backend),
 		cmocka_unit_test(test_destroy_skips_backoff),
+		cmocka_unit_test(test_destroy_sends_few_retried),
 		cmocka_unit_test(test_disconnect_queue_bounded),
 		cmocka_unit_test(test_disconnect_tries_end),
 	};
