@@ -1307,20 +1307,28 @@ static void cut_off(struct ferry_engine *e, const char *address, int rc, uint32_
 /* An engine on cores with DISCONNECT back-offs of retry_ms (then
  * doubled), and a segment of it open to P's target, in *seg; no
  * keepalives: every dial to the target is a DISCONNECT's. */
-static struct ferry_engine *engine_to_target_at(const char *cores, uint32_t retry_ms,
-						const char *address, ferry_seg_t *seg)
+static struct ferry_engine *engine_to_target_knobs(const char *cores,
+						   const struct ferry_knobs *k,
+						   const char *address, ferry_seg_t *seg)
 {
-	struct ferry_knobs k = { .disc_retry_ms = retry_ms };
 	struct ferry_engine *o;
 	struct ferry_opts oo;
 
 	pair_opts(&oo, cores);
 	oo.keepalive_ms = 0;
-	assert_int_equal(ferry_engine_create_knobs(&oo, &k, &o), 0);
+	assert_int_equal(ferry_engine_create_knobs(&oo, k, &o), 0);
 	o->disc_timeout_ms = 300;
 	assert_int_equal(ferry_segment_open(o, address, seg), 0);
 	assert_true(passive_count_of(P.target, o->incarnation) > 0);
 	return o;
+}
+
+static struct ferry_engine *engine_to_target_at(const char *cores, uint32_t retry_ms,
+						const char *address, ferry_seg_t *seg)
+{
+	struct ferry_knobs k = { .disc_retry_ms = retry_ms };
+
+	return engine_to_target_knobs(cores, &k, address, seg);
 }
 
 static struct ferry_engine *engine_to_target(const char *cores, uint32_t retry_ms,
@@ -1503,18 +1511,13 @@ static void test_destroy_sends_few_retried(void **state)
 {
 	struct ferry_knobs k = { .disc_retry_ms = 60000, .disc_destroy_retried = 1 };
 	struct ferry_engine *o;
-	struct ferry_opts oo;
 	ferry_seg_t seg;
 	unsigned before;
 	uint64_t inc;
 
 	(void)state;
 	setup_pair(200);
-	pair_opts(&oo, "0-1");
-	oo.keepalive_ms = 0;
-	assert_int_equal(ferry_engine_create_knobs(&oo, &k, &o), 0);
-	o->disc_timeout_ms = 300;
-	assert_int_equal(ferry_segment_open(o, ferry_engine_address(P.target), &seg), 0);
+	o = engine_to_target_knobs("0-1", &k, ferry_engine_address(P.target), &seg);
 	inc = o->incarnation;
 	before = passive_count_of(P.target, inc);
 	assert_true(before >= 2);

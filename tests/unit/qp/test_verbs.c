@@ -1215,6 +1215,21 @@ static void test_device_events(void **state)
 }
 
 /* One event through the stub; event_next's answer, the event in *ev. */
+/* The port's GID table as the stubs show it: index 3 ours (setup: GID_V4),
+ * index 4 the IPv6 one (GID_V6), both RoCE v2. */
+static void stub_port_gids(struct ibv_gid_entry g[2])
+{
+	memset(g, 0, 2 * sizeof(*g));
+	g[0].gid_index = 3;
+	memcpy(g[0].gid.raw, GID_V4, 16);
+	g[0].gid_type = IBV_GID_TYPE_ROCE_V2;
+	g[1].gid_index = 4;
+	memcpy(g[1].gid.raw, GID_V6, 16);
+	g[1].gid_type = IBV_GID_TYPE_ROCE_V2;
+	S.gids = g;
+	S.ngids = 2;
+}
+
 static int one_event(struct ibv_async_event e, struct nic_event *ev)
 {
 	stub_events[0] = e;
@@ -1238,15 +1253,7 @@ static void test_device_events_gid(void **state)
 
 	(void)state;
 	nic.ctx = &ctx;
-	memset(g, 0, sizeof(g));
-	g[0].gid_index = 3; /* ours (setup: index 3, GID_V4) */
-	memcpy(g[0].gid.raw, GID_V4, 16);
-	g[0].gid_type = IBV_GID_TYPE_ROCE_V2;
-	g[1].gid_index = 4;
-	memcpy(g[1].gid.raw, GID_V6, 16);
-	g[1].gid_type = IBV_GID_TYPE_ROCE_V2;
-	S.gids = g;
-	S.ngids = 2;
+	stub_port_gids(g);
 
 	assert_int_equal(one_event(change, &ev), 0);    /* another entry changed */
 	memcpy(g[0].gid.raw, GID_LL, 16);               /* our index, another address */
@@ -1313,15 +1320,7 @@ static void test_device_events_alt_gid(void **state)
 	nic.has_alt = true;
 	nic.alt_gid_index = 4;
 	memcpy(nic.alt_gid.raw, GID_V6, 16);
-	memset(g, 0, sizeof(g));
-	g[0].gid_index = 3; /* ours (setup: index 3, GID_V4) */
-	memcpy(g[0].gid.raw, GID_V4, 16);
-	g[0].gid_type = IBV_GID_TYPE_ROCE_V2;
-	g[1].gid_index = 4;
-	memcpy(g[1].gid.raw, GID_V6, 16);
-	g[1].gid_type = IBV_GID_TYPE_ROCE_V2;
-	S.gids = g;
-	S.ngids = 2;
+	stub_port_gids(g);
 
 	assert_int_equal(one_event(change, &ev), 0);    /* both still ours */
 	assert_true(our_addr().has_alt);
