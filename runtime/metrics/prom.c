@@ -40,7 +40,7 @@ static const struct prom_row ferry_rows[] = {
 	CTR(doorbells, "ferry_doorbells_total", "Post calls (one per QP per pass)."),
 	CTR(polls, "ferry_polls_total", "CQ polls."),
 	CTR(empty_polls, "ferry_empty_polls_total", "CQ polls that returned nothing."),
-	CTR(qp_full, "ferry_qp_full_total", "Times a QP had no room for pending work."),
+	CTR(qp_full, "ferry_qp_full_total", "Times a QP had no room for pending work (its depth, or its RDMA READ credits)."),
 	CTR(cq_full, "ferry_cq_full_total", "Times the CQ quota had no room."),
 	CTR(pool_empty, "ferry_pool_empty_total", "Times the slice pool ran dry."),
 	GAUGE(slices_in_flight, "ferry_slices_in_flight",
