@@ -153,13 +153,10 @@ static int region_fits(const struct ferry_engine *e, uint64_t addr, uint64_t len
 	return 0;
 }
 
-static int region_insert(struct ferry_engine *e, struct mem_region *r)
+/* r into the array at i, where region_fits placed it: ctl_lock held since
+ * (no writer moved the array), regions_lock for writing.  0 or -ENOMEM. */
+static int region_insert(struct ferry_engine *e, struct mem_region *r, unsigned i)
 {
-	unsigned i;
-	int rc = region_fits(e, r->addr, r->len, &i);
-
-	if (rc)
-		return rc;
 	if (e->n_regions == e->cap_regions) {
 		unsigned cap = e->cap_regions ? 2 * e->cap_regions : 16;
 		struct mem_region **n = realloc(e->regions, cap * sizeof(*n));
@@ -316,7 +313,7 @@ int ferry_mem_register_access(struct ferry_engine *e, void *addr, size_t len, un
 	rc = region_register(e, r, addr, len, access);
 	if (rc == 0) {
 		pthread_rwlock_wrlock(&e->regions_lock);
-		rc = region_insert(e, r);
+		rc = region_insert(e, r, at);
 		pthread_rwlock_unlock(&e->regions_lock);
 	}
 	if (rc)
