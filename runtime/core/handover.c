@@ -72,10 +72,11 @@ bool slice_handover(struct ferry_core *c, struct slice *s)
 /*
  * A slice that waited the slice timeout on a stuck rail: to another rail
  * as a retry (tries counted first: once handed over it is not ours), or
- * ended (core.c core_sweep_stuck).  Counted, because the other rail may be stuck as well without
- * being marked down (nothing marks a rail whose CQ room is all lent): two
- * such rails handed their slices back and forth for good, every request
- * on them PENDING (test_stuck_rails's test_stuck_slices_do_not_bounce).
+ * ended (core.c core_sweep_stuck).  Counted, because the other rail may
+ * be stuck as well without being marked down (nothing marks a rail whose
+ * CQ room is all lent): two such rails handed their slices back and forth
+ * for good, every request on them PENDING (test_stuck_rails's
+ * test_stuck_slices_do_not_bounce).
  */
 void slice_stuck_move(struct ferry_core *c, struct slice *s)
 {

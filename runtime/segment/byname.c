@@ -94,7 +94,7 @@ static int open_named_once(struct ferry_engine *e, const char *name, uint64_t *r
 	struct seg_want want;
 	uint64_t order = 0;
 	bool late = false;
-	int rc = named_resolve(e, name, &rec, &order);
+	int rc = named_resolve(e, name, &rec, &order, false);
 
 	if (rc)
 		return rc;
@@ -153,14 +153,10 @@ struct name_check {
  * keepalive); 0 and its incarnation in *inc, or -errno. */
 static int name_holder(struct ferry_engine *e, const char *name, uint64_t *inc)
 {
-	char v[META_VALUE_MAX];
 	struct meta_record rec;
 	uint64_t order;
-	int rc = meta_resolve_ordered(e->named.store, name, v, sizeof(v),
-				      NAMED_RESOLVE_TIMEOUT_MS, &order);
+	int rc = named_resolve(e, name, &rec, &order, true);
 
-	if (!rc)
-		rc = meta_record_decode(v, strlen(v), &rec);
 	if (!rc)
 		*inc = rec.incarnation;
 	return rc;

@@ -209,28 +209,32 @@ void named_keepalive(struct ferry_engine *e)
 }
 
 int named_resolve(struct ferry_engine *e, const char *name, struct meta_record *rec,
-		  uint64_t *order)
+		  uint64_t *order, bool quiet)
 {
 	struct named *n = &e->named;
 	char v[META_VALUE_MAX];
 	int rc;
 
 	if (!n->store) {
-		log_err("segment '%s': a name, but this engine has no metadata store (metadata "
+		if (!quiet)
+			log_err("segment '%s': a name, but this engine has no metadata store (metadata "
 			"p2p): open host:port, or set metadata to redis://... or etcd://...", name);
 		return -EINVAL;
 	}
 	rc = meta_resolve_ordered(n->store, name, v, sizeof(v), NAMED_RESOLVE_TIMEOUT_MS, order);
 	if (rc == -ENOENT) {
-		log_err("segment '%s': no engine of that name in %s", name, n->url);
+		if (!quiet)
+			log_err("segment '%s': no engine of that name in %s", name, n->url);
 		return rc;
 	}
 	if (rc) {
-		log_err("segment '%s': the metadata store %s: %s", name, n->url, strerror(-rc));
+		if (!quiet)
+			log_err("segment '%s': the metadata store %s: %s", name, n->url,
+				strerror(-rc));
 		return rc;
 	}
 	rc = meta_record_decode(v, strlen(v), rec);
-	if (rc)
+	if (rc && !quiet)
 		log_err("segment '%s': the record in %s is malformed: refused", name, n->url);
 	return rc;
 }

@@ -59,9 +59,10 @@ void named_stop(struct ferry_engine *e);
 void named_keepalive(struct ferry_engine *e);
 /* The record published under name, and its answer's order
  * (meta_resolve_ordered); -EINVAL (metadata p2p), -ENOENT, the store's
- * errors, -EPROTO (malformed record), each with a message. */
+ * errors, -EPROTO (malformed record), each with a message unless quiet
+ * (a background check that asks again later). */
 int named_resolve(struct ferry_engine *e, const char *name, struct meta_record *rec,
-		  uint64_t *order);
+		  uint64_t *order, bool quiet);
 
 /* Test hook: behave as if the process had died -- no more renewals, and
  * destroy leaves the record to expire. */
