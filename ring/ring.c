@@ -36,17 +36,6 @@ void ferry_ring_fini(struct ferry_ring *r)
 #define ring_unlock(r) ((void)0)
 #endif
 
-#ifdef FERRY_TSAN
-bool ferry_ring_put(struct ferry_ring *r, void *obj)
-{
-	bool ok;
-
-	ring_lock(r);
-	ok = ck_ring_enqueue_spsc(&r->ring, r->slots, obj);
-	ring_unlock(r);
-	return ok;
-}
-#endif
 
 bool ferry_ring_room(struct ferry_ring *r, struct ferry_ring_run *run)
 {

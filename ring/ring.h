@@ -36,16 +36,6 @@ struct ferry_ring {
 int ferry_ring_init(struct ferry_ring *r, uint32_t size);
 void ferry_ring_fini(struct ferry_ring *r);
 
-/* Producer: enqueue one pointer; false when full.  Inline outside TSan
- * builds: it runs once per request part. */
-#ifdef FERRY_TSAN
-bool ferry_ring_put(struct ferry_ring *r, void *obj);
-#else
-static inline bool ferry_ring_put(struct ferry_ring *r, void *obj)
-{
-	return ck_ring_enqueue_spsc(&r->ring, r->slots, obj);
-}
-#endif
 /*
  * A producer's entries written behind the ring's tail and not yet seen by
  * the consumer: ferry_ring_stage writes one (false when the ring, counting
@@ -84,6 +74,24 @@ static inline void ferry_ring_publish(struct ferry_ring *r, struct ferry_ring_ru
 	run->n = 0;
 }
 #endif
+/*
+ * Producer: enqueue one pointer; false when full.  A run of one, not
+ * ck_ring_enqueue_spsc: ck's enqueue reads the consumer's head relaxed,
+ * with nothing ordering that read before the slot's reuse (x86 and arm64
+ * keep it by their load-to-store rules, C11 does not); ferry_ring_room
+ * reads it with the acquire that pairs with the consumer's release.
+ * Off the one-slice path (commands, repairs, hand-overs).
+ */
+static inline bool ferry_ring_put(struct ferry_ring *r, void *obj)
+{
+	struct ferry_ring_run run = { 0, 0 };
+
+	if (!ferry_ring_stage(r, &run, obj))
+		return false;
+	ferry_ring_publish(r, &run);
+	return true;
+}
+
 /*
  * Producer: a run staged from locals.  A loop that stores elsewhere
  * between stages would make the compiler read the ring's slots, tail and
