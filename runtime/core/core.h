@@ -143,6 +143,7 @@ struct ferry_core {
 	struct ferry_ring *xfer_in;    /* [src]: slices handed over by core src (SPSC) */
 	struct slice_list xfer_wait;   /* foreign slices waiting for a slice of ours */
 	struct slice_list xfer_back;   /* foreign slices to return (their ring was full) */
+	uint32_t slices_lent;          /* of our pool, handed over and not back yet */
 	uint32_t xfer_rr;
 	uint64_t nic_events;           /* device events (the repair thread: fetch_add) */
 	/* drive.c: who runs the loop passes -- the core's thread or an

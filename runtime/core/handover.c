@@ -5,7 +5,10 @@
  * it to a core whose rail is healthy through a core-to-core SPSC ring: no
  * shared queue, no lock.  Slices belong to their core's pool, so the
  * receiver serves a copy from its own pool and sends the original back on
- * the ring the other way (tagged), where its owner frees it.
+ * the ring the other way (tagged), where its owner frees it.  A receiver
+ * whose pool is dry keeps the slice in xfer_wait until a slice of its own
+ * comes back -- or refuses it (xfer_refuse) when every slice of its pool
+ * is lent out itself, so none can come back by its own doing.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -14,7 +17,9 @@
 #include "runtime/engine/engine.h"
 
 #define XFER_BURST 32
-#define TAG_RETURN 1u
+#define TAG_RETURN 1u  /* our slice, served by the other core: free it */
+#define TAG_REFUSED 2u /* our slice, not served (xfer_refuse): queue it again */
+#define TAG_MASK (TAG_RETURN | TAG_REFUSED) /* a slice is a cache line: low bits free */
 
 int handover_init(struct ferry_engine *e)
 {
@@ -62,6 +67,7 @@ bool slice_handover(struct ferry_core *c, struct slice *s)
 		if (!ferry_ring_put(&to->xfer_in[c->index], s))
 			continue;
 		c->xfer_rr++;
+		c->slices_lent++;
 		stat_add(&c->ctr, handovers, 1);
 		core_kick(to);
 		return true;
@@ -99,33 +105,91 @@ static void xfer_return(struct ferry_core *c, struct slice *f)
 		slice_list_push(&c->xfer_back, f);
 }
 
+/* Queue slice n of our pool on our rail to its segment, or end it there
+ * when that rail cannot take it. */
+static void xfer_queue(struct ferry_core *c, struct slice *n)
+{
+	struct ferry_rq *rq = n->rq;
+	struct ferry_ep *ep = core_rq_ep(c, rq);
+
+	n->ep = ep;
+	if (!ep || ep->seg_gen != rq->seg_gen || ep->closing || ep->down) {
+		core_slice_finish(c, n, ep && ep->closing ? -ECANCELED : -EHOSTDOWN);
+		return;
+	}
+	if (unlikely(READ_ONCE(rq->error))) { /* failed or cancelled meanwhile */
+		core_slice_finish(c, n, READ_ONCE(rq->error));
+		return;
+	}
+	n->lkey = region_lkey(rq->lreg, ep);
+	n->rkey = rq->rreg->rkey[ep->remote_nic];
+	slice_list_push_front(&ep->pending, n);
+	core_ep_activate(c, ep);
+}
+
 /* Serve a copy of foreign slice f on our rail; false when our pool is dry. */
 static bool xfer_take(struct ferry_core *c, struct slice *f)
 {
-	struct ferry_rq *rq = f->rq;
-	struct ferry_ep *ep = core_rq_ep(c, rq);
 	struct slice *n = slice_get(&c->pool);
 
 	if (!n)
 		return false;
 	*n = *f;
 	n->home = (uint8_t)c->index;
-	n->ep = ep;
 	c->slices_out++;
 	xfer_return(c, f);
-	if (!ep || ep->seg_gen != rq->seg_gen || ep->closing || ep->down) {
-		core_slice_finish(c, n, ep && ep->closing ? -ECANCELED : -EHOSTDOWN);
-		return true;
-	}
-	if (unlikely(READ_ONCE(rq->error))) { /* failed or cancelled meanwhile */
-		core_slice_finish(c, n, READ_ONCE(rq->error));
-		return true;
-	}
-	n->lkey = region_lkey(rq->lreg, ep);
-	n->rkey = rq->rreg->rkey[ep->remote_nic];
-	slice_list_push_front(&ep->pending, n);
-	core_ep_activate(c, ep);
+	xfer_queue(c, n);
 	return true;
+}
+
+/*
+ * Waiting in xfer_wait is for a slice of our pool to come back.  Each of
+ * ours is free, or ours to move (posted, pending or retried on our rail:
+ * it ends, freed, or is handed over), or lent to another core.  With
+ * timeouts off nothing else ends a wait: two cores that each lent their
+ * whole pool to the other (both rails failing their WRs) waited for each
+ * other for good, the request PENDING (test_stuck_rails's
+ * test_pools_lent_without_timeouts).  So a core with every slice lent
+ * refuses what waits: it goes home unserved (TAG_REFUSED) and its owner
+ * queues it on its own rail again (xfer_refused).  No wait lasts for ever:
+ * a core not all lent has a slice of its own that comes back or is lent
+ * in turn (a dead device's WRs aside: documented), and one all lent waits
+ * for nothing.  Nor does a slice bounce for ever: a hand-over after a
+ * failure counted a try (slice_retry, slice_stuck_move); an evacuation
+ * (xfer_evacuate) goes again only while its rail stays cut off and the
+ * other rail's core all lent.  A reserve kept from the core's own work
+ * would have cost the cut a check per slice; this is off the hot paths.
+ */
+static bool pool_all_lent(const struct ferry_core *c)
+{
+	return !c->pool.avail && c->slices_lent == c->pool.size;
+}
+
+static uint32_t xfer_refuse(struct ferry_core *c)
+{
+	uint32_t n = 0;
+	struct slice *f;
+
+	/* Off the list first: the owner takes f as soon as the ring has it. */
+	while ((f = slice_list_pop(&c->xfer_wait))) {
+		struct ferry_core *home = c->e->cores[f->home];
+
+		if (!ferry_ring_put(&home->xfer_in[c->index],
+				    (void *)((uintptr_t)f | TAG_REFUSED))) {
+			slice_list_push_front(&c->xfer_wait, f); /* the next pass */
+			break;
+		}
+		core_kick(home);
+		n++;
+	}
+	return n;
+}
+
+/* Our slice, refused by the core it was handed to: on our rail again. */
+static void xfer_refused(struct ferry_core *c, struct slice *s)
+{
+	c->slices_lent--;
+	xfer_queue(c, s);
 }
 
 static uint32_t xfer_backlogs(struct ferry_core *c)
@@ -137,6 +201,8 @@ static uint32_t xfer_backlogs(struct ferry_core *c)
 		xfer_return(c, f);
 		n++;
 	}
+	if (pool_all_lent(c))
+		return n + xfer_refuse(c);
 	/* Off the list before xfer_take: its return may link f into xfer_back. */
 	while ((f = slice_list_pop(&c->xfer_wait))) {
 		if (!xfer_take(c, f)) {
@@ -201,11 +267,15 @@ uint32_t core_drain_xfer(struct ferry_core *c)
 			continue;
 		got = ferry_ring_get_burst(&c->xfer_in[src], objs, XFER_BURST);
 		for (unsigned k = 0; k < got; k++) {
-			struct slice *s = (struct slice *)((uintptr_t)objs[k] & ~(uintptr_t)TAG_RETURN);
+			uintptr_t tag = (uintptr_t)objs[k] & TAG_MASK;
+			struct slice *s = (struct slice *)((uintptr_t)objs[k] & ~(uintptr_t)TAG_MASK);
 
-			if ((uintptr_t)objs[k] & TAG_RETURN) {
+			if (tag == TAG_RETURN) {
 				slice_put(&c->pool, s); /* ours, back from a helper */
 				c->slices_out--;
+				c->slices_lent--;
+			} else if (tag == TAG_REFUSED) {
+				xfer_refused(c, s);
 			} else if (c->xfer_wait.count || !xfer_take(c, s)) {
 				s->post_tsc = c->now; /* waiting since (core_sweep_xfer_wait) */
 				slice_list_push(&c->xfer_wait, s);
@@ -218,12 +288,12 @@ uint32_t core_drain_xfer(struct ferry_core *c)
 
 /*
  * Foreign slices wait in xfer_wait for a slice of our pool -- but not for
- * ever: two cores that hand their slices to each other (both rails stuck)
- * can each lend out their whole pool, and then neither pool refills and
- * both waits hold their requests PENDING for good.  A slice that waited
- * the slice timeout ends -ETIMEDOUT (one whose request failed meanwhile,
- * with its error, at once), and its original goes home (its owner's pool
- * refills).  The list is in arrival order: the expired are at its head.
+ * longer than the slice timeout: a slice of ours can stay out that long
+ * and more (on a stuck rail, or lent to a core whose own are).  A slice
+ * that waited the slice timeout ends -ETIMEDOUT (one whose request failed
+ * meanwhile, with its error, at once), and its original goes home (its
+ * owner's pool refills).  The list is in arrival order: the expired are at
+ * its head.  With timeouts off only xfer_refuse cuts a wait short.
  */
 void core_sweep_xfer_wait(struct ferry_core *c)
 {
@@ -253,9 +323,11 @@ void core_drain_xfer_at_stop(struct ferry_core *c)
 		if (src == c->index)
 			continue;
 		while ((obj = ferry_ring_get(&c->xfer_in[src]))) {
+			/* Foreign, or ours refused: not served, its bytes end here. */
+			struct slice *s = (struct slice *)((uintptr_t)obj & ~(uintptr_t)TAG_MASK);
+
 			if (!((uintptr_t)obj & TAG_RETURN))
-				rq_account(((struct slice *)obj)->rq, ((struct slice *)obj)->len,
-					   -ECANCELED);
+				rq_account(s->rq, s->len, -ECANCELED);
 		}
 	}
 }
