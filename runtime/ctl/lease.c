@@ -132,7 +132,9 @@ static void lease_run(struct ferry_engine *e)
 	}
 	if (e->opts.lease_ms && now >= l->next_expire_ms) {
 		passive_expire(e, (uint64_t)e->opts.lease_ms * 1000000);
-		l->next_expire_ms = now + (e->opts.lease_ms + 3) / 4;
+		/* In 64 bits: lease_ms + 3 wrapped to 0..2 at the top of its
+		 * range, and the thread expired in a loop with no wait. */
+		l->next_expire_ms = now + ((uint64_t)e->opts.lease_ms + 3) / 4;
 	}
 	named_keepalive(e);
 }

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include "ring/base/clock.h"
 #include "tests/harness/harness.h"
 
 static void fake_open(struct ferry_engine *e, uint32_t slot)
@@ -65,10 +66,38 @@ static void test_slots_grow_during_round(void **state)
 	ferry_engine_destroy(e);
 }
 
+/*
+ * lease_ms near UINT32_MAX (accepted: the option has no upper bound): the
+ * next expiry was now + (lease_ms + 3) / 4 in 32 bits, which wrapped to
+ * now + 0 for 4294967293..4294967295, so the lease thread expired and
+ * polled with a zero timeout for ever (a core's worth of CPU).  The
+ * thread is stopped after its first round and its next expiry read.
+ */
+static void test_longest_lease_no_spin(void **state)
+{
+	struct ferry_opts o;
+	struct ferry_engine *e;
+	uint64_t next;
+
+	(void)state;
+	ferry_opts_default(&o);
+	o.cores = "0";
+	o.nics = "loop";
+	o.keepalive_ms = 0;
+	o.lease_ms = UINT32_MAX;
+	assert_int_equal(ferry_engine_create(&o, &e), 0);
+	WAIT_UNTIL(READ_ONCE(e->lease.next_expire_ms) != 0, 10000, "the lease thread's first round");
+	lease_stop(e); /* joined: its next_expire_ms is final */
+	next = e->lease.next_expire_ms;
+	assert_true(next > ferry_now_ms() + UINT32_MAX / 8);
+	ferry_engine_destroy(e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_slots_grow_during_round),
+		cmocka_unit_test(test_longest_lease_no_spin),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
