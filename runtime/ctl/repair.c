@@ -764,11 +764,17 @@ int repair_start(struct ferry_engine *e)
 	if (e->repair.wake_fd < 0)
 		return -errno;
 	rc = -pthread_create(&e->repair.thread, NULL, repair_main, e);
-
-	if (rc == 0)
-		(void)pthread_setname_np(e->repair.thread, "ferry-repair");
-	e->repair.started = rc == 0;
-	return rc;
+	if (rc) {
+		/* repair_stop closes the eventfd only of a started thread:
+		 * left open, every such failed create kept one fd. */
+		log_err("cannot start the repair thread: %s", strerror(-rc));
+		fd_close(e->repair.wake_fd);
+		e->repair.wake_fd = -1;
+		return rc;
+	}
+	(void)pthread_setname_np(e->repair.thread, "ferry-repair");
+	e->repair.started = 1;
+	return 0;
 }
 
 void repair_stop(struct ferry_engine *e)
