@@ -53,6 +53,7 @@
 #include "qp/tcp/objects.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
@@ -149,8 +150,11 @@ static int tcp_parse_dev(const char *dev, struct sockaddr_in *sa)
 	if (colon) {
 		char *end;
 
+		/* strtoul alone would take " 80", "+80" and "-0": digits only. */
+		if (!isdigit((unsigned char)colon[1]))
+			return -EINVAL;
 		port = strtoul(colon + 1, &end, 10);
-		if (!colon[1] || *end || port > 65535)
+		if (*end || port > 65535)
 			return -EINVAL;
 	}
 	sa->sin_port = htons((uint16_t)port);

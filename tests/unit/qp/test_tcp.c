@@ -286,7 +286,9 @@ static void test_registry(void **state)
 static void test_open_addr_caps(void **state)
 {
 	static const char *bad[] = { "tcp@", "tcp@localhost", "tcp@1.2.3.4:", "tcp@1.2.3.4:70000",
-				     "tcp@1.2.3.4:x", "tcpfoo" };
+				     "tcp@1.2.3.4:x", "tcpfoo",
+				     /* a port is digits only: strtoul took these as 0 */
+				     "tcp@127.0.0.1:+0", "tcp@127.0.0.1: 0", "tcp@127.0.0.1:-0" };
 	struct nic_addr addr;
 	struct nic_caps caps;
 	struct nic *n;
