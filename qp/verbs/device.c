@@ -12,6 +12,7 @@
 #include "qp/verbs/verbs.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -232,7 +233,8 @@ static int parse_dev(const char *dev, char *name, size_t len, int *port)
 		char *end;
 		long p = strtol(colon + 1, &end, 10);
 
-		if (end == colon + 1 || *end || p < 1 || p > 255) {
+		/* isdigit first: strtol alone would take " 1" and "+1". */
+		if (!isdigit((unsigned char)colon[1]) || *end || p < 1 || p > 255) {
 			log_err("verbs: '%s': bad port (want name[:port], port 1..255)", dev);
 			return -EINVAL;
 		}

@@ -10,6 +10,7 @@
 #include "qp/verbs/verbs.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -200,7 +201,8 @@ static int gid_index_from_env(const struct fv_nic *nic, int *out)
 		return 0;
 	errno = 0;
 	v = strtol(s, &end, 10);
-	if (errno || *end || end == s || v < 0 || v > INT_MAX) {
+	/* isdigit first: strtol alone would take " 1", "+1" and "-0". */
+	if (!isdigit((unsigned char)*s) || errno || *end || v > INT_MAX) {
 		vlog(nic, "FERRY_GID_INDEX='%s' is not a GID index (a number >= 0)", s);
 		return -EINVAL;
 	}

@@ -17,6 +17,7 @@
 #include "ring/base/atomics.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -378,7 +379,8 @@ uint8_t fv_ib_env(const struct fv_nic *nic, const char *name, long max, uint8_t 
 		return dflt;
 	errno = 0;
 	v = strtol(s, &end, 10);
-	if (errno || *end || end == s || v < 0 || v > max) {
+	/* isdigit first: strtol alone would take " 1", "+1" and "-0". */
+	if (!isdigit((unsigned char)*s) || errno || *end || v > max) {
 		if (!xchg_relaxed(warned, 1)) /* once per process, any thread */
 			vlog(nic, "%s='%s' is not a number in 0..%ld: using %u", name, s, max,
 			     dflt);

@@ -461,6 +461,13 @@ static void test_select_gid_from_port(void **state)
 	assert_int_equal(fv_select_gid(&nic, 8), -EINVAL);
 	setenv("FERRY_GID_INDEX", "2x", 1);
 	assert_int_equal(fv_select_gid(&nic, 8), -EINVAL);
+	/* Digits only, as the FERRY_* options: strtol took these as index 0. */
+	setenv("FERRY_GID_INDEX", " 0", 1);
+	assert_int_equal(fv_select_gid(&nic, 8), -EINVAL);
+	setenv("FERRY_GID_INDEX", "+0", 1);
+	assert_int_equal(fv_select_gid(&nic, 8), -EINVAL);
+	setenv("FERRY_GID_INDEX", "-0", 1);
+	assert_int_equal(fv_select_gid(&nic, 8), -EINVAL);
 	setenv("FERRY_GID_INDEX", "", 1); /* empty: automatic */
 	assert_int_equal(fv_select_gid(&nic, 8), 0);
 	assert_int_equal(nic.gid_index, 2);
@@ -826,6 +833,13 @@ static void test_rd_atomic_bound(void **state)
 	fv_nic_set_limits(&nic, &da);
 	assert_int_equal(nic.max_rd_atomic, 128);
 	setenv("FERRY_IB_RD_ATOMIC", "256", 1); /* out of range: the default (logged once) */
+	fv_nic_set_limits(&nic, &da);
+	assert_int_equal(nic.max_rd_atomic, VERBS_DEFAULT_RD_ATOMIC);
+	/* Digits only, as the FERRY_* options: strtol took these as 8. */
+	setenv("FERRY_IB_RD_ATOMIC", "+8", 1);
+	fv_nic_set_limits(&nic, &da);
+	assert_int_equal(nic.max_rd_atomic, VERBS_DEFAULT_RD_ATOMIC);
+	setenv("FERRY_IB_RD_ATOMIC", " 8", 1);
 	fv_nic_set_limits(&nic, &da);
 	assert_int_equal(nic.max_rd_atomic, VERBS_DEFAULT_RD_ATOMIC);
 	/* Unset: the default, 16, what ConnectX reports itself; rxe's 128 lost
@@ -1439,6 +1453,9 @@ static void test_open_missing(void **state)
 	assert_int_equal(P->open("ferry_no_such_dev:1", &n), -ENODEV);
 	assert_int_equal(P->open("rxe0:x", &n), -EINVAL);
 	assert_int_equal(P->open("rxe0:0", &n), -EINVAL);
+	/* A port is digits only: strtol took these as port 1 (then -ENODEV). */
+	assert_int_equal(P->open("ferry_no_such_dev:+1", &n), -EINVAL);
+	assert_int_equal(P->open("ferry_no_such_dev: 1", &n), -EINVAL);
 	assert_int_equal(P->open("", &n), -ENODEV);
 	assert_null(n);
 	assert_true(nic_verbs_discover(d, 4) >= 0);
