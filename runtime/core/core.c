@@ -730,8 +730,11 @@ int core_start(struct ferry_core *c)
 	pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
 	rc = -pthread_create(&c->thread, &attr, core_main, c);
 	pthread_attr_destroy(&attr);
-	if (rc)
+	if (rc) { /* EINVAL: a CPU outside this process's cpuset, say */
+		log_err("core %u: cannot start its thread on CPU %u: %s", c->index, c->cpu,
+			strerror(-rc));
 		return rc;
+	}
 	snprintf(name, sizeof(name), "ferry-core%u", c->index);
 	(void)pthread_setname_np(c->thread, name); /* top -H and perf show who is who */
 	c->started = 1;

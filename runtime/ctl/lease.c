@@ -180,6 +180,7 @@ int lease_start(struct ferry_engine *e)
 		return -errno;
 	rc = -pthread_create(&l->thread, NULL, lease_main, e);
 	if (rc) {
+		log_err("cannot start the lease thread: %s", strerror(-rc));
 		fd_close(l->wake_fd);
 		l->wake_fd = -1;
 		return rc;

@@ -3,8 +3,9 @@
  * ferry_engine_create undoes what it made when a step fails midway.  This
  * test interposes pthread_create and makes each thread start of a create
  * fail in turn (cores, control server, notifier, repair, lease): every
- * such create must fail and leave no fd open (and, under ASan, no memory).
- * A failed repair thread start left its eventfd open: one fd per create.
+ * such create must fail, say why, and leave no fd open (and, under ASan,
+ * no memory).  A failed repair thread start left its eventfd open: one fd
+ * per create; a core's and the lease thread's failed silently.
  */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -29,6 +30,17 @@ int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), v
 	if (armed && calls++ == fail_at)
 		return EAGAIN;
 	return real(t, a, fn, arg);
+}
+
+/* Error lines the library logged (a create that fails says why). */
+static unsigned errors_logged;
+
+static void count_errors(void *arg, enum ferry_log_level level, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+	if (level == FERRY_LOG_ERROR)
+		errors_logged++;
 }
 
 static unsigned open_fds(void)
@@ -69,16 +81,22 @@ static void test_thread_start_fails(void **state)
 	starts = calls;
 	ferry_engine_destroy(e);
 	assert_true(starts >= 4); /* a core, the control server, notifier, repair, lease */
+	ferry_log_set(count_errors, NULL);
 	for (long k = 0; k < starts; k++) {
 		unsigned before = open_fds();
 
 		e = NULL;
+		errors_logged = 0;
 		assert_int_equal(create_counting(&o, k, &e), -EAGAIN);
 		assert_null(e);
+		if (!errors_logged) /* before: a core's and the lease thread's said nothing */
+			fail_msg("thread start %ld of %ld refused: create failed without a message",
+				 k, starts);
 		if (open_fds() != before)
 			fail_msg("thread start %ld of %ld refused: %u fds open after, %u before", k,
 				 starts, open_fds(), before);
 	}
+	ferry_log_set(NULL, NULL);
 }
 
 int main(void)
