@@ -655,6 +655,8 @@ static int core_init(struct ferry_core *c, const char *const *nics, unsigned n, 
 
 	c->wake_fd = fd_track(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	rc = c->wake_fd < 0 ? -errno : ep_table_init(&c->eps, core_ep_cap(o));
+	if (c->wake_fd < 0)
+		log_err("core %u: cannot make its wake-up eventfd: %s", c->index, strerror(-rc));
 	if (rc == 0 && c->eps.cap < o->ep_cache && c->index == 0 && o->verbose)
 		log_info("ep_cache %u lowered to %u: a core's context holds %u QPs, %u per endpoint "
 			 "and one spare for a repair", o->ep_cache, c->eps.cap, QP_MAX_PER_CORE,

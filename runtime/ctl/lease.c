@@ -176,8 +176,11 @@ int lease_start(struct ferry_engine *e)
 	int rc;
 
 	l->wake_fd = fd_track(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-	if (l->wake_fd < 0)
-		return -errno;
+	if (l->wake_fd < 0) {
+		rc = -errno;
+		log_err("cannot make the lease thread's eventfd: %s", strerror(-rc));
+		return rc;
+	}
 	rc = -pthread_create(&l->thread, NULL, lease_main, e);
 	if (rc) {
 		log_err("cannot start the lease thread: %s", strerror(-rc));

@@ -238,8 +238,12 @@ int ctl_client_init(struct ctl_client *cl, const struct auth_key *key)
 		cl->has_key = 1;
 	}
 	cl->stop_fd = fd_track(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-	if (cl->stop_fd < 0)
-		return -errno;
+	if (cl->stop_fd < 0) {
+		int rc = -errno;
+
+		log_err("control client: cannot make its eventfd: %s", strerror(-rc));
+		return rc;
+	}
 	return -pthread_mutex_init(&cl->lock, NULL);
 }
 

@@ -761,8 +761,11 @@ int repair_start(struct ferry_engine *e)
 	if (!e->repair.calls || !e->repair.flights)
 		return -ENOMEM; /* freed by repair_stop */
 	e->repair.wake_fd = fd_track(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-	if (e->repair.wake_fd < 0)
-		return -errno;
+	if (e->repair.wake_fd < 0) {
+		rc = -errno;
+		log_err("cannot make the repair thread's eventfd: %s", strerror(-rc));
+		return rc;
+	}
 	rc = -pthread_create(&e->repair.thread, NULL, repair_main, e);
 	if (rc) {
 		/* repair_stop closes the eventfd only of a started thread:

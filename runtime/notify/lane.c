@@ -493,6 +493,7 @@ int notify_threads_start(struct ferry_engine *e)
 	nt->deputy_fd = fd_track(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	rc = nt->watch_fd < 0 || nt->deputy_fd < 0 ? errno : sync_init(nt);
 	if (rc) {
+		log_err("notifier: cannot make its timer, eventfd or locks: %s", strerror(rc));
 		if (nt->watch_fd >= 0)
 			fd_close(nt->watch_fd);
 		if (nt->deputy_fd >= 0)

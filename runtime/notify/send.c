@@ -339,8 +339,11 @@ int notify_start(struct ferry_engine *e)
 	int rc;
 
 	nt->wake_fd = fd_track(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-	if (nt->wake_fd < 0)
-		return -errno;
+	if (nt->wake_fd < 0) {
+		rc = -errno;
+		log_err("notifications: cannot make their eventfd: %s", strerror(-rc));
+		return rc;
+	}
 	nt->bell.fd = nt->wake_fd; /* batches point at it from their creation (port.c) */
 	nt->lead_tail = &nt->lead_jobs;
 	nt->lead_rang = true;

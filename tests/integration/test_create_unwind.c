@@ -1,16 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ferry_engine_create undoes what it made when a step fails midway.  This
- * test interposes pthread_create and makes each thread start of a create
- * fail in turn (cores, control server, notifier, repair, lease): every
- * such create must fail, say why, and leave no fd open (and, under ASan,
- * no memory).  A failed repair thread start left its eventfd open: one fd
- * per create; a core's and the lease thread's failed silently.
+ * test interposes pthread_create, eventfd and timerfd_create and makes each
+ * such call of a create fail in turn (cores, control server, notifier,
+ * repair, lease): every such create must fail, say why, and leave no fd
+ * open (and, under ASan, no memory).
  */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
 
 #include "tests/harness/harness.h"
 
@@ -18,8 +19,14 @@ typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *),
 
 /* The test's thread only: the engine's own threads start threads too. */
 static __thread bool armed;
-static long calls;     /* thread starts seen while armed */
+static enum { THREADS, FDS } what;  /* the calls counted and refused */
+static long calls;     /* such calls seen while armed */
 static long fail_at = -1; /* the one to refuse (0-based), -1: none */
+
+static bool refuse(int kind)
+{
+	return armed && (int)what == kind && calls++ == fail_at;
+}
 
 int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg)
 {
@@ -27,9 +34,36 @@ int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), v
 
 	if (!real)
 		real = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
-	if (armed && calls++ == fail_at)
+	if (refuse(THREADS))
 		return EAGAIN;
 	return real(t, a, fn, arg);
+}
+
+/* The descriptors a create makes for itself (sockets aside): out of fds. */
+int eventfd(unsigned int v, int flags)
+{
+	static int (*real)(unsigned int, int);
+
+	if (!real)
+		real = (int (*)(unsigned int, int))dlsym(RTLD_NEXT, "eventfd");
+	if (refuse(FDS)) {
+		errno = EMFILE;
+		return -1;
+	}
+	return real(v, flags);
+}
+
+int timerfd_create(int clock, int flags)
+{
+	static int (*real)(int, int);
+
+	if (!real)
+		real = (int (*)(int, int))dlsym(RTLD_NEXT, "timerfd_create");
+	if (refuse(FDS)) {
+		errno = EMFILE;
+		return -1;
+	}
+	return real(clock, flags);
 }
 
 /* Error lines the library logged (a create that fails says why). */
@@ -55,54 +89,73 @@ static unsigned open_fds(void)
 	return n; /* the same offset (., .., the DIR's own fd) every time */
 }
 
-static long create_counting(const struct ferry_opts *o, long refuse, struct ferry_engine **e)
+static long create_counting(const struct ferry_opts *o, long at, struct ferry_engine **e)
 {
 	int rc;
 
 	calls = 0;
-	fail_at = refuse;
+	fail_at = at;
 	armed = true;
 	rc = ferry_engine_create(o, e);
 	armed = false;
 	return rc;
 }
 
-static void test_thread_start_fails(void **state)
+/* Refuse each call of kind k in a create in turn: it fails with errno rc,
+ * says why, and leaves no fd behind. */
+static void refuse_each(int k, int rc, const char *name)
 {
 	struct ferry_engine *e = NULL;
 	struct ferry_opts o;
-	long starts;
+	long n;
 
-	(void)state;
 	ferry_opts_default(&o);
 	o.cores = "0";
 	o.nics = "loop,tcp";
+	what = k;
 	assert_int_equal(create_counting(&o, -1, &e), 0);
-	starts = calls;
+	n = calls;
 	ferry_engine_destroy(e);
-	assert_true(starts >= 4); /* a core, the control server, notifier, repair, lease */
+	assert_true(n >= 4);
 	ferry_log_set(count_errors, NULL);
-	for (long k = 0; k < starts; k++) {
+	for (long i = 0; i < n; i++) {
 		unsigned before = open_fds();
 
 		e = NULL;
 		errors_logged = 0;
-		assert_int_equal(create_counting(&o, k, &e), -EAGAIN);
+		assert_int_equal(create_counting(&o, i, &e), rc);
 		assert_null(e);
-		if (!errors_logged) /* before: a core's and the lease thread's said nothing */
-			fail_msg("thread start %ld of %ld refused: create failed without a message",
-				 k, starts);
+		if (!errors_logged)
+			fail_msg("%s %ld of %ld refused: create failed without a message", name, i, n);
 		if (open_fds() != before)
-			fail_msg("thread start %ld of %ld refused: %u fds open after, %u before", k,
-				 starts, open_fds(), before);
+			fail_msg("%s %ld of %ld refused: %u fds open after, %u before", name, i, n,
+				 open_fds(), before);
 	}
 	ferry_log_set(NULL, NULL);
+}
+
+/* Before: the repair thread's eventfd stayed open; a core's and the lease
+ * thread's failed starts said nothing. */
+static void test_thread_start_fails(void **state)
+{
+	(void)state;
+	refuse_each(THREADS, -EAGAIN, "thread start");
+}
+
+/* Out of fds (EMFILE) at each eventfd/timerfd of a create.  Before: seven
+ * of them (a core's, the client's, the notifier's three, the repair and
+ * lease threads') failed the create without a word. */
+static void test_fd_fails(void **state)
+{
+	(void)state;
+	refuse_each(FDS, -EMFILE, "eventfd/timerfd");
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_thread_start_fails),
+		cmocka_unit_test(test_fd_fails),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
