@@ -229,12 +229,13 @@ static void loop_caps(const struct nic *n, struct nic_caps *out)
 static void loop_addr(const struct nic *n, struct nic_addr *out)
 {
 	const struct loop_ctx *ctx = (const struct loop_ctx *)(const void *)n;
+	uint32_t id = READ_ONCE(ctx->id); /* loop_readdress may change it */
 	int i;
 
 	memset(out, 0, sizeof(*out));
 	memcpy(out->bytes, loop_magic, sizeof(loop_magic));
 	for (i = 0; i < 4; i++)
-		out->bytes[4 + i] = (uint8_t)(ctx->id >> (8 * i));
+		out->bytes[4 + i] = (uint8_t)(id >> (8 * i));
 }
 
 static void loop_qp_free_locked(struct loop_qp *qp)
@@ -330,7 +331,7 @@ static int loop_qp_create(struct nic *n, struct nic_cq *ncq, uint32_t max_wr, st
 	}
 	qp->sq_size = max_wr;
 	qp->qp_num = fetch_add_relaxed(loop_next_qpn, 1);
-	qp->local_id = ctx->id;
+	qp->local_id = READ_ONCE(ctx->id);
 	qp->cq = cq;
 	/* Not on cq->active until post: the core may already be polling cq. */
 	CDS_INIT_LIST_HEAD(&qp->act);
@@ -411,6 +412,41 @@ int loop_inject_event(struct nic *n, const struct nic_event *ev)
 	}
 	pthread_mutex_unlock(&loop_lock);
 	return rc;
+}
+
+void loop_readdress(struct nic *n)
+{
+	struct loop_ctx *ctx = ctx_of(n);
+	struct cds_list_head *q, *l;
+	uint32_t old = ctx->id, id;
+
+	do
+		id = fetch_add_relaxed(loop_next_id, 1);
+	while (!id);
+	pthread_mutex_lock(&loop_lock);
+	for (uint32_t i = 0; i < LOOP_MR_SLOTS; i++)
+		if (loop_mrs[i].owner == old)
+			WRITE_ONCE(loop_mrs[i].owner, id);
+	cds_list_for_each(q, &ctx->cqs) /* not _entry: see soft.h */
+		cds_list_for_each(l, &cds_list_entry(q, struct loop_cq, link)->qps)
+			cds_list_entry(l, struct loop_qp, link)->local_id = id;
+	WRITE_ONCE(ctx->id, id);
+	pthread_mutex_unlock(&loop_lock);
+}
+
+unsigned loop_qps_connected_to(struct nic *n, uint32_t id)
+{
+	struct loop_ctx *ctx = ctx_of(n);
+	struct cds_list_head *q, *l;
+	unsigned count = 0;
+
+	pthread_mutex_lock(&loop_lock);
+	cds_list_for_each(q, &ctx->cqs) /* not _entry: see soft.h */
+		cds_list_for_each(l, &cds_list_entry(q, struct loop_cq, link)->qps)
+			/* pairs with: store_release in loop_qp_connect */
+			count += load_acquire(cds_list_entry(l, struct loop_qp, link)->remote_id) == id;
+	pthread_mutex_unlock(&loop_lock);
+	return count;
 }
 
 static int loop_event_fd(const struct nic *n)

@@ -56,4 +56,14 @@ void loop_get_counters(const struct nic *nic, struct loop_counters *out);
  * becomes readable.  -ENOSPC when 16 wait already.  Tests. */
 int loop_inject_event(struct nic *nic, const struct nic_event *ev);
 
+/* Tests: the context takes a new process-unique id, as a port whose
+ * address changed (an IB LID, a RoCE GID) while its memory stayed: its
+ * address says the new id, its MRs and QPs follow it, and a QP that peers
+ * connected to the old id finds none of its keys there
+ * (NIC_WC_REM_ACCESS_ERR).  Only while nothing is in flight to it. */
+void loop_readdress(struct nic *nic);
+/* Tests: how many of nic's QPs are connected to the context of id (its
+ * address's bytes 4..7, little endian).  Any thread. */
+unsigned loop_qps_connected_to(struct nic *nic, uint32_t id);
+
 #endif /* FERRY_QP_LOOP_H */
