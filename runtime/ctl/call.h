@@ -62,6 +62,11 @@ struct ctl_pipe {
 	int *rcs;
 	const struct ctl_call *call; /* NULL: ctl_call_many's */
 	void *const *outs;           /* answer k decoded into outs[k] (NULL: call->out) */
+	/* Not NULL: request k is calls[k]'s (its reply type, decoder, out
+	 * unless outs says), so one round trip may ask different things;
+	 * call (or ctl_call_many's) still names the pipe in the logs until
+	 * an answer comes.  NULL (or calls[k] NULL): call's. */
+	const struct ctl_call *const *calls;
 	/* Set by the call (zeroed at its start): */
 	size_t sent;                 /* most bytes of frames one connection took (tags too) */
 	size_t tag_len;              /* bytes of tag after each frame on that connection */
@@ -127,6 +132,10 @@ int ctl_disconnect_start(struct ctl_calls *calls, const char *const *addresses,
 int ctl_call_many(struct ctl_client *cl, struct ctl_pipe *pipes, unsigned n, int timeout_ms,
 		  const struct ctl_call *call);
 
+/* The GET_DESC call's shape, its reply decoded into out (frame unset; the
+ * request has no payload: a WIRE_HDR_LEN frame).  Free a decoded out with
+ * seg_desc_free. */
+void ctl_fetch_call_init(struct ctl_call *call, struct seg_desc *out, int quiet);
 /* The CONNECT_REQ call's shape, its reply decoded into rep (frame unset). */
 void ctl_connect_call_init(struct ctl_call *call, struct wire_connect_rep *rep, int quiet);
 /* The CONNECT_REQ call for req, its reply decoded into rep (zeroed): its

@@ -382,18 +382,25 @@ static int decode_connect_rep(const uint8_t *buf, size_t len, void *out)
 	return wire_connect_rep_decode(buf, len, out);
 }
 
+void ctl_fetch_call_init(struct ctl_call *call, struct seg_desc *out, int quiet)
+{
+	*call = (struct ctl_call){
+		.what = "fetch", .quiet = quiet, .req_type = WIRE_GET_DESC,
+		.rep_type = WIRE_DESC, .rep_max = WIRE_DESC_MAX_LEN,
+		.decode = decode_desc, .out = out,
+	};
+}
+
 int ctl_fetch_desc(struct ctl_client *cl, const char *address, int timeout_ms,
 		   struct seg_desc *out)
 {
 	uint8_t frame[WIRE_HDR_LEN];
-	struct ctl_call call = {
-		.what = "fetch", .frame = frame, .req_type = WIRE_GET_DESC,
-		.rep_type = WIRE_DESC, .rep_max = WIRE_DESC_MAX_LEN,
-		.decode = decode_desc, .out = out,
-	};
+	struct ctl_call call;
 
 	if (!out)
 		return -EINVAL;
+	ctl_fetch_call_init(&call, out, 0);
+	call.frame = frame;
 	memset(out, 0, sizeof(*out));
 	return ctl_call(cl, address, timeout_ms, &call);
 }

@@ -80,8 +80,9 @@ static void call_end(struct ctl_calls *s, struct call_slot *c, int rc, enum ex_s
 	for (unsigned k = c->answered; k < p->count; k++)
 		p->rcs[k] = rc;
 	for (unsigned k = 0; k < p->count && !c->said; k++)
-		if (p->rcs[k]) {
-			ctl_call_said(s->cl, p->address, &c->call, p->rcs[k]);
+		if (p->rcs[k]) { /* in request k's words (a pipe may mix them) */
+			ctl_call_said(s->cl, p->address,
+				      p->calls && p->calls[k] ? p->calls[k] : &c->call, p->rcs[k]);
 			break;
 		}
 	c->step = STEP_FREE; /* free before done: it may start another */
@@ -130,6 +131,20 @@ static void call_broke(struct ctl_calls *s, struct call_slot *c, int rc, enum ex
 	call_end(s, c, rc, EX_BROKEN);
 }
 
+/* What the next answer is (a pipe may mix requests: pipe->calls) and
+ * where it goes. */
+static void call_for_answer(struct call_slot *c)
+{
+	const struct ctl_pipe *p = c->pipe;
+
+	if (c->answered >= p->count)
+		return;
+	if (p->calls && p->calls[c->answered])
+		c->call = *p->calls[c->answered];
+	if (p->outs)
+		c->call.out = p->outs[c->answered];
+}
+
 /* Write what the socket takes of c's requests, without waiting. */
 static void call_send(struct ctl_calls *s, struct call_slot *c)
 {
@@ -146,8 +161,7 @@ static void call_send(struct ctl_calls *s, struct call_slot *c)
 
 		/* A server that refused us (at its cap) said why before it
 		 * closed: that, not the reset our send met. */
-		if (c->pipe->outs)
-			c->call.out = c->pipe->outs[c->answered];
+		call_for_answer(c);
 		rc = ctl_send_failed(s->cl, c->fd, &c->sess, &c->call, rc, &st);
 		call_broke(s, c, rc, st);
 	}
@@ -183,8 +197,7 @@ static void call_answer(struct ctl_calls *s, struct call_slot *c)
 	enum ex_state st;
 	int rc;
 
-	if (c->pipe->outs)
-		c->call.out = c->pipe->outs[c->answered];
+	call_for_answer(c);
 	rc = ctl_read_answer(c->fd, &c->sess, call_read_deadline(c), s->cl->stop_fd, &c->call, &st,
 			     &s->cl->forged);
 

@@ -140,9 +140,10 @@ struct repair_flight {
 	struct seg_peer peer;
 	struct wire_connect_req req;
 	struct wire_connect_rep rep;
-	struct ctl_call call;       /* its frame: the CONNECT_REQ (malloc'd) */
+	struct ctl_call call;       /* its frame: the CONNECT_REQ (malloc'd; a GET_DESC behind) */
+	struct seg_fresh *fresh;    /* the GET_DESC's: the peer's address now (NULL: not asked) */
 	struct ctl_pipe pipe;
-	int rc;
+	int rcs[2];                 /* the CONNECT_REQ's, the GET_DESC's */
 	bool busy;
 };
 
@@ -188,6 +189,9 @@ static int repair_install(struct ferry_engine *e, const struct repair_flight *f)
 	}
 	seg_disconnect_later(e, s->address, ep->peer_tokens[j->qp], 1);
 	ep->peer_tokens[j->qp] = token;
+	/* The address that worked (the peer's now: seg_fresh_take) is the
+	 * next handshake's with that NIC (a reconnect's too). */
+	s->desc->nics[f->peer.remote_nic].addr = f->peer.raddr;
 	if (READ_ONCE(s->rail_down[j->core]))
 		WRITE_ONCE(s->rail_down[j->core], 0);
 	repair_say_done(s, j->core);
@@ -272,7 +276,7 @@ static void repair_landed(void *arg)
 {
 	struct repair_flight *f = arg;
 	struct ferry_engine *e = f->e;
-	int rc = f->rc;
+	int rc = f->rcs[0];
 	/* Our request out, the answer not in (timed out, cancelled at
 	 * destroy): the peer may yet make the QP, and keep it for as long as
 	 * our keepalives renew our lease.  Its token is freed like a replaced
@@ -285,6 +289,8 @@ static void repair_landed(void *arg)
 	}
 	if (peer_may_hold)
 		seg_disconnect_background(e, f->peer.address, f->token, 1, rc);
+	seg_fresh_take(f->fresh, f->rcs[1], &f->peer);
+	f->fresh = NULL;
 	if (!rc)
 		rc = seg_handshake_apply(e, f->j.core, &f->peer, &f->q, 1, f->token, &f->rep, true);
 	rc = repair_conclude(e, f, rc);
@@ -336,12 +342,14 @@ static void repair_run(struct ferry_engine *e, struct repair_job *j)
 		rc = -ECONNREFUSED; /* a test's refusing peer */
 	f->pipe = (struct ctl_pipe){ .address = f->peer.address, .frames = f->call.frame,
 				     .len = WIRE_HDR_LEN + f->call.req_len, .count = 1,
-				     .rcs = &f->rc };
+				     .rcs = f->rcs };
+	if (!rc) /* the peer's address now, in the same round trip */
+		f->fresh = seg_fresh_ask(&f->call, &f->pipe);
 	if (!rc)
 		rc = ctl_calls_start(r->calls, &f->pipe, &f->call, seg_hs_timeout_ms(e),
 				     repair_landed, f);
 	if (rc) {
-		f->rc = rc;
+		f->rcs[0] = f->rcs[1] = rc;
 		repair_landed(f);
 	}
 }

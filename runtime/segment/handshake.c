@@ -302,6 +302,47 @@ int seg_handshake_start(struct ferry_engine *e, struct ctl_calls *calls, const s
 	return 0;
 }
 
+struct seg_fresh {
+	struct ctl_call fetch;
+	const struct ctl_call *calls[2]; /* the pipe's: the CONNECT_REQ's, fetch */
+	struct seg_desc desc;            /* fetch's answer */
+};
+
+struct seg_fresh *seg_fresh_ask(struct ctl_call *connect, struct ctl_pipe *pipe)
+{
+	uint8_t *frames = realloc(connect->frame, pipe->len + WIRE_HDR_LEN);
+	struct seg_fresh *f;
+
+	if (!frames)
+		return NULL;
+	connect->frame = frames; /* (the caller frees it, as it would have) */
+	pipe->frames = frames;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return NULL;
+	wire_hdr_encode(frames + pipe->len, WIRE_GET_DESC, 0);
+	ctl_fetch_call_init(&f->fetch, &f->desc, 1);
+	f->calls[0] = connect;
+	f->calls[1] = &f->fetch;
+	pipe->len += WIRE_HDR_LEN;
+	pipe->count = 2;
+	pipe->calls = f->calls;
+	return f;
+}
+
+void seg_fresh_take(struct seg_fresh *f, int rc, struct seg_peer *p)
+{
+	if (!f)
+		return;
+	/* Another incarnation's NICs are not p's (its CONNECT_REQ was refused
+	 * -ESTALE anyway). */
+	if (!rc && f->desc.incarnation == p->target_incarnation &&
+	    p->remote_nic < f->desc.n_nics)
+		p->raddr = f->desc.nics[p->remote_nic].addr;
+	seg_desc_free(&f->desc);
+	free(f);
+}
+
 int seg_handshake_apply(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
 			struct qpx *const *qps, unsigned n, uint64_t token,
 			const struct wire_connect_rep *rep, bool quiet)

@@ -247,6 +247,20 @@ void seg_handshake_req(struct ferry_engine *e, unsigned i, const struct seg_peer
 int seg_handshake_apply(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
 			struct qpx *const *qps, unsigned n, uint64_t token,
 			const struct wire_connect_rep *rep, bool quiet);
+/* handshake.c: a GET_DESC behind connect's CONNECT_REQ, on pipe (count 1,
+ * its frames connect's frame, rcs room for 2), so that the round trip that
+ * makes the peer's new QPs also says the peer's NIC addresses now: an IB
+ * LID or a RoCE GID may have changed since we fetched its descriptor, and
+ * a QP connected to the old one reaches nobody.  Any peer of this wire
+ * version answers it.  NULL (pipe as it was) without memory. */
+struct seg_fresh;
+struct ctl_call;
+struct ctl_pipe;
+struct seg_fresh *seg_fresh_ask(struct ctl_call *connect, struct ctl_pipe *pipe);
+/* Its answer (rc: the GET_DESC's) taken: p->raddr the peer's address now,
+ * if the answer came from p's incarnation; else the cached one stays.
+ * Frees f (NULL: nothing). */
+void seg_fresh_take(struct seg_fresh *f, int rc, struct seg_peer *p);
 /* disconnect.c: the peer's QPs token .. token + n - 1 are to be freed (any
  * thread, any lock); seg_disconnect_flush sends the DISCONNECTs (no lock). */
 void seg_disconnect_later(struct ferry_engine *e, const char *address, uint64_t token,

@@ -335,6 +335,52 @@ static void test_nic_events(void **state)
 	assert_int_equal(o.failed + o.timedout, 0);
 }
 
+/* A loop address's context id (its bytes 4..7, little endian: loop.c). */
+static uint32_t loop_addr_id(const struct nic_addr *a)
+{
+	return (uint32_t)a->bytes[4] | (uint32_t)a->bytes[5] << 8 | (uint32_t)a->bytes[6] << 16 |
+	       (uint32_t)a->bytes[7] << 24;
+}
+
+/*
+ * The target's NIC changes its address (as a port whose IB LID or RoCE GID
+ * changed) after we fetched its descriptor; then a QP of ours breaks.  Its
+ * repair must connect the new QP to the address the target has now, not
+ * to the one cached at open (a QP there reaches nobody).
+ */
+static void test_target_readdressed(void **state)
+{
+	const struct ferry_seg *seg = seg_at(&P.init->segs, (uint32_t)P.seg - 1);
+	struct ferry_ep *ep = seg->eps[0];
+	const struct nic_provider *prov = P.init->cores[0]->tx[0].prov;
+	struct nic *ours = ferry_engine_nic(P.init, 0), *tnic;
+	struct nic_event fatal = { .kind = NIC_EV_QP_FATAL };
+	struct nic_addr then, now;
+	uint64_t resets;
+
+	(void)state;
+	assert_non_null(ep);
+	assert_int_equal(P.target->ntx, 1); /* its NIC k is its core k's */
+	tnic = ferry_engine_nic(P.target, ep->remote_nic);
+	prov->addr(tnic, &then);
+	assert_true(loop_qps_connected_to(ours, loop_addr_id(&then)) >= ep->nqps);
+	loop_readdress(tnic);
+	prov->addr(tnic, &now);
+	assert_int_not_equal(loop_addr_id(&now), loop_addr_id(&then));
+
+	resets = core_stat_qp_resets(P.init, 0);
+	fatal.qp_num = prov->qp_num(ep->qps[0]->nqp); /* read racily: the core is idle */
+	assert_int_equal(loop_inject_event(ours, &fatal), 0);
+	WAIT_UNTIL(core_stat_qp_resets(P.init, 0) > resets, WAIT_DEADLINE_MS,
+		   "core 0's failed QP to be replaced");
+	/* The new QP goes to the target's NIC as it is now. */
+	assert_int_equal(loop_qps_connected_to(ours, loop_addr_id(&now)), 1);
+
+	/* The other QPs still have the old address: a fresh segment. */
+	assert_int_equal(ferry_segment_close(P.init, P.seg), 0);
+	assert_int_equal(ferry_segment_open(P.init, ferry_engine_address(P.target), &P.seg), 0);
+}
+
 static int setup(void **state)
 {
 	struct ferry_opts o;
@@ -359,6 +405,7 @@ int main(void)
 		cmocka_unit_test(test_close_in_flight),
 		cmocka_unit_test(test_dead_device),
 		cmocka_unit_test(test_nic_events),
+		cmocka_unit_test(test_target_readdressed),
 	};
 
 	return cmocka_run_group_tests(tests, setup, pair_group_teardown);

@@ -1970,6 +1970,50 @@ static void test_many_early_answer_not_kept(void **state)
 	free(big);
 }
 
+/*
+ * One pipe, two kinds of request (ctl_pipe.calls): each answer is read as
+ * its own request's (type, decoder, out), on one connection, in order --
+ * the repair's CONNECT_REQ with a GET_DESC behind it.  Either order.
+ */
+static void test_many_mixed_requests(void **state)
+{
+	uint8_t frames[CTL_KEEPALIVE_FRAME + WIRE_HDR_LEN], unused[CTL_KEEPALIVE_FRAME];
+	struct ctl_call ka = CTL_KEEPALIVE_CALL(unused), fetch;
+	const struct ctl_call *calls[2];
+	struct ctl_pipe pipe;
+	struct ctl_client cl;
+	struct seg_desc d;
+	int rcs[2];
+	struct ctl c;
+	struct ctx x;
+
+	(void)state;
+	start(&c, &x, 3, 7); /* no keepalive handler: it answers -EOPNOTSUPP */
+	assert_int_equal(ctl_client_init(&cl, NULL), 0);
+	ctl_fetch_call_init(&fetch, &d, 0);
+	for (int desc_first = 0; desc_first < 2; desc_first++) {
+		uint8_t *ka_frame = frames + (desc_first ? WIRE_HDR_LEN : 0);
+		int di = desc_first ? 0 : 1; /* the GET_DESC's place */
+
+		wire_hdr_encode(frames + (desc_first ? 0 : CTL_KEEPALIVE_FRAME), WIRE_GET_DESC, 0);
+		wire_hdr_encode(ka_frame, WIRE_KEEPALIVE, WIRE_KEEPALIVE_LEN);
+		ctl_keepalive_encode(ka_frame, 5);
+		calls[di] = &fetch;
+		calls[!di] = &ka;
+		memset(&d, 0, sizeof(d));
+		pipe = (struct ctl_pipe){ .address = c.address, .frames = frames,
+					  .len = sizeof(frames), .count = 2, .rcs = rcs,
+					  .calls = calls };
+		assert_int_equal(ctl_call_many(&cl, &pipe, 1, FETCH_MS, &ka), 0);
+		assert_int_equal(rcs[di], 0);
+		assert_int_equal(rcs[!di], -EOPNOTSUPP);
+		expect_desc(&d, 3, 7);
+		seg_desc_free(&d);
+	}
+	ctl_client_fini(&cl);
+	ctl_stop(&c);
+}
+
 static int decode_desc_into(const uint8_t *buf, size_t len, void *out)
 {
 	return wire_desc_decode(buf, len, out);
@@ -3897,6 +3941,7 @@ int main(void)
 		cmocka_unit_test(test_client_redial),
 		cmocka_unit_test(test_client_redial_dials),
 		cmocka_unit_test(test_many_early_answer_not_kept),
+		cmocka_unit_test(test_many_mixed_requests),
 		cmocka_unit_test(test_send_failed_leaves_out_empty),
 		cmocka_unit_test(test_pool_wipes_sessions),
 		cmocka_unit_test(test_notify_many),
