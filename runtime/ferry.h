@@ -306,7 +306,8 @@ FERRY_API void ferry_opts_default(struct ferry_opts *o);
  * FERRY_CORES="" means the first online core); o is left unchanged then.
  * String fields point into the environment.  Read by the transports, not
  * here (README): FERRY_GID_INDEX, FERRY_IB_TIMEOUT,
- * FERRY_IB_RETRY_CNT, FERRY_IB_RD_ATOMIC (verbs), FERRY_CMA_ALLOW_ANY (cma).
+ * FERRY_IB_RETRY_CNT, FERRY_IB_RD_ATOMIC, FERRY_IB_TC, FERRY_IB_SL (verbs),
+ * FERRY_CMA_ALLOW_ANY (cma).
  * Any thread.
  */
 FERRY_API int ferry_opts_from_env(struct ferry_opts *o);

@@ -340,6 +340,9 @@ static void rtr_attr(const struct fv_qp *qp, const struct fv_addr *ra,
 	a->max_dest_rd_atomic = (uint8_t)nic->max_dest_rd_atomic;
 	a->min_rnr_timer = 12;
 	a->ah_attr.port_num = nic->port;
+	/* IB: the virtual lane's service level; RoCE: the 802.1p priority
+	 * some NICs derive from it (NCCL_IB_SL). */
+	a->ah_attr.sl = fv_ib_env(nic, "FERRY_IB_SL", 15, 0);
 	if (nic->link_layer == IBV_LINK_LAYER_ETHERNET) {
 		const uint8_t *dgid;
 		int sgid_index;
@@ -350,6 +353,9 @@ static void rtr_attr(const struct fv_qp *qp, const struct fv_addr *ra,
 		memcpy(a->ah_attr.grh.dgid.raw, dgid, 16);
 		a->ah_attr.grh.sgid_index = (uint8_t)sgid_index;
 		a->ah_attr.grh.hop_limit = 64;
+		/* The DSCP/ECN byte of every packet: a lossless (PFC) class is
+		 * the fabric's choice, as NCCL_IB_TC leaves it to the user. */
+		a->ah_attr.grh.traffic_class = fv_ib_env(nic, "FERRY_IB_TC", 255, 0);
 	} else {
 		a->ah_attr.dlid = ra->lid;
 	}

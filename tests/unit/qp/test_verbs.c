@@ -644,9 +644,39 @@ static void test_qp_connect_roce(void **state)
 	assert_int_equal(rts->sq_psn, 0xabcdef);
 	assert_int_equal(rts->max_rd_atomic, 8); /* what the peer grants */
 
+	assert_int_equal(rtr->ah_attr.grh.traffic_class, 0);
+	assert_int_equal(rtr->ah_attr.sl, 0);
+
 	/* RC connects once. */
 	assert_int_equal(P->qp_connect(nqp(), &na, &r), -EISCONN);
 	assert_int_equal(S.nmod, 2);
+}
+
+/* FERRY_IB_TC / FERRY_IB_SL reach the address vector; out of range: 0. */
+static void test_qp_connect_tc_sl(void **state)
+{
+	struct nic_qp_info r = { .qpn = 0x456, .psn = 0x123456 };
+	const struct ibv_qp_attr *rtr = &S.attr[0];
+	struct nic_addr na;
+
+	(void)state;
+	nic.active_mtu = IBV_MTU_4096;
+	remote_addr(&na, IBV_MTU_1024, 8, IBV_LINK_LAYER_ETHERNET);
+	setenv("FERRY_IB_TC", "106", 1); /* DSCP 26 (AF31) << 2 */
+	setenv("FERRY_IB_SL", "3", 1);
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), 0);
+	assert_int_equal(rtr->ah_attr.grh.traffic_class, 106);
+	assert_int_equal(rtr->ah_attr.sl, 3);
+
+	qp.connected = false;
+	S.nmod = 0;
+	setenv("FERRY_IB_TC", "256", 1);
+	setenv("FERRY_IB_SL", "16", 1);
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), 0);
+	assert_int_equal(rtr->ah_attr.grh.traffic_class, 0);
+	assert_int_equal(rtr->ah_attr.sl, 0);
+	unsetenv("FERRY_IB_TC");
+	unsetenv("FERRY_IB_SL");
 }
 
 /*
@@ -1496,6 +1526,7 @@ int main(void)
 		cmocka_unit_test(test_addr_magic),
 		cmocka_unit_test_setup_teardown(test_qp_init_attr, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_roce, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_qp_connect_tc_sl, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_family, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_mtu_and_caps, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rd_atomic_bound, setup, teardown),
