@@ -54,6 +54,11 @@ struct pollfd;
 /* Core i's rail to s cannot reach the peer: down; fail fast if no rail can
  * (then true).  ctl_lock held. */
 bool rail_unreachable(struct ferry_engine *e, struct ferry_seg *s, unsigned i, uint32_t slot);
+/* reconnect.c: reconnect the evicted endpoints requests wait for (this
+ * thread); how many started. */
+unsigned repair_reconnects(struct ferry_engine *e);
+/* A segment waits for a reconnect that could start now. */
+bool repair_reconnect_wanted(struct ferry_engine *e);
 /* Retry core i's pending repairs now (its port came back). */
 void repair_due_now(struct ferry_engine *e, unsigned i);
 /* events.c: the contexts' event fds (at most max), and their events handled. */
