@@ -333,8 +333,10 @@ FERRY_API int ferry_opts_from_env(struct ferry_opts *o);
 FERRY_API int ferry_engine_create(const struct ferry_opts *o, struct ferry_engine **out);
 
 /**
- * Stop the workers and the control thread and free everything (the name,
- * if any, is removed from the metadata store).  Requests
+ * Stop the workers and the control thread and free what the engine holds
+ * (the name, if any, is removed from the metadata store); batches and
+ * prepared sets the application did not destroy are not freed (destroy
+ * them, then ports, first: README "Lifetimes").  Requests
  * still in flight end FAILED (-ECANCELED) first.  Segments still open are
  * closed, however many of their opens were not closed.  The peers of the
  * segments still open are asked to free their halves of the QPs, up to 64

@@ -751,8 +751,13 @@ int ctl_start(struct ctl *c, const char *listen_addr, ctl_describe_fn describe, 
 		return rc;
 	}
 	rc = ctl_epoll(c);
-	if (!rc)
+	if (rc)
+		ctl_log("control server: no epoll/eventfd: %s", strerror(-rc));
+	if (!rc) {
 		rc = -pthread_create(&c->thread, NULL, ctl_thread, c);
+		if (rc)
+			ctl_log("control server: no thread: %s", strerror(-rc));
+	}
 	if (rc) {
 		ctl_fail_start(c);
 		return rc;

@@ -143,7 +143,9 @@ static int engine_start(struct ferry_engine *e, const unsigned *cpus, const char
 		return rc;
 	rc = ctl_start(&e->ctl, listen, engine_describe, e);
 	if (rc) {
-		log_err("cannot listen on %s: %s", listen ? listen : "(default)", strerror(-rc));
+		/* Not "cannot listen": an epoll or thread that failed ends here too. */
+		log_err("control server on %s not started: %s", listen ? listen : "(default)",
+			strerror(-rc));
 		return rc;
 	}
 	for (unsigned i = 0; i < e->ncores; i++) {
