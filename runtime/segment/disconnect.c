@@ -24,7 +24,8 @@ struct disc_item {
 	char address[64];
 	uint64_t token;
 	pthread_t by;      /* the thread that queued it sends it */
-	bool brief;        /* each on its own connection; at destroy DISC_BRIEF_MS */
+	bool brief;        /* each on its own connection; at destroy DISC_BRIEF_MS (those
+	                    * sent again after a back-off too: disc_alone) */
 	uint8_t sends;     /* tries that never reached the peer (disc_unanswered_again) */
 	uint64_t due_ms;   /* its back-off runs out then (ferry_now_ms; 0: none) */
 	uint64_t until_ms; /* no try after then (set at the first that failed; 0: none yet) */
@@ -142,14 +143,24 @@ void seg_disconnect_background(struct ferry_engine *e, const char *address, uint
 	disc_wake_repair(e);
 }
 
+/* Whether d goes on a connection of its own (the DISC_BRIEF kind): one
+ * a slow peer may read late, or, at destroy, one sent again after a
+ * back-off (DISC_BRIEF_MS each, not a peer's 10 s).  Those sent again
+ * from the repair thread go back to back with their peer's others: one
+ * connection for them all, one dial that fails for them all. */
+static bool disc_alone(const struct disc_item *d, bool all)
+{
+	return d->brief || (all && d->sends);
+}
+
 /* Whether d fits in the calls_max (0: any number) calls the items taken
  * so far need (seen[]: theirs, one per peer, or one each when brief). */
-static bool disc_fits(const struct disc_item *d, const char **seen, unsigned *n_seen,
-		      unsigned calls_max)
+static bool disc_fits(const struct disc_item *d, bool alone, const char **seen,
+		      unsigned *n_seen, unsigned calls_max)
 {
 	if (!calls_max)
 		return true;
-	for (unsigned i = 0; !d->brief && i < *n_seen; i++)
+	for (unsigned i = 0; !alone && i < *n_seen; i++)
 		if (!strcmp(seen[i], d->address))
 			return true; /* on that peer's call */
 	if (*n_seen == calls_max)
@@ -191,13 +202,14 @@ static unsigned disconnects_take(struct ferry_engine *e, bool all, enum disc_kin
 		calls_max = CTL_CALLS_MAX;
 	pthread_mutex_lock(&e->disc_lock);
 	for (d = TAILQ_FIRST(&e->disc_items); d; d = next) { /* the oldest peers first */
+		bool alone = disc_alone(d, all);
 		bool mine = (all || pthread_equal(d->by, pthread_self())) &&
-			    d->brief == (kind == DISC_BRIEF);
+			    alone == (kind == DISC_BRIEF);
 
 		next = TAILQ_NEXT(d, queued);
 		if (!mine || disc_waits(d, all, now, due))
 			continue;
-		if (disc_fits(d, seen, &n_seen, calls_max)) {
+		if (disc_fits(d, alone, seen, &n_seen, calls_max)) {
 			TAILQ_REMOVE(&e->disc_items, d, queued);
 			e->disc_n--;
 			d->next = NULL;
@@ -237,12 +249,13 @@ static bool disc_transient(int rc)
 	       rc == -ENOMEM;
 }
 
-/* Whether item d, whose DISCONNECT ended with rc and fate, goes again;
- * when, in d->due_ms. */
-static bool disc_again(struct ferry_engine *e, struct disc_item *d, int rc, uint8_t fate)
+/* Whether item d, whose DISCONNECT ended with rc and fate at now, goes
+ * again; when, in d->due_ms (one now for a batch: a peer's items stay
+ * due together, and go again on one connection). */
+static bool disc_again(struct ferry_engine *e, struct disc_item *d, int rc, uint8_t fate,
+		       uint64_t now)
 {
 	uint64_t first = e->knobs.disc_retry_ms ? e->knobs.disc_retry_ms : DISC_RETRY_MS;
-	uint64_t now = ferry_now_ms();
 	unsigned doublings;
 
 	if (rc == -ECANCELED) /* at destroy: no keepalive renews the lease now */
@@ -267,26 +280,31 @@ static bool disc_again(struct ferry_engine *e, struct disc_item *d, int rc, uint
 
 /*
  * Items whose DISCONNECT did not get through (rcs[k] and fate[k] for the
- * k-th of the list) go again from the repair thread, each on a connection
- * of its own; the others are freed.  A peer slower than our timeout
- * serves, once it reads them, only the first unanswered request of a
- * connection we closed (its answer meets the closed socket; the reset
- * drops the rest), and the QPs of the others would stay for as long as
- * our keepalives renew our lease there.  Not at destroy (again false).
+ * k-th of the list) go again from the repair thread; the others are
+ * freed.  Those written whole behind an unanswered one each on a
+ * connection of its own: a peer slower than our timeout serves, once it
+ * reads them, only the first unanswered request of a connection we
+ * closed (its answer meets the closed socket; the reset drops the rest),
+ * and the QPs of the others would stay for as long as our keepalives
+ * renew our lease there.  Those never delivered (a partition) after a
+ * back-off, back to back with their peer's others on one connection:
+ * each on its own, a peer's N of them cost N dials a round (N connect
+ * timeouts while it stays cut off).  Not at destroy (again false).
  */
 static void disc_unanswered_again(struct ferry_engine *e, struct disc_item *items,
 				  const int *rcs, const uint8_t *fate, bool again)
 {
 	struct disc_item *next, *old;
+	uint64_t now = ferry_now_ms();
 	bool queued = false;
 
 	for (unsigned k = 0; items; items = next, k++) {
 		next = items->next;
-		if (!again || !rcs || !fate || !disc_again(e, items, rcs[k], fate[k])) {
+		if (!again || !rcs || !fate || !disc_again(e, items, rcs[k], fate[k], now)) {
 			free(items);
 			continue;
 		}
-		items->brief = true;
+		items->brief = fate[k] == DISC_UNREAD_BEHIND;
 		items->by = e->repair.thread;
 		pthread_mutex_lock(&e->disc_lock);
 		old = disc_push(e, items);
@@ -437,31 +455,41 @@ static unsigned disc_flight_start(struct ferry_engine *e, struct ctl_calls *call
 	return ctl_calls_active(calls) - used;
 }
 
+/* The earlier of two due times (0: none). */
+static uint64_t disc_earlier(uint64_t a, uint64_t b)
+{
+	return !a || (b && b < a) ? b : a;
+}
+
 int seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls)
 {
 	bool more_brief = false, more = false;
-	uint64_t due; /* (only the brief ones, sent again, wait out back-offs) */
+	uint64_t due = 0, due_full = 0; /* (those sent again wait out back-offs) */
 	/* At most half the calls (counted in flight): DISCONNECTs to mute peers
 	 * hold theirs 10 s, and repairs and reconnects matter more (leases free
 	 * the rest). */
 	unsigned half = (ctl_calls_active(calls) + ctl_calls_room(calls) + 1) / 2;
 	unsigned room = e->repair.disc_calls < half ? half - e->repair.disc_calls : 0;
+	bool looked;
 
 	if (room > ctl_calls_room(calls))
 		room = ctl_calls_room(calls);
+	looked = room != 0;
 
 	/* What room allows goes now, the rest waits, queued: a round trip here
 	 * would stop the caller's poll loop as long as a peer takes to answer
-	 * (10 s if mute).  Those sent again first, each on its own connection. */
-	if (room) {
-		room -= disc_flight_start(e, calls, DISC_BRIEF, room, &more_brief, &due);
-		/* The repair thread wakes then (repair_next_ms), no sooner. */
-		e->repair.disc_due_ms = due;
-	}
+	 * (10 s if mute).  Those a slow peer may read late first, each on its
+	 * own connection. */
 	if (room)
-		(void)disc_flight_start(e, calls, DISC_FULL, room, &more, &due);
+		room -= disc_flight_start(e, calls, DISC_BRIEF, room, &more_brief, &due);
+	if (room)
+		(void)disc_flight_start(e, calls, DISC_FULL, room, &more, &due_full);
 	else
 		more = true; /* (maybe none: found next time) */
+	/* The repair thread wakes then (repair_next_ms), no sooner (without
+	 * room: at the next landing, which looks again). */
+	if (looked)
+		e->repair.disc_due_ms = disc_earlier(due, due_full);
 	return more || more_brief ? -EBUSY : 0;
 }
 
