@@ -16,11 +16,12 @@
  * a negative errno on failure.  Messages go to the sink set with
  * ferry_log_set() (stderr by default), never straight to stderr.
  *
- * Growth: struct ferry_opts and struct ferry_core_stats gain fields at
- * their end only.  ferry_opts_default() records the size the caller was
- * compiled with (opts_size) and ferry_core_stats() passes it, so a library
- * newer than the caller's header reads and writes only the fields the
- * caller knows.  Only ferry_* functions are exported.
+ * Growth: struct ferry_opts, struct ferry_core_stats and struct
+ * ferry_engine_stats gain fields at their end only.  ferry_opts_default()
+ * records the size the caller was compiled with (opts_size) and
+ * ferry_core_stats() / ferry_engine_stats() pass it, so a library newer
+ * than the caller's header reads and writes only the fields the caller
+ * knows.  Only ferry_* functions are exported.
  *
  * fork(): a child forked while engines exist (Python multiprocessing's
  * default start method on Linux) gets copies of them but none of their
@@ -251,6 +252,18 @@ struct ferry_core_stats {
 	/* Added in 0.5. */
 	uint64_t qp_abandons;      /**< broken QPs whose WRs never came back (a dead
 	                            *   device): given up, their slices retried or failed */
+};
+
+/** Engine-wide counters of the control plane; readable from any thread.
+ *  Added in 0.5.  New counters are added at the end (see ferry_engine_stats()). */
+struct ferry_engine_stats {
+	uint64_t disconnects_dropped;  /**< DISCONNECTs (one per QP a peer holds for us) dropped
+	                                *   unsent: the queue full (65536, the oldest go), or
+	                                *   beyond the 256 that engine destroy sends once more;
+	                                *   the peer's lease frees those QPs */
+	uint64_t disconnects_given_up; /**< DISCONNECTs that never reached their peer (cut off)
+	                                *   and whose tries ended: lease_ms after the first
+	                                *   failure, or 32 sends; the peer's lease frees those QPs */
 };
 
 struct ferry_engine;
@@ -648,6 +661,19 @@ FERRY_API int ferry_core_stats_get(const struct ferry_engine *e, unsigned core,
 FERRY_API int ferry_core_stats(const struct ferry_engine *e, unsigned core,
 			       struct ferry_core_stats *out);
 #define ferry_core_stats(e, core, out) ferry_core_stats_get((e), (core), (out), sizeof(*(out)))
+
+/**
+ * Snapshot of the engine-wide counters into out, of size bytes (the
+ * caller's sizeof(struct ferry_engine_stats)): the fields that fit are
+ * filled.  -EINVAL (size smaller than 0.5's struct), -EOWNERDEAD in a
+ * forked child.  Use ferry_engine_stats().  Any thread.  Added in 0.5.
+ */
+FERRY_API int ferry_engine_stats_get(const struct ferry_engine *e, struct ferry_engine_stats *out,
+				     size_t size);
+
+/** Snapshot of the engine-wide counters.  Any thread.  Added in 0.5. */
+FERRY_API int ferry_engine_stats(const struct ferry_engine *e, struct ferry_engine_stats *out);
+#define ferry_engine_stats(e, out) ferry_engine_stats_get((e), (out), sizeof(*(out)))
 
 /**
  * Why core's hardware counters are missing, in plain words ("all counting"

@@ -113,7 +113,9 @@ struct ferry_engine {
 						      * (segment/disconnect.c) */
 	unsigned disc_n;               /* items in disc_items (disc_lock) */
 	uint64_t disc_dropped;         /* DISCONNECTs dropped: queue full, or past what destroy
-	                                * sends again (relaxed; tests) */
+	                                * sends again (relaxed; ferry_engine_stats) */
+	uint64_t disc_given_up;        /* DISCONNECTs never delivered whose tries ended
+	                                * (relaxed; ferry_engine_stats) */
 	pthread_rwlock_t regions_lock; /* submitters read, register/unregister write */
 	struct mem_region **regions;   /* sorted by addr */
 	unsigned n_regions, cap_regions;

@@ -3,7 +3,9 @@
  * The stats API: a snapshot of one core's counters -- the core's own, its
  * posting context's, the latency histogram, the endpoint cache's evictions
  * and the hardware counters -- into the public struct ferry_core_stats,
- * as many fields as the caller's version of the struct has.
+ * as many fields as the caller's version of the struct has; and the
+ * engine-wide ones (the control plane's) into struct ferry_engine_stats,
+ * likewise.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -125,4 +127,32 @@ int ferry_core_stats_get(const struct ferry_engine *e, unsigned core, struct fer
 int(ferry_core_stats)(const struct ferry_engine *e, unsigned core, struct ferry_core_stats *out)
 {
 	return ferry_core_stats_get(e, core, out, sizeof(*out));
+}
+
+/* The fields of 0.5's struct (the first): the smallest a caller has. */
+#define ENGINE_STATS_SIZE_MIN (offsetof(struct ferry_engine_stats, disconnects_given_up) + \
+			       sizeof(uint64_t))
+
+int ferry_engine_stats_get(const struct ferry_engine *e, struct ferry_engine_stats *out,
+			   size_t size)
+{
+	struct ferry_engine_stats full;
+
+	if (!e || !out || size < ENGINE_STATS_SIZE_MIN)
+		return -EINVAL;
+	if (engine_forked(e))
+		return -EOWNERDEAD;
+	memset(&full, 0, sizeof(full));
+	full.disconnects_dropped = READ_ONCE(e->disc_dropped);
+	full.disconnects_given_up = READ_ONCE(e->disc_given_up);
+	if (size > sizeof(full)) /* a newer caller: fields we do not have read 0 */
+		memset((char *)out + sizeof(full), 0, size - sizeof(full));
+	memcpy(out, &full, size < sizeof(full) ? size : sizeof(full));
+	return 0;
+}
+
+/* The exported symbol behind the ferry_engine_stats() macro (as above). */
+int(ferry_engine_stats)(const struct ferry_engine *e, struct ferry_engine_stats *out)
+{
+	return ferry_engine_stats_get(e, out, sizeof(*out));
 }

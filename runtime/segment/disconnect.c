@@ -271,8 +271,10 @@ static bool disc_again(struct ferry_engine *e, struct disc_item *d, int rc, uint
 		return false;
 	if (!d->until_ms)
 		d->until_ms = now + (e->opts.lease_ms ? e->opts.lease_ms : DISC_WINDOW_MS);
-	if (++d->sends >= DISC_SENDS || now >= d->until_ms)
+	if (++d->sends >= DISC_SENDS || now >= d->until_ms) {
+		fetch_add_relaxed(e->disc_given_up, 1); /* statistics */
 		return false;
+	}
 	doublings = d->sends - 1u < DISC_RETRY_DOUBLINGS ? d->sends - 1u : DISC_RETRY_DOUBLINGS;
 	d->due_ms = now + (first << doublings);
 	return true;

@@ -1590,6 +1590,7 @@ static void test_destroy_sends_few_retried(void **state)
 static void test_disconnect_tries_end(void **state)
 {
 	struct ferry_knobs k = { .disc_retry_ms = 10 };
+	struct ferry_engine_stats st;
 	struct ferry_engine *o;
 	struct ferry_opts oo;
 	ferry_seg_t seg;
@@ -1609,6 +1610,10 @@ static void test_disconnect_tries_end(void **state)
 	WAIT_UNTIL(!locked_disc_n(o) && !READ_ONCE(o->repair.disc_calls), WAIT_MS,
 		   "the DISCONNECTs' tries to end");
 	print_message("dials to the cut off peer: %u\n", READ_ONCE(o->client.fault_hits));
+	/* Given up, counted where users see them (before 0.5: nowhere). */
+	assert_int_equal(ferry_engine_stats(o, &st), 0);
+	assert_int_equal(st.disconnects_given_up, n);
+	assert_int_equal(st.disconnects_dropped, 0);
 	assert_in_range(READ_ONCE(o->client.fault_hits), 2, 1 + 5);
 	WRITE_ONCE(o->client.fault_left, 0);
 	ferry_engine_destroy(o);
@@ -1617,10 +1622,12 @@ static void test_disconnect_tries_end(void **state)
 }
 
 /* The DISCONNECT queue holds at most disc_queue_max (2 here): the oldest
- * go, counted (a partition to many peers must not grow it for ever). */
+ * go, counted (a partition to many peers must not grow it for ever) in
+ * ferry_engine_stats (before 0.5, in no stats call). */
 static void test_disconnect_queue_bounded(void **state)
 {
 	struct ferry_knobs k = { .disc_queue_max = 2 };
+	struct ferry_engine_stats st;
 	struct ferry_engine *o;
 	struct ferry_opts oo;
 
@@ -1632,7 +1639,9 @@ static void test_disconnect_queue_bounded(void **state)
 	pthread_mutex_unlock(&o->ctl_lock);
 	seg_disconnect_background(o, "127.0.0.1:1", 100, 5, -ETIMEDOUT);
 	assert_int_equal(locked_disc_n(o), 2);
-	assert_int_equal(READ_ONCE(o->disc_dropped), 3);
+	assert_int_equal(ferry_engine_stats(o, &st), 0); /* counted where users see them */
+	assert_int_equal(st.disconnects_dropped, 3);
+	assert_int_equal(st.disconnects_given_up, 0);
 	ferry_engine_destroy(o);
 }
 
