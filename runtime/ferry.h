@@ -140,7 +140,10 @@ struct ferry_opts {
 	                        *   it keeps our QPs (default 5000; 0 = never) */
 	uint32_t lease_ms;     /**< free the QPs of an initiator silent this long (crashed
 	                        *   without disconnecting); >= 3x the peers' keepalive_ms
-	                        *   (default 30000; 0 = never) */
+	                        *   (default 30000; 0 = never).  Also how long a DISCONNECT
+	                        *   that cannot reach its peer is tried again (standing in
+	                        *   for the peer's lease on us): 30 s when 0, as with the
+	                        *   default; never more than 32 sends */
 	uint32_t ep_cache;     /**< endpoints kept per core, 1..FERRY_MAX_SEGMENTS (default 128);
 	                        *   beyond, the least useful idle one is evicted (SIEVE).
 	                        *   At most 1024 / qps_per_ep - 1 are kept (the QPs a core's

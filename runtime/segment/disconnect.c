@@ -41,7 +41,9 @@ struct disc_item {
  * and then the QPs stayed for good.  A fixed number of tries (8: ~16 s of
  * back-offs when the connect fails at once) ended before a 30 s lease
  * did.  The peer's lease is not known here: ours (the option) stands in,
- * DISC_WINDOW_MS when it is 0.  DISC_SENDS bounds a long one.
+ * DISC_WINDOW_MS when it is 0 -- leases off here say nothing of the
+ * peer's, and 30 s is the default one (README, ferry.h's lease_ms say
+ * so).  DISC_SENDS bounds a long one.
  */
 #define DISC_SENDS 32
 #define DISC_RETRY_MS 250
