@@ -1621,6 +1621,52 @@ static void test_disconnect_tries_end(void **state)
 	pair_teardown(&P);
 }
 
+/*
+ * A peer that accepts, lets our DISCONNECT arrive whole, and closes
+ * without reading or answering it (a relay without its backend, a peer
+ * going down) did not serve it: no answer, not delivered, and it goes
+ * again after a back-off -- the answer is what counts, not the write.
+ * Here: a second connection comes.  (Had a whole write counted, there
+ * would be one connection only: checked by filing a hung-up one "served
+ * when read" in batch.c's disc_results.)
+ */
+static void test_disconnect_hung_up_unread_again(void **state)
+{
+	struct ferry_knobs k = { .disc_retry_ms = 10 };
+	struct ferry_engine *o;
+	struct ferry_opts oo;
+	unsigned conns = 0;
+	char addr[64];
+	int lfd;
+
+	(void)state;
+	pair_opts(&oo, "0");
+	oo.keepalive_ms = 0;
+	assert_int_equal(ferry_engine_create_knobs(&oo, &k, &o), 0);
+	lfd = listener_never_accepts(addr, sizeof(addr));
+	/* One: the first unanswered of a connection is filed "served when
+	 * read", unless the peer hung up on it (those behind it go again
+	 * anyway). */
+	seg_disconnect_background(o, addr, 100, 1, -ETIMEDOUT);
+	for (double t0 = now_s(); conns < 2 && now_s() - t0 < 2.0;) {
+		struct pollfd p = { .fd = lfd, .events = POLLIN };
+		int fd;
+
+		if (poll(&p, 1, 100) != 1)
+			continue;
+		fd = accept(lfd, NULL, NULL);
+		assert_true(fd >= 0);
+		p = (struct pollfd){ .fd = fd, .events = POLLIN };
+		assert_int_equal(poll(&p, 1, 5000), 1); /* the DISCONNECT is here: unread */
+		close(fd);
+		conns++;
+	}
+	print_message("connections from DISCONNECTs hung up on unread: %u\n", conns);
+	assert_int_equal(conns, 2);
+	close(lfd); /* the destroy's last try refused at once */
+	ferry_engine_destroy(o);
+}
+
 /* The DISCONNECT queue holds at most disc_queue_max (2 here): the oldest
  * go, counted (a partition to many peers must not grow it for ever) in
  * ferry_engine_stats (before 0.5, in no stats call). */
@@ -1675,6 +1721,7 @@ int main(void)
 		cmocka_unit_test(test_close_behind_relay_without_backend),
 		cmocka_unit_test(test_destroy_skips_backoff),
 		cmocka_unit_test(test_destroy_sends_few_retried),
+		cmocka_unit_test(test_disconnect_hung_up_unread_again),
 		cmocka_unit_test(test_disconnect_queue_bounded),
 		cmocka_unit_test(test_disconnect_tries_end),
 	};
