@@ -691,7 +691,9 @@ FERRY_API int ferry_core_counters_note(const struct ferry_engine *e, unsigned co
 
 /**
  * Every core's counters in the Prometheus text exposition format, labelled
- * with the engine's address and the core: bytes written (without the NUL),
+ * with the engine's address and the core, then (added in 0.5) the
+ * engine-wide ones of ferry_engine_stats(), labelled with the address
+ * only: bytes written (without the NUL),
  * or -ENOSPC (buf then holds "").  About 3.5 KiB + 6.5 KiB per core; a
  * buffer of FERRY_PROM_BYTES(ferry_engine_cores(e)) bytes always suffices.
  * Any thread.

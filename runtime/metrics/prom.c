@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Prometheus text exposition of the per-core counters (see prom.h).  The
+ * Prometheus text exposition of the per-core counters and the engine-wide
+ * ones (see prom.h).  The
  * format: https://prometheus.io/docs/instrumenting/exposition_formats/
  */
 #include <errno.h>
@@ -78,6 +79,26 @@ static const struct prom_row ferry_rows[] = {
 	    "Loop passes run by application threads (idle policy caller)."),
 	CTR(qp_abandons, "ferry_qp_abandons_total",
 	    "Broken QPs whose work requests never came back (a dead device), given up."),
+};
+
+#define ENGINE_CTR(f, name, help) \
+	{ name, help, PROM_COUNTER, PROM_UNIT_RAW, U64_OFF(struct ferry_engine_stats, f), 0 }
+
+/* In the order of struct ferry_engine_stats. */
+static const struct prom_row engine_rows[] = {
+	ENGINE_CTR(disconnects_dropped, "ferry_disconnects_dropped_total",
+		   "DISCONNECTs dropped unsent (the queue full, or beyond what engine destroy "
+		   "sends once more): the peers' leases free those QPs."),
+	ENGINE_CTR(disconnects_given_up, "ferry_disconnects_given_up_total",
+		   "DISCONNECTs that never reached their peer and whose tries ended: the "
+		   "peers' leases free those QPs."),
+};
+
+static const struct prom_table engine_table = {
+	.rows = engine_rows,
+	.nrows = sizeof(engine_rows) / sizeof(engine_rows[0]),
+	.stride = sizeof(struct ferry_engine_stats),
+	.engine_wide = 1,
 };
 
 static const struct prom_table ferry_table = {
@@ -175,9 +196,11 @@ struct series {
 	const char *engine;
 	unsigned core;
 	unsigned cpu;
+	int engine_wide; /* no core, no cpu label */
 };
 
-/* name{engine="..",core="..",cpu=".." -- the caller closes the braces. */
+/* name{engine="..",core="..",cpu=".." (engine-wide: name{engine=".." only)
+ * -- the caller closes the braces. */
 static void out_series(struct out *o, const char *name, const char *suffix,
 		       const struct series *s)
 {
@@ -185,6 +208,10 @@ static void out_series(struct out *o, const char *name, const char *suffix,
 	out_str(o, suffix);
 	out_str(o, "{engine=\"");
 	out_escaped(o, s->engine, 1);
+	if (s->engine_wide) {
+		out_str(o, "\"");
+		return;
+	}
 	out_str(o, "\",core=\"");
 	out_u64(o, s->core);
 	out_str(o, "\",cpu=\"");
@@ -255,9 +282,10 @@ static void out_family(struct out *o, const struct prom_table *t, const struct p
 	out_header(o, r);
 	for (unsigned i = 0; i < n; i++) {
 		const char *rec = (const char *)recs + (size_t)i * t->stride;
-		struct series s = { engine, i, 0 };
+		struct series s = { engine, i, 0, t->engine_wide };
 
-		memcpy(&s.cpu, rec + t->cpu_off, sizeof(s.cpu));
+		if (!t->engine_wide)
+			memcpy(&s.cpu, rec + t->cpu_off, sizeof(s.cpu));
 		if (r->type == PROM_HISTOGRAM)
 			out_histogram(o, r, &s, (const uint64_t *)(const void *)(rec + r->off),
 				      field_u64(rec, r->hz_off));
@@ -287,10 +315,32 @@ const struct prom_table *prom_core_table(void)
 	return &ferry_table;
 }
 
+const struct prom_table *prom_engine_table(void)
+{
+	return &engine_table;
+}
+
 int prom_format(char *buf, size_t len, const struct ferry_core_stats *st, unsigned ncores,
 		const char *engine_label)
 {
 	return prom_format_table(buf, len, &ferry_table, st, ncores, engine_label);
+}
+
+/* The engine-wide families after the cores' pos bytes in buf: the bytes
+ * in all, or -ENOSPC (buf then ""), -EOWNERDEAD. */
+static int prom_engine_after(const struct ferry_engine *e, char *buf, size_t len, size_t pos)
+{
+	struct ferry_engine_stats es;
+	int rc = ferry_engine_stats(e, &es);
+
+	if (!rc)
+		rc = prom_format_table(buf + pos, len - pos, &engine_table, &es, 1,
+				       ferry_engine_address(e));
+	if (rc >= 0 && pos + (size_t)rc > INT_MAX) /* the count must fit the int returned */
+		rc = -ENOSPC;
+	if (rc < 0 && len)
+		buf[0] = '\0'; /* never half of it */
+	return rc < 0 ? rc : (int)(pos + (size_t)rc);
 }
 
 int ferry_stats_format_prometheus(const struct ferry_engine *e, char *buf, size_t len)
@@ -312,5 +362,5 @@ int ferry_stats_format_prometheus(const struct ferry_engine *e, char *buf, size_
 	if (rc == 0)
 		rc = prom_format(buf, len, st, n, ferry_engine_address(e));
 	free(st);
-	return rc;
+	return rc < 0 ? rc : prom_engine_after(e, buf, len, (size_t)rc);
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Prometheus text exposition (format 0.0.4) of the per-core counters.
+ * Prometheus text exposition (format 0.0.4) of the per-core counters, and
+ * of the engine-wide ones (one record, labelled engine only).
  *
  * The formatter is table-driven: one row per field of the per-core record
  * (name, help, type, offsetof), so a field added to struct ferry_core_stats
@@ -48,6 +49,7 @@ struct prom_table {
 	size_t nrows;
 	size_t stride;         /* sizeof one record */
 	size_t cpu_off;        /* offsetof the record's unsigned CPU (the cpu label) */
+	int engine_wide;       /* one record of the engine's: labelled engine only */
 };
 
 /*
@@ -62,6 +64,9 @@ int prom_format_table(char *buf, size_t len, const struct prom_table *t, const v
 
 /* The table of struct ferry_core_stats (for the test that it covers every field). */
 const struct prom_table *prom_core_table(void);
+/* The table of struct ferry_engine_stats (likewise); its samples carry the
+ * engine label only.  ferry_stats_format_prometheus puts it after the cores'. */
+const struct prom_table *prom_engine_table(void);
 
 /* prom_format_table on ncores struct ferry_core_stats. */
 int prom_format(char *buf, size_t len, const struct ferry_core_stats *st, unsigned ncores,

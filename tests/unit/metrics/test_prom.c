@@ -424,6 +424,30 @@ static void test_table_covers_struct(void **state)
 				 covered[w] ? "exported twice" : "not exported");
 }
 
+/* The engine-wide table exports every field of struct ferry_engine_stats
+ * once (all counters). */
+static void test_engine_table_covers_struct(void **state)
+{
+	const struct prom_table *t = prom_engine_table();
+	size_t words = sizeof(struct ferry_engine_stats) / 8;
+	uint8_t covered[64] = { 0 };
+
+	(void)state;
+	assert_true(words <= sizeof(covered));
+	assert_int_equal(t->stride, sizeof(struct ferry_engine_stats));
+	assert_true(t->engine_wide);
+	for (size_t i = 0; i < t->nrows; i++) {
+		assert_int_equal(t->rows[i].type, PROM_COUNTER);
+		assert_true(t->rows[i].off / 8 < words);
+		covered[t->rows[i].off / 8]++;
+	}
+	for (size_t w = 0; w < words; w++)
+		if (covered[w] != 1)
+			fail_msg("struct ferry_engine_stats: the 8 bytes at offset %zu are %s: "
+				 "one row per field in runtime/metrics/prom.c", 8 * w,
+				 covered[w] ? "exported twice" : "not exported");
+}
+
 /* No cores: the families' HELP and TYPE lines only, still valid. */
 static void test_no_cores(void **state)
 {
@@ -472,7 +496,7 @@ static const struct prom_row rec_rows[] = {
 };
 
 static const struct prom_table rec_table = {
-	rec_rows, 3, sizeof(struct rec), offsetof(struct rec, cpu),
+	rec_rows, 3, sizeof(struct rec), offsetof(struct rec, cpu), 0,
 };
 
 static void test_histogram(void **state)
@@ -568,7 +592,14 @@ static void test_engine_wrapper(void **state)
 	snprintf(want, sizeof(want), "ferry_loops_total{engine=\"%s\",core=\"0\",cpu=\"0\"} ",
 		 ferry_engine_address(e));
 	assert_non_null(strstr(buf, want));
-	assert_true(check_exposition(buf) >= 23);  /* one core */
+	/* The engine-wide counters (0.5), after the cores', labelled engine only. */
+	snprintf(want, sizeof(want), "\nferry_disconnects_dropped_total{engine=\"%s\"} 0\n",
+		 ferry_engine_address(e));
+	assert_non_null(strstr(buf, want));
+	snprintf(want, sizeof(want), "\nferry_disconnects_given_up_total{engine=\"%s\"} 0\n",
+		 ferry_engine_address(e));
+	assert_non_null(strstr(buf, want));
+	assert_true(check_exposition(buf) >= 23 + 2);  /* one core, the engine's */
 	assert_int_equal(ferry_stats_format_prometheus(e, buf, 100), -ENOSPC);
 	assert_int_equal(buf[0], '\0');
 	ferry_engine_destroy(e);
@@ -602,6 +633,7 @@ static void test_buffer_bound(void **state)
 	static const uint64_t hz[] = { 1, 3, 7, 999999937, 3000000000u };
 	static struct ferry_core_stats st[64];
 	static char buf[2u << 20];
+	struct ferry_engine_stats es = { UINT64_MAX - 1, UINT64_MAX - 1 }; /* 20 digits */
 	struct ferry_engine *e;
 	struct ferry_opts o;
 	char label[64];
@@ -626,8 +658,10 @@ static void test_buffer_bound(void **state)
 		assert_true(n > 0);
 		most = (size_t)n > most ? (size_t)n : most;
 		assert_true((size_t)n <= FERRY_PROM_BYTES(64));
-		assert_true((size_t)prom_format(buf, sizeof(buf), st, 1, label) <=
-			    FERRY_PROM_BYTES(1));
+		n = prom_format(buf, sizeof(buf), st, 1, label);
+		/* and the engine-wide counters after them (0.5) */
+		n += prom_format_table(buf, sizeof(buf), prom_engine_table(), &es, 1, label);
+		assert_true((size_t)n <= FERRY_PROM_BYTES(1));
 	}
 	print_message("worst 64 cores: %zu bytes, bound %zu\n", most, (size_t)FERRY_PROM_BYTES(64));
 }
@@ -637,6 +671,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_golden),
 		cmocka_unit_test(test_table_covers_struct),
+		cmocka_unit_test(test_engine_table_covers_struct),
 		cmocka_unit_test(test_enospc),
 		cmocka_unit_test(test_bad_args),
 		cmocka_unit_test(test_no_cores),
