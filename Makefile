@@ -271,23 +271,24 @@ callgrind: $(B)/ferry_bench
 
 # libFuzzer on what ferry reads from the network: the wire decoders
 # (fuzz_wire), the tcp provider's frames (fuzz_tcp: its codec, a live
-# target and a live initiator fed over loopback) and what a metadata store returns (fuzz_meta:
-# the published record, base64, etcd's JSON replies).  `make fuzz
-# [FUZZ_SECONDS=30]` is the total, a third each (at least 1 s).  Needs
+# target and a live initiator fed over loopback), what a metadata store returns (fuzz_meta:
+# the published record, base64, etcd's JSON replies) and the control plane's streams
+# (fuzz_ctl: a client reading replies and a handshake, a live server fed requests over
+# loopback).  `make fuzz [FUZZ_SECONDS=30]` is the total, a quarter each (at least 1 s).  Needs
 # clang and its libFuzzer runtime (Debian 12: clang, libclang-rt-dev),
 # which `make test` installs (.ci/install-deps test).  The targets write
 # their own seeds; build-fuzz/corpus* keep what the fuzzers found between
 # runs, crashes land in build-fuzz/.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 30
-FUZZ_PART_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 3 )); [ $$s -ge 1 ] || s=1; echo $$s)
+FUZZ_PART_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 4 )); [ $$s -ge 1 ] || s=1; echo $$s)
 FUZZ_CFLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1 \
                -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -DURCU_INLINE_SMALL_FUNCTIONS -I.
 FUZZ_META_SRCS := tests/fuzz/fuzz_meta.c runtime/ctl/meta/record.c runtime/ctl/meta/base64.c \
                   runtime/ctl/meta/etcd_json.c
 
-fuzz: build-fuzz/fuzz_wire build-fuzz/fuzz_tcp build-fuzz/fuzz_meta
-	@mkdir -p build-fuzz/corpus build-fuzz/corpus-tcp build-fuzz/corpus-meta
+fuzz: build-fuzz/fuzz_wire build-fuzz/fuzz_tcp build-fuzz/fuzz_meta build-fuzz/fuzz_ctl
+	@mkdir -p build-fuzz/corpus build-fuzz/corpus-tcp build-fuzz/corpus-meta build-fuzz/corpus-ctl
 	FERRY_FUZZ_SEEDS=build-fuzz/corpus build-fuzz/fuzz_wire
 	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_PART_SECONDS) -close_fd_mask=2 \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus
@@ -297,6 +298,9 @@ fuzz: build-fuzz/fuzz_wire build-fuzz/fuzz_tcp build-fuzz/fuzz_meta
 	FERRY_FUZZ_SEEDS=build-fuzz/corpus-meta build-fuzz/fuzz_meta
 	build-fuzz/fuzz_meta -max_total_time=$(FUZZ_PART_SECONDS) -close_fd_mask=2 \
 	  -artifact_prefix=build-fuzz/meta- build-fuzz/corpus-meta
+	FERRY_FUZZ_SEEDS=build-fuzz/corpus-ctl build-fuzz/fuzz_ctl
+	build-fuzz/fuzz_ctl -max_total_time=$(FUZZ_PART_SECONDS) -close_fd_mask=2 \
+	  -artifact_prefix=build-fuzz/ctl- build-fuzz/corpus-ctl
 
 build-fuzz/fuzz_wire: tests/fuzz/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire.h qp/nic.h ring/base/log.c
 	@mkdir -p build-fuzz
@@ -305,6 +309,12 @@ build-fuzz/fuzz_wire: tests/fuzz/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire
 build-fuzz/fuzz_meta: $(FUZZ_META_SRCS) $(wildcard runtime/ctl/meta/*.h)
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_META_SRCS) -lcjson -o $@
+
+CTL_FUZZ_SRCS := $(addprefix runtime/ctl/,auth.c batch.c cap.c client.c many.c pool.c server.c \
+                   serve.c sock.c wire.c) qp/auth/auth.c ring/base/log.c ring/base/fd.c ring/base/clock.c
+build-fuzz/fuzz_ctl: tests/fuzz/fuzz_ctl.c $(CTL_FUZZ_SRCS) $(wildcard runtime/ctl/*.h) qp/auth/auth.h
+	@mkdir -p build-fuzz
+	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_ctl.c $(CTL_FUZZ_SRCS) -lsodium -pthread -o $@
 
 TCP_FUZZ_SRCS := $(sort $(wildcard qp/tcp/*.c qp/soft/*.c)) qp/auth/auth.c ring/base/log.c ring/base/fd.c \
                  ring/base/clock.c
