@@ -302,9 +302,11 @@ fuzz: build-fuzz/fuzz_wire build-fuzz/fuzz_tcp build-fuzz/fuzz_meta build-fuzz/f
 	build-fuzz/fuzz_ctl -max_total_time=$(FUZZ_PART_SECONDS) -close_fd_mask=2 \
 	  -artifact_prefix=build-fuzz/ctl- build-fuzz/corpus-ctl
 
-build-fuzz/fuzz_wire: tests/fuzz/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire.h qp/nic.h ring/base/log.c
+build-fuzz/fuzz_wire: tests/fuzz/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire.h qp/nic.h ring/base/log.c \
+                      qp/cma/host.c qp/cma/objects.h
 	@mkdir -p build-fuzz
-	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_wire.c runtime/ctl/wire.c ring/base/log.c -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_wire.c runtime/ctl/wire.c qp/cma/host.c ring/base/log.c \
+	  -pthread -o $@
 
 build-fuzz/fuzz_meta: $(FUZZ_META_SRCS) $(wildcard runtime/ctl/meta/*.h)
 	@mkdir -p build-fuzz

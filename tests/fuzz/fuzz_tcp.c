@@ -54,6 +54,7 @@
 
 #include "qp/nic.h"
 #include "qp/tcp/frame.h"
+#include "qp/tcp/objects.h"
 #include "qp/tcp/tcp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -115,10 +116,28 @@ static void fuzz_hello(const uint8_t *in, size_t len)
 	CHECK(memcmp(again, in, TCP_HELLO_LEN) == 0);
 }
 
+/* A peer's NIC address (from its descriptor or CONNECT_REQ): "TCP1", an
+ * IPv4 address and a port, the rest zero; what decodes is those bytes. */
+static void fuzz_addr(const uint8_t *in, size_t len)
+{
+	struct nic_addr a;
+	struct sockaddr_in sin;
+
+	if (len < NIC_ADDR_LEN)
+		return;
+	memcpy(a.bytes, in, NIC_ADDR_LEN);
+	if (tcp_addr_decode(&a, &sin))
+		return; /* the caller (qp_connect) uses nothing of a refused one */
+	CHECK(sin.sin_family == AF_INET && sin.sin_port != 0);
+	CHECK(!memcmp(in, "TCP1", 4) && !memcmp(in + 4, &sin.sin_addr.s_addr, 4) &&
+	      !memcmp(in + 8, &sin.sin_port, 2) && all_zero(in + 10, NIC_ADDR_LEN - 10));
+}
+
 static void fuzz_codec(const uint8_t *in, size_t len)
 {
 	size_t off = 0;
 
+	fuzz_addr(in, len);
 	fuzz_hello(in, len < TCP_HELLO_LEN ? len : TCP_HELLO_LEN);
 	while (off < len) {
 		struct tcp_frame f;
@@ -537,6 +556,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		n += TCP_HDR_LEN + (read ? ilen[k] : 0);
 	}
 	seed(dir, "responses", b, n);
+	memset(b, 0, NIC_ADDR_LEN);
+	memcpy(b, "TCP1\x7f\0\0\x01\x1b\x58", 10); /* 127.0.0.1:7000 */
+	seed(dir, "addr", b, NIC_ADDR_LEN);
 	/* A READ_RESP longer than its READ (the WR's seq, not its len). */
 	n = put(b, TCP_F_ACK, 0, 0, 0, 0);
 	b[2] |= 1;

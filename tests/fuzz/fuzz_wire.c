@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qp/cma/objects.h"
 #include "runtime/ctl/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -251,8 +252,26 @@ static void fuzz_notify_to(const uint8_t *in, size_t len)
 	check_reencode(enc_notify_to, &n, in, len);
 }
 
+/* A peer's cma address (a NIC of its descriptor): what decodes names a
+ * process and its table, and encodes back to the same 64 bytes. */
+static void fuzz_cma_addr(const uint8_t *in, size_t len)
+{
+	struct nic_addr a, again;
+	struct cma_id id;
+
+	if (len < NIC_ADDR_LEN)
+		return;
+	memcpy(a.bytes, in, NIC_ADDR_LEN);
+	if (cma_addr_decode(&a, &id))
+		return;
+	CHECK(id.pid && id.table && id.probe);
+	cma_addr_encode(&id, &again);
+	CHECK(memcmp(again.bytes, in, NIC_ADDR_LEN) == 0);
+}
+
 static void fuzz_payload(const uint8_t *in, size_t len)
 {
+	fuzz_cma_addr(in, len);
 	fuzz_notify(in, len);
 	fuzz_notify_to(in, len);
 	fuzz_auth(in, len);
@@ -451,6 +470,15 @@ static void seed_ep(const char *dir)
 	seed_write(dir, "disconnect-rep", WIRE_DISCONNECT_REP, NULL, 0);
 	seed_auth(dir);
 	seed_notify(dir);
+	{
+		struct cma_id id = { .pid = 4242, .uid = 1000, .ns_ino = 0xeffffffc, .ns_dev = 4,
+				     .boot = { 0xd6, 0xb8 }, .probe = 0x55d0c0de1000,
+				     .table = 0x7f0012340000, .start = 123456 };
+		struct nic_addr a;
+
+		cma_addr_encode(&id, &a);
+		seed_write(dir, "cma-addr", WIRE_DESC, a.bytes, NIC_ADDR_LEN);
+	}
 	buf[0] = (uint8_t)-ESTALE;
 	buf[1] = buf[2] = buf[3] = 0xff;
 	seed_write(dir, "error", WIRE_ERROR, buf, 4);
