@@ -284,8 +284,8 @@ FUZZ_SECONDS ?= 30
 FUZZ_PART_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 4 )); [ $$s -ge 1 ] || s=1; echo $$s)
 FUZZ_CFLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1 \
                -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -DURCU_INLINE_SMALL_FUNCTIONS -I.
-FUZZ_META_SRCS := tests/fuzz/fuzz_meta.c runtime/ctl/meta/record.c runtime/ctl/meta/base64.c \
-                  runtime/ctl/meta/etcd_json.c
+FUZZ_META_SRCS := tests/fuzz/fuzz_meta.c $(addprefix runtime/ctl/meta/,base64.c etcd.c etcd_json.c \
+                  meta.c record.c redis.c) runtime/ctl/sock.c runtime/engine/opts.c ring/base/log.c
 
 fuzz: build-fuzz/fuzz_wire build-fuzz/fuzz_tcp build-fuzz/fuzz_meta build-fuzz/fuzz_ctl
 	@mkdir -p build-fuzz/corpus build-fuzz/corpus-tcp build-fuzz/corpus-meta build-fuzz/corpus-ctl
@@ -310,7 +310,7 @@ build-fuzz/fuzz_wire: tests/fuzz/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire
 
 build-fuzz/fuzz_meta: $(FUZZ_META_SRCS) $(wildcard runtime/ctl/meta/*.h)
 	@mkdir -p build-fuzz
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_META_SRCS) -lcjson -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_META_SRCS) $(STORE_LIBS) -pthread -o $@
 
 CTL_FUZZ_SRCS := $(addprefix runtime/ctl/,auth.c batch.c cap.c client.c many.c pool.c server.c \
                    serve.c sock.c wire.c) qp/auth/auth.c ring/base/log.c ring/base/fd.c ring/base/clock.c

@@ -11,14 +11,28 @@
  * what a decoder refuses leaves its output empty.  A broken invariant
  * aborts.
  *
+ * An input that starts like a RESP reply (one of "+-:$*%~>_,#=(!|") is
+ * also what a Redis store answers, live: a thread of this process plays
+ * the store on loopback and answers every command with the input, then
+ * its half close; the Redis backend (redis.c, over hiredis) resolves,
+ * publishes, keeps alive and removes through it.  Each call returns an
+ * errno meta.h lists, never -ETIMEDOUT (every byte was there, then the
+ * end), and a value only as 1..META_VALUE_MAX-1 printable bytes.
+ *
  * With FERRY_FUZZ_SEEDS=<dir> the target writes a few valid inputs into
  * <dir> and exits (built from the encoders, so they follow the format).
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include "runtime/ctl/meta/base64.h"
 #include "runtime/ctl/meta/etcd_json.h"
@@ -117,6 +131,102 @@ static void fuzz_int64(const char *in, size_t n)
 	CHECK(strcmp(again, s) == 0);
 }
 
+/* ---- a Redis store that answers with the input -------------------------- */
+
+static struct {
+	int lfd;
+	char url[64];
+	pthread_mutex_t lock;
+	uint8_t reply[8192]; /* the current input (lock): a copy, since a late */
+	size_t len;          /* connection may be served after the input ended */
+	struct meta *m;
+} store = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* Answer the connection's first command with the reply, then EOF; wait
+ * for the client to close (it may keep the connection until its next
+ * call finds the EOF). */
+static void store_serve(int fd)
+{
+	static uint8_t reply[sizeof(store.reply)];
+	struct timeval tv = { .tv_sec = 2 };
+	char sink[4096];
+	size_t len;
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (recv(fd, sink, sizeof(sink), 0) <= 0)
+		return;
+	pthread_mutex_lock(&store.lock);
+	len = store.len;
+	memcpy(reply, store.reply, len);
+	pthread_mutex_unlock(&store.lock);
+	(void)!send(fd, reply, len, MSG_NOSIGNAL);
+	shutdown(fd, SHUT_WR);
+	while (recv(fd, sink, sizeof(sink), 0) > 0)
+		;
+}
+
+static void *store_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		int fd = accept(store.lfd, NULL, NULL);
+
+		if (fd < 0)
+			continue;
+		store_serve(fd);
+		close(fd);
+	}
+	return NULL;
+}
+
+static void store_start(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t alen = sizeof(a);
+	pthread_t th;
+
+	store.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	CHECK(store.lfd >= 0 && bind(store.lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(listen(store.lfd, 16) == 0);
+	CHECK(getsockname(store.lfd, (struct sockaddr *)&a, &alen) == 0);
+	snprintf(store.url, sizeof(store.url), "redis://127.0.0.1:%u", ntohs(a.sin_port));
+	CHECK(pthread_create(&th, NULL, store_main, NULL) == 0);
+	CHECK(meta_open(store.url, &store.m) == 0);
+}
+
+/* What meta.h says a call may return, with the store there and quick. */
+static void check_call(int rc)
+{
+	CHECK(rc == 0 || rc == 1 || rc == -ENOENT || rc == -EEXIST || rc == -EPROTO ||
+	      rc == -EACCES || rc == -ECONNRESET || rc == -ENOMEM);
+}
+
+static void fuzz_redis(const uint8_t *in, size_t n)
+{
+	char v[META_VALUE_MAX];
+	int rc;
+
+	if (n == 0 || n > sizeof(store.reply) || !memchr("+-:$*%~>_,#=(!|", in[0], 15))
+		return;
+	if (!store.m)
+		store_start();
+	pthread_mutex_lock(&store.lock);
+	memcpy(store.reply, in, n);
+	store.len = n;
+	pthread_mutex_unlock(&store.lock);
+	memset(v, 0x55, sizeof(v));
+	rc = meta_resolve(store.m, "prefill-0", v, sizeof(v), 1000);
+	check_call(rc);
+	if (rc == 0)
+		CHECK(meta_value_ok(v, strlen(v)));
+	rc = meta_publish(store.m, "prefill-0", "v1 addr=127.0.0.1:7000", 5000, 1000);
+	check_call(rc);
+	if (rc)
+		return;
+	check_call(meta_keepalive(store.m, 1000));
+	check_call(meta_remove(store.m, "prefill-0", 1000));
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	const char *in = (const char *)data;
@@ -125,6 +235,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fuzz_base64(in, size);
 	fuzz_etcd(in, size);
 	fuzz_int64(in, size);
+	fuzz_redis(data, size);
 	return 0;
 }
 
@@ -166,6 +277,10 @@ static void write_seeds(const char *dir)
 	seed(dir, "meta-grant", "{\"header\":{},\"ID\":\"7587899322163159302\",\"TTL\":\"10\"}");
 	seed(dir, "meta-keepalive", "{\"result\":{\"header\":{},\"ID\":\"5\",\"TTL\":\"10\"}}\n");
 	seed(dir, "meta-int64", "9223372036854775807");
+	seed(dir, "redis-value", "$22\r\nv1 addr=127.0.0.1:7000\r\n");
+	seed(dir, "redis-int", ":1\r\n");
+	seed(dir, "redis-nil", "$-1\r\n");
+	seed(dir, "redis-error", "-NOAUTH Authentication required.\r\n");
 	seed(dir, "meta-error", "{\"error\":\"etcdserver: requested lease not found\","
 		  "\"message\":\"etcdserver: requested lease not found\",\"code\":5}");
 }
