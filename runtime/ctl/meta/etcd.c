@@ -127,6 +127,35 @@ static int http_errno(struct meta *m, struct etcd_conn *c, const char *path, lon
 	}
 }
 
+/*
+ * A curl handle of its own for each request (the previous one closed,
+ * with its connection): with libcurl 7.88, a reply whose first header
+ * line is folded (obs-fold), after another reply on the same handle, is
+ * unfolded onto what that reply left there, freed by then -- a store, or
+ * anything on the path to it, could make us read freed memory (ASan,
+ * found by fuzz_meta; curl_easy_reset does not help).  A connection per
+ * request costs nothing at the rate of a store's calls.
+ */
+static int etcd_handle(struct etcd_conn *c)
+{
+	if (c->h)
+		curl_easy_cleanup(c->h);
+	c->h = curl_easy_init();
+	if (!c->h)
+		return -ENOMEM;
+	curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
+	/* the store itself: never a proxy named by http_proxy/ALL_PROXY */
+	curl_easy_setopt(c->h, CURLOPT_PROXY, "");
+	curl_easy_setopt(c->h, CURLOPT_PROTOCOLS_STR, "http");
+	curl_easy_setopt(c->h, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, c->headers);
+	curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, etcd_write);
+	curl_easy_setopt(c->h, CURLOPT_WRITEDATA, c);
+	curl_easy_setopt(c->h, CURLOPT_ERRORBUFFER, c->errbuf);
+	curl_easy_setopt(c->h, CURLOPT_TCP_NODELAY, 1L);
+	return 0;
+}
+
 /* POST body to path; 0 with the reply in c->resp/c->len (HTTP 200), or -errno. */
 static int etcd_post(struct meta *m, const char *path, const char *body, int64_t deadline)
 {
@@ -139,6 +168,8 @@ static int etcd_post(struct meta *m, const char *path, const char *body, int64_t
 	if (left == 0)
 		return -ETIMEDOUT;
 	snprintf(url, sizeof(url), "%s%s", c->base, path);
+	if (etcd_handle(c))
+		return -ENOMEM;
 	c->len = 0;
 	c->resp[0] = '\0';
 	c->overflow = false;
@@ -328,25 +359,14 @@ static int etcd_init(struct meta *m)
 	m->conn = c;
 	snprintf(c->base, sizeof(c->base), "http://%s:%u", m->host, m->port);
 	c->resp = malloc(ETCD_BODY_MAX);
-	c->h = curl_easy_init();
 	c->headers = curl_slist_append(NULL, "Content-Type: application/json");
 	/* no "Expect: 100-continue" round trip before a body */
 	if (c->headers)
 		c->headers = curl_slist_append(c->headers, "Expect:");
-	if (!c->resp || !c->h || !c->headers) {
+	if (!c->resp || !c->headers) {
 		etcd_fini(m);
 		return -ENOMEM;
 	}
-	curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
-	/* the store itself: never a proxy named by http_proxy/ALL_PROXY */
-	curl_easy_setopt(c->h, CURLOPT_PROXY, "");
-	curl_easy_setopt(c->h, CURLOPT_PROTOCOLS_STR, "http");
-	curl_easy_setopt(c->h, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, c->headers);
-	curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, etcd_write);
-	curl_easy_setopt(c->h, CURLOPT_WRITEDATA, c);
-	curl_easy_setopt(c->h, CURLOPT_ERRORBUFFER, c->errbuf);
-	curl_easy_setopt(c->h, CURLOPT_TCP_NODELAY, 1L);
 	return 0;
 }
 
