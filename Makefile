@@ -269,10 +269,11 @@ bench-run: $(B)/ferry_bench
 callgrind: $(B)/ferry_bench
 	bench/callgrind.sh $(B)/ferry_bench $(or $(CALLGRIND_ITERS),200)
 
-# libFuzzer on what ferry reads from the network: the wire decoders
-# (fuzz_wire), the tcp provider's frames (fuzz_tcp: its codec, a live
-# target and a live initiator fed over loopback), what a metadata store returns (fuzz_meta:
-# the published record, base64, etcd's JSON replies) and the control plane's streams
+# libFuzzer on what ferry reads from the network: the wire decoders and
+# cma addresses (fuzz_wire), the tcp provider's frames and addresses (fuzz_tcp: its codec,
+# a live target and a live initiator fed over loopback), what a metadata store returns
+# (fuzz_meta: the published record, base64, etcd's JSON replies, and the Redis and etcd
+# backends against a store thread on loopback) and the control plane's streams
 # (fuzz_ctl: a client reading replies and a handshake, a live server fed requests over
 # loopback).  `make fuzz [FUZZ_SECONDS=30]` is the total, a quarter each (at least 1 s).  Needs
 # clang and its libFuzzer runtime (Debian 12: clang, libclang-rt-dev),
@@ -308,7 +309,7 @@ build-fuzz/fuzz_wire: tests/fuzz/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire
 	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_wire.c runtime/ctl/wire.c qp/cma/host.c ring/base/log.c \
 	  -pthread -o $@
 
-build-fuzz/fuzz_meta: $(FUZZ_META_SRCS) $(wildcard runtime/ctl/meta/*.h)
+build-fuzz/fuzz_meta: $(FUZZ_META_SRCS) $(wildcard runtime/ctl/meta/*.h) runtime/ctl/sock.h
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_META_SRCS) $(STORE_LIBS) -pthread -o $@
 
