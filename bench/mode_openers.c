@@ -48,37 +48,34 @@ static void *opener_main(void *arg)
 	return NULL;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* The m opens are over: wall time and per-open percentiles. */
+/*
+ * The m opens are over: wall time from the first release to the last end,
+ * and the percentiles of the opens that worked (bench_lat_summary's
+ * nearest rank, as every other row; a failed open's time is no open's).
+ */
 static int openers_report(const struct opener *o, uint32_t m, const char *secret)
 {
-	uint64_t *d = calloc(m, sizeof(*d)), first = UINT64_MAX, last = 0;
+	uint64_t *d = calloc(m ? m : 1, sizeof(*d)), first = UINT64_MAX, last = 0, n = 0;
 	uint32_t failed = 0;
+	struct bench_lat l;
 
 	if (!d)
 		return report("openers", -ENOMEM);
 	for (uint32_t i = 0; i < m; i++) {
-		if (o[i].rc) {
-			if (!failed++)
-				fprintf(stderr, "ferry_bench: --opens: an open failed: %s\n",
-					strerror(-o[i].rc));
-		}
-		d[i] = o[i].t1 - o[i].t0;
 		first = o[i].t0 < first ? o[i].t0 : first;
 		last = o[i].t1 > last ? o[i].t1 : last;
+		if (!o[i].rc) {
+			d[n++] = o[i].t1 - o[i].t0;
+			continue;
+		}
+		if (!failed++)
+			fprintf(stderr, "ferry_bench: --opens: an open failed: %s\n", strerror(-o[i].rc));
 	}
-	qsort(d, m, sizeof(*d), cmp_u64);
+	bench_lat_summary(d, n, &l);
 	printf("opens: %u engines opened one target at once, cluster key %s: %u failed, wall "
 	       "%.3f s; one open p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
-	       m, secret ? "on" : "off", failed, (double)(last - first) / 1e9,
-	       (double)d[m / 2] / 1e6, (double)d[(m * 99) / 100 < m ? (m * 99) / 100 : m - 1] / 1e6,
-	       (double)d[m - 1] / 1e6);
+	       m, secret ? "on" : "off", failed, (double)(last - first) / 1e9, (double)l.p50 / 1e6,
+	       (double)l.p99 / 1e6, (double)l.max / 1e6);
 	fflush(stdout);
 	free(d);
 	return failed ? -EIO : 0;
