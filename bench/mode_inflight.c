@@ -127,7 +127,11 @@ static int flight_begin(struct bench_port *bp)
 	f->width = b->cfg.refill < b->nreq ? b->cfg.refill : b->nreq;
 	f->nsub = (b->nreq + f->width - 1) / f->width;
 	f->submitted = f->ended = f->moved = 0;
-	f->limit = b->cfg.iters ? b->cfg.iters * b->nreq : UINT64_MAX;
+	/* --iters may be anything up to 2^64 - 1: a product that wrapped (to 0
+	 * at 2^59 x 32) let nothing be submitted while the turns went on. */
+	f->limit = UINT64_MAX;
+	if (b->cfg.iters && b->cfg.iters <= UINT64_MAX / b->nreq)
+		f->limit = b->cfg.iters * b->nreq;
 	f->quiet_ns = now_ns();
 	for (uint32_t g = 0; g < f->nsub; g++) {
 		int rc = sub_reset_drained(bp, g);

@@ -255,6 +255,26 @@ static void test_sweep_reset_busy(void **state)
 	bench_teardown(&b);
 }
 
+/*
+ * --iters 2^59 with --batch 32: the in-flight limit, iters x batch
+ * requests, must not wrap (to 0: nothing was ever submitted and the port
+ * spun through its 2^59 turns); it saturates.
+ */
+static void test_inflight_iters_no_wrap(void **state)
+{
+	const char *args[] = { "--nics", "loop", "--cores", "0", "--size", "4K", "--batch", "32",
+			       "--iters", "576460752303423488", NULL };
+	static struct bench b;
+
+	(void)state;
+	bench_start(&b, args);
+	assert_int_equal(size_prepare(&b, b.cfg.size, 0), 0);
+	assert_int_equal(b.nreq, 32);
+	assert_int_equal(flight_begin(&b.ports[0]), 0);
+	assert_true(b.ports[0].flight->limit == UINT64_MAX);
+	bench_teardown(&b);
+}
+
 /* openers_report's line on stdout, in line (len bytes). */
 static int openers_line(const struct opener *o, uint32_t m, char *line, size_t len)
 {
@@ -313,6 +333,7 @@ int main(void)
 		cmocka_unit_test(test_inflight_reset_busy),
 		cmocka_unit_test(test_sweep_reset_busy),
 		cmocka_unit_test(test_openers_percentiles),
+		cmocka_unit_test(test_inflight_iters_no_wrap),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
