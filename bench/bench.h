@@ -54,6 +54,7 @@ struct bench_port {
 	uint64_t end_ns;
 	struct bench_samples lat; /* ns of each request that ended DONE (--idle: cold) */
 	struct bench_samples warm; /* --idle: the same request again at once */
+	uint64_t warm_failures; /* --idle: of failures, the warm requests' */
 	struct bench_samples floor; /* --idle: the machine's wake-up alone (wakefloor.c) */
 	uint64_t first_ns;      /* --idle: the first request, right after the idle window */
 	uint32_t *open;         /* batch_poll: requests not yet seen ended */

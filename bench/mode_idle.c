@@ -113,6 +113,7 @@ int idle_run(struct bench_port *bp, uint64_t n)
 {
 	struct timespec gap = { 0, (long)BENCH_IDLE_GAP_MS * 1000000L };
 	struct bench_samples cold;
+	uint64_t failed;
 	int rc;
 
 	if (n)
@@ -124,7 +125,9 @@ int idle_run(struct bench_port *bp, uint64_t n)
 		return rc;
 	cold = bp->lat;
 	bp->lat = bp->warm;
+	failed = bp->failures;
 	rc = lat_run(bp, n);
+	bp->warm_failures += bp->failures - failed;
 	bp->warm = bp->lat;
 	bp->lat = cold;
 	return rc;
@@ -176,6 +179,8 @@ static void idle_json(const struct bench *b, const struct bench_lat *cold,
 	       b->size, (double)c->wall_ns / 1e9, cpu_pct(c), (double)c->user_ns / 1e6,
 	       (double)c->sys_ns / 1e6, b->idle_loops, b->idle_sleeps, BENCH_IDLE_GAP_MS,
 	       (double)b->ports[0].first_ns / 1e3);
+	printf("\"cold_failures\":%" PRIu64 ",\"warm_failures\":%" PRIu64 ",",
+	       b->rows[b->nrows - 2].failures, b->rows[b->nrows - 1].failures);
 	json_lat("cold", cold);
 	json_lat("warm", warm);
 	if (floor) {
@@ -208,13 +213,17 @@ void idle_print(struct bench *b, const struct totals *t)
 {
 	struct bench_port *bp = &b->ports[0];
 	struct bench_lat warm, floor = { 0 };
+	uint64_t cold_failures;
 	double extra;
 
 	if (bench_samples_summary(&bp->warm, 1, &warm) ||
 	    (!b->floor_rc && bench_samples_summary(&bp->floor, 1, &floor)))
 		report("latency percentiles", -ENOMEM);
-	b->rows[b->nrows - 1].requests = t->lat.n; /* ok counts the warm ones too */
-	row_add_lat(b, "idle_warm", &warm, 0);
+	/* ok and failures count the warm ones too */
+	cold_failures = t->failures - bp->warm_failures;
+	b->rows[b->nrows - 1].requests = t->lat.n;
+	b->rows[b->nrows - 1].failures = cold_failures;
+	row_add_lat(b, "idle_warm", &warm, bp->warm_failures);
 	if (b->cfg.json) {
 		idle_json(b, &t->lat, &warm, b->floor_rc ? NULL : &floor);
 		return;
@@ -222,8 +231,8 @@ void idle_print(struct bench *b, const struct totals *t)
 	cpu_print("engines idle", &b->idle_cpu);
 	printf("# cores over the window: %" PRIu64 " loop passes, %" PRIu64 " sleeps\n",
 	       b->idle_loops, b->idle_sleeps);
-	print_lat_row("cold", b->size, &t->lat, t->failures);
-	print_lat_row("warm", b->size, &warm, 0);
+	print_lat_row("cold", b->size, &t->lat, cold_failures);
+	print_lat_row("warm", b->size, &warm, bp->warm_failures);
 	if (!b->floor_rc)
 		print_lat_row("floor", 0, &floor, 0);
 	extra = ((double)t->lat.p50 - (double)warm.p50) / 1e3;

@@ -44,6 +44,7 @@ static int size_prepare(struct bench *b, uint64_t s, unsigned step)
 			};
 		}
 		bp->batches = bp->ok = bp->failures = bp->lat_ns = bp->end_ns = 0;
+		bp->warm_failures = 0;
 		__atomic_store_n(&bp->prog_bytes, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&bp->prog_batches, 0, __ATOMIC_RELAXED);
 		bench_samples_reset(&bp->lat);

@@ -51,8 +51,27 @@ static int rusage_stub(int who, struct rusage *ru)
 	return 0;
 }
 
+/*
+ * --idle's requests through this stub: with warm_fails on, every warm
+ * request (a turn's second) runs and is then counted failed, as when the
+ * engine ends it with an error.
+ */
+static bool warm_fails;
+static unsigned idle_calls;
+
+static int lat_run_stub(struct bench_port *bp, uint64_t n)
+{
+	int rc = lat_run(bp, n);
+
+	if (warm_fails && idle_calls++ % 2 == 1)
+		bp->failures++;
+	return rc;
+}
+
 #define getrusage rusage_stub
+#define lat_run lat_run_stub
 #include "bench/mode_idle.c"
+#undef lat_run
 #undef getrusage
 
 /*
@@ -275,6 +294,30 @@ static void test_inflight_iters_no_wrap(void **state)
 	bench_teardown(&b);
 }
 
+/*
+ * --idle: the warm requests' failures are the warm row's, not the cold
+ * one's (each turn's second request fails here, the cold ones do not).
+ */
+static void test_idle_warm_failures(void **state)
+{
+	const char *args[] = { "--nics", "loop", "--cores", "0", "--idle", "0.001", "--iters", "3",
+			       NULL };
+	static struct bench b;
+
+	(void)state;
+	bench_start(&b, args);
+	warm_fails = true;
+	idle_calls = 0;
+	assert_int_equal(bench_run(&b), 1);
+	warm_fails = false;
+	assert_int_equal(b.nrows, 2);
+	assert_string_equal(b.rows[0].mode, "idle_cold");
+	assert_int_equal(b.rows[0].failures, 0);
+	assert_string_equal(b.rows[1].mode, "idle_warm");
+	assert_int_equal(b.rows[1].failures, 3);
+	bench_teardown(&b);
+}
+
 /* openers_report's line on stdout, in line (len bytes). */
 static int openers_line(const struct opener *o, uint32_t m, char *line, size_t len)
 {
@@ -334,6 +377,7 @@ int main(void)
 		cmocka_unit_test(test_sweep_reset_busy),
 		cmocka_unit_test(test_openers_percentiles),
 		cmocka_unit_test(test_inflight_iters_no_wrap),
+		cmocka_unit_test(test_idle_warm_failures),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
