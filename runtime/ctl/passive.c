@@ -217,18 +217,27 @@ int passive_keepalive(void *arg, uint64_t incarnation)
  * gone) leaves its responder QPs here; nothing on the wire says so, since
  * they never send.  Live initiators renew a lease with KEEPALIVE; QPs whose
  * initiator was silent longer than the lease are freed.
+ *
+ * The clock is read under passive_lock: read before, while the lock was
+ * held (the control thread in a slow CONNECT), a KEEPALIVE or CONNECT
+ * served meanwhile left seen_ns later than that "now", now - seen_ns
+ * wrapped around, and the QPs just renewed were freed as silent for ages
+ * (test_lease_race's test_expire_beside_renewal).  Every seen_ns in the
+ * list was read before its writer took the lock, so none is later than a
+ * now read under it; the comparison does not wrap all the same.
  */
 unsigned passive_expire(struct ferry_engine *e, uint64_t lease_ns)
 {
-	uint64_t now = ferry_now_ns();
 	struct passive_ep **pp, *gone = NULL;
 	unsigned n = 0;
+	uint64_t now;
 
 	pthread_mutex_lock(&e->passive_lock);
+	now = ferry_now_ns();
 	for (pp = &e->passive; *pp;) {
 		struct passive_ep *p = *pp;
 
-		if (now - p->seen_ns > lease_ns) {
+		if (now > p->seen_ns && now - p->seen_ns > lease_ns) {
 			*pp = p->next;
 			p->next = gone;
 			gone = p;

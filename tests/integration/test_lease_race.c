@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "ring/base/clock.h"
@@ -150,11 +151,87 @@ static void test_longest_lease_no_spin(void **state)
 	ferry_engine_destroy(e);
 }
 
+/*
+ * A target's lease expiry that waited for passive_lock (its control thread
+ * serving a CONNECT or a KEEPALIVE, a stall of the test) while a KEEPALIVE
+ * of a live initiator renewed its QPs: it read its clock before the lock,
+ * so their renewal was later than its "now", now - seen_ns wrapped around
+ * and it freed every QP just renewed (or just made) as silent for ages:
+ * a live initiator's QPs gone under it.  (test_slow_peers'
+ * test_late_handshake_answer holds passive_lock, so an expiry waits there
+ * about once in ten runs; the QP its repair had just made was then freed,
+ * and the test waited 30 s for the peer's count to come back.)  Here the
+ * expiry (a lease of a minute: nothing is that old) waits for the lock we
+ * hold, and we renew the lease as we let go: we take the lock again
+ * before the woken expiry runs nearly always, and ten rounds make sure.
+ */
+struct expiry {
+	struct ferry_engine *e;
+	pid_t tid;
+	unsigned freed;
+};
+
+static void *expiry_main(void *arg)
+{
+	struct expiry *x = arg;
+
+	__atomic_store_n(&x->tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	x->freed = passive_expire(x->e, 60ull * 1000 * 1000 * 1000);
+	return NULL;
+}
+
+/* Whether thread tid sleeps (here: waits for the lock, nothing else in
+ * passive_expire sleeps). */
+static bool task_sleeps(pid_t tid)
+{
+	char path[64], buf[256], *p;
+	FILE *f;
+	bool s = false;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	f = fopen(path, "r");
+	if (f && fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')))
+		s = p[1] == ' ' && p[2] == 'S';
+	if (f)
+		fclose(f);
+	return s;
+}
+
+static void test_expire_beside_renewal(void **state)
+{
+	struct ferry_opts o;
+	struct pair p;
+	unsigned base;
+
+	(void)state;
+	pair_opts(&o, "0");
+	pair_setup(&p, &o, &o, 1 << 16);
+	base = passive_count_of(p.target, p.init->incarnation);
+	assert_true(base > 0);
+	for (int round = 0; round < 10; round++) {
+		struct expiry x = { .e = p.target };
+		pthread_t t;
+		pid_t tid;
+
+		pthread_mutex_lock(&p.target->passive_lock);
+		assert_int_equal(pthread_create(&t, NULL, expiry_main, &x), 0);
+		WAIT_UNTIL((tid = __atomic_load_n(&x.tid, __ATOMIC_ACQUIRE)) && task_sleeps(tid),
+			   10000, "the expiry waiting for passive_lock");
+		pthread_mutex_unlock(&p.target->passive_lock);
+		assert_int_equal(passive_keepalive(p.target, p.init->incarnation), 0);
+		pthread_join(t, NULL);
+		assert_int_equal(x.freed, 0);
+		assert_int_equal(passive_count_of(p.target, p.init->incarnation), base);
+	}
+	pair_teardown(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_slots_grow_during_round),
 		cmocka_unit_test(test_longest_lease_no_spin),
+		cmocka_unit_test(test_expire_beside_renewal),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
