@@ -372,11 +372,10 @@ static void rtr_attr(const struct fv_qp *qp, const struct fv_addr *ra,
  * NAKing a valid request ("remote invalid request"); and rxe counts
  * retry_cnt 7 as "retry for ever" (rxe_comp.c), so there only timeout_ms
  * would notice a dead peer: hence 6, one try less than the usual 7
- * elsewhere.  A bad value is reported once and ignored.
+ * elsewhere.  A bad value is reported once per variable and ignored.
  */
 uint8_t fv_ib_env(const struct fv_nic *nic, const char *name, long max, uint8_t dflt)
 {
-	static int warned;
 	const char *s = getenv(name);
 	char *end;
 	long v;
@@ -387,7 +386,9 @@ uint8_t fv_ib_env(const struct fv_nic *nic, const char *name, long max, uint8_t 
 	v = strtol(s, &end, 10);
 	/* isdigit first: strtol alone would take " 1", "+1" and "-0". */
 	if (!isdigit((unsigned char)*s) || errno || *end || v > max) {
-		if (!xchg_relaxed(warned, 1)) /* once per process, any thread */
+		/* Once per variable and process, any thread: one flag for all
+		 * of them kept a bad FERRY_IB_TC quiet after a bad FERRY_IB_SL. */
+		if (fv_first_time(name))
 			vlog(nic, "%s='%s' is not a number in 0..%ld: using %u", name, s, max,
 			     dflt);
 		return dflt;

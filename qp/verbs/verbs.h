@@ -230,7 +230,8 @@ int fv_create_rc_qp(struct fv_nic *nic, struct ibv_cq *cq, uint32_t max_wr,
 /* Destroy cq and the QPs that report to it (nic->lock held). */
 void fv_cq_free_locked(struct fv_cq *cq);
 
-/* A FERRY_IB_* knob: its value in 0..max, else dflt (a bad one is logged once). */
+/* A FERRY_IB_* knob: its value in 0..max, else dflt (a bad one is logged once
+ * per variable). */
 uint8_t fv_ib_env(const struct fv_nic *nic, const char *name, long max, uint8_t dflt);
 
 /*

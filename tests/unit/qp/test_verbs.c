@@ -21,6 +21,7 @@
 
 #include "qp/nic.h"
 #include "qp/verbs/verbs.h"
+#include "ring/base/log.h"
 #include "tests/harness/nic_wr.h"
 
 static const struct nic_provider *P = &nic_verbs_provider;
@@ -652,6 +653,19 @@ static void test_qp_connect_roce(void **state)
 	assert_int_equal(S.nmod, 2);
 }
 
+/* How often a bad FERRY_IB_TC and FERRY_IB_SL were reported. */
+static struct {
+	unsigned tc, sl;
+} env_said;
+
+static void env_sink(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	(void)level;
+	env_said.tc += strstr(msg, "FERRY_IB_TC=") != NULL;
+	env_said.sl += strstr(msg, "FERRY_IB_SL=") != NULL;
+}
+
 /* FERRY_IB_TC / FERRY_IB_SL reach the address vector; out of range: 0. */
 static void test_qp_connect_tc_sl(void **state)
 {
@@ -672,9 +686,19 @@ static void test_qp_connect_tc_sl(void **state)
 	S.nmod = 0;
 	setenv("FERRY_IB_TC", "256", 1);
 	setenv("FERRY_IB_SL", "16", 1);
+	memset(&env_said, 0, sizeof(env_said));
+	log_set_sink(env_sink, NULL);
 	assert_int_equal(P->qp_connect(nqp(), &na, &r), 0);
 	assert_int_equal(rtr->ah_attr.grh.traffic_class, 0);
 	assert_int_equal(rtr->ah_attr.sl, 0);
+	/* Each bad variable reported, once (README): one flag for all of
+	 * them said nothing of the second, nor of any after another's. */
+	qp.connected = false;
+	S.nmod = 0;
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), 0);
+	log_set_sink(NULL, NULL);
+	assert_int_equal(env_said.tc, 1);
+	assert_int_equal(env_said.sl, 1);
 	unsetenv("FERRY_IB_TC");
 	unsetenv("FERRY_IB_SL");
 }
