@@ -155,9 +155,9 @@ static bool xfer_take(struct ferry_core *c, struct slice *f)
  * a core not all lent has a slice of its own that comes back or is lent
  * in turn (a dead device's WRs aside: documented), and one all lent waits
  * for nothing.  Nor does a slice bounce for ever: a hand-over after a
- * failure counted a try (slice_retry, slice_stuck_move); an evacuation
- * (xfer_evacuate) goes again only while its rail stays cut off and the
- * other rail's core all lent.  A reserve kept from the core's own work
+ * failure counted a try (slice_retry, slice_stuck_move), and a refusal
+ * of one evacuated off a cut-off rail counts one (xfer_refused: the
+ * evacuation counts none).  A reserve kept from the core's own work
  * would have cost the cut a check per slice; this is off the hot paths.
  */
 static bool pool_all_lent(const struct ferry_core *c)
@@ -185,10 +185,31 @@ static uint32_t xfer_refuse(struct ferry_core *c)
 	return n;
 }
 
-/* Our slice, refused by the core it was handed to: on our rail again. */
+/* The repair thread's verdict on the rail (a hint: the next sweep re-reads it). */
+static bool rail_cut_off(const struct ferry_ep *ep)
+{
+	return ep->cut_off && READ_ONCE(*ep->cut_off);
+}
+
+/*
+ * Our slice, refused by the core it was handed to: on our rail again.  If
+ * that rail is cut off, as a try: an evacuation (xfer_evacuate) counts
+ * none, so the next pass would hand it back to the core that is all lent,
+ * and two cores in step could trade it for good.  Out of tries it ends
+ * -ENOTCONN: no rail had a QP for it.
+ */
 static void xfer_refused(struct ferry_core *c, struct slice *s)
 {
+	struct ferry_ep *ep = core_rq_ep(c, s->rq);
+
 	c->slices_lent--;
+	if (ep && rail_cut_off(ep) && !READ_ONCE(s->rq->error)) {
+		if (s->tries >= c->retries) {
+			core_slice_finish(c, s, -ENOTCONN);
+			return;
+		}
+		s->tries++;
+	}
 	xfer_queue(c, s);
 }
 
@@ -242,12 +263,6 @@ static uint32_t xfer_evacuate(struct ferry_core *c, struct ferry_ep *ep)
 		n++;
 	}
 	return n;
-}
-
-/* The repair thread's verdict on the rail (a hint: the next sweep re-reads it). */
-static bool rail_cut_off(const struct ferry_ep *ep)
-{
-	return ep->cut_off && READ_ONCE(*ep->cut_off);
 }
 
 uint32_t core_drain_xfer(struct ferry_core *c)
