@@ -10,6 +10,7 @@
 #include "runtime/ctl/passive.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,13 +107,45 @@ static struct passive_ep *passive_unlink(struct ferry_engine *e, uint64_t incarn
 	return NULL;
 }
 
-/* Publish the new records; one with the same name (the initiator asked
- * again after a lost reply) is replaced, not doubled. */
-static void passive_add(struct ferry_engine *e, struct passive_ep *list)
+/* Whether a name in token..token + n - 1 of incarnation was freed before
+ * we made it; passive_lock held. */
+static bool passive_gone_any(const struct passive_gone *g, uint64_t incarnation, uint64_t token,
+			     unsigned n)
+{
+	for (unsigned i = 0; i < g->n; i++)
+		if (g->name[i].incarnation == incarnation && g->name[i].token - token < n)
+			return true;
+	return false;
+}
+
+/* A DISCONNECT for a name we do not hold: remembered, once however often
+ * it is sent again (its sender retries); passive_lock held. */
+static void passive_gone_add(struct passive_gone *g, uint64_t incarnation, uint64_t token)
+{
+	if (passive_gone_any(g, incarnation, token, 1))
+		return;
+	g->name[g->next].incarnation = incarnation;
+	g->name[g->next].token = token;
+	g->next = (g->next + 1) % PASSIVE_GONE_MAX;
+	if (g->n < PASSIVE_GONE_MAX)
+		g->n++;
+}
+
+/* Publish the new records of req; one with the same name (the initiator
+ * asked again after a lost reply) is replaced, not doubled.  -ECANCELED,
+ * nothing published, for a request the initiator gave up on (it sent a
+ * DISCONNECT for one of its names, served first: passive_gone).  Checked
+ * here, under the lock that publishes, so no DISCONNECT comes between. */
+static int passive_add(struct ferry_engine *e, const struct wire_connect_req *req,
+		       struct passive_ep *list)
 {
 	struct passive_ep *old = NULL, *o, *next;
 
 	pthread_mutex_lock(&e->passive_lock);
+	if (passive_gone_any(&e->passive_gone, req->incarnation, req->token, req->n_qps)) {
+		pthread_mutex_unlock(&e->passive_lock);
+		return -ECANCELED;
+	}
 	for (struct passive_ep *p = list; p; p = next) {
 		next = p->next;
 		o = passive_unlink(e, p->incarnation, p->token);
@@ -128,6 +161,7 @@ static void passive_add(struct ferry_engine *e, struct passive_ep *list)
 		next = old->next;
 		passive_free(e, old);
 	}
+	return 0;
 }
 
 static void passive_free_list(struct ferry_engine *e, struct passive_ep *p)
@@ -168,16 +202,19 @@ int passive_connect(void *arg, const struct wire_connect_req *req, struct wire_c
 		list = p;
 		rc = passive_build(e, req, k, p, &rep->qps[k]);
 	}
-	if (rc) {
+	if (rc)
 		log_err("endpoint from a peer (token %llu, %u QPs) to our NIC %u: %s",
 			(unsigned long long)req->token, req->n_qps, req->target_nic, strerror(-rc));
+	else /* -ECANCELED when it comes after its DISCONNECT: nobody reads that
+	      * answer (the initiator gave up, its connection is gone) */
+		rc = passive_add(e, req, list);
+	if (rc) {
 		passive_free_list(e, list);
 		memset(rep, 0, sizeof(*rep));
 		return rc;
 	}
 	rep->token = req->token;
 	rep->n_qps = req->n_qps;
-	passive_add(e, list);
 	return 0;
 }
 
@@ -188,6 +225,8 @@ int passive_disconnect(void *arg, const struct wire_disconnect *d)
 
 	pthread_mutex_lock(&e->passive_lock);
 	p = passive_unlink(e, d->incarnation, d->token);
+	if (!p) /* its CONNECT_REQ may be on its way still (passive_gone) */
+		passive_gone_add(&e->passive_gone, d->incarnation, d->token);
 	pthread_mutex_unlock(&e->passive_lock);
 	if (!p)
 		return -ENOENT;

@@ -15,6 +15,25 @@
 struct ferry_engine;
 struct passive_ep;
 
+/*
+ * Names (initiator incarnation, token) a DISCONNECT asked us to free
+ * before we held them: the initiator gave up on their handshake, and its
+ * CONNECT_REQ may still come (nothing orders it before the DISCONNECT, on
+ * another connection); it is refused.  A ring, the oldest overwritten:
+ * tokens of a live initiator are never used twice, but arrive in no
+ * order (its segments', cores' and repairs' handshakes interleave), so
+ * no "below this one" mark would do.  Under passive_lock.
+ */
+#define PASSIVE_GONE_MAX 1024
+struct passive_gone {
+	struct {
+		uint64_t incarnation;
+		uint64_t token;
+	} name[PASSIVE_GONE_MAX];
+	unsigned n;    /* names held, up to PASSIVE_GONE_MAX */
+	unsigned next; /* the slot written next (the oldest once full) */
+};
+
 /* The control server's handlers (arg: the engine). */
 int passive_connect(void *arg, const struct wire_connect_req *req, struct wire_connect_rep *rep);
 int passive_disconnect(void *arg, const struct wire_disconnect *d);

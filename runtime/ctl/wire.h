@@ -27,7 +27,8 @@
  *               provider 16 bytes | nic_addr 64 bytes |
  *               n_qps x (qpn u32 | psn u32 | secret 16 bytes)
  *               -> CONNECT_REP, or WIRE_ERROR (e.g. -ESTALE: the target
- *               restarted since the descriptor was fetched)
+ *               restarted since the descriptor was fetched; -ECANCELED: a
+ *               DISCONNECT for one of its tokens came first)
  * CONNECT_REP:  token u64 | n_qps u16 | reserved u16 | reserved u32 |
  *               n_qps x (qpn u32 | psn u32 | secret 16 bytes)
  * DISCONNECT:   incarnation u64 | token u64   -> DISCONNECT_REP (empty) or WIRE_ERROR

@@ -21,6 +21,7 @@
 #include "runtime/ctl/ctl.h"
 #include "runtime/ctl/lease.h"
 #include "runtime/ctl/meta/named.h"
+#include "runtime/ctl/passive.h"
 #include "runtime/ctl/repair.h"
 #include "runtime/engine/knobs.h"
 #include "runtime/engine/opts.h"
@@ -130,6 +131,7 @@ struct ferry_engine {
 	uint32_t hs_timeout_ms;        /* handshakes' bound; 0 = SEG_CTL_TIMEOUT_MS (tests lower it) */
 	pthread_mutex_t passive_lock;  /* the control thread vs engine destroy */
 	struct passive_ep *passive;    /* peer QPs we serve as a target */
+	struct passive_gone passive_gone; /* names freed before made (passive_lock) */
 	struct repair repair;
 	struct lease lease;            /* keepalives, expiries, the name's renewal (lease.h) */
 	struct named named;            /* our name in the metadata store */

@@ -842,6 +842,74 @@ static void test_passive_cap_replaces(void **state)
 	ferry_engine_destroy(e);
 }
 
+/* DISCONNECTs of tokens token..token + n - 1 of initiator 0x1234, each
+ * answered rc. */
+static void passive_disc(struct ferry_engine *e, uint64_t token, unsigned n, int rc)
+{
+	for (unsigned k = 0; k < n; k++) {
+		struct wire_disconnect d = { .incarnation = 0x1234, .token = token + k };
+
+		assert_int_equal(passive_disconnect(e, &d), rc);
+	}
+}
+
+/*
+ * An initiator that gave up on a handshake (no answer in time) sends a
+ * DISCONNECT for its tokens; nothing orders it after the CONNECT_REQ,
+ * which may wait in the target's backlog on a fresh dial while the
+ * DISCONNECT comes on a connection already accepted (ctl_pass serves
+ * those first).  Played here as the control thread would serve them: the
+ * DISCONNECTs first (-ENOENT, nothing held), then the late CONNECT_REQ.
+ * Before, it made its QPs, and the initiator's keepalives kept them for
+ * its lifetime; now it is refused -ECANCELED and nothing is held.  A
+ * request overlapping a single such token is refused too; requests of
+ * new tokens, and of the same tokens from another incarnation (a
+ * restarted initiator), are made; a name forgotten only after 1024 newer
+ * ones (PASSIVE_GONE_MAX), repeats of a DISCONNECT counted once.
+ */
+static void test_passive_late_connect_after_disconnect(void **state)
+{
+	struct ferry_opts o;
+	struct ferry_engine *e;
+	struct wire_connect_req req;
+	struct wire_connect_rep rep;
+	const uint64_t n = WIRE_MAX_EP_QPS;
+
+	(void)state;
+	ferry_opts_default(&o);
+	o.cores = "0";
+	o.nics = "loop";
+	assert_int_equal(ferry_engine_create(&o, &e), 0);
+
+	passive_disc(e, 1, n, -ENOENT); /* the give-up's DISCONNECTs, first */
+	passive_disc(e, 1, n, -ENOENT); /* (retried: counted once) */
+	passive_req(e, 1, &req);        /* the late CONNECT_REQ */
+	assert_int_equal(passive_connect(e, &req, &rep), -ECANCELED);
+	assert_int_equal(rep.n_qps, 0);
+	assert_int_equal(passive_count_of(e, 0x1234), 0);
+	assert_int_equal(passive_keepalive(e, 0x1234), -ENOENT);
+
+	passive_disc(e, 3 * n, 1, -ENOENT); /* one token inside the next request */
+	passive_req(e, 2 * n + 1, &req);
+	assert_int_equal(passive_connect(e, &req, &rep), -ECANCELED);
+	assert_int_equal(passive_count(e), 0);
+
+	passive_req(e, 4 * n + 1, &req); /* new tokens: made, and freed by name */
+	assert_int_equal(passive_connect(e, &req, &rep), 0);
+	assert_int_equal(passive_count_of(e, 0x1234), n);
+	passive_disc(e, 4 * n + 1, n, 0);
+	passive_req(e, 1, &req); /* the same tokens, a restarted initiator */
+	req.incarnation = 0x5678;
+	assert_int_equal(passive_connect(e, &req, &rep), 0);
+	assert_int_equal(passive_count_of(e, 0x5678), n);
+
+	/* The record is bounded: 1024 newer names push token 1 out. */
+	passive_disc(e, 1u << 20, 1024, -ENOENT);
+	passive_req(e, 1, &req);
+	assert_int_equal(passive_connect(e, &req, &rep), 0);
+	ferry_engine_destroy(e);
+}
+
 /*
  * A CONNECT_REQ whose QPs say "dial me" (tcp's TCP_PSN_LISTEN, bit 31 of
  * the psn), naming a plain listener as the initiator's NIC, sent to a
@@ -1171,6 +1239,7 @@ int main(void)
 		cmocka_unit_test(test_peer_refuses_then_answers),
 		cmocka_unit_test(test_lease),
 		cmocka_unit_test(test_passive_cap_replaces),
+		cmocka_unit_test(test_passive_late_connect_after_disconnect),
 		cmocka_unit_test(test_passive_refuses_dial_me),
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_submit_while_reopening),
