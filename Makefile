@@ -303,25 +303,25 @@ fuzz: build-fuzz/fuzz_wire build-fuzz/fuzz_tcp build-fuzz/fuzz_meta build-fuzz/f
 	build-fuzz/fuzz_ctl -max_total_time=$(FUZZ_PART_SECONDS) -close_fd_mask=2 \
 	  -artifact_prefix=build-fuzz/ctl- build-fuzz/corpus-ctl
 
-build-fuzz/fuzz_wire: tests/fuzz/fuzz_wire.c runtime/ctl/wire.c runtime/ctl/wire.h qp/nic.h ring/base/log.c \
+build-fuzz/fuzz_wire: tests/fuzz/fuzz_wire.c tests/fuzz/fuzz.h runtime/ctl/wire.c runtime/ctl/wire.h qp/nic.h ring/base/log.c \
                       qp/cma/host.c qp/cma/objects.h
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_wire.c runtime/ctl/wire.c qp/cma/host.c ring/base/log.c \
 	  -pthread -o $@
 
-build-fuzz/fuzz_meta: $(FUZZ_META_SRCS) $(wildcard runtime/ctl/meta/*.h) runtime/ctl/sock.h
+build-fuzz/fuzz_meta: $(FUZZ_META_SRCS) tests/fuzz/fuzz.h $(wildcard runtime/ctl/meta/*.h) runtime/ctl/sock.h
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_META_SRCS) $(STORE_LIBS) -pthread -o $@
 
 CTL_FUZZ_SRCS := $(addprefix runtime/ctl/,auth.c batch.c cap.c client.c many.c pool.c server.c \
                    serve.c sock.c wire.c) qp/auth/auth.c ring/base/log.c ring/base/fd.c ring/base/clock.c
-build-fuzz/fuzz_ctl: tests/fuzz/fuzz_ctl.c $(CTL_FUZZ_SRCS) $(wildcard runtime/ctl/*.h) qp/auth/auth.h
+build-fuzz/fuzz_ctl: tests/fuzz/fuzz_ctl.c tests/fuzz/fuzz.h $(CTL_FUZZ_SRCS) $(wildcard runtime/ctl/*.h) qp/auth/auth.h
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_ctl.c $(CTL_FUZZ_SRCS) -lsodium -pthread -o $@
 
 TCP_FUZZ_SRCS := $(sort $(wildcard qp/tcp/*.c qp/soft/*.c)) qp/auth/auth.c ring/base/log.c ring/base/fd.c \
                  ring/base/clock.c
-build-fuzz/fuzz_tcp: tests/fuzz/fuzz_tcp.c $(TCP_FUZZ_SRCS) $(wildcard qp/tcp/*.h qp/soft/*.h) \
+build-fuzz/fuzz_tcp: tests/fuzz/fuzz_tcp.c tests/fuzz/fuzz.h $(TCP_FUZZ_SRCS) $(wildcard qp/tcp/*.h qp/soft/*.h) \
                      qp/nic.h
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_tcp.c $(TCP_FUZZ_SRCS) -lsodium -pthread -o $@

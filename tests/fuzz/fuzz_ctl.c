@@ -47,15 +47,7 @@
 #include "runtime/ctl/sock.h"
 #include "runtime/ctl/wire.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-
-/* stderr is closed under -close_fd_mask=2: the abort's stack says which. */
-#define CHECK(cond)                 \
-	do {                        \
-		if (!(cond))        \
-			abort();    \
-	} while (0)
+#include "tests/fuzz/fuzz.h"
 
 #define M_KEY 0x01      /* the client (or the server) has a key */
 #define M_PROOF 0x02    /* the harness makes the handshake succeed */

@@ -42,15 +42,7 @@
 #include "runtime/ctl/meta/meta.h"
 #include "runtime/ctl/meta/record.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-
-/* stderr is closed under -close_fd_mask=2: the abort's stack says which. */
-#define CHECK(cond)                 \
-	do {                        \
-		if (!(cond))        \
-			abort();    \
-	} while (0)
+#include "tests/fuzz/fuzz.h"
 
 #define KEY "ferry/segments/prefill-0"
 

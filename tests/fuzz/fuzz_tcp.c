@@ -57,15 +57,7 @@
 #include "qp/tcp/objects.h"
 #include "qp/tcp/tcp.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-
-/* stderr is closed under -close_fd_mask=2: the abort's stack says which. */
-#define CHECK(cond)                 \
-	do {                        \
-		if (!(cond))        \
-			abort();    \
-	} while (0)
+#include "tests/fuzz/fuzz.h"
 
 #define BUF 65536u
 #define GUARD 4096u

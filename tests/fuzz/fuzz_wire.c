@@ -24,15 +24,7 @@
 #include "qp/cma/objects.h"
 #include "runtime/ctl/wire.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-
-/* stderr is closed under -close_fd_mask=2: the abort's stack says which. */
-#define CHECK(cond)                 \
-	do {                        \
-		if (!(cond))        \
-			abort();    \
-	} while (0)
+#include "tests/fuzz/fuzz.h"
 
 static int all_zero(const void *p, size_t n)
 {
