@@ -31,7 +31,9 @@
  * -ENOENT: no such name (or nothing of ours to remove or keep alive);
  * -EEXIST: the name is held by another value (another engine);
  * -EPROTO: a reply that is not what the protocol says; -EACCES: the store
- * refused us (authentication); -EINVAL: bad URL, name or value.
+ * refused us (authentication); -EINVAL: bad URL, name or value; -EIO:
+ * the client library failed otherwise (etcd: a curl error such as a body
+ * cut short or a malformed header, logged; redis: hiredis without errno).
  */
 #ifndef FERRY_RUNTIME_CTL_META_H
 #define FERRY_RUNTIME_CTL_META_H
