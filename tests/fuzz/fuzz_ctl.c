@@ -59,16 +59,6 @@
 static struct auth_key key;
 static const uint8_t nonce_c[WIRE_AUTH_NONCE_LEN] = { 0x11, 0x22, 0x33 };
 
-static int all_zero(const void *p, size_t n)
-{
-	const uint8_t *b = p;
-
-	for (size_t i = 0; i < n; i++)
-		if (b[i])
-			return 0;
-	return 1;
-}
-
 static void hello_bytes(const uint8_t nonce[WIRE_AUTH_NONCE_LEN], uint8_t b[WIRE_AUTH_HELLO_LEN])
 {
 	struct wire_auth_hello h = { .alg = WIRE_AUTH_ALG };
@@ -157,7 +147,7 @@ static void check_answer(const struct ctl_call *call, const union answer *out, i
 	if (st == EX_SYNCED)
 		CHECK(rc != -EPROTO && !ctl_closing_errno(rc));
 	if (rc && call->out)
-		CHECK(all_zero(out, sizeof(*out)));
+		CHECK(fuzz_all_zero(out, sizeof(*out)));
 	if (rc == 0 && call->decode == decode_desc)
 		CHECK(out->desc.n_nics >= 1 && out->desc.n_nics <= WIRE_MAX_NICS &&
 		      out->desc.n_regions <= WIRE_MAX_REGIONS);
@@ -424,15 +414,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 static void seed(const char *dir, const char *name, uint8_t mode, const uint8_t *b, size_t n)
 {
-	char path[4096];
-	FILE *f;
+	char file[256];
 
-	snprintf(path, sizeof(path), "%s/seed-%s", dir, name);
-	f = fopen(path, "wb");
-	if (!f || fwrite(&mode, 1, 1, f) != 1 || (n && fwrite(b, 1, n, f) != n) || fclose(f)) {
-		perror(path);
-		exit(1);
-	}
+	snprintf(file, sizeof(file), "seed-%s", name);
+	fuzz_seed_write(dir, file, &mode, 1, b, n);
 }
 
 /* A frame of type with payload p (len bytes) at b; its length. */

@@ -265,31 +265,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 static void seed(const char *dir, const char *name, const char *body)
 {
-	char path[512];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	f = fopen(path, "w");
-	if (!f) {
-		perror(path);
-		exit(1);
-	}
-	fputs(body, f);
-	fclose(f);
+	fuzz_seed_write(dir, name, NULL, 0, body, strlen(body));
 }
 
 /* A seed with NULs in it. */
 static void seed_bytes(const char *dir, const char *name, const char *b, size_t n)
 {
-	char path[512];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	f = fopen(path, "wb");
-	if (!f || fwrite(b, 1, n, f) != n || fclose(f)) {
-		perror(path);
-		exit(1);
-	}
+	fuzz_seed_write(dir, name, NULL, 0, b, n);
 }
 
 static void write_seeds(const char *dir)

@@ -63,16 +63,6 @@
 #define GUARD 4096u
 #define MAX_POLLS 200000
 
-static int all_zero(const void *p, size_t n)
-{
-	const uint8_t *b = p;
-
-	for (size_t i = 0; i < n; i++)
-		if (b[i])
-			return 0;
-	return 1;
-}
-
 /* ---- 1. the codec ------------------------------------------------------ */
 
 static void check_frame(const struct tcp_frame *f, const uint8_t *in)
@@ -99,7 +89,7 @@ static void fuzz_hello(const uint8_t *in, size_t len)
 	uint8_t again[TCP_HELLO_LEN];
 
 	if (tcp_hello_decode(in, len, &h)) {
-		CHECK(all_zero(&h, sizeof(h)));
+		CHECK(fuzz_all_zero(&h, sizeof(h)));
 		return;
 	}
 	CHECK(len == TCP_HELLO_LEN && h.qpn);
@@ -122,7 +112,7 @@ static void fuzz_addr(const uint8_t *in, size_t len)
 		return; /* the caller (qp_connect) uses nothing of a refused one */
 	CHECK(sin.sin_family == AF_INET && sin.sin_port != 0);
 	CHECK(!memcmp(in, "TCP1", 4) && !memcmp(in + 4, &sin.sin_addr.s_addr, 4) &&
-	      !memcmp(in + 8, &sin.sin_port, 2) && all_zero(in + 10, NIC_ADDR_LEN - 10));
+	      !memcmp(in + 8, &sin.sin_port, 2) && fuzz_all_zero(in + 10, NIC_ADDR_LEN - 10));
 }
 
 static void fuzz_codec(const uint8_t *in, size_t len)
@@ -136,7 +126,7 @@ static void fuzz_codec(const uint8_t *in, size_t len)
 		uint32_t pay;
 
 		if (tcp_frame_decode(in + off, len - off, &f)) {
-			CHECK(all_zero(&f, sizeof(f)));
+			CHECK(fuzz_all_zero(&f, sizeof(f)));
 			return;
 		}
 		check_frame(&f, in + off);
@@ -490,15 +480,10 @@ static size_t put(uint8_t *buf, uint8_t type, uint32_t len, uint32_t seq, uint32
 
 static void seed(const char *dir, const char *name, const uint8_t *buf, size_t len)
 {
-	char path[4096];
-	FILE *f;
+	char file[256];
 
-	snprintf(path, sizeof(path), "%s/seed-tcp-%s", dir, name);
-	f = fopen(path, "wb");
-	if (!f || fwrite(buf, 1, len, f) != len || fclose(f)) {
-		perror(path);
-		exit(1);
-	}
+	snprintf(file, sizeof(file), "seed-tcp-%s", name);
+	fuzz_seed_write(dir, file, NULL, 0, buf, len);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

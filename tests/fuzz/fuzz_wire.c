@@ -26,17 +26,6 @@
 
 #include "tests/fuzz/fuzz.h"
 
-static int all_zero(const void *p, size_t n)
-{
-	const uint8_t *b = p;
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		if (b[i])
-			return 0;
-	return 1;
-}
-
 /* Re-encode with the exact size (out must equal in) and one byte short. */
 typedef int (*encode_fn)(const void *msg, uint8_t *buf, size_t cap);
 
@@ -120,7 +109,7 @@ static void fuzz_desc(const uint8_t *in, size_t len)
 	uint32_t i;
 
 	if (wire_desc_decode(in, len, &d)) {
-		CHECK(all_zero(&d, sizeof(d)));
+		CHECK(fuzz_all_zero(&d, sizeof(d)));
 		return;
 	}
 	CHECK(d.n_nics >= 1 && d.n_nics <= WIRE_MAX_NICS);
@@ -138,7 +127,7 @@ static void fuzz_connect_req(const uint8_t *in, size_t len)
 	struct wire_connect_req r;
 
 	if (wire_connect_req_decode(in, len, &r)) {
-		CHECK(all_zero(&r, sizeof(r)));
+		CHECK(fuzz_all_zero(&r, sizeof(r)));
 		return;
 	}
 	CHECK(r.n_qps >= 1 && r.n_qps <= WIRE_MAX_EP_QPS);
@@ -152,7 +141,7 @@ static void fuzz_connect_rep(const uint8_t *in, size_t len)
 	struct wire_connect_rep r;
 
 	if (wire_connect_rep_decode(in, len, &r)) {
-		CHECK(all_zero(&r, sizeof(r)));
+		CHECK(fuzz_all_zero(&r, sizeof(r)));
 		return;
 	}
 	CHECK(r.n_qps >= 1 && r.n_qps <= WIRE_MAX_EP_QPS);
@@ -165,7 +154,7 @@ static void fuzz_disconnect(const uint8_t *in, size_t len)
 	struct wire_disconnect d;
 
 	if (wire_disconnect_decode(in, len, &d)) {
-		CHECK(all_zero(&d, sizeof(d)));
+		CHECK(fuzz_all_zero(&d, sizeof(d)));
 		return;
 	}
 	CHECK(len == WIRE_DISCONNECT_LEN);
@@ -188,14 +177,14 @@ static void fuzz_auth(const uint8_t *in, size_t len)
 	struct wire_auth_proof p;
 
 	if (wire_auth_hello_decode(in, len, &h)) {
-		CHECK(all_zero(&h, sizeof(h)));
+		CHECK(fuzz_all_zero(&h, sizeof(h)));
 	} else {
 		CHECK(len == WIRE_AUTH_HELLO_LEN &&
 		      (h.alg == WIRE_AUTH_ALG || h.alg == WIRE_AUTH_ALG_V1));
 		check_reencode(enc_hello, &h, in, len);
 	}
 	if (wire_auth_proof_decode(in, len, &p)) {
-		CHECK(all_zero(&p, sizeof(p)));
+		CHECK(fuzz_all_zero(&p, sizeof(p)));
 	} else {
 		CHECK(len == WIRE_AUTH_PROOF_LEN);
 		check_reencode(enc_proof, &p, in, len);
@@ -213,7 +202,7 @@ static void fuzz_notify(const uint8_t *in, size_t len)
 	size_t flen;
 
 	if (wire_notify_decode(in, len, &n)) {
-		CHECK(all_zero(&n, sizeof(n)));
+		CHECK(fuzz_all_zero(&n, sizeof(n)));
 		return;
 	}
 	flen = strnlen(n.from, sizeof(n.from));
@@ -236,7 +225,7 @@ static void fuzz_notify_to(const uint8_t *in, size_t len)
 	struct wire_notify n;
 
 	if (wire_notify_to_decode(in, len, &n)) {
-		CHECK(all_zero(&n, sizeof(n)));
+		CHECK(fuzz_all_zero(&n, sizeof(n)));
 		return;
 	}
 	CHECK(n.to_incarnation != 0 && len >= 8);
@@ -337,23 +326,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 static void seed_write(const char *dir, const char *name, uint16_t type, const uint8_t *payload,
 		       size_t len)
 {
-	char path[4096];
+	char file[256];
 	uint8_t hdr[WIRE_HDR_LEN];
-	FILE *f;
 
-	snprintf(path, sizeof(path), "%s/seed-%s", dir, name);
-	f = fopen(path, "wb");
-	if (!f) {
-		perror(path);
-		exit(1);
-	}
 	/* A frame: the header, then the payload. */
+	snprintf(file, sizeof(file), "seed-%s", name);
 	wire_hdr_encode(hdr, type, (uint32_t)len);
-	if (fwrite(hdr, 1, sizeof(hdr), f) != sizeof(hdr) ||
-	    (len && fwrite(payload, 1, len, f) != len) || fclose(f)) {
-		perror(path);
-		exit(1);
-	}
+	fuzz_seed_write(dir, file, hdr, sizeof(hdr), payload, len);
 }
 
 static void seed_desc(const char *dir, const char *name, uint16_t n_nics, uint32_t n_regions)
