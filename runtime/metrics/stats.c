@@ -101,6 +101,15 @@ static void stats_fill(struct ferry_core *c, struct ferry_core_stats *out)
 	hw_counters(c, out);
 }
 
+/* A snapshot of len bytes into the caller's out of size bytes: an older
+ * caller gets the fields it knows, a newer one 0 in those we do not have. */
+static void stats_copy_out(void *out, size_t size, const void *full, size_t len)
+{
+	if (size > len)
+		memset((char *)out + len, 0, size - len);
+	memcpy(out, full, size < len ? size : len);
+}
+
 /* The fields of v0.1's struct, which had no size: the smallest a caller has. */
 #define STATS_SIZE_MIN (offsetof(struct ferry_core_stats, lat) + sizeof(((struct ferry_core_stats *)0)->lat))
 
@@ -116,9 +125,7 @@ int ferry_core_stats_get(const struct ferry_engine *e, unsigned core, struct fer
 	if (core >= e->ncores)
 		return -ERANGE;
 	stats_fill(e->cores[core], &full);
-	if (size > sizeof(full)) /* a newer caller: fields we do not have read 0 */
-		memset((char *)out + sizeof(full), 0, size - sizeof(full));
-	memcpy(out, &full, size < sizeof(full) ? size : sizeof(full));
+	stats_copy_out(out, size, &full, sizeof(full));
 	return 0;
 }
 
@@ -145,9 +152,7 @@ int ferry_engine_stats_get(const struct ferry_engine *e, struct ferry_engine_sta
 	memset(&full, 0, sizeof(full));
 	full.disconnects_dropped = READ_ONCE(e->disc_dropped);
 	full.disconnects_given_up = READ_ONCE(e->disc_given_up);
-	if (size > sizeof(full)) /* a newer caller: fields we do not have read 0 */
-		memset((char *)out + sizeof(full), 0, size - sizeof(full));
-	memcpy(out, &full, size < sizeof(full) ? size : sizeof(full));
+	stats_copy_out(out, size, &full, sizeof(full));
 	return 0;
 }
 
