@@ -44,8 +44,10 @@ static int engine_parse(struct ferry_engine *e, const struct ferry_opts *caller,
 		return -EINVAL;
 	}
 	e->nics_buf = strdup(o->nics);
-	if (!e->nics_buf)
+	if (!e->nics_buf) {
+		log_err("out of memory for a copy of the nics option");
 		return -ENOMEM;
+	}
 	e->opts.nics = e->nics_buf;
 	/* the caller's strings need not outlive this call */
 	if (o->metadata && strlen(o->metadata) >= sizeof(e->metadata_buf)) {
@@ -116,6 +118,18 @@ static int engine_auth(struct ferry_engine *e)
 	return rc;
 }
 
+/*
+ * The steps name what else fails; an allocation deep in one (an endpoint
+ * table's, a provider's CQ, the repair thread's call slots) returns
+ * -ENOMEM without a word, so the create says which step ran out.
+ */
+static int oom_step(const char *step, int rc)
+{
+	if (rc == -ENOMEM)
+		log_err("out of memory while making %s", step);
+	return rc;
+}
+
 static int engine_start(struct ferry_engine *e, const unsigned *cpus, const char *listen)
 {
 	char names[FERRY_MAX_CORES][CORE_MAX_TX][64];
@@ -127,6 +141,7 @@ static int engine_start(struct ferry_engine *e, const unsigned *cpus, const char
 		for (unsigned t = 0; t < e->ntx; t++)
 			mine[t] = names[i][t];
 		rc = core_create(e, i, cpus[i], mine, e->ntx, &e->cores[i]);
+		oom_step("a core", rc);
 	}
 	if (rc)
 		return rc;
@@ -162,7 +177,7 @@ static int engine_start(struct ferry_engine *e, const unsigned *cpus, const char
 		return rc;
 	rc = repair_start(e);
 	if (rc)
-		return rc;
+		return oom_step("the repair thread", rc);
 	return lease_start(e);
 }
 
@@ -176,8 +191,10 @@ int ferry_engine_create_knobs(const struct ferry_opts *o, const struct ferry_kno
 	if (!o || !out)
 		return -EINVAL;
 	e = calloc(1, sizeof(*e));
-	if (!e)
+	if (!e) {
+		log_err("out of memory for the engine (%zu bytes)", sizeof(*e));
 		return -ENOMEM;
+	}
 	rc = engine_fork_add(e); /* before it opens an fd or starts a thread */
 	if (rc) {
 		free(e);
