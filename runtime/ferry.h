@@ -114,7 +114,8 @@ struct ferry_opts {
 	                        *   ferry_segment_transport).  Or a comma list: device
 	                        *   names ("rxe0,rxe1", "loop" = software NIC) dealt to
 	                        *   the cores round robin, and the words "tcp" and "cma"
-	                        *   (every core gets that transport) */
+	                        *   (every core gets that transport); one context per
+	                        *   transport ("tcp@127.0.0.1,tcp": -EINVAL) */
 	const char *listen;    /**< control address "ip:port", at most 63 characters;
 	                        *   port 0 = any */
 	/* ferry_engine_create refuses a numeric knob outside its range -EINVAL. */

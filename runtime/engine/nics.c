@@ -12,7 +12,8 @@
  *                 core that transport.
  *
  * Every core gets the same transports, in the order device, tcp, cma, so
- * that context t of core i is entry i * ntx + t of the segment descriptor.
+ * that context t of core i is entry i * ntx + t of the segment descriptor;
+ * one context per transport ("tcp@a.b.c.d,tcp" is refused).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -156,6 +157,20 @@ static int check_one_transport(const struct nic_words *w)
 	return 0;
 }
 
+/*
+ * A core opens one context per transport: a tcp@ device and the word
+ * "tcp" made each core two tcp contexts (two listeners, two rails to every
+ * tcp peer) where the list meant one.
+ */
+static int check_tcp_twice(const struct nic_words *w)
+{
+	if (!w->tcp || !w->ndevs || nic_provider_for(w->devs[0]) != nic_provider_for("tcp"))
+		return 0;
+	log_err("nics: '%s' and 'tcp' are both tcp, and a core opens one context per "
+		"transport: list either the tcp@ devices or the word 'tcp'", w->devs[0]);
+	return -EINVAL;
+}
+
 /* "auto": the discovered devices (round robin by NUMA node), tcp, cma. */
 static void parse_auto(const unsigned *cpus, unsigned ncores, struct nic_words *w)
 {
@@ -189,6 +204,8 @@ int engine_pick_nics(const char *list, const unsigned *cpus, unsigned ncores,
 		rc = parse_list(list, &w);
 	if (rc == 0)
 		rc = check_one_transport(&w);
+	if (rc == 0)
+		rc = check_tcp_twice(&w);
 	if (rc)
 		return rc;
 	for (unsigned i = 0; i < ncores; i++) {

@@ -657,6 +657,45 @@ static void test_mixed_device_list(void **state)
 	pair_teardown(&q);
 }
 
+static void expect_nics_refused(struct ferry_opts *o, const char *nics, const char *why)
+{
+	struct ferry_engine *e = NULL;
+	struct captured c = { 0 };
+
+	o->nics = nics;
+	ferry_log_set(capture, &c);
+	assert_int_equal(ferry_engine_create(o, &e), -EINVAL);
+	ferry_log_set(NULL, NULL);
+	assert_null(e);
+	if (!strstr(c.last, why))
+		fail_msg("nics '%s': '%s' does not say '%s'", nics, c.last, why);
+}
+
+/*
+ * Lists that opened what they did not mean.  Before: "tcp@127.0.0.1,tcp"
+ * gave every core two tcp contexts (created, ntx 2).  Refused at create,
+ * saying why; a repeated device is dealt as before.
+ */
+static void test_nics_duplicates(void **state)
+{
+	struct ferry_engine *e = NULL;
+	struct ferry_opts o;
+
+	(void)state;
+	ferry_opts_default(&o);
+	o.cores = "0";
+	expect_nics_refused(&o, "tcp@127.0.0.1,tcp", "one context per transport");
+	expect_nics_refused(&o, "tcp, tcp@127.0.0.1:0", "one context per transport");
+	o.cores = "0-1";
+	for (unsigned i = 0; i < 3; i++) {
+		o.nics = (const char *[]){ "loop,loop", "tcp@127.0.0.1", "tcp@127.0.0.1:0" }[i];
+		assert_int_equal(ferry_engine_create(&o, &e), 0);
+		assert_non_null(ferry_core_nic(e, 1));
+		ferry_engine_destroy(e);
+		e = NULL;
+	}
+}
+
 /*
  * A nics list names up to a device per core (63 characters each): the
  * engine kept it in 256 bytes and refused longer lists (-EINVAL, "nics
@@ -1022,6 +1061,7 @@ int main(void)
 		cmocka_unit_test(test_stats_size),
 		cmocka_unit_test(test_transport_and_nics),
 		cmocka_unit_test(test_mixed_device_list),
+		cmocka_unit_test(test_nics_duplicates),
 		cmocka_unit_test(test_long_device_list),
 		cmocka_unit_test(test_device_list_with_blanks),
 		cmocka_unit_test(test_region_cache_vs_unregister),
