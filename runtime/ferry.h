@@ -115,7 +115,10 @@ struct ferry_opts {
 	                        *   names ("rxe0,rxe1", "loop" = software NIC) dealt to
 	                        *   the cores round robin, and the words "tcp" and "cma"
 	                        *   (every core gets that transport); one context per
-	                        *   transport ("tcp@127.0.0.1,tcp": -EINVAL) */
+	                        *   transport ("tcp@127.0.0.1,tcp": -EINVAL).  A device
+	                        *   "tcp@ip[:port]" listens there; a fixed port binds
+	                        *   once, so list one per core ("tcp@ip:7000,
+	                        *   tcp@ip:7001"): dealt to two cores it is -EINVAL */
 	const char *listen;    /**< control address "ip:port", at most 63 characters;
 	                        *   port 0 = any */
 	/* ferry_engine_create refuses a numeric knob outside its range -EINVAL. */

@@ -13,7 +13,8 @@
  *
  * Every core gets the same transports, in the order device, tcp, cma, so
  * that context t of core i is entry i * ntx + t of the segment descriptor;
- * one context per transport ("tcp@a.b.c.d,tcp" is refused).
+ * one context per transport ("tcp@a.b.c.d,tcp" is refused), and a tcp@
+ * device with a fixed port on one core only.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -171,6 +172,31 @@ static int check_tcp_twice(const struct nic_words *w)
 	return -EINVAL;
 }
 
+/*
+ * A tcp@addr:port with a port binds once: dealt to two cores (fewer such
+ * devices listed than cores, or one listed twice) the second core's bind
+ * failed -EADDRINUSE.  Port 0 (or none) lets each core's bind pick.
+ */
+static int check_fixed_ports(const struct nic_words *w, unsigned ncores)
+{
+	for (unsigned i = 0; i < ncores; i++) {
+		const char *d = w->devs[i % w->ndevs];
+		const char *at = strchr(d, '@'), *colon = at ? strchr(at, ':') : NULL;
+
+		if (strncmp(d, "tcp@", 4) || !colon || strspn(colon + 1, "0") == strlen(colon + 1))
+			continue;
+		for (unsigned j = 0; j < i; j++) {
+			if (strcmp(d, w->devs[j % w->ndevs]))
+				continue;
+			log_err("nics: '%s' is dealt to cores %u and %u, and its fixed port binds "
+				"once: list one tcp@addr:port per core (core k gets the (k mod "
+				"n)-th), or leave the port out", d, j, i);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 /* "auto": the discovered devices (round robin by NUMA node), tcp, cma. */
 static void parse_auto(const unsigned *cpus, unsigned ncores, struct nic_words *w)
 {
@@ -206,6 +232,8 @@ int engine_pick_nics(const char *list, const unsigned *cpus, unsigned ncores,
 		rc = check_one_transport(&w);
 	if (rc == 0)
 		rc = check_tcp_twice(&w);
+	if (rc == 0 && w.ndevs)
+		rc = check_fixed_ports(&w, ncores);
 	if (rc)
 		return rc;
 	for (unsigned i = 0; i < ncores; i++) {

@@ -5,6 +5,7 @@
  * registered memory on either side, full batches, busy batches/regions,
  * bad engine options.
  */
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -657,6 +658,21 @@ static void test_mixed_device_list(void **state)
 	pair_teardown(&q);
 }
 
+/* A port of 127.0.0.1 free a moment ago (bound to port 0, then closed). */
+static unsigned free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
 static void expect_nics_refused(struct ferry_opts *o, const char *nics, const char *why)
 {
 	struct ferry_engine *e = NULL;
@@ -673,12 +689,17 @@ static void expect_nics_refused(struct ferry_opts *o, const char *nics, const ch
 
 /*
  * Lists that opened what they did not mean.  Before: "tcp@127.0.0.1,tcp"
- * gave every core two tcp contexts (created, ntx 2).  Refused at create,
- * saying why; a repeated device is dealt as before.
+ * gave every core two tcp contexts (created, ntx 2), and one
+ * tcp@addr:port dealt to two cores failed the second's bind -EADDRINUSE
+ * ("cannot listen").  Refused at create, saying why; one fixed port per
+ * core works, and a repeated device without a fixed port is dealt as
+ * before.
  */
 static void test_nics_duplicates(void **state)
 {
 	struct ferry_engine *e = NULL;
+	unsigned p0 = free_port(), p1 = free_port();
+	char list[96], one[48];
 	struct ferry_opts o;
 
 	(void)state;
@@ -687,6 +708,15 @@ static void test_nics_duplicates(void **state)
 	expect_nics_refused(&o, "tcp@127.0.0.1,tcp", "one context per transport");
 	expect_nics_refused(&o, "tcp, tcp@127.0.0.1:0", "one context per transport");
 	o.cores = "0-1";
+	snprintf(one, sizeof(one), "tcp@127.0.0.1:%u", p0);
+	expect_nics_refused(&o, one, "binds once");
+	snprintf(list, sizeof(list), "%s,%s", one, one);
+	expect_nics_refused(&o, list, "binds once");
+	snprintf(list, sizeof(list), "%s,tcp@127.0.0.1:%u", one, p1 == p0 ? p0 + 1 : p1);
+	o.nics = list;
+	assert_int_equal(ferry_engine_create(&o, &e), 0);
+	ferry_engine_destroy(e);
+	e = NULL;
 	for (unsigned i = 0; i < 3; i++) {
 		o.nics = (const char *[]){ "loop,loop", "tcp@127.0.0.1", "tcp@127.0.0.1:0" }[i];
 		assert_int_equal(ferry_engine_create(&o, &e), 0);
