@@ -108,6 +108,27 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/*
+ * Nearest rank: the pct-th percentile of sorted[0, n) is the smallest
+ * value with at least pct % of the n at or below it, rank ceil(n * pct /
+ * 100), as ferry_bench's bench_percentile.  t[n / 2] and t[n * 99 / 100]
+ * were a rank high: of 100 samples the 51st and the 100th (the maximum).
+ */
+static uint64_t nearest_rank(const uint64_t *sorted, uint32_t n, unsigned pct)
+{
+	uint64_t rank = ((uint64_t)n * pct + 99) / 100;
+
+	return sorted[rank ? rank - 1 : 0];
+}
+
+/* The client's line, from the n sorted half round trips t (ns) and their sum. */
+static void print_result(FILE *f, uint32_t size, uint32_t n, const uint64_t *t, uint64_t sum)
+{
+	fprintf(f, "size %u iters %u min_us %.3f p50_us %.3f avg_us %.3f p99_us %.3f\n", size, n,
+		(double)t[0] / 1e3, (double)nearest_rank(t, n, 50) / 1e3, (double)sum / n / 1e3,
+		(double)nearest_rank(t, n, 99) / 1e3);
+}
+
 static int client(const char *hostport, uint32_t size, uint32_t iters)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
@@ -144,9 +165,7 @@ static int client(const char *hostport, uint32_t size, uint32_t iters)
 	}
 	close(fd);
 	qsort(t, iters, sizeof(*t), cmp_u64);
-	printf("size %u iters %u min_us %.3f p50_us %.3f avg_us %.3f p99_us %.3f\n", size, iters,
-	       (double)t[0] / 1e3, (double)t[iters / 2] / 1e3, (double)sum / iters / 1e3,
-	       (double)t[(uint64_t)iters * 99 / 100] / 1e3);
+	print_result(stdout, size, iters, t, sum);
 	free(t);
 	return 0;
 }
