@@ -104,6 +104,7 @@ struct bench {
 	int floor_cpu, floor_rc;     /* --idle: where the wake-up floor slept, its outcome */
 	char listen_buf[128];         /* --connect --pingpong: where the target reaches us */
 	uint64_t mismatches;         /* --verify: bytes that differ, this size */
+	uint64_t unverified;         /* --verify: bytes that could not be checked, this size */
 	bool efault_hinted;
 	/* output */
 	struct bench_row *rows;      /* one per size run so far: the --plot points */

@@ -24,6 +24,7 @@ static int size_prepare(struct bench *b, uint64_t s, unsigned step)
 	b->nreq = bench_batch_for(&b->cfg, s);
 	b->per_port = b->nreq * s;
 	b->mismatches = 0;
+	b->unverified = 0;
 	if (b->nreq < b->cfg.batch && !b->cfg.sweep)
 		fprintf(stderr,
 			"ferry_bench: batch lowered from %u to %u requests so that %u port(s) fit "
@@ -124,7 +125,7 @@ int bench_run(struct bench *b)
 		else
 			print_row(b, &t);
 		bad |= csv_put(b) != 0;
-		bad |= t.failures || t.early || b->mismatches;
+		bad |= t.failures || t.early || b->mismatches || b->unverified;
 		if (t.early)
 			break; /* a stuck or broken port cannot run the next size */
 	}

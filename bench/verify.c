@@ -49,25 +49,58 @@ void buffers_prepare(struct bench *b)
 
 /*
  * --verify of WRITE in the two-process mode: the written bytes are in the
- * other process; read them back into the (cleared) port buffers.
+ * other process; read port p's back into its (cleared) buffer.  0, or the
+ * read-back's error.
  */
-static void readback(struct bench *b)
+static int readback(struct bench *b, struct bench_port *bp)
 {
-	for (unsigned p = 0; p < b->cfg.ports; p++) {
-		struct bench_port *bp = &b->ports[p];
-		struct ferry_prep *prep = bp->prep; /* prepared as WRITEs: not for this */
+	struct ferry_prep *prep = bp->prep; /* prepared as WRITEs: not for this */
+	int rc;
 
-		if (bp->err)
-			continue;
-		memset(bp->buf, 0, b->per_port);
-		for (uint32_t i = 0; i < b->nreq; i++)
-			bp->reqs[i].op = FERRY_OP_READ;
-		bp->prep = NULL;
-		batch_run(bp, UINT64_MAX);
-		bp->prep = prep;
-		for (uint32_t i = 0; i < b->nreq; i++)
-			bp->reqs[i].op = b->cfg.op;
+	memset(bp->buf, 0, b->per_port);
+	for (uint32_t i = 0; i < b->nreq; i++)
+		bp->reqs[i].op = FERRY_OP_READ;
+	bp->prep = NULL;
+	rc = batch_run(bp, UINT64_MAX);
+	bp->prep = prep;
+	for (uint32_t i = 0; i < b->nreq; i++)
+		bp->reqs[i].op = b->cfg.op;
+	return rc;
+}
+
+/*
+ * Port p's bytes cannot be checked: said, and counted.  Before, a port
+ * that stopped early was skipped by the read-back and then "checked" in
+ * its own buffer, which still held the pattern it wrote: its bytes
+ * passed, verified or not.
+ */
+static void not_verified(struct bench *b, unsigned p, const char *why, int rc)
+{
+	b->unverified += b->per_port;
+	fprintf(stderr,
+		"ferry_bench: verify: size %" PRIu64 " port %u: its %" PRIu64 " bytes at offset %"
+		PRIu64 " of the target's buffer not verified: %s (%s)\n",
+		b->size, p, b->per_port, req_offset(b, p, 0), why, strerror(-rc));
+}
+
+/* Whether port p's destination is here to check: read back when it is in
+ * the other process (a port that stopped early is not: its batch may be
+ * in flight still). */
+static bool verify_ready(struct bench *b, unsigned p, bool write)
+{
+	struct bench_port *bp = &b->ports[p];
+	int rc;
+
+	if (!write || b->cfg.mode != BENCH_INITIATOR)
+		return true;
+	if (bp->err) {
+		not_verified(b, p, "the port stopped early", bp->err);
+		return false;
 	}
+	rc = readback(b, bp);
+	if (rc)
+		not_verified(b, p, "its read-back failed", rc);
+	return rc == 0;
 }
 
 /* --verify: the destination of every port must hold the pattern now. */
@@ -76,12 +109,12 @@ void buffers_verify(struct bench *b)
 	bool write = b->cfg.op == FERRY_OP_WRITE;
 	uint64_t seed = write ? bench_write_seed(&b->cfg, b->step) : b->cfg.seed;
 
-	if (write && b->cfg.mode == BENCH_INITIATOR)
-		readback(b);
 	for (unsigned p = 0; p < b->cfg.ports; p++) {
 		uint64_t pos = req_offset(b, p, 0), first = 0, bad;
 		const uint8_t *dst = write && b->tbuf ? b->tbuf + pos : b->ports[p].buf;
 
+		if (!verify_ready(b, p, write))
+			continue;
 		bad = bench_pattern_check(dst, b->per_port, pos, seed, &first);
 		if (!bad)
 			continue;

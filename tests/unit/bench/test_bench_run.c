@@ -204,6 +204,63 @@ static void test_verify_not_stale(void **state)
 	free(left);
 }
 
+/* What buffers_verify(b) wrote to stderr, in buf. */
+static void verify_stderr(struct bench *b, char *buf, size_t len)
+{
+	FILE *tmp = tmpfile();
+	int saved = dup(2);
+	size_t n;
+
+	assert_non_null(tmp);
+	assert_true(saved >= 0);
+	fflush(stderr);
+	dup2(fileno(tmp), 2);
+	buffers_verify(b);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	rewind(tmp);
+	n = fread(buf, 1, len - 1, tmp);
+	buf[n] = 0;
+	fclose(tmp);
+}
+
+/*
+ * --verify of WRITEs into another process (read back, then checked) when
+ * a port stopped early: its bytes are not checked, and the run must say
+ * so.  Before: its read-back was skipped and its own buffer, still holding
+ * the pattern it wrote, was checked instead: it passed, silently.  The
+ * two-process mode is played in one process: the target's buffer hidden
+ * (tbuf NULL), port 1 marked stopped.
+ */
+static void test_verify_stopped_port(void **state)
+{
+	const char *args[] = { "--nics", "loop", "--cores", "0", "--size", "4K", "--batch", "4",
+			       "--ports", "2", "--iters", "1", "--verify", "--json", NULL };
+	static struct bench b;
+	char err[1024];
+	uint8_t *tbuf;
+
+	(void)state;
+	bench_start(&b, args);
+	assert_int_equal(bench_run(&b), 0);
+	tbuf = b.tbuf;
+	b.tbuf = NULL;
+	b.cfg.mode = BENCH_INITIATOR;
+	b.ports[1].err = -EIO;
+	b.mismatches = 0;
+	verify_stderr(&b, err, sizeof(err));
+	assert_int_equal(b.mismatches, 0); /* port 0: read back, checked, right */
+	if (!strstr(err, "port 1: its 16384 bytes at offset 16384 of the target's buffer not "
+			 "verified: the port stopped early"))
+		fail_msg("stderr: '%s'", err);
+	assert_null(strstr(err, "port 0"));
+	b.ports[1].err = 0;
+	b.cfg.mode = BENCH_LOCAL;
+	b.tbuf = tbuf;
+	bench_teardown(&b);
+}
+
 /*
  * The cores' CPU line: the time summed is every engine core thread's of
  * this process (one-process mode: the initiator's core and the target's),
@@ -387,6 +444,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_inflight_one_round),
 		cmocka_unit_test(test_verify_not_stale),
+		cmocka_unit_test(test_verify_stopped_port),
 		cmocka_unit_test(test_cores_cpu_threads),
 		cmocka_unit_test(test_cpu_thread_ahead),
 		cmocka_unit_test(test_inflight_reset_busy),
