@@ -126,10 +126,14 @@ void print_lat_row(const char *label, uint64_t size, const struct bench_lat *l,
 	       (double)l->p99 / 1e3, (double)l->p999 / 1e3, (double)l->max / 1e3, failures);
 }
 
-/* --notify: notifications polled per second of the turns' own time. */
+/*
+ * --notify: notifications polled per second of the turns' own time.  Only
+ * the turns whose notifications all came count: they are the ones timed
+ * (their samples, lat.n, and lat_ns); batches also counts a failed turn.
+ */
 static double notifs_per_s(const struct bench *b, const struct totals *t)
 {
-	return t->lat_ns ? (double)b->cfg.notifs * (double)t->batches * 1e9 / (double)t->lat_ns
+	return t->lat_ns ? (double)b->cfg.notifs * (double)t->lat.n * 1e9 / (double)t->lat_ns
 			 : 0.0;
 }
 

@@ -7,6 +7,7 @@
  * --opens' only for its report, no test here opens segments).
  */
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -108,7 +109,31 @@ static void pause_stub(uint64_t gap)
 #undef pause_ns
 #undef ferry_batch_reset
 #include "bench/mode_lat.c"
+
+/*
+ * --notify's polls go through this stub: with notif_fail_after n, the
+ * first poll after n notifications came is refused (-EIO), as a receiver
+ * engine that fails mid-run; that turn fails.
+ */
+static uint64_t notif_fail_after = UINT64_MAX, notifs_polled;
+
+static int notif_poll_stub(struct ferry_engine *e, struct ferry_notif *out, unsigned max)
+{
+	int k;
+
+	if (notifs_polled >= notif_fail_after) {
+		notif_fail_after = UINT64_MAX;
+		return -EIO;
+	}
+	k = ferry_notif_poll(e, out, max);
+	if (k > 0)
+		notifs_polled += (uint64_t)k;
+	return k;
+}
+
+#define ferry_notif_poll notif_poll_stub
 #include "bench/mode_notify.c"
+#undef ferry_notif_poll
 /* Its own comparator once clashed with bench_util.c's (both static). */
 #define cmp_u64 openers_cmp_u64
 #include "bench/mode_openers.c"
@@ -258,6 +283,36 @@ static void test_verify_stopped_port(void **state)
 	b.ports[1].err = 0;
 	b.cfg.mode = BENCH_LOCAL;
 	b.tbuf = tbuf;
+	bench_teardown(&b);
+}
+
+/*
+ * --notify --notifs K: the rate is K notifications per turn whose
+ * notifications all came, over those turns' time.  Here 2 turns of 4
+ * come, the third's poll fails (the port stops).  Before: the failed
+ * turn counted (3 turns' notifications over 2 turns' time, 1.5x).
+ */
+static void test_notify_rate_failed_turn(void **state)
+{
+	const char *args[] = { "--nics", "loop", "--cores", "0", "--size", "8", "--notify",
+			       "--notifs", "4", "--iters", "5", "--json", NULL };
+	static struct bench b;
+	struct totals t;
+	double want;
+
+	(void)state;
+	bench_start(&b, args);
+	notifs_polled = 0;
+	notif_fail_after = 8;
+	assert_int_equal(bench_run(&b), 1); /* a port stopped early */
+	notif_fail_after = UINT64_MAX;
+	totals_sum(&b, &t);
+	assert_int_equal(t.lat.n, 2);
+	assert_true(t.lat_ns > 0);
+	want = 4.0 * 2.0 * 1e9 / (double)t.lat_ns;
+	if (fabs(notifs_per_s(&b, &t) - want) > want * 1e-9)
+		fail_msg("notifications/s %.0f, want %.0f (%" PRIu64 " turns, 2 whole)",
+			 notifs_per_s(&b, &t), want, t.batches);
 	bench_teardown(&b);
 }
 
@@ -445,6 +500,7 @@ int main(void)
 		cmocka_unit_test(test_inflight_one_round),
 		cmocka_unit_test(test_verify_not_stale),
 		cmocka_unit_test(test_verify_stopped_port),
+		cmocka_unit_test(test_notify_rate_failed_turn),
 		cmocka_unit_test(test_cores_cpu_threads),
 		cmocka_unit_test(test_cpu_thread_ahead),
 		cmocka_unit_test(test_inflight_reset_busy),
