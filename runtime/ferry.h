@@ -459,7 +459,9 @@ FERRY_API int ferry_mem_unregister(struct ferry_engine *e, void *addr);
  * (the peer closed
  * the connection mid-call), -EHOSTUNREACH (no route to it), -ETIMEDOUT,
  * -EPROTO on control-plane failures; -EPROTONOSUPPORT when no transport of
- * ours reaches the peer (the log lists ours); -ENOSPC past FERRY_MAX_SEGMENTS
+ * ours reaches the peer (the log lists ours); -EMFILE, -ENFILE or -ENOMEM
+ * when our QPs cannot connect for want of descriptors (tcp dials one per
+ * QP) or memory here; -ENOSPC past FERRY_MAX_SEGMENTS
  * open segments; -EACCES when authentication failed (another
  * cluster key, or a key on one side only: the log says which); -EBUSY also
  * when the peer is at its connection cap; -ECANCELED when

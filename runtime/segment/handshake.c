@@ -59,7 +59,7 @@ void seg_handshake_req(struct ferry_engine *e, unsigned i, const struct seg_peer
 /* Why handshake k failed, unless the caller says it itself. */
 static void handshake_failed(const struct seg_hs *h, int rc, bool quiet)
 {
-	if (!quiet && rc != -ENETUNREACH) /* (seg_handshake_apply said that one) */
+	if (!quiet)
 		log_err("segment %s: endpoint handshake for core %u: %s", h->peer->address,
 			h->core, strerror(-rc));
 }
@@ -222,10 +222,10 @@ static void hs_batch_finish(struct ferry_engine *e, const struct seg_hs *hs, uns
 			if (rcs[k]) /* made, but the answer is not for these QPs */
 				hs_peer_may_hold(e, h, rcs[k]);
 		}
-		if (!rcs[k])
+		if (!rcs[k]) /* (it says why itself when it fails) */
 			rcs[k] = seg_handshake_apply(e, h->core, h->peer, h->qps, h->nqps, h->token,
 						     &b->rep[k], quiet);
-		if (rcs[k])
+		else
 			handshake_failed(h, rcs[k], quiet);
 	}
 	hs_batch_free(b);
@@ -343,6 +343,18 @@ void seg_fresh_take(struct seg_fresh *f, int rc, struct seg_peer *p)
 	free(f);
 }
 
+/*
+ * Whether a QP's connect failed for want of something here (descriptors,
+ * memory), not because our provider cannot reach the peer's NIC: then no
+ * other transport is the answer, and the caller must hear the reason.
+ * Taken for unreachable, an open out of file descriptors (tcp dials one
+ * per QP) ended -EPROTONOSUPPORT, "no transport of ours reaches the peer".
+ */
+static bool connect_out_of_resources(int rc)
+{
+	return rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM || rc == -ENOBUFS;
+}
+
 int seg_handshake_apply(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
 			struct qpx *const *qps, unsigned n, uint64_t token,
 			const struct wire_connect_rep *rep, bool quiet)
@@ -360,7 +372,8 @@ int seg_handshake_apply(struct ferry_engine *e, unsigned i, const struct seg_pee
 			log_err("segment %s: a QP of core %u (%s) cannot reach the peer's NIC %u: %s",
 				p->address, i, here, p->remote_nic, strerror(-rc));
 		}
-		rc = -ENETUNREACH;
+		if (!connect_out_of_resources(rc))
+			rc = -ENETUNREACH;
 	}
 	return rc;
 }

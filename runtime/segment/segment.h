@@ -218,8 +218,9 @@ void seg_peer_of(const struct ferry_seg *s, uint16_t remote_nic, struct seg_peer
  * QPs on the peer, in one CONNECT_REQ each (QP j is token + j there), all
  * at once: a peer that does not answer costs one timeout, not one per
  * core.  rcs[k]: 0, -ENETUNREACH (our provider cannot reach the peer's
- * NIC), or the control call's error.  quiet: the caller logs why it
- * failed.  No lock held. */
+ * NIC), -EMFILE, -ENFILE, -ENOMEM or -ENOBUFS (our QPs could not connect
+ * for want of those here), or the control call's error.  quiet: the
+ * caller logs why it failed.  No lock held. */
 struct seg_hs {
 	unsigned core;
 	const struct seg_peer *peer;
@@ -240,7 +241,8 @@ int seg_handshake_start(struct ferry_engine *e, struct ctl_calls *calls, const s
 /* Its two halves, for a caller that sends the CONNECT_REQ itself (the
  * repair thread, many at once): the request, then, with the peer's reply,
  * our QPs connected (-ENETUNREACH, the peer's halves queued for DISCONNECT,
- * when our provider cannot reach them). */
+ * when our provider cannot reach them; the same queued, the error kept,
+ * when it failed for want of descriptors or memory here). */
 void seg_handshake_req(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
 		       struct qpx *const *qps, unsigned n, uint64_t token,
 		       struct wire_connect_req *req);

@@ -30,6 +30,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <time.h>
@@ -1222,6 +1224,87 @@ static void test_submit_while_reopening(void **state)
 	assert_quiet_and_close(P.init, &P.seg);
 	pair_teardown(&P);
 }
+/* File descriptors this process has open. */
+static unsigned fds_open(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	unsigned n = 0;
+
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n - 1; /* opendir's own */
+}
+
+/* An engine on two cores over tcp (whatever FERRY_TEST_*_NICS say: tcp
+ * dials a connection per QP), with buf registered. */
+static struct ferry_engine *tcp_engine(void *buf, size_t len)
+{
+	struct ferry_engine *e;
+	struct ferry_opts o;
+
+	pair_opts(&o, "0-1");
+	o.nics = "tcp";
+	assert_int_equal(ferry_engine_create(&o, &e), 0);
+	assert_int_equal(ferry_mem_register(e, buf, len), 0);
+	return e;
+}
+
+/*
+ * An open whose QPs cannot connect for want of file descriptors here
+ * fails with that reason: -EMFILE, not -EPROTONOSUPPORT ("no transport of
+ * ours reaches the peer"), which it was when every failed QP connect was
+ * taken for an unreachable NIC.  It leaves no descriptor, and no QP at the
+ * peer, behind, and the next open works.  The control connection to the
+ * peer is kept from a first open, so only the QPs' dials need new ones.
+ */
+static void test_open_out_of_fds(void **state)
+{
+	static uint8_t lbuf[65536], rbuf[65536];
+	struct ferry_engine *init = tcp_engine(lbuf, sizeof(lbuf));
+	struct ferry_engine *target = tcp_engine(rbuf, sizeof(rbuf));
+	const char *addr = ferry_engine_address(target);
+	struct ferry_req_status st;
+	struct rlimit old, none;
+	struct ferry_port *port;
+	ferry_seg_t seg;
+	unsigned fds;
+	int rc, lowest;
+
+	(void)state;
+	assert_int_equal(ferry_port_create(init, &port), 0);
+	assert_int_equal(ferry_segment_open(init, addr, &seg), 0);
+	assert_int_equal(ferry_segment_close(init, seg), 0);
+	assert_int_equal(passive_count_of(target, init->incarnation), 0);
+	fds = fds_open();
+	lowest = dup(0); /* the next descriptor's number: none from it on */
+	assert_true(lowest >= 0);
+	close(lowest);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	none = old;
+	none.rlim_cur = (rlim_t)lowest;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &none), 0);
+	rc = ferry_segment_open(init, addr, &seg);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	assert_int_equal(rc, -EMFILE);
+	/* The peer made its halves: freed by the open's DISCONNECTs (or, if
+	 * those could not dial either, by their retries). */
+	WAIT_UNTIL(passive_count_of(target, init->incarnation) == 0, WAIT_MS,
+		   "the peer to free the failed open's QPs");
+	assert_int_equal(fds_open(), fds);
+	assert_int_equal(ferry_segment_open(init, addr, &seg), 0);
+	st = run_one_on(port, mkreq(FERRY_OP_WRITE, lbuf, seg, rbuf, 4096), WAIT_MS);
+	assert_int_equal(st.state, FERRY_DONE);
+	assert_int_equal(ferry_segment_close(init, seg), 0);
+	assert_int_equal(ferry_port_destroy(port), 0);
+	assert_int_equal(ferry_mem_unregister(init, lbuf), 0);
+	assert_int_equal(ferry_mem_unregister(target, rbuf), 0);
+	ferry_engine_destroy(init);
+	ferry_engine_destroy(target);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1243,6 +1326,7 @@ int main(void)
 		cmocka_unit_test(test_passive_refuses_dial_me),
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_submit_while_reopening),
+		cmocka_unit_test(test_open_out_of_fds),
 	};
 
 	if (getenv("FERRY_TEST_ONLY")) /* one test by name (a pattern) */
