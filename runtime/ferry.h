@@ -433,7 +433,8 @@ FERRY_API int ferry_mem_unregister(struct ferry_engine *e, void *addr);
  * its descriptor (registered regions) over TCP and set up endpoints from
  * every local core (at most opts.ep_cache per core: beyond, idle endpoints
  * of other segments are evicted; -EBUSY when every cached one is busy).
- * Opening an address that is open already costs one round trip (the peer's
+ * Opening an address that is open already (under any spelling:
+ * "localhost:port" is the address localhost resolves to) costs one round trip (the peer's
  * incarnation is checked) and returns the same handle, or, when the peer
  * process restarted, a new handle: the old one is stale (its requests fail,
  * -ESTALE) and should be closed; likewise, a name that a new incarnation

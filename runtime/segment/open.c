@@ -23,6 +23,7 @@
  * waiting for one of their address) to drop to zero.  DISCONNECTs
  * decided under the lock (evictions, failures) go out after it is released.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -32,6 +33,7 @@
 
 #include "ring/base/log.h"
 #include "runtime/ctl/ctl.h"
+#include "runtime/ctl/sock.h"
 #include "runtime/engine/engine.h"
 
 /* An endpoint of core i: made under the lock, connected without it,
@@ -449,14 +451,40 @@ static int open_slot(struct ferry_engine *e, uint32_t slot, const struct seg_wan
 	return 0;
 }
 
-int seg_open_address(struct ferry_engine *e, const char *address, const struct seg_want *want,
+/*
+ * The address as the segment table keys it, "a.b.c.d:port", however it
+ * was spelt ("localhost:7000"): an address open already is found under
+ * any spelling and gives its handle (ferry.h), where a second spelling
+ * opened a second segment to the same engine.  -EINVAL for one that
+ * connect would refuse.
+ */
+static int address_key(const char *address, char *key, size_t len)
+{
+	struct sockaddr_in sin;
+	char ip[INET_ADDRSTRLEN];
+	int rc = sock_resolve_peer(address, &sin);
+
+	if (rc)
+		return rc;
+	if (!inet_ntop(AF_INET, &sin.sin_addr, ip, sizeof(ip)))
+		return -EINVAL;
+	snprintf(key, len, "%s:%u", ip, ntohs(sin.sin_port));
+	return 0;
+}
+
+int seg_open_address(struct ferry_engine *e, const char *spelt, const struct seg_want *want,
 		     ferry_seg_t *out)
 {
+	char address[sizeof(((struct ferry_seg *)0)->address)];
 	struct seg_desc *fresh = NULL;
 	struct ep_prep *pp;
 	uint32_t slot;
-	int rc;
+	int rc = address_key(spelt, address, sizeof(address));
 
+	if (rc) {
+		log_err("segment %s: not an address (a.b.c.d:port or localhost:port)", spelt);
+		return rc;
+	}
 	pp = calloc(FERRY_MAX_CORES, sizeof(*pp));
 	if (!pp)
 		return -ENOMEM;

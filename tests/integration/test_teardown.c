@@ -38,6 +38,7 @@
 
 #include "ring/base/clock.h"
 #include "runtime/ctl/call.h"
+#include "runtime/ctl/sock.h"
 #include "runtime/ctl/wire.h"
 #include "tests/harness/teardown.h"
 
@@ -1305,6 +1306,36 @@ static void test_open_out_of_fds(void **state)
 	ferry_engine_destroy(target);
 }
 
+/*
+ * "localhost:port" names the same engine as "127.0.0.1:port" (when
+ * localhost is 127.0.0.1 here): an open under either spelling of an
+ * address open already returns its handle and counts one more open, as
+ * ferry.h says of an address open already.  The table was keyed by the
+ * string: the second spelling opened a second segment, with endpoints and
+ * QPs of its own, and closing it closed nothing of the first.
+ */
+static void test_open_other_spelling(void **state)
+{
+	struct sockaddr_in sin;
+	char alt[64];
+	ferry_seg_t seg;
+	const char *port;
+
+	(void)state;
+	if (sock_resolve_peer("localhost:1", &sin) || sin.sin_addr.s_addr != htonl(INADDR_LOOPBACK))
+		skip(); /* localhost is not 127.0.0.1 on this host */
+	setup_pair(2000);
+	port = strrchr(ferry_engine_address(P.target), ':');
+	assert_non_null(port);
+	assert_int_equal(strncmp(ferry_engine_address(P.target), "127.0.0.1:", 10), 0);
+	snprintf(alt, sizeof(alt), "localhost%s", port);
+	assert_int_equal(ferry_segment_open(P.init, alt, &seg), 0);
+	assert_true(seg == P.seg);
+	assert_int_equal(ferry_segment_close(P.init, seg), 0); /* one of two opens */
+	assert_batch_done(7);
+	pair_teardown(&P);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1327,6 +1358,7 @@ int main(void)
 		cmocka_unit_test(test_destroy_with_open_segments),
 		cmocka_unit_test(test_submit_while_reopening),
 		cmocka_unit_test(test_open_out_of_fds),
+		cmocka_unit_test(test_open_other_spelling),
 	};
 
 	if (getenv("FERRY_TEST_ONLY")) /* one test by name (a pattern) */
