@@ -369,7 +369,7 @@ __attribute__((noinline)) static uint32_t core_pass(struct ferry_core *c)
 	work += core_drain_ports(c);
 	if (c->xfer_in)
 		work += core_drain_xfer(c);
-	work += core_cut(c);
+	work += cut_fifo_count(&c->cut) ? core_cut(c) : 0; /* most passes: none (port_take cut them) */
 	/* pairs with: fetch_add_release in ferry_batch_cancel */
 	if (unlikely(load_acquire(c->e->cancel_epoch) != c->cancel_seen))
 		core_drop_failed(c);
