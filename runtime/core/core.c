@@ -384,7 +384,7 @@ __attribute__((noinline)) static uint32_t core_pass(struct ferry_core *c)
 				work += (uint32_t)n;
 		}
 	}
-	core_acct_flush(c);
+	core_acct_settle(c);
 	if (unlikely(c->now >= c->next_sweep))
 		core_sweep(c);
 	return work;

@@ -259,6 +259,13 @@ static inline void core_slice_finish(struct ferry_core *c, struct slice *s, int 
  * end of every qctx_poll burst (qp_events.burst_done), so before the core
  * may sleep whoever polled (a request ends no later). */
 void core_acct_flush(struct ferry_core *c);
+/* core_acct_flush when something waits for it: at a pass's end it mostly
+ * does not (each poll's burst flushed its own), so the pass saves the call. */
+static inline void core_acct_settle(struct ferry_core *c)
+{
+	if (c->acct_rq || c->ends.n)
+		core_acct_flush(c);
+}
 /* acct.c: core_on_slices_ok's rare turns: the ended list is full; a slice of
  * another multi-slice request than the one being summed. */
 void core_ends_full(struct ferry_core *c);
