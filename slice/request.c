@@ -193,6 +193,11 @@ int rq_ends_flush(struct rq_ends *x)
 	struct ferry_rq **r = x->rq, **end = x->rq + x->n;
 	int woke = 0;
 
+	if (x->n == 1) { /* a lone request (a latency loop's): no run to look for */
+		x->n = 0;
+		/* pairs with: cas_release in rq_fold and ferry_batch_cancel */
+		return rq_finish(*r, rq_outcome(*r, load_acquire((*r)->error)));
+	}
 	while (r < end)
 		r = ends_finish(r, end, &woke);
 	x->n = 0;

@@ -501,6 +501,50 @@ static void test_batch_bell(void **state)
 	close(fd);
 }
 
+/*
+ * An ended list of one request (a latency loop's burst) is released like a
+ * run of one: its references dropped, its outcome (a cancel that came after
+ * every byte moved is DONE, an error FAILED and counted), the batch's count
+ * and the owner's wake-up.
+ */
+static void test_ends_flush_lone(void **state)
+{
+	struct rq_batch b = { .pending = 3 | RQ_BATCH_WAITER };
+	uint64_t lrefs = 3, srefs = 3;
+	struct ferry_rq rq[3];
+	struct rq_ends x = { 0 };
+
+	(void)state;
+	memset(rq, 0, sizeof(rq));
+	for (unsigned i = 0; i < 3; i++) {
+		rq[i].batch = &b;
+		rq[i].nslices = 1;
+		rq[i].len = 8;
+		rq[i].lreg_refs = &lrefs;
+		rq[i].seg_refs = &srefs;
+	}
+	assert_int_equal(rq_account_defer(&x, &rq[0], 8, 0), 0);
+	assert_int_equal(rq_ends_flush(&x), 0);
+	assert_int_equal(x.n, 0);
+	assert_int_equal(rq[0].state, RQ_DONE);
+	assert_int_equal(rq[0].ok_bytes, 8);
+	rq[1].error = -ECANCELED; /* cancelled with its one slice posted */
+	assert_int_equal(rq_account_defer(&x, &rq[1], 8, 0), 0);
+	assert_int_equal(rq_ends_flush(&x), 0);
+	assert_int_equal(rq[1].state, RQ_DONE);
+	assert_int_equal(b.failed, 0);
+	assert_int_equal(lrefs, 1);
+	assert_int_equal(srefs, 1);
+	assert_int_equal(rq_account_defer(&x, &rq[2], 8, -EIO), 0);
+	assert_int_equal(rq_ends_flush(&x), 1); /* the last: wakes the sleeping owner */
+	assert_int_equal(rq[2].state, RQ_FAILED);
+	assert_int_equal(rq[2].error, -EIO);
+	assert_int_equal(b.failed, 1);
+	assert_int_equal(RQ_BATCH_COUNT(b.pending), 0);
+	assert_int_equal(lrefs, 0);
+	assert_int_equal(srefs, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -512,6 +556,7 @@ int main(void)
 		cmocka_unit_test(test_cut_part),
 		cmocka_unit_test(test_list),
 		cmocka_unit_test(test_batch_bell),
+		cmocka_unit_test(test_ends_flush_lone),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
