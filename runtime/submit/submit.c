@@ -120,7 +120,7 @@ static struct mem_region *lcache_get(struct ferry_engine *e, struct ferry_port *
 	if (!r || load_acquire(e->regions_gen) != p->lcache_gen || /* pairs with: store_sc in unregister */
 	    !region_covers(r, rq->local, rq->len))
 		return NULL;
-	*k = lreg_run(h, r, reqs, i, n);
+	*k = h->lreg ? lreg_run(h, r, reqs, i, n) : n - i; /* the call's first run: no call */
 	fetch_add_sc(r->refs, *k);
 	if (load_sc(e->regions_gen) == p->lcache_gen)
 		return r;
