@@ -51,6 +51,29 @@ static bool reconnecting(const struct repair *r, uint32_t slot, uint32_t gen)
 	return false;
 }
 
+/* The peer's NIC addresses that its handshakes connected to (its answer
+ * to their GET_DESC: seg_handshake_start) are the segment's from now on,
+ * as a repair's (repair_install): the cache stays right for a handshake
+ * whose GET_DESC goes unanswered.  Only an answer: without one, raddr is
+ * the copy taken at seg_reconnect_begin, and a repair may have put a
+ * newer address in the cache since. */
+static void reconnect_keep_addrs(struct ferry_engine *e, const struct reconn_flight *f,
+				 const int *rcs)
+{
+	struct ferry_seg *s = seg_at(&e->segs, f->slot);
+	const struct seg_hs *hs;
+	unsigned n;
+
+	hs = seg_reconnect_hs(f->r, &n);
+	pthread_mutex_lock(&e->ctl_lock);
+	/* (A refresh may have swapped s->desc: same incarnation, same NICs.) */
+	if (s->state == SEG_OPEN && s->gen == f->gen)
+		for (unsigned k = 0; k < n; k++)
+			if (!rcs[k] && hs[k].peer->raddr_fresh)
+				s->desc->nics[hs[k].peer->remote_nic].addr = hs[k].peer->raddr;
+	pthread_mutex_unlock(&e->ctl_lock);
+}
+
 static void reconnect_landed(void *arg, const int *rcs)
 {
 	struct reconn_flight *f = arg;
@@ -58,7 +81,10 @@ static void reconnect_landed(void *arg, const int *rcs)
 	struct repair *r = &e->repair;
 	uint64_t cores = seg_reconnect_cores(f->r);
 	int errs[FERRY_MAX_CORES];
-	int rc = seg_reconnect_end(e, f->r, rcs, errs);
+	int rc;
+
+	reconnect_keep_addrs(e, f, rcs);
+	rc = seg_reconnect_end(e, f->r, rcs, errs);
 
 	for (unsigned k = 0; k < r->n_reconn; k++)
 		if (r->reconn_slots[k] == f->slot && r->reconn_gens[k] == f->gen) {

@@ -12,6 +12,7 @@
  * one alone.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@ void seg_peer_of(const struct ferry_seg *s, uint16_t remote_nic, struct seg_peer
 	out->remote_nic = remote_nic;
 	out->raddr = s->desc->nics[remote_nic].addr;
 	out->tx = s->tx;
+	out->raddr_fresh = false;
 }
 
 void seg_handshake_req(struct ferry_engine *e, unsigned i, const struct seg_peer *p,
@@ -64,16 +66,24 @@ static void handshake_failed(const struct seg_hs *h, int rc, bool quiet)
 			h->core, strerror(-rc));
 }
 
+/* order[] of a pipe's GET_DESC (seg_handshake_start's, behind its CONNECT_REQs). */
+#define HS_FETCH UINT_MAX
+
 /* The handshakes' requests and answers, grouped per peer address. */
 struct hs_batch {
 	struct wire_connect_req *req;
 	struct wire_connect_rep *rep;
-	void **outs;         /* &rep[order[i]], in pipe order */
-	unsigned *order;     /* handshake index of each frame, grouped per peer */
+	void **outs;         /* &rep[order[i]] (a GET_DESC's: &descs[pipe]), in pipe order */
+	unsigned *order;     /* handshake index of each frame (or HS_FETCH), grouped per peer */
 	int *got;            /* answers in pipe order */
-	uint8_t *frames;     /* every CONNECT_REQ, in pipe order */
+	uint8_t *frames;     /* every CONNECT_REQ (and GET_DESC), in pipe order */
 	struct ctl_pipe *pipes;
 	unsigned np;
+	/* fresh only (a GET_DESC behind each pipe's CONNECT_REQs): */
+	const struct ctl_call **calls; /* each answer's call: connect's, or &fetch */
+	const struct ctl_call *connect;
+	struct ctl_call fetch;
+	struct seg_desc *descs;        /* pipe i's GET_DESC answer */
 };
 
 static void hs_batch_free(struct hs_batch *b)
@@ -85,22 +95,55 @@ static void hs_batch_free(struct hs_batch *b)
 	free(b->got);
 	free(b->frames);
 	free(b->pipes);
+	free(b->calls);
+	for (unsigned i = 0; b->descs && i < b->np; i++)
+		seg_desc_free(&b->descs[i]);
+	free(b->descs);
 }
 
-static int hs_batch_alloc(struct hs_batch *b, unsigned n)
+/* Room for n handshakes, and with fresh for a GET_DESC per pipe (at most
+ * one pipe per handshake). */
+static int hs_batch_alloc(struct hs_batch *b, unsigned n, bool fresh)
 {
 	static const struct wire_connect_req full = { .n_qps = WIRE_MAX_EP_QPS };
 	size_t most = WIRE_HDR_LEN + wire_connect_req_size(&full);
+	unsigned answers = fresh ? 2 * n : n;
 
 	b->req = calloc(n, sizeof(*b->req));
 	b->rep = calloc(n, sizeof(*b->rep));
-	b->outs = calloc(n, sizeof(*b->outs));
-	b->order = calloc(n, sizeof(*b->order));
-	b->got = calloc(n, sizeof(*b->got));
-	b->frames = malloc(n * most);
+	b->outs = calloc(answers, sizeof(*b->outs));
+	b->order = calloc(answers, sizeof(*b->order));
+	b->got = calloc(answers, sizeof(*b->got));
+	b->frames = malloc(n * most + (fresh ? n * WIRE_HDR_LEN : 0));
 	b->pipes = calloc(n, sizeof(*b->pipes));
-	return b->req && b->rep && b->outs && b->order && b->got && b->frames && b->pipes
-		       ? 0 : -ENOMEM;
+	if (fresh) {
+		b->calls = calloc(answers, sizeof(*b->calls));
+		b->descs = calloc(n, sizeof(*b->descs));
+		ctl_fetch_call_init(&b->fetch, NULL, 1); /* (the answers go to outs) */
+	}
+	return b->req && b->rep && b->outs && b->order && b->got && b->frames && b->pipes &&
+		       (!fresh || (b->calls && b->descs)) ? 0 : -ENOMEM;
+}
+
+/* A GET_DESC behind pipe p's CONNECT_REQs (its frames end at off, its
+ * answers at m; pipe index np): the round trip that makes the peer's
+ * QPs also says its NIC addresses now (seg_fresh_ask's reason).  Bytes
+ * of frame added. */
+static size_t hs_pipe_fetch(struct hs_batch *b, struct ctl_pipe *p, size_t off, unsigned m,
+			    unsigned np)
+{
+	if (!b->calls || !p->count)
+		return 0;
+	wire_hdr_encode(b->frames + off, WIRE_GET_DESC, 0);
+	b->order[m] = HS_FETCH;
+	b->outs[m] = &b->descs[np];
+	b->calls[m] = &b->fetch;
+	for (unsigned k = m - p->count; k < m; k++)
+		b->calls[k] = b->connect;
+	p->calls = &b->calls[m - p->count];
+	p->len += WIRE_HDR_LEN;
+	p->count++;
+	return WIRE_HDR_LEN;
 }
 
 /* The pipes: one per peer address, its CONNECT_REQs back to back (the
@@ -140,6 +183,8 @@ static unsigned hs_batch_pipes(struct ferry_engine *e, const struct seg_hs *hs, 
 			b->outs[m++] = &b->rep[j];
 			p->count++;
 		}
+		off += hs_pipe_fetch(b, p, off, m, np);
+		m += p->count && b->calls;
 		np += p->count > 0;
 	}
 	if (!taken)
@@ -164,13 +209,14 @@ static unsigned hs_batch_pipes(struct ferry_engine *e, const struct seg_hs *hs, 
  * requests, the answers go to outs).  How many pipes; rcs[k] set for
  * the handshakes that do not go, *sent: the answers expected. */
 static unsigned hs_batch_build(struct ferry_engine *e, const struct seg_hs *hs, unsigned n,
-			       bool quiet, struct hs_batch *b, struct ctl_call *call, int *rcs,
-			       unsigned *sent)
+			       bool quiet, bool fresh, struct hs_batch *b, struct ctl_call *call,
+			       int *rcs, unsigned *sent)
 {
-	int rc = n ? hs_batch_alloc(b, n) : 0;
+	int rc = n ? hs_batch_alloc(b, n, fresh) : 0;
 	unsigned np = 0;
 
 	*sent = 0;
+	b->connect = call;
 	for (unsigned k = 0; k < n; k++)
 		rcs[k] = rc;
 	if (!rc)
@@ -201,8 +247,31 @@ static void hs_unanswered_back(struct ferry_engine *e, const struct seg_hs *hs,
 		unsigned m0 = (unsigned)(p->rcs - b->got);
 
 		for (unsigned k = 0; k < p->count; k++)
-			if (ctl_pipe_unanswered_sent(p, k))
+			if (b->order[m0 + k] != HS_FETCH && ctl_pipe_unanswered_sent(p, k))
 				hs_peer_may_hold(e, &hs[b->order[m0 + k]], p->rcs[k]);
+	}
+}
+
+/* p->raddr from d, the peer's descriptor now (rc: its fetch's), if it is
+ * p's incarnation's: another incarnation's NICs are not p's (its
+ * CONNECT_REQ was refused -ESTALE anyway).  Else the cached one stays. */
+static void fresh_addr(const struct seg_desc *d, int rc, struct seg_peer *p)
+{
+	if (!rc && d->incarnation == p->target_incarnation && p->remote_nic < d->n_nics) {
+		p->raddr = d->nics[p->remote_nic].addr;
+		p->raddr_fresh = true;
+	}
+}
+
+/* Each pipe's GET_DESC answer gives its handshakes' peers their address now. */
+static void hs_fresh_take(const struct seg_hs *hs, const struct hs_batch *b)
+{
+	for (unsigned i = 0; b->calls && i < b->np; i++) {
+		const struct ctl_pipe *p = &b->pipes[i];
+		unsigned m0 = (unsigned)(p->rcs - b->got), last = m0 + p->count - 1;
+
+		for (unsigned m = m0; m < last; m++)
+			fresh_addr(&b->descs[i], b->got[last], hs[b->order[m]].peer);
 	}
 }
 
@@ -212,8 +281,10 @@ static void hs_batch_finish(struct ferry_engine *e, const struct seg_hs *hs, uns
 			    struct hs_batch *b, unsigned sent, int *rcs, bool quiet)
 {
 	for (unsigned m = 0; m < sent; m++)
-		rcs[b->order[m]] = b->got[m];
+		if (b->order[m] != HS_FETCH)
+			rcs[b->order[m]] = b->got[m];
 	hs_unanswered_back(e, hs, b);
+	hs_fresh_take(hs, b);
 	for (unsigned k = 0; k < n; k++) {
 		const struct seg_hs *h = &hs[k];
 
@@ -237,7 +308,7 @@ void seg_handshake_many(struct ferry_engine *e, const struct seg_hs *hs, unsigne
 	struct hs_batch b = { 0 };
 	struct ctl_call call;
 	unsigned sent;
-	unsigned np = hs_batch_build(e, hs, n, quiet, &b, &call, rcs, &sent);
+	unsigned np = hs_batch_build(e, hs, n, quiet, false, &b, &call, rcs, &sent);
 	int rc = np ? ctl_call_many(&e->client, b.pipes, np, seg_hs_timeout_ms(e), &call) : 0;
 
 	for (unsigned m = 0; rc && m < sent; m++)
@@ -281,7 +352,7 @@ int seg_handshake_start(struct ferry_engine *e, struct ctl_calls *calls, const s
 		return -ENOMEM;
 	*f = (struct hs_flight){ .e = e, .hs = hs, .n = n, .quiet = quiet, .done = done,
 				 .arg = arg };
-	np = hs_batch_build(e, hs, n, quiet, &f->b, &f->call, f->rcs, &f->sent);
+	np = hs_batch_build(e, hs, n, quiet, true, &f->b, &f->call, f->rcs, &f->sent);
 	if (np > ctl_calls_room(calls)) {
 		hs_batch_free(&f->b);
 		free(f);
@@ -334,11 +405,7 @@ void seg_fresh_take(struct seg_fresh *f, int rc, struct seg_peer *p)
 {
 	if (!f)
 		return;
-	/* Another incarnation's NICs are not p's (its CONNECT_REQ was refused
-	 * -ESTALE anyway). */
-	if (!rc && f->desc.incarnation == p->target_incarnation &&
-	    p->remote_nic < f->desc.n_nics)
-		p->raddr = f->desc.nics[p->remote_nic].addr;
+	fresh_addr(&f->desc, rc, p);
 	seg_desc_free(&f->desc);
 	free(f);
 }

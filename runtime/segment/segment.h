@@ -122,6 +122,9 @@ struct seg_peer {
 	uint16_t remote_nic;        /* the peer's descriptor entry */
 	struct nic_addr raddr;      /* its address */
 	uint8_t tx;                 /* our context (transport) in the core */
+	/* raddr is the peer's answer to this handshake's GET_DESC, not the
+	 * segment's cached copy (which a repair may have updated since). */
+	bool raddr_fresh;
 };
 
 static inline ferry_seg_t seg_handle(uint32_t gen, uint32_t slot)
@@ -223,7 +226,7 @@ void seg_peer_of(const struct ferry_seg *s, uint16_t remote_nic, struct seg_peer
  * caller logs why it failed.  No lock held. */
 struct seg_hs {
 	unsigned core;
-	const struct seg_peer *peer;
+	struct seg_peer *peer;         /* (seg_handshake_start may update its raddr) */
 	struct qpx *const *qps;
 	unsigned nqps;
 	uint64_t token;
@@ -233,7 +236,11 @@ void seg_handshake_many(struct ferry_engine *e, const struct seg_hs *hs, unsigne
 /* The same without waiting, on a set of calls a poll loop drives (the
  * repair thread's): done(arg, rcs) once every handshake ended (rcs valid
  * during the call; hs must stay until then).  0, -EBUSY (no room in
- * calls: nothing started), -ENOMEM. */
+ * calls: nothing started), -ENOMEM.  For endpoints made from the
+ * segment's cached descriptor (a reconnect's): each peer's CONNECT_REQs
+ * have a GET_DESC behind them, as a repair's (seg_fresh_ask), and each
+ * hs[k].peer->raddr is the peer's NIC address now if it answered (else
+ * the cached one), before our QPs are connected to it. */
 struct ctl_calls;
 typedef void (*seg_hs_done_fn)(void *arg, const int *rcs);
 int seg_handshake_start(struct ferry_engine *e, struct ctl_calls *calls, const struct seg_hs *hs,
