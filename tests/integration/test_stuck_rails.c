@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "tests/harness/harness.h"
+#include "tests/harness/held.h"
 
 #define BUF (1u << 20)
 #define SLICE 4096
@@ -164,6 +165,87 @@ static void test_pools_lent_without_timeouts(void **state)
 	pair_teardown(&q);
 }
 
+#define HELD_RETRIES 3
+
+/* Whether a's slice is still out: on a's rail, lent, or in a ring. */
+static bool held_slice_out(const struct held *h)
+{
+	return core_ep(h->a, (uint32_t)h->q.seg - 1)->pending.count || h->a->slices_lent;
+}
+
+/*
+ * The lockstep bounce (handover.c xfer_refused), timeouts off: core a's
+ * rail is cut off (the repair thread's rail_down), so its slice is
+ * evacuated to b; b's pool is all lent out, so b refuses it (xfer_refuse)
+ * and it goes home to a, whose next pass evacuates it again.  The test runs
+ * the two cores' hand-over steps one after the other, the lockstep that two
+ * threads fall into only by chance.  Each refusal to a cut-off rail counts
+ * a try (c42be7f), so the slice ends -ENOTCONN once out of them; before,
+ * an evacuation counted none and the slice went round for good (here: still
+ * out after 8 x (retries + 1) rounds, where about 3 make a try).
+ */
+static void test_refused_to_cut_off_rail_ends(void **state)
+{
+	struct ferry_req_status st;
+	struct held h;
+	unsigned rounds;
+
+	(void)state;
+	held_setup(&h, 0, HELD_RETRIES);
+	WRITE_ONCE(h.seg->rail_down[0], 1);
+	held_all_lent(&h);
+	for (rounds = 0; rounds < 8 * (HELD_RETRIES + 1) && held_slice_out(&h); rounds++) {
+		core_drain_xfer(h.a);
+		core_drain_xfer(h.b);
+	}
+	print_message("a's slice %s after %u rounds\n",
+		      held_slice_out(&h) ? "still out" : "ended", rounds);
+	assert_false(held_slice_out(&h));
+	assert_int_equal(h.b->xfer_wait.count, 0);
+	held_release(&h, &st);
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(st.error, -ENOTCONN);
+	held_teardown(&h);
+}
+
+/*
+ * core_sweep_xfer_wait's own case: a foreign slice waits in b's xfer_wait
+ * because b's pool is dry, but b's slices are its own, out on its rail
+ * (not lent: xfer_refuse does not apply), so none may come back for as
+ * long as that rail is stuck.  The wait ends at the slice timeout, not a
+ * tick before: the slice -ETIMEDOUT, its original home to a's pool.  The
+ * slice timeout passes on b's pass clock, moved by the test.
+ */
+static void test_wait_on_dry_pool_times_out(void **state)
+{
+	struct ferry_req_status st;
+	struct held h;
+
+	(void)state;
+	held_setup(&h, 1000, HELD_RETRIES);
+	held_dry(&h);
+	WRITE_ONCE(h.seg->rail_down[0], 1);
+	core_drain_xfer(h.a); /* evacuated to b */
+	WRITE_ONCE(h.seg->rail_down[0], 0);
+	assert_int_equal(h.a->slices_lent, 1);
+	core_drain_xfer(h.b);
+	assert_int_equal(h.b->xfer_wait.count, 1);
+
+	h.b->now += h.b->timeout_ticks; /* the slice timeout, not past it */
+	core_sweep_xfer_wait(h.b);
+	core_drain_xfer(h.b);
+	assert_int_equal(h.b->xfer_wait.count, 1);
+	h.b->now++;
+	core_sweep_xfer_wait(h.b);
+	assert_int_equal(h.b->xfer_wait.count, 0);
+	core_drain_xfer(h.a); /* the original back */
+	assert_int_equal(h.a->slices_lent, 0);
+	held_release(&h, &st);
+	assert_int_equal(st.state, FERRY_TIMEOUT);
+	assert_int_equal(st.error, -ETIMEDOUT);
+	held_teardown(&h);
+}
+
 /* Every request ended (or the test failed first): the devices come back
  * for the segment's close and the engines' ends. */
 static int teardown(void **state)
@@ -180,6 +262,8 @@ int main(void)
 		cmocka_unit_test(test_pools_lent_to_each_other),
 		cmocka_unit_test(test_stuck_slices_do_not_bounce),
 		cmocka_unit_test(test_pools_lent_without_timeouts),
+		cmocka_unit_test(test_refused_to_cut_off_rail_ends),
+		cmocka_unit_test(test_wait_on_dry_pool_times_out),
 	};
 	struct ferry_opts o;
 	struct ferry_knobs k = { .abandon_ms = 30 };
