@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "tests/harness/harness.h"
+#include "tests/harness/held.h"
 
 #define BUF (8u << 20)
 #define REQS 8
@@ -74,10 +75,52 @@ static void test_handover_to_stopped_core(void **state)
 	free(P.rbuf);
 }
 
+/*
+ * A slice refused back (handover.c xfer_refuse: TAG_REFUSED) still in its
+ * owner's ring when the owner stops: core_drain_xfer_at_stop ends its bytes
+ * -ECANCELED like a foreign slice's.  Core a's rail is cut off, so its
+ * slice goes to b, whose pool is all lent out: b refuses it, and a stops
+ * before a pass of its own reads the refusal (the test runs both cores'
+ * steps, holding them; a's thread takes a back only to stop).  Before,
+ * only a foreign slice was ended there: this one's request stayed PENDING.
+ */
+static void test_refused_in_ring_at_stop(void **state)
+{
+	struct ferry_req_status st;
+	struct held h;
+
+	(void)state;
+	held_setup(&h, 0, 3);
+	WRITE_ONCE(h.seg->rail_down[0], 1);
+	held_all_lent(&h);
+	core_drain_xfer(h.a); /* evacuated to b */
+	core_drain_xfer(h.b); /* waits: b's pool is dry */
+	core_drain_xfer(h.b); /* all lent: refused */
+	assert_int_equal(ferry_ring_count(&h.a->xfer_in[1]), 1);
+	held_restore(&h);
+	core_stop_begin(h.a); /* set before a's thread can take a back */
+	held_core_give(h.a);
+	core_stop(h.a);
+	held_core_give(h.b);
+	held_wait(&h, &st);
+	print_message("request: %s %d\n", ferry_state_name(st.state), st.error);
+	assert_int_equal(st.state, FERRY_FAILED);
+	assert_int_equal(st.error, -ECANCELED);
+	/* a is stopped: no segment close (its endpoint's owner is gone); the
+	 * batch outlives the engine, as above. */
+	ferry_engine_destroy(h.q.init);
+	free(h.batch->rqs);
+	free(h.batch);
+	ferry_engine_destroy(h.q.target);
+	free(h.q.lbuf);
+	free(h.q.rbuf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_handover_to_stopped_core),
+		cmocka_unit_test(test_refused_in_ring_at_stop),
 	};
 	struct ferry_opts o;
 
