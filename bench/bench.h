@@ -212,7 +212,9 @@ void flight_free(struct bench_port *bp);
 int flight_run(struct bench_port *bp, uint64_t n);
 int flight_drain(struct bench_port *bp, uint64_t n);
 
-/* mode_lat.c: --lat, a request at a time */
+/* mode_lat.c: --lat, a request at a time: a chunk of them from turn n (*turns
+ * run); --idle's single request */
+int lat_chunk(struct bench_port *bp, uint64_t n, uint64_t *turns);
 int lat_run(struct bench_port *bp, uint64_t n);
 /* mode_notify.c: --notify, one WRITE and its notification, timed to the receiver */
 int notify_run(struct bench_port *bp, uint64_t n);

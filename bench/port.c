@@ -16,14 +16,16 @@
 
 /*
  * One turn of a port's loop, as the flags ask: a round of --batch requests
- * kept in flight, a batch (--sync), one request (--lat), one ping-pong, a
- * WRITE and its notification (--notify), or an idle gap and a request
- * (--idle).
+ * kept in flight, a batch (--sync), one ping-pong, a WRITE and its
+ * notification (--notify), or an idle gap and a request (--idle); --lat
+ * runs a chunk of single requests at once, one turn each, so that its
+ * timed loop is not this one.  *turns: how many turns it ran.
  */
-static int port_step(struct bench_port *bp, uint64_t n)
+static int port_step(struct bench_port *bp, uint64_t n, uint64_t *turns)
 {
 	const struct bench_cfg *c = &bp->b->cfg;
 
+	*turns = 1;
 	if (c->idle)
 		return idle_run(bp, n);
 	if (c->pingpong)
@@ -31,7 +33,7 @@ static int port_step(struct bench_port *bp, uint64_t n)
 	if (c->notify)
 		return notify_run(bp, n);
 	if (c->lat)
-		return lat_run(bp, n);
+		return lat_chunk(bp, n, turns);
 	if (c->sync)
 		return batch_run(bp, n);
 	return flight_run(bp, n);
@@ -48,15 +50,16 @@ static void *port_main(void *arg)
 {
 	struct bench_port *bp = arg;
 	struct bench *b = bp->b;
-	uint64_t n = 0;
+	uint64_t n = 0, turns;
 
 	/* poll_pause's sleeps: the default 50 us timer slack would dwarf them. */
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 	pthread_barrier_wait(&b->start);
 	/* At least one batch, even when the thread starts past a tiny duration. */
 	do {
-		if (port_step(bp, n++))
+		if (port_step(bp, n, &turns))
 			break;
+		n += turns;
 		__atomic_store_n(&bp->prog_bytes, bp->ok * b->size, __ATOMIC_RELAXED);
 		__atomic_store_n(&bp->prog_batches, n, __ATOMIC_RELAXED);
 	} while (!port_done(b, n));

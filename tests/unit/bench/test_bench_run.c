@@ -108,7 +108,31 @@ static void pause_stub(uint64_t gap)
 #include "bench/mode_inflight.c"
 #undef pause_ns
 #undef ferry_batch_reset
+
+/*
+ * --lat's submits go through this stub: call number lat_bad_at (from 0)
+ * submits the request with len 0, which the library ends FAILED -EINVAL
+ * at once; with lat_refuse on, that call is refused instead (-EINVAL,
+ * nothing submitted), as a batch that cannot take a request.
+ */
+static uint64_t lat_bad_at = UINT64_MAX, lat_submits;
+static bool lat_refuse;
+
+static int lat_submit_stub(struct ferry_batch *b, const struct ferry_req *reqs, uint32_t n)
+{
+	struct ferry_req bad = reqs[0];
+
+	if (lat_submits++ != lat_bad_at)
+		return ferry_submit(b, reqs, n);
+	if (lat_refuse)
+		return -EINVAL;
+	bad.len = 0;
+	return ferry_submit(b, &bad, 1);
+}
+
+#define ferry_submit lat_submit_stub
 #include "bench/mode_lat.c"
+#undef ferry_submit
 
 /*
  * --notify's polls go through this stub: with notif_fail_after n, the
@@ -446,6 +470,87 @@ static void test_idle_warm_failures(void **state)
 	bench_teardown(&b);
 }
 
+/*
+ * --lat over more than one chunk of timed requests (LAT_CHUNK), --verify
+ * on: every request is counted once, as a turn, as DONE and as a sample,
+ * and the READ bytes still check.
+ */
+static void test_lat_chunks(void **state)
+{
+	const char *args[] = { "--nics", "loop", "--cores", "0", "--size", "8", "--op", "read",
+			       "--lat", "--iters", "2500", "--verify", "--json", NULL };
+	static struct bench b;
+	struct totals t;
+
+	(void)state;
+	bench_start(&b, args);
+	assert_int_equal(bench_run(&b), 0);
+	totals_sum(&b, &t);
+	assert_int_equal(t.batches, 2500);
+	assert_int_equal(t.ok, 2500);
+	assert_int_equal(t.lat.n, 2500);
+	assert_int_equal(t.failures, 0);
+	assert_int_equal(b.mismatches, 0);
+	assert_int_equal(b.unverified, 0);
+	bench_teardown(&b);
+}
+
+/*
+ * --lat, request 1500 (the second chunk's) fails: it is counted failed and
+ * not sampled, the run goes on; the requests around it are DONE and
+ * sampled.
+ */
+static void test_lat_failed_request(void **state)
+{
+	const char *args[] = { "--nics", "loop", "--cores", "0", "--size", "8", "--lat",
+			       "--iters", "2000", "--json", NULL };
+	static struct bench b;
+	struct totals t;
+
+	(void)state;
+	bench_start(&b, args);
+	lat_submits = 0;
+	lat_bad_at = 1500;
+	assert_int_equal(bench_run(&b), 1); /* a failure */
+	lat_bad_at = UINT64_MAX;
+	totals_sum(&b, &t);
+	assert_int_equal(t.batches, 2000);
+	assert_int_equal(t.ok, 1999);
+	assert_int_equal(t.failures, 1);
+	assert_int_equal(t.lat.n, 1999);
+	assert_false(t.early);
+	bench_teardown(&b);
+}
+
+/*
+ * --lat, the submit of request 1100 refused: the port stops there, and
+ * the 1100 requests before it (a whole chunk and part of the next) keep
+ * their turns and samples.
+ */
+static void test_lat_submit_refused(void **state)
+{
+	const char *args[] = { "--nics", "loop", "--cores", "0", "--size", "8", "--lat",
+			       "--iters", "2000", "--json", NULL };
+	static struct bench b;
+	struct totals t;
+
+	(void)state;
+	bench_start(&b, args);
+	lat_submits = 0;
+	lat_bad_at = 1100;
+	lat_refuse = true;
+	assert_int_equal(bench_run(&b), 1); /* the port stopped */
+	lat_bad_at = UINT64_MAX;
+	lat_refuse = false;
+	totals_sum(&b, &t);
+	assert_int_equal(t.batches, 1100);
+	assert_int_equal(t.ok, 1100);
+	assert_int_equal(t.lat.n, 1100);
+	assert_true(t.early);
+	assert_int_equal(b.ports[0].err, -EINVAL);
+	bench_teardown(&b);
+}
+
 /* openers_report's line on stdout, in line (len bytes). */
 static int openers_line(const struct opener *o, uint32_t m, char *line, size_t len)
 {
@@ -508,6 +613,9 @@ int main(void)
 		cmocka_unit_test(test_openers_percentiles),
 		cmocka_unit_test(test_inflight_iters_no_wrap),
 		cmocka_unit_test(test_idle_warm_failures),
+		cmocka_unit_test(test_lat_chunks),
+		cmocka_unit_test(test_lat_failed_request),
+		cmocka_unit_test(test_lat_submit_refused),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
