@@ -199,6 +199,26 @@ void bench_samples_add(struct bench_samples *s, uint64_t ns)
 	s->v[s->n++] = ns;
 }
 
+void bench_samples_add_gaps(struct bench_samples *s, const uint64_t *ts, uint64_t n)
+{
+	uint64_t j = 0, fit = s->cap - s->n < n ? s->cap - s->n : n;
+
+	/* bench_samples_add's own steps while every sample is kept and fits. */
+	for (; !s->shift && j < fit; j++) {
+		uint64_t ns = ts[j + 1] - ts[j];
+
+		s->sum += (double)ns;
+		if (ns < s->min)
+			s->min = ns;
+		if (ns > s->max)
+			s->max = ns;
+		s->v[s->n++] = ns;
+	}
+	s->seen += j;
+	for (; j < n; j++)
+		bench_samples_add(s, ts[j + 1] - ts[j]);
+}
+
 int bench_samples_summary(struct bench_samples *s, unsigned n, struct bench_lat *out)
 {
 	uint64_t total = 0, seen = 0, min = UINT64_MAX, max = 0, *all;

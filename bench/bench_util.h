@@ -82,6 +82,13 @@ void bench_samples_reset(struct bench_samples *s);
 void bench_samples_add(struct bench_samples *s, uint64_t ns);
 
 /*
+ * The n gaps between n + 1 stamps, ts[j + 1] - ts[j], exactly as n calls of
+ * bench_samples_add would add them, without a call per sample while they
+ * are all kept (--lat's stamps, after its timed loop).
+ */
+void bench_samples_add_gaps(struct bench_samples *s, const uint64_t *ts, uint64_t n);
+
+/*
  * Summary of n ports' samples together.  Ports that kept a larger share
  * are thinned first so that every kept sample stands for as many requests;
  * out->n is every sample offered, min, max and avg are exact.  May thin

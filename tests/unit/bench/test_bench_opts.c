@@ -1087,6 +1087,44 @@ static void test_samples_subset(void **state)
 	bench_samples_free(&s[1]);
 }
 
+/*
+ * bench_samples_add_gaps is bench_samples_add per gap: the same state
+ * (kept samples in order, counts, min, max, sum, thinning and its random
+ * draws) from stamps added in runs of 0, 1, 37, 300 and the rest, past
+ * the capacity (thinned) and again after it.
+ */
+static void test_samples_gaps(void **state)
+{
+	static const uint64_t runs[] = { 0, 1, 37, 300, 662 };
+	struct bench_samples one, gaps;
+	uint64_t ts[1001], at = 0;
+
+	(void)state;
+	ts[0] = 5000;
+	for (unsigned i = 1; i <= 1000; i++)
+		ts[i] = ts[i - 1] + 1 + bench_mix64(i) % 977;
+	assert_int_equal(bench_samples_init(&one, 256, 3), 0);
+	assert_int_equal(bench_samples_init(&gaps, 256, 3), 0);
+	for (unsigned i = 0; i < 1000; i++)
+		bench_samples_add(&one, ts[i + 1] - ts[i]);
+	for (unsigned r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
+		bench_samples_add_gaps(&gaps, ts + at, runs[r]);
+		at += runs[r];
+	}
+	assert_int_equal(at, 1000);
+	assert_true(one.shift > 0);
+	assert_int_equal(gaps.seen, one.seen);
+	assert_int_equal(gaps.n, one.n);
+	assert_int_equal(gaps.shift, one.shift);
+	assert_int_equal(gaps.rng, one.rng);
+	assert_int_equal(gaps.min, one.min);
+	assert_int_equal(gaps.max, one.max);
+	assert_true(gaps.sum == one.sum);
+	assert_memory_equal(gaps.v, one.v, one.n * sizeof(*one.v));
+	bench_samples_free(&one);
+	bench_samples_free(&gaps);
+}
+
 static void test_names_and_usage(void **state)
 {
 	char *text = NULL;
@@ -1149,6 +1187,7 @@ int main(void)
 		cmocka_unit_test(test_apply_counters),
 		cmocka_unit_test(test_samples_exact),
 		cmocka_unit_test(test_samples_subset),
+		cmocka_unit_test(test_samples_gaps),
 		cmocka_unit_test(test_names_and_usage),
 	};
 
