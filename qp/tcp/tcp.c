@@ -245,29 +245,50 @@ static void tcp_caps(const struct nic *n, struct nic_caps *out)
 	out->flags = NIC_CAP_SERVES;
 }
 
-/* "TCP1", the listener's IPv4 address and port (network order); the rest zero. */
+/* "TCP1", the listener's IPv4 address and port (network order); the rest
+ * zero.  A listener on 0.0.0.0 says 127.0.0.1: the wildcard is no address
+ * to dial (tcp_addr_decode refuses it), and what a dial of it reached is
+ * this host's loopback, so peers on this host reach us as before. */
 static void tcp_addr(const struct nic *n, struct nic_addr *out)
 {
 	const struct tcp_ctx *ctx = (const struct tcp_ctx *)(const void *)n;
+	uint32_t ip = ctx->sa.sin_addr.s_addr;
 
+	if (ip == htonl(INADDR_ANY))
+		ip = htonl(INADDR_LOOPBACK);
 	memset(out, 0, sizeof(*out));
 	memcpy(out->bytes, tcp_magic, sizeof(tcp_magic));
-	memcpy(out->bytes + 4, &ctx->sa.sin_addr.s_addr, 4);
+	memcpy(out->bytes + 4, &ip, 4);
 	memcpy(out->bytes + 8, &ctx->sa.sin_port, 2);
+}
+
+/* An address a peer may have us dial: none of 0.0.0.0/8 (0.0.0.0 itself
+ * reaches our own loopback, whatever host the peer is on), multicast
+ * (224/4), reserved and broadcast (240/4); no connection goes there. */
+static bool tcp_dialable(uint32_t ip_host_order)
+{
+	uint32_t top = ip_host_order >> 24;
+
+	return top != 0 && top < 224;
 }
 
 int tcp_addr_decode(const struct nic_addr *a, struct sockaddr_in *out)
 {
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+
+	/* A refusal leaves *out zeroed: nothing half decoded to use by mistake. */
 	memset(out, 0, sizeof(*out));
 	if (memcmp(a->bytes, tcp_magic, sizeof(tcp_magic)) != 0)
 		return -EINVAL;
 	for (unsigned i = 10; i < NIC_ADDR_LEN; i++)
 		if (a->bytes[i])
 			return -EINVAL;
-	out->sin_family = AF_INET;
-	memcpy(&out->sin_addr.s_addr, a->bytes + 4, 4);
-	memcpy(&out->sin_port, a->bytes + 8, 2);
-	return out->sin_port ? 0 : -EINVAL;
+	memcpy(&sa.sin_addr.s_addr, a->bytes + 4, 4);
+	memcpy(&sa.sin_port, a->bytes + 8, 2);
+	if (!sa.sin_port || !tcp_dialable(ntohl(sa.sin_addr.s_addr)))
+		return -EINVAL;
+	*out = sa;
+	return 0;
 }
 
 uint16_t tcp_port(const struct nic *n)

@@ -36,6 +36,7 @@
 
 #include "qp/nic.h"
 #include "qp/tcp/frame.h"
+#include "qp/tcp/objects.h"
 #include "qp/tcp/tcp.h"
 #include "tests/harness/nic_wr.h"
 #include "tests/harness/pollwatch.h"
@@ -337,6 +338,90 @@ static void test_qp_info_roles(void **state)
 	/* Not a tcp address. */
 	memcpy(ab.bytes, "LOOP", 4);
 	assert_int_equal(P->qp_connect(e->qb, &ab, &a), -EINVAL);
+}
+
+/* A tcp NIC address: "TCP1", ip and port (host order), the rest zero. */
+static void tcp_naddr(struct nic_addr *a, uint32_t ip, uint16_t port)
+{
+	uint32_t nip = htonl(ip);
+	uint16_t nport = htons(port);
+
+	memset(a, 0, sizeof(*a));
+	memcpy(a->bytes, "TCP1", 4);
+	memcpy(a->bytes + 4, &nip, 4);
+	memcpy(a->bytes + 8, &nport, 2);
+}
+
+/*
+ * A peer's address is one we can dial, or refused with nothing of it
+ * decoded: 0.0.0.0/8 (0.0.0.0 reached our own loopback, whatever host
+ * said it), multicast and 240/4 (broadcast too) are refused, and so is
+ * port 0 (before, that refusal left the family and address filled in).
+ * A "dial me" that names 0.0.0.0 reaches nobody: before, the initiator
+ * connected to the loopback listener at that port.  A listener on
+ * 0.0.0.0 says 127.0.0.1, so peers on this host still reach it.
+ */
+static void test_addr_dialable(void **state)
+{
+	static const uint32_t bad[] = { 0, 0x00010203, 0x00ffffff, 0xe0000001, 0xefffffff,
+					0xf0000001, 0xffffffff };
+	struct env *e = *state;
+	struct sockaddr_in sin, zero;
+	struct nic_qp_info mine, peer = { .qpn = 1, .psn = 0x80000000u };
+	struct nic_addr na;
+	struct nic_qp *q, *qt;
+	struct nic_cq *cq;
+	struct nic *w;
+	socklen_t sl = sizeof(sin);
+	struct pollfd p;
+	int lfd;
+
+	memset(&zero, 0, sizeof(zero));
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		tcp_naddr(&na, bad[i], 7000);
+		memset(&sin, 0x55, sizeof(sin));
+		assert_int_equal(tcp_addr_decode(&na, &sin), -EINVAL);
+		assert_memory_equal(&sin, &zero, sizeof(sin));
+	}
+	tcp_naddr(&na, 0x7f000001, 0);
+	memset(&sin, 0x55, sizeof(sin));
+	assert_int_equal(tcp_addr_decode(&na, &sin), -EINVAL);
+	assert_memory_equal(&sin, &zero, sizeof(sin));
+	tcp_naddr(&na, 0xdfffffff, 1); /* the last unicast address */
+	assert_int_equal(tcp_addr_decode(&na, &sin), 0);
+	assert_int_equal(ntohl(sin.sin_addr.s_addr), 0xdfffffff);
+
+	/* A loopback listener: a dial of 0.0.0.0 at its port reached it. */
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(lfd >= 0);
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sin, &sl), 0);
+	tcp_naddr(&na, 0, ntohs(sin.sin_port));
+	assert_int_equal(P->qp_create(e->a, e->cqa, 4, &q), 0);
+	P->qp_info(q, &mine); /* an initiator's: it may dial */
+	assert_int_equal(P->qp_connect(q, &na, &peer), -EINVAL);
+	p = (struct pollfd){ .fd = lfd, .events = POLLIN };
+	assert_int_equal(poll(&p, 1, 0), 0); /* nothing in its backlog */
+	P->qp_destroy(q);
+	close(lfd);
+
+	/* A target on the wildcard: reached at 127.0.0.1, data moves. */
+	assert_int_equal(P->open("tcp@0.0.0.0", &w), 0);
+	P->addr(w, &na);
+	assert_memory_equal(na.bytes + 4, "\x7f\x00\x00\x01", 4);
+	assert_int_equal(na.bytes[8] << 8 | na.bytes[9], tcp_port(w));
+	assert_int_equal(P->cq_create(w, 16, &cq), 0);
+	assert_int_equal(P->qp_create(w, cq, 1, &qt), 0);
+	assert_int_equal(P->qp_create(e->a, e->cqa, 4, &q), 0);
+	handshake(e->a, q, w, qt);
+	P->qp_destroy(q);
+	P->qp_destroy(qt);
+	P->cq_destroy(cq);
+	P->close(w);
 }
 
 /*
@@ -1511,6 +1596,7 @@ int main(void)
 #define T(f) cmocka_unit_test_setup_teardown(f, env_setup, env_teardown)
 		T(test_qp_info_roles),
 		T(test_target_does_not_dial),
+		T(test_addr_dialable),
 		T(test_write_read_random),
 		T(test_selective_signalling),
 		T(test_read_then_write),
@@ -1540,6 +1626,8 @@ int main(void)
 		cmocka_unit_test(test_threads),
 	};
 
+	if (getenv("FERRY_TEST_ONLY")) /* one test (or a glob) */
+		cmocka_set_test_filter(getenv("FERRY_TEST_ONLY"));
 	/* The provider's messages go to stderr; cmocka's summary to stdout. */
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
