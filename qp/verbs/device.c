@@ -171,25 +171,47 @@ static bool fv_addr_rest_ok(const uint8_t *b, bool alt)
 	return alt ? memcmp(b + 32, zero, 16) != 0 : !memcmp(b + 32, zero, 18);
 }
 
+/* What a port of ours can say (fv_open): a link layer we know, a port
+ * number (from 1), on InfiniBand a unicast LID (the LID routes; 0 is
+ * unassigned, 0xc000.. multicast and permissive), on Ethernet a GID (the
+ * destination of every packet).  Anything else is no peer to connect to. */
+static bool fv_addr_sane(const struct fv_addr *a)
+{
+	static const uint8_t zero[16];
+
+	if (!a->port)
+		return false;
+	if (a->link_layer == IBV_LINK_LAYER_INFINIBAND)
+		return a->lid && a->lid < 0xc000;
+	return a->link_layer == IBV_LINK_LAYER_ETHERNET && memcmp(a->gid, zero, 16) != 0;
+}
+
 int fv_addr_unpack(const struct nic_addr *in, struct fv_addr *a)
 {
 	const uint8_t *b = in->bytes;
+	struct fv_addr t;
 
+	/* A refusal leaves *a zeroed: nothing half decoded to use by mistake. */
+	memset(a, 0, sizeof(*a));
 	if (memcmp(b, fv_magic, sizeof(fv_magic)) != 0 || b[4] != VERBS_ADDR_VERSION)
 		return -EINVAL;
 	if (!mtu_bytes(b[7]))
 		return -EINVAL;
-	a->link_layer = b[5];
-	a->port = b[6];
-	a->mtu = b[7];
-	memcpy(a->gid, b + 8, 16);
-	a->lid = (uint16_t)(b[24] | b[25] << 8);
-	a->gid_index = b[26];
-	a->rd_atomic = b[27];
-	a->has_alt = b[48] == 1;
-	memcpy(a->alt_gid, b + 32, 16);
-	a->alt_gid_index = b[49];
-	return fv_addr_rest_ok(b, a->has_alt) ? 0 : -EINVAL;
+	memset(&t, 0, sizeof(t));
+	t.link_layer = b[5];
+	t.port = b[6];
+	t.mtu = b[7];
+	memcpy(t.gid, b + 8, 16);
+	t.lid = (uint16_t)(b[24] | b[25] << 8);
+	t.gid_index = b[26];
+	t.rd_atomic = b[27];
+	t.has_alt = b[48] == 1;
+	memcpy(t.alt_gid, b + 32, 16);
+	t.alt_gid_index = b[49];
+	if (!fv_addr_rest_ok(b, t.has_alt) || !fv_addr_sane(&t))
+		return -EINVAL;
+	*a = t;
+	return 0;
 }
 
 static void nic_to_addr(const struct fv_nic *nic, struct fv_addr *a)

@@ -548,10 +548,12 @@ static void test_addr_round_trip(void **state)
 
 static void test_addr_magic(void **state)
 {
-	struct fv_addr a = { .mtu = IBV_MTU_4096 }, b;
+	struct fv_addr a = { .mtu = IBV_MTU_4096, .port = 1,
+			     .link_layer = IBV_LINK_LAYER_ETHERNET }, b;
 	struct nic_addr na;
 
 	(void)state;
+	memcpy(a.gid, GID_V4, 16);
 	fv_addr_pack(&a, &na);
 	memcpy(na.bytes, "LOOP", 4);
 	assert_int_equal(fv_addr_unpack(&na, &b), -EINVAL);
@@ -575,6 +577,61 @@ static void test_addr_magic(void **state)
 	na.bytes[32] = 0xfe; /* one that is there */
 	assert_int_equal(fv_addr_unpack(&na, &b), 0);
 	assert_true(b.has_alt);
+}
+
+/*
+ * Only what a port of ours could say decodes, and a refusal leaves nothing
+ * decoded (before, the fields read so far stayed in the output): a link
+ * layer we know, a port number, on InfiniBand a unicast LID, on Ethernet
+ * a GID.  Before, all of these decoded (a zero GID reached the RTR as the
+ * destination, a LID 0 or multicast one as the DLID).
+ */
+static void test_addr_strict(void **state)
+{
+	static const uint16_t bad_lids[] = { 0, 0xc000, 0xfffe, 0xffff };
+	struct fv_addr a = { .mtu = IBV_MTU_4096, .port = 1, .lid = 0xbfff,
+			     .link_layer = IBV_LINK_LAYER_INFINIBAND }, b, zero;
+	struct nic_addr na;
+
+	(void)state;
+	memset(&zero, 0, sizeof(zero));
+	fv_addr_pack(&a, &na); /* IB: the GID is carried, not used */
+	assert_int_equal(fv_addr_unpack(&na, &b), 0);
+	assert_int_equal(b.lid, 0xbfff);
+	for (unsigned i = 0; i < sizeof(bad_lids) / sizeof(bad_lids[0]); i++) {
+		a.lid = bad_lids[i];
+		fv_addr_pack(&a, &na);
+		memset(&b, 0x55, sizeof(b));
+		assert_int_equal(fv_addr_unpack(&na, &b), -EINVAL);
+		assert_memory_equal(&b, &zero, sizeof(b));
+	}
+	a.lid = 1;
+	a.port = 0;
+	fv_addr_pack(&a, &na);
+	assert_int_equal(fv_addr_unpack(&na, &b), -EINVAL);
+	a.port = 1;
+	a.link_layer = IBV_LINK_LAYER_ETHERNET; /* RoCE: a GID, any LID */
+	fv_addr_pack(&a, &na);
+	memset(&b, 0x55, sizeof(b));
+	assert_int_equal(fv_addr_unpack(&na, &b), -EINVAL);
+	assert_memory_equal(&b, &zero, sizeof(b));
+	memcpy(a.gid, GID_V6, 16);
+	fv_addr_pack(&a, &na);
+	assert_int_equal(fv_addr_unpack(&na, &b), 0);
+	for (unsigned ll = 0; ll < 256; ll++) {
+		if (ll == IBV_LINK_LAYER_ETHERNET || ll == IBV_LINK_LAYER_INFINIBAND)
+			continue;
+		a.link_layer = (uint8_t)ll;
+		fv_addr_pack(&a, &na);
+		assert_int_equal(fv_addr_unpack(&na, &b), -EINVAL);
+	}
+	/* A refusal for the magic: the output is zeroed too. */
+	a.link_layer = IBV_LINK_LAYER_ETHERNET;
+	fv_addr_pack(&a, &na);
+	na.bytes[0] = 'X';
+	memset(&b, 0x55, sizeof(b));
+	assert_int_equal(fv_addr_unpack(&na, &b), -EINVAL);
+	assert_memory_equal(&b, &zero, sizeof(b));
 }
 
 /* ------------------------------------------------------------ QP transitions */
@@ -1548,6 +1605,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_select_gid_index_8bit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_addr_round_trip, setup, teardown),
 		cmocka_unit_test(test_addr_magic),
+		cmocka_unit_test(test_addr_strict),
 		cmocka_unit_test_setup_teardown(test_qp_init_attr, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_roce, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_tc_sl, setup, teardown),
