@@ -99,7 +99,8 @@ static void fuzz_hello(const uint8_t *in, size_t len)
 }
 
 /* A peer's NIC address (from its descriptor or CONNECT_REQ): "TCP1", an
- * IPv4 address and a port, the rest zero; what decodes is those bytes. */
+ * IPv4 address one can dial and a port, the rest zero; what decodes is
+ * those bytes, and a refusal leaves nothing decoded. */
 static void fuzz_addr(const uint8_t *in, size_t len)
 {
 	struct nic_addr a;
@@ -108,9 +109,13 @@ static void fuzz_addr(const uint8_t *in, size_t len)
 	if (len < NIC_ADDR_LEN)
 		return;
 	memcpy(a.bytes, in, NIC_ADDR_LEN);
-	if (tcp_addr_decode(&a, &sin))
-		return; /* the caller (qp_connect) uses nothing of a refused one */
+	if (tcp_addr_decode(&a, &sin)) {
+		CHECK(fuzz_all_zero(&sin, sizeof(sin))); /* nothing half decoded */
+		return;
+	}
+	/* One we may dial: not 0.0.0.0/8 (our own loopback), multicast, 240/4. */
 	CHECK(sin.sin_family == AF_INET && sin.sin_port != 0);
+	CHECK(in[4] != 0 && in[4] < 224);
 	CHECK(!memcmp(in, "TCP1", 4) && !memcmp(in + 4, &sin.sin_addr.s_addr, 4) &&
 	      !memcmp(in + 8, &sin.sin_port, 2) && fuzz_all_zero(in + 10, NIC_ADDR_LEN - 10));
 }

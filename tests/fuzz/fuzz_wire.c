@@ -4,7 +4,7 @@
  *
  * Every input goes to wire_hdr_decode and to every payload decoder (the
  * descriptor, the handshake, the authentication messages, NOTIFY and
- * NOTIFY_TO), twice:
+ * NOTIFY_TO, a peer's cma and verbs NIC addresses), twice:
  * as a whole, and (when it starts with a valid header) as the payload after
  * that header, so seed frames steer mutations towards each decoder.  What a
  * decoder accepts must hold the format's invariants and re-encode to the
@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "qp/cma/objects.h"
+#include "qp/verbs/verbs.h"
 #include "runtime/ctl/wire.h"
 
 #include "tests/fuzz/fuzz.h"
@@ -250,9 +251,34 @@ static void fuzz_cma_addr(const uint8_t *in, size_t len)
 	CHECK(memcmp(again.bytes, in, NIC_ADDR_LEN) == 0);
 }
 
+/* A peer's verbs address (a NIC of its descriptor, or of a CONNECT_REQ):
+ * what decodes is what a port of ours could say, and encodes back to the
+ * same 64 bytes; a refusal leaves nothing decoded. */
+static void fuzz_verbs_addr(const uint8_t *in, size_t len)
+{
+	struct nic_addr a, again;
+	struct fv_addr f;
+
+	if (len < NIC_ADDR_LEN)
+		return;
+	memcpy(a.bytes, in, NIC_ADDR_LEN);
+	if (fv_addr_unpack(&a, &f)) {
+		CHECK(fuzz_all_zero(&f, sizeof(f)));
+		return;
+	}
+	CHECK(mtu_bytes(f.mtu) && f.port);
+	CHECK(f.link_layer == IBV_LINK_LAYER_ETHERNET ? !fuzz_all_zero(f.gid, 16)
+						      : f.link_layer == IBV_LINK_LAYER_INFINIBAND &&
+							f.lid && f.lid < 0xc000);
+	CHECK(!f.has_alt || !fuzz_all_zero(f.alt_gid, 16));
+	fv_addr_pack(&f, &again);
+	CHECK(memcmp(again.bytes, in, NIC_ADDR_LEN) == 0);
+}
+
 static void fuzz_payload(const uint8_t *in, size_t len)
 {
 	fuzz_cma_addr(in, len);
+	fuzz_verbs_addr(in, len);
 	fuzz_notify(in, len);
 	fuzz_notify_to(in, len);
 	fuzz_auth(in, len);
@@ -449,6 +475,21 @@ static void seed_ep(const char *dir)
 
 		cma_addr_encode(&id, &a);
 		seed_write(dir, "cma-addr", WIRE_DESC, a.bytes, NIC_ADDR_LEN);
+	}
+	{
+		struct fv_addr f = { .port = 1, .mtu = IBV_MTU_4096, .rd_atomic = 16,
+				     .link_layer = IBV_LINK_LAYER_ETHERNET, .gid_index = 3,
+				     .has_alt = true, .alt_gid_index = 5,
+				     .gid = { [10] = 0xff, [11] = 0xff, 10, 0, 0, 1 },
+				     .alt_gid = { 0xfe, 0x80, [15] = 1 } };
+		struct nic_addr a;
+
+		fv_addr_pack(&f, &a);
+		seed_write(dir, "verbs-addr-roce", WIRE_DESC, a.bytes, NIC_ADDR_LEN);
+		f = (struct fv_addr){ .port = 1, .mtu = IBV_MTU_2048, .rd_atomic = 16, .lid = 0x42,
+				      .link_layer = IBV_LINK_LAYER_INFINIBAND };
+		fv_addr_pack(&f, &a);
+		seed_write(dir, "verbs-addr-ib", WIRE_DESC, a.bytes, NIC_ADDR_LEN);
 	}
 	buf[0] = (uint8_t)-ESTALE;
 	buf[1] = buf[2] = buf[3] = 0xff;
