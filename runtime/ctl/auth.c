@@ -170,9 +170,9 @@ static int auth_recv(const struct auth_io *io, uint16_t want, uint8_t *buf, size
 		return rc;
 	if (hd.type == WIRE_ERROR && hd.payload_len == 4) {
 		rc = sock_recv_full(io->fd, io->stop_fd, e, sizeof(e), io->deadline, NULL);
-		err = (int32_t)sock_get_le32(e);
-		if (rc)
+		if (rc) /* e is not (all) there: nothing of it to read */
 			return rc;
+		err = (int32_t)sock_get_le32(e);
 		if (err >= 0 || err < -CTL_ERRNO_MAX)
 			return -EPROTO;
 		*peer_err = err;
