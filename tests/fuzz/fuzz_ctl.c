@@ -18,6 +18,14 @@
  *      output of one that fails is empty, and nothing waits for a byte
  *      that is not coming (every byte is in the socket, then its end).
  *
+ *      With mode bit 6 the same stream also answers ctl_call_many
+ *      (many.c): one pipe of 4 requests, of the kinds mode bits 2..4 name
+ *      and the next ones after it, written back to back on a loopback
+ *      connection to a thread that plays the server (it sends the stream,
+ *      the proof and seals made for the client's real hello), and every
+ *      answer must come out as the one-at-a-time reader of 1. had it (the
+ *      ones never answered: the error that ended the connection).
+ *
  *   2. The server.  A live ctl server (mode bit 0: one with a key) gets
  *      the rest as a client's stream over loopback (with a key and mode
  *      bit 1, after a real handshake, each frame sealed as bit 5 says),
@@ -33,6 +41,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,6 +61,8 @@
 #define M_KEY 0x01      /* the client (or the server) has a key */
 #define M_PROOF 0x02    /* the harness makes the handshake succeed */
 #define M_SEAL 0x20     /* frames after the handshake sealed with the session */
+#define M_MANY 0x40     /* also through many.c: MANY_REQS requests pipelined on one connection */
+#define MANY_REQS 4
 #define MAX_ANSWERS 16
 #define STREAM_MAX 65536 /* bytes the harness sends: inputs are smaller */
 #define SERVER_CLOSE_MS 5000 /* the server closes a half-closed connection at once: slack */
@@ -107,12 +118,19 @@ union answer {
 	struct wire_connect_rep rep;
 };
 
-/* The call whose replies the input is (mode bits 2..4). */
-static void call_of(uint8_t mode, struct ctl_call *call, union answer *out, uint8_t *frame)
+/* Which call answer k of the input replies to: mode bits 2..4, the same
+ * for every answer, or with M_MANY the next kind for each. */
+static unsigned kind_of(uint8_t mode, unsigned k)
+{
+	return ((unsigned)(mode >> 2) + (mode & M_MANY ? k : 0)) & 7;
+}
+
+/* The call of a kind (kind_of). */
+static void call_of(unsigned kind, struct ctl_call *call, union answer *out, uint8_t *frame)
 {
 	static const struct ctl_call ka = CTL_KEEPALIVE_CALL(NULL), disc = CTL_DISCONNECT_CALL(NULL);
 
-	switch ((mode >> 2) & 7) {
+	switch (kind) {
 	case 0:
 	case 5:
 		*call = (struct ctl_call){ .what = "fetch", .req_type = WIRE_GET_DESC,
@@ -157,18 +175,16 @@ static void check_answer(const struct ctl_call *call, const union answer *out, i
 
 /* The server's handshake as the input has it (the real proof with
  * M_PROOF), and the session a server with our key would then hold. */
-static size_t client_handshake(uint8_t mode, const uint8_t *in, size_t len, uint8_t *out,
-			       struct auth_sess *srv)
+static size_t client_handshake(uint8_t mode, const uint8_t *hc, const uint8_t *in, size_t len,
+			       uint8_t *out, struct auth_sess *srv)
 {
 	const size_t hs_len = 2 * WIRE_HDR_LEN + WIRE_AUTH_HELLO_LEN + WIRE_AUTH_PROOF_LEN;
-	uint8_t hc[WIRE_AUTH_HELLO_LEN];
 	const uint8_t *hs = in + WIRE_HDR_LEN;
 
 	memset(srv, 0, sizeof(*srv));
 	if (len < hs_len)
 		return 0;
 	memcpy(out, in, hs_len);
-	hello_bytes(nonce_c, hc);
 	if (mode & M_PROOF)
 		auth_proof2(&key, AUTH_SERVER, hc, hs, WIRE_AUTH_HELLO_LEN,
 			    out + hs_len - WIRE_AUTH_PROOF_LEN);
@@ -177,24 +193,48 @@ static size_t client_handshake(uint8_t mode, const uint8_t *in, size_t len, uint
 	return hs_len;
 }
 
-static void fuzz_client(uint8_t mode, const uint8_t *in, size_t len)
+/* The server's side of the stream for a client whose hello is hc (with
+ * M_KEY): the input, its handshake's proof made real with M_PROOF, the
+ * frames after it sealed with M_SEAL.  Its length, in wire (cap bytes). */
+static size_t server_stream(uint8_t mode, const uint8_t *hc, const uint8_t *in, size_t len,
+			    uint8_t *wire, size_t cap)
+{
+	struct auth_sess ss = { .on = false };
+	size_t hs = 0;
+	unsigned frames;
+
+	if (mode & M_KEY)
+		hs = client_handshake(mode, hc, in, len, wire, &ss);
+	return hs + seal_stream(ss.on ? &ss : NULL, in + hs, len - hs, wire + hs, cap - hs,
+				&frames);
+}
+
+/* What a client reading the answers one at a time got: the handshake's
+ * rc (0 without a key), then rcs[0..n) (the last one ended it unless
+ * synced == n). */
+struct answers {
+	int auth;
+	unsigned n, synced;
+	int rcs[MAX_ANSWERS];
+};
+
+static void fuzz_client(uint8_t mode, const uint8_t *in, size_t len, struct answers *ref)
 {
 	static uint8_t wire[STREAM_MAX + 4096];
-	uint8_t frame[WIRE_HDR_LEN + WIRE_NOTIFY_TO_MAX_LEN];
-	struct auth_sess cs = { .on = false }, ss = { .on = false };
+	uint8_t frame[WIRE_HDR_LEN + WIRE_NOTIFY_TO_MAX_LEN], hc[WIRE_AUTH_HELLO_LEN];
+	unsigned max = mode & M_MANY ? MANY_REQS : MAX_ANSWERS;
+	struct auth_sess cs = { .on = false };
 	struct ctl_call call;
 	union answer out;
 	uint64_t forged = 0;
-	size_t n = 0, hs = 0;
-	unsigned frames;
+	size_t n;
 	int sv[2], rc = 0;
 
+	memset(ref, 0, sizeof(*ref));
 	if (len > STREAM_MAX)
 		return;
-	if (mode & M_KEY)
-		hs = client_handshake(mode, in, len, wire, &ss);
-	n = hs + seal_stream(ss.on ? &ss : NULL, in + hs, len - hs, wire + hs,
-			     sizeof(wire) - hs, &frames);
+	hello_bytes(nonce_c, hc);
+	n = server_stream(mode, hc, in, len, wire, sizeof(wire));
 	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
 	CHECK(send(sv[1], wire, n, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)n);
 	CHECK(shutdown(sv[1], SHUT_WR) == 0);
@@ -204,25 +244,166 @@ static void fuzz_client(uint8_t mode, const uint8_t *in, size_t len)
 		CHECK(rc == 0 ? cs.on : !cs.on);
 		/* A proof the harness did not make cannot verify. */
 		CHECK(rc != 0 || (mode & M_PROOF));
+		ref->auth = rc;
 	}
-	call_of(mode, &call, &out, frame);
-	for (unsigned k = 0; !rc && k < MAX_ANSWERS; k++) {
+	for (unsigned k = 0; !rc && k < max; k++) {
 		enum ex_state st;
 
+		call_of(kind_of(mode, k), &call, &out, frame);
 		memset(&out, 0, sizeof(out));
 		rc = ctl_read_answer(sv[0], &cs, sock_now_ms() + 1000, -1, &call, &st, &forged);
 		check_answer(&call, &out, rc, st);
 		if (rc == 0 && call.decode == decode_desc)
 			seg_desc_free(&out.desc);
+		ref->rcs[ref->n++] = rc;
 		if (st != EX_SYNCED)
 			break;
+		ref->synced++;
 		rc = 0;
 	}
 	/* Bare frames on a session never open; sealed ones all do. */
-	if (cs.on && !ss.on)
+	if (cs.on && !(mode & M_SEAL))
 		CHECK(cs.rx_seq == 0);
 	close(sv[0]);
 	close(sv[1]);
+}
+
+/* ---- 1b. the client's pipelined calls (many.c) ------------------------ */
+
+/*
+ * With M_MANY the same stream answers ctl_call_many: one pipe of
+ * MANY_REQS requests of the kinds kind_of says, written back to back on
+ * one loopback connection while the answers are read in order.  A thread
+ * plays the server: it accepts, reads the client's AUTH_HELLO (with
+ * M_KEY: the stream's proof and seals follow from it), sends the stream,
+ * half-closes and reads until the client lets go.  Every answer must
+ * come out as the one-at-a-time reader had it, and the requests it never
+ * answered with the error that ended the connection.
+ */
+struct many_peer {
+	int lfd;
+	uint8_t mode;
+	const uint8_t *in;
+	size_t len;
+};
+
+static int many_listener(char *address, size_t cap)
+{
+	static int lfd = -1;
+	static uint16_t port;
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sin);
+
+	if (lfd < 0) {
+		sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&sin, sizeof(sin)) == 0);
+		CHECK(listen(lfd, 4) == 0 && getsockname(lfd, (struct sockaddr *)&sin, &sl) == 0);
+		port = ntohs(sin.sin_port);
+	}
+	snprintf(address, cap, "127.0.0.1:%u", port);
+	return lfd;
+}
+
+static void *many_serve(void *arg)
+{
+	static uint8_t wire[STREAM_MAX + 4096], sink[4096];
+	const struct many_peer *mp = arg;
+	uint8_t hello[WIRE_HDR_LEN + WIRE_AUTH_HELLO_LEN];
+	struct pollfd p = { .fd = mp->lfd, .events = POLLIN };
+	int64_t until = sock_now_ms() + SERVER_CLOSE_MS;
+	size_t n;
+	int fd;
+
+	CHECK(poll(&p, 1, SERVER_CLOSE_MS) == 1); /* the client always dials */
+	fd = accept(mp->lfd, NULL, NULL);
+	CHECK(fd >= 0);
+	if (!(mp->mode & M_KEY) ||
+	    sock_recv_full(fd, -1, hello, sizeof(hello), until, NULL) == 0) {
+		n = server_stream(mp->mode, hello + WIRE_HDR_LEN, mp->in, mp->len, wire,
+				  sizeof(wire));
+		/* The client may be done (and gone) before it all went. */
+		(void)sock_send_full(fd, -1, wire, n, until);
+		shutdown(fd, SHUT_WR);
+	}
+	while (sock_now_ms() < until && recv(fd, sink, sizeof(sink), 0) > 0)
+		;
+	close(fd);
+	return NULL;
+}
+
+/* The pipe's request frames: a header each (the peer is the harness,
+ * which reads none of them), of the kinds kind_of says. */
+static size_t many_frames(const struct ctl_call *calls, uint8_t *b)
+{
+	size_t n = 0;
+
+	for (unsigned k = 0; k < MANY_REQS; k++) {
+		wire_hdr_encode(b + n, calls[k].req_type, 8);
+		memset(b + n + WIRE_HDR_LEN, 0, 8);
+		n += WIRE_HDR_LEN + 8;
+	}
+	return n;
+}
+
+/* ctl_call_many's rcs against the one-at-a-time reader's (ref). */
+static void many_check(const struct answers *ref, const struct ctl_pipe *pipe,
+		       const struct ctl_call *calls)
+{
+	for (unsigned k = 0; k < MANY_REQS; k++) {
+		int rc = pipe->rcs[k];
+
+		CHECK(rc <= 0 && rc >= -CTL_ERRNO_MAX && rc != -ETIMEDOUT && rc != -ECANCELED);
+		if (ref->auth) { /* the dial failed: every request says so */
+			bool said = false;
+
+			CHECK(rc == ctl_dial_failed(NULL, "fuzz", &calls[0], ref->auth, &said));
+			continue;
+		}
+		/* Past the answer that ended the connection: its error. */
+		CHECK(rc == ref->rcs[k < ref->n ? k : ref->n - 1]);
+	}
+	CHECK(pipe->answered == (ref->auth ? 0 : ref->synced));
+}
+
+static void fuzz_many(uint8_t mode, const uint8_t *in, size_t len, const struct answers *ref)
+{
+	uint8_t frames[MANY_REQS * (WIRE_HDR_LEN + 8)], frame[WIRE_HDR_LEN + WIRE_NOTIFY_TO_MAX_LEN];
+	struct ctl_call calls[MANY_REQS];
+	const struct ctl_call *callp[MANY_REQS];
+	union answer outs[MANY_REQS];
+	void *outp[MANY_REQS];
+	int rcs[MANY_REQS];
+	struct ctl_client cl;
+	struct ctl_pipe pipe;
+	struct many_peer mp = { .mode = mode, .in = in, .len = len };
+	char address[32];
+	pthread_t t;
+
+	if (!(mode & M_MANY) || len > STREAM_MAX)
+		return;
+	memset(outs, 0, sizeof(outs));
+	for (unsigned k = 0; k < MANY_REQS; k++) {
+		call_of(kind_of(mode, k), &calls[k], &outs[k], frame);
+		calls[k].quiet = 1; /* the log is not under test */
+		callp[k] = &calls[k];
+		outp[k] = calls[k].out;
+	}
+	mp.lfd = many_listener(address, sizeof(address));
+	pipe = (struct ctl_pipe){ .address = address, .frames = frames, .count = MANY_REQS,
+				  .len = many_frames(calls, frames), .rcs = rcs,
+				  .calls = callp, .outs = outp };
+	CHECK(ctl_client_init(&cl, mode & M_KEY ? &key : NULL) == 0);
+	CHECK(pthread_create(&t, NULL, many_serve, &mp) == 0);
+	CHECK(ctl_call_many(&cl, &pipe, 1, SERVER_CLOSE_MS, &calls[0]) == 0);
+	ctl_client_fini(&cl); /* its kept connection too: the peer's read ends */
+	CHECK(pthread_join(t, NULL) == 0);
+	many_check(ref, &pipe, calls);
+	for (unsigned k = 0; k < pipe.answered; k++) {
+		check_answer(&calls[k], &outs[k], rcs[k], EX_SYNCED);
+		if (rcs[k] == 0 && calls[k].decode == decode_desc)
+			seg_desc_free(&outs[k].desc);
+	}
 }
 
 /* ---- 2. the server ---------------------------------------------------- */
@@ -405,7 +586,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 1)
 		return 0;
-	fuzz_client(data[0], data + 1, size - 1);
+	struct answers ref;
+
+	fuzz_client(data[0], data + 1, size - 1, &ref);
+	fuzz_many(data[0], data + 1, size - 1, &ref);
 	fuzz_server(data[0], data + 1, size - 1);
 	return 0;
 }
@@ -469,6 +653,21 @@ static void write_seeds(const char *dir)
 	p[1] = p[2] = p[3] = 0xff;
 	n = frame(b, WIRE_ERROR, p, 4);
 	seed(dir, "error", 3 << 2, b, n);
+	/* A keyed client's hello refused (auth_recv's WIRE_ERROR). */
+	seed(dir, "auth-refused", M_KEY, b, n);
+	/* Pipelined (M_MANY): fetch, connect, keepalive, disconnect in turn. */
+	memset(&desc, 0, sizeof(desc));
+	CHECK(on_describe(NULL, &desc) == 0);
+	CHECK(wire_desc_encode(&desc, p, sizeof(p)) == 0);
+	h = server_hello(b);
+	n = frame(b + h, WIRE_DESC, p, wire_desc_size(&desc));
+	seg_desc_free(&desc);
+	CHECK(wire_connect_rep_encode(&rep, p, sizeof(p)) == 0);
+	n += frame(b + h + n, WIRE_CONNECT_REP, p, wire_connect_rep_size(&rep));
+	n += frame(b + h + n, WIRE_KEEPALIVE_REP, NULL, 0);
+	n += frame(b + h + n, WIRE_DISCONNECT_REP, NULL, 0);
+	seed(dir, "many", M_MANY, b + h, n);
+	seed(dir, "many-keyed", M_MANY | M_KEY | M_PROOF | M_SEAL, b, h + n);
 	/* The server's side: requests. */
 	n = frame(b, WIRE_GET_DESC, NULL, 0);
 	CHECK(wire_connect_req_encode(&req, p, sizeof(p)) == 0);
