@@ -56,6 +56,7 @@
 #include "qp/cma/objects.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/uio.h>
 
@@ -111,6 +112,17 @@ static enum nic_wc_status rkey_fetch(struct cma_cq *cq, const struct cma_qp *qp,
 	return NIC_WC_SUCCESS;
 }
 
+/* The slot holds rkey as the target's reg_mr writes one: access within
+ * NIC_ACCESS_ALL, a region that starts above 0, is not empty and does
+ * not wrap.  A slot that says otherwise was not written by a ferry that
+ * registered it: the WR's range checks (exec.c) assume a region that does
+ * not wrap, so such a key is refused rather than believed. */
+static bool mr_slot_ok(const struct cma_mr_slot *ms, uint32_t rkey)
+{
+	return ms->key == rkey && !(ms->access & ~NIC_ACCESS_ALL) && ms->base && ms->len &&
+	       ms->len <= UINT64_MAX - ms->base;
+}
+
 /* Mark the key's slot shared, then read the slot again (the Dekker pair). */
 static enum nic_wc_status rkey_mark(struct cma_cq *cq, const struct cma_qp *qp, uint32_t rkey,
 				    struct cma_mr_slot *ms)
@@ -127,7 +139,7 @@ static enum nic_wc_status rkey_mark(struct cma_cq *cq, const struct cma_qp *qp, 
 		return table_errno_status(errno);
 	if (process_vm_readv((pid_t)qp->peer_pid, &l2, 1, &r2, 1, 0) != sizeof(*ms))
 		return table_errno_status(errno);
-	return ms->key == rkey ? NIC_WC_SUCCESS : NIC_WC_REM_ACCESS_ERR;
+	return mr_slot_ok(ms, rkey) ? NIC_WC_SUCCESS : NIC_WC_REM_ACCESS_ERR;
 }
 
 enum nic_wc_status cma_rkey_get(struct cma_cq *cq, struct cma_qp *qp, uint32_t rkey, uint64_t now,
@@ -160,7 +172,7 @@ enum nic_wc_status cma_rkey_get(struct cma_cq *cq, struct cma_qp *qp, uint32_t r
 	st = rkey_fetch(cq, qp, rkey, &ms);
 	if (unlikely(st != NIC_WC_SUCCESS))
 		return st;
-	if (unlikely(ms.key != rkey))
+	if (unlikely(!mr_slot_ok(&ms, rkey)))
 		return NIC_WC_REM_ACCESS_ERR;
 	if (!ms.shared) {
 		st = rkey_mark(cq, qp, rkey, &ms);

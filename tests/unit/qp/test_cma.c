@@ -580,6 +580,46 @@ static void test_access(void **state)
 			 NIC_ACCESS_REMOTE_READ);
 }
 
+/*
+ * A key whose slot in the peer's table says what the peer's reg_mr never
+ * writes is refused (REM_ACCESS_ERR) and nothing is copied: a region whose
+ * length wraps past 2^64 (before, a WRITE below its base passed the range
+ * check and landed there, outside the region), an access bit reg_mr
+ * masks off, a base of 0.
+ */
+static void test_peer_slot_strict(void **state)
+{
+	struct env *e = *state;
+	uint64_t at = (uintptr_t)e->rbuf + 2 * PAGE;
+	const struct {
+		uint64_t base, len;
+		uint32_t access;
+	} bad[] = {
+		{ at, -(uint64_t)PAGE, NIC_ACCESS_ALL },   /* [at, 2^64) and [0, at - PAGE) */
+		{ (uintptr_t)e->rbuf, PAGE, NIC_ACCESS_ALL | 0x80 },
+		{ 0, (uintptr_t)e->rbuf + PAGE, NIC_ACCESS_ALL },
+	};
+	struct cma_mr_slot *s;
+	struct nic_mr mr;
+	struct nic_wr w;
+
+	memset(e->lbuf, 0x5a, 64);
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(P->reg_mr(e->b, e->rbuf + 2 * PAGE, PAGE, NIC_ACCESS_ALL, &mr), 0);
+		s = &cma_ctx_of(e->b)->tab->mr[CMA_IDX(mr.rkey)];
+		s->base = bad[i].base;
+		s->len = bad[i].len;
+		s->access = bad[i].access;
+		w = mkwr(e, NIC_OP_WRITE, i, 0, 0, 64, 1); /* to rbuf: outside the region */
+		w.rkey = mr.rkey;
+		assert_int_equal(run1(e, w), NIC_WC_REM_ACCESS_ERR);
+		for (unsigned k = 0; k < 64; k++)
+			assert_int_equal(e->rbuf[k], 0x22);
+		new_pair(e, QP_LEN);
+		assert_int_equal(P->dereg_mr(e->b, &mr), 0);
+	}
+}
+
 static void test_set_error_flushes(void **state)
 {
 	struct env *e = *state;
@@ -1345,6 +1385,7 @@ int main(void)
 		T(test_unmapped_remote),
 		T(test_unmapped_local),
 		T(test_access),
+		T(test_peer_slot_strict),
 		T(test_set_error_flushes),
 		T(test_dereg_stale_key),
 		T(test_dereg_wait_survives_signal),
@@ -1362,5 +1403,7 @@ int main(void)
 	};
 #undef T
 
+	if (getenv("FERRY_TEST_ONLY")) /* one test (or a glob) */
+		cmocka_set_test_filter(getenv("FERRY_TEST_ONLY"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
