@@ -269,8 +269,8 @@ bench-run: $(B)/ferry_bench
 callgrind: $(B)/ferry_bench
 	bench/callgrind.sh $(B)/ferry_bench $(or $(CALLGRIND_ITERS),200)
 
-# libFuzzer on what ferry reads from the network: the wire decoders and
-# cma and verbs addresses (fuzz_wire), the tcp provider's frames and addresses (fuzz_tcp: its codec,
+# libFuzzer on what ferry reads from the network: the wire decoders, cma
+# and verbs addresses and a cma peer's rkey table (fuzz_wire), the tcp provider's frames and addresses (fuzz_tcp: its codec,
 # a live target and a live initiator fed over loopback), what a metadata store returns
 # (fuzz_meta: the published record, base64, etcd's JSON replies, and the Redis and etcd
 # backends against a store thread on loopback) and the control plane's streams
@@ -308,10 +308,10 @@ fuzz: build-fuzz/fuzz_wire build-fuzz/fuzz_tcp build-fuzz/fuzz_meta build-fuzz/f
 # missing comma (-Wstring-concatenation): gcc, which builds the library, does not.
 WIRE_FUZZ_VERBS := $(sort $(wildcard qp/verbs/*.c))
 build-fuzz/fuzz_wire: tests/fuzz/fuzz_wire.c tests/fuzz/fuzz.h runtime/ctl/wire.c runtime/ctl/wire.h qp/nic.h ring/base/log.c \
-                      qp/cma/host.c qp/cma/objects.h $(WIRE_FUZZ_VERBS) qp/verbs/verbs.h
+                      qp/cma/host.c qp/cma/rkey.c qp/cma/objects.h $(WIRE_FUZZ_VERBS) qp/verbs/verbs.h
 	@mkdir -p build-fuzz
-	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_wire.c runtime/ctl/wire.c qp/cma/host.c ring/base/log.c \
-	  $(WIRE_FUZZ_VERBS) -Wno-string-concatenation -libverbs -pthread -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_wire.c runtime/ctl/wire.c qp/cma/host.c qp/cma/rkey.c \
+	  ring/base/log.c $(WIRE_FUZZ_VERBS) -Wno-string-concatenation -libverbs -pthread -o $@
 
 build-fuzz/fuzz_meta: $(FUZZ_META_SRCS) tests/fuzz/fuzz.h $(wildcard runtime/ctl/meta/*.h) runtime/ctl/sock.h
 	@mkdir -p build-fuzz

@@ -4,7 +4,8 @@
  *
  * Every input goes to wire_hdr_decode and to every payload decoder (the
  * descriptor, the handshake, the authentication messages, NOTIFY and
- * NOTIFY_TO, a peer's cma and verbs NIC addresses), twice:
+ * NOTIFY_TO, a peer's cma and verbs NIC addresses, a cma peer's rkey
+ * table slot), twice:
  * as a whole, and (when it starts with a valid header) as the payload after
  * that header, so seed frames steer mutations towards each decoder.  What a
  * decoder accepts must hold the format's invariants and re-encode to the
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "qp/cma/objects.h"
 #include "qp/verbs/verbs.h"
@@ -251,6 +253,72 @@ static void fuzz_cma_addr(const uint8_t *in, size_t len)
 	CHECK(memcmp(again.bytes, in, NIC_ADDR_LEN) == 0);
 }
 
+/*
+ * A cma peer's rkey table as the initiator reads it (qp/cma/rkey.c): the
+ * table sits in our own memory and the "peer" is this process (cma to
+ * ourselves).  The input is an rkey (4 bytes), the slot that key names
+ * (32 bytes, as the peer would have written it) and a flag byte: bit 0
+ * puts the rkey into the slot's key (so mutations get past it), bit 1
+ * makes our responder QP's slot another's.  A key taken must be the
+ * slot's, as the target's reg_mr writes one (access within
+ * NIC_ACCESS_ALL, a non-empty region above 0 that does not wrap), cached
+ * as read and marked shared; a refused one is REM_ACCESS_ERR, or
+ * RETRY_EXC_ERR when the QP's slot is not ours.
+ */
+#define FZ_QPN 0x00030005u
+
+static void fuzz_cma_rkey(const uint8_t *in, size_t len)
+{
+	static const uint8_t secret[NIC_QP_SECRET_LEN] = { 0x5e, 0xc4 };
+	static struct cma_table *tab;
+	static struct cma_ctx ctx = { .lease_ticks = 100 };
+	static struct cma_cq cq;
+	static struct cma_qp qp;
+	const struct cma_rkey *rk = NULL;
+	struct cma_mr_slot *ms, slot;
+	enum nic_wc_status st;
+	uint64_t fetches;
+	uint32_t rkey;
+
+	if (len < 4 + sizeof(slot) + 1)
+		return;
+	if (!tab)
+		CHECK((tab = calloc(1, sizeof(*tab))) != NULL);
+	memcpy(&rkey, in, 4);
+	memcpy(&slot, in + 4, sizeof(slot));
+	if (in[4 + sizeof(slot)] & 1)
+		slot.key = rkey;
+	ms = &tab->mr[CMA_IDX(rkey)];
+	*ms = slot;
+	tab->qp[CMA_IDX(FZ_QPN)].qpn = in[4 + sizeof(slot)] & 2 ? FZ_QPN + 0x10000 : FZ_QPN;
+	memcpy(tab->qp[CMA_IDX(FZ_QPN)].secret, secret, sizeof(secret));
+	memset(&qp, 0, sizeof(qp));
+	qp.ctx = &ctx;
+	qp.cq = &cq;
+	qp.peer_pid = (uint32_t)getpid();
+	qp.peer_qpn = FZ_QPN;
+	qp.peer_table = (uintptr_t)tab;
+	memcpy(qp.peer_secret, secret, sizeof(secret));
+
+	st = cma_rkey_get(&cq, &qp, rkey, 1, &rk);
+	if (st != NIC_WC_SUCCESS) {
+		CHECK(st == NIC_WC_REM_ACCESS_ERR || st == NIC_WC_RETRY_EXC_ERR);
+		CHECK(st == NIC_WC_REM_ACCESS_ERR || (rkey && (in[4 + sizeof(slot)] & 2)));
+		CHECK(!cma_rkey_cached(&qp, rkey, 1));
+	} else {
+		CHECK(rkey && !(in[4 + sizeof(slot)] & 2) && slot.key == rkey);
+		CHECK(!(slot.access & ~NIC_ACCESS_ALL) && slot.base && slot.len &&
+		      slot.len <= UINT64_MAX - slot.base);
+		CHECK(rk && rk->key == rkey && rk->base == slot.base && rk->len == slot.len &&
+		      rk->access == slot.access && ms->shared);
+		/* Cached for its lease: no system call for the next WR. */
+		fetches = cq.cnt[CMA_CNT_FETCHES];
+		CHECK(cma_rkey_get(&cq, &qp, rkey, 2, &rk) == NIC_WC_SUCCESS && rk->key == rkey);
+		CHECK(cq.cnt[CMA_CNT_FETCHES] == fetches);
+	}
+	memset(ms, 0, sizeof(*ms));
+}
+
 /* A peer's verbs address (a NIC of its descriptor, or of a CONNECT_REQ):
  * what decodes is what a port of ours could say, and encodes back to the
  * same 64 bytes; a refusal leaves nothing decoded. */
@@ -278,6 +346,7 @@ static void fuzz_verbs_addr(const uint8_t *in, size_t len)
 static void fuzz_payload(const uint8_t *in, size_t len)
 {
 	fuzz_cma_addr(in, len);
+	fuzz_cma_rkey(in, len);
 	fuzz_verbs_addr(in, len);
 	fuzz_notify(in, len);
 	fuzz_notify_to(in, len);
@@ -490,6 +559,16 @@ static void seed_ep(const char *dir)
 				      .link_layer = IBV_LINK_LAYER_INFINIBAND };
 		fv_addr_pack(&f, &a);
 		seed_write(dir, "verbs-addr-ib", WIRE_DESC, a.bytes, NIC_ADDR_LEN);
+	}
+	{
+		struct cma_mr_slot ms = { .key = 0x00020007, .access = NIC_ACCESS_ALL,
+					  .base = 0x7f0012340000, .len = 0x10000 };
+		uint8_t b[4 + sizeof(ms) + 1];
+
+		memcpy(b, &ms.key, 4);
+		memcpy(b + 4, &ms, sizeof(ms));
+		b[4 + sizeof(ms)] = 0; /* the slot's own key: taken */
+		seed_write(dir, "cma-rkey", WIRE_DESC, b, sizeof(b));
 	}
 	buf[0] = (uint8_t)-ESTALE;
 	buf[1] = buf[2] = buf[3] = 0xff;
