@@ -303,8 +303,10 @@ int ctl_auth_accept(int fd, const struct auth_key *key, int64_t deadline, int st
 	int rc, perr;
 
 	sess->on = false;
+	/* A client never sends a WIRE_ERROR: one here is a frame out of
+	 * place like any other, not an errno of ours (perr). */
 	rc = auth_recv(&io, WIRE_AUTH_HELLO, hc, WIRE_AUTH_HELLO_LEN, &perr);
-	if (rc == -EPROTO)
+	if (rc == -EPROTO || perr)
 		return auth_deny(&io, "it did not start with AUTH_HELLO (no key?)");
 	if (rc)
 		return rc;
@@ -323,7 +325,7 @@ int ctl_auth_accept(int fd, const struct auth_key *key, int64_t deadline, int st
 	if (!rc)
 		rc = auth_recv(&io, WIRE_AUTH_PROOF, mac, WIRE_AUTH_PROOF_LEN, &perr);
 	if (rc)
-		return rc == -EPROTO ? auth_deny(&io, "no AUTH_PROOF") : rc;
+		return rc == -EPROTO || perr ? auth_deny(&io, "no AUTH_PROOF") : rc;
 	if (!auth_verify2(key, AUTH_CLIENT, hc, hs, WIRE_AUTH_HELLO_LEN, mac))
 		return auth_deny(&io, "its proof does not verify: its key differs from ours");
 	auth_sess_init(sess, key, AUTH_SERVER, hc, hs, WIRE_AUTH_HELLO_LEN);

@@ -2736,6 +2736,47 @@ static void test_auth_blocking_api(void **state)
 	}
 }
 
+/*
+ * A client never sends a WIRE_ERROR: the accepting side refuses one where
+ * AUTH_HELLO or AUTH_PROOF belongs like any other frame there (-EACCES,
+ * said to the client).  Before, it returned the client's errno as if it
+ * were its own (-ENOENT here) and said nothing to the client.
+ */
+static void test_auth_accept_refuses_error(void **state)
+{
+	uint8_t e[4] = { (uint8_t)-ENOENT, 0xff, 0xff, 0xff }, b[256];
+	uint8_t hc[WIRE_AUTH_HELLO_LEN];
+	struct wire_auth_hello h = { .alg = WIRE_AUTH_ALG };
+	struct auth_sess s;
+	struct auth_key k;
+	struct wire_hdr hd;
+	size_t n, off;
+	int sv[2];
+
+	(void)state;
+	key_of(KEY_A, &k);
+	assert_int_equal(wire_auth_hello_encode(&h, hc, sizeof(hc)), 0);
+	for (int step = 0; step < 2; step++) { /* in place of the hello, of the proof */
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+		if (step)
+			send_frame(sv[0], WIRE_AUTH_HELLO, hc, sizeof(hc));
+		send_frame(sv[0], WIRE_ERROR, e, sizeof(e));
+		shutdown(sv[0], SHUT_WR);
+		assert_int_equal(ctl_auth_accept(sv[1], &k, now_ms() + FETCH_MS, -1, "test", &s),
+				 -EACCES);
+		assert_false(s.on);
+		close(sv[1]);
+		n = read_all(sv[0], b, sizeof(b));
+		/* With the hello, the server's hello and proof came first. */
+		off = step ? 2 * WIRE_HDR_LEN + WIRE_AUTH_HELLO_LEN + WIRE_AUTH_PROOF_LEN : 0;
+		assert_int_equal(n, off + WIRE_HDR_LEN + 4);
+		assert_int_equal(wire_hdr_decode(b + off, WIRE_HDR_LEN, &hd), 0);
+		assert_int_equal((int32_t)sock_get_le32(b + off + WIRE_HDR_LEN), -EACCES);
+		assert_int_equal(hd.type, WIRE_ERROR);
+		close(sv[0]);
+	}
+}
+
 /* A socket whose kernel accepts connections that nobody answers. */
 static int mute_listener(char *address, size_t len)
 {
@@ -4002,6 +4043,7 @@ int main(void)
 		cmocka_unit_test(test_refusal_after_proof_sealed_many),
 		cmocka_unit_test(test_hostile_streams),
 		cmocka_unit_test(test_auth_blocking_api),
+		cmocka_unit_test(test_auth_accept_refuses_error),
 		cmocka_unit_test(test_auth_relay),
 		cmocka_unit_test(test_auth_tagged_frames),
 		cmocka_unit_test(test_auth_client_checks),
