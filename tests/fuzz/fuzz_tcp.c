@@ -541,6 +541,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	memset(b, 0, NIC_ADDR_LEN);
 	memcpy(b, "TCP1\x7f\0\0\x01\x1b\x58", 10); /* 127.0.0.1:7000 */
 	seed(dir, "addr", b, NIC_ADDR_LEN);
+	/* Refused: port 0; the wildcard (a dial of it reaches our own host). */
+	memcpy(b, "TCP1\x7f\0\0\x01\0\0", 10);
+	seed(dir, "addr-port0", b, NIC_ADDR_LEN);
+	memcpy(b, "TCP1\0\0\0\0\x1b\x58", 10);
+	seed(dir, "addr-wildcard", b, NIC_ADDR_LEN);
 	/* A READ_RESP longer than its READ (the WR's seq, not its len). */
 	n = put(b, TCP_F_ACK, 0, 0, 0, 0);
 	b[2] |= 1;
