@@ -134,13 +134,37 @@ static cJSON *parse_body(const char *body, size_t len)
 	return j;
 }
 
+/*
+ * obj's member name into *out: -ENOENT when absent, -EPROTO when obj is
+ * not an object or names it twice.  Parsers disagree on a duplicate (cJSON
+ * takes the first, Go's encoding/json the last): a reply that says two
+ * things is refused rather than read one way.
+ */
+static int member(const cJSON *obj, const char *name, const cJSON **out)
+{
+	*out = NULL;
+	if (!cJSON_IsObject(obj))
+		return -EPROTO;
+	for (const cJSON *it = obj->child; it; it = it->next) {
+		if (!it->string || strcmp(it->string, name) != 0)
+			continue;
+		if (*out) {
+			*out = NULL;
+			return -EPROTO;
+		}
+		*out = it;
+	}
+	return *out ? 0 : -ENOENT;
+}
+
 /* obj.name as a strict int64 string; -ENOENT when absent, -EPROTO when not one. */
 static int get_int64(const cJSON *obj, const char *name, int64_t *out)
 {
-	const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, name);
+	const cJSON *it;
+	int rc = member(obj, name, &it);
 
-	if (!it)
-		return -ENOENT;
+	if (rc)
+		return rc;
 	if (!cJSON_IsString(it) || etcd_int64(it->valuestring, out))
 		return -EPROTO;
 	return 0;
@@ -148,9 +172,9 @@ static int get_int64(const cJSON *obj, const char *name, int64_t *out)
 
 static const cJSON *get_object(const cJSON *obj, const char *name)
 {
-	const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, name);
+	const cJSON *it;
 
-	return cJSON_IsObject(it) ? it : NULL;
+	return member(obj, name, &it) == 0 && cJSON_IsObject(it) ? it : NULL;
 }
 
 int etcd_parse_grant(const char *body, size_t len, int64_t *id, int64_t *ttl)
@@ -187,9 +211,9 @@ int etcd_parse_keepalive(const char *body, size_t len, int64_t id, int64_t *ttl)
 /* A base64 JSON string decoded into out (cap bytes, NUL-terminated). */
 static int get_b64(const cJSON *obj, const char *name, char *out, size_t cap, size_t *n)
 {
-	const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, name);
+	const cJSON *it;
 
-	if (!cJSON_IsString(it) || cap == 0 ||
+	if (member(obj, name, &it) || !cJSON_IsString(it) || cap == 0 ||
 	    meta_b64_decode(it->valuestring, strlen(it->valuestring), (uint8_t *)out, cap - 1, n))
 		return -EPROTO;
 	out[*n] = '\0';
@@ -203,14 +227,13 @@ static int get_b64(const cJSON *obj, const char *name, char *out, size_t cap, si
  */
 static int range_value(const cJSON *rr, const char *key, char *value, size_t cap)
 {
-	const cJSON *kvs = cJSON_GetObjectItemCaseSensitive(rr, "kvs");
+	const cJSON *kvs, *kv;
 	int64_t count = 0;
 	int rc = get_int64(rr, "count", &count);
 	char k[META_KEY_MAX];
-	const cJSON *kv;
 	size_t n;
 
-	if (rc == -EPROTO || (kvs && !cJSON_IsArray(kvs)))
+	if (rc == -EPROTO || member(rr, "kvs", &kvs) == -EPROTO || (kvs && !cJSON_IsArray(kvs)))
 		return -EPROTO;
 	if (!kvs || cJSON_GetArraySize(kvs) == 0)
 		return count == 0 ? -ENOENT : -EPROTO;
@@ -241,9 +264,9 @@ int etcd_parse_range(const char *body, size_t len, const char *key, char *value,
 /* "succeeded": true, or absent (proto3 leaves out false). */
 static int txn_succeeded(const cJSON *j, bool *ok)
 {
-	const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "succeeded");
+	const cJSON *s;
 
-	if (s && !cJSON_IsBool(s))
+	if (member(j, "succeeded", &s) == -EPROTO || (s && !cJSON_IsBool(s)))
 		return -EPROTO;
 	*ok = s && cJSON_IsTrue(s);
 	return 0;
@@ -252,9 +275,9 @@ static int txn_succeeded(const cJSON *j, bool *ok)
 /* The only response of a txn, which must be an object named name. */
 static const cJSON *txn_response(const cJSON *j, const char *name)
 {
-	const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "responses");
+	const cJSON *rs;
 
-	if (!cJSON_IsArray(rs) || cJSON_GetArraySize(rs) != 1 ||
+	if (member(j, "responses", &rs) || !cJSON_IsArray(rs) || cJSON_GetArraySize(rs) != 1 ||
 	    !cJSON_IsObject(cJSON_GetArrayItem(rs, 0)))
 		return NULL;
 	return get_object(cJSON_GetArrayItem(rs, 0), name);
@@ -303,11 +326,14 @@ int etcd_parse_drop(const char *body, size_t len, bool *ok)
 void etcd_parse_error(const char *body, size_t len, int *code, char *msg, size_t cap)
 {
 	cJSON *j = parse_body(body, len);
-	const cJSON *c = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "code") : NULL;
-	const cJSON *m = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "message") : NULL;
+	const cJSON *c, *m;
 
-	*code = cJSON_IsNumber(c) && c->valuedouble >= 0 && c->valuedouble <= 16 ? c->valueint
-										      : -1;
+	/* a code that is not one whole number 0..16, or said twice: unknown */
+	*code = member(j, "code", &c) == 0 && cJSON_IsNumber(c) && c->valuedouble >= 0 &&
+			c->valuedouble <= 16 && c->valuedouble == (double)c->valueint
+		? c->valueint
+		: -1;
+	(void)member(j, "message", &m);
 	snprintf(msg, cap, "%s", cJSON_IsString(m) ? m->valuestring : "(no message)");
 	/* the message is the server's: keep it printable for the log */
 	for (char *p = msg; *p; p++)

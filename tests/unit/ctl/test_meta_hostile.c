@@ -11,7 +11,8 @@
  *  - etcd requests never go to a proxy named by http_proxy (before: the
  *    proxy's answer was taken for the store's);
  *  - "\u0000" in etcd's JSON is refused (before: it cut a string short
- *    and what followed was ignored);
+ *    and what followed was ignored), and so is a member named twice
+ *    (before: cJSON's first was taken, where etcd's Go client reads the last);
  *  - a Redis error's text reaches the log printable only;
  *  - a publish that timed out takes back the record it may have left (a
  *    retried engine create was refused -EEXIST by it): Redis deletes it
@@ -293,6 +294,60 @@ static void test_etcd_nul_escape(void **state)
 	assert_int_equal(rc1, -EPROTO);
 	assert_int_equal(rc2, -EPROTO);
 	assert_int_equal(rc3, -EPROTO);
+}
+
+/* ---- etcd JSON that names a member twice ------------------------------ */
+
+#define K_X "\"ZmVycnkvc2VnbWVudHMveA==\"" /* "ferry/segments/x" */
+#define V_A "\"djEgYWRkcj0xMjcuMC4wLjE6NzAwMCBpbmM9MDEyMzQ1Njc4OWFiY2RlZiB0eD1sb29w\""
+#define V_B "\"djEgYWRkcj0xMC42LjYuNjo3MDAxIGluYz1mZWRjYmE5ODc2NTQzMjEwIHR4PXRjcA==\""
+
+/*
+ * A member named twice means one thing to cJSON (the first) and another
+ * to etcd's Go client (the last): refused, wherever ferry reads one.
+ * Before, the first was taken: each parse below succeeded.
+ */
+static void test_etcd_duplicate_keys(void **state)
+{
+	static const char *const ranges[] = {
+		"{\"kvs\":[{\"key\":" K_X ",\"value\":" V_A ",\"value\":" V_B "}],\"count\":\"1\"}",
+		"{\"kvs\":[{\"key\":" K_X ",\"key\":\"eA==\",\"value\":" V_A "}],\"count\":\"1\"}",
+		"{\"kvs\":[{\"key\":" K_X ",\"value\":" V_A "}],\"count\":\"1\",\"count\":\"2\"}",
+		"{\"count\":\"0\",\"count\":\"1\"}",
+		"{\"kvs\":[],\"kvs\":[{\"key\":" K_X ",\"value\":" V_A "}],\"count\":\"0\"}",
+	};
+	static const char *const claims[] = {
+		"{\"succeeded\":true,\"succeeded\":false,\"responses\":[{\"response_put\":{}}]}",
+		"{\"succeeded\":true,\"responses\":[{\"response_put\":{}}],\"responses\":[]}",
+		"{\"responses\":[{\"response_range\":{\"kvs\":[{\"key\":" K_X ",\"value\":" V_A
+		"}],\"count\":\"1\"},\"response_range\":{}}]}",
+	};
+	const char *grant = "{\"ID\":\"7\",\"TTL\":\"10\",\"ID\":\"8\"}";
+	const char *ka = "{\"result\":{\"ID\":\"5\",\"TTL\":\"10\",\"TTL\":\"0\"}}";
+	const char *ka2 = "{\"result\":{\"ID\":\"5\",\"TTL\":\"10\"},\"result\":{\"ID\":\"6\"}}";
+	const char *err = "{\"code\":5,\"message\":\"lease not found\",\"code\":14}";
+	char v[META_VALUE_MAX], msg[64];
+	int64_t id = 0, ttl = 0;
+	bool ok;
+	int code;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
+		int rc = etcd_parse_range(ranges[i], strlen(ranges[i]), "ferry/segments/x", v,
+					  sizeof(v));
+
+		print_message("range %zu with a member twice: rc %d '%s'\n", i, rc, v);
+		assert_int_equal(rc, -EPROTO);
+	}
+	for (size_t i = 0; i < sizeof(claims) / sizeof(claims[0]); i++)
+		assert_int_equal(etcd_parse_claim(claims[i], strlen(claims[i]), "ferry/segments/x",
+						  &ok, v, sizeof(v)),
+				 -EPROTO);
+	assert_int_equal(etcd_parse_grant(grant, strlen(grant), &id, &ttl), -EPROTO);
+	assert_int_equal(etcd_parse_keepalive(ka, strlen(ka), 5, &ttl), -EPROTO);
+	assert_int_equal(etcd_parse_keepalive(ka2, strlen(ka2), 5, &ttl), -EPROTO);
+	etcd_parse_error(err, strlen(err), &code, msg, sizeof(msg));
+	assert_int_equal(code, -1); /* 5 would be -ENOENT, 14 -ETIMEDOUT: neither is said */
 }
 
 /* ---- a Redis error whose text would forge log lines ------------------ */
@@ -741,6 +796,7 @@ int main(void)
 		cmocka_unit_test(test_redis_reply_unbounded),
 		cmocka_unit_test(test_etcd_env_proxy),
 		cmocka_unit_test(test_etcd_nul_escape),
+		cmocka_unit_test(test_etcd_duplicate_keys),
 		cmocka_unit_test(test_redis_error_log),
 		cmocka_unit_test(test_redis_surplus_reply),
 		cmocka_unit_test(test_redis_late_surplus),
