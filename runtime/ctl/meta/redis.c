@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <hiredis/hiredis.h>
@@ -126,12 +127,58 @@ static bool reply_is_array(const redisReader *r)
 }
 
 /*
+ * Whether raw (n bytes, the whole reply) is the one way RESP writes r.
+ * hiredis 0.14 reads loosely: an integer or a length with a sign, leading
+ * zeros or digits past 2^63 (wrapped: ":18446744073709551617" is 1), and
+ * a bulk string without its closing CRLF.  A store must not be read one
+ * way by us and another by redis-cli; what ferry acts on -- the scripts'
+ * integers, GET's value or nil -- must be written exactly as Redis does.
+ * Errors and status lines are refused by the callers anyway.
+ */
+static bool reply_canonical(const redisReply *r, const char *raw, size_t n)
+{
+	char head[32];
+	size_t k;
+
+	switch (r->type) {
+	case REDIS_REPLY_INTEGER:
+		k = (size_t)snprintf(head, sizeof(head), ":%lld\r\n", r->integer);
+		return n == k && memcmp(raw, head, k) == 0;
+	case REDIS_REPLY_NIL:
+		return n == 5 && memcmp(raw, "$-1\r\n", 5) == 0;
+	case REDIS_REPLY_STRING:
+		k = (size_t)snprintf(head, sizeof(head), "$%zu\r\n", r->len);
+		return n == k + r->len + 2 && memcmp(raw, head, k) == 0 &&
+		       memcmp(raw + k, r->str, r->len) == 0 && memcmp(raw + n - 2, "\r\n", 2) == 0;
+	default:
+		return true;
+	}
+}
+
+/* Read what the socket has (poll said so) into raw and the reader. */
+static int redis_read(redisContext *c, char *raw, size_t cap, size_t *got)
+{
+	ssize_t n = recv(c->fd, raw + *got, cap - *got, 0);
+
+	if (n == 0)
+		return -ECONNRESET; /* the server closed: as hiredis's EOF */
+	if (n < 0)
+		return errno == EINTR || errno == EAGAIN ? 0 : -errno;
+	if (redisReaderFeed(c->reader, raw + *got, (size_t)n) != REDIS_OK)
+		return -ENOMEM;
+	*got += (size_t)n;
+	return 0;
+}
+
+/*
  * Write the command and read its one reply within the deadline: poll()
  * before each read, so that a server trickling its answer cannot hold us
  * past it (SO_RCVTIMEO bounds each read, not the reply), and no more than
- * REDIS_REPLY_MAX bytes read.  A reply followed by more bytes is
+ * REDIS_REPLY_MAX bytes read, kept to check the reply's form
+ * (reply_canonical).  A reply followed by more bytes is
  * refused: they would answer our next command.  1: c->err says why;
- * -EMSGSIZE: too long, or more than one reply; -EBADMSG: an array.
+ * -EMSGSIZE: too long, or more than one reply; -EBADMSG: an array or a
+ * reply not in its canonical form; or -errno of the read.
  * The command goes out through sock_send_full (MSG_NOSIGNAL), not
  * hiredis's write(): a store that reset the connection after our idle
  * check would have killed a process that does not ignore SIGPIPE.
@@ -139,6 +186,7 @@ static bool reply_is_array(const redisReader *r)
 static int redis_roundtrip(redisContext *c, int argc, const char **argv, const size_t *lens,
 			   int64_t deadline, redisReply **out)
 {
+	char raw[REDIS_REPLY_MAX + 1];
 	void *r = NULL;
 	size_t got = 0;
 	int rc;
@@ -167,22 +215,19 @@ static int redis_roundtrip(redisContext *c, int argc, const char **argv, const s
 			return -ETIMEDOUT;
 		if (n < 0 && errno != EINTR)
 			return -errno;
-		if (n > 0) {
-			size_t before = c->reader->len;
-
-			if (redisBufferRead(c) != REDIS_OK)
-				return 1;
-			got += c->reader->len - before;
-		}
+		if (n > 0 && (rc = redis_read(c, raw, sizeof(raw), &got)))
+			return rc;
 		if (got > REDIS_REPLY_MAX) /* counted as read: an array's parsed */
 			return -EMSGSIZE;  /* elements leave the reader's buffer */
 	}
-	if (c->reader->len != c->reader->pos) {
+	rc = c->reader->len != c->reader->pos ? -EMSGSIZE
+	     : !reply_canonical(r, raw, got)  ? -EBADMSG
+					      : 0;
+	if (rc)
 		freeReplyObject(r);
-		return -EMSGSIZE;
-	}
-	*out = r;
-	return 0;
+	else
+		*out = r;
+	return rc;
 }
 
 /*
@@ -220,7 +265,8 @@ static int redis_cmd(struct meta *m, int argc, const char **argv, const size_t *
 			meta_log(m, "%s: a reply that is too long, or more than one reply", argv[0]);
 			err = -EPROTO;
 		} else if (err == -EBADMSG) {
-			meta_log(m, "%s: an array reply, which none of ours is", argv[0]);
+			meta_log(m, "%s: an array reply, which none of ours is, or a reply not "
+				 "in the form Redis writes", argv[0]);
 			err = -EPROTO;
 		}
 		redis_drop(rc);

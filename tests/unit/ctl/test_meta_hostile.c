@@ -24,6 +24,9 @@
  *  - the longest TTL is a lease of that many seconds, not 0 (wrapped);
  *  - a Redis array reply (none of ours is one) is refused at its first
  *    byte: one of 2^31 elements held a 500 ms call for 74 s;
+ *  - a Redis bulk string without its closing CRLF is refused (before:
+ *    hiredis took the two bytes in its place for it), as is any reply not
+ *    in the one form Redis writes;
  *  - an etcd reply with a folded header, after another on the same curl
  *    handle, made libcurl 7.88 read freed memory: a handle per request.
  */
@@ -523,6 +526,56 @@ static void test_redis_array_bounded(void **state)
 	assert_true(grew < 4096);
 }
 
+/* ---- Redis replies in a form Redis never writes ------------------------- */
+
+static const char *volatile loose_reply; /* the answer to every command */
+
+static void serve_loose(struct fake *f, int fd, unsigned conn)
+{
+	char buf[4096];
+
+	(void)conn;
+	while (read_req(f, fd, buf, sizeof(buf)) > 0)
+		(void)!write(fd, loose_reply, strlen(loose_reply));
+}
+
+/*
+ * hiredis never checks a bulk string's closing CRLF: "$5\r\nv1 abXY" was
+ * the value "v1 ab", its last two bytes dropped unseen (before: GET
+ * returned it, rc 0).  Refused now (-EPROTO), as is anything not written
+ * the one way Redis writes it.  The integers and lengths below (a sign,
+ * leading zeros, past 2^63) hiredis 0.14.1 refuses itself (string2ll):
+ * kept so that a hiredis that reads them loosely cannot make a publish
+ * "created" or a GET "no such name".
+ */
+static void test_redis_loose_replies(void **state)
+{
+	static const char *const evals[] = { ":+1\r\n", ":02\r\n", ":18446744073709551617\r\n",
+					     ":-0\r\n" };
+	static const char *const gets[] = { "$5\r\nv1 abXY", "$5\r\nv1 ab\n\n", "$05\r\nv1 ab\r\n",
+					    "$-01\r\n" };
+	char v[META_VALUE_MAX];
+	struct fake f;
+
+	(void)state;
+	fake_start(&f, serve_loose);
+	for (size_t i = 0; i < sizeof(evals) / sizeof(evals[0]) + sizeof(gets) / sizeof(gets[0]);
+	     i++) {
+		bool eval = i < sizeof(evals) / sizeof(evals[0]);
+		struct meta *m = open_url("redis", f.port);
+		int rc;
+
+		loose_reply = eval ? evals[i] : gets[i - sizeof(evals) / sizeof(evals[0])];
+		rc = eval ? meta_publish(m, "n1", VAL_A, 10000, 300)
+			  : meta_resolve(m, "x", v, sizeof(v), 300);
+		meta_close(m);
+		print_message("%s answered %.24s: rc %d\n", eval ? "publish" : "GET", loose_reply,
+			      rc);
+		assert_int_equal(rc, -EPROTO);
+	}
+	fake_stop(&f);
+}
+
 /* ---- a Redis publish whose reply never comes ----------------------------- */
 
 static volatile int undo_seen; /* 1: a conditional DEL of our value came */
@@ -801,6 +854,7 @@ int main(void)
 		cmocka_unit_test(test_redis_surplus_reply),
 		cmocka_unit_test(test_redis_late_surplus),
 		cmocka_unit_test(test_redis_array_bounded),
+		cmocka_unit_test(test_redis_loose_replies),
 		cmocka_unit_test(test_redis_lost_publish_undone),
 		cmocka_unit_test(test_etcd_lost_publish_undone),
 		cmocka_unit_test(test_etcd_unavailable),
