@@ -842,6 +842,125 @@ static void test_etcd_folded_header(void **state)
 	assert_int_equal(rc3, -ENOENT);
 }
 
+/* ---- a store that takes connections and stops answering ------------------ */
+
+static volatile int silent_now; /* 1: the fake stores read and never answer */
+
+/* Redis: the claim is answered "created" until silent_now. */
+static void serve_redis_then_silent(struct fake *f, int fd, unsigned conn)
+{
+	char buf[4096];
+
+	(void)conn;
+	while (read_req(f, fd, buf, sizeof(buf)) > 0)
+		if (!silent_now)
+			(void)!write(fd, ":2\r\n", 4);
+}
+
+/* etcd: the grant and the claim's transaction answered until silent_now. */
+static void serve_etcd_then_silent(struct fake *f, int fd, unsigned conn)
+{
+	char buf[4096];
+
+	(void)conn;
+	if (read_req(f, fd, buf, sizeof(buf)) <= 0)
+		return;
+	if (silent_now) {
+		while (read_req(f, fd, buf, sizeof(buf)) > 0) /* until the client gives up */
+			;
+	} else if (strstr(buf, "/v3/lease/grant")) {
+		http_reply(fd, "{\"ID\":\"7\",\"TTL\":\"10\"}");
+	} else {
+		http_reply(fd, "{\"succeeded\":true,\"responses\":[{\"response_put\":{}}]}");
+	}
+}
+
+/*
+ * Every call on a store that accepts the connection and never answers ends
+ * at its timeout with -ETIMEDOUT: etcd's remove does not revoke the lease
+ * past the deadline, neither backend's renewal publishes again past it.
+ * alarm(): a call that waited for ever kills the test instead of hanging it.
+ */
+static void test_silent_store_calls(void **state)
+{
+	static const char *const schemes[] = { "redis", "etcd" };
+	struct fake f;
+
+	(void)state;
+	for (int i = 0; i < 2; i++) {
+		struct meta *m;
+		int rc1, rc2, rc3;
+		char v[META_VALUE_MAX];
+
+		silent_now = 0;
+		fake_start(&f, i ? serve_etcd_then_silent : serve_redis_then_silent);
+		m = open_url(schemes[i], f.port);
+		assert_int_equal(meta_publish(m, "n1", VAL_A, 10000, 2000), 0);
+		silent_now = 1;
+		alarm(30);
+		rc1 = meta_keepalive(m, 100);
+		rc2 = meta_resolve(m, "n1", v, sizeof(v), 100);
+		rc3 = meta_remove(m, "n1", 100);
+		alarm(0);
+		meta_close(m);
+		fake_stop(&f);
+		print_message("%s silent: keepalive %d, resolve %d, remove %d\n", schemes[i], rc1,
+			      rc2, rc3);
+		assert_int_equal(rc1, -ETIMEDOUT);
+		assert_int_equal(rc2, -ETIMEDOUT);
+		assert_int_equal(rc3, -ETIMEDOUT);
+	}
+}
+
+static char remove_logged[512];
+
+static void log_remove(void *arg, enum ferry_log_level level, const char *msg)
+{
+	(void)arg;
+	(void)level;
+	if (strstr(msg, "cannot remove"))
+		snprintf(remove_logged, sizeof(remove_logged), "%s", msg);
+}
+
+/*
+ * ferry_engine_destroy with its name in a store that went silent: the
+ * lease thread's renewal (at most NAMED_KEEPALIVE_TIMEOUT_MS) is joined,
+ * then the record's removal gives up after NAMED_REMOVE_TIMEOUT_MS
+ * (-ETIMEDOUT, logged): about 1 s here, at most ~2.5 s in all (README).
+ */
+static void test_destroy_silent_store(void **state)
+{
+	struct ferry_engine *e;
+	struct ferry_opts o;
+	int64_t t0, took;
+	struct fake f;
+	char url[64];
+
+	(void)state;
+	silent_now = 0;
+	remove_logged[0] = '\0';
+	fake_start(&f, serve_redis_then_silent);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%u", f.port);
+	ferry_opts_default(&o);
+	o.cores = "0";
+	o.nics = "loop";
+	o.name = "silent-0";
+	o.metadata = url;
+	assert_int_equal(ferry_engine_create(&o, &e), 0);
+	silent_now = 1;
+	ferry_log_set(log_remove, NULL);
+	t0 = wait_now_ms();
+	alarm(30); /* the hang guard */
+	ferry_engine_destroy(e);
+	alarm(0);
+	took = wait_now_ms() - t0;
+	ferry_log_set(NULL, NULL);
+	fake_stop(&f);
+	print_message("destroy returned after %lld ms; logged: %s\n", (long long)took,
+		      remove_logged);
+	assert_non_null(strstr(remove_logged, strerror(ETIMEDOUT)));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -861,6 +980,8 @@ int main(void)
 		cmocka_unit_test(test_etcd_longest_ttl),
 		cmocka_unit_test(test_redis_huge_array),
 		cmocka_unit_test(test_etcd_folded_header),
+		cmocka_unit_test(test_silent_store_calls),
+		cmocka_unit_test(test_destroy_silent_store),
 	};
 
 	signal(SIGPIPE, SIG_IGN); /* the fake stores write to clients that gave up */
