@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The etcd backend: etcd v3.4's JSON gateway (grpc-gateway) over HTTP/1.1
- * with libcurl, one easy handle per store handle (it keeps the connection
- * between calls).  Bodies are built and parsed in etcd_json.c.
+ * with libcurl: an easy handle per request, the connection kept between
+ * calls while they end cleanly (etcd_handle).  Bodies are built and
+ * parsed in etcd_json.c.
  *
  * A name is a key attached to a lease: publishing grants a lease of the
  * TTL and puts the key with it in a transaction that only creates
@@ -23,6 +24,7 @@
  * no request waits on DNS.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +42,7 @@
 
 struct etcd_conn {
 	CURL *h;
+	CURLSH *share;                 /* its connection cache: the kept connection */
 	struct curl_slist *headers;
 	char base[96];                 /* "http://a.b.c.d:port" */
 	char *resp;                    /* ETCD_BODY_MAX bytes */
@@ -128,13 +131,38 @@ static int http_errno(struct meta *m, struct etcd_conn *c, const char *path, lon
 }
 
 /*
- * A curl handle of its own for each request (the previous one closed,
- * with its connection): with libcurl 7.88, a reply whose first header
- * line is folded (obs-fold), after another reply on the same handle, is
- * unfolded onto what that reply left there, freed by then -- a store, or
+ * Close the kept connection: after anything but a clean answer (a curl
+ * error, an HTTP error, a body that does not parse), so that whatever the
+ * store left on it cannot answer the next call.  A new share, with an
+ * empty connection cache; NULL if that fails (requests then go without).
+ */
+static void etcd_forget(struct etcd_conn *c)
+{
+	if (c->h)
+		curl_easy_cleanup(c->h); /* detached from the share before it goes */
+	c->h = NULL;
+	if (c->share)
+		curl_share_cleanup(c->share); /* closes the cached connections */
+	c->share = curl_share_init();
+	if (c->share &&
+	    curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) != CURLSHE_OK) {
+		curl_share_cleanup(c->share);
+		c->share = NULL;
+	}
+}
+
+/*
+ * A curl easy handle of its own for each request (the previous one
+ * closed): with libcurl 7.88, a reply whose first header line is folded
+ * (obs-fold), after another reply on the same handle, is unfolded onto
+ * what that reply left in the handle, freed by then -- a store, or
  * anything on the path to it, could make us read freed memory (ASan,
- * found by fuzz_meta; curl_easy_reset does not help).  A connection per
- * request costs nothing at the rate of a store's calls.
+ * found by fuzz_meta; curl_easy_reset does not help).  That state is the
+ * easy handle's, not the connection's: the connection is kept between
+ * requests in the share's connection cache (used under m->lock, one
+ * request at a time: no lock callbacks), once etcd_check_idle found it
+ * idle; a reply with bytes past its end in the same read makes curl
+ * close it itself.
  */
 static int etcd_handle(struct etcd_conn *c)
 {
@@ -143,6 +171,8 @@ static int etcd_handle(struct etcd_conn *c)
 	c->h = curl_easy_init();
 	if (!c->h)
 		return -ENOMEM;
+	if (c->share)
+		curl_easy_setopt(c->h, CURLOPT_SHARE, c->share);
 	curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
 	/* the store itself: never a proxy named by http_proxy/ALL_PROXY */
 	curl_easy_setopt(c->h, CURLOPT_PROXY, "");
@@ -156,6 +186,28 @@ static int etcd_handle(struct etcd_conn *c)
 	return 0;
 }
 
+/*
+ * The kept connection, if any, must be idle with nothing waiting: bytes
+ * after a clean reply (a late second answer, or the store's EOF) are
+ * not the next request's answer.  libcurl 7.88 reuses a connection with
+ * input pending and reads it as the next reply (test_meta_hostile
+ * test_etcd_connection_reused): closed here instead.  What is still
+ * in flight when we look would ride on the next request, as with Redis;
+ * a store that lies that way could as well lie in its answer.
+ */
+static void etcd_check_idle(struct etcd_conn *c)
+{
+	curl_socket_t fd = CURL_SOCKET_BAD;
+	struct pollfd p;
+
+	if (!c->h || curl_easy_getinfo(c->h, CURLINFO_ACTIVESOCKET, &fd) != CURLE_OK ||
+	    fd == CURL_SOCKET_BAD)
+		return; /* none kept (curl closed it, or the last request failed) */
+	p = (struct pollfd){ .fd = fd, .events = POLLIN };
+	if (poll(&p, 1, 0) != 0)
+		etcd_forget(c);
+}
+
 /* POST body to path; 0 with the reply in c->resp/c->len (HTTP 200), or -errno. */
 static int etcd_post(struct meta *m, const char *path, const char *body, int64_t deadline)
 {
@@ -164,10 +216,12 @@ static int etcd_post(struct meta *m, const char *path, const char *body, int64_t
 	char url[160];
 	long status = 0;
 	CURLcode cc;
+	int rc;
 
 	if (left == 0)
 		return -ETIMEDOUT;
 	snprintf(url, sizeof(url), "%s%s", c->base, path);
+	etcd_check_idle(c);
 	if (etcd_handle(c))
 		return -ENOMEM;
 	c->len = 0;
@@ -180,10 +234,24 @@ static int etcd_post(struct meta *m, const char *path, const char *body, int64_t
 	curl_easy_setopt(c->h, CURLOPT_TIMEOUT_MS, (long)left);
 	curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT_MS, (long)left);
 	cc = curl_easy_perform(c->h);
-	if (cc != CURLE_OK)
-		return curl_errno(m, c, cc);
+	if (cc != CURLE_OK) {
+		rc = curl_errno(m, c, cc); /* (reads c->h) */
+		etcd_forget(c);
+		return rc;
+	}
 	curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);
-	return status == 200 ? 0 : http_errno(m, c, path, status);
+	if (status == 200)
+		return 0;
+	rc = http_errno(m, c, path, status);
+	etcd_forget(c);
+	return rc;
+}
+
+/* A 200 reply whose body ferry refuses: said, and its connection closed. */
+static void etcd_refuse(struct meta *m, const char *what)
+{
+	meta_log(m, "%s", what);
+	etcd_forget(m->conn);
 }
 
 static int etcd_grant(struct meta *m, int64_t deadline, int64_t *id)
@@ -198,7 +266,7 @@ static int etcd_grant(struct meta *m, int64_t deadline, int64_t *id)
 	if (rc == 0)
 		rc = etcd_post(m, "/v3/lease/grant", body, deadline);
 	if (rc == 0 && (rc = etcd_parse_grant(c->resp, c->len, id, &ttl)))
-		meta_log(m, "/v3/lease/grant: a reply without a valid ID and TTL");
+		etcd_refuse(m, "/v3/lease/grant: a reply without a valid ID and TTL");
 	return rc;
 }
 
@@ -225,7 +293,7 @@ static int etcd_claim_txn(struct meta *m, int64_t id, int64_t deadline)
 		rc = etcd_post(m, "/v3/kv/txn", body, deadline);
 	if (rc == 0 && (rc = etcd_parse_claim(c->resp, c->len, m->pub.key, &ok, holder,
 					      sizeof(holder))))
-		meta_log(m, "/v3/kv/txn: a reply that is not the transaction's");
+		etcd_refuse(m, "/v3/kv/txn: a reply that is not the transaction's");
 	if (rc)
 		return rc;
 	if (ok)
@@ -280,7 +348,7 @@ static int etcd_keepalive(struct meta *m, int64_t deadline)
 		if (rc == 0)
 			rc = etcd_post(m, "/v3/lease/keepalive", body, deadline);
 		if (rc == 0 && (rc = etcd_parse_keepalive(c->resp, c->len, m->pub.lease, &ttl)))
-			meta_log(m, "/v3/lease/keepalive: a reply that is not for our lease");
+			etcd_refuse(m, "/v3/lease/keepalive: a reply that is not for our lease");
 		if (rc)
 			return rc;
 		/* The lease lives, but the key may not (deleted past us): made
@@ -306,8 +374,10 @@ static int etcd_resolve(struct meta *m, const char *key, char *value, size_t cap
 		rc = etcd_post(m, "/v3/kv/range", body, deadline);
 	if (rc == 0) {
 		rc = etcd_parse_range(c->resp, c->len, key, value, cap);
-		if (rc == -EPROTO)
+		if (rc == -EPROTO) {
 			meta_log(m, "/v3/kv/range %s: a reply that is not one valid value", key);
+			etcd_forget(c);
+		}
 	}
 	return rc;
 }
@@ -322,7 +392,7 @@ static int etcd_remove(struct meta *m, int64_t deadline)
 	if (rc == 0)
 		rc = etcd_post(m, "/v3/kv/txn", body, deadline);
 	if (rc == 0 && (rc = etcd_parse_drop(c->resp, c->len, &ok)))
-		meta_log(m, "/v3/kv/txn: a reply that is not the transaction's");
+		etcd_refuse(m, "/v3/kv/txn: a reply that is not the transaction's");
 	if (rc == 0 && !ok)
 		rc = -ENOENT;
 	etcd_revoke(m, m->pub.lease, deadline);
@@ -338,6 +408,8 @@ static void etcd_fini(struct meta *m)
 		return;
 	if (c->h)
 		curl_easy_cleanup(c->h);
+	if (c->share)
+		curl_share_cleanup(c->share);
 	curl_slist_free_all(c->headers);
 	free(c->resp);
 	free(c);
@@ -363,7 +435,8 @@ static int etcd_init(struct meta *m)
 	/* no "Expect: 100-continue" round trip before a body */
 	if (c->headers)
 		c->headers = curl_slist_append(c->headers, "Expect:");
-	if (!c->resp || !c->headers) {
+	etcd_forget(c);
+	if (!c->resp || !c->headers || !c->share) {
 		etcd_fini(m);
 		return -ENOMEM;
 	}

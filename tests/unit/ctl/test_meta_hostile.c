@@ -28,7 +28,13 @@
  *    hiredis took the two bytes in its place for it), as is any reply not
  *    in the one form Redis writes;
  *  - an etcd reply with a folded header, after another on the same curl
- *    handle, made libcurl 7.88 read freed memory: a handle per request.
+ *    handle, made libcurl 7.88 read freed memory: a handle per request,
+ *    also on a kept connection;
+ *  - etcd calls share one connection (before: one per request), and what
+ *    a store sends past a reply, at once or later, answers nothing
+ *    (libcurl 7.88 alone took a late one for the next call's answer);
+ *  - calls on a store that takes the connection and never answers end at
+ *    their timeout, and so does ferry_engine_destroy.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -633,6 +639,17 @@ static void http_reply(int fd, const char *body)
 	(void)!write(fd, resp, strlen(resp));
 }
 
+/* The same, the connection kept open, and after the reply: after. */
+static void http_keep(int fd, const char *body, const char *after)
+{
+	char resp[1024];
+
+	snprintf(resp, sizeof(resp),
+		 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+		 "\r\n%s%s", strlen(body), body, after);
+	(void)!write(fd, resp, strlen(resp));
+}
+
 /* etcd: a lease granted, the claim's transaction never answered. */
 static void serve_lost_claim(struct fake *f, int fd, unsigned conn)
 {
@@ -813,6 +830,26 @@ static void serve_folded(struct fake *f, int fd, unsigned conn)
 	shutdown(fd, SHUT_WR);
 }
 
+static volatile int folded_kept; /* 1: the folded reply went on a kept connection */
+
+/* The same on one connection: a kept-alive reply, then the folded one. */
+static void serve_folded_kept(struct fake *f, int fd, unsigned conn)
+{
+	static const char folded[] = "HTTP/1.1 200\rKOC\n ontNOAUAUTHed.\rnticaent-Type: app 13\r\n"
+				     "\xd4\r\n{\"count\":\"\0\0[\"}";
+	char buf[4096];
+
+	for (unsigned req = 0; read_req(f, fd, buf, sizeof(buf)) > 0; req++) {
+		if (conn == 0 && req == 1) {
+			folded_kept = 1;
+			(void)!write(fd, folded, sizeof(folded) - 1);
+			shutdown(fd, SHUT_WR);
+		} else {
+			http_keep(fd, "{\"count\":\"0\"}", "");
+		}
+	}
+}
+
 /*
  * A store's reply with a folded header line, after a reply on the same
  * curl handle, is refused and harms nothing: the next call works.
@@ -840,6 +877,83 @@ static void test_etcd_folded_header(void **state)
 	assert_int_equal(rc1, -ENOENT);
 	assert_true(rc2 == -EPROTO || rc2 == -EIO);
 	assert_int_equal(rc3, -ENOENT);
+	/* and on a connection kept from the reply before (a new easy handle
+	 * on it: the freed state was the handle's) */
+	folded_kept = 0;
+	fake_start(&f, serve_folded_kept);
+	m = open_url("etcd", f.port);
+	rc1 = meta_resolve(m, "x", v, sizeof(v), 2000);
+	rc2 = meta_resolve(m, "x", v, sizeof(v), 2000);
+	rc3 = meta_resolve(m, "x", v, sizeof(v), 2000);
+	meta_close(m);
+	fake_stop(&f);
+	print_message("kept connection: resolve %d, folded %d, then %d\n", rc1, rc2, rc3);
+	assert_int_equal(folded_kept, 1);
+	assert_int_equal(rc1, -ENOENT);
+	assert_true(rc2 == -EPROTO || rc2 == -EIO);
+	assert_int_equal(rc3, -ENOENT);
+}
+
+/* ---- etcd: one connection for many calls, and what may not ride on it ---- */
+
+static volatile unsigned keep_conns; /* connections accepted */
+static volatile int keep_mode;       /* 0 plain, 1 excess after the first reply, 2 late */
+
+/* A forged second answer: the value of VAL_B under "ferry/segments/b". */
+#define FORGED "HTTP/1.1 200 OK\r\nContent-Length: 135\r\n\r\n{\"kvs\":[{\"key\":" \
+	"\"ZmVycnkvc2VnbWVudHMvYg==\",\"value\":" V_B "}],\"count\":\"1\"}"
+
+/* Keep-alive replies, "no such key" to every range; mode 1: the first
+ * reply carries a forged second one; mode 2: it comes 50 ms later. */
+static void serve_keep(struct fake *f, int fd, unsigned conn)
+{
+	char buf[4096];
+
+	keep_conns = conn + 1;
+	for (unsigned req = 0; read_req(f, fd, buf, sizeof(buf)) > 0; req++) {
+		bool first = conn == 0 && req == 0;
+
+		http_keep(fd, "{\"count\":\"0\"}", first && keep_mode == 1 ? FORGED : "");
+		if (first && keep_mode == 2) {
+			sleep_ms(50);
+			(void)!write(fd, FORGED, strlen(FORGED));
+		}
+	}
+}
+
+/*
+ * The calls of one handle share a connection (a curl share's connection
+ * cache; each request still has an easy handle of its own, see
+ * test_etcd_folded_header): 4 calls, 1 connection (before: 4).  A reply
+ * followed by more bytes, at once or later, never answers the next call:
+ * the connection is closed, not reused.
+ */
+static void test_etcd_connection_reused(void **state)
+{
+	char v[META_VALUE_MAX];
+	struct fake f;
+	int rc[4];
+
+	(void)state;
+	for (keep_mode = 0; keep_mode < 3; keep_mode++) {
+		struct meta *m;
+
+		fake_start(&f, serve_keep);
+		m = open_url("etcd", f.port);
+		for (int i = 0; i < 4; i++) {
+			rc[i] = meta_resolve(m, i ? "b" : "a", v, sizeof(v), 2000);
+			if (i == 0 && keep_mode == 2)
+				sleep_ms(150); /* the forged reply is in our socket */
+		}
+		meta_close(m);
+		fake_stop(&f);
+		print_message("mode %d: %d %d %d %d over %u connections\n", keep_mode, rc[0], rc[1],
+			      rc[2], rc[3], keep_conns);
+		for (int i = 0; i < 4; i++)
+			assert_int_equal(rc[i], -ENOENT);
+		if (keep_mode == 0)
+			assert_int_equal(keep_conns, 1);
+	}
 }
 
 /* ---- a store that takes connections and stops answering ------------------ */
@@ -980,6 +1094,7 @@ int main(void)
 		cmocka_unit_test(test_etcd_longest_ttl),
 		cmocka_unit_test(test_redis_huge_array),
 		cmocka_unit_test(test_etcd_folded_header),
+		cmocka_unit_test(test_etcd_connection_reused),
 		cmocka_unit_test(test_silent_store_calls),
 		cmocka_unit_test(test_destroy_silent_store),
 	};
