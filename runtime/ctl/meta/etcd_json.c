@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <cjson/cJSON.h>
 
@@ -136,9 +137,10 @@ static cJSON *parse_body(const char *body, size_t len)
 
 /*
  * obj's member name into *out: -ENOENT when absent, -EPROTO when obj is
- * not an object or names it twice.  Parsers disagree on a duplicate (cJSON
- * takes the first, Go's encoding/json the last): a reply that says two
- * things is refused rather than read one way.
+ * not an object or names it twice, in any case ("ID" and "id").  Parsers
+ * disagree on a duplicate (cJSON takes the first, Go's encoding/json the
+ * last, and Go matches names ignoring case): a reply that says two things
+ * is refused rather than read one way.
  */
 static int member(const cJSON *obj, const char *name, const cJSON **out)
 {
@@ -146,9 +148,9 @@ static int member(const cJSON *obj, const char *name, const cJSON **out)
 	if (!cJSON_IsObject(obj))
 		return -EPROTO;
 	for (const cJSON *it = obj->child; it; it = it->next) {
-		if (!it->string || strcmp(it->string, name) != 0)
+		if (!it->string || strcasecmp(it->string, name) != 0)
 			continue;
-		if (*out) {
+		if (*out || strcmp(it->string, name) != 0) {
 			*out = NULL;
 			return -EPROTO;
 		}

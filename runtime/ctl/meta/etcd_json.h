@@ -9,8 +9,9 @@
  * no NUL byte and is one JSON value with nothing after it; every field used
  * must have its exact JSON type (etcd writes 64-bit integers as decimal
  * strings: those are parsed strictly, digits only, no sign, in range) and
- * appear once in its object (a member named twice is refused: cJSON would
- * read the first, etcd's own Go client the last);
+ * appear once in its object, in any case (a member named twice is
+ * refused: cJSON would read the first, etcd's own Go client the last, and
+ * Go takes "id" for "ID");
  * keys must decode to the very key asked for, values to 1..META_VALUE_MAX-1
  * printable bytes.  Fields ferry does not use (the header, revisions) are
  * ignored, so that a newer etcd that adds some is not refused.

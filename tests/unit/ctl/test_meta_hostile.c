@@ -334,6 +334,8 @@ static void test_etcd_duplicate_keys(void **state)
 	const char *grant = "{\"ID\":\"7\",\"TTL\":\"10\",\"ID\":\"8\"}";
 	const char *ka = "{\"result\":{\"ID\":\"5\",\"TTL\":\"10\",\"TTL\":\"0\"}}";
 	const char *ka2 = "{\"result\":{\"ID\":\"5\",\"TTL\":\"10\"},\"result\":{\"ID\":\"6\"}}";
+	const char *grant_case = "{\"ID\":\"7\",\"TTL\":\"10\",\"id\":\"8\"}";
+	const char *ka_case = "{\"result\":{\"ID\":\"5\",\"Ttl\":\"1\",\"TTL\":\"10\"}}";
 	const char *err = "{\"code\":5,\"message\":\"lease not found\",\"code\":14}";
 	char v[META_VALUE_MAX], msg[64];
 	int64_t id = 0, ttl = 0;
@@ -355,6 +357,10 @@ static void test_etcd_duplicate_keys(void **state)
 	assert_int_equal(etcd_parse_grant(grant, strlen(grant), &id, &ttl), -EPROTO);
 	assert_int_equal(etcd_parse_keepalive(ka, strlen(ka), 5, &ttl), -EPROTO);
 	assert_int_equal(etcd_parse_keepalive(ka2, strlen(ka2), 5, &ttl), -EPROTO);
+	/* the same name in another case: Go's decoder reads it as the same
+	 * field (before: ID 7 and TTL 10 were taken, rc 0) */
+	assert_int_equal(etcd_parse_grant(grant_case, strlen(grant_case), &id, &ttl), -EPROTO);
+	assert_int_equal(etcd_parse_keepalive(ka_case, strlen(ka_case), 5, &ttl), -EPROTO);
 	etcd_parse_error(err, strlen(err), &code, msg, sizeof(msg));
 	assert_int_equal(code, -1); /* 5 would be -ENOENT, 14 -ETIMEDOUT: neither is said */
 }
