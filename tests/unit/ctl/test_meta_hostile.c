@@ -55,6 +55,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "ring/base/atomics.h"
 #include "runtime/ferry.h"
 #include "runtime/ctl/meta/etcd_json.h"
 #include "runtime/ctl/meta/meta.h"
@@ -67,7 +68,7 @@ struct fake {
 	uint16_t port;
 	pthread_t th;
 	void (*serve)(struct fake *f, int fd, unsigned conn);
-	volatile int stop;
+	int stop; /* READ_ONCE/WRITE_ONCE: the fake's thread reads it */
 	char seen[4096]; /* the first request of the first connection */
 	size_t seen_len;
 };
@@ -76,7 +77,7 @@ static void *fake_main(void *arg)
 {
 	struct fake *f = arg;
 
-	for (unsigned conn = 0; !f->stop; conn++) {
+	for (unsigned conn = 0; !READ_ONCE(f->stop); conn++) {
 		int fd = accept(f->lfd, NULL, NULL);
 
 		if (fd < 0)
@@ -105,7 +106,7 @@ static void fake_start(struct fake *f, void (*serve)(struct fake *, int, unsigne
 
 static void fake_stop(struct fake *f)
 {
-	f->stop = 1;
+	WRITE_ONCE(f->stop, 1);
 	shutdown(f->lfd, SHUT_RDWR);
 	close(f->lfd);
 	pthread_join(f->th, NULL);
@@ -152,7 +153,7 @@ static void serve_trickle(struct fake *f, int fd, unsigned conn)
 	if (read_req(f, fd, buf, sizeof(buf)) <= 0)
 		return;
 	(void)!write(fd, "$10\r\n", 5);
-	for (size_t i = 0; i < 10 && !f->stop; i++) {
+	for (size_t i = 0; i < 10 && !READ_ONCE(f->stop); i++) {
 		sleep_ms(300); /* each byte well within the read timeout */
 		(void)!write(fd, body + i, 1);
 	}
@@ -508,7 +509,7 @@ static void serve_array(struct fake *f, int fd, unsigned conn)
 	for (size_t i = 0; i < sizeof(chunk); i += 4)
 		memcpy(chunk + i, ":1\r\n", 4);
 	(void)!write(fd, "*1000000\r\n", 10);
-	for (unsigned sent = 0; sent < 1000000 && !f->stop; sent += sizeof(chunk) / 4) {
+	for (unsigned sent = 0; sent < 1000000 && !READ_ONCE(f->stop); sent += sizeof(chunk) / 4) {
 		if (write(fd, chunk, sizeof(chunk)) <= 0)
 			return;
 		nanosleep(&(struct timespec){ 0, 200000 }, NULL);
