@@ -53,7 +53,9 @@ struct meta {
 extern const struct meta_ops meta_redis_ops;
 extern const struct meta_ops meta_etcd_ops;
 
-/* Milliseconds left until deadline (at least 1: a call always gets a try). */
+/* Milliseconds left until deadline, at most an hour; 0 once it has passed
+ * (the callers then end -ETIMEDOUT: meta_deadline gives each call at
+ * least 1 ms to begin with). */
 int meta_left_ms(int64_t deadline);
 
 /* Rate-limited by the caller: one line naming the store and what failed. */
