@@ -141,7 +141,8 @@ struct ferry_opts {
 	                          *   success (default 10) */
 	uint32_t rail_pause_max_ms; /**< longest pause, 1..3600000 (default 2000) */
 	uint32_t keepalive_ms; /**< tell every open segment's peer we are alive this often, so
-	                        *   it keeps our QPs (default 5000; 0 = never) */
+	                        *   it keeps our QPs (default 5000; 0 = never); also a
+	                        *   closing one's, while its last close waits for requests */
 	uint32_t lease_ms;     /**< free the QPs of an initiator silent this long (crashed
 	                        *   without disconnecting); >= 3x the peers' keepalive_ms
 	                        *   (default 30000; 0 = never).  Also how long a DISCONNECT

@@ -39,9 +39,15 @@ static int addr_cmp(const void *a, const void *b)
 	return strcmp(a, b);
 }
 
-/* The open segments' peers, each once (several segments may share one:
- * one keepalive serves them all, it names our incarnation, not a segment),
- * into *out (malloc'd; NULL without memory).  How many. */
+/* The peers of the open segments and of those closing, each once (several
+ * segments may share one: one keepalive serves them all, it names our
+ * incarnation, not a segment), into *out (malloc'd; NULL without memory).
+ * How many.  A closing segment waits for its requests in flight (retries
+ * x timeout_ms, or for good with timeout_ms 0), which outlasts the peer's
+ * lease: without keepalives the peer freed our QPs under them
+ * (test_teardown's test_lease_kept_while_closing).  Its address stays
+ * until the closer frees the slot, under ctl_lock, after its DISCONNECTs
+ * are queued. */
 static unsigned peers_of_open_segments(struct ferry_engine *e, peer_addr_t **out)
 {
 	peer_addr_t *addr;
@@ -54,7 +60,7 @@ static unsigned peers_of_open_segments(struct ferry_engine *e, peer_addr_t **out
 	for (uint32_t i = 0; addr && i < seg_slots(&e->segs); i++) {
 		const struct ferry_seg *s = seg_at(&e->segs, i);
 
-		if (s->state == SEG_OPEN && !READ_ONCE(s->stale))
+		if ((s->state == SEG_OPEN || s->state == SEG_CLOSING) && !READ_ONCE(s->stale))
 			memcpy(addr[n++], s->address, sizeof(addr[0]));
 	}
 	pthread_mutex_unlock(&e->ctl_lock);

@@ -788,6 +788,75 @@ static void test_lease(void **state)
 	pair_teardown(&P);
 }
 
+struct closer {
+	pthread_t thread;
+	struct ferry_engine *e;
+	ferry_seg_t seg;
+	int rc;
+	int returned; /* atomic */
+};
+
+static void *closer_main(void *arg)
+{
+	struct closer *c = arg;
+
+	c->rc = ferry_segment_close(c->e, c->seg);
+	__atomic_store_n(&c->returned, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/*
+ * The last close of a segment waits for its requests in flight (up to
+ * retries x timeout_ms each, or for good with timeout_ms 0), and the peer
+ * must keep our QPs meanwhile: the keepalives go on for a closing segment.
+ * Here a reference held by the test stands for a request the close waits
+ * for, three leases long.  Before, keepalives went to open segments only:
+ * the peer freed every QP of ours under the requests still in flight
+ * (here: 0 of 2 left after 300 ms, lease 100 ms).
+ */
+static void test_lease_kept_while_closing(void **state)
+{
+	struct ferry_opts io, to;
+	struct closer c = { 0 };
+	struct ferry_seg *s;
+	uint32_t slot;
+	unsigned before, during;
+	int early;
+	double t0;
+
+	(void)state;
+	pair_opts(&io, "0");
+	io.keepalive_ms = 20;
+	pair_opts(&to, "0");
+	to.lease_ms = 100;
+	pair_setup(&P, &io, &to, BUF);
+	before = passive_count_of(P.target, P.init->incarnation);
+	assert_true(before > 0);
+	s = seg_acquire(P.init, P.seg, &slot); /* a request in flight */
+	assert_non_null(s);
+	c.e = P.init;
+	c.seg = P.seg;
+	assert_int_equal(pthread_create(&c.thread, NULL, closer_main, &c), 0);
+	WAIT_UNTIL(load_sc(s->state) == SEG_CLOSING, WAIT_MS, "the close to begin");
+	t0 = now_s();
+	while (now_s() - t0 < 3 * to.lease_ms / 1000.0)
+		usleep(10 * 1000);
+	during = passive_count_of(P.target, P.init->incarnation);
+	early = __atomic_load_n(&c.returned, __ATOMIC_ACQUIRE);
+	seg_release_ref(s); /* before any assert: the closer waits for it */
+	assert_int_equal(pthread_join(c.thread, NULL), 0);
+	assert_int_equal(c.rc, 0);
+	assert_false(early);
+	P.seg = 0;
+	print_message("QPs the peer kept while the close waited 3 leases: %u of %u\n", during,
+		      before);
+	assert_int_equal(during, before);
+	/* Closed: the DISCONNECTs free them now. */
+	WAIT_UNTIL(passive_count_of(P.target, P.init->incarnation) == 0, WAIT_MS,
+		   "the peer to free the closed segment's QPs");
+	pair_teardown(&P);
+}
+
 /* A CONNECT_REQ for the target's loop NIC 0: n_qps QPs named token.. */
 static void passive_req(struct ferry_engine *e, uint64_t token, struct wire_connect_req *r)
 {
@@ -1352,6 +1421,7 @@ int main(void)
 		cmocka_unit_test(test_dead_device_request_times_out),
 		cmocka_unit_test(test_peer_refuses_then_answers),
 		cmocka_unit_test(test_lease),
+		cmocka_unit_test(test_lease_kept_while_closing),
 		cmocka_unit_test(test_passive_cap_replaces),
 		cmocka_unit_test(test_passive_late_connect_after_disconnect),
 		cmocka_unit_test(test_passive_refuses_dial_me),
