@@ -251,6 +251,11 @@ static bool disc_transient(int rc)
 	       rc == -ENOMEM;
 }
 
+uint64_t seg_disconnect_deadline_ms(const struct ferry_engine *e, uint64_t now)
+{
+	return now + (e->opts.lease_ms ? e->opts.lease_ms : DISC_WINDOW_MS);
+}
+
 /* Whether item d, whose DISCONNECT ended with rc and fate at now, goes
  * again; when, in d->due_ms (one now for a batch: a peer's items stay
  * due together, and go again on one connection). */
@@ -272,7 +277,7 @@ static bool disc_again(struct ferry_engine *e, struct disc_item *d, int rc, uint
 	if (fate != DISC_NOT_SENT || !disc_transient(rc))
 		return false;
 	if (!d->until_ms)
-		d->until_ms = now + (e->opts.lease_ms ? e->opts.lease_ms : DISC_WINDOW_MS);
+		d->until_ms = seg_disconnect_deadline_ms(e, now);
 	if (++d->sends >= DISC_SENDS || now >= d->until_ms) {
 		fetch_add_relaxed(e->disc_given_up, 1); /* statistics */
 		return false;

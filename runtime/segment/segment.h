@@ -288,6 +288,9 @@ void seg_disconnect_flush_all(struct ferry_engine *e); /* every thread's (engine
  * to as many peers as it has room for: 0, or -EBUSY when some stay queued
  * (call again once a call landed). */
 int seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls);
+/* The time after which a DISCONNECT that first failed at now is tried no
+ * more (ms, ferry_now_ms's clock). */
+uint64_t seg_disconnect_deadline_ms(const struct ferry_engine *e, uint64_t now);
 /* Free a slot's descriptors (engine destroy). */
 void seg_release(struct ferry_seg *s);
 
