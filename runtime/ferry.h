@@ -147,8 +147,10 @@ struct ferry_opts {
 	                        *   without disconnecting); >= 3x the peers' keepalive_ms
 	                        *   (default 30000; 0 = never).  Also how long a DISCONNECT
 	                        *   that cannot reach its peer is tried again (standing in
-	                        *   for the peer's lease on us): 30 s when 0, as with the
-	                        *   default; never more than 32 sends */
+	                        *   for the peer's lease on us), never more than 32 sends;
+	                        *   when 0 (the peer likely has no lease to free them
+	                        *   either), until the 32 sends are used: ~2 min when each
+	                        *   connect fails at once, ~7 min when each times out */
 	uint32_t ep_cache;     /**< endpoints kept per core, 1..FERRY_MAX_SEGMENTS (default 128);
 	                        *   beyond, the least useful idle one is evicted (SIEVE).
 	                        *   At most 1024 / qps_per_ep - 1 are kept (the QPs a core's
@@ -271,7 +273,8 @@ struct ferry_engine_stats {
 	                                *   the peer's lease frees those QPs */
 	uint64_t disconnects_given_up; /**< DISCONNECTs that never reached their peer (cut off)
 	                                *   and whose tries ended: lease_ms after the first
-	                                *   failure, or 32 sends; the peer's lease frees those QPs */
+	                                *   failure (none when 0), or 32 sends; the peer's lease
+	                                *   frees those QPs */
 };
 
 struct ferry_engine;

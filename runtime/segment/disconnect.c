@@ -28,7 +28,7 @@ struct disc_item {
 	                    * sent again after a back-off too: disc_alone) */
 	uint8_t sends;     /* tries that never reached the peer (disc_unanswered_again) */
 	uint64_t due_ms;   /* its back-off runs out then (ferry_now_ms; 0: none) */
-	uint64_t until_ms; /* no try after then (set at the first that failed; 0: none yet) */
+	uint64_t until_ms; /* no try after then (set at the first that failed; 0: none) */
 };
 
 /*
@@ -40,15 +40,16 @@ struct disc_item {
  * comes back sooner sees another segment's keepalives renew the lease,
  * and then the QPs stayed for good.  A fixed number of tries (8: ~16 s of
  * back-offs when the connect fails at once) ended before a 30 s lease
- * did.  The peer's lease is not known here: ours (the option) stands in,
- * DISC_WINDOW_MS when it is 0 -- leases off here say nothing of the
- * peer's, and 30 s is the default one (README, ferry.h's lease_ms say
- * so).  DISC_SENDS bounds a long one.
+ * did.  The peer's lease is not known here: ours (the option) stands in.
+ * With lease_ms 0 the peer most likely has none either, and then nothing
+ * but a DISCONNECT frees those QPs: no deadline, the tries go on until
+ * DISC_SENDS are used (~112 s of back-offs when each connect fails at
+ * once, ~7 min when each times out).  A fixed 30 s window gave up on them
+ * first.  DISC_SENDS bounds every one.
  */
 #define DISC_SENDS 32
 #define DISC_RETRY_MS 250
 #define DISC_RETRY_DOUBLINGS 4
-#define DISC_WINDOW_MS 30000
 
 /* DISCONNECTs queued at most, one per QP (a peer's cap is 8192 QPs):
  * beyond, the oldest is dropped and counted (e->disc_dropped), its peer's
@@ -253,7 +254,7 @@ static bool disc_transient(int rc)
 
 uint64_t seg_disconnect_deadline_ms(const struct ferry_engine *e, uint64_t now)
 {
-	return now + (e->opts.lease_ms ? e->opts.lease_ms : DISC_WINDOW_MS);
+	return e->opts.lease_ms ? now + e->opts.lease_ms : 0;
 }
 
 /* Whether item d, whose DISCONNECT ended with rc and fate at now, goes
@@ -276,9 +277,9 @@ static bool disc_again(struct ferry_engine *e, struct disc_item *d, int rc, uint
 	 * come back and then keep its QPs while our keepalives renew them. */
 	if (fate != DISC_NOT_SENT || !disc_transient(rc))
 		return false;
-	if (!d->until_ms)
+	if (!d->sends)
 		d->until_ms = seg_disconnect_deadline_ms(e, now);
-	if (++d->sends >= DISC_SENDS || now >= d->until_ms) {
+	if (++d->sends >= DISC_SENDS || (d->until_ms && now >= d->until_ms)) {
 		fetch_add_relaxed(e->disc_given_up, 1); /* statistics */
 		return false;
 	}

@@ -289,7 +289,8 @@ void seg_disconnect_flush_all(struct ferry_engine *e); /* every thread's (engine
  * (call again once a call landed). */
 int seg_disconnect_start(struct ferry_engine *e, struct ctl_calls *calls);
 /* The time after which a DISCONNECT that first failed at now is tried no
- * more (ms, ferry_now_ms's clock). */
+ * more (ms, ferry_now_ms's clock): now + lease_ms; 0 (none: only the
+ * number of sends bounds it) when lease_ms is 0. */
 uint64_t seg_disconnect_deadline_ms(const struct ferry_engine *e, uint64_t now);
 /* Free a slot's descriptors (engine destroy). */
 void seg_release(struct ferry_seg *s);

@@ -1622,6 +1622,49 @@ static void test_disconnect_tries_end(void **state)
 }
 
 /*
+ * With lease_ms 0 here the peer most likely has no lease on us either:
+ * nothing but a DISCONNECT ever frees those QPs, so the tries go on until
+ * the 32 sends are used, with no deadline (with lease_ms set, it ends them
+ * as above).  Back-offs of 1, 2, 4, 8, then 16 ms: ~0.45 s for the 32
+ * dials here.  Before, a fixed 30 s window stood in for the peer's lease
+ * (deadline now + 30000, and the sends ended there: ~30 s of ~112 s
+ * when each connect fails at once, of ~7 min when each times out).
+ */
+static void test_disconnect_tries_without_lease(void **state)
+{
+	struct ferry_knobs k = { .disc_retry_ms = 1 };
+	struct ferry_engine_stats st;
+	struct ferry_engine *o;
+	struct ferry_opts oo;
+	ferry_seg_t seg;
+	unsigned n;
+
+	(void)state;
+	setup_pair(200);
+	pair_opts(&oo, "0");
+	oo.keepalive_ms = 0;
+	oo.lease_ms = 0;
+	assert_int_equal(ferry_engine_create_knobs(&oo, &k, &o), 0);
+	assert_int_equal(seg_disconnect_deadline_ms(o, 1000), 0);
+	assert_int_equal(ferry_segment_open(o, ferry_engine_address(P.target), &seg), 0);
+	n = passive_count_of(P.target, o->incarnation);
+	assert_int_equal(n, 2);
+	cut_off(o, ferry_engine_address(P.target), -EHOSTUNREACH, 1000);
+	assert_int_equal(ferry_segment_close(o, seg), 0);
+	WAIT_UNTIL(!locked_disc_n(o) && !READ_ONCE(o->repair.disc_calls), WAIT_MS,
+		   "the DISCONNECTs' tries to end");
+	print_message("dials to the cut off peer without a lease: %u\n",
+		      READ_ONCE(o->client.fault_hits));
+	assert_int_equal(ferry_engine_stats(o, &st), 0);
+	assert_int_equal(st.disconnects_given_up, n);
+	assert_int_equal(READ_ONCE(o->client.fault_hits), 32); /* one dial a round, both in it */
+	WRITE_ONCE(o->client.fault_left, 0);
+	ferry_engine_destroy(o);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+/*
  * A peer that accepts, lets our DISCONNECT arrive whole, and closes
  * without reading or answering it (a relay without its backend, a peer
  * going down) did not serve it: no answer, not delivered, and it goes
@@ -1725,6 +1768,7 @@ int main(void)
 		cmocka_unit_test(test_disconnect_hung_up_unread_again),
 		cmocka_unit_test(test_disconnect_queue_bounded),
 		cmocka_unit_test(test_disconnect_tries_end),
+		cmocka_unit_test(test_disconnect_tries_without_lease),
 	};
 
 	if (getenv("FERRY_TEST_ONLY")) /* one test by name (a pattern) */
