@@ -500,7 +500,15 @@ FERRY_API int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg);
  * returns a new handle).  Any thread; the last close may block: for those
  * requests, and for the peer to free its halves of the QPs (one round
  * trip; at most ~10 s for a peer that does not answer, whose lease on
- * them then frees them).
+ * them then frees them).  The wait for the requests is as long as theirs:
+ * with opts.timeout_ms set, a posted slice that makes no progress ends
+ * after timeout_ms on each of its tries (retries + 1 at most); with
+ * timeout_ms 0 nothing of ferry's ends a posted slice whose peer stops
+ * serving it (a peer stopped with SIGSTOP, whose kernel keeps its tcp
+ * connection alive; a dead device), and the last close waits for it with
+ * no bound.  To bound a close, set timeout_ms: ferry_batch_cancel ends
+ * only the slices not posted yet.  Meanwhile the keepalives go on (the
+ * peer keeps our QPs).
  */
 FERRY_API int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg);
 
