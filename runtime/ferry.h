@@ -508,7 +508,12 @@ FERRY_API int ferry_segment_refresh(struct ferry_engine *e, ferry_seg_t seg);
  * connection alive; a dead device), and the last close waits for it with
  * no bound.  To bound a close, set timeout_ms: ferry_batch_cancel ends
  * only the slices not posted yet.  Meanwhile the keepalives go on (the
- * peer keeps our QPs).
+ * peer keeps our QPs).  A notification queued to the segment
+ * (ferry_notify) is not such a request: the close neither waits for it
+ * nor cancels it; it goes on to the peer it was queued for (by address
+ * and incarnation, not by handle) and its slot ends on its own, possibly
+ * after this returned: wait for its batch (ferry_batch_wait), or
+ * ferry_batch_cancel it.
  */
 FERRY_API int ferry_segment_close(struct ferry_engine *e, ferry_seg_t seg);
 
@@ -745,7 +750,9 @@ struct ferry_notif {
  * (the peer at its connection cap), -ENOMEM (no memory here or at the peer: not
  * queued there), -EPROTO (a malformed answer), -EPROTONOSUPPORT (a keyed peer of
  * an older protocol), -ECANCELED (batch cancel, engine destroy).  Returns the slot, or -ENOSPC (batch full),
- * -EINVAL (NULL b).  The port's thread.
+ * -EINVAL (NULL b).  A close of seg does not end it (see
+ * ferry_segment_close): it is still delivered, and its slot may end after
+ * the last close returned.  The port's thread.
  */
 FERRY_API int ferry_notify(struct ferry_batch *b, ferry_seg_t seg, const void *msg, uint32_t len);
 

@@ -19,7 +19,9 @@
  *    the key, or with another, is refused and queues nothing;
  *  - from: a sender with a name (a redis-server the test starts) is named
  *    by it; ferry_batch_cancel ends a notification that waits for room; one
- *    that never gets room ends TIMEOUT after timeout_ms;
+ *    that never gets room ends TIMEOUT after timeout_ms; the segment's last
+ *    close neither waits for one that waits for room nor cancels it: it is
+ *    delivered after the close;
  *  - in one exchange (ctl_notify_many) the receiver answers a notification
  *    -ENOMEM and queues the next: the next ends DONE, the first FAILED;
  *  - a receiver restarted at the same address (a new incarnation) refuses
@@ -569,6 +571,41 @@ static void test_cancel(void **state)
 	duo_down(&d);
 }
 
+/*
+ * The last close of a segment neither waits for nor cancels a notification
+ * queued to it (ferry.h): the close returns while it waits for room at the
+ * receiver, its slot PENDING, and it is still delivered once the receiver
+ * has room, ending DONE -- the notification names its peer by address and
+ * incarnation, not by the segment.
+ */
+static void test_close_leaves_notification(void **state)
+{
+	struct ferry_notif n;
+	struct duo d;
+	int s;
+
+	(void)state;
+	duo_up(&d, "loop", NULL, 2, 4);
+	assert_int_equal(ferry_notify(d.b, d.seg, "a", 1), 0);
+	assert_int_equal(ferry_notify(d.b, d.seg, "a", 1), 1);
+	assert_int_equal(ferry_batch_wait(d.b, 10000), 0); /* the queue is full now */
+	s = ferry_notify(d.b, d.seg, "b", 1);
+	WAIT_UNTIL(READ_ONCE(d.snd->notify.busy_retries) > 0, WAIT_DEADLINE_MS, "a busy answer");
+	assert_int_equal(ferry_segment_close(d.snd, d.seg), 0);
+	expect_state(d.b, s, FERRY_PENDING, 0); /* its refusals last up to timeout_ms (2 s) */
+	assert_int_equal(ferry_notify(d.b, d.seg, "c", 1), 3); /* closed: refused */
+	expect_state(d.b, 3, FERRY_FAILED, -EBADF);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(ferry_notif_poll(d.rcv, &n, 1), 1);
+		assert_memory_equal(n.msg, "a", 1);
+	}
+	assert_int_equal(ferry_batch_wait(d.b, 10000), -EIO); /* slot 3's -EBADF */
+	expect_state(d.b, s, FERRY_DONE, 0);
+	WAIT_UNTIL(ferry_notif_poll(d.rcv, &n, 1) == 1, WAIT_DEADLINE_MS, "the notification");
+	assert_memory_equal(n.msg, "b", 1);
+	duo_down(&d);
+}
+
 /* A KEEPALIVE to the receiver: its control thread then waits for the
  * passive_lock the test holds, and serves nothing else meanwhile. */
 static void *keepalive_main(void *arg)
@@ -905,6 +942,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cluster_key),
 		cmocka_unit_test(test_from_name),
 		cmocka_unit_test(test_cancel),
+		cmocka_unit_test(test_close_leaves_notification),
 		cmocka_unit_test(test_cancel_during_send),
 		cmocka_unit_test(test_delivered_beside_refused),
 		cmocka_unit_test(test_nomem_answer_in_exchange),
@@ -918,5 +956,7 @@ int main(int argc, char **argv)
 	/* FERRY_TEST_NOTIFY_ENV_ONLY: only the ordering over those NICs (the VM). */
 	if (getenv("FERRY_TEST_NOTIFY_ENV_ONLY"))
 		return cmocka_run_group_tests(env_only, NULL, NULL);
+	if (getenv("FERRY_TEST_ONLY")) /* one test by name (a pattern) */
+		cmocka_set_test_filter(getenv("FERRY_TEST_ONLY"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
