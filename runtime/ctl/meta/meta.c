@@ -136,24 +136,36 @@ const char *meta_url(const struct meta *m)
 }
 
 /*
- * The lock, waited for no longer than the deadline.  timedlock's clock is
- * CLOCK_REALTIME (ThreadSanitizer knows it; it does not know clocklock),
- * so the monotonic time left becomes a realtime deadline here.
+ * The lock, waited for no longer than the deadline.  The wait's own deadline
+ * is on CLOCK_MONOTONIC (clocklock), so a wall-clock step back while it waits
+ * does not stretch it.  ThreadSanitizer (gcc 12's libtsan) does not intercept
+ * clocklock and would miss the lock, so its builds keep timedlock, whose clock
+ * is CLOCK_REALTIME: there the monotonic time left becomes a realtime deadline.
  */
+#if defined(__SANITIZE_THREAD__)
+#define META_LOCK_CLOCK CLOCK_REALTIME
+#else
+#define META_LOCK_CLOCK CLOCK_MONOTONIC
+#endif
+
 static int meta_lock(struct meta *m, int64_t deadline)
 {
 	int left = meta_left_ms(deadline);
 	struct timespec ts;
 	int rc;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
+	clock_gettime(META_LOCK_CLOCK, &ts);
 	ts.tv_sec += left / 1000;
 	ts.tv_nsec += (long)(left % 1000) * 1000000;
 	if (ts.tv_nsec >= 1000000000) {
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000;
 	}
+#if defined(__SANITIZE_THREAD__)
 	rc = pthread_mutex_timedlock(&m->lock, &ts);
+#else
+	rc = pthread_mutex_clocklock(&m->lock, CLOCK_MONOTONIC, &ts);
+#endif
 	return rc == 0 ? 0 : -ETIMEDOUT;
 }
 

@@ -7,13 +7,16 @@
  * without renewals, renewals that keep it, bad values in the store refused,
  * a silent server timing out, and a server that dies and comes back.
  */
+#include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
@@ -32,6 +35,59 @@
 #define VAL_A "v1 addr=127.0.0.1:7000 inc=0123456789abcdef tx=loop"
 #define VAL_B "v1 addr=127.0.0.1:7001 inc=fedcba9876543210 tx=tcp"
 #define T_MS 5000 /* calls' deadline against a live server (generous: a loaded host) */
+
+/* ---- the handle's lock ------------------------------------------------ */
+
+/*
+ * The lock calls of this binary pass through here (ferry is linked in from
+ * libferry.a) and record the clock their deadline was on: -1 before any.
+ */
+static clockid_t lock_clock = (clockid_t)-1;
+
+__attribute__((visibility("default"))) int pthread_mutex_clocklock(pthread_mutex_t *mx,
+								   clockid_t c,
+								   const struct timespec *ts);
+int pthread_mutex_clocklock(pthread_mutex_t *mx, clockid_t c, const struct timespec *ts)
+{
+	int (*real)(pthread_mutex_t *, clockid_t, const struct timespec *);
+
+	*(void **)&real = dlsym(RTLD_NEXT, "pthread_mutex_clocklock");
+	lock_clock = c;
+	return real(mx, c, ts);
+}
+
+__attribute__((visibility("default"))) int pthread_mutex_timedlock(pthread_mutex_t *mx,
+								   const struct timespec *ts);
+int pthread_mutex_timedlock(pthread_mutex_t *mx, const struct timespec *ts)
+{
+	int (*real)(pthread_mutex_t *, const struct timespec *);
+
+	*(void **)&real = dlsym(RTLD_NEXT, "pthread_mutex_timedlock");
+	lock_clock = CLOCK_REALTIME;
+	return real(mx, ts);
+}
+
+/*
+ * A call waits for the handle's lock against a monotonic deadline: one on
+ * CLOCK_REALTIME would be stretched by a wall-clock step back during the
+ * wait.  (ThreadSanitizer builds keep timedlock: meta.c, meta_lock.)
+ */
+static void test_lock_clock(void **state)
+{
+	char v[META_VALUE_MAX];
+	struct meta *m;
+
+	(void)state;
+	assert_int_equal(meta_open("redis://127.0.0.1:1", &m), 0);
+	lock_clock = (clockid_t)-1;
+	assert_true(meta_resolve(m, "x", v, sizeof(v), 300) < 0); /* refused: nothing listens */
+#if defined(__SANITIZE_THREAD__)
+	assert_int_equal(lock_clock, CLOCK_REALTIME);
+#else
+	assert_int_equal(lock_clock, CLOCK_MONOTONIC);
+#endif
+	meta_close(m);
+}
 
 /* ---- base64 ---------------------------------------------------------- */
 
@@ -625,6 +681,7 @@ int main(void)
 		cmocka_unit_test(test_record_refused),
 		cmocka_unit_test(test_etcd_replies),
 		cmocka_unit_test(test_urls),
+		cmocka_unit_test(test_lock_clock),
 		BOTH(test_publish_resolve_remove),
 		BOTH(test_lease_expires),
 		BOTH(test_keepalive_keeps),
