@@ -16,7 +16,8 @@
  * Threads and blocking.  Every call blocks, each for at most its
  * timeout_ms -- the wait for the handle's lock, (re)connecting, the
  * request and the reply together -- so: control threads only, never a
- * core.  Any number of control threads may share one handle: m->lock
+ * core.  One exception: a meta_publish whose claim failed after it was
+ * sent then takes the claim back, for up to 500 ms more (below).  Any number of control threads may share one handle: m->lock
  * (backend.h) serialises the connection (a hiredis context or a curl easy
  * handle, neither thread-safe) and the handle's publication (name, value,
  * TTL, lease).  Nothing else is shared.  A handle publishes at most one
@@ -72,6 +73,12 @@ const char *meta_url(const struct meta *m);
  * value; a name that holds exactly this value is taken over (a publish
  * retried after a lost reply).  The handle then keeps the publication for
  * meta_keepalive and meta_remove; -EBUSY if it holds one already.
+ * A claim that failed once sent (a timeout: the store may have executed
+ * it) is taken back under a deadline of its own, 500 ms (redis.c
+ * REDIS_UNDO_MS, etcd.c ETCD_UNDO_MS), so this call may block up to
+ * timeout_ms + 500 ms.  Not within timeout_ms: the claim's wait has used
+ * it up by then, and leaving the record to its lease instead would make
+ * a retried create fail -EEXIST for the whole ttl_ms.
  */
 int meta_publish(struct meta *m, const char *name, const char *value, uint32_t ttl_ms,
 		 int timeout_ms);

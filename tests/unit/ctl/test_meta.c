@@ -577,7 +577,8 @@ static void test_silent_server(void **state)
 	poll_check_timed_out(300);
 	/* A publish that timed out takes its claim back (it may have been
 	 * executed) under a deadline of its own: 500 ms (redis.c
-	 * REDIS_UNDO_MS, etcd.c ETCD_UNDO_MS), so its waits keep to that. */
+	 * REDIS_UNDO_MS, etcd.c ETCD_UNDO_MS), so its waits keep to that
+	 * (meta.h: publish may block timeout_ms + 500 ms). */
 	poll_watch();
 	assert_int_equal(meta_publish(m, "x", VAL_A, 10000, 300), -ETIMEDOUT);
 	poll_check_timed_out(500);
