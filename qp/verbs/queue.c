@@ -443,6 +443,38 @@ static void log_connect_failure(const struct fv_qp *qp, const char *step, int er
 	     mtu_bytes(ra->mtu));
 }
 
+/*
+ * Whether an address fv_addr_unpack refused carries the verbs magic (as
+ * fv_addr_pack writes it): then it is a verbs address that is invalid (a
+ * layout version we do not know, or a bad link layer, port, MTU, LID or
+ * GID), not another provider's; the log says which.
+ */
+static bool verbs_magic(const struct nic_addr *remote)
+{
+	static const struct fv_addr none;
+	struct nic_addr ours;
+
+	fv_addr_pack(&none, &ours);
+	return memcmp(remote->bytes, ours.bytes, 4) == 0;
+}
+
+static void log_refused_addr(const struct fv_qp *qp, const struct nic_addr *remote)
+{
+	const uint8_t *b = remote->bytes;
+
+	if (!verbs_magic(remote))
+		vlog(qp->nic, "QP 0x%x: the peer's address is not a verbs address (starts "
+		     "'%.4s'): does the peer use another NIC provider (loop)?", qp->qp->qp_num,
+		     (const char *)b);
+	else if (b[4] != VERBS_ADDR_VERSION)
+		vlog(qp->nic, "QP 0x%x: the peer's verbs address has layout version %u, this "
+		     "build knows %u: refused", qp->qp->qp_num, b[4], VERBS_ADDR_VERSION);
+	else
+		vlog(qp->nic, "QP 0x%x: the peer's verbs address is invalid: refused (one of "
+		     "link layer %u, port %u, MTU %u, LID 0x%x, its GIDs)", qp->qp->qp_num, b[5],
+		     b[6], b[7], (unsigned)(b[24] | b[25] << 8));
+}
+
 static int check_remote(const struct fv_qp *qp, const struct nic_addr *remote,
 			const struct nic_qp_info *rqp, struct fv_addr *ra)
 {
@@ -451,9 +483,7 @@ static int check_remote(const struct fv_qp *qp, const struct nic_addr *remote,
 	if (!remote || !rqp)
 		return -EINVAL;
 	if (fv_addr_unpack(remote, ra)) {
-		vlog(nic, "QP 0x%x: the peer's address is not a verbs address (starts '%.4s'): "
-		     "does the peer use another NIC provider (loop)?", qp->qp->qp_num,
-		     (const char *)remote->bytes);
+		log_refused_addr(qp, remote);
 		return -EINVAL;
 	}
 	if (ra->link_layer != nic->link_layer) {

@@ -989,6 +989,53 @@ static void test_qp_connect_ib(void **state)
 	assert_int_equal(S.attr[0].ah_attr.port_num, 1);
 }
 
+/* The last error the verbs provider logged. */
+static char addr_said[256];
+
+static void addr_sink(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	(void)level;
+	snprintf(addr_said, sizeof(addr_said), "%s", msg);
+}
+
+/*
+ * A refused peer address is told apart in the log: another provider's
+ * (its magic is not ours) from a verbs address with a bad field.  Before,
+ * both said "not a verbs address ... another NIC provider?", which sent
+ * whoever read it after the wrong cause for a port 0 or a LID 0.
+ */
+static void test_qp_connect_addr_said(void **state)
+{
+	struct nic_qp_info r = { .qpn = 7, .psn = 8 };
+	struct fv_addr a = { .lid = 0, .port = 1, .mtu = IBV_MTU_4096,
+			     .link_layer = IBV_LINK_LAYER_INFINIBAND };
+	struct nic_addr na;
+
+	(void)state;
+	log_set_sink(addr_sink, NULL);
+	remote_addr(&na, IBV_MTU_4096, 16, IBV_LINK_LAYER_ETHERNET);
+	memcpy(na.bytes, "LOOP", 4);
+	addr_said[0] = 0;
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), -EINVAL);
+	assert_non_null(strstr(addr_said, "another NIC provider"));
+	fv_addr_pack(&a, &na); /* IB with LID 0 */
+	addr_said[0] = 0;
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), -EINVAL);
+	log_set_sink(NULL, NULL);
+	print_message("%s\n", addr_said);
+	assert_null(strstr(addr_said, "another NIC provider"));
+	assert_non_null(strstr(addr_said, "verbs address is invalid"));
+	assert_non_null(strstr(addr_said, "LID 0x0"));
+	fv_addr_pack(&a, &na);
+	na.bytes[4] = VERBS_ADDR_VERSION + 1;
+	log_set_sink(addr_sink, NULL);
+	assert_int_equal(P->qp_connect(nqp(), &na, &r), -EINVAL);
+	log_set_sink(NULL, NULL);
+	assert_non_null(strstr(addr_said, "layout version 2"));
+	assert_int_equal(S.nmod, 0);
+}
+
 static void test_qp_connect_refused(void **state)
 {
 	struct nic_qp_info r = { .qpn = 7, .psn = 8 };
@@ -1616,6 +1663,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_qp_info_filled, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_ib, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_connect_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_qp_connect_addr_said, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_set_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_post_translation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_post_errors, setup, teardown),
