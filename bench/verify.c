@@ -103,6 +103,23 @@ static bool verify_ready(struct bench *b, unsigned p, bool write)
 	return rc == 0;
 }
 
+/*
+ * One process: a port that stopped early is checked in place like the
+ * others, and the requests it never finished leave bytes wrong.  Said, so
+ * they do not read as corruption (before: only "bytes wrong", and the
+ * port's stop was in an earlier line, if the reader connected the two).
+ */
+static void stopped_note(const struct bench *b, unsigned p)
+{
+	int err = b->ports[p].err;
+
+	if (err)
+		fprintf(stderr,
+			"ferry_bench: verify: size %" PRIu64 " port %u stopped early (%s): "
+			"the bytes of the requests it did not finish are among those wrong\n",
+			b->size, p, strerror(-err));
+}
+
 /* --verify: the destination of every port must hold the pattern now. */
 void buffers_verify(struct bench *b)
 {
@@ -125,6 +142,7 @@ void buffers_verify(struct bench *b)
 			" bytes wrong on this port)\n",
 			b->size, p, first / b->size, first % b->size,
 			bench_pattern_byte(pos + first, seed), dst[first], bad);
+		stopped_note(b, p);
 	}
 	if (b->mismatches && !write && b->cfg.mode == BENCH_INITIATOR)
 		fprintf(stderr,

@@ -333,6 +333,36 @@ static void json_output(const struct bench *b, const struct totals *t, char *out
 }
 
 /*
+ * One process: a port that stopped early is checked in place, and its
+ * unfinished requests' bytes are wrong; the run must say that the port
+ * stopped, not only "bytes wrong" as if they were corrupted.  Played by
+ * undoing port 1's bytes in the target's buffer after a good run.
+ */
+static void test_verify_stopped_port_local(void **state)
+{
+	const char *args[] = { "--nics", "loop", "--cores", "0", "--size", "4K", "--batch", "4",
+			       "--ports", "2", "--iters", "1", "--verify", "--json", NULL };
+	static struct bench b;
+	char err[1024];
+
+	(void)state;
+	bench_start(&b, args);
+	assert_int_equal(bench_run(&b), 0);
+	assert_int_equal(b.cfg.mode, BENCH_LOCAL);
+	memset(b.tbuf + req_offset(&b, 1, 0) + 4096, 0, 4096); /* its request 1 never ran */
+	b.ports[1].err = -EIO;
+	b.mismatches = 0;
+	verify_stderr(&b, err, sizeof(err));
+	assert_true(b.mismatches > 0);
+	if (!strstr(err, "port 1 request 1") || !strstr(err, "port 1 stopped early (Input/output "
+							      "error)"))
+		fail_msg("stderr: '%s'", err);
+	assert_null(strstr(err, "port 0"));
+	b.ports[1].err = 0;
+	bench_teardown(&b);
+}
+
+/*
  * --notify --notifs K: the rate is K notifications per turn whose
  * notifications all came, over those turns' time.  Here 2 turns of 4
  * come, the third's poll fails (the port stops).  Before: the failed
@@ -639,6 +669,7 @@ int main(void)
 		cmocka_unit_test(test_inflight_one_round),
 		cmocka_unit_test(test_verify_not_stale),
 		cmocka_unit_test(test_verify_stopped_port),
+		cmocka_unit_test(test_verify_stopped_port_local),
 		cmocka_unit_test(test_notify_rate_failed_turn),
 		cmocka_unit_test(test_cores_cpu_threads),
 		cmocka_unit_test(test_cpu_thread_ahead),
