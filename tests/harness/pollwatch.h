@@ -24,6 +24,7 @@
 
 static __thread bool pollw_on;
 static __thread int pollw_max_ms, pollw_ran_out;
+static __thread int64_t pollw_out_ms; /* the timeouts of the waits that ran out, summed */
 
 __attribute__((visibility("default"))) int poll(struct pollfd *fds, nfds_t n, int timeout);
 int poll(struct pollfd *fds, nfds_t n, int timeout)
@@ -40,7 +41,10 @@ int poll(struct pollfd *fds, nfds_t n, int timeout)
 	if (pollw_on) {
 		if (timeout < 0 || timeout > pollw_max_ms)
 			pollw_max_ms = timeout < 0 ? INT32_MAX : timeout; /* < 0: no limit */
-		pollw_ran_out += rc == 0 && timeout > 0;
+		if (rc == 0 && timeout > 0) {
+			pollw_ran_out++;
+			pollw_out_ms += timeout;
+		}
 	}
 	return rc;
 }
@@ -50,6 +54,7 @@ static inline void poll_watch(void)
 {
 	pollw_max_ms = 0;
 	pollw_ran_out = 0;
+	pollw_out_ms = 0;
 	pollw_on = true;
 }
 
@@ -70,6 +75,21 @@ static inline void poll_watched(int *max_ms, int *ran_out)
 		if (pc_max_ > (timeout_ms) || pc_out_ < 1)                                \
 			fail_msg("waits: longest %d ms (at most %d), %d ran out (at least 1)", \
 				 pc_max_, (int)(timeout_ms), pc_out_);                    \
+	} while (0)
+
+/* poll_check_timed_out for a call with one deadline, timeout_ms from its
+ * start: also the waits that ran out add up to no more than that.  Each
+ * wait kept to timeout_ms is not enough: a call that waited its timeout
+ * out and then again (a retry, a deadline taken afresh) kept each wait
+ * short and still took twice as long.  A wait that ran out lasted at least
+ * its timeout, so their sum is a floor of the time the call waited. */
+#define poll_check_deadline(timeout_ms)                                                   \
+	do {                                                                              \
+		int64_t pd_out_ = pollw_out_ms;                                           \
+		poll_check_timed_out(timeout_ms);                                         \
+		if (pd_out_ > (timeout_ms))                                               \
+			fail_msg("waits that ran out: %lld ms in all (at most %d)",        \
+				 (long long)pd_out_, (int)(timeout_ms));                  \
 	} while (0)
 
 #endif /* FERRY_TESTS_POLLWATCH_H */

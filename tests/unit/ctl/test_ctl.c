@@ -512,7 +512,7 @@ static void test_fetch_timeout(void **state)
 
 	poll_watch();
 	assert_int_equal(ctl_fetch_desc(NULL, addr, 200, &d), -ETIMEDOUT);
-	poll_check_timed_out(200);
+	poll_check_deadline(200);
 	close(fd);
 }
 
@@ -1163,10 +1163,10 @@ static void test_ep_transport(void **state)
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(sin.sin_port));
 	poll_watch();
 	assert_int_equal(ctl_connect(NULL, addr, 200, &req, &rep), -ETIMEDOUT);
-	poll_check_timed_out(200);
+	poll_check_deadline(200);
 	poll_watch();
 	assert_int_equal(ctl_disconnect(NULL, addr, 200, &d), -ETIMEDOUT);
-	poll_check_timed_out(200);
+	poll_check_deadline(200);
 	close(fd);
 }
 
