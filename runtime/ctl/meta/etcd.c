@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <curl/curl.h>
 
@@ -164,6 +165,20 @@ static void etcd_forget(struct etcd_conn *c)
  * idle; a reply with bytes past its end in the same read makes curl
  * close it itself.
  */
+/*
+ * curl's sockets close-on-exec, as every fd of ferry's (SOCK_CLOEXEC):
+ * the connection is kept between calls, and one inherited by a program the
+ * application execs (a worker started by spawn) stayed open at the store
+ * after we closed it.  Atomic with the socket: another thread's fork and
+ * exec cannot come between.
+ */
+static curl_socket_t etcd_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	(void)arg;
+	(void)purpose;
+	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
 static int etcd_handle(struct etcd_conn *c)
 {
 	if (c->h)
@@ -174,6 +189,7 @@ static int etcd_handle(struct etcd_conn *c)
 	if (c->share)
 		curl_easy_setopt(c->h, CURLOPT_SHARE, c->share);
 	curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c->h, CURLOPT_OPENSOCKETFUNCTION, etcd_socket);
 	/* the store itself: never a proxy named by http_proxy/ALL_PROXY */
 	curl_easy_setopt(c->h, CURLOPT_PROXY, "");
 	curl_easy_setopt(c->h, CURLOPT_PROTOCOLS_STR, "http");

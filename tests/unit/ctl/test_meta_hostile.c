@@ -38,6 +38,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -963,6 +964,46 @@ static void test_etcd_connection_reused(void **state)
 	}
 }
 
+/* Whether fd is a socket connected to 127.0.0.1:port. */
+static bool fd_dials(int fd, uint16_t port)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+
+	return getpeername(fd, (struct sockaddr *)&a, &len) == 0 && a.sin_family == AF_INET &&
+	       ntohs(a.sin_port) == port;
+}
+
+/*
+ * The connection kept between calls (test_etcd_connection_reused) is not
+ * inherited by a program the application execs (a worker started by
+ * spawn, as the README's fork section advises): ferry's own fds are all
+ * close-on-exec; a kept store connection in a worker stays open at the
+ * store after ferry closed it.
+ */
+static void test_etcd_kept_cloexec(void **state)
+{
+	char v[META_VALUE_MAX];
+	unsigned found = 0, inherited = 0;
+	struct meta *m;
+	struct fake f;
+
+	(void)state;
+	keep_mode = 0;
+	fake_start(&f, serve_keep);
+	m = open_url("etcd", f.port);
+	assert_int_equal(meta_resolve(m, "a", v, sizeof(v), 2000), -ENOENT);
+	for (int fd = 0; fd < 1024; fd++)
+		if (fd_dials(fd, f.port)) {
+			found++;
+			inherited += !(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+		}
+	meta_close(m);
+	fake_stop(&f);
+	assert_int_equal(found, 1); /* the kept one */
+	assert_int_equal(inherited, 0);
+}
+
 /* ---- a store that takes connections and stops answering ------------------ */
 
 static volatile int silent_now; /* 1: the fake stores read and never answer */
@@ -1102,6 +1143,7 @@ int main(void)
 		cmocka_unit_test(test_redis_huge_array),
 		cmocka_unit_test(test_etcd_folded_header),
 		cmocka_unit_test(test_etcd_connection_reused),
+		cmocka_unit_test(test_etcd_kept_cloexec),
 		cmocka_unit_test(test_silent_store_calls),
 		cmocka_unit_test(test_destroy_silent_store),
 	};
