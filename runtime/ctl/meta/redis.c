@@ -21,6 +21,7 @@
  * new one, time permitting: every command here is idempotent.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,11 @@ static int redis_connect(struct meta *m, struct redis_conn *rc, int64_t deadline
 		redis_drop(rc);
 		return err;
 	}
+	/* Kept between calls: close-on-exec, as every fd of ferry's, or a
+	 * worker the application execs keeps it open at the store after we
+	 * closed it.  hiredis 0.14 opens it without and has no socket hook:
+	 * set here (a fork and exec in between still inherits this one). */
+	(void)fcntl(rc->ctx->fd, F_SETFD, FD_CLOEXEC);
 	return 0;
 }
 

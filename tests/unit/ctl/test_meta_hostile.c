@@ -1037,6 +1037,29 @@ static void serve_etcd_then_silent(struct fake *f, int fd, unsigned conn)
 	}
 }
 
+/* test_etcd_kept_cloexec's for Redis: its connection is kept too. */
+static void test_redis_kept_cloexec(void **state)
+{
+	unsigned found = 0, inherited = 0;
+	struct meta *m;
+	struct fake f;
+
+	(void)state;
+	silent_now = 0;
+	fake_start(&f, serve_redis_then_silent);
+	m = open_url("redis", f.port);
+	assert_int_equal(meta_publish(m, "n1", VAL_A, 10000, 2000), 0);
+	for (int fd = 0; fd < 1024; fd++)
+		if (fd_dials(fd, f.port)) {
+			found++;
+			inherited += !(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+		}
+	meta_close(m);
+	fake_stop(&f);
+	assert_int_equal(found, 1); /* the kept one */
+	assert_int_equal(inherited, 0);
+}
+
 /*
  * Every call on a store that accepts the connection and never answers ends
  * at its timeout with -ETIMEDOUT: etcd's remove does not revoke the lease
@@ -1144,6 +1167,7 @@ int main(void)
 		cmocka_unit_test(test_etcd_folded_header),
 		cmocka_unit_test(test_etcd_connection_reused),
 		cmocka_unit_test(test_etcd_kept_cloexec),
+		cmocka_unit_test(test_redis_kept_cloexec),
 		cmocka_unit_test(test_silent_store_calls),
 		cmocka_unit_test(test_destroy_silent_store),
 	};
