@@ -22,7 +22,7 @@ int fd_track(int fd)
 	return fd;
 }
 
-static void fd_untrack(int fd)
+void fd_untrack(int fd)
 {
 	if (fd >= 0 && fd < FD_TRACK_MAX)
 		fetch_and_relaxed(fd_bits[fd / FD_WORD_BITS], ~(1ull << (fd % FD_WORD_BITS)));

@@ -21,6 +21,10 @@
 /* Mark fd (< 0 ignored) as ferry's: a forked child closes it.  Returns fd. */
 int fd_track(int fd);
 
+/* Unmark fd without closing it: one a library we use closes itself
+ * (hiredis's redisFree), unmarked just before it does. */
+void fd_untrack(int fd);
+
 /* Unmark fd and close it (< 0 ignored).  Any fd ferry opened itself. */
 void fd_close(int fd);
 

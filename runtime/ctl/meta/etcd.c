@@ -33,6 +33,7 @@
 
 #include <curl/curl.h>
 
+#include "ring/base/fd.h"
 #include "ring/base/log.h"
 #include "runtime/ctl/meta/backend.h"
 #include "runtime/ctl/meta/etcd_json.h"
@@ -176,7 +177,16 @@ static curl_socket_t etcd_socket(void *arg, curlsocktype purpose, struct curl_so
 {
 	(void)arg;
 	(void)purpose;
-	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+	return fd_track(socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol));
+}
+
+/* And closed through sock_close, unmarked first (fd.h): a forked child
+ * closes what is marked, and the kept connection is ours, not the child's. */
+static int etcd_close_socket(void *arg, curl_socket_t fd)
+{
+	(void)arg;
+	sock_close(fd);
+	return 0;
 }
 
 static int etcd_handle(struct etcd_conn *c)
@@ -190,6 +200,7 @@ static int etcd_handle(struct etcd_conn *c)
 		curl_easy_setopt(c->h, CURLOPT_SHARE, c->share);
 	curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c->h, CURLOPT_OPENSOCKETFUNCTION, etcd_socket);
+	curl_easy_setopt(c->h, CURLOPT_CLOSESOCKETFUNCTION, etcd_close_socket);
 	/* the store itself: never a proxy named by http_proxy/ALL_PROXY */
 	curl_easy_setopt(c->h, CURLOPT_PROXY, "");
 	curl_easy_setopt(c->h, CURLOPT_PROTOCOLS_STR, "http");

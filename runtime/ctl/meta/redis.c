@@ -32,6 +32,7 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/sds.h>
 
+#include "ring/base/fd.h"
 #include "ring/base/log.h"
 #include "runtime/ctl/meta/backend.h"
 #include "runtime/ctl/sock.h"
@@ -80,8 +81,10 @@ static int redis_errno(const redisContext *c, int saved)
 
 static void redis_drop(struct redis_conn *rc)
 {
-	if (rc->ctx)
+	if (rc->ctx) {
+		fd_untrack(rc->ctx->fd); /* marked at connect; redisFree closes it */
 		redisFree(rc->ctx);
+	}
 	rc->ctx = NULL;
 }
 
@@ -111,8 +114,10 @@ static int redis_connect(struct meta *m, struct redis_conn *rc, int64_t deadline
 	/* Kept between calls: close-on-exec, as every fd of ferry's, or a
 	 * worker the application execs keeps it open at the store after we
 	 * closed it.  hiredis 0.14 opens it without and has no socket hook:
-	 * set here (a fork and exec in between still inherits this one). */
+	 * set here (a fork and exec in between still inherits this one).
+	 * Marked for a forked child to close, as every fd of ferry's (fd.h). */
 	(void)fcntl(rc->ctx->fd, F_SETFD, FD_CLOEXEC);
+	fd_track(rc->ctx->fd);
 	return 0;
 }
 

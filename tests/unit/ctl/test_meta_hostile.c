@@ -51,12 +51,14 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
 #include "ring/base/atomics.h"
+#include "ring/base/fd.h"
 #include "runtime/ferry.h"
 #include "runtime/ctl/meta/etcd_json.h"
 #include "runtime/ctl/meta/meta.h"
@@ -974,6 +976,24 @@ static bool fd_dials(int fd, uint16_t port)
 	       ntohs(a.sin_port) == port;
 }
 
+
+/* Whether a forked child that closes ferry's fds (fd_close_tracked, what
+ * the engine's fork handler runs) closes fd too: a child that kept the
+ * store connection would hold it open after the parent closed it. */
+static bool closed_in_child(int fd)
+{
+	int status = 0;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		fd_close_tracked();
+		_exit(fcntl(fd, F_GETFD) == -1 ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 /*
  * The connection kept between calls (test_etcd_connection_reused) is not
  * inherited by a program the application execs (a worker started by
@@ -984,7 +1004,7 @@ static bool fd_dials(int fd, uint16_t port)
 static void test_etcd_kept_cloexec(void **state)
 {
 	char v[META_VALUE_MAX];
-	unsigned found = 0, inherited = 0;
+	unsigned found = 0, inherited = 0, forked = 0;
 	struct meta *m;
 	struct fake f;
 
@@ -997,11 +1017,13 @@ static void test_etcd_kept_cloexec(void **state)
 		if (fd_dials(fd, f.port)) {
 			found++;
 			inherited += !(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+			forked += !closed_in_child(fd);
 		}
 	meta_close(m);
 	fake_stop(&f);
 	assert_int_equal(found, 1); /* the kept one */
 	assert_int_equal(inherited, 0);
+	assert_int_equal(forked, 0); /* closed by a forked child too */
 }
 
 /* ---- a store that takes connections and stops answering ------------------ */
@@ -1040,7 +1062,7 @@ static void serve_etcd_then_silent(struct fake *f, int fd, unsigned conn)
 /* test_etcd_kept_cloexec's for Redis: its connection is kept too. */
 static void test_redis_kept_cloexec(void **state)
 {
-	unsigned found = 0, inherited = 0;
+	unsigned found = 0, inherited = 0, forked = 0;
 	struct meta *m;
 	struct fake f;
 
@@ -1053,11 +1075,13 @@ static void test_redis_kept_cloexec(void **state)
 		if (fd_dials(fd, f.port)) {
 			found++;
 			inherited += !(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+			forked += !closed_in_child(fd);
 		}
 	meta_close(m);
 	fake_stop(&f);
 	assert_int_equal(found, 1); /* the kept one */
 	assert_int_equal(inherited, 0);
+	assert_int_equal(forked, 0); /* closed by a forked child too */
 }
 
 /*
