@@ -437,8 +437,9 @@ FERRY_API int ferry_mem_unregister(struct ferry_engine *e, void *addr);
  * its descriptor (registered regions) over TCP and set up endpoints from
  * every local core (at most opts.ep_cache per core: beyond, idle endpoints
  * of other segments are evicted; -EBUSY when every cached one is busy).
- * Opening an address that is open already (under any spelling:
- * "localhost:port" is the address localhost resolves to) costs one round trip (the peer's
+ * Opening an address that is open already ("localhost:port" counts as the
+ * a.b.c.d:port localhost resolves to; other spellings of one engine, such
+ * as 0.0.0.0:port beside 127.0.0.1:port, open separate segments) costs one round trip (the peer's
  * incarnation is checked) and returns the same handle, or, when the peer
  * process restarted, a new handle: the old one is stale (its requests fail,
  * -ESTALE) and should be closed; likewise, a name that a new incarnation
