@@ -994,6 +994,25 @@ static bool closed_in_child(int fd)
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+/* m's one connection to f, kept between calls, is close-on-exec and closed
+ * by a forked child; then m and f are closed. */
+static void kept_conn_stays_ours(struct meta *m, struct fake *f)
+{
+	unsigned found = 0, inherited = 0, forked = 0;
+
+	for (int fd = 0; fd < 1024; fd++)
+		if (fd_dials(fd, f->port)) {
+			found++;
+			inherited += !(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+			forked += !closed_in_child(fd);
+		}
+	meta_close(m);
+	fake_stop(f);
+	assert_int_equal(found, 1); /* the kept one */
+	assert_int_equal(inherited, 0);
+	assert_int_equal(forked, 0); /* closed by a forked child too */
+}
+
 /*
  * The connection kept between calls (test_etcd_connection_reused) is not
  * inherited by a program the application execs (a worker started by
@@ -1004,7 +1023,6 @@ static bool closed_in_child(int fd)
 static void test_etcd_kept_cloexec(void **state)
 {
 	char v[META_VALUE_MAX];
-	unsigned found = 0, inherited = 0, forked = 0;
 	struct meta *m;
 	struct fake f;
 
@@ -1013,17 +1031,7 @@ static void test_etcd_kept_cloexec(void **state)
 	fake_start(&f, serve_keep);
 	m = open_url("etcd", f.port);
 	assert_int_equal(meta_resolve(m, "a", v, sizeof(v), 2000), -ENOENT);
-	for (int fd = 0; fd < 1024; fd++)
-		if (fd_dials(fd, f.port)) {
-			found++;
-			inherited += !(fcntl(fd, F_GETFD) & FD_CLOEXEC);
-			forked += !closed_in_child(fd);
-		}
-	meta_close(m);
-	fake_stop(&f);
-	assert_int_equal(found, 1); /* the kept one */
-	assert_int_equal(inherited, 0);
-	assert_int_equal(forked, 0); /* closed by a forked child too */
+	kept_conn_stays_ours(m, &f);
 }
 
 /* ---- a store that takes connections and stops answering ------------------ */
@@ -1062,7 +1070,6 @@ static void serve_etcd_then_silent(struct fake *f, int fd, unsigned conn)
 /* test_etcd_kept_cloexec's for Redis: its connection is kept too. */
 static void test_redis_kept_cloexec(void **state)
 {
-	unsigned found = 0, inherited = 0, forked = 0;
 	struct meta *m;
 	struct fake f;
 
@@ -1071,17 +1078,7 @@ static void test_redis_kept_cloexec(void **state)
 	fake_start(&f, serve_redis_then_silent);
 	m = open_url("redis", f.port);
 	assert_int_equal(meta_publish(m, "n1", VAL_A, 10000, 2000), 0);
-	for (int fd = 0; fd < 1024; fd++)
-		if (fd_dials(fd, f.port)) {
-			found++;
-			inherited += !(fcntl(fd, F_GETFD) & FD_CLOEXEC);
-			forked += !closed_in_child(fd);
-		}
-	meta_close(m);
-	fake_stop(&f);
-	assert_int_equal(found, 1); /* the kept one */
-	assert_int_equal(inherited, 0);
-	assert_int_equal(forked, 0); /* closed by a forked child too */
+	kept_conn_stays_ours(m, &f);
 }
 
 /*
