@@ -286,7 +286,7 @@ FUZZ_PART_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 4 )); [ $$s -ge 1 ] || s=1;
 FUZZ_CFLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1 \
                -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -DURCU_INLINE_SMALL_FUNCTIONS -I.
 FUZZ_META_SRCS := tests/fuzz/fuzz_meta.c $(addprefix runtime/ctl/meta/,base64.c etcd.c etcd_json.c \
-                  meta.c record.c redis.c) runtime/ctl/sock.c runtime/engine/opts.c ring/base/log.c
+                  meta.c record.c redis.c) runtime/ctl/sock.c runtime/engine/opts.c ring/base/log.c ring/base/fd.c
 
 fuzz: build-fuzz/fuzz_wire build-fuzz/fuzz_tcp build-fuzz/fuzz_meta build-fuzz/fuzz_ctl
 	@mkdir -p build-fuzz/corpus build-fuzz/corpus-tcp build-fuzz/corpus-meta build-fuzz/corpus-ctl
