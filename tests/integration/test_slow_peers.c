@@ -1591,6 +1591,49 @@ static uint64_t given_up(struct ferry_engine *e)
 }
 
 /*
+ * An engine (disc_retry_ms retry_ms, lease_ms lease_ms, no keepalives)
+ * closes its segment to P.target while the target is cut off; returns it
+ * once the tries of the segment's DISCONNECTs (one per QP) have ended,
+ * given up and counted where users see them (before 0.5: nowhere).  Not
+ * "none queued and none in flight": both are 0 for a moment while the
+ * repair thread moves a batch (taken, not yet counted in flight; landed,
+ * not yet queued again), and under TSan that wait ended there (1 dial of 6).
+ */
+static struct ferry_engine *close_while_cut_off(unsigned retry_ms, uint32_t lease_ms)
+{
+	struct ferry_knobs k = { .disc_retry_ms = retry_ms };
+	struct ferry_engine_stats st;
+	struct ferry_engine *o;
+	struct ferry_opts oo;
+	ferry_seg_t seg;
+	unsigned n;
+
+	setup_pair(200);
+	pair_opts(&oo, "0");
+	oo.keepalive_ms = 0;
+	oo.lease_ms = lease_ms;
+	assert_int_equal(ferry_engine_create_knobs(&oo, &k, &o), 0);
+	assert_int_equal(ferry_segment_open(o, ferry_engine_address(P.target), &seg), 0);
+	n = passive_count_of(P.target, o->incarnation);
+	assert_int_equal(n, 2);
+	cut_off(o, ferry_engine_address(P.target), -EHOSTUNREACH, 1000);
+	assert_int_equal(ferry_segment_close(o, seg), 0);
+	WAIT_UNTIL(given_up(o) == n, WAIT_MS, "the DISCONNECTs' tries to end");
+	assert_int_equal(ferry_engine_stats(o, &st), 0);
+	assert_int_equal(st.disconnects_given_up, n);
+	assert_int_equal(st.disconnects_dropped, 0);
+	return o;
+}
+
+static void close_while_cut_off_end(struct ferry_engine *o)
+{
+	WRITE_ONCE(o->client.fault_left, 0);
+	ferry_engine_destroy(o);
+	assert_quiet_and_close(P.init, &P.seg);
+	pair_teardown(&P);
+}
+
+/*
  * The tries of a DISCONNECT whose peer stays cut off end with the peer's
  * lease on us (ours, 200 ms, stands in for it): after it the peer frees
  * the QPs itself.  With back-offs of 10, 20, 40, 80, 160 ms, at most 5
@@ -1601,39 +1644,13 @@ static uint64_t given_up(struct ferry_engine *e)
  */
 static void test_disconnect_tries_end(void **state)
 {
-	struct ferry_knobs k = { .disc_retry_ms = 10 };
-	struct ferry_engine_stats st;
 	struct ferry_engine *o;
-	struct ferry_opts oo;
-	ferry_seg_t seg;
-	unsigned n;
 
 	(void)state;
-	setup_pair(200);
-	pair_opts(&oo, "0");
-	oo.keepalive_ms = 0;
-	oo.lease_ms = 200;
-	assert_int_equal(ferry_engine_create_knobs(&oo, &k, &o), 0);
-	assert_int_equal(ferry_segment_open(o, ferry_engine_address(P.target), &seg), 0);
-	n = passive_count_of(P.target, o->incarnation);
-	assert_int_equal(n, 2);
-	cut_off(o, ferry_engine_address(P.target), -EHOSTUNREACH, 1000);
-	assert_int_equal(ferry_segment_close(o, seg), 0);
-	/* Not "none queued and none in flight": both are 0 for a moment while
-	 * the repair thread moves a batch (taken, not yet counted in flight;
-	 * landed, not yet queued again), and under TSan the wait ended there
-	 * (1 dial of 6). */
-	WAIT_UNTIL(given_up(o) == n, WAIT_MS, "the DISCONNECTs' tries to end");
+	o = close_while_cut_off(10, 200);
 	print_message("dials to the cut off peer: %u\n", READ_ONCE(o->client.fault_hits));
-	/* Given up, counted where users see them (before 0.5: nowhere). */
-	assert_int_equal(ferry_engine_stats(o, &st), 0);
-	assert_int_equal(st.disconnects_given_up, n);
-	assert_int_equal(st.disconnects_dropped, 0);
 	assert_in_range(READ_ONCE(o->client.fault_hits), 2, 1 + 5);
-	WRITE_ONCE(o->client.fault_left, 0);
-	ferry_engine_destroy(o);
-	assert_quiet_and_close(P.init, &P.seg);
-	pair_teardown(&P);
+	close_while_cut_off_end(o);
 }
 
 /*
@@ -1647,35 +1664,15 @@ static void test_disconnect_tries_end(void **state)
  */
 static void test_disconnect_tries_without_lease(void **state)
 {
-	struct ferry_knobs k = { .disc_retry_ms = 1 };
-	struct ferry_engine_stats st;
 	struct ferry_engine *o;
-	struct ferry_opts oo;
-	ferry_seg_t seg;
-	unsigned n;
 
 	(void)state;
-	setup_pair(200);
-	pair_opts(&oo, "0");
-	oo.keepalive_ms = 0;
-	oo.lease_ms = 0;
-	assert_int_equal(ferry_engine_create_knobs(&oo, &k, &o), 0);
+	o = close_while_cut_off(1, 0);
 	assert_int_equal(seg_disconnect_deadline_ms(o, 1000), 0);
-	assert_int_equal(ferry_segment_open(o, ferry_engine_address(P.target), &seg), 0);
-	n = passive_count_of(P.target, o->incarnation);
-	assert_int_equal(n, 2);
-	cut_off(o, ferry_engine_address(P.target), -EHOSTUNREACH, 1000);
-	assert_int_equal(ferry_segment_close(o, seg), 0);
-	WAIT_UNTIL(given_up(o) == n, WAIT_MS, "the DISCONNECTs' tries to end");
 	print_message("dials to the cut off peer without a lease: %u\n",
 		      READ_ONCE(o->client.fault_hits));
-	assert_int_equal(ferry_engine_stats(o, &st), 0);
-	assert_int_equal(st.disconnects_given_up, n);
 	assert_int_equal(READ_ONCE(o->client.fault_hits), 32); /* one dial a round, both in it */
-	WRITE_ONCE(o->client.fault_left, 0);
-	ferry_engine_destroy(o);
-	assert_quiet_and_close(P.init, &P.seg);
-	pair_teardown(&P);
+	close_while_cut_off_end(o);
 }
 
 /*
