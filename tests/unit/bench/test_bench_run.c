@@ -253,25 +253,45 @@ static void test_verify_not_stale(void **state)
 	free(left);
 }
 
+/* fd (1 or 2) into a temporary file until capture_end; the saved fd. */
+struct capture {
+	FILE *tmp;
+	int fd, saved;
+};
+
+static void capture_begin(struct capture *c, int fd)
+{
+	c->tmp = tmpfile();
+	c->fd = fd;
+	assert_non_null(c->tmp);
+	fflush(fd == 1 ? stdout : stderr);
+	c->saved = dup(fd);
+	assert_true(c->saved >= 0);
+	assert_true(dup2(fileno(c->tmp), fd) >= 0);
+}
+
+/* What went to the fd since capture_begin, in buf (len bytes, NUL-terminated). */
+static void capture_end(struct capture *c, char *buf, size_t len)
+{
+	size_t n;
+
+	fflush(c->fd == 1 ? stdout : stderr);
+	assert_true(dup2(c->saved, c->fd) >= 0);
+	close(c->saved);
+	rewind(c->tmp);
+	n = fread(buf, 1, len - 1, c->tmp);
+	buf[n] = 0;
+	fclose(c->tmp);
+}
+
 /* What buffers_verify(b) wrote to stderr, in buf. */
 static void verify_stderr(struct bench *b, char *buf, size_t len)
 {
-	FILE *tmp = tmpfile();
-	int saved = dup(2);
-	size_t n;
+	struct capture c;
 
-	assert_non_null(tmp);
-	assert_true(saved >= 0);
-	fflush(stderr);
-	dup2(fileno(tmp), 2);
+	capture_begin(&c, 2);
 	buffers_verify(b);
-	fflush(stderr);
-	dup2(saved, 2);
-	close(saved);
-	rewind(tmp);
-	n = fread(buf, 1, len - 1, tmp);
-	buf[n] = 0;
-	fclose(tmp);
+	capture_end(&c, buf, len);
 }
 
 /*
@@ -313,23 +333,11 @@ static void test_verify_stopped_port(void **state)
 /* print_json's output, in out (len bytes, NUL-terminated). */
 static void json_output(const struct bench *b, const struct totals *t, char *out, size_t len)
 {
-	FILE *tmp = tmpfile();
-	size_t n;
-	int saved;
+	struct capture c;
 
-	assert_non_null(tmp);
-	fflush(stdout);
-	saved = dup(1);
-	assert_true(saved >= 0);
-	assert_true(dup2(fileno(tmp), 1) >= 0);
+	capture_begin(&c, 1);
 	print_json(b, t);
-	fflush(stdout);
-	assert_true(dup2(saved, 1) >= 0);
-	close(saved);
-	rewind(tmp);
-	n = fread(out, 1, len - 1, tmp);
-	out[n] = 0;
-	fclose(tmp);
+	capture_end(&c, out, len);
 }
 
 /*
