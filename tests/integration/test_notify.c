@@ -546,6 +546,22 @@ static void test_from_name(void **state)
 	server_stop(&srv);
 }
 
+/* A duo (loop, a receiver queue of 2) whose third notification, "b",
+ * waits for room: the first two ("a") fill the queue and nobody polls.
+ * Its slot. */
+static int duo_up_notif_waiting(struct duo *d)
+{
+	int s;
+
+	duo_up(d, "loop", NULL, 2, 4);
+	assert_int_equal(ferry_notify(d->b, d->seg, "a", 1), 0);
+	assert_int_equal(ferry_notify(d->b, d->seg, "a", 1), 1);
+	assert_int_equal(ferry_batch_wait(d->b, 10000), 0); /* the queue is full now */
+	s = ferry_notify(d->b, d->seg, "b", 1);
+	WAIT_UNTIL(READ_ONCE(d->snd->notify.busy_retries) > 0, WAIT_DEADLINE_MS, "a busy answer");
+	return s;
+}
+
 /* A notification that waits for room ends -ECANCELED on ferry_batch_cancel. */
 static void test_cancel(void **state)
 {
@@ -554,12 +570,7 @@ static void test_cancel(void **state)
 	int s;
 
 	(void)state;
-	duo_up(&d, "loop", NULL, 2, 4);
-	assert_int_equal(ferry_notify(d.b, d.seg, "a", 1), 0);
-	assert_int_equal(ferry_notify(d.b, d.seg, "a", 1), 1);
-	assert_int_equal(ferry_batch_wait(d.b, 10000), 0); /* the queue is full now */
-	s = ferry_notify(d.b, d.seg, "b", 1);
-	WAIT_UNTIL(READ_ONCE(d.snd->notify.busy_retries) > 0, WAIT_DEADLINE_MS, "a busy answer");
+	s = duo_up_notif_waiting(&d);
 	assert_int_equal(ferry_batch_cancel(d.b), 0);
 	assert_int_equal(ferry_batch_wait(d.b, 10000), -EIO);
 	expect_state(d.b, s, FERRY_FAILED, -ECANCELED);
@@ -585,12 +596,7 @@ static void test_close_leaves_notification(void **state)
 	int s;
 
 	(void)state;
-	duo_up(&d, "loop", NULL, 2, 4);
-	assert_int_equal(ferry_notify(d.b, d.seg, "a", 1), 0);
-	assert_int_equal(ferry_notify(d.b, d.seg, "a", 1), 1);
-	assert_int_equal(ferry_batch_wait(d.b, 10000), 0); /* the queue is full now */
-	s = ferry_notify(d.b, d.seg, "b", 1);
-	WAIT_UNTIL(READ_ONCE(d.snd->notify.busy_retries) > 0, WAIT_DEADLINE_MS, "a busy answer");
+	s = duo_up_notif_waiting(&d);
 	assert_int_equal(ferry_segment_close(d.snd, d.seg), 0);
 	expect_state(d.b, s, FERRY_PENDING, 0); /* its refusals last up to timeout_ms (2 s) */
 	assert_int_equal(ferry_notify(d.b, d.seg, "c", 1), 3); /* closed: refused */
